@@ -1,0 +1,162 @@
+import Foundation
+
+/// A capability an agent offers. Implement this to give an agent a new skill.
+public protocol AgentSkill: Sendable {
+    /// Stable identifier used to route requests, for example `text.stats`.
+    var identifier: String { get }
+    var displayName: String { get }
+    var description: String { get }
+    var parameterSchema: ParameterSchema { get }
+    /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
+    func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
+}
+
+extension AgentSkill {
+    public var descriptor: SkillDescriptor {
+        SkillDescriptor(
+            identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema)
+    }
+}
+
+/// What a skill produces.
+public enum SkillResult: Sendable, Equatable {
+    case text(String)
+    case json(JSONValue)
+    case attachment(Attachment)
+
+    public struct Attachment: Sendable, Equatable {
+        public var name: String
+        public var mediaType: String
+        public var bytes: [UInt8]
+
+        public init(name: String, mediaType: String, bytes: [UInt8]) {
+            self.name = name
+            self.mediaType = mediaType
+            self.bytes = bytes
+        }
+    }
+
+    /// Wire form: `{"type":"text","text":…}`, `{"type":"json","json":…}` or
+    /// `{"type":"attachment","name":…,"mediaType":…,"base64":…}`.
+    public var json: JSONValue {
+        switch self {
+        case .text(let text): ["type": "text", "text": .string(text)]
+        case .json(let value): ["type": "json", "json": value]
+        case .attachment(let attachment):
+            [
+                "type": "attachment", "name": .string(attachment.name), "mediaType": .string(attachment.mediaType),
+                "base64": .string(Data(attachment.bytes).base64EncodedString()),
+            ]
+        }
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        switch json["type"]?.stringValue {
+        case "text":
+            guard let text = json["text"]?.stringValue else { break }
+            self = .text(text)
+            return
+        case "json":
+            guard let value = json["json"] else { break }
+            self = .json(value)
+            return
+        case "attachment":
+            guard let name = json["name"]?.stringValue, let mediaType = json["mediaType"]?.stringValue,
+                let base64 = json["base64"]?.stringValue, let data = Data(base64Encoded: base64)
+            else { break }
+            self = .attachment(Attachment(name: name, mediaType: mediaType, bytes: Array(data)))
+            return
+        default:
+            break
+        }
+        throw SkillbusError(.malformedMessage, "a result must be {type: text|json|attachment, …}; got \(json.jsonString)")
+    }
+
+    /// The result for people: text as is, JSON indented, an attachment as its name, type and size.
+    public var humanReadable: String {
+        switch self {
+        case .text(let text): text
+        case .json(let value): value.prettyString()
+        case .attachment(let attachment):
+            "[attachment \(attachment.name), \(attachment.mediaType), \(attachment.bytes.count) bytes]"
+        }
+    }
+}
+
+/// Where a skill runs: which round and session it serves, on which agent, until when.
+/// Cancellation is Swift task cancellation: check `Task.isCancelled` or call `checkCancellation()`.
+public struct SkillExecutionContext: Sendable {
+    public let roundID: String
+    public let sessionID: String
+    public let agentName: String
+    public let invocationID: String
+    public let deadline: ContinuousClock.Instant
+
+    public init(
+        roundID: String, sessionID: String, agentName: String, invocationID: String,
+        deadline: ContinuousClock.Instant
+    ) {
+        self.roundID = roundID
+        self.sessionID = sessionID
+        self.agentName = agentName
+        self.invocationID = invocationID
+        self.deadline = deadline
+    }
+
+    public var isCancelled: Bool { Task.isCancelled || ContinuousClock.now >= deadline }
+
+    public func checkCancellation() throws {
+        if isCancelled { throw SkillbusError(.cancelled, "invocation \(invocationID) was cancelled") }
+    }
+}
+
+/// A skill as the registry and the wire know it: everything but the code.
+public struct SkillDescriptor: Sendable, Equatable {
+    public var identifier: String
+    public var displayName: String
+    public var description: String
+    public var parameters: ParameterSchema
+
+    public init(identifier: String, displayName: String, description: String, parameters: ParameterSchema) {
+        self.identifier = identifier
+        self.displayName = displayName
+        self.description = description
+        self.parameters = parameters
+    }
+
+    public var json: JSONValue {
+        [
+            "identifier": .string(identifier), "displayName": .string(displayName),
+            "description": .string(description), "parameters": parameters.json,
+        ]
+    }
+
+    /// Parses and checks a descriptor from a registration.
+    public init(json: JSONValue) throws(SkillbusError) {
+        guard let identifier = json["identifier"]?.stringValue else {
+            throw SkillbusError(.invalidRegistration, "a skill has no string 'identifier'")
+        }
+        guard SkillDescriptor.isValidIdentifier(identifier) else {
+            throw SkillbusError(
+                .invalidRegistration,
+                "skill identifier '\(identifier)' is invalid: use 1-128 of a-z A-Z 0-9 . _ -")
+        }
+        let parameters = try ParameterSchema(json: json["parameters"] ?? .array([]))
+        let problems = parameters.problems
+        guard problems.isEmpty else {
+            throw SkillbusError(
+                .invalidRegistration, "skill '\(identifier)': " + problems.joined(separator: "; "))
+        }
+        self.init(
+            identifier: identifier, displayName: json["displayName"]?.stringValue ?? identifier,
+            description: json["description"]?.stringValue ?? "", parameters: parameters)
+    }
+
+    public static func isValidIdentifier(_ identifier: String) -> Bool {
+        !identifier.isEmpty && identifier.utf8.count <= 128
+            && identifier.utf8.allSatisfy { byte in
+                (48...57).contains(byte) || (65...90).contains(byte) || (97...122).contains(byte)
+                    || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+            }
+    }
+}

@@ -1,0 +1,253 @@
+import Dispatch
+import Foundation
+import Synchronization
+import SkillbusZMQ
+
+/// An agent: connects a DEALER to the coordinator's bus, registers its skills, runs up to `capacity`
+/// invocations at once as Swift tasks, reports its state, and heartbeats. Losing the coordinator is
+/// not fatal: it registers again, with growing delay, until the coordinator answers.
+public final class AgentWorker: Sendable {
+    public struct Options: Sendable {
+        public var name: String
+        public var coordinator: String
+        public var capacity: Int
+        public var heartbeatMs: Int
+        public var maxMessageBytes: Int
+
+        public init(
+            name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
+            maxMessageBytes: Int = 1 << 20
+        ) {
+            self.name = name
+            self.coordinator = coordinator
+            self.capacity = capacity
+            self.heartbeatMs = heartbeatMs
+            self.maxMessageBytes = maxMessageBytes
+        }
+    }
+
+    public let options: Options
+    private let skills: [String: any AgentSkill]
+    private let logger: Logger
+    private let socket: SocketLoop
+    private let state: Mutex<State>
+
+    private struct State {
+        var running: [String: Task<Void, Never>] = [:]
+        var reported: AgentState = .idle
+        var registered = false
+        var lastHeardFromBus: UInt64 = 0
+        var busHeartbeatMs: Int
+        var stopping = false
+    }
+
+    public init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
+        self.options = options
+        self.skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
+        self.logger = logger
+        let state = Mutex(State(busHeartbeatMs: options.heartbeatMs))
+        self.state = state
+        let maxBytes = Int64(options.maxMessageBytes) * 4 + 4096
+        let endpoint = options.coordinator
+        // The handler needs `self`, which does not exist yet: route messages through a box filled below.
+        let handlerBox = HandlerBox()
+        socket = try SocketLoop(
+            context: context, type: .dealer, name: "skillbus-worker-\(options.name)",
+            configure: { socket in
+                try socket.setMaxMessageSize(maxBytes)
+                try socket.setReconnectInterval(ms: 1000, maxMs: 32_000)
+                // Long enough to flush a DISCONNECT on the way out, short enough never to hang.
+                try socket.setLinger(ms: 200)
+                try socket.connect(endpoint)
+            },
+            onMessage: { message in handlerBox.handler.withLock { $0 }?(message) })
+        handlerBox.handler.withLock { $0 = { [weak self] message in self?.receive(message) } }
+    }
+
+    private final class HandlerBox: Sendable {
+        let handler = Mutex<(@Sendable (Multipart) -> Void)?>(nil)
+    }
+
+    public var registration: Registration {
+        Registration(
+            name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
+            skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier })
+    }
+
+    /// Registers, then heartbeats until `stop()`; re-registers whenever the coordinator goes quiet.
+    public func run() async {
+        register()
+        var retryDelayMs = 1000
+        var lastAttempt = now()
+        while !state.withLock({ $0.stopping }) {
+            do {
+                try await Task.sleep(for: .milliseconds(options.heartbeatMs))
+            } catch {
+                break
+            }
+            socket.send(WorkerMessage.heartbeat.encoded())
+            let (registered, silentNanos, busHeartbeatMs) = state.withLock {
+                ($0.registered, now() &- $0.lastHeardFromBus, $0.busHeartbeatMs)
+            }
+            let busLost = registered && silentNanos > UInt64(3 * busHeartbeatMs) * 1_000_000
+            if busLost {
+                logger.warning("coordinator silent for \(silentNanos / 1_000_000) ms; registering again")
+                state.withLock { $0.registered = false }
+                retryDelayMs = 1000
+            }
+            if !registered || busLost, now() &- lastAttempt >= UInt64(retryDelayMs) * 1_000_000 {
+                register()
+                lastAttempt = now()
+                retryDelayMs = min(retryDelayMs * 2, 32_000)
+            } else if registered {
+                retryDelayMs = 1000
+            }
+        }
+        await stop()
+    }
+
+    /// Cancels running invocations, tells the coordinator we leave, and closes the socket.
+    public func stop() async {
+        let tasks = state.withLock { state -> [Task<Void, Never>] in
+            guard !state.stopping else { return [] }
+            state.stopping = true
+            return Array(state.running.values)
+        }
+        for task in tasks { task.cancel() }
+        for task in tasks { await task.value }
+        socket.send(WorkerMessage.disconnect.encoded())
+        socket.stop()
+    }
+
+    private func register() {
+        socket.send(WorkerMessage.ready(registration.json).encoded())
+    }
+
+    private func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+    /// Runs on the socket's thread: must stay quick.
+    private func receive(_ message: Multipart) {
+        state.withLock { $0.lastHeardFromBus = now() }
+        let decoded: BusToWorkerMessage
+        do {
+            decoded = try BusToWorkerMessage.decode(message)
+        } catch {
+            logger.warning("ignored a bad message from the coordinator: \(error)")
+            return
+        }
+        switch decoded {
+        case .welcome(let body):
+            let busHeartbeat = body["heartbeatMs"]?.intValue ?? options.heartbeatMs
+            state.withLock {
+                $0.registered = true
+                $0.busHeartbeatMs = max(busHeartbeat, 10)
+            }
+            let accepted = body["accepted"]?.arrayValue?.count ?? 0
+            logger.info("registered as '\(options.name)' with \(accepted) skill(s)")
+            for refused in body["refused"]?.arrayValue ?? [] {
+                logger.warning("skill refused: \(SkillbusError(json: refused))")
+            }
+        case .invoke(let invocation):
+            start(invocation)
+        case .cancel(let invocationID):
+            state.withLock { $0.running[invocationID] }?.cancel()
+        case .heartbeat:
+            break
+        case .error(let error):
+            if error.code == .notRegistered {
+                state.withLock { $0.registered = false }
+                register()
+            } else {
+                logger.warning("coordinator: \(error)")
+            }
+        }
+    }
+
+    private func start(_ invocation: Invocation) {
+        let refusal: SkillbusError? = state.withLock { state in
+            if state.stopping { return SkillbusError(.agentLost, "agent '\(options.name)' is shutting down") }
+            if state.running.count >= options.capacity {
+                return SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))")
+            }
+            // Created under the lock so that the task cannot finish before it is recorded.
+            state.running[invocation.invocationID] = Task { await self.execute(invocation) }
+            return nil
+        }
+        if let refusal {
+            socket.send(
+                WorkerMessage.result(
+                    invocationID: invocation.invocationID, status: .error, payload: refusal.json.serialized()
+                ).encoded())
+        }
+    }
+
+    private func execute(_ invocation: Invocation) async {
+        var failure: String?
+        let status: ReplyStatus
+        let payload: [UInt8]
+        do throws(SkillbusError) {
+            let (skill, parameters) = try prepare(invocation)
+            report(.executingSkill(skill.identifier))
+            let context = SkillExecutionContext(
+                roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: options.name,
+                invocationID: invocation.invocationID,
+                deadline: .now + .milliseconds(invocation.deadlineMs))
+            do {
+                let result = try await skill.execute(parameters: parameters, context: context)
+                status = .ok
+                payload = result.json.serialized()
+            } catch let error as SkillbusError {
+                failure = error.message
+                throw error
+            } catch is CancellationError {
+                failure = "cancelled"
+                throw SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
+            } catch {
+                failure = "\(error)"
+                throw SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
+            }
+        } catch {
+            status = .error
+            payload = error.json.serialized()
+        }
+        socket.send(
+            WorkerMessage.result(invocationID: invocation.invocationID, status: status, payload: payload).encoded())
+        let idle = state.withLock { state -> Bool in
+            state.running[invocation.invocationID] = nil
+            return state.running.isEmpty
+        }
+        if let failure { report(.failed(failure)) }
+        if idle { report(.idle) }
+    }
+
+    /// Finds the skill and validates the parameters; nothing runs when this throws.
+    private func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
+        guard let skill = skills[invocation.skill] else {
+            throw SkillbusError(
+                .unknownSkill,
+                "agent '\(options.name)' does not offer '\(invocation.skill)' (offers: "
+                    + skills.keys.sorted().joined(separator: ", ") + ")")
+        }
+        let parsed: JSONValue
+        do {
+            parsed = try JSONValue(parsing: invocation.parameters)
+        } catch {
+            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
+        }
+        guard let object = parsed.objectValue else {
+            throw SkillbusError(
+                .invalidParameters, "parameters of '\(invocation.skill)' must be a JSON object, got \(parsed.typeName)")
+        }
+        return (skill, try skill.parameterSchema.validate(object, skill: skill.identifier))
+    }
+
+    /// Sends a state change to the coordinator, only when the state really changed.
+    private func report(_ newState: AgentState) {
+        let changed = state.withLock { state -> Bool in
+            guard state.reported != newState else { return false }
+            state.reported = newState
+            return true
+        }
+        if changed { socket.send(WorkerMessage.state(newState).encoded()) }
+    }
+}

@@ -1,0 +1,229 @@
+import Foundation
+
+/// Settings of a coordinator (`configs/coordinator.json`). Absent keys keep their defaults.
+public struct CoordinatorConfiguration: Sendable, Equatable {
+    public var bus = "tcp://127.0.0.1:5555"
+    public var feed = "tcp://127.0.0.1:5556"
+    public var heartbeatMs = 1000
+    public var missedHeartbeats = 3
+    public var defaultTimeoutMs = 15_000
+    public var queueLimit = 1024
+    /// Messages larger than this are refused with message_too_large (1 MiB by default).
+    public var maxMessageBytes = 1 << 20
+
+    public init() {}
+
+    var stateSettings: CoordinatorState.Settings {
+        var settings = CoordinatorState.Settings()
+        settings.heartbeatMs = heartbeatMs
+        settings.missedHeartbeats = missedHeartbeats
+        settings.defaultTimeoutMs = defaultTimeoutMs
+        settings.queueLimit = queueLimit
+        return settings
+    }
+
+    static let keys: Set<String> = [
+        "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
+    ]
+
+    init(reading object: ConfigObject) throws(SkillbusError) {
+        bus = try object.endpoint("bus") ?? bus
+        feed = try object.endpoint("feed") ?? feed
+        heartbeatMs = try object.int("heartbeatMs", minimum: 10) ?? heartbeatMs
+        missedHeartbeats = try object.int("missedHeartbeats", minimum: 1) ?? missedHeartbeats
+        defaultTimeoutMs = try object.int("defaultTimeoutMs", minimum: 1) ?? defaultTimeoutMs
+        queueLimit = try object.int("queueLimit", minimum: 0) ?? queueLimit
+        maxMessageBytes = try object.int("maxMessageBytes", minimum: 256) ?? maxMessageBytes
+    }
+
+    /// Reads a `{"version": 1, …}` coordinator file.
+    public static func load(path: String) throws(SkillbusError) -> CoordinatorConfiguration {
+        let object = try ConfigObject.load(path: path, allowed: keys.union(["version"]))
+        return try CoordinatorConfiguration(reading: object)
+    }
+}
+
+/// Settings of one worker (`configs/worker.json`, or one entry of `workers` in `configs/local.json`).
+public struct WorkerConfiguration: Sendable, Equatable {
+    public var name = ""
+    public var coordinator = "tcp://127.0.0.1:5555"
+    /// Built-in skill identifiers; empty means all of them.
+    public var skills: [String] = []
+    public var capacity = 4
+    /// The directory `file.read` may read from; nil means the current directory.
+    public var sandbox: String?
+    public var heartbeatMs = 1000
+    public var maxMessageBytes = 1 << 20
+
+    public init() {}
+
+    static let keys: Set<String> = [
+        "name", "coordinator", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes",
+    ]
+
+    init(reading object: ConfigObject) throws(SkillbusError) {
+        name = try object.string("name") ?? name
+        coordinator = try object.endpoint("coordinator") ?? coordinator
+        skills = try object.stringArray("skills") ?? skills
+        capacity = try object.int("capacity", minimum: 1) ?? capacity
+        sandbox = try object.string("sandbox") ?? sandbox
+        heartbeatMs = try object.int("heartbeatMs", minimum: 10) ?? heartbeatMs
+        maxMessageBytes = try object.int("maxMessageBytes", minimum: 256) ?? maxMessageBytes
+        let known = Set(BuiltinSkills.identifiers)
+        for (index, skill) in skills.enumerated() where !known.contains(skill) {
+            throw object.error(
+                "skills[\(index)]",
+                "unknown built-in skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
+        }
+    }
+
+    public static func load(path: String) throws(SkillbusError) -> WorkerConfiguration {
+        let object = try ConfigObject.load(path: path, allowed: keys.union(["version"]))
+        return try WorkerConfiguration(reading: object)
+    }
+}
+
+/// What `skillbus up` starts: one coordinator and its workers (`configs/local.json`).
+public struct ClusterConfiguration: Sendable, Equatable {
+    public var coordinator = CoordinatorConfiguration()
+    public var workers: [WorkerConfiguration] = []
+
+    public init() {}
+
+    public static func load(path: String) throws(SkillbusError) -> ClusterConfiguration {
+        let root = try ConfigObject.load(path: path, allowed: ["version", "coordinator", "workers"])
+        var cluster = ClusterConfiguration()
+        if let object = try root.object("coordinator", allowed: CoordinatorConfiguration.keys) {
+            cluster.coordinator = try CoordinatorConfiguration(reading: object)
+        }
+        var names = Set<String>()
+        for object in try root.objects("workers", allowed: WorkerConfiguration.keys) ?? [] {
+            var worker = try WorkerConfiguration(reading: object)
+            guard !worker.name.isEmpty else { throw object.error("name", "every worker needs a name") }
+            guard names.insert(worker.name).inserted else {
+                throw object.error("name", "worker name '\(worker.name)' is used twice")
+            }
+            // Workers started by `up` talk to the coordinator `up` starts.
+            if try object.string("coordinator") == nil { worker.coordinator = cluster.coordinator.bus }
+            cluster.workers.append(worker)
+        }
+        return cluster
+    }
+}
+
+/// A JSON object being read as configuration: every error names the file and the key's path.
+struct ConfigObject {
+    let file: String
+    let path: String
+    let values: [String: JSONValue]
+
+    static func load(path file: String, allowed: Set<String>) throws(SkillbusError) -> ConfigObject {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw SkillbusError(.invalidConfiguration, "\(file): cannot read the file")
+        }
+        let value: JSONValue
+        do {
+            value = try JSONValue(parsing: Array(data))
+        } catch {
+            throw SkillbusError(.invalidConfiguration, "\(file): \(error)")
+        }
+        guard let values = value.objectValue else {
+            throw SkillbusError(.invalidConfiguration, "\(file): the top level must be a JSON object")
+        }
+        let root = ConfigObject(file: file, path: "", values: values)
+        guard let version = values["version"] else { throw root.error("version", "missing; this build reads version 1") }
+        guard version.intValue == 1 else {
+            throw root.error("version", "unsupported version \(version.jsonString); this build reads version 1")
+        }
+        try root.checkKeys(allowed)
+        return root
+    }
+
+    func keyPath(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+
+    func error(_ key: String, _ message: String) -> SkillbusError {
+        SkillbusError(.invalidConfiguration, "\(file): \(keyPath(key)): \(message)")
+    }
+
+    func checkKeys(_ allowed: Set<String>) throws(SkillbusError) {
+        for key in values.keys.sorted() where !allowed.contains(key) {
+            throw error(key, "unknown key (allowed: \(allowed.sorted().joined(separator: ", ")))")
+        }
+    }
+
+    func string(_ key: String) throws(SkillbusError) -> String? {
+        guard let value = values[key] else { return nil }
+        guard let text = value.stringValue else { throw error(key, "expected a string, got \(value.typeName)") }
+        return text
+    }
+
+    func int(_ key: String, minimum: Int) throws(SkillbusError) -> Int? {
+        guard let value = values[key] else { return nil }
+        guard let number = value.intValue else { throw error(key, "expected an integer, got \(value.typeName)") }
+        guard number >= minimum else { throw error(key, "must be at least \(minimum), got \(number)") }
+        return number
+    }
+
+    func endpoint(_ key: String) throws(SkillbusError) -> String? {
+        guard let text = try string(key) else { return nil }
+        if let problem = Endpoint.problem(text) { throw error(key, problem) }
+        return text
+    }
+
+    func stringArray(_ key: String) throws(SkillbusError) -> [String]? {
+        guard let value = values[key] else { return nil }
+        guard let array = value.arrayValue else { throw error(key, "expected an array of strings, got \(value.typeName)") }
+        var strings: [String] = []
+        for (index, item) in array.enumerated() {
+            guard let text = item.stringValue else { throw error("\(key)[\(index)]", "expected a string, got \(item.typeName)") }
+            strings.append(text)
+        }
+        return strings
+    }
+
+    func object(_ key: String, allowed: Set<String>) throws(SkillbusError) -> ConfigObject? {
+        guard let value = values[key] else { return nil }
+        guard let object = value.objectValue else { throw error(key, "expected an object, got \(value.typeName)") }
+        let child = ConfigObject(file: file, path: keyPath(key), values: object)
+        try child.checkKeys(allowed)
+        return child
+    }
+
+    func objects(_ key: String, allowed: Set<String>) throws(SkillbusError) -> [ConfigObject]? {
+        guard let value = values[key] else { return nil }
+        guard let array = value.arrayValue else { throw error(key, "expected an array, got \(value.typeName)") }
+        var children: [ConfigObject] = []
+        for (index, item) in array.enumerated() {
+            guard let object = item.objectValue else {
+                throw error("\(key)[\(index)]", "expected an object, got \(item.typeName)")
+            }
+            let child = ConfigObject(file: file, path: keyPath("\(key)[\(index)]"), values: object)
+            try child.checkKeys(allowed)
+            children.append(child)
+        }
+        return children
+    }
+}
+
+/// ZeroMQ endpoint checks, so that a typo is reported by name before any socket exists.
+public enum Endpoint {
+    /// Why `text` is not a usable endpoint, or nil when it is.
+    public static func problem(_ text: String) -> String? {
+        if text.hasPrefix("tcp://") {
+            let rest = text.dropFirst(6)
+            guard let colon = rest.lastIndex(of: ":") else { return "'\(text)' has no port (tcp://HOST:PORT)" }
+            let host = rest[..<colon]
+            let port = rest[rest.index(after: colon)...]
+            guard !host.isEmpty else { return "'\(text)' has no host (tcp://HOST:PORT)" }
+            if port == "*" { return nil }
+            guard let number = Int(port), (1...65535).contains(number) else {
+                return "'\(text)' has an invalid port '\(port)' (1-65535, or * for any free port)"
+            }
+            return nil
+        }
+        if text.hasPrefix("ipc://") || text.hasPrefix("inproc://") {
+            return text.hasSuffix("//") ? "'\(text)' has no path" : nil
+        }
+        return "'\(text)' is not a ZeroMQ endpoint (use tcp://HOST:PORT, ipc://PATH or inproc://NAME)"
+    }
+}

@@ -1,0 +1,250 @@
+import Dispatch
+import Foundation
+import Synchronization
+import SkillbusZMQ
+
+/// The coordinator process: binds the ROUTER "bus" and the XPUB "feed", and runs `CoordinatorState`
+/// on one thread that owns both sockets. Nothing on the hot path leaves that thread.
+public final class Coordinator: Sendable {
+    public let configuration: CoordinatorConfiguration
+    /// The bound endpoints, with real ports when the configuration asked for `:*`.
+    public let busEndpoint: String
+    public let feedEndpoint: String
+    private let control: Control
+
+    fileprivate final class Control: Sendable {
+        let stopping = Atomic<Bool>(false)
+        let wakePipe: WakePipe
+        let exited = DispatchSemaphore(value: 0)
+        init(wakePipe: WakePipe) { self.wakePipe = wakePipe }
+    }
+
+    /// Binds both sockets on the coordinator's thread and starts serving. Throws if a bind fails.
+    public init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
+        self.configuration = configuration
+        let control = Control(wakePipe: try WakePipe())
+        self.control = control
+        let started = DispatchSemaphore(value: 0)
+        let startup = Mutex<Result<(String, String), any Error>>(.success(("", "")))
+        let thread = Thread {
+            let loop: CoordinatorLoop
+            do {
+                loop = try CoordinatorLoop(configuration: configuration, context: context, logger: logger)
+                startup.withLock { $0 = .success((loop.router.lastEndpoint, loop.feed.lastEndpoint)) }
+            } catch {
+                startup.withLock { $0 = .failure(error) }
+                started.signal()
+                control.exited.signal()
+                return
+            }
+            started.signal()
+            loop.run(control: control)
+            loop.close()
+            control.exited.signal()
+        }
+        thread.name = "skillbus-coordinator"
+        thread.start()
+        started.wait()
+        switch startup.withLock({ $0 }) {
+        case .success(let (bus, feed)):
+            busEndpoint = bus
+            feedEndpoint = feed
+        case .failure(let error):
+            control.wakePipe.close()
+            throw error
+        }
+    }
+
+    /// Returns when the coordinator has stopped. Cancelling the calling task stops it.
+    public func run() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                // Wait on a GCD thread, never on the cooperative pool.
+                DispatchQueue.global().async {
+                    self.control.exited.wait()
+                    self.control.exited.signal()
+                    continuation.resume()
+                }
+            }
+        } onCancel: {
+            self.stop()
+        }
+    }
+
+    /// Asks the coordinator's thread to close its sockets and leave.
+    public func stop() {
+        guard !control.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        control.wakePipe.wake()
+    }
+}
+
+/// The coordinator's thread: sockets, decoding, and carrying out the state machine's actions.
+private final class CoordinatorLoop {
+    let router: ZMQSocket
+    let feed: ZMQSocket
+    let logger: Logger
+    let maxMessageBytes: Int
+    var state: CoordinatorState
+    /// Prefixes that feed subscribers asked for; events nobody wants are never built.
+    var subscriptions = Set<[UInt8]>()
+    var unroutable = 0
+    var rejected = 0
+
+    static let tickNanos: UInt64 = 100_000_000
+
+    init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
+        self.logger = logger
+        self.maxMessageBytes = configuration.maxMessageBytes
+        self.state = CoordinatorState(settings: configuration.stateSettings)
+        router = try ZMQSocket(context: context, type: .router)
+        try router.setRouterMandatory(true)
+        // libzmq's hard cap drops the connection; below it we answer message_too_large ourselves.
+        try router.setMaxMessageSize(Int64(configuration.maxMessageBytes) * 4 + 4096)
+        try router.setSendHighWaterMark(100_000)
+        try router.setReceiveHighWaterMark(100_000)
+        try router.bind(configuration.bus)
+        feed = try ZMQSocket(context: context, type: .xpub)
+        try feed.setSendHighWaterMark(100_000)
+        try feed.bind(configuration.feed)
+    }
+
+    func close() {
+        router.close()
+        feed.close()
+        if unroutable > 0 || rejected > 0 {
+            logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
+        }
+    }
+
+    func run(control: Coordinator.Control) {
+        logger.info("bus on \(router.lastEndpoint), feed on \(feed.lastEndpoint)")
+        var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
+        let items = [
+            PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
+        ]
+        while !control.stopping.load(ordering: .acquiring) {
+            var now = DispatchTime.now().uptimeNanoseconds
+            let timeoutMs = nextTick > now ? Int((nextTick - now) / 1_000_000) + 1 : 0
+            guard let ready = try? poll(items, timeoutMs: timeoutMs) else { return }
+            if ready.readable[2] { control.wakePipe.drain() }
+            if ready.readable[0] { drainBus() }
+            if ready.readable[1] { drainSubscriptions() }
+            now = DispatchTime.now().uptimeNanoseconds
+            if now >= nextTick {
+                perform(state.tick(now: now))
+                nextTick = now + Self.tickNanos
+            }
+        }
+    }
+
+    private func drainBus() {
+        // Bounded batch so that ticks still run under a flood.
+        for _ in 0..<10_000 {
+            guard let message = try? router.receive(dontWait: true) else { return }
+            handle(message)
+        }
+    }
+
+    private func drainSubscriptions() {
+        while let message = try? feed.receive(dontWait: true) {
+            guard let frame = message.first, let kind = frame.first else { continue }
+            let prefix = Array(frame.dropFirst())
+            if kind == 1 { subscriptions.insert(prefix) } else if kind == 0 { subscriptions.remove(prefix) }
+        }
+    }
+
+    private func handle(_ message: Multipart) {
+        let peer = message[0]
+        let body = Array(message.dropFirst())
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard let header = body.first else {
+            return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
+        }
+        let size = body.reduce(0) { $0 + $1.count }
+        if size > maxMessageBytes {
+            return refuse(
+                peer, body,
+                SkillbusError(.messageTooLarge, "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes"))
+        }
+        do throws(SkillbusError) {
+            if header == Wire.clientHeaderBytes {
+                switch try ClientMessage.decode(body) {
+                case .invoke(let request):
+                    perform(state.handleInvoke(request, from: peer, now: now))
+                case .listSkills(let requestID):
+                    send(to: peer, BusToClientMessage.skills(requestID: requestID, catalog: state.catalog()).encoded())
+                }
+            } else if header == Wire.workerHeaderBytes {
+                perform(state.handleWorker(try WorkerMessage.decode(body), from: peer, now: now))
+            } else {
+                let shown = String(decoding: header.prefix(32), as: UTF8.self)
+                throw SkillbusError(
+                    .unsupportedProtocol,
+                    "protocol '\(shown)' is not supported; this bus speaks \(Wire.clientHeader) (clients) and "
+                        + "\(Wire.workerHeader) (workers)")
+            }
+        } catch {
+            refuse(peer, body, error)
+        }
+    }
+
+    /// Answers a message the bus cannot accept, in the sender's own dialect where it can tell.
+    private func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
+        rejected += 1
+        logger.warning("refused a message from peer \(hex(peer)): \(error)")
+        let header = body.first ?? []
+        let speaksWorker = header == Wire.workerHeaderBytes || (header.last == UInt8(ascii: "W") && header.count == 5)
+        if speaksWorker {
+            send(to: peer, BusToWorkerMessage.error(error).encoded())
+        } else {
+            let requestID = body.count > 2 ? String(validating: body[2].prefix(256), as: UTF8.self) ?? "" : ""
+            send(to: peer, BusToClientMessage.error(requestID: requestID, error).encoded())
+        }
+    }
+
+    private func perform(_ actions: [CoordinatorAction]) {
+        for action in actions {
+            switch action {
+            case .toClient(let peer, let message): send(to: peer, message.encoded())
+            case .toWorker(let peer, let message): send(to: peer, message.encoded())
+            case .publish(let event):
+                logEvent(event)
+                guard wants(event.topic) else { continue }
+                try? feed.send(event.encoded(), dontWait: true)
+            }
+        }
+    }
+
+    private func logEvent(_ event: FeedEvent) {
+        switch event {
+        case .agentJoined(let agent, let skills, let capacity):
+            logger.info("agent '\(agent)' joined with \(skills.count) skill(s), capacity \(capacity)")
+        case .agentLeft(let agent, let reason):
+            logger.info("agent '\(agent)' left: \(reason)")
+        case .registrationRefused(let agent, let error):
+            logger.warning("registration of '\(agent)' refused: \(error)")
+        default:
+            break
+        }
+    }
+
+    private func wants(_ topic: String) -> Bool {
+        guard !subscriptions.isEmpty else { return false }
+        let bytes = Array(topic.utf8)
+        return subscriptions.contains { bytes.starts(with: $0) }
+    }
+
+    private func send(to peer: PeerID, _ frames: Multipart) {
+        do {
+            try router.send([peer] + frames, dontWait: true)
+        } catch {
+            // The peer vanished (or is hopelessly behind): count it and keep serving everyone else.
+            unroutable += 1
+            logger.debug("could not deliver to peer \(hex(peer)): \(error)")
+        }
+    }
+
+    private func hex(_ bytes: [UInt8]) -> String {
+        bytes.prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+}

@@ -1,0 +1,375 @@
+/// A ROUTER routing id: which peer a message came from or goes to.
+public typealias PeerID = [UInt8]
+
+/// Something the coordinator's I/O layer must do. The state machine decides; the loop acts.
+public enum CoordinatorAction: Sendable, Equatable {
+    case toClient(PeerID, BusToClientMessage)
+    case toWorker(PeerID, BusToWorkerMessage)
+    case publish(FeedEvent)
+}
+
+/// The coordinator's routing logic as a plain value: registrations, least-loaded routing within
+/// capacity, the bounded wait queue, deadlines and worker liveness. No sockets, no clocks:
+/// time comes in as `now` (monotonic nanoseconds), so every decision is unit-testable.
+public struct CoordinatorState: Sendable {
+    public struct Settings: Sendable {
+        public var heartbeatMs = 1000
+        /// A worker is dead after this many of its heartbeat intervals without a word.
+        public var missedHeartbeats = 3
+        public var defaultTimeoutMs = 15_000
+        /// Requests that may wait for a free provider, over all skills.
+        public var queueLimit = 1024
+        public init() {}
+    }
+
+    public struct Worker: Sendable {
+        public let peer: PeerID
+        public let name: String
+        public let capacity: Int
+        public var heartbeatMs: Int
+        public var skills: [String: SkillDescriptor]
+        public var inFlight = 0
+        public var lastHeard: UInt64
+        public var state: AgentState = .idle
+    }
+
+    struct Request: Sendable {
+        let client: PeerID
+        let requestID: String
+        let roundID: String
+        let sessionID: String
+        let skill: String
+        let parameters: [UInt8]
+        let accepted: UInt64
+        let deadline: UInt64
+    }
+
+    struct Running: Sendable {
+        let request: Request
+        let worker: PeerID
+        /// The client was already answered (deadline passed); the slot stays taken until the worker reports.
+        var answered = false
+    }
+
+    public let settings: Settings
+    public private(set) var workers: [PeerID: Worker] = [:]
+    private var peerByName: [String: PeerID] = [:]
+    /// Skill identifier → providers in registration order.
+    private var providers: [String: [PeerID]] = [:]
+    private var running: [String: Running] = [:]
+    /// Skill identifier → requests waiting for a free provider, oldest first.
+    private var waiting: [String: [Request]] = [:]
+    public private(set) var waitingCount = 0
+    private var nextInvocation: UInt64 = 0
+    private var rotation = 0
+    private var lastHeartbeatSent: UInt64 = 0
+
+    public init(settings: Settings = Settings()) {
+        self.settings = settings
+    }
+
+    public var runningCount: Int { running.count }
+
+    // MARK: Clients
+
+    public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
+        let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
+        let pending = Request(
+            client: client, requestID: request.requestID, roundID: request.roundID, sessionID: request.sessionID,
+            skill: request.skill, parameters: request.parameters, accepted: now,
+            deadline: now &+ UInt64(timeoutMs) * 1_000_000)
+        guard let candidates = providers[request.skill], !candidates.isEmpty else {
+            let offered = providers.keys.sorted()
+            let list = offered.isEmpty ? "no skills are offered right now" : "offered: " + offered.joined(separator: ", ")
+            let error = SkillbusError(
+                .unknownSkill, "no agent offers skill '\(request.skill)'; \(list)",
+                details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
+            return fail(pending, error, agent: "", now: now)
+        }
+        if let worker = pickProvider(candidates) {
+            return dispatch(pending, to: worker, now: now)
+        }
+        guard waitingCount < settings.queueLimit else {
+            let error = SkillbusError(
+                .busy,
+                "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity and the wait queue is "
+                    + "full (\(settings.queueLimit) requests)")
+            return fail(pending, error, agent: "", now: now)
+        }
+        waiting[request.skill, default: []].append(pending)
+        waitingCount += 1
+        return [
+            .publish(
+                .requestQueued(
+                    round: request.roundID, request: request.requestID, skill: request.skill, waiting: waitingCount))
+        ]
+    }
+
+    public func catalog() -> JSONValue {
+        let skills = providers.keys.sorted().map { identifier -> JSONValue in
+            let peers = providers[identifier] ?? []
+            var entry = workers[peers[0]]?.skills[identifier]?.json.objectValue ?? [:]
+            entry["providers"] = .array(
+                peers.compactMap { peer in
+                    workers[peer].map { worker in
+                        [
+                            "agent": .string(worker.name), "capacity": .number(Double(worker.capacity)),
+                            "inFlight": .number(Double(worker.inFlight)),
+                        ]
+                    }
+                })
+            return .object(entry)
+        }
+        return ["skills": .array(skills)]
+    }
+
+    /// Least in-flight first among providers with a free slot; ties go round-robin.
+    private mutating func pickProvider(_ candidates: [PeerID]) -> PeerID? {
+        var best: PeerID?
+        var bestLoad = Int.max
+        let count = candidates.count
+        rotation &+= 1
+        for offset in 0..<count {
+            let peer = candidates[(rotation &+ offset) % count]
+            guard let worker = workers[peer], worker.inFlight < worker.capacity else { continue }
+            if worker.inFlight < bestLoad {
+                best = peer
+                bestLoad = worker.inFlight
+                if bestLoad == 0 { break }
+            }
+        }
+        return best
+    }
+
+    private mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        nextInvocation &+= 1
+        let invocationID = "i" + String(nextInvocation)
+        workers[peer]!.inFlight += 1
+        running[invocationID] = Running(request: request, worker: peer)
+        let remainingMs = request.deadline > now ? Int((request.deadline - now) / 1_000_000) : 0
+        let invocation = Invocation(
+            invocationID: invocationID, roundID: request.roundID, sessionID: request.sessionID, skill: request.skill,
+            deadlineMs: max(1, remainingMs), parameters: request.parameters)
+        return [
+            .toWorker(peer, .invoke(invocation)),
+            .publish(
+                .requestDispatched(
+                    round: request.roundID, request: request.requestID, skill: request.skill,
+                    agent: workers[peer]!.name, invocation: invocationID)),
+        ]
+    }
+
+    private func fail(_ request: Request, _ error: SkillbusError, agent: String, now: UInt64) -> [CoordinatorAction] {
+        reply(request, status: .error, agent: agent, payload: error.json.serialized(), now: now)
+    }
+
+    private func reply(
+        _ request: Request, status: ReplyStatus, agent: String, payload: [UInt8], now: UInt64
+    ) -> [CoordinatorAction] {
+        let micros = Int((now &- request.accepted) / 1000)
+        return [
+            .toClient(
+                request.client,
+                .reply(
+                    InvokeReply(
+                        requestID: request.requestID, roundID: request.roundID, status: status, agent: agent,
+                        durationMicros: micros, payload: payload))),
+            .publish(
+                .requestDone(
+                    round: request.roundID, request: request.requestID, skill: request.skill, agent: agent,
+                    status: status, durationMicros: micros, payload: status == .error ? payload : [])),
+        ]
+    }
+
+    // MARK: Workers
+
+    public mutating func handleWorker(_ message: WorkerMessage, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        if case .ready(let body) = message { return register(body, from: peer, now: now) }
+        guard workers[peer] != nil else {
+            if case .disconnect = message { return [] }
+            return [.toWorker(peer, .error(SkillbusError(.notRegistered, "this peer is not registered; send READY")))]
+        }
+        workers[peer]!.lastHeard = now
+        switch message {
+        case .ready: return []
+        case .heartbeat: return []
+        case .state(let state):
+            guard workers[peer]!.state != state else { return [] }
+            workers[peer]!.state = state
+            return [.publish(.agentState(agent: workers[peer]!.name, state: state))]
+        case .result(let invocationID, let status, let payload):
+            return finish(invocationID, status: status, payload: payload, from: peer, now: now)
+        case .disconnect:
+            return remove(peer, reason: "disconnected", now: now)
+        }
+    }
+
+    private mutating func finish(
+        _ invocationID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        // A result for an unknown or foreign invocation is late or bogus: drop it, keep serving.
+        guard let entry = running[invocationID], entry.worker == peer else { return [] }
+        running[invocationID] = nil
+        workers[peer]!.inFlight -= 1
+        var actions: [CoordinatorAction] = []
+        if !entry.answered {
+            actions = reply(entry.request, status: status, agent: workers[peer]!.name, payload: payload, now: now)
+        }
+        actions += dispatchWaiting(to: peer, now: now)
+        return actions
+    }
+
+    /// Gives a worker with free slots the oldest requests waiting for any of its skills.
+    private mutating func dispatchWaiting(to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        while waitingCount > 0, let worker = workers[peer], worker.inFlight < worker.capacity {
+            var oldest: (skill: String, accepted: UInt64)?
+            for skill in worker.skills.keys {
+                if let head = waiting[skill]?.first, oldest == nil || head.accepted < oldest!.accepted {
+                    oldest = (skill, head.accepted)
+                }
+            }
+            guard let skill = oldest?.skill else { break }
+            let request = waiting[skill]!.removeFirst()
+            if waiting[skill]!.isEmpty { waiting[skill] = nil }
+            waitingCount -= 1
+            actions += dispatch(request, to: peer, now: now)
+        }
+        return actions
+    }
+
+    private mutating func register(_ body: JSONValue, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        let name = body["name"]?.stringValue ?? ""
+        func refuse(_ error: SkillbusError) -> [CoordinatorAction] {
+            [.toWorker(peer, .error(error)), .publish(.registrationRefused(agent: name, error: error))]
+        }
+        guard SkillDescriptor.isValidIdentifier(name) else {
+            return refuse(SkillbusError(.invalidRegistration, "agent name '\(name)' is invalid: use 1-128 of a-z A-Z 0-9 . _ -"))
+        }
+        guard let capacity = body["capacity"]?.intValue, capacity >= 1 else {
+            return refuse(SkillbusError(.invalidRegistration, "agent '\(name)': 'capacity' must be an integer >= 1"))
+        }
+        let heartbeatMs = body["heartbeatMs"]?.intValue ?? settings.heartbeatMs
+        guard heartbeatMs >= 10 else {
+            return refuse(SkillbusError(.invalidRegistration, "agent '\(name)': 'heartbeatMs' must be >= 10"))
+        }
+        guard let skillList = body["skills"]?.arrayValue else {
+            return refuse(SkillbusError(.invalidRegistration, "agent '\(name)': 'skills' must be an array"))
+        }
+        if let holder = peerByName[name], holder != peer {
+            return refuse(
+                SkillbusError(
+                    .nameTaken,
+                    "agent name '\(name)' is already registered by a live worker; retry after it leaves"))
+        }
+        var actions: [CoordinatorAction] = []
+        if workers[peer] != nil { actions += remove(peer, reason: "registered again", now: now) }
+
+        var skills: [String: SkillDescriptor] = [:]
+        var refused: [JSONValue] = []
+        for item in skillList {
+            do throws(SkillbusError) {
+                let descriptor = try SkillDescriptor(json: item)
+                guard skills[descriptor.identifier] == nil else {
+                    throw SkillbusError(.invalidRegistration, "skill '\(descriptor.identifier)' is listed twice")
+                }
+                skills[descriptor.identifier] = descriptor
+            } catch {
+                refused.append(error.json)
+                actions.append(.publish(.registrationRefused(agent: name, error: error)))
+            }
+        }
+        workers[peer] = Worker(
+            peer: peer, name: name, capacity: capacity, heartbeatMs: heartbeatMs, skills: skills, lastHeard: now)
+        peerByName[name] = peer
+        for identifier in skills.keys { providers[identifier, default: []].append(peer) }
+        actions.append(
+            .toWorker(
+                peer,
+                .welcome(
+                    [
+                        "heartbeatMs": .number(Double(settings.heartbeatMs)),
+                        "accepted": .array(skills.keys.sorted().map { .string($0) }), "refused": .array(refused),
+                    ])))
+        actions.append(.publish(.agentJoined(agent: name, skills: skills.keys.sorted(), capacity: capacity)))
+        actions.append(.publish(.agentState(agent: name, state: .idle)))
+        actions += dispatchWaiting(to: peer, now: now)
+        return actions
+    }
+
+    /// Forgets a worker: its skills leave the registry and its running invocations fail with agent_lost.
+    private mutating func remove(_ peer: PeerID, reason: String, now: UInt64) -> [CoordinatorAction] {
+        guard let worker = workers.removeValue(forKey: peer) else { return [] }
+        peerByName[worker.name] = nil
+        for identifier in worker.skills.keys {
+            providers[identifier]?.removeAll { $0 == peer }
+            if providers[identifier]?.isEmpty == true { providers[identifier] = nil }
+        }
+        var actions: [CoordinatorAction] = [.publish(.agentLeft(agent: worker.name, reason: reason))]
+        for (invocationID, entry) in running where entry.worker == peer {
+            running[invocationID] = nil
+            guard !entry.answered else { continue }
+            let error = SkillbusError(
+                .agentLost, "agent '\(worker.name)' was lost while running '\(entry.request.skill)' (\(reason))")
+            actions += fail(entry.request, error, agent: worker.name, now: now)
+        }
+        // Requests waiting for a skill nobody offers any more would only time out: fail them now.
+        for identifier in worker.skills.keys where providers[identifier] == nil {
+            for request in waiting.removeValue(forKey: identifier) ?? [] {
+                waitingCount -= 1
+                let error = SkillbusError(
+                    .unknownSkill, "the last agent offering '\(identifier)' left while the request waited")
+                actions += fail(request, error, agent: "", now: now)
+            }
+        }
+        return actions
+    }
+
+    // MARK: Time
+
+    /// Heartbeats out, dead workers out, expired requests answered. Call it a few times a second.
+    public mutating func tick(now: UInt64) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        for (peer, worker) in workers {
+            let silence = now &- worker.lastHeard
+            let allowed = UInt64(settings.missedHeartbeats * max(worker.heartbeatMs, 1)) * 1_000_000
+            if worker.lastHeard < now && silence > allowed {
+                let seconds = Double(silence / 1_000_000) / 1000
+                actions += remove(peer, reason: "no heartbeat for \(seconds) s", now: now)
+            }
+        }
+        if now &- lastHeartbeatSent >= UInt64(settings.heartbeatMs) * 1_000_000 {
+            lastHeartbeatSent = now
+            for peer in workers.keys { actions.append(.toWorker(peer, .heartbeat)) }
+        }
+        for (invocationID, entry) in running where !entry.answered && entry.request.deadline <= now {
+            running[invocationID]!.answered = true
+            let agent = workers[entry.worker]?.name ?? ""
+            let timeoutMs = (entry.request.deadline - entry.request.accepted) / 1_000_000
+            let error = SkillbusError(
+                .timeout, "'\(entry.request.skill)' on agent '\(agent)' did not finish within \(timeoutMs) ms")
+            actions += fail(entry.request, error, agent: agent, now: now)
+            actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
+        }
+        if waitingCount > 0 {
+            for (skill, queue) in waiting {
+                let (expired, kept) = (queue.filter { $0.deadline <= now }, queue.filter { $0.deadline > now })
+                guard !expired.isEmpty else { continue }
+                waiting[skill] = kept.isEmpty ? nil : kept
+                waitingCount -= expired.count
+                for request in expired {
+                    let timeoutMs = (request.deadline - request.accepted) / 1_000_000
+                    let error = SkillbusError(
+                        .timeout, "no agent offering '\(skill)' had a free slot within \(timeoutMs) ms")
+                    actions += fail(request, error, agent: "", now: now)
+                }
+            }
+        }
+        return actions
+    }
+
+    /// Agents as `skillbus agents` and tests see them.
+    public var agentSummaries: [(name: String, skills: [String], capacity: Int, inFlight: Int)] {
+        workers.values.sorted { $0.name < $1.name }.map { ($0.name, $0.skills.keys.sorted(), $0.capacity, $0.inFlight) }
+    }
+}

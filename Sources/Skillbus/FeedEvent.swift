@@ -1,0 +1,88 @@
+import Foundation
+
+/// One event on the feed. Kept as plain values so that the coordinator only builds JSON when
+/// somebody subscribes to the event's topic.
+public enum FeedEvent: Sendable, Equatable {
+    case agentJoined(agent: String, skills: [String], capacity: Int)
+    case agentLeft(agent: String, reason: String)
+    case agentState(agent: String, state: AgentState)
+    case registrationRefused(agent: String, error: SkillbusError)
+    case requestQueued(round: String, request: String, skill: String, waiting: Int)
+    case requestDispatched(round: String, request: String, skill: String, agent: String, invocation: String)
+    case requestDone(
+        round: String, request: String, skill: String, agent: String, status: ReplyStatus, durationMicros: Int,
+        payload: [UInt8])
+
+    /// Topics are dotted names; watchers subscribe by prefix (`agent.` gets every agent event).
+    public var topic: String {
+        switch self {
+        case .agentJoined: "agent.joined"
+        case .agentLeft: "agent.left"
+        case .agentState: "agent.state"
+        case .registrationRefused: "agent.refused"
+        case .requestQueued: "request.queued"
+        case .requestDispatched: "request.dispatched"
+        case .requestDone: "request.done"
+        }
+    }
+
+    /// The event's JSON body; `time` is added when it is published.
+    public var fields: [String: JSONValue] {
+        switch self {
+        case .agentJoined(let agent, let skills, let capacity):
+            return [
+                "agent": .string(agent), "skills": .array(skills.map { .string($0) }),
+                "capacity": .number(Double(capacity)),
+            ]
+        case .agentLeft(let agent, let reason):
+            return ["agent": .string(agent), "reason": .string(reason)]
+        case .agentState(let agent, let state):
+            var fields = state.json.objectValue ?? [:]
+            fields["agent"] = .string(agent)
+            return fields
+        case .registrationRefused(let agent, let error):
+            return ["agent": .string(agent), "error": error.json]
+        case .requestQueued(let round, let request, let skill, let waiting):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill),
+                "waiting": .number(Double(waiting)),
+            ]
+        case .requestDispatched(let round, let request, let skill, let agent, let invocation):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill),
+                "agent": .string(agent), "invocation": .string(invocation),
+            ]
+        case .requestDone(let round, let request, let skill, let agent, let status, let micros, let payload):
+            var fields: [String: JSONValue] = [
+                "round": .string(round), "request": .string(request), "skill": .string(skill),
+                "agent": .string(agent), "status": .string(status.rawValue),
+                "durationMs": .number(Double(micros) / 1000),
+            ]
+            if status == .error { fields["error"] = (try? JSONValue(parsing: payload)) ?? .null }
+            return fields
+        }
+    }
+
+    /// The two frames published: topic, then the JSON body with `type` (= topic) and `time`.
+    public func encoded(time: Date = Date()) -> [[UInt8]] {
+        var body = fields
+        body["type"] = .string(topic)
+        body["time"] = .string(FeedEvent.timestamp(time))
+        return [Array(topic.utf8), JSONValue.object(body).serialized()]
+    }
+
+    /// ISO 8601 UTC with milliseconds, for example `2026-11-29T12:00:00.123Z`.
+    public static func timestamp(_ date: Date) -> String {
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var seconds = time_t(milliseconds / 1000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func pad(_ value: Int32, _ width: Int) -> String {
+            let text = String(value)
+            return String(repeating: "0", count: max(0, width - text.count)) + text
+        }
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2))."
+            + "\(pad(Int32(milliseconds % 1000), 3))Z"
+    }
+}

@@ -1,0 +1,122 @@
+import Dispatch
+import Foundation
+import SkillbusZMQ
+
+/// Latency and throughput of one load run.
+public struct LoadReport: Sendable {
+    public var completed: Int
+    public var failed: Int
+    public var seconds: Double
+    /// Sorted latencies in nanoseconds.
+    public var latencies: [UInt64]
+
+    public var tasksPerSecond: Double { seconds > 0 ? Double(completed) / seconds : 0 }
+    public func percentileMs(_ fraction: Double) -> Double {
+        guard !latencies.isEmpty else { return 0 }
+        let index = min(latencies.count - 1, Int((Double(latencies.count) * fraction).rounded(.up)) - 1)
+        return Double(latencies[max(0, index)]) / 1_000_000
+    }
+    public var maxMs: Double { Double(latencies.last ?? 0) / 1_000_000 }
+
+    public var json: JSONValue {
+        [
+            "tasksPerSecond": .number((tasksPerSecond * 10).rounded() / 10), "p50Ms": .number(round3(percentileMs(0.5))),
+            "p99Ms": .number(round3(percentileMs(0.99))), "maxMs": .number(round3(maxMs)),
+            "completed": .number(Double(completed)), "failed": .number(Double(failed)),
+        ]
+    }
+
+    private func round3(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }
+}
+
+/// Drives a DEALER with a fixed number of requests in flight, on its own thread, and times each one.
+/// The same generator measures Skillbus and the raw ZeroMQ baseline, so the two differ only in what
+/// sits between the sockets.
+public struct LoadGenerator: Sendable {
+    /// Builds request number `id`; the reply must let `replyID` recover that number.
+    public var makeRequest: @Sendable (UInt64) -> Multipart
+    /// The request number a reply answers, and whether it succeeded.
+    public var replyID: @Sendable (Multipart) -> (id: UInt64, ok: Bool)?
+
+    public init(
+        makeRequest: @escaping @Sendable (UInt64) -> Multipart,
+        replyID: @escaping @Sendable (Multipart) -> (id: UInt64, ok: Bool)?
+    ) {
+        self.makeRequest = makeRequest
+        self.replyID = replyID
+    }
+
+    /// Skillbus requests for the `echo` skill with a text of `payloadBytes` bytes.
+    public static func skillbusEcho(payloadBytes: Int) -> LoadGenerator {
+        let parameters = JSONValue.object(["text": .string(String(repeating: "x", count: payloadBytes))]).serialized()
+        return LoadGenerator(
+            makeRequest: { id in
+                ClientMessage.invoke(
+                    InvokeRequest(
+                        requestID: String(id), roundID: "bench-\(id)", skill: "echo", timeoutMs: 15_000,
+                        parameters: parameters)
+                ).encoded()
+            },
+            replyID: { message in
+                guard message.count == 8, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else { return nil }
+                return (id, message[4] == Array("ok".utf8))
+            })
+    }
+
+    /// Raw frames for the baseline: an id frame and a payload frame, echoed back unchanged.
+    public static func rawEcho(payloadBytes: Int) -> LoadGenerator {
+        let payload = [UInt8](repeating: UInt8(ascii: "x"), count: payloadBytes)
+        return LoadGenerator(
+            makeRequest: { id in [Array(String(id).utf8), payload] },
+            replyID: { message in
+                guard message.count == 2, let id = UInt64(String(decoding: message[0], as: UTF8.self)) else { return nil }
+                return (id, true)
+            })
+    }
+
+    /// Sends `requests` requests with `inFlight` outstanding at a time; stops early after `timeLimit`.
+    public func run(
+        endpoint: String, context: ZMQContext, requests: Int, inFlight: Int, timeLimit: Duration
+    ) throws -> LoadReport {
+        let socket = try ZMQSocket(context: context, type: .dealer)
+        defer { socket.close() }
+        try socket.setSendHighWaterMark(0)
+        try socket.setReceiveHighWaterMark(0)
+        try socket.connect(endpoint)
+        var sentAt = [UInt64](repeating: 0, count: requests)
+        var latencies: [UInt64] = []
+        latencies.reserveCapacity(requests)
+        var sent = 0
+        var failed = 0
+        let start = DispatchTime.now().uptimeNanoseconds
+        let limit = start + UInt64(timeLimit.components.seconds) * 1_000_000_000
+        while sent < min(inFlight, requests) {
+            sentAt[sent] = DispatchTime.now().uptimeNanoseconds
+            try socket.send(makeRequest(UInt64(sent)))
+            sent += 1
+        }
+        var done = 0
+        while done < sent {
+            let ready = try poll([PollItem(.socket(socket))], timeoutMs: 1000)
+            let now = DispatchTime.now().uptimeNanoseconds
+            if now > limit { break }
+            guard ready.readable[0] else { continue }
+            while let reply = try socket.receive(dontWait: true) {
+                guard let (id, ok) = replyID(reply), Int(id) < requests, sentAt[Int(id)] != 0 else { continue }
+                let received = DispatchTime.now().uptimeNanoseconds
+                latencies.append(received - sentAt[Int(id)])
+                sentAt[Int(id)] = 0
+                done += 1
+                if !ok { failed += 1 }
+                if sent < requests {
+                    sentAt[sent] = DispatchTime.now().uptimeNanoseconds
+                    try socket.send(makeRequest(UInt64(sent)))
+                    sent += 1
+                }
+            }
+        }
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+        latencies.sort()
+        return LoadReport(completed: done, failed: failed, seconds: seconds, latencies: latencies)
+    }
+}

@@ -1,0 +1,128 @@
+/// The JSON types a skill parameter may have.
+public enum ParameterType: String, Sendable, CaseIterable {
+    case string, integer, number, boolean, array, object
+
+    /// Whether `value` is of this type. An integer is a whole number; any number is a `number`.
+    public func accepts(_ value: JSONValue) -> Bool {
+        switch (self, value) {
+        case (.string, .string), (.boolean, .bool), (.array, .array), (.object, .object), (.number, .number):
+            true
+        case (.integer, .number(let number)):
+            number.isWholeNumber
+        default:
+            false
+        }
+    }
+}
+
+/// One parameter a skill takes.
+public struct ParameterField: Sendable, Equatable {
+    public var name: String
+    public var type: ParameterType
+    public var required: Bool
+    public var description: String
+    /// Used when the caller leaves an optional parameter out.
+    public var defaultValue: JSONValue?
+
+    public init(
+        _ name: String, _ type: ParameterType, required: Bool = true, description: String = "",
+        default defaultValue: JSONValue? = nil
+    ) {
+        self.name = name
+        self.type = type
+        self.required = required
+        self.description = description
+        self.defaultValue = defaultValue
+    }
+}
+
+/// The parameters a skill accepts. Validation reports every problem at once.
+public struct ParameterSchema: Sendable, Equatable {
+    public var fields: [ParameterField]
+
+    public init(_ fields: [ParameterField]) { self.fields = fields }
+
+    /// Checks `parameters` and returns them with defaults applied.
+    /// Throws `invalid_parameters` listing every missing, mistyped and unknown field together.
+    public func validate(_ parameters: [String: JSONValue], skill: String) throws(SkillbusError) -> [String: JSONValue] {
+        var problems: [String] = []
+        var result = parameters
+        for field in fields {
+            if let value = parameters[field.name] {
+                if !field.type.accepts(value) {
+                    problems.append("parameter '\(field.name)' must be \(field.type.rawValue), got \(value.typeName)")
+                }
+            } else if field.required {
+                problems.append("missing required parameter '\(field.name)' (\(field.type.rawValue))")
+            } else if let defaultValue = field.defaultValue {
+                result[field.name] = defaultValue
+            }
+        }
+        let known = Set(fields.map(\.name))
+        for name in parameters.keys.sorted() where !known.contains(name) {
+            let expected = fields.isEmpty ? "none" : fields.map(\.name).joined(separator: ", ")
+            problems.append("unknown parameter '\(name)' (expected: \(expected))")
+        }
+        guard problems.isEmpty else {
+            throw SkillbusError(
+                .invalidParameters,
+                "invalid parameters for '\(skill)': " + problems.joined(separator: "; "),
+                details: .array(problems.map { .string($0) })
+            )
+        }
+        return result
+    }
+
+    /// Problems with the schema itself (duplicate or empty names, defaults of the wrong type).
+    public var problems: [String] {
+        var seen = Set<String>()
+        var problems: [String] = []
+        for field in fields {
+            if field.name.isEmpty { problems.append("a parameter has an empty name") }
+            if !seen.insert(field.name).inserted { problems.append("parameter '\(field.name)' is declared twice") }
+            if let value = field.defaultValue, !field.type.accepts(value) {
+                problems.append("default of '\(field.name)' is not \(field.type.rawValue)")
+            }
+        }
+        return problems
+    }
+}
+
+// MARK: - Wire form
+
+extension ParameterField {
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "name": .string(name), "type": .string(type.rawValue), "required": .bool(required),
+            "description": .string(description),
+        ]
+        if let defaultValue { object["default"] = defaultValue }
+        return .object(object)
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        guard let name = json["name"]?.stringValue else {
+            throw SkillbusError(.invalidRegistration, "a parameter has no string 'name'")
+        }
+        guard let typeName = json["type"]?.stringValue, let type = ParameterType(rawValue: typeName) else {
+            let allowed = ParameterType.allCases.map(\.rawValue).joined(separator: ", ")
+            throw SkillbusError(.invalidRegistration, "parameter '\(name)' has an unknown type (allowed: \(allowed))")
+        }
+        self.init(
+            name, type, required: json["required"]?.boolValue ?? true,
+            description: json["description"]?.stringValue ?? "", default: json["default"])
+    }
+}
+
+extension ParameterSchema {
+    public var json: JSONValue { .array(fields.map(\.json)) }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        guard let array = json.arrayValue else {
+            throw SkillbusError(.invalidRegistration, "'parameters' must be an array of fields")
+        }
+        var fields: [ParameterField] = []
+        for item in array { fields.append(try ParameterField(json: item)) }
+        self.init(fields)
+    }
+}

@@ -1,0 +1,174 @@
+import Foundation
+import Synchronization
+import SkillbusZMQ
+
+/// How one invocation ended, as a client sees it.
+public struct InvocationOutcome: Sendable, Equatable {
+    public var roundID: String
+    public var status: ReplyStatus
+    public var agent: String
+    public var durationMicros: Int
+    public var result: SkillResult?
+    public var error: SkillbusError?
+
+    /// The `skillbus send --json` document.
+    public var json: JSONValue {
+        [
+            "round": .string(roundID), "status": .string(status.rawValue),
+            "agent": agent.isEmpty ? .null : .string(agent), "durationMs": .number(Double(durationMicros) / 1000),
+            "result": result?.json ?? .null, "error": error?.json ?? .null,
+        ]
+    }
+}
+
+/// A client of the bus: sends invocations over one DEALER socket, many in flight at once.
+public final class SkillbusClient: Sendable {
+    public let endpoint: String
+    private let socket: SocketLoop
+    private let pending = PendingReplies()
+    private let nextID = Atomic<UInt64>(0)
+    private let idPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+
+    public init(endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20) throws {
+        self.endpoint = endpoint
+        let pending = self.pending
+        let maxBytes = Int64(maxMessageBytes) * 4 + 4096
+        socket = try SocketLoop(
+            context: context, type: .dealer, name: "skillbus-client",
+            configure: { socket in
+                try socket.setMaxMessageSize(maxBytes)
+                try socket.connect(endpoint)
+            },
+            onMessage: { message in
+                // Replies are matched to waiting callers by request id; anything else is dropped.
+                guard let decoded = try? BusToClientMessage.decode(message) else { return }
+                let requestID: String
+                switch decoded {
+                case .reply(let reply): requestID = reply.requestID
+                case .skills(let id, _): requestID = id
+                case .error(let id, _): requestID = id
+                }
+                pending.resolve(requestID, with: decoded)
+            })
+    }
+
+    deinit { socket.stop() }
+
+    public func close() { socket.stop() }
+
+    /// Runs `skill` on some agent. Throws only when no answer came (`unreachable`) or the reply was bad;
+    /// a skill that failed comes back as an outcome with `status == .error`.
+    public func invoke(
+        _ skill: String, parameters: JSONValue = [:], roundID: String = UUID().uuidString.lowercased(),
+        sessionID: String = "", timeout: Duration = .seconds(15)
+    ) async throws(SkillbusError) -> InvocationOutcome {
+        let requestID = makeRequestID()
+        let timeoutMs = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let request = InvokeRequest(
+            requestID: requestID, roundID: roundID, sessionID: sessionID, skill: skill, timeoutMs: max(1, timeoutMs),
+            parameters: parameters.serialized())
+        // The bus answers `timeout` itself at the deadline; the extra second is for that answer to arrive.
+        let answer = await exchange(.invoke(request), requestID: requestID, waitFor: timeout + .seconds(1))
+        switch answer {
+        case .reply(let reply):
+            var outcome = InvocationOutcome(
+                roundID: reply.roundID, status: reply.status, agent: reply.agent, durationMicros: reply.durationMicros)
+            let payload: JSONValue
+            do {
+                payload = try JSONValue(parsing: reply.payload)
+            } catch {
+                throw SkillbusError(.malformedMessage, "the reply's payload is not JSON: \(error)")
+            }
+            if reply.status == .ok {
+                outcome.result = try SkillResult(json: payload)
+            } else {
+                outcome.error = SkillbusError(json: payload)
+            }
+            return outcome
+        case .error(_, let error):
+            throw error
+        case .skills, nil:
+            throw unreachable(after: timeout + .seconds(1))
+        }
+    }
+
+    /// The bus's catalog: every skill on offer with its schema and providers.
+    public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
+        let requestID = makeRequestID()
+        switch await exchange(.listSkills(requestID: requestID), requestID: requestID, waitFor: timeout) {
+        case .skills(_, let catalog): return catalog
+        case .error(_, let error): throw error
+        default: throw unreachable(after: timeout)
+        }
+    }
+
+    private func makeRequestID() -> String {
+        idPrefix + "-" + String(nextID.add(1, ordering: .relaxed).newValue)
+    }
+
+    private func unreachable(after wait: Duration) -> SkillbusError {
+        SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
+    }
+
+    /// Sends `message` and waits for the reply with `requestID`, or nil after `waitFor`.
+    private func exchange(_ message: ClientMessage, requestID: String, waitFor: Duration) async -> BusToClientMessage? {
+        await withTaskGroup(of: BusToClientMessage?.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    self.pending.add(requestID, continuation)
+                    self.socket.send(message.encoded())
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: waitFor)
+                // Whoever removes the entry resumes it: the reply or this timer, never both.
+                self.pending.resolve(requestID, with: nil)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+}
+
+/// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.
+private final class PendingReplies: Sendable {
+    private let waiting = Mutex<[String: CheckedContinuation<BusToClientMessage?, Never>]>([:])
+
+    func add(_ requestID: String, _ continuation: CheckedContinuation<BusToClientMessage?, Never>) {
+        waiting.withLock { $0[requestID] = continuation }
+    }
+
+    func resolve(_ requestID: String, with message: BusToClientMessage?) {
+        waiting.withLock { $0.removeValue(forKey: requestID) }?.resume(returning: message)
+    }
+}
+
+/// Watches the feed: subscribes to topic prefixes and yields each event as (topic, JSON body).
+public final class FeedSubscriber: Sendable {
+    public let events: AsyncStream<(topic: String, event: JSONValue)>
+    private let socket: SocketLoop
+
+    public init(endpoint: String, topics: [String], context: ZMQContext) throws {
+        socket = try SocketLoop(
+            context: context, type: .sub, name: "skillbus-feed",
+            configure: { socket in
+                for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
+                try socket.connect(endpoint)
+            })
+        let messages = socket.messages
+        events = AsyncStream { continuation in
+            let task = Task {
+                for await message in messages where message.count == 2 {
+                    guard let event = try? JSONValue(parsing: message[1]) else { continue }
+                    continuation.yield((String(decoding: message[0], as: UTF8.self), event))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    public func close() { socket.stop() }
+}

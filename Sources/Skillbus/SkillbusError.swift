@@ -1,0 +1,70 @@
+/// An error that crosses the wire: a stable machine-readable code, a message for people,
+/// and optional structured details (for example every invalid parameter at once).
+public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A stable error code; its `rawValue` is what the wire carries (see docs/PROTOCOL.md).
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        public let rawValue: String
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// No live agent offers the skill.
+        public static let unknownSkill = Code("unknown_skill")
+        /// Parameters do not match the skill's schema; nothing ran.
+        public static let invalidParameters = Code("invalid_parameters")
+        /// The skill ran and threw.
+        public static let skillFailed = Code("skill_failed")
+        /// The invocation's deadline passed.
+        public static let timeout = Code("timeout")
+        /// Every provider is at capacity and the wait queue is full.
+        public static let busy = Code("busy")
+        /// The agent running the invocation disappeared.
+        public static let agentLost = Code("agent_lost")
+        /// A message had the wrong number of frames or unreadable fields.
+        public static let malformedMessage = Code("malformed_message")
+        /// The first frame named a protocol or version this bus does not speak.
+        public static let unsupportedProtocol = Code("unsupported_protocol")
+        /// A frame was larger than the configured limit.
+        public static let messageTooLarge = Code("message_too_large")
+        /// Another live agent already uses this name.
+        public static let nameTaken = Code("name_taken")
+        /// A worker message came from a peer that has not registered (or was forgotten).
+        public static let notRegistered = Code("not_registered")
+        /// A registration was refused (bad name, bad skill schema).
+        public static let invalidRegistration = Code("invalid_registration")
+        /// The coordinator could not be reached in time.
+        public static let unreachable = Code("unreachable")
+        /// The invocation was cancelled.
+        public static let cancelled = Code("cancelled")
+        /// A configuration file or option was refused; the message names the key.
+        public static let invalidConfiguration = Code("invalid_configuration")
+        /// Something inside Skillbus went wrong.
+        public static let internalError = Code("internal")
+    }
+
+    public let code: Code
+    public let message: String
+    public let details: JSONValue?
+
+    public init(_ code: Code, _ message: String, details: JSONValue? = nil) {
+        self.code = code
+        self.message = message
+        self.details = details
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+
+    /// The error's wire form: `{"code": …, "message": …, "details": …}`.
+    public var json: JSONValue {
+        var object: [String: JSONValue] = ["code": .string(code.rawValue), "message": .string(message)]
+        if let details { object["details"] = details }
+        return .object(object)
+    }
+
+    public init(json: JSONValue) {
+        self.init(
+            Code(json["code"]?.stringValue ?? Code.internalError.rawValue),
+            json["message"]?.stringValue ?? "no message given",
+            details: json["details"]
+        )
+    }
+}

@@ -1,0 +1,146 @@
+import Foundation
+
+/// The skills every `skillbus worker` can offer, by identifier.
+public enum BuiltinSkills {
+    public static let identifiers = ["echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read"]
+
+    /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
+    public static func make(_ identifiers: [String], sandbox: String, maxFileBytes: Int = 1 << 20) throws(SkillbusError)
+        -> [any AgentSkill]
+    {
+        let wanted = identifiers.isEmpty ? Self.identifiers : identifiers
+        var skills: [any AgentSkill] = []
+        for identifier in wanted {
+            switch identifier {
+            case "echo": skills.append(EchoSkill())
+            case "sleep": skills.append(SleepSkill())
+            case "text.stats": skills.append(TextStatsSkill())
+            case "text.grep": skills.append(TextGrepSkill())
+            case "math.eval": skills.append(MathEvalSkill())
+            case "file.read": skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
+            default:
+                throw SkillbusError(
+                    .invalidConfiguration,
+                    "unknown built-in skill '\(identifier)' (known: \(Self.identifiers.joined(separator: ", ")))")
+            }
+        }
+        return skills
+    }
+}
+
+/// Returns its text unchanged.
+public struct EchoSkill: AgentSkill {
+    public init() {}
+    public let identifier = "echo"
+    public let displayName = "Echo"
+    public let description = "Returns the text it is given."
+    public let parameterSchema = ParameterSchema([ParameterField("text", .string, description: "Text to return")])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        .text(parameters["text"]?.stringValue ?? "")
+    }
+}
+
+/// Waits, then says how long it waited. For testing timeouts, capacity and cancellation.
+public struct SleepSkill: AgentSkill {
+    public init() {}
+    public let identifier = "sleep"
+    public let displayName = "Sleep"
+    public let description = "Waits the given number of milliseconds (at most 10 minutes); stops early when cancelled."
+    public let parameterSchema = ParameterSchema([ParameterField("ms", .integer, description: "Milliseconds to wait")])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let ms = parameters["ms"]?.intValue ?? 0
+        guard (0...600_000).contains(ms) else {
+            throw SkillbusError(.invalidParameters, "parameter 'ms' must be between 0 and 600000, got \(ms)")
+        }
+        try await Task.sleep(for: .milliseconds(ms))
+        return .json(["sleptMs": .number(Double(ms))])
+    }
+}
+
+/// Counts lines, words and characters and lists the most frequent words.
+public struct TextStatsSkill: AgentSkill {
+    public init() {}
+    public let identifier = "text.stats"
+    public let displayName = "Text statistics"
+    public let description = "Counts lines, words and characters of a text and lists its five most frequent words."
+    public let parameterSchema = ParameterSchema([ParameterField("text", .string, description: "Text to measure")])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let stats = TextStatistics.compute(parameters["text"]?.stringValue ?? "")
+        return .json([
+            "lines": .number(Double(stats.lines)), "words": .number(Double(stats.words)),
+            "characters": .number(Double(stats.characters)),
+            "topWords": .array(
+                stats.topWords.map { ["word": .string($0.word), "count": .number(Double($0.count))] }),
+        ])
+    }
+}
+
+/// Lines of a text that match a regular expression, with their line numbers.
+public struct TextGrepSkill: AgentSkill {
+    public init() {}
+    public let identifier = "text.grep"
+    public let displayName = "Text grep"
+    public let description = "Finds the lines of a text that match a regular expression, with 1-based line numbers."
+    public let parameterSchema = ParameterSchema([
+        ParameterField("pattern", .string, description: "Regular expression (ICU syntax)"),
+        ParameterField("text", .string, description: "Text to search"),
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let pattern = parameters["pattern"]?.stringValue ?? ""
+        do {
+            let matches = try TextGrep.matches(pattern: pattern, in: parameters["text"]?.stringValue ?? "")
+            return .json([
+                "count": .number(Double(matches.count)),
+                "matches": .array(matches.map { ["line": .number(Double($0.lineNumber)), "text": .string($0.line)] }),
+            ])
+        } catch {
+            throw SkillbusError(.invalidParameters, error.description)
+        }
+    }
+}
+
+/// Evaluates arithmetic with its own parser: + - * / ^, parentheses, unary minus, decimals.
+public struct MathEvalSkill: AgentSkill {
+    public init() {}
+    public let identifier = "math.eval"
+    public let displayName = "Math evaluation"
+    public let description = "Evaluates an arithmetic expression: + - * / ^, parentheses, unary minus, decimals."
+    public let parameterSchema = ParameterSchema([
+        ParameterField("expression", .string, description: "For example (1 + 2) * -3.5 ^ 2")
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let expression = parameters["expression"]?.stringValue ?? ""
+        do {
+            let value = try MathExpression.evaluate(expression)
+            return .json(["expression": .string(expression), "value": .number(value)])
+        } catch {
+            throw SkillbusError(.invalidParameters, "cannot evaluate '\(expression)' \(error.description)")
+        }
+    }
+}
+
+/// Reads a text file inside the worker's sandbox directory.
+public struct FileReadSkill: AgentSkill {
+    public let reader: SandboxedFileReader
+    public init(reader: SandboxedFileReader) { self.reader = reader }
+    public let identifier = "file.read"
+    public let displayName = "Read file"
+    public let description = "Reads a UTF-8 text file inside the agent's sandbox directory (size-limited)."
+    public let parameterSchema = ParameterSchema([
+        ParameterField("path", .string, description: "Path relative to the sandbox directory")
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let path = parameters["path"]?.stringValue ?? ""
+        do {
+            return .text(try reader.read(path))
+        } catch {
+            throw SkillbusError(.skillFailed, error.description)
+        }
+    }
+}

@@ -1,0 +1,396 @@
+import SkillbusZMQ
+
+/// Wire protocol v1: frame layouts for every message between clients, workers and the bus.
+/// docs/PROTOCOL.md is the normative description; keep the two in step.
+public enum Wire {
+    /// First frame of every client message (after the ROUTER's routing id on the bus side).
+    public static let clientHeader = "SKB1C"
+    /// First frame of every worker message.
+    public static let workerHeader = "SKB1W"
+
+    static let clientHeaderBytes = Array(clientHeader.utf8)
+    static let workerHeaderBytes = Array(workerHeader.utf8)
+
+    /// Reads frame `index` as UTF-8 text, or explains what is wrong with it.
+    static func text(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> String {
+        guard index < message.count else {
+            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+        }
+        guard let text = String(validating: message[index], as: UTF8.self) else {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) is not valid UTF-8")
+        }
+        return text
+    }
+
+    static func json(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> JSONValue {
+        guard index < message.count else {
+            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+        }
+        do {
+            return try JSONValue(parsing: message[index])
+        } catch {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)): \(error)")
+        }
+    }
+
+    static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
+        guard message.count == count else {
+            throw SkillbusError(
+                .malformedMessage, "\(command) takes \(count) frames, got \(message.count)")
+        }
+    }
+}
+
+/// How an invocation ended, as the wire spells it.
+public enum ReplyStatus: String, Sendable {
+    case ok, error
+}
+
+// MARK: - Client ⇄ bus
+
+/// A client asks the bus to run one skill.
+public struct InvokeRequest: Sendable, Equatable {
+    public var requestID: String
+    public var roundID: String
+    public var sessionID: String
+    public var skill: String
+    /// Milliseconds the client will wait; nil takes the bus's default.
+    public var timeoutMs: Int?
+    /// The parameters, a JSON object, carried as bytes: the bus routes without parsing them.
+    public var parameters: [UInt8]
+
+    public init(
+        requestID: String, roundID: String, sessionID: String = "", skill: String, timeoutMs: Int? = nil,
+        parameters: [UInt8]
+    ) {
+        self.requestID = requestID
+        self.roundID = roundID
+        self.sessionID = sessionID
+        self.skill = skill
+        self.timeoutMs = timeoutMs
+        self.parameters = parameters
+    }
+}
+
+/// Messages a client sends to the bus.
+public enum ClientMessage: Sendable, Equatable {
+    case invoke(InvokeRequest)
+    case listSkills(requestID: String)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .invoke(let request):
+            [
+                Wire.clientHeaderBytes, Array("REQUEST".utf8), Array(request.requestID.utf8),
+                Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.skill.utf8),
+                Array((request.timeoutMs.map(String.init) ?? "").utf8), request.parameters,
+            ]
+        case .listSkills(let requestID):
+            [Wire.clientHeaderBytes, Array("SKILLS".utf8), Array(requestID.utf8)]
+        }
+    }
+
+    /// Decodes a message whose header frame (frame 0) was already checked to be `SKB1C`.
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> ClientMessage {
+        let command = try Wire.text(message, 1, "command")
+        switch command {
+        case "REQUEST":
+            try Wire.expectFrames(message, 8, "REQUEST")
+            let timeoutText = try Wire.text(message, 6, "timeout")
+            var timeoutMs: Int?
+            if !timeoutText.isEmpty {
+                guard let value = Int(timeoutText), value > 0 else {
+                    throw SkillbusError(
+                        .malformedMessage, "frame 6 (timeout) must be empty or a positive integer, got '\(timeoutText)'")
+                }
+                timeoutMs = value
+            }
+            let skill = try Wire.text(message, 5, "skill")
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 5 (skill) is empty") }
+            return .invoke(
+                InvokeRequest(
+                    requestID: try Wire.text(message, 2, "request id"), roundID: try Wire.text(message, 3, "round id"),
+                    sessionID: try Wire.text(message, 4, "session id"), skill: skill, timeoutMs: timeoutMs,
+                    parameters: message[7]))
+        case "SKILLS":
+            try Wire.expectFrames(message, 3, "SKILLS")
+            return .listSkills(requestID: try Wire.text(message, 2, "request id"))
+        default:
+            throw SkillbusError(.malformedMessage, "unknown client command '\(command)' (expected REQUEST or SKILLS)")
+        }
+    }
+}
+
+/// The bus's answer to one invocation.
+public struct InvokeReply: Sendable, Equatable {
+    public var requestID: String
+    public var roundID: String
+    public var status: ReplyStatus
+    /// The agent that ran it; empty when none did (unknown skill, busy, …).
+    public var agent: String
+    public var durationMicros: Int
+    /// `SkillResult` JSON when ok, `SkillbusError` JSON when error, as bytes.
+    public var payload: [UInt8]
+
+    public init(
+        requestID: String, roundID: String, status: ReplyStatus, agent: String, durationMicros: Int,
+        payload: [UInt8]
+    ) {
+        self.requestID = requestID
+        self.roundID = roundID
+        self.status = status
+        self.agent = agent
+        self.durationMicros = durationMicros
+        self.payload = payload
+    }
+}
+
+/// Messages the bus sends to a client.
+public enum BusToClientMessage: Sendable, Equatable {
+    case reply(InvokeReply)
+    case skills(requestID: String, catalog: JSONValue)
+    /// The bus could not accept a message; `requestID` is empty when it could not be read.
+    case error(requestID: String, SkillbusError)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .reply(let reply):
+            [
+                Wire.clientHeaderBytes, Array("REPLY".utf8), Array(reply.requestID.utf8), Array(reply.roundID.utf8),
+                Array(reply.status.rawValue.utf8), Array(reply.agent.utf8), Array(String(reply.durationMicros).utf8),
+                reply.payload,
+            ]
+        case .skills(let requestID, let catalog):
+            [Wire.clientHeaderBytes, Array("SKILLS".utf8), Array(requestID.utf8), catalog.serialized()]
+        case .error(let requestID, let error):
+            [Wire.clientHeaderBytes, Array("ERROR".utf8), Array(requestID.utf8), error.json.serialized()]
+        }
+    }
+
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToClientMessage {
+        guard message.first == Wire.clientHeaderBytes else {
+            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.clientHeader)")
+        }
+        let command = try Wire.text(message, 1, "command")
+        switch command {
+        case "REPLY":
+            try Wire.expectFrames(message, 8, "REPLY")
+            let statusText = try Wire.text(message, 4, "status")
+            guard let status = ReplyStatus(rawValue: statusText) else {
+                throw SkillbusError(.malformedMessage, "frame 4 (status) must be ok or error, got '\(statusText)'")
+            }
+            guard let micros = Int(try Wire.text(message, 6, "duration")) else {
+                throw SkillbusError(.malformedMessage, "frame 6 (duration) is not an integer")
+            }
+            return .reply(
+                InvokeReply(
+                    requestID: try Wire.text(message, 2, "request id"), roundID: try Wire.text(message, 3, "round id"),
+                    status: status, agent: try Wire.text(message, 5, "agent"), durationMicros: micros,
+                    payload: message[7]))
+        case "SKILLS":
+            try Wire.expectFrames(message, 4, "SKILLS")
+            return .skills(requestID: try Wire.text(message, 2, "request id"), catalog: try Wire.json(message, 3, "catalog"))
+        case "ERROR":
+            try Wire.expectFrames(message, 4, "ERROR")
+            return .error(
+                requestID: try Wire.text(message, 2, "request id"),
+                SkillbusError(json: try Wire.json(message, 3, "error")))
+        default:
+            throw SkillbusError(.malformedMessage, "unknown bus command '\(command)'")
+        }
+    }
+}
+
+// MARK: - Worker ⇄ bus
+
+/// What a worker tells the bus when it joins.
+public struct Registration: Sendable, Equatable {
+    public var name: String
+    public var capacity: Int
+    public var heartbeatMs: Int
+    public var skills: [SkillDescriptor]
+
+    public init(name: String, capacity: Int, heartbeatMs: Int, skills: [SkillDescriptor]) {
+        self.name = name
+        self.capacity = capacity
+        self.heartbeatMs = heartbeatMs
+        self.skills = skills
+    }
+
+    public var json: JSONValue {
+        [
+            "name": .string(name), "capacity": .number(Double(capacity)), "heartbeatMs": .number(Double(heartbeatMs)),
+            "skills": .array(skills.map(\.json)),
+        ]
+    }
+}
+
+/// An agent's state as shown on the feed.
+public enum AgentState: Sendable, Equatable {
+    case idle, thinking, selectingSkill, streaming, completed
+    case executingSkill(String)
+    case failed(String)
+
+    public var name: String {
+        switch self {
+        case .idle: "idle"
+        case .thinking: "thinking"
+        case .selectingSkill: "selectingSkill"
+        case .streaming: "streaming"
+        case .completed: "completed"
+        case .executingSkill: "executingSkill"
+        case .failed: "failed"
+        }
+    }
+
+    /// `{"state": name}` plus `skill` for executingSkill and `reason` for failed.
+    public var json: JSONValue {
+        switch self {
+        case .executingSkill(let skill): ["state": .string(name), "skill": .string(skill)]
+        case .failed(let reason): ["state": .string(name), "reason": .string(reason)]
+        default: ["state": .string(name)]
+        }
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        switch json["state"]?.stringValue {
+        case "idle": self = .idle
+        case "thinking": self = .thinking
+        case "selectingSkill": self = .selectingSkill
+        case "streaming": self = .streaming
+        case "completed": self = .completed
+        case "executingSkill": self = .executingSkill(json["skill"]?.stringValue ?? "")
+        case "failed": self = .failed(json["reason"]?.stringValue ?? "")
+        default:
+            throw SkillbusError(.malformedMessage, "unknown agent state in \(json.jsonString)")
+        }
+    }
+}
+
+/// Messages a worker sends to the bus.
+public enum WorkerMessage: Sendable, Equatable {
+    case ready(JSONValue)
+    case result(invocationID: String, status: ReplyStatus, payload: [UInt8])
+    case state(AgentState)
+    case heartbeat
+    case disconnect
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .ready(let registration): [Wire.workerHeaderBytes, Array("READY".utf8), registration.serialized()]
+        case .result(let invocationID, let status, let payload):
+            [Wire.workerHeaderBytes, Array("RESULT".utf8), Array(invocationID.utf8), Array(status.rawValue.utf8), payload]
+        case .state(let state): [Wire.workerHeaderBytes, Array("STATE".utf8), state.json.serialized()]
+        case .heartbeat: [Wire.workerHeaderBytes, Array("HEARTBEAT".utf8)]
+        case .disconnect: [Wire.workerHeaderBytes, Array("DISCONNECT".utf8)]
+        }
+    }
+
+    /// Decodes a message whose header frame was already checked to be `SKB1W`.
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> WorkerMessage {
+        let command = try Wire.text(message, 1, "command")
+        switch command {
+        case "READY":
+            try Wire.expectFrames(message, 3, "READY")
+            return .ready(try Wire.json(message, 2, "registration"))
+        case "RESULT":
+            try Wire.expectFrames(message, 5, "RESULT")
+            let statusText = try Wire.text(message, 3, "status")
+            guard let status = ReplyStatus(rawValue: statusText) else {
+                throw SkillbusError(.malformedMessage, "frame 3 (status) must be ok or error, got '\(statusText)'")
+            }
+            return .result(invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
+        case "STATE":
+            try Wire.expectFrames(message, 3, "STATE")
+            return .state(try AgentState(json: try Wire.json(message, 2, "state")))
+        case "HEARTBEAT":
+            try Wire.expectFrames(message, 2, "HEARTBEAT")
+            return .heartbeat
+        case "DISCONNECT":
+            try Wire.expectFrames(message, 2, "DISCONNECT")
+            return .disconnect
+        default:
+            throw SkillbusError(
+                .malformedMessage,
+                "unknown worker command '\(command)' (expected READY, RESULT, STATE, HEARTBEAT or DISCONNECT)")
+        }
+    }
+}
+
+/// The bus asks a worker to run one skill.
+public struct Invocation: Sendable, Equatable {
+    public var invocationID: String
+    public var roundID: String
+    public var sessionID: String
+    public var skill: String
+    /// Milliseconds left until the deadline when the bus sent it.
+    public var deadlineMs: Int
+    public var parameters: [UInt8]
+
+    public init(
+        invocationID: String, roundID: String, sessionID: String, skill: String, deadlineMs: Int, parameters: [UInt8]
+    ) {
+        self.invocationID = invocationID
+        self.roundID = roundID
+        self.sessionID = sessionID
+        self.skill = skill
+        self.deadlineMs = deadlineMs
+        self.parameters = parameters
+    }
+}
+
+/// Messages the bus sends to a worker.
+public enum BusToWorkerMessage: Sendable, Equatable {
+    case welcome(JSONValue)
+    case invoke(Invocation)
+    case cancel(invocationID: String)
+    case heartbeat
+    case error(SkillbusError)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .welcome(let body): [Wire.workerHeaderBytes, Array("WELCOME".utf8), body.serialized()]
+        case .invoke(let invocation):
+            [
+                Wire.workerHeaderBytes, Array("INVOKE".utf8), Array(invocation.invocationID.utf8),
+                Array(invocation.roundID.utf8), Array(invocation.sessionID.utf8), Array(invocation.skill.utf8),
+                Array(String(invocation.deadlineMs).utf8), invocation.parameters,
+            ]
+        case .cancel(let invocationID): [Wire.workerHeaderBytes, Array("CANCEL".utf8), Array(invocationID.utf8)]
+        case .heartbeat: [Wire.workerHeaderBytes, Array("HEARTBEAT".utf8)]
+        case .error(let error): [Wire.workerHeaderBytes, Array("ERROR".utf8), error.json.serialized()]
+        }
+    }
+
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
+        guard message.first == Wire.workerHeaderBytes else {
+            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.workerHeader)")
+        }
+        let command = try Wire.text(message, 1, "command")
+        switch command {
+        case "WELCOME":
+            try Wire.expectFrames(message, 3, "WELCOME")
+            return .welcome(try Wire.json(message, 2, "welcome"))
+        case "INVOKE":
+            try Wire.expectFrames(message, 8, "INVOKE")
+            guard let deadline = Int(try Wire.text(message, 6, "deadline")) else {
+                throw SkillbusError(.malformedMessage, "frame 6 (deadline) is not an integer")
+            }
+            return .invoke(
+                Invocation(
+                    invocationID: try Wire.text(message, 2, "invocation id"),
+                    roundID: try Wire.text(message, 3, "round id"), sessionID: try Wire.text(message, 4, "session id"),
+                    skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
+        case "CANCEL":
+            try Wire.expectFrames(message, 3, "CANCEL")
+            return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
+        case "HEARTBEAT":
+            return .heartbeat
+        case "ERROR":
+            try Wire.expectFrames(message, 3, "ERROR")
+            return .error(SkillbusError(json: try Wire.json(message, 2, "error")))
+        default:
+            throw SkillbusError(.malformedMessage, "unknown bus command '\(command)'")
+        }
+    }
+}

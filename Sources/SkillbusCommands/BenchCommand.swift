@@ -1,0 +1,228 @@
+import CZeroMQ
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// `skillbus bench`
+public enum BenchCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "bench",
+        abstract: "Measure echo throughput and latency against a raw ZeroMQ baseline.",
+        discussion: """
+            Starts a coordinator with N workers (child processes on 127.0.0.1) and, beside it, a raw baseline:
+            the same client and worker sockets through a plain ROUTER→DEALER proxy with no Skillbus logic.
+            Measures each at 1 and at 64 requests in flight, in alternation, and prints both and their ratio.
+            Absolute numbers depend on the machine; the ratio is the figure to compare.
+
+            EXAMPLE: skillbus bench --workers 4 --json
+            """,
+        options: [
+            OptionSpec("--workers", value: "N", help: "Worker processes on each side (default 4)."),
+            OptionSpec("--requests", value: "N", help: "Measured requests per level (default 20000)."),
+            OptionSpec("--payload-bytes", value: "N", help: "Echo payload size (default 100)."),
+            OptionSpec("--capacity", value: "N", help: "Capacity of each Skillbus worker (default 32)."),
+            OptionSpec("--json", help: "Print one JSON object with every figure."),
+        ])
+
+    static let levels = [1, 64]
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        let workers = try arguments.int("--workers", minimum: 1, in: spec) ?? 4
+        let requests = try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000
+        let payloadBytes = try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100
+        let capacity = try arguments.int("--capacity", minimum: 1, in: spec) ?? 32
+        let json = arguments.flag("--json")
+        func note(_ text: String) { if !json { printError(text) } }
+
+        let supervisor = try Supervisor()
+        defer { supervisor.cleanUp() }
+        let context = try ZMQContext()
+        let local = "tcp://127.0.0.1:*"
+
+        note("starting a coordinator and \(workers) worker(s)…")
+        let coordinator = supervisor.start(
+            name: "coordinator", arguments: ["coordinator", "--bus", local, "--feed", local, "--log-level", "warning"],
+            quiet: true)
+        guard let bus = await coordinator.readyLine(timeout: .seconds(20))?["bus"] else {
+            printError("error: the coordinator did not start")
+            await supervisor.stopAll()
+            return 1
+        }
+        for index in 0..<workers {
+            _ = supervisor.start(
+                name: "worker-\(index)",
+                arguments: [
+                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
+                    String(capacity), "--log-level", "warning",
+                ], quiet: true)
+        }
+        guard await waitForProviders(bus: bus, skill: "echo", count: workers, context: context) else {
+            printError("error: the workers did not register within 30 s")
+            await supervisor.stopAll()
+            return 1
+        }
+
+        note("starting the baseline proxy and \(workers) raw worker(s)…")
+        let proxy = supervisor.start(
+            name: "proxy", arguments: [BaselineProxyCommand.spec.name, "--frontend", local, "--backend", local],
+            quiet: true)
+        guard let proxyReady = await proxy.readyLine(timeout: .seconds(20)), let frontend = proxyReady["frontend"],
+            let backend = proxyReady["backend"]
+        else {
+            printError("error: the baseline proxy did not start")
+            await supervisor.stopAll()
+            return 1
+        }
+        for index in 0..<workers {
+            _ = supervisor.start(
+                name: "raw-\(index)", arguments: [BaselineWorkerCommand.spec.name, "--connect", backend], quiet: true)
+        }
+
+        let skillbusLoad = LoadGenerator.skillbusEcho(payloadBytes: payloadBytes)
+        let baselineLoad = LoadGenerator.rawEcho(payloadBytes: payloadBytes)
+        var skillbus: [Int: LoadReport] = [:]
+        var baseline: [Int: LoadReport] = [:]
+        // Warm both paths (and let every raw worker connect) before measuring anything.
+        _ = try await measure(skillbusLoad, bus, context, requests: 2000, inFlight: 64)
+        _ = try await measure(baselineLoad, frontend, context, requests: 2000, inFlight: 64)
+        for level in levels {
+            let count = level == 1 ? min(requests, 5000) : requests
+            note("measuring \(count) requests at \(level) in flight…")
+            skillbus[level] = try await measure(skillbusLoad, bus, context, requests: count, inFlight: level)
+            baseline[level] = try await measure(baselineLoad, frontend, context, requests: count, inFlight: level)
+        }
+        await supervisor.stopAll()
+
+        var document: [String: JSONValue] = [
+            "workers": .number(Double(workers)), "payloadBytes": .number(Double(payloadBytes)),
+            "requests": .number(Double(requests)), "workerCapacity": .number(Double(capacity)),
+            "libzmq": .string(ZMQContext.libraryVersion),
+        ]
+        var skillbusJSON: [String: JSONValue] = [:]
+        var baselineJSON: [String: JSONValue] = [:]
+        var ratios: [String: JSONValue] = [:]
+        for level in levels {
+            let key = "inFlight\(level)"
+            let ours = skillbus[level]!
+            let theirs = baseline[level]!
+            skillbusJSON[key] = ours.json
+            baselineJSON[key] = theirs.json
+            ratios[key] = [
+                "throughputRatio": .number(ratio(ours.tasksPerSecond, theirs.tasksPerSecond)),
+                "p50LatencyRatio": .number(ratio(ours.percentileMs(0.5), theirs.percentileMs(0.5))),
+                "p99LatencyRatio": .number(ratio(ours.percentileMs(0.99), theirs.percentileMs(0.99))),
+            ]
+        }
+        document["skillbus"] = .object(skillbusJSON)
+        document["baseline"] = .object(baselineJSON)
+        document["ratios"] = .object(ratios)
+        if json {
+            print(JSONValue.object(document).jsonString)
+        } else {
+            print("skillbus bench: \(workers) workers, \(payloadBytes)-byte echo payload, libzmq \(ZMQContext.libraryVersion)")
+            print("in flight  system      tasks/s     p50 ms   p99 ms   max ms   failed")
+            for level in levels {
+                for (name, report) in [("skillbus", skillbus[level]!), ("baseline", baseline[level]!)] {
+                    print(
+                        String(
+                            format: "%-10d %-10@ %9.0f %9.3f %8.3f %8.3f %8d", level, name, report.tasksPerSecond,
+                            report.percentileMs(0.5), report.percentileMs(0.99), report.maxMs, report.failed))
+                }
+                let r = ratios["inFlight\(level)"]!
+                print(
+                    String(
+                        format: "%-10d ratio       %8.2fx  p50 %.2fx  p99 %.2fx (skillbus / baseline)", level,
+                        r["throughputRatio"]!.doubleValue!, r["p50LatencyRatio"]!.doubleValue!,
+                        r["p99LatencyRatio"]!.doubleValue!))
+            }
+        }
+        let failures = levels.reduce(0) { $0 + skillbus[$1]!.failed + baseline[$1]!.failed }
+        return failures == 0 ? 0 : 1
+    }
+
+    static func ratio(_ numerator: Double, _ denominator: Double) -> Double {
+        denominator > 0 ? (numerator / denominator * 1000).rounded() / 1000 : 0
+    }
+
+    /// Runs the blocking load loop on a thread of its own, off the cooperative pool.
+    static func measure(
+        _ load: LoadGenerator, _ endpoint: String, _ context: ZMQContext, requests: Int, inFlight: Int
+    ) async throws -> LoadReport {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(
+                    with: Result {
+                        try load.run(
+                            endpoint: endpoint, context: context, requests: requests, inFlight: inFlight,
+                            timeLimit: .seconds(60))
+                    })
+            }
+            thread.start()
+        }
+    }
+
+    /// Asks the bus until `count` agents offer `skill`, for at most 30 s.
+    static func waitForProviders(bus: String, skill: String, count: Int, context: ZMQContext) async -> Bool {
+        guard let client = try? SkillbusClient(endpoint: bus, context: context) else { return false }
+        defer { client.close() }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let catalog = try? await client.skills(timeout: .seconds(2)),
+                let entry = catalog["skills"]?.arrayValue?.first(where: { $0["identifier"]?.stringValue == skill }),
+                (entry["providers"]?.arrayValue?.count ?? 0) >= count
+            {
+                return true
+            }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+}
+
+/// The baseline's broker: a plain ROUTER→DEALER `zmq_proxy`, nothing else.
+public enum BaselineProxyCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "bench-baseline-proxy", abstract: "Raw ROUTER→DEALER proxy for the benchmark's baseline.",
+        discussion: "Started by 'skillbus bench'; prints its bound endpoints, then proxies until killed.",
+        options: [
+            OptionSpec("--frontend", value: "ENDPOINT", help: "ROUTER endpoint for clients."),
+            OptionSpec("--backend", value: "ENDPOINT", help: "DEALER endpoint for workers."),
+        ], hidden: true)
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let frontendEndpoint = try arguments.endpoint("--frontend", in: spec) ?? "tcp://127.0.0.1:*"
+        let backendEndpoint = try arguments.endpoint("--backend", in: spec) ?? "tcp://127.0.0.1:*"
+        let context = try ZMQContext()
+        let frontend = try ZMQSocket(context: context, type: .router)
+        let backend = try ZMQSocket(context: context, type: .dealer)
+        for socket in [frontend, backend] {
+            try socket.setSendHighWaterMark(0)
+            try socket.setReceiveHighWaterMark(0)
+        }
+        try frontend.bind(frontendEndpoint)
+        try backend.bind(backendEndpoint)
+        print("skillbus baseline proxy ready: frontend=\(frontend.lastEndpoint) backend=\(backend.lastEndpoint)")
+        try frontend.proxy(to: backend)
+        return 0
+    }
+}
+
+/// The baseline's worker: sends every message straight back.
+public enum BaselineWorkerCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "bench-baseline-worker", abstract: "Raw echo worker for the benchmark's baseline.",
+        discussion: "Started by 'skillbus bench'; echoes every message until killed.",
+        options: [OptionSpec("--connect", value: "ENDPOINT", help: "The proxy's backend endpoint.")], hidden: true)
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard let endpoint = try arguments.endpoint("--connect", in: spec) else {
+            throw UsageError(spec, "option '--connect' is required")
+        }
+        let context = try ZMQContext()
+        let socket = try ZMQSocket(context: context, type: .dealer)
+        try socket.connect(endpoint)
+        while let message = try socket.receive() { try socket.send(message) }
+        return 0
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// Turns `key=value` (a string) and `key:=JSON` (any JSON value) into a parameters object.
+public enum RequestParameters {
+    public static func parse(_ items: [String]) throws(SkillbusError) -> JSONValue {
+        var object: [String: JSONValue] = [:]
+        for item in items {
+            let key: String
+            let value: JSONValue
+            if let range = item.range(of: ":="), !item[..<range.lowerBound].contains("=") {
+                key = String(item[..<range.lowerBound])
+                let text = String(item[range.upperBound...])
+                do {
+                    value = try JSONValue(parsing: text)
+                } catch {
+                    throw SkillbusError(.invalidParameters, "parameter '\(key)': '\(text)' is not JSON (\(error))")
+                }
+            } else if let equals = item.firstIndex(of: "=") {
+                key = String(item[..<equals])
+                value = .string(String(item[item.index(after: equals)...]))
+            } else {
+                throw SkillbusError(.invalidParameters, "'\(item)' is not key=value or key:=JSON")
+            }
+            guard !key.isEmpty else { throw SkillbusError(.invalidParameters, "'\(item)' has an empty key") }
+            guard object[key] == nil else { throw SkillbusError(.invalidParameters, "parameter '\(key)' is given twice") }
+            object[key] = value
+        }
+        return .object(object)
+    }
+}
+
+/// `skillbus send`
+public enum SendCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "send",
+        abstract: "Send one task to the coordinator and print its result.",
+        discussion: """
+            Parameters follow HTTPie: key=value gives a string, key:=JSON gives any JSON value.
+            Exit codes: 0 ok, 1 the skill failed, 2 usage or invalid parameters (or unknown skill),
+            3 coordinator unreachable or timed out.
+
+            EXAMPLE: skillbus send math.eval expression='(1 + 2) * 3'
+                     skillbus send sleep ms:=250 --json
+            """,
+        positionals: "SKILL [key=value …] [key:=JSON …]",
+        options: [
+            OptionSpec("--json", help: "Print one JSON object: round, status, agent, result, error, durationMs."),
+            OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 15)."),
+            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
+            OptionSpec("--session", value: "ID", help: "Session id passed to the skill (default: none)."),
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard let skill = arguments.positionals.first else { throw UsageError(spec, "missing SKILL") }
+        let endpoint = try Defaults.bus(arguments, spec)
+        let timeout = try arguments.double("--timeout", minimum: 0.001, in: spec) ?? 15
+        let json = arguments.flag("--json")
+        let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
+        let parameters: JSONValue
+        do {
+            parameters = try RequestParameters.parse(Array(arguments.positionals.dropFirst()))
+        } catch {
+            return report(failure: error, roundID: roundID, json: json, exitCode: 2)
+        }
+        let context = try ZMQContext()
+        let client = try SkillbusClient(endpoint: endpoint, context: context)
+        defer { client.close() }
+        let outcome: InvocationOutcome
+        do {
+            outcome = try await client.invoke(
+                skill, parameters: parameters, roundID: roundID, sessionID: arguments.value("--session") ?? "",
+                timeout: .milliseconds(Int(timeout * 1000)))
+        } catch {
+            return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
+        }
+        if json {
+            print(outcome.json.jsonString)
+        } else if let result = outcome.result {
+            print(result.humanReadable)
+            printError("✓ \(skill) on \(outcome.agent) in \(milliseconds(outcome.durationMicros)) (round \(outcome.roundID))")
+        } else if let error = outcome.error {
+            let agent = outcome.agent.isEmpty ? "" : " on \(outcome.agent)"
+            printError("✗ \(skill)\(agent) failed: \(error.code): \(error.message)")
+        }
+        return outcome.status == .ok ? 0 : exitCode(for: outcome.error?.code ?? .skillFailed)
+    }
+
+    static func exitCode(for code: SkillbusError.Code) -> Int32 {
+        switch code {
+        case .invalidParameters, .unknownSkill: 2
+        case .unreachable, .timeout: 3
+        default: 1
+        }
+    }
+
+    static func report(failure: SkillbusError, roundID: String, json: Bool, exitCode: Int32) -> Int32 {
+        if json {
+            let document: JSONValue = [
+                "round": .string(roundID), "status": "error", "agent": nil, "result": nil, "error": failure.json,
+                "durationMs": nil,
+            ]
+            print(document.jsonString)
+        } else {
+            printError("error: \(failure.code): \(failure.message)")
+        }
+        return exitCode
+    }
+}
+
+func milliseconds(_ micros: Int) -> String {
+    String(format: "%.2f ms", Double(micros) / 1000)
+}
+
+/// `skillbus feed`
+public enum FeedCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "feed",
+        abstract: "Watch agent states and request events live.",
+        discussion: """
+            Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
+            Topics: agent.joined, agent.left, agent.state, agent.refused, request.queued,
+            request.dispatched, request.done. --topic filters by prefix (e.g. 'agent.').
+
+            EXAMPLE: skillbus feed --topic agent.state
+                     skillbus feed --json | jq .
+            """,
+        options: [
+            OptionSpec("--json", help: "One JSON object per line."),
+            OptionSpec("--topic", value: "PREFIX", help: "Only events whose topic starts with PREFIX.", repeatable: true),
+            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed))."),
+            OptionSpec("--count", value: "N", help: "Exit after N events."),
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        let endpoint = try Defaults.feed(arguments, spec)
+        let limit = try arguments.int("--count", minimum: 1, in: spec)
+        let json = arguments.flag("--json")
+        let signals = SignalWatcher()
+        let context = try ZMQContext()
+        let subscriber = try FeedSubscriber(endpoint: endpoint, topics: arguments.all("--topic"), context: context)
+        defer { subscriber.close() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                var seen = 0
+                for await (topic, event) in subscriber.events {
+                    print(json ? event.jsonString : render(topic: topic, event: event))
+                    seen += 1
+                    if let limit, seen >= limit { return }
+                }
+            }
+            group.addTask { _ = await signals.next() }
+            await group.next()
+            group.cancelAll()
+        }
+        return 0
+    }
+
+    /// `12:00:01.234  agent.state         alpha     executingSkill(echo)`
+    static func render(topic: String, event: JSONValue) -> String {
+        let time = event["time"]?.stringValue.map { String($0.dropFirst(11).prefix(12)) } ?? ""
+        let agent = event["agent"]?.stringValue ?? "-"
+        var detail: String
+        switch topic {
+        case "agent.state":
+            detail = event["state"]?.stringValue ?? "?"
+            if let skill = event["skill"]?.stringValue { detail += "(\(skill))" }
+            if let reason = event["reason"]?.stringValue { detail += "(\(reason))" }
+        case "agent.joined":
+            let skills = event["skills"]?.arrayValue?.compactMap(\.stringValue).joined(separator: ",") ?? ""
+            detail = "capacity \(event["capacity"]?.intValue ?? 0), skills \(skills)"
+        case "agent.left":
+            detail = event["reason"]?.stringValue ?? ""
+        case "request.done":
+            detail = "\(event["skill"]?.stringValue ?? "") \(event["status"]?.stringValue ?? "")"
+            if let ms = event["durationMs"]?.doubleValue { detail += String(format: " %.2f ms", ms) }
+            if let message = event["error"]?["message"]?.stringValue { detail += ": \(message)" }
+            detail += "  round \(event["round"]?.stringValue ?? "")"
+        default:
+            var fields = event.objectValue ?? [:]
+            for key in ["time", "type", "agent"] { fields[key] = nil }
+            detail = fields.keys.sorted().map { "\($0)=\(fields[$0]!.stringValue ?? fields[$0]!.jsonString)" }
+                .joined(separator: " ")
+        }
+        return "\(time)  \(topic.padding(toLength: 18, withPad: " ", startingAt: 0)) "
+            + "\(agent.padding(toLength: 10, withPad: " ", startingAt: 0)) \(detail)"
+    }
+}
+
+/// `skillbus skills`
+public enum SkillsCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "skills",
+        abstract: "List every skill on offer, its providers and its parameters.",
+        discussion: "EXAMPLE: skillbus skills --json",
+        options: [
+            OptionSpec("--json", help: "Print the catalog as JSON."),
+            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 5)."),
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        let endpoint = try Defaults.bus(arguments, spec)
+        let timeout = try arguments.double("--timeout", minimum: 0.001, in: spec) ?? 5
+        let context = try ZMQContext()
+        let client = try SkillbusClient(endpoint: endpoint, context: context)
+        defer { client.close() }
+        let catalog: JSONValue
+        do {
+            catalog = try await client.skills(timeout: .milliseconds(Int(timeout * 1000)))
+        } catch {
+            printError("error: \(error.code): \(error.message)")
+            return 3
+        }
+        if arguments.flag("--json") {
+            print(catalog.jsonString)
+            return 0
+        }
+        let skills = catalog["skills"]?.arrayValue ?? []
+        if skills.isEmpty { print("No skills on offer (no agents registered).") }
+        for skill in skills {
+            let providers = (skill["providers"]?.arrayValue ?? []).map { provider in
+                "\(provider["agent"]?.stringValue ?? "?") (\(provider["inFlight"]?.intValue ?? 0)/\(provider["capacity"]?.intValue ?? 0))"
+            }
+            print("\(skill["identifier"]?.stringValue ?? "?") — \(skill["description"]?.stringValue ?? "")")
+            print("    providers: \(providers.joined(separator: ", "))")
+            for field in skill["parameters"]?.arrayValue ?? [] {
+                let required = field["required"]?.boolValue == false ? "optional" : "required"
+                print(
+                    "    \(field["name"]?.stringValue ?? "?"): \(field["type"]?.stringValue ?? "?"), \(required)"
+                        + " — \(field["description"]?.stringValue ?? "")")
+            }
+        }
+        return 0
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// `skillbus coordinator`
+public enum CoordinatorCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "coordinator",
+        abstract: "Run the coordinator: the bus that routes requests, and the feed.",
+        discussion: """
+            Binds a ROUTER (the bus) for clients and workers and a PUB (the feed) for watchers, then serves
+            until SIGINT or SIGTERM. Prints one line 'skillbus coordinator ready: bus=… feed=…' on standard
+            output once both are bound (with real ports when an endpoint ends in ':*').
+
+            EXAMPLE: skillbus coordinator --bus tcp://0.0.0.0:5555 --feed tcp://0.0.0.0:5556
+            """,
+        options: [
+            OptionSpec("--bus", value: "ENDPOINT", help: "Bus endpoint to bind (default \(Defaults.bus))."),
+            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint to bind (default \(Defaults.feed))."),
+            OptionSpec("--config", value: "FILE", help: "Coordinator config (JSON, version 1)."),
+            OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval to workers (default 1000)."),
+            OptionSpec("--max-message-bytes", value: "N", help: "Largest accepted message (default 1048576)."),
+            logLevelOption,
+        ])
+
+    public static func configuration(_ arguments: ParsedArguments) throws -> CoordinatorConfiguration {
+        var configuration = CoordinatorConfiguration()
+        if let value = Defaults.environmentBus, Endpoint.problem(value) == nil { configuration.bus = value }
+        if let value = Defaults.environmentFeed, Endpoint.problem(value) == nil { configuration.feed = value }
+        if let path = arguments.value("--config") { configuration = try CoordinatorConfiguration.load(path: path) }
+        if let bus = try arguments.endpoint("--bus", in: spec) { configuration.bus = bus }
+        if let feed = try arguments.endpoint("--feed", in: spec) { configuration.feed = feed }
+        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, in: spec) { configuration.heartbeatMs = ms }
+        if let bytes = try arguments.int("--max-message-bytes", minimum: 256, in: spec) {
+            configuration.maxMessageBytes = bytes
+        }
+        return configuration
+    }
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        let configuration = try configuration(arguments)
+        let logger = Logger(label: "coordinator", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
+        let signals = SignalWatcher()
+        let context = try ZMQContext()
+        let coordinator: Coordinator
+        do {
+            coordinator = try Coordinator(configuration: configuration, context: context, logger: logger)
+        } catch {
+            printError("error: cannot start the coordinator: \(error)")
+            return 1
+        }
+        print("skillbus coordinator ready: bus=\(coordinator.busEndpoint) feed=\(coordinator.feedEndpoint)")
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await coordinator.run() }
+            group.addTask {
+                if let signal = await signals.next() {
+                    logger.info("signal \(signal): stopping")
+                    coordinator.stop()
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        return 0
+    }
+}
+
+/// `skillbus worker`
+public enum WorkerCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "worker",
+        abstract: "Run an agent that offers skills to the coordinator.",
+        discussion: """
+            Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
+            invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
+
+            EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
+            """,
+        options: [
+            OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
+            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            OptionSpec("--skills", value: "a,b,…", help: "Built-in skills to offer (default: all)."),
+            OptionSpec("--capacity", value: "N", help: "Invocations run at once (default 4)."),
+            OptionSpec("--sandbox", value: "DIR", help: "Directory file.read may read (default: current)."),
+            OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
+            OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
+            logLevelOption,
+        ])
+
+    public static func configuration(_ arguments: ParsedArguments) throws -> WorkerConfiguration {
+        var configuration = WorkerConfiguration()
+        if let value = Defaults.environmentBus, Endpoint.problem(value) == nil { configuration.coordinator = value }
+        if let path = arguments.value("--config") { configuration = try WorkerConfiguration.load(path: path) }
+        if let name = arguments.value("--name") { configuration.name = name }
+        if let endpoint = try arguments.endpoint("--coordinator", in: spec) { configuration.coordinator = endpoint }
+        if let list = arguments.value("--skills") {
+            configuration.skills = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            for skill in configuration.skills where !BuiltinSkills.identifiers.contains(skill) {
+                throw UsageError(
+                    spec,
+                    "option '--skills': unknown skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
+            }
+        }
+        if let capacity = try arguments.int("--capacity", minimum: 1, in: spec) { configuration.capacity = capacity }
+        if let sandbox = arguments.value("--sandbox") { configuration.sandbox = sandbox }
+        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, in: spec) { configuration.heartbeatMs = ms }
+        guard SkillDescriptor.isValidIdentifier(configuration.name) else {
+            throw UsageError(spec, "option '--name' is required: 1-128 of a-z A-Z 0-9 . _ -")
+        }
+        return configuration
+    }
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        let configuration = try configuration(arguments)
+        let logger = Logger(
+            label: "worker \(configuration.name)", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
+        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
+        let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        let signals = SignalWatcher()
+        let context = try ZMQContext()
+        let worker = try AgentWorker(
+            options: AgentWorker.Options(
+                name: configuration.name, coordinator: configuration.coordinator, capacity: configuration.capacity,
+                heartbeatMs: configuration.heartbeatMs, maxMessageBytes: configuration.maxMessageBytes),
+            skills: skills, context: context, logger: logger)
+        logger.info("connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "))")
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await worker.run() }
+            group.addTask {
+                if let signal = await signals.next() { logger.info("signal \(signal): stopping") }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        await worker.stop()
+        return 0
+    }
+}

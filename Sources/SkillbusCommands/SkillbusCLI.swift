@@ -1,0 +1,109 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// The `skillbus` command: lists subcommands and hands the arguments to the chosen one.
+public enum SkillbusCLI {
+    public static let commands: [any SkillbusCommand.Type] = [
+        CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
+        UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
+    ]
+
+    public static var overview: String {
+        var lines = [
+            "OVERVIEW: Skillbus — agents that host skills, a coordinator that routes requests to them over ZeroMQ.",
+            "", "USAGE: skillbus <command> [options]", "", "COMMANDS:",
+        ]
+        for command in commands where !command.spec.hidden {
+            lines.append("  " + command.spec.name.padding(toLength: 14, withPad: " ", startingAt: 0) + command.spec.abstract)
+        }
+        lines += ["", "See 'skillbus <command> --help' for a command's options and an example."]
+        return lines.joined(separator: "\n")
+    }
+
+    /// Runs the command line and returns the process exit code.
+    public static func main(_ arguments: [String]) async -> Int32 {
+        guard let name = arguments.first, name != "--help", name != "help", name != "-h" else {
+            if arguments.count > 1, let command = commands.first(where: { $0.spec.name == arguments[1] }) {
+                print(command.spec.help)
+            } else {
+                print(overview)
+            }
+            return 0
+        }
+        guard let command = commands.first(where: { $0.spec.name == name }) else {
+            printError("error: unknown command '\(name)'\n\n\(overview)")
+            return 2
+        }
+        let rest = Array(arguments.dropFirst())
+        do {
+            let parsed = try command.spec.parse(rest)
+            if parsed.flag("--help") {
+                print(command.spec.help)
+                return 0
+            }
+            return try await command.run(parsed)
+        } catch let error as UsageError {
+            printError(error.description)
+            return 2
+        } catch let error as SkillbusError {
+            printError("error: \(error.message)")
+            return error.code == .invalidConfiguration ? 2 : 1
+        } catch {
+            printError("error: \(error)")
+            return 1
+        }
+    }
+}
+
+public protocol SkillbusCommand {
+    static var spec: CommandSpec { get }
+    static func run(_ arguments: ParsedArguments) async throws -> Int32
+}
+
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text + "\n").utf8))
+}
+
+/// Endpoint defaults: flag, then config file, then environment, then the built-in default.
+enum Defaults {
+    static let bus = "tcp://127.0.0.1:5555"
+    static let feed = "tcp://127.0.0.1:5556"
+
+    static var environmentBus: String? { ProcessInfo.processInfo.environment["SKILLBUS_COORDINATOR"] }
+    static var environmentFeed: String? { ProcessInfo.processInfo.environment["SKILLBUS_FEED"] }
+
+    static func bus(_ arguments: ParsedArguments, _ spec: CommandSpec, option: String = "--coordinator") throws(UsageError)
+        -> String
+    {
+        if let flag = try arguments.endpoint(option, in: spec) { return flag }
+        if let value = environmentBus {
+            if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_COORDINATOR: \(problem)") }
+            return value
+        }
+        return bus
+    }
+
+    static func feed(_ arguments: ParsedArguments, _ spec: CommandSpec) throws(UsageError) -> String {
+        if let flag = try arguments.endpoint("--feed", in: spec) { return flag }
+        if let value = environmentFeed {
+            if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_FEED: \(problem)") }
+            return value
+        }
+        return feed
+    }
+}
+
+extension Logger.Level {
+    init(option: String?, spec: CommandSpec) throws(UsageError) {
+        switch option ?? "info" {
+        case "debug": self = .debug
+        case "info": self = .info
+        case "warning": self = .warning
+        case "error": self = .error
+        default: throw UsageError(spec, "option '--log-level' must be debug, info, warning or error")
+        }
+    }
+}
+
+let logLevelOption = OptionSpec("--log-level", value: "LEVEL", help: "debug, info (default), warning or error.")

@@ -1,0 +1,283 @@
+import Foundation
+import Skillbus
+import Synchronization
+
+/// `skillbus up`
+public enum UpCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "up",
+        abstract: "Start the coordinator and the configured workers locally (the main job).",
+        discussion: """
+            Starts each process as a child, prefixes its log lines with its name, restarts a child that
+            crashes (waiting 0.5 s, then twice as long each time up to 30 s), and on Ctrl-C or SIGTERM stops
+            the workers, then the coordinator, each within a grace period.
+
+            EXAMPLE: skillbus up --config configs/local.json
+            """,
+        options: [OptionSpec("--config", value: "FILE", help: "Cluster config (default configs/local.json).")])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        let cluster = try ClusterConfiguration.load(path: arguments.value("--config") ?? "configs/local.json")
+        let signals = SignalWatcher()
+        let supervisor = try Supervisor()
+        defer { supervisor.cleanUp() }
+
+        let coordinatorFile = try supervisor.write(cluster.coordinator.json, name: "coordinator.json")
+        let coordinator = supervisor.start(name: "coordinator", arguments: ["coordinator", "--config", coordinatorFile])
+        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let boundBus = ready["bus"],
+            let feed = ready["feed"]
+        else {
+            printError("error: the coordinator did not start (see its log above)")
+            await supervisor.stopAll()
+            return 1
+        }
+        let bus = boundBus.replacingOccurrences(of: "0.0.0.0", with: "127.0.0.1")
+        for var worker in cluster.workers {
+            if worker.coordinator == cluster.coordinator.bus { worker.coordinator = bus }
+            let file = try supervisor.write(worker.json, name: "worker-\(worker.name).json")
+            _ = supervisor.start(name: worker.name, arguments: ["worker", "--config", file])
+        }
+        print(
+            "skillbus up: coordinator on \(bus) (feed \(feed)), \(cluster.workers.count) worker(s). "
+                + "Try: skillbus send echo text=hello --coordinator \(bus)   ·   skillbus feed --feed \(feed)")
+        if let signal = await signals.next() { print("skillbus up: signal \(signal), stopping") }
+        await supervisor.stopAll()
+        print("skillbus up: stopped")
+        return 0
+    }
+}
+
+/// Starts children, forwards their output with a name prefix, restarts crashed ones, stops them all.
+final class Supervisor: Sendable {
+    private let executable: String
+    private let directory: String
+    private let children = Mutex<[Child]>([])
+
+    init() throws {
+        executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
+        directory = NSTemporaryDirectory() + "skillbus-up-\(getpid())"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    }
+
+    func write(_ value: JSONValue, name: String) throws -> String {
+        let path = directory + "/" + name
+        try Data(value.prettyString().utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// Starts a child; with `quiet`, its output is read (for its ready line) but not printed.
+    func start(name: String, arguments: [String], quiet: Bool = false) -> Child {
+        let child = Child(name: name, executable: executable, arguments: arguments, quiet: quiet)
+        children.withLock { $0.append(child) }
+        child.launch()
+        return child
+    }
+
+    /// Workers first (newest first), the coordinator last, so nobody loses its coordinator mid-request.
+    func stopAll() async {
+        for child in children.withLock({ $0 }).reversed() { await child.stop(grace: .seconds(5)) }
+    }
+
+    func cleanUp() { try? FileManager.default.removeItem(atPath: directory) }
+}
+
+/// One supervised child process.
+final class Child: Sendable {
+    let name: String
+    private let executable: String
+    private let arguments: [String]
+    private let quiet: Bool
+    private let state = Mutex(State())
+
+    private struct State {
+        var process: Process?
+        var stopping = false
+        var restartDelay = 0.5
+        var startedAt = Date()
+        var ready: [String: String]?
+        var readyWaiters: [CheckedContinuation<[String: String]?, Never>] = []
+        var exitWaiters: [CheckedContinuation<Void, Never>] = []
+        var partialLine: [String: String] = [:]
+    }
+
+    init(name: String, executable: String, arguments: [String], quiet: Bool) {
+        self.name = name
+        self.executable = executable
+        self.arguments = arguments
+        self.quiet = quiet
+    }
+
+    private func emit(_ line: String) {
+        if !quiet { print("[\(name)] \(line)") }
+    }
+
+    var pid: Int32? { state.withLock { $0.process?.processIdentifier } }
+
+    func launch() {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        output.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.forward(handle, stream: "out") }
+        errors.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.forward(handle, stream: "err") }
+        process.terminationHandler = { [weak self] process in
+            output.fileHandleForReading.readabilityHandler = nil
+            errors.fileHandleForReading.readabilityHandler = nil
+            self?.exited(process)
+        }
+        do {
+            try process.run()
+        } catch {
+            emit("could not start: \(error)")
+            return
+        }
+        state.withLock {
+            $0.process = process
+            $0.startedAt = Date()
+        }
+        emit("started (pid \(process.processIdentifier))")
+    }
+
+    /// Prints whole lines with the child's name in front; watches for the coordinator's ready line.
+    private func forward(_ handle: FileHandle, stream: String) {
+        let data = handle.availableData
+        guard !data.isEmpty else { return }
+        let lines = state.withLock { state -> [String] in
+            var text = state.partialLine[stream, default: ""] + String(decoding: data, as: UTF8.self)
+            var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            text = lines.removeLast()
+            state.partialLine[stream] = text
+            return lines
+        }
+        for line in lines {
+            emit(line)
+            if let ready = Self.parseReady(line) {
+                let waiters = state.withLock { state in
+                    state.ready = ready
+                    defer { state.readyWaiters = [] }
+                    return state.readyWaiters
+                }
+                for waiter in waiters { waiter.resume(returning: ready) }
+            }
+        }
+    }
+
+    /// `skillbus coordinator ready: bus=… feed=…` (and the baseline proxy's like it) as key → value.
+    static func parseReady(_ line: String) -> [String: String]? {
+        guard line.hasPrefix("skillbus "), let marker = line.range(of: " ready: ") else { return nil }
+        var values: [String: String] = [:]
+        for part in line[marker.upperBound...].split(separator: " ") {
+            guard let equals = part.firstIndex(of: "=") else { continue }
+            values[String(part[..<equals])] = String(part[part.index(after: equals)...])
+        }
+        return values.isEmpty ? nil : values
+    }
+
+    /// The child's ready line (its bound endpoints), once it printed it, or nil after `timeout`.
+    func readyLine(timeout: Duration) async -> [String: String]? {
+        await withTaskGroup(of: [String: String]?.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let ready = self.state.withLock { state -> [String: String]? in
+                        if state.ready == nil { state.readyWaiters.append(continuation) }
+                        return state.ready
+                    }
+                    if let ready { continuation.resume(returning: ready) }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                let waiters = self.state.withLock { state in
+                    defer { state.readyWaiters = [] }
+                    return state.readyWaiters
+                }
+                for waiter in waiters { waiter.resume(returning: nil) }
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    private func exited(_ process: Process) {
+        let (stopping, delay, waiters) = state.withLock { state in
+            state.process = nil
+            if Date().timeIntervalSince(state.startedAt) > 30 { state.restartDelay = 0.5 }
+            let delay = state.restartDelay
+            if !state.stopping { state.restartDelay = min(state.restartDelay * 2, 30) }
+            defer { state.exitWaiters = [] }
+            return (state.stopping, delay, state.exitWaiters)
+        }
+        for waiter in waiters { waiter.resume() }
+        let how = process.terminationReason == .uncaughtSignal
+            ? "killed by signal \(process.terminationStatus)" : "exited with status \(process.terminationStatus)"
+        guard !stopping else {
+            emit("stopped (\(how))")
+            return
+        }
+        emit("\(how); restarting in \(delay) s")
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [weak self] in
+            guard let self, !self.state.withLock({ $0.stopping }) else { return }
+            self.launch()
+        }
+    }
+
+    /// SIGTERM, then SIGKILL if it is still running after `grace`.
+    func stop(grace: Duration) async {
+        let process = state.withLock { state -> Process? in
+            state.stopping = true
+            return state.process
+        }
+        guard let process, process.isRunning else { return }
+        let pid = process.processIdentifier
+        kill(pid, SIGTERM)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let running = self.state.withLock { state -> Bool in
+                        if state.process != nil { state.exitWaiters.append(continuation) }
+                        return state.process != nil
+                    }
+                    if !running { continuation.resume() }
+                }
+            }
+            group.addTask {
+                // Cancelled when the child exits in time; otherwise it is killed, which ends the wait above.
+                guard (try? await Task.sleep(for: grace)) != nil else { return }
+                self.emit("did not stop within \(grace); killing pid \(pid)")
+                kill(pid, SIGKILL)
+            }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+}
+
+extension CoordinatorConfiguration {
+    /// The file form, `{"version": 1, …}`.
+    public var json: JSONValue {
+        [
+            "version": 1, "bus": .string(bus), "feed": .string(feed), "heartbeatMs": .number(Double(heartbeatMs)),
+            "missedHeartbeats": .number(Double(missedHeartbeats)), "defaultTimeoutMs": .number(Double(defaultTimeoutMs)),
+            "queueLimit": .number(Double(queueLimit)), "maxMessageBytes": .number(Double(maxMessageBytes)),
+        ]
+    }
+}
+
+extension WorkerConfiguration {
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "version": 1, "name": .string(name), "coordinator": .string(coordinator),
+            "skills": .array(skills.map { .string($0) }), "capacity": .number(Double(capacity)),
+            "heartbeatMs": .number(Double(heartbeatMs)), "maxMessageBytes": .number(Double(maxMessageBytes)),
+        ]
+        if let sandbox { object["sandbox"] = .string(sandbox) }
+        return .object(object)
+    }
+}

@@ -1,0 +1,148 @@
+import CZeroMQ
+
+/// The socket types Skillbus uses.
+public enum ZMQSocketType: Sendable {
+    case router, dealer, pub, xpub, sub, pair
+
+    var rawValue: Int32 {
+        switch self {
+        case .router: ZMQ_ROUTER
+        case .dealer: ZMQ_DEALER
+        case .pub: ZMQ_PUB
+        case .xpub: ZMQ_XPUB
+        case .sub: ZMQ_SUB
+        case .pair: ZMQ_PAIR
+        }
+    }
+}
+
+/// One message: its frames in order.
+public typealias Multipart = [[UInt8]]
+
+/// A libzmq socket. Not thread-safe: create, use and close it on one thread (see `SocketLoop`).
+public final class ZMQSocket {
+    let handle: UnsafeMutableRawPointer
+    public let type: ZMQSocketType
+    private var closed = false
+
+    public init(context: ZMQContext, type: ZMQSocketType) throws(ZMQError) {
+        guard let handle = zmq_socket(context.handle, type.rawValue) else { throw ZMQError.last("zmq_socket") }
+        self.handle = handle
+        self.type = type
+        // Never let close or context termination wait for unsent messages.
+        try setOption(ZMQ_LINGER, int32: 0)
+    }
+
+    deinit { close() }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        zmq_close(handle)
+    }
+
+    // MARK: Options
+
+    public func setOption(_ option: Int32, int32 value: Int32) throws(ZMQError) {
+        var value = value
+        guard zmq_setsockopt(handle, option, &value, MemoryLayout<Int32>.size) == 0 else {
+            throw ZMQError.last("zmq_setsockopt(\(option))")
+        }
+    }
+
+    public func setOption(_ option: Int32, int64 value: Int64) throws(ZMQError) {
+        var value = value
+        guard zmq_setsockopt(handle, option, &value, MemoryLayout<Int64>.size) == 0 else {
+            throw ZMQError.last("zmq_setsockopt(\(option))")
+        }
+    }
+
+    public func setOption(_ option: Int32, bytes: [UInt8]) throws(ZMQError) {
+        let rc = bytes.withUnsafeBytes { zmq_setsockopt(handle, option, $0.baseAddress, $0.count) }
+        guard rc == 0 else { throw ZMQError.last("zmq_setsockopt(\(option))") }
+    }
+
+    /// How long close may wait to flush unsent messages (0, the default here, drops them).
+    public func setLinger(ms: Int32) throws(ZMQError) { try setOption(ZMQ_LINGER, int32: ms) }
+
+    public func subscribe(_ prefix: String) throws(ZMQError) {
+        try setOption(ZMQ_SUBSCRIBE, bytes: Array(prefix.utf8))
+    }
+
+    /// Largest inbound message part accepted; a peer sending more is disconnected by libzmq.
+    public func setMaxMessageSize(_ bytes: Int64) throws(ZMQError) { try setOption(ZMQ_MAXMSGSIZE, int64: bytes) }
+    /// Makes an unroutable ROUTER send fail with EHOSTUNREACH instead of dropping silently.
+    public func setRouterMandatory(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_ROUTER_MANDATORY, int32: on ? 1 : 0) }
+    public func setSendHighWaterMark(_ count: Int32) throws(ZMQError) { try setOption(ZMQ_SNDHWM, int32: count) }
+    public func setReceiveHighWaterMark(_ count: Int32) throws(ZMQError) { try setOption(ZMQ_RCVHWM, int32: count) }
+    public func setRoutingID(_ id: [UInt8]) throws(ZMQError) { try setOption(ZMQ_ROUTING_ID, bytes: id) }
+    /// Reconnect delay after a lost connection, and the ceiling it doubles up to.
+    public func setReconnectInterval(ms: Int32, maxMs: Int32) throws(ZMQError) {
+        try setOption(ZMQ_RECONNECT_IVL, int32: ms)
+        try setOption(ZMQ_RECONNECT_IVL_MAX, int32: maxMs)
+    }
+
+    /// The endpoint actually bound or connected last, with the real port after binding to `:*`.
+    public var lastEndpoint: String {
+        var buffer = [CChar](repeating: 0, count: 1024)
+        var size = buffer.count
+        guard zmq_getsockopt(handle, ZMQ_LAST_ENDPOINT, &buffer, &size) == 0 else { return "" }
+        return String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    // MARK: Endpoints
+
+    public func bind(_ endpoint: String) throws(ZMQError) {
+        guard zmq_bind(handle, endpoint) == 0 else { throw ZMQError.last("bind \(endpoint)") }
+    }
+
+    public func connect(_ endpoint: String) throws(ZMQError) {
+        guard zmq_connect(handle, endpoint) == 0 else { throw ZMQError.last("connect \(endpoint)") }
+    }
+
+    // MARK: Messages
+
+    /// Sends every frame of `message` as one multipart message.
+    /// With `dontWait`, throws an error whose `wouldBlock` is true instead of waiting at the high-water mark.
+    public func send(_ message: Multipart, dontWait: Bool = false) throws(ZMQError) {
+        let last = message.count - 1
+        for (index, frame) in message.enumerated() {
+            var flags: Int32 = index < last ? ZMQ_SNDMORE : 0
+            if dontWait { flags |= ZMQ_DONTWAIT }
+            let rc = frame.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) }
+            // libzmq is atomic for multipart: either the first part fails, or all parts queue.
+            guard rc >= 0 else { throw ZMQError.last("zmq_send") }
+        }
+    }
+
+    /// Receives one whole multipart message, or nil when `dontWait` is set and nothing is queued.
+    /// Uses zmq_msg_t so that no frame is ever truncated to a buffer size.
+    public func receive(dontWait: Bool = false) throws(ZMQError) -> Multipart? {
+        var frames: Multipart = []
+        var message = zmq_msg_t()
+        zmq_msg_init(&message)
+        defer { zmq_msg_close(&message) }
+        repeat {
+            let rc = zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0)
+            if rc < 0 {
+                let error = ZMQError.last("zmq_msg_recv")
+                if error.wouldBlock && frames.isEmpty { return nil }
+                throw error
+            }
+            let size = zmq_msg_size(&message)
+            if let data = zmq_msg_data(&message), size > 0 {
+                frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
+            } else {
+                frames.append([])
+            }
+        } while zmq_msg_more(&message) == 1
+        return frames
+    }
+}
+
+extension ZMQSocket {
+    /// Runs libzmq's built-in proxy between this socket and `other` until the context ends.
+    public func proxy(to other: ZMQSocket) throws(ZMQError) {
+        guard zmq_proxy(handle, other.handle, nil) == 0 else { throw ZMQError.last("zmq_proxy") }
+    }
+}
