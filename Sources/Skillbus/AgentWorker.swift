@@ -210,12 +210,13 @@ public final class AgentWorker: Sendable {
             status = .error
             payload = error.json.serialized()
         }
-        socket.send(
-            WorkerMessage.result(invocationID: invocation.invocationID, status: status, payload: payload).encoded())
+        // Free the slot before the coordinator can hear of it, or its next dispatch could find us "full".
         let idle = state.withLock { state -> Bool in
             state.running[invocation.invocationID] = nil
             return state.running.isEmpty
         }
+        socket.send(
+            WorkerMessage.result(invocationID: invocation.invocationID, status: status, payload: payload).encoded())
         if let failure { report(.failed(failure)) }
         if idle { report(.idle) }
     }

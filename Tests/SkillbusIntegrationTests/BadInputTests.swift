@@ -1,0 +1,168 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Testing
+
+/// A raw DEALER on the bus, to send what no well-behaved client would.
+final class RawPeer: Sendable {
+    let socket: SocketLoop
+
+    init(_ endpoint: String, context: ZMQContext) throws {
+        socket = try SocketLoop(context: context, type: .dealer, name: "raw-peer") { socket in
+            try socket.connect(endpoint)
+        }
+    }
+
+    /// Sends `frames` and returns the next message, or throws after `timeout`.
+    func exchange(_ frames: Multipart, timeout: Duration = .seconds(10)) async throws -> Multipart {
+        socket.send(frames)
+        return try await next(timeout: timeout)
+    }
+
+    func next(timeout: Duration = .seconds(10)) async throws -> Multipart {
+        let messages = socket.messages
+        let reply = await withTaskGroup(of: Multipart?.self) { group in
+            group.addTask {
+                for await message in messages { return message }
+                return nil
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        guard let reply else { throw TimedOut(what: "a reply from the bus") }
+        return reply
+    }
+
+    func close() { socket.stop() }
+}
+
+func text(_ frame: [UInt8]) -> String { String(decoding: frame, as: UTF8.self) }
+
+@Suite("Bad input: the bus answers clearly and keeps serving", .serialized, .timeLimit(.minutes(2)))
+struct BadInputTests {
+    @Test("garbage, truncated frames, wrong versions and oversized messages each get an error naming the problem")
+    func malformedMessages() async throws {
+        let cluster = try await TestCluster(coordinatorArguments: ["--max-message-bytes", "4096"])
+        defer { Task { await cluster.stop() } }
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        let context = try ZMQContext()
+        let peer = try RawPeer(cluster.bus, context: context)
+        defer { peer.close() }
+
+        func expectError(_ frames: Multipart, code: String, mentioning: String, dialect: String = "SKB1C") async throws {
+            let reply = try await peer.exchange(frames)
+            #expect(text(reply[0]) == dialect)
+            #expect(text(reply[1]) == "ERROR")
+            let error = try JSONValue(parsing: reply.last!)
+            #expect(error["code"]?.stringValue == code)
+            let message = error["message"]?.stringValue ?? ""
+            #expect(message.contains(mentioning), "message was: \(message)")
+        }
+
+        try await expectError([[0xFF, 0x00, 0x13]], code: "unsupported_protocol", mentioning: "SKB1C")
+        try await expectError([Array("SKB2C".utf8), Array("REQUEST".utf8)], code: "unsupported_protocol", mentioning: "SKB2C")
+        try await expectError([Array("SKB1C".utf8)], code: "malformed_message", mentioning: "command")
+        try await expectError(
+            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r1".utf8)], code: "malformed_message",
+            mentioning: "REQUEST takes 8 frames, got 3")
+        try await expectError(
+            [Array("SKB1C".utf8), Array("DANCE".utf8), Array("r1".utf8)], code: "malformed_message", mentioning: "DANCE")
+        try await expectError(
+            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r2".utf8), Array("round".utf8), [], Array("echo".utf8),
+             Array("soon".utf8), Array("{}".utf8)],
+            code: "malformed_message", mentioning: "timeout")
+        try await expectError(
+            [Array("SKB1W".utf8), Array("RESULT".utf8), Array("i99".utf8), Array("ok".utf8), Array("{}".utf8)],
+            code: "not_registered", mentioning: "READY", dialect: "SKB1W")
+        try await expectError(
+            [Array("SKB1W".utf8), Array("READY".utf8), Array("{not json".utf8)], code: "malformed_message",
+            mentioning: "invalid JSON", dialect: "SKB1W")
+        let big = JSONValue.object(["text": .string(String(repeating: "x", count: 5000))]).serialized()
+        try await expectError(
+            ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big)).encoded(),
+            code: "message_too_large", mentioning: "limit of 4096 bytes")
+
+        // Parameters that are not a JSON object are refused by the worker before anything runs.
+        let notObject = try await peer.exchange(
+            ClientMessage.invoke(InvokeRequest(requestID: "arr", roundID: "r", skill: "echo", parameters: Array("[1]".utf8)))
+                .encoded())
+        #expect(text(notObject[4]) == "error")
+        #expect(try JSONValue(parsing: notObject[7])["code"] == "invalid_parameters")
+
+        // A well-behaved request right after is served.
+        let good = try await peer.exchange(
+            ClientMessage.invoke(
+                InvokeRequest(requestID: "ok", roundID: "r", skill: "echo", parameters: Array(#"{"text":"fine"}"#.utf8))
+            ).encoded())
+        guard case .reply(let reply) = try BusToClientMessage.decode(good) else {
+            Issue.record("expected a REPLY")
+            return
+        }
+        #expect(reply.requestID == "ok" && reply.status == .ok && reply.agent == "alpha")
+        #expect(try SkillResult(json: JSONValue(parsing: reply.payload)) == .text("fine"))
+        let (code, document) = try await cluster.sendJSON(["echo", "text=after the garbage"])
+        #expect(code == 0 && document["result"]?["text"] == "after the garbage")
+    }
+
+    @Test("a client that vanishes before its reply costs nothing; the next client is served")
+    func clientVanishes() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        try await cluster.startWorker("alpha", ["--skills", "sleep,echo"])
+        let context = try ZMQContext()
+        let ghost = try RawPeer(cluster.bus, context: context)
+        ghost.socket.send(
+            ClientMessage.invoke(
+                InvokeRequest(requestID: "g", roundID: "ghost", skill: "sleep", parameters: Array(#"{"ms":300}"#.utf8))
+            ).encoded())
+        try await waitUntil("the ghost's sleep to run") { try await cluster.inFlight(agent: "alpha", skill: "sleep") == 1 }
+        ghost.close()
+        try await waitUntil("the ghost's sleep to finish") { try await cluster.inFlight(agent: "alpha", skill: "sleep") == 0 }
+        let (code, document) = try await cluster.sendJSON(["echo", "text=next"])
+        #expect(code == 0 && document["result"]?["text"] == "next")
+    }
+
+    @Test("a registration with a bad name or schema is refused with a reason; good skills still register")
+    func badRegistrations() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        let context = try ZMQContext()
+        let worker = try RawPeer(cluster.bus, context: context)
+        defer { worker.close() }
+        let badName = try await worker.exchange(
+            WorkerMessage.ready(["name": "", "capacity": 1, "skills": []]).encoded())
+        #expect(text(badName[1]) == "ERROR")
+        #expect(try JSONValue(parsing: badName[2])["code"] == "invalid_registration")
+
+        let mixed: JSONValue = [
+            "name": "raw", "capacity": 2, "heartbeatMs": 1000,
+            "skills": [
+                ["identifier": "good.skill", "parameters": [["name": "x", "type": "integer"]]],
+                ["identifier": "bad.type", "parameters": [["name": "x", "type": "float"]]],
+                ["identifier": "dup.field", "parameters": [["name": "x", "type": "string"], ["name": "x", "type": "string"]]],
+                ["identifier": "", "parameters": []],
+            ],
+        ]
+        let welcome = try await worker.exchange(WorkerMessage.ready(mixed).encoded())
+        #expect(text(welcome[1]) == "WELCOME")
+        let body = try JSONValue(parsing: welcome[2])
+        #expect(body["accepted"] == ["good.skill"])
+        let reasons = body["refused"]?.arrayValue?.compactMap { $0["message"]?.stringValue } ?? []
+        #expect(reasons.count == 3)
+        #expect(reasons.contains { $0.contains("unknown type") })
+        #expect(reasons.contains { $0.contains("declared twice") })
+        #expect(reasons.contains { $0.contains("identifier '' is invalid") })
+
+        // A second live worker may not take the same name.
+        let impostor = try RawPeer(cluster.bus, context: context)
+        defer { impostor.close() }
+        let taken = try await impostor.exchange(
+            WorkerMessage.ready(["name": "raw", "capacity": 1, "skills": []]).encoded())
+        #expect(try JSONValue(parsing: taken[2])["code"] == "name_taken")
+    }
+}

@@ -1,0 +1,185 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Testing
+
+@Suite("End to end: real coordinator and workers on 127.0.0.1", .serialized, .timeLimit(.minutes(2)))
+struct EndToEndTests {
+    @Test("send routes to a worker, results and exit codes are right")
+    func sendAndExitCodes() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        try await cluster.startWorker("alpha", ["--skills", "echo,math.eval,file.read,text.stats,text.grep"])
+
+        let (okCode, ok) = try await cluster.sendJSON(["echo", "text=hello world"])
+        #expect(okCode == 0)
+        #expect(ok["status"] == "ok")
+        #expect(ok["agent"] == "alpha")
+        #expect(ok["result"] == ["type": "text", "text": "hello world"])
+        #expect(ok["error"] == .null)
+        #expect((ok["durationMs"]?.doubleValue ?? -1) >= 0)
+        #expect(ok["round"]?.stringValue?.isEmpty == false)
+
+        let (mathCode, math) = try await cluster.sendJSON(["math.eval", "expression=2 * (3 + 4) - -1"])
+        #expect(mathCode == 0)
+        #expect(math["result"]?["json"]?["value"] == 15)
+
+        let (statsCode, stats) = try await cluster.sendJSON(["text.stats", "text=a b a\nc"])
+        #expect(statsCode == 0)
+        #expect(stats["result"]?["json"]?["words"] == 4)
+        #expect(stats["result"]?["json"]?["lines"] == 2)
+
+        // A skill that fails: exit 1, the error names the problem, the worker keeps serving.
+        let (failCode, fail) = try await cluster.sendJSON(["file.read", "path=../../etc/passwd"])
+        #expect(failCode == 1)
+        #expect(fail["status"] == "error")
+        #expect(fail["error"]?["code"] == "skill_failed")
+        let (mathFailCode, mathFail) = try await cluster.sendJSON(["math.eval", "expression=1 + $"])
+        #expect(mathFailCode == 2)
+        #expect(mathFail["error"]?["message"]?.stringValue?.contains("position 5") == true)
+
+        // Invalid parameters: every problem at once, exit 2.
+        let (invalidCode, invalid) = try await cluster.sendJSON(["echo", "txt=x", "n:=3"])
+        #expect(invalidCode == 2)
+        let message = invalid["error"]?["message"]?.stringValue ?? ""
+        #expect(invalid["error"]?["code"] == "invalid_parameters")
+        #expect(message.contains("missing required parameter 'text'"))
+        #expect(message.contains("unknown parameter 'txt'"))
+        #expect(message.contains("unknown parameter 'n'"))
+
+        // Unknown skill: the error names it and lists what is offered.
+        let (unknownCode, unknown) = try await cluster.sendJSON(["translate", "text=hi"])
+        #expect(unknownCode == 2)
+        #expect(unknown["error"]?["code"] == "unknown_skill")
+        let unknownMessage = unknown["error"]?["message"]?.stringValue ?? ""
+        #expect(unknownMessage.contains("'translate'") && unknownMessage.contains("echo"))
+
+        // Bad command-line parameters never reach the bus.
+        let (usageCode, _) = try await cluster.send(["echo", "text"])
+        #expect(usageCode == 2)
+        let (jsonCode, _) = try await cluster.send(["echo", "text:={nope"])
+        #expect(jsonCode == 2)
+
+        // Still serving after all that.
+        let (againCode, again) = try await cluster.sendJSON(["echo", "text=still here"])
+        #expect(againCode == 0 && again["result"]?["text"] == "still here")
+    }
+
+    @Test("an unreachable coordinator gives exit code 3 within the timeout")
+    func unreachable() async throws {
+        let (code, output) = try await runSkillbus([
+            "send", "echo", "text=x", "--coordinator", "tcp://127.0.0.1:1", "--timeout", "0.5",
+        ])
+        #expect(code == 3)
+        #expect(output.contains { $0.contains("unreachable") })
+    }
+
+    @Test("load spreads over two workers; a worker never gets more than its capacity")
+    func spreadsLoadWithinCapacity() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        try await cluster.startWorker("alpha", ["--skills", "sleep", "--capacity", "2"])
+        try await cluster.startWorker("beta", ["--skills", "sleep", "--capacity", "2"])
+        let results = try await withThrowingTaskGroup(of: JSONValue.self) { group in
+            for _ in 0..<8 { group.addTask { try await cluster.sendJSON(["sleep", "ms:=300"]).document } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.allSatisfy { $0["status"] == "ok" })
+        let agents = Dictionary(grouping: results, by: { $0["agent"]?.stringValue ?? "" }).mapValues(\.count)
+        #expect(agents["alpha"] == 4)
+        #expect(agents["beta"] == 4)
+        // 8 sleeps of 300 ms on 2 × 2 slots need two waves: the later four waited in the queue.
+        let durations = results.compactMap { $0["durationMs"]?.doubleValue }.sorted()
+        #expect(durations[4] >= 550)
+    }
+
+    @Test("a full queue answers busy; the rest are served")
+    func busyWhenQueueFull() async throws {
+        let cluster = try await TestCluster(coordinatorArguments: ["--config", try writeConfig(["queueLimit": 1])])
+        defer { Task { await cluster.stop() } }
+        try await cluster.startWorker("alpha", ["--skills", "sleep", "--capacity", "1"])
+        let results = try await withThrowingTaskGroup(of: JSONValue.self) { group in
+            for _ in 0..<3 { group.addTask { try await cluster.sendJSON(["sleep", "ms:=800"]).document } }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(results.filter { $0["status"] == "ok" }.count == 2)
+        let busy = results.filter { $0["error"]?["code"] == "busy" }
+        #expect(busy.count == 1)
+        #expect(busy.first?["error"]?["message"]?.stringValue?.contains("wait queue is full") == true)
+    }
+
+    @Test("a worker killed while it holds requests: its clients get agent_lost, not a hang")
+    func workerVanishes() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        let doomed = try await cluster.startWorker("doomed", ["--skills", "sleep"])
+        async let held = cluster.sendJSON(["sleep", "ms:=10000", "--timeout", "20"])
+        try await waitUntil("the sleep to reach doomed") { try await cluster.inFlight(agent: "doomed", skill: "sleep") == 1 }
+        doomed.signal(SIGKILL)
+        let (code, document) = try await held
+        #expect(code == 1)
+        #expect(document["error"]?["code"] == "agent_lost")
+        #expect(document["agent"] == "doomed")
+        try await cluster.coordinator.waitForLine("doomed to leave") { $0.contains("agent 'doomed' left") }
+        // The skill is gone from the registry, so a new request says so at once.
+        let (_, after) = try await cluster.sendJSON(["sleep", "ms:=1"])
+        #expect(after["error"]?["code"] == "unknown_skill")
+    }
+
+    @Test("the feed shows agents joining, their states and request events")
+    func feedShowsStates() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        let feed = try SkillbusProcess(["feed", "--feed", cluster.feed], name: "feed")
+        defer { feed.signal(SIGTERM) }
+        let feedJSON = try SkillbusProcess(["feed", "--feed", cluster.feed, "--json", "--topic", "request."], name: "feed-json")
+        defer { feedJSON.signal(SIGTERM) }
+        // A SUB socket joins asynchronously: keep the cluster busy until both watchers have seen an event.
+        try await cluster.startWorker("alpha", ["--skills", "echo,sleep"])
+        var seen = false
+        for _ in 0..<50 where !seen {
+            _ = try await cluster.send(["sleep", "ms:=20"])
+            seen = feed.output.contains { $0.contains("executingSkill(sleep)") }
+                && feedJSON.output.contains { $0.contains("\"request.done\"") }
+        }
+        #expect(seen)
+        let human = try await feed.waitForLine("an idle state") { $0.contains("agent.state") && $0.hasSuffix(" idle") }
+        #expect(human.contains("alpha"))
+        let done = try await feedJSON.waitForLine("request.done") { $0.contains("\"request.done\"") }
+        let event = try JSONValue(parsing: done)
+        #expect(event["agent"] == "alpha")
+        #expect(event["skill"] == "sleep")
+        #expect(event["status"] == "ok")
+        #expect(event["time"]?.stringValue?.hasSuffix("Z") == true)
+        // --topic request. filtered the agent events out.
+        #expect(!feedJSON.output.contains { $0.contains("agent.state") })
+    }
+
+    @Test("skills lists every skill with its providers and parameters")
+    func skillsCatalog() async throws {
+        let cluster = try await TestCluster()
+        defer { Task { await cluster.stop() } }
+        try await cluster.startWorker("alpha", ["--skills", "echo,math.eval"])
+        try await cluster.startWorker("beta", ["--skills", "echo"])
+        let (code, output) = try await runSkillbus(["skills", "--json", "--coordinator", cluster.bus])
+        #expect(code == 0)
+        let catalog = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
+        let skills = catalog["skills"]?.arrayValue ?? []
+        #expect(skills.compactMap { $0["identifier"]?.stringValue } == ["echo", "math.eval"])
+        let echoProviders = skills[0]["providers"]?.arrayValue?.compactMap { $0["agent"]?.stringValue }.sorted()
+        #expect(echoProviders == ["alpha", "beta"])
+        #expect(skills[1]["parameters"]?.arrayValue?.first?["name"] == "expression")
+        let (humanCode, human) = try await runSkillbus(["skills", "--coordinator", cluster.bus])
+        #expect(humanCode == 0)
+        #expect(human.contains { $0.hasPrefix("math.eval") })
+    }
+}
+
+/// Writes a coordinator config with `overrides` to a temporary file and returns its path.
+func writeConfig(_ overrides: [String: JSONValue]) throws -> String {
+    var object: [String: JSONValue] = ["version": 1]
+    for (key, value) in overrides { object[key] = value }
+    let path = NSTemporaryDirectory() + "skillbus-test-\(UUID().uuidString).json"
+    try Data(JSONValue.object(object).jsonString.utf8).write(to: URL(fileURLWithPath: path))
+    return path
+}

@@ -1,0 +1,262 @@
+import Foundation
+import Skillbus
+import Synchronization
+import Testing
+
+/// Where the `skillbus` executable under test is: $SKILLBUS_BINARY, or this package's debug build.
+let skillbusBinary: String = {
+    if let path = ProcessInfo.processInfo.environment["SKILLBUS_BINARY"] { return path }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    return root.appendingPathComponent(".build/debug/skillbus").path
+}()
+
+struct TimedOut: Error, CustomStringConvertible {
+    let what: String
+    var description: String { "timed out waiting for \(what)" }
+}
+
+/// A real `skillbus` child process whose output lines can be awaited with a deadline.
+final class SkillbusProcess: Sendable {
+    let name: String
+    private let process: Process
+    private let state = Mutex(State())
+
+    private struct State {
+        var lines: [String] = []
+        var partial: [Int: String] = [:]
+        var waiters: [(id: Int, predicate: @Sendable (String) -> Bool, continuation: CheckedContinuation<String?, Never>)] = []
+        var nextWaiter = 0
+        var exited = false
+        var exitWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    init(_ arguments: [String], name: String? = nil, environment: [String: String] = [:], directory: String? = nil) throws {
+        self.name = name ?? arguments.first ?? "skillbus"
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: skillbusBinary)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env["SKILLBUS_COORDINATOR"] = nil
+        env["SKILLBUS_FEED"] = nil
+        for (key, value) in environment { env[key] = value }
+        process.environment = env
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        for (index, pipe) in [output, errors].enumerated() {
+            pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
+                let data = handle.availableData
+                if data.isEmpty {
+                    handle.readabilityHandler = nil
+                    return
+                }
+                self?.received(data, stream: index)
+            }
+        }
+        process.terminationHandler = { [weak self] _ in self?.terminated() }
+        try process.run()
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    var pid: Int32 { process.processIdentifier }
+    var output: [String] { state.withLock { $0.lines } }
+    var exitCode: Int32 { process.terminationStatus }
+
+    private func received(_ data: Data, stream: Int) {
+        let ready = state.withLock { state -> [(CheckedContinuation<String?, Never>, String)] in
+            var text = state.partial[stream, default: ""] + String(decoding: data, as: UTF8.self)
+            var parts = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            text = parts.removeLast()
+            state.partial[stream] = text
+            var ready: [(CheckedContinuation<String?, Never>, String)] = []
+            for line in parts {
+                state.lines.append(line)
+                state.waiters.removeAll { waiter in
+                    guard waiter.predicate(line) else { return false }
+                    ready.append((waiter.continuation, line))
+                    return true
+                }
+            }
+            return ready
+        }
+        for (continuation, line) in ready { continuation.resume(returning: line) }
+    }
+
+    private func terminated() {
+        let (waiters, exitWaiters) = state.withLock { state in
+            state.exited = true
+            defer {
+                state.waiters = []
+                state.exitWaiters = []
+            }
+            return (state.waiters.map(\.continuation), state.exitWaiters)
+        }
+        for waiter in waiters { waiter.resume(returning: nil) }
+        for waiter in exitWaiters { waiter.resume() }
+    }
+
+    /// The first line (seen already or still to come) that satisfies `predicate`, within `timeout`.
+    @discardableResult
+    func waitForLine(
+        _ what: String, timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (String) -> Bool
+    ) async throws -> String {
+        let id = state.withLock { state -> Int in
+            state.nextWaiter += 1
+            return state.nextWaiter
+        }
+        let line = await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let immediate = self.state.withLock { state -> String?? in
+                        if let line = state.lines.first(where: predicate) { return .some(line) }
+                        if state.exited { return .some(nil) }
+                        state.waiters.append((id, predicate, continuation))
+                        return .none
+                    }
+                    if let immediate { continuation.resume(returning: immediate) }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                let waiter = self.state.withLock { state in
+                    let index = state.waiters.firstIndex { $0.id == id }
+                    return index.map { state.waiters.remove(at: $0).continuation }
+                }
+                waiter?.resume(returning: nil)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        guard let line else {
+            throw TimedOut(what: "\(what) from \(name); output so far:\n" + output.suffix(30).joined(separator: "\n"))
+        }
+        return line
+    }
+
+    /// Waits for the process to exit, within `timeout`, and returns its exit code.
+    @discardableResult
+    func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
+        let exited = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let done = self.state.withLock { state -> Bool in
+                        if !state.exited { state.exitWaiters.append(continuation) }
+                        return state.exited
+                    }
+                    if done { continuation.resume() }
+                }
+                return true
+            }
+            group.addTask {
+                guard (try? await Task.sleep(for: timeout)) != nil else { return false }
+                let waiters = self.state.withLock { state in
+                    defer { state.exitWaiters = [] }
+                    return state.exitWaiters
+                }
+                for waiter in waiters { waiter.resume() }
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        guard exited, state.withLock({ $0.exited }) else {
+            throw TimedOut(what: "\(name) to exit; output:\n" + output.suffix(30).joined(separator: "\n"))
+        }
+        // Output may still be in the pipe after the exit: give the readers their last lines.
+        return process.terminationStatus
+    }
+
+    func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+}
+
+/// Runs `skillbus ARGS…` to completion and returns (exit code, stdout+stderr lines).
+func runSkillbus(_ arguments: [String], timeout: Duration = .seconds(30), environment: [String: String] = [:])
+    async throws -> (code: Int32, output: [String])
+{
+    let process = try SkillbusProcess(arguments, name: "skillbus \(arguments.first ?? "")", environment: environment)
+    let code = try await process.waitForExit(timeout: timeout)
+    // The exit can overtake the last bytes in the pipes; reading them is bounded by the pipe closing.
+    try? await process.waitForLine("end of output", timeout: .milliseconds(300)) { _ in false }
+    return (code, process.output)
+}
+
+/// A coordinator and workers on 127.0.0.1 with ephemeral ports, stopped when the test ends.
+final class TestCluster: Sendable {
+    let coordinator: SkillbusProcess
+    let bus: String
+    let feed: String
+    let workers: Mutex<[String: SkillbusProcess]>
+
+    init(coordinatorArguments: [String] = []) async throws {
+        coordinator = try SkillbusProcess(
+            ["coordinator", "--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*"] + coordinatorArguments,
+            name: "coordinator")
+        let ready = try await coordinator.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
+        func field(_ key: String) -> String {
+            ready.split(separator: " ").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) } ?? ""
+        }
+        bus = field("bus")
+        feed = field("feed")
+        workers = Mutex([:])
+    }
+
+    /// Starts a worker and waits until the coordinator lists it as a provider.
+    @discardableResult
+    func startWorker(_ name: String, _ arguments: [String] = []) async throws -> SkillbusProcess {
+        let worker = try SkillbusProcess(
+            ["worker", "--name", name, "--coordinator", bus, "--heartbeat-ms", "200"] + arguments, name: name)
+        workers.withLock { $0[name] = worker }
+        try await coordinator.waitForLine("\(name) to join") { $0.contains("agent '\(name)' joined") }
+        return worker
+    }
+
+    func send(_ arguments: [String]) async throws -> (code: Int32, output: [String]) {
+        try await runSkillbus(["send"] + arguments + ["--coordinator", bus])
+    }
+
+    /// `skillbus send … --json` parsed.
+    func sendJSON(_ arguments: [String]) async throws -> (code: Int32, document: JSONValue) {
+        let (code, output) = try await send(arguments + ["--json"])
+        let line = output.first { $0.hasPrefix("{") } ?? "null"
+        return (code, try JSONValue(parsing: line))
+    }
+
+    /// How many invocations of `skill` the coordinator has running on `agent` right now.
+    func inFlight(agent: String, skill: String) async throws -> Int {
+        let (_, output) = try await runSkillbus(["skills", "--json", "--coordinator", bus])
+        let catalog = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "{}")
+        let entry = catalog["skills"]?.arrayValue?.first { $0["identifier"]?.stringValue == skill }
+        let provider = entry?["providers"]?.arrayValue?.first { $0["agent"]?.stringValue == agent }
+        return provider?["inFlight"]?.intValue ?? 0
+    }
+
+    func stop() async {
+        let all = workers.withLock { Array($0.values) }
+        for worker in all { worker.signal(SIGTERM) }
+        for worker in all { _ = try? await worker.waitForExit(timeout: .seconds(10)) }
+        coordinator.signal(SIGTERM)
+        _ = try? await coordinator.waitForExit(timeout: .seconds(10))
+    }
+}
+
+/// Checks `condition` every 50 ms until it holds, failing after `timeout`.
+func waitUntil(
+    _ what: String, timeout: Duration = .seconds(20), _ condition: @Sendable () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    throw TimedOut(what: what)
+}
