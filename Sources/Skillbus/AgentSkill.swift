@@ -7,11 +7,25 @@ public protocol AgentSkill: Sendable {
     var displayName: String { get }
     var description: String { get }
     var parameterSchema: ParameterSchema { get }
+    /// Where the agent runs it; `.general` by default.
+    var executionStyle: SkillExecutionStyle { get }
     /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
 }
 
+/// Where an agent runs a skill.
+public enum SkillExecutionStyle: Sendable {
+    /// On Swift's global executor: right for anything that computes for a while or blocks.
+    case general
+    /// On the agent's own I/O thread, with no thread hop: only for skills that finish in microseconds
+    /// or merely await (a sleep, say). A quick skill that computes long delays the agent's heartbeats.
+    case quick
+}
+
 extension AgentSkill {
+    /// `.general` unless a skill knows it is quick.
+    public var executionStyle: SkillExecutionStyle { .general }
+
     public var descriptor: SkillDescriptor {
         SkillDescriptor(
             identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema)

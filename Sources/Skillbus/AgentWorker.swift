@@ -34,7 +34,12 @@ public final class AgentWorker: Sendable {
 
     private struct State {
         var running: [String: Task<Void, Never>] = [:]
+        /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
+        /// so a burst of quick invocations costs one state message, not two per invocation.
         var reported: AgentState = .idle
+        var current: AgentState = .idle
+        /// Failures are never coalesced away: each one reaches the feed.
+        var failures: [AgentState] = []
         var registered = false
         var lastHeardFromBus: UInt64 = 0
         var busHeartbeatMs: Int
@@ -49,8 +54,9 @@ public final class AgentWorker: Sendable {
         self.state = state
         let maxBytes = Int64(options.maxMessageBytes) * 4 + 4096
         let endpoint = options.coordinator
-        // The handler needs `self`, which does not exist yet: route messages through a box filled below.
-        let handlerBox = HandlerBox()
+        // The handler needs `self`, which does not exist yet: it reaches it through a box filled below.
+        // (A Mutex holding a closure would re-wrap it in thunks on every access; a weak reference does not.)
+        let owner = Owner()
         socket = try SocketLoop(
             context: context, type: .dealer, name: "skillbus-worker-\(options.name)",
             configure: { socket in
@@ -60,12 +66,15 @@ public final class AgentWorker: Sendable {
                 try socket.setLinger(ms: 200)
                 try socket.connect(endpoint)
             },
-            onMessage: { message in handlerBox.handler.withLock { $0 }?(message) })
-        handlerBox.handler.withLock { $0 = { [weak self] message in self?.receive(message) } }
+            onMessage: { message in owner.worker.withLock { $0.value }?.receive(message) },
+            beforeWait: { owner.worker.withLock { $0.value }?.flushState() })
+        owner.worker.withLock { $0.value = self }
     }
 
-    private final class HandlerBox: Sendable {
-        let handler = Mutex<(@Sendable (Multipart) -> Void)?>(nil)
+    private struct WeakWorker { weak var value: AgentWorker? }
+
+    private final class Owner: Sendable {
+        let worker = Mutex(WeakWorker())
     }
 
     public var registration: Registration {
@@ -170,7 +179,13 @@ public final class AgentWorker: Sendable {
                 return SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))")
             }
             // Created under the lock so that the task cannot finish before it is recorded.
-            state.running[invocation.invocationID] = Task { await self.execute(invocation) }
+            if skills[invocation.skill]?.executionStyle == .quick {
+                state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
+                    await self.execute(invocation)
+                }
+            } else {
+                state.running[invocation.invocationID] = Task { await self.execute(invocation) }
+            }
             return nil
         }
         if let refusal {
@@ -242,13 +257,30 @@ public final class AgentWorker: Sendable {
         return (skill, try skill.parameterSchema.validate(object, skill: skill.identifier))
     }
 
-    /// Sends a state change to the coordinator, only when the state really changed.
+    /// Records a state change; `flushState` sends it. From another thread, wakes the I/O thread to do so.
     private func report(_ newState: AgentState) {
-        let changed = state.withLock { state -> Bool in
-            guard state.reported != newState else { return false }
-            state.reported = newState
-            return true
+        state.withLock { state in
+            if case .failed = newState {
+                if state.failures.count < 16 { state.failures.append(newState) }
+            } else {
+                state.current = newState
+            }
         }
-        if changed { socket.send(WorkerMessage.state(newState).encoded()) }
+        socket.wake()
+    }
+
+    /// Runs on the I/O thread before it waits: sends the state if it differs from the one last sent.
+    private func flushState() {
+        let changes = state.withLock { state -> [AgentState] in
+            var changes = state.failures
+            state.failures.removeAll()
+            if let last = changes.last { state.reported = last }
+            if state.reported != state.current {
+                state.reported = state.current
+                changes.append(state.current)
+            }
+            return changes
+        }
+        for change in changes { socket.send(WorkerMessage.state(change).encoded()) }
     }
 }

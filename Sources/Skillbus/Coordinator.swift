@@ -154,8 +154,8 @@ private final class CoordinatorLoop {
     }
 
     private func handle(_ message: Multipart) {
-        let peer = message[0]
-        let body = Array(message.dropFirst())
+        var body = message
+        let peer = PeerID(body.removeFirst())
         let now = DispatchTime.now().uptimeNanoseconds
         guard let header = body.first else {
             return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
@@ -236,7 +236,7 @@ private final class CoordinatorLoop {
 
     private func send(to peer: PeerID, _ frames: Multipart) {
         do {
-            try router.send([peer] + frames, dontWait: true)
+            try router.send(routingID: peer.bytes, frames, dontWait: true)
         } catch {
             // The peer vanished (or is hopelessly behind): count it and keep serving everyone else.
             unroutable += 1
@@ -244,7 +244,7 @@ private final class CoordinatorLoop {
         }
     }
 
-    private func hex(_ bytes: [UInt8]) -> String {
-        bytes.prefix(8).map { String(format: "%02x", $0) }.joined()
+    private func hex(_ peer: PeerID) -> String {
+        peer.bytes.prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 }

@@ -1,5 +1,15 @@
 /// A ROUTER routing id: which peer a message came from or goes to.
-public typealias PeerID = [UInt8]
+public struct PeerID: Hashable, Sendable, ExpressibleByArrayLiteral {
+    public let bytes: [UInt8]
+
+    public init(_ bytes: [UInt8]) { self.bytes = bytes }
+    public init(arrayLiteral bytes: UInt8...) { self.bytes = bytes }
+
+    // One call over the whole id instead of one per byte: peers are looked up for every message.
+    public func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+    }
+}
 
 /// Something the coordinator's I/O layer must do. The state machine decides; the loop acts.
 public enum CoordinatorAction: Sendable, Equatable {

@@ -206,8 +206,11 @@ private struct JSONParser {
     }
 
     mutating func expectWord(_ word: String) throws(JSONParseError) {
+        let start = index
         for byte in word.utf8 {
-            guard index < bytes.count, bytes[index] == byte else { throw fail("expected '\(word)'") }
+            guard index < bytes.count, bytes[index] == byte else {
+                throw JSONParseError(offset: start, reason: "expected '\(word)'")
+            }
             index += 1
         }
     }

@@ -10,6 +10,19 @@ public enum Wire {
 
     static let clientHeaderBytes = Array(clientHeader.utf8)
     static let workerHeaderBytes = Array(workerHeader.utf8)
+    // Command frames, made once: encoding runs for every message on the hot path.
+    static let cancelFrame = Array("CANCEL".utf8)
+    static let disconnectFrame = Array("DISCONNECT".utf8)
+    static let errorFrame = Array("ERROR".utf8)
+    static let heartbeatFrame = Array("HEARTBEAT".utf8)
+    static let invokeFrame = Array("INVOKE".utf8)
+    static let readyFrame = Array("READY".utf8)
+    static let replyFrame = Array("REPLY".utf8)
+    static let requestFrame = Array("REQUEST".utf8)
+    static let resultFrame = Array("RESULT".utf8)
+    static let skillsFrame = Array("SKILLS".utf8)
+    static let stateFrame = Array("STATE".utf8)
+    static let welcomeFrame = Array("WELCOME".utf8)
 
     /// Reads frame `index` as UTF-8 text, or explains what is wrong with it.
     static func text(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> String {
@@ -44,6 +57,10 @@ public enum Wire {
 /// How an invocation ended, as the wire spells it.
 public enum ReplyStatus: String, Sendable {
     case ok, error
+
+    static let okFrame = Array("ok".utf8)
+    static let errorFrame = Array("error".utf8)
+    var frame: [UInt8] { self == .ok ? Self.okFrame : Self.errorFrame }
 }
 
 // MARK: - Client ⇄ bus
@@ -81,12 +98,12 @@ public enum ClientMessage: Sendable, Equatable {
         switch self {
         case .invoke(let request):
             [
-                Wire.clientHeaderBytes, Array("REQUEST".utf8), Array(request.requestID.utf8),
+                Wire.clientHeaderBytes, Wire.requestFrame, Array(request.requestID.utf8),
                 Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.skill.utf8),
                 Array((request.timeoutMs.map(String.init) ?? "").utf8), request.parameters,
             ]
         case .listSkills(let requestID):
-            [Wire.clientHeaderBytes, Array("SKILLS".utf8), Array(requestID.utf8)]
+            [Wire.clientHeaderBytes, Wire.skillsFrame, Array(requestID.utf8)]
         }
     }
 
@@ -156,14 +173,14 @@ public enum BusToClientMessage: Sendable, Equatable {
         switch self {
         case .reply(let reply):
             [
-                Wire.clientHeaderBytes, Array("REPLY".utf8), Array(reply.requestID.utf8), Array(reply.roundID.utf8),
-                Array(reply.status.rawValue.utf8), Array(reply.agent.utf8), Array(String(reply.durationMicros).utf8),
+                Wire.clientHeaderBytes, Wire.replyFrame, Array(reply.requestID.utf8), Array(reply.roundID.utf8),
+                reply.status.frame, Array(reply.agent.utf8), Array(String(reply.durationMicros).utf8),
                 reply.payload,
             ]
         case .skills(let requestID, let catalog):
-            [Wire.clientHeaderBytes, Array("SKILLS".utf8), Array(requestID.utf8), catalog.serialized()]
+            [Wire.clientHeaderBytes, Wire.skillsFrame, Array(requestID.utf8), catalog.serialized()]
         case .error(let requestID, let error):
-            [Wire.clientHeaderBytes, Array("ERROR".utf8), Array(requestID.utf8), error.json.serialized()]
+            [Wire.clientHeaderBytes, Wire.errorFrame, Array(requestID.utf8), error.json.serialized()]
         }
     }
 
@@ -277,12 +294,12 @@ public enum WorkerMessage: Sendable, Equatable {
 
     public func encoded() -> Multipart {
         switch self {
-        case .ready(let registration): [Wire.workerHeaderBytes, Array("READY".utf8), registration.serialized()]
+        case .ready(let registration): [Wire.workerHeaderBytes, Wire.readyFrame, registration.serialized()]
         case .result(let invocationID, let status, let payload):
-            [Wire.workerHeaderBytes, Array("RESULT".utf8), Array(invocationID.utf8), Array(status.rawValue.utf8), payload]
-        case .state(let state): [Wire.workerHeaderBytes, Array("STATE".utf8), state.json.serialized()]
-        case .heartbeat: [Wire.workerHeaderBytes, Array("HEARTBEAT".utf8)]
-        case .disconnect: [Wire.workerHeaderBytes, Array("DISCONNECT".utf8)]
+            [Wire.workerHeaderBytes, Wire.resultFrame, Array(invocationID.utf8), status.frame, payload]
+        case .state(let state): [Wire.workerHeaderBytes, Wire.stateFrame, state.json.serialized()]
+        case .heartbeat: [Wire.workerHeaderBytes, Wire.heartbeatFrame]
+        case .disconnect: [Wire.workerHeaderBytes, Wire.disconnectFrame]
         }
     }
 
@@ -349,16 +366,16 @@ public enum BusToWorkerMessage: Sendable, Equatable {
 
     public func encoded() -> Multipart {
         switch self {
-        case .welcome(let body): [Wire.workerHeaderBytes, Array("WELCOME".utf8), body.serialized()]
+        case .welcome(let body): [Wire.workerHeaderBytes, Wire.welcomeFrame, body.serialized()]
         case .invoke(let invocation):
             [
-                Wire.workerHeaderBytes, Array("INVOKE".utf8), Array(invocation.invocationID.utf8),
+                Wire.workerHeaderBytes, Wire.invokeFrame, Array(invocation.invocationID.utf8),
                 Array(invocation.roundID.utf8), Array(invocation.sessionID.utf8), Array(invocation.skill.utf8),
                 Array(String(invocation.deadlineMs).utf8), invocation.parameters,
             ]
-        case .cancel(let invocationID): [Wire.workerHeaderBytes, Array("CANCEL".utf8), Array(invocationID.utf8)]
-        case .heartbeat: [Wire.workerHeaderBytes, Array("HEARTBEAT".utf8)]
-        case .error(let error): [Wire.workerHeaderBytes, Array("ERROR".utf8), error.json.serialized()]
+        case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.cancelFrame, Array(invocationID.utf8)]
+        case .heartbeat: [Wire.workerHeaderBytes, Wire.heartbeatFrame]
+        case .error(let error): [Wire.workerHeaderBytes, Wire.errorFrame, error.json.serialized()]
         }
     }
 

@@ -4,10 +4,12 @@ import SkillbusZMQ
 
 /// The `skillbus` command: lists subcommands and hands the arguments to the chosen one.
 public enum SkillbusCLI {
-    public static let commands: [any SkillbusCommand.Type] = [
+    public static var commands: [any SkillbusCommand.Type] {
+        [
         CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
         UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
-    ]
+        ]
+    }
 
     public static var overview: String {
         var lines = [

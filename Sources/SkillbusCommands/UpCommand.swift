@@ -118,6 +118,9 @@ final class Child: Sendable {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["SKILLBUS_SUPERVISOR_PID"] = String(getpid())
+        process.environment = environment
         let output = Pipe()
         let errors = Pipe()
         process.standardOutput = output

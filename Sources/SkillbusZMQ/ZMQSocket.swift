@@ -115,6 +115,14 @@ public final class ZMQSocket {
         }
     }
 
+    /// Sends `routingID` and then `message` as one multipart message (for a ROUTER), without copying frames.
+    public func send(routingID: [UInt8], _ message: Multipart, dontWait: Bool = false) throws(ZMQError) {
+        let flags: Int32 = ZMQ_SNDMORE | (dontWait ? ZMQ_DONTWAIT : 0)
+        let rc = routingID.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) }
+        guard rc >= 0 else { throw ZMQError.last("zmq_send") }
+        try send(message, dontWait: dontWait)
+    }
+
     /// Receives one whole multipart message, or nil when `dontWait` is set and nothing is queued.
     /// Uses zmq_msg_t so that no frame is ever truncated to a buffer size.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> Multipart? {

@@ -48,7 +48,7 @@ struct BadInputTests {
     @Test("garbage, truncated frames, wrong versions and oversized messages each get an error naming the problem")
     func malformedMessages() async throws {
         let cluster = try await TestCluster(coordinatorArguments: ["--max-message-bytes", "4096"])
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "echo"])
         let context = try ZMQContext()
         let peer = try RawPeer(cluster.bus, context: context)
@@ -112,7 +112,7 @@ struct BadInputTests {
     @Test("a client that vanishes before its reply costs nothing; the next client is served")
     func clientVanishes() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "sleep,echo"])
         let context = try ZMQContext()
         let ghost = try RawPeer(cluster.bus, context: context)
@@ -130,7 +130,7 @@ struct BadInputTests {
     @Test("a registration with a bad name or schema is refused with a reason; good skills still register")
     func badRegistrations() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         let context = try ZMQContext()
         let worker = try RawPeer(cluster.bus, context: context)
         defer { worker.close() }

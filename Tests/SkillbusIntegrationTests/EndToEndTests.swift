@@ -8,7 +8,7 @@ struct EndToEndTests {
     @Test("send routes to a worker, results and exit codes are right")
     func sendAndExitCodes() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "echo,math.eval,file.read,text.stats,text.grep"])
 
         let (okCode, ok) = try await cluster.sendJSON(["echo", "text=hello world"])
@@ -77,7 +77,7 @@ struct EndToEndTests {
     @Test("load spreads over two workers; a worker never gets more than its capacity")
     func spreadsLoadWithinCapacity() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "sleep", "--capacity", "2"])
         try await cluster.startWorker("beta", ["--skills", "sleep", "--capacity", "2"])
         let results = try await withThrowingTaskGroup(of: JSONValue.self) { group in
@@ -96,7 +96,7 @@ struct EndToEndTests {
     @Test("a full queue answers busy; the rest are served")
     func busyWhenQueueFull() async throws {
         let cluster = try await TestCluster(coordinatorArguments: ["--config", try writeConfig(["queueLimit": 1])])
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "sleep", "--capacity", "1"])
         let results = try await withThrowingTaskGroup(of: JSONValue.self) { group in
             for _ in 0..<3 { group.addTask { try await cluster.sendJSON(["sleep", "ms:=800"]).document } }
@@ -111,7 +111,7 @@ struct EndToEndTests {
     @Test("a worker killed while it holds requests: its clients get agent_lost, not a hang")
     func workerVanishes() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         let doomed = try await cluster.startWorker("doomed", ["--skills", "sleep"])
         async let held = cluster.sendJSON(["sleep", "ms:=10000", "--timeout", "20"])
         try await waitUntil("the sleep to reach doomed") { try await cluster.inFlight(agent: "doomed", skill: "sleep") == 1 }
@@ -129,7 +129,7 @@ struct EndToEndTests {
     @Test("the feed shows agents joining, their states and request events")
     func feedShowsStates() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         let feed = try SkillbusProcess(["feed", "--feed", cluster.feed], name: "feed")
         defer { feed.signal(SIGTERM) }
         let feedJSON = try SkillbusProcess(["feed", "--feed", cluster.feed, "--json", "--topic", "request."], name: "feed-json")
@@ -158,7 +158,7 @@ struct EndToEndTests {
     @Test("skills lists every skill with its providers and parameters")
     func skillsCatalog() async throws {
         let cluster = try await TestCluster()
-        defer { Task { await cluster.stop() } }
+        defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "echo,math.eval"])
         try await cluster.startWorker("beta", ["--skills", "echo"])
         let (code, output) = try await runSkillbus(["skills", "--json", "--coordinator", cluster.bus])

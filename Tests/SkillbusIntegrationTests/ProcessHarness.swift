@@ -29,6 +29,9 @@ final class SkillbusProcess: Sendable {
         var nextWaiter = 0
         var exited = false
         var exitWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Standard output and error both reached end of file: every line has been read.
+        var closedStreams = 0
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
     init(_ arguments: [String], name: String? = nil, environment: [String: String] = [:], directory: String? = nil) throws {
@@ -52,6 +55,7 @@ final class SkillbusProcess: Sendable {
                 let data = handle.availableData
                 if data.isEmpty {
                     handle.readabilityHandler = nil
+                    self?.streamClosed()
                     return
                 }
                 self?.received(data, stream: index)
@@ -87,6 +91,27 @@ final class SkillbusProcess: Sendable {
             return ready
         }
         for (continuation, line) in ready { continuation.resume(returning: line) }
+    }
+
+    private func streamClosed() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.closedStreams += 1
+            guard state.closedStreams == 2 else { return [] }
+            defer { state.drainWaiters = [] }
+            return state.drainWaiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Waits until both output pipes are closed, so `output` holds every line the process wrote.
+    func waitForOutputEnd() async {
+        await withCheckedContinuation { continuation in
+            let done = state.withLock { state -> Bool in
+                if state.closedStreams < 2 { state.drainWaiters.append(continuation) }
+                return state.closedStreams == 2
+            }
+            if done { continuation.resume() }
+        }
     }
 
     private func terminated() {
@@ -185,8 +210,8 @@ func runSkillbus(_ arguments: [String], timeout: Duration = .seconds(30), enviro
 {
     let process = try SkillbusProcess(arguments, name: "skillbus \(arguments.first ?? "")", environment: environment)
     let code = try await process.waitForExit(timeout: timeout)
-    // The exit can overtake the last bytes in the pipes; reading them is bounded by the pipe closing.
-    try? await process.waitForLine("end of output", timeout: .milliseconds(300)) { _ in false }
+    // The exit can overtake the last bytes in the pipes: read until both are closed.
+    await process.waitForOutputEnd()
     return (code, process.output)
 }
 
@@ -238,6 +263,13 @@ final class TestCluster: Sendable {
         let entry = catalog["skills"]?.arrayValue?.first { $0["identifier"]?.stringValue == skill }
         let provider = entry?["providers"]?.arrayValue?.first { $0["agent"]?.stringValue == agent }
         return provider?["inFlight"]?.intValue ?? 0
+    }
+
+    /// Signals every process to stop (SIGTERM: they shut down cleanly by themselves). Synchronous, so a
+    /// `defer` runs it before the test returns and no process outlives the test run.
+    func terminate() {
+        for worker in workers.withLock({ Array($0.values) }) { worker.signal(SIGTERM) }
+        coordinator.signal(SIGTERM)
     }
 
     func stop() async {

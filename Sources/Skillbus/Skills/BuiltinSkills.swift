@@ -31,6 +31,7 @@ public enum BuiltinSkills {
 /// Returns its text unchanged.
 public struct EchoSkill: AgentSkill {
     public init() {}
+    public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "echo"
     public let displayName = "Echo"
     public let description = "Returns the text it is given."
@@ -44,6 +45,7 @@ public struct EchoSkill: AgentSkill {
 /// Waits, then says how long it waited. For testing timeouts, capacity and cancellation.
 public struct SleepSkill: AgentSkill {
     public init() {}
+    public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "sleep"
     public let displayName = "Sleep"
     public let description = "Waits the given number of milliseconds (at most 10 minutes); stops early when cancelled."
@@ -106,6 +108,7 @@ public struct TextGrepSkill: AgentSkill {
 /// Evaluates arithmetic with its own parser: + - * / ^, parentheses, unary minus, decimals.
 public struct MathEvalSkill: AgentSkill {
     public init() {}
+    public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "math.eval"
     public let displayName = "Math evaluation"
     public let description = "Evaluates an arithmetic expression: + - * / ^, parentheses, unary minus, decimals."

@@ -1,0 +1,34 @@
+# Skillbus — the two commands a fresh Debian machine needs are `make up` and `make test`.
+SWIFT ?= swift
+CONFIG ?= configs/local.json
+
+.PHONY: deps build release up test bench clean
+
+# libzmq's headers and pkg-config file (Debian's libzmq3-dev), installed only when missing.
+deps:
+	@pkg-config --exists libzmq || { \
+		echo "installing libzmq3-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libzmq3-dev pkg-config; }
+
+build: deps
+	$(SWIFT) build
+
+release: deps
+	$(SWIFT) build -c release --product skillbus
+
+# The main job: a coordinator and three workers on this machine. Ctrl-C stops them all.
+up: release
+	.build/release/skillbus up --config $(CONFIG)
+
+# Every test: unit tests and integration tests with real processes on 127.0.0.1.
+# The integration tests run the built `skillbus`, so build it first.
+test: deps
+	$(SWIFT) build
+	$(SWIFT) test
+
+bench: release
+	.build/release/skillbus bench --workers 4
+
+clean:
+	rm -rf .build

@@ -1,0 +1,121 @@
+import Foundation
+import Testing
+
+@testable import Skillbus
+@testable import SkillbusCommands
+
+@Suite("Command line and configuration")
+struct CommandLineTests {
+    @Test("key=value is a string, key:=JSON is any JSON value")
+    func parameters() throws {
+        let value = try RequestParameters.parse(["text=a=b", "n:=3", "list:=[1,\"x\"]", "flag:=true", "empty="])
+        #expect(value == ["text": "a=b", "n": 3, "list": [1, "x"], "flag": true, "empty": ""])
+    }
+
+    @Test("bad parameters are refused with the reason", arguments: [
+        ("novalue", "is not key=value"), ("=x", "empty key"), ("n:={", "is not JSON"),
+    ])
+    func badParameters(item: String, reason: String) {
+        #expect {
+            try RequestParameters.parse([item])
+        } throws: { error in
+            (error as? SkillbusError)?.message.contains(reason) == true
+        }
+    }
+
+    @Test("a repeated key is refused")
+    func repeatedKey() {
+        #expect(throws: SkillbusError.self) { try RequestParameters.parse(["a=1", "a=2"]) }
+    }
+
+    @Test("options parse, and usage errors name the option")
+    func options() throws {
+        let parsed = try SendCommand.spec.parse(["echo", "text=x", "--json", "--timeout", "2", "--round-id=abc"])
+        #expect(parsed.positionals == ["echo", "text=x"])
+        #expect(parsed.flag("--json"))
+        #expect(parsed.value("--timeout") == "2")
+        #expect(parsed.value("--round-id") == "abc")
+        for (arguments, message) in [
+            (["--bogus"], "unknown option '--bogus'"), (["--timeout"], "needs a value"),
+            (["--json=1"], "takes no value"), (["--timeout", "1", "--timeout", "2"], "given twice"),
+        ] {
+            #expect {
+                try SendCommand.spec.parse(arguments)
+            } throws: { error in
+                (error as? UsageError)?.message.contains(message) == true
+            }
+        }
+    }
+
+    @Test("help is generated from the declaration")
+    func help() {
+        let help = WorkerCommand.spec.help
+        #expect(help.contains("USAGE: skillbus worker"))
+        #expect(help.contains("--capacity N"))
+        #expect(help.contains("EXAMPLE:"))
+        #expect(!SkillbusCLI.overview.contains("bench-baseline"))
+    }
+
+    @Test("endpoints are checked before any socket exists", arguments: [
+        ("tcp://127.0.0.1:5555", true), ("tcp://127.0.0.1:*", true), ("ipc:///tmp/x", true), ("inproc://a", true),
+        ("tcp://127.0.0.1", false), ("tcp://:5555", false), ("tcp://h:70000", false), ("http://h:1", false),
+    ])
+    func endpoints(endpoint: String, valid: Bool) {
+        #expect((Endpoint.problem(endpoint) == nil) == valid)
+    }
+
+    func write(_ text: String) throws -> String {
+        let path = NSTemporaryDirectory() + "skillbus-config-\(UUID().uuidString).json"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test("configs are refused with the key's path", arguments: [
+        (#"{"version":1,"workers":[{"name":"a"},{"name":"b","capacity":"two"}]}"#, "workers[1].capacity: expected an integer"),
+        (#"{"version":1,"coordinator":{"bus":"tcp://localhost"}}"#, "coordinator.bus: 'tcp://localhost' has no port"),
+        (#"{"version":1,"coordinator":{"colour":"red"}}"#, "coordinator.colour: unknown key"),
+        (#"{"version":1,"workers":[{"name":"a","skills":["echo","fly"]}]}"#, "workers[0].skills[1]: unknown built-in skill 'fly'"),
+        (#"{"version":2}"#, "version: unsupported version 2"),
+        (#"{"workers":[]}"#, "version: missing"),
+        (#"{"version":1,"workers":[{"name":"a"},{"name":"a"}]}"#, "used twice"),
+        (#"{"version":1,"#, "invalid JSON"),
+    ])
+    func badClusterConfigs(text: String, message: String) throws {
+        let path = try write(text)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect {
+            try ClusterConfiguration.load(path: path)
+        } throws: { error in
+            guard let error = error as? SkillbusError else { return false }
+            return error.code == .invalidConfiguration && error.message.contains(message)
+        }
+    }
+
+    @Test("absent keys keep their defaults; workers default to the cluster's bus")
+    func defaults() throws {
+        let path = try write(
+            #"{"version":1,"coordinator":{"bus":"tcp://127.0.0.1:7000"},"workers":[{"name":"a","capacity":2}]}"#)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let cluster = try ClusterConfiguration.load(path: path)
+        #expect(cluster.coordinator.bus == "tcp://127.0.0.1:7000")
+        #expect(cluster.coordinator.feed == "tcp://127.0.0.1:5556")
+        #expect(cluster.coordinator.maxMessageBytes == 1 << 20)
+        #expect(cluster.workers.first?.coordinator == "tcp://127.0.0.1:7000")
+        #expect(cluster.workers.first?.capacity == 2)
+    }
+
+    @Test("the shipped configs load", arguments: ["coordinator.json", "worker.json", "local.json"])
+    func shippedConfigs(name: String) throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let path = root.appendingPathComponent("configs/\(name)").path
+        switch name {
+        case "coordinator.json": _ = try CoordinatorConfiguration.load(path: path)
+        case "worker.json": _ = try WorkerConfiguration.load(path: path)
+        default:
+            let cluster = try ClusterConfiguration.load(path: path)
+            #expect(cluster.workers.count == 3)
+            #expect(Set(cluster.workers.map(\.skills)).count == 3)
+        }
+    }
+}

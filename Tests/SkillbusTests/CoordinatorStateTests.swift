@@ -1,0 +1,200 @@
+import Testing
+
+@testable import Skillbus
+
+/// Routing, capacity, queueing, deadlines and liveness, with no sockets and a hand-driven clock.
+@Suite("Coordinator state machine")
+struct CoordinatorStateTests {
+    static let ms: UInt64 = 1_000_000
+    let client: PeerID = [0xC1]
+    let alpha: PeerID = [0xA1]
+    let beta: PeerID = [0xB1]
+
+    func registration(_ name: String, skills: [String], capacity: Int = 2, heartbeatMs: Int = 1000) -> WorkerMessage {
+        .ready([
+            "name": .string(name), "capacity": .number(Double(capacity)), "heartbeatMs": .number(Double(heartbeatMs)),
+            "skills": .array(skills.map { ["identifier": .string($0), "parameters": []] }),
+        ])
+    }
+
+    func request(_ id: String, skill: String = "echo", timeoutMs: Int? = nil) -> InvokeRequest {
+        InvokeRequest(requestID: id, roundID: "round", skill: skill, timeoutMs: timeoutMs, parameters: Array("{}".utf8))
+    }
+
+    func invocations(_ actions: [CoordinatorAction]) -> [(PeerID, Invocation)] {
+        actions.compactMap {
+            if case .toWorker(let peer, .invoke(let invocation)) = $0 { return (peer, invocation) }
+            return nil
+        }
+    }
+
+    func replies(_ actions: [CoordinatorAction]) -> [InvokeReply] {
+        actions.compactMap {
+            if case .toClient(_, .reply(let reply)) = $0 { return reply }
+            return nil
+        }
+    }
+
+    func errorCode(_ reply: InvokeReply?) -> String? {
+        guard let reply else { return nil }
+        return (try? JSONValue(parsing: reply.payload))?["code"]?.stringValue
+    }
+
+    @Test("registration welcomes the worker and announces it on the feed")
+    func registers() {
+        var state = CoordinatorState()
+        let actions = state.handleWorker(registration("alpha", skills: ["echo", "sleep"]), from: alpha, now: 0)
+        #expect(actions.contains { if case .toWorker(_, .welcome) = $0 { true } else { false } })
+        #expect(actions.contains(.publish(.agentJoined(agent: "alpha", skills: ["echo", "sleep"], capacity: 2))))
+        #expect(state.workers[alpha]?.skills.count == 2)
+    }
+
+    @Test("least in-flight first, spreading over providers")
+    func leastLoaded() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"], capacity: 4), from: alpha, now: 0)
+        _ = state.handleWorker(registration("beta", skills: ["echo"], capacity: 4), from: beta, now: 0)
+        var counts: [PeerID: Int] = [:]
+        for index in 0..<6 {
+            for (peer, _) in invocations(state.handleInvoke(request("r\(index)"), from: client, now: 0)) {
+                counts[peer, default: 0] += 1
+            }
+        }
+        #expect(counts[alpha] == 3 && counts[beta] == 3)
+    }
+
+    @Test("never more than capacity: the rest wait, then run as slots free")
+    func capacityAndQueue() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"], capacity: 1), from: alpha, now: 0)
+        let first = invocations(state.handleInvoke(request("r1"), from: client, now: 0))
+        #expect(first.count == 1)
+        let queued = state.handleInvoke(request("r2"), from: client, now: 0)
+        #expect(invocations(queued).isEmpty)
+        #expect(state.waitingCount == 1)
+        let done = state.handleWorker(
+            .result(invocationID: first[0].1.invocationID, status: .ok, payload: Array(#"{"type":"text","text":"x"}"#.utf8)),
+            from: alpha, now: 5 * Self.ms)
+        #expect(replies(done).map(\.requestID) == ["r1"])
+        #expect(replies(done).first?.agent == "alpha")
+        #expect(replies(done).first?.durationMicros == 5000)
+        #expect(invocations(done).count == 1)
+        #expect(state.waitingCount == 0)
+    }
+
+    @Test("a full queue answers busy")
+    func busy() {
+        var settings = CoordinatorState.Settings()
+        settings.queueLimit = 1
+        var state = CoordinatorState(settings: settings)
+        _ = state.handleWorker(registration("alpha", skills: ["echo"], capacity: 1), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1"), from: client, now: 0)
+        _ = state.handleInvoke(request("r2"), from: client, now: 0)
+        let third = replies(state.handleInvoke(request("r3"), from: client, now: 0))
+        #expect(errorCode(third.first) == "busy")
+    }
+
+    @Test("an unknown skill names itself and lists what is offered")
+    func unknownSkill() throws {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo", "math.eval"]), from: alpha, now: 0)
+        let reply = replies(state.handleInvoke(request("r", skill: "translate"), from: client, now: 0)).first
+        let error = try JSONValue(parsing: reply!.payload)
+        #expect(error["code"] == "unknown_skill")
+        #expect(error["message"]?.stringValue == "no agent offers skill 'translate'; offered: echo, math.eval")
+    }
+
+    @Test("a silent worker is dead after 3 of its intervals; its clients get agent_lost")
+    func liveness() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"], heartbeatMs: 100), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1", timeoutMs: 60_000), from: client, now: 0)
+        #expect(replies(state.tick(now: 250 * Self.ms)).isEmpty)
+        _ = state.handleWorker(.heartbeat, from: alpha, now: 250 * Self.ms)
+        #expect(replies(state.tick(now: 500 * Self.ms)).isEmpty)
+        let actions = state.tick(now: 551 * Self.ms)
+        #expect(errorCode(replies(actions).first) == "agent_lost")
+        #expect(actions.contains { if case .publish(.agentLeft(agent: "alpha", _)) = $0 { true } else { false } })
+        #expect(state.workers.isEmpty)
+        #expect(errorCode(replies(state.handleInvoke(request("r2"), from: client, now: 600 * Self.ms)).first) == "unknown_skill")
+    }
+
+    @Test("a request past its deadline is answered timeout and cancelled on the worker; the slot stays taken")
+    func deadline() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
+        let sent = invocations(state.handleInvoke(request("r1", skill: "sleep", timeoutMs: 100), from: client, now: 0))
+        let actions = state.tick(now: 101 * Self.ms)
+        #expect(errorCode(replies(actions).first) == "timeout")
+        #expect(actions.contains(.toWorker(alpha, .cancel(invocationID: sent[0].1.invocationID))))
+        // Still busy until the worker reports: a new request waits.
+        #expect(invocations(state.handleInvoke(request("r2", skill: "sleep"), from: client, now: 102 * Self.ms)).isEmpty)
+        let late = state.handleWorker(
+            .result(invocationID: sent[0].1.invocationID, status: .error, payload: Array("{}".utf8)), from: alpha,
+            now: 103 * Self.ms)
+        #expect(replies(late).isEmpty)  // the first client was answered already
+        #expect(invocations(late).count == 1)  // r2 runs now
+    }
+
+    @Test("a waiting request times out too")
+    func waitingTimeout() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1", skill: "sleep", timeoutMs: 10_000), from: client, now: 0)
+        _ = state.handleInvoke(request("r2", skill: "sleep", timeoutMs: 50), from: client, now: 0)
+        let reply = replies(state.tick(now: 60 * Self.ms)).first
+        #expect(reply?.requestID == "r2")
+        #expect(errorCode(reply) == "timeout")
+        #expect(state.waitingCount == 0)
+    }
+
+    @Test("a live name cannot be taken; unregistered peers are told to register")
+    func namesAndStrangers() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
+        let taken = state.handleWorker(registration("alpha", skills: ["echo"]), from: beta, now: 0)
+        #expect(taken.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .nameTaken } else { false } })
+        let stranger = state.handleWorker(.heartbeat, from: beta, now: 0)
+        #expect(stranger.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .notRegistered } else { false } })
+    }
+
+    @Test("results from the wrong worker or for unknown invocations are ignored")
+    func foreignResults() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
+        _ = state.handleWorker(registration("beta", skills: ["other"]), from: beta, now: 0)
+        let sent = invocations(state.handleInvoke(request("r1"), from: client, now: 0))
+        #expect(state.handleWorker(.result(invocationID: sent[0].1.invocationID, status: .ok, payload: []), from: beta, now: 0).isEmpty)
+        #expect(state.handleWorker(.result(invocationID: "i999", status: .ok, payload: []), from: alpha, now: 0).isEmpty)
+        #expect(state.runningCount == 1)
+    }
+
+    @Test("state changes are published once each")
+    func states() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
+        let first = state.handleWorker(.state(.executingSkill("echo")), from: alpha, now: 0)
+        #expect(first == [.publish(.agentState(agent: "alpha", state: .executingSkill("echo")))])
+        #expect(state.handleWorker(.state(.executingSkill("echo")), from: alpha, now: 0).isEmpty)
+    }
+
+    @Test("a disconnecting worker fails its running requests and leaves the catalog")
+    func disconnect() throws {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1"), from: client, now: 0)
+        let actions = state.handleWorker(.disconnect, from: alpha, now: 0)
+        #expect(errorCode(replies(actions).first) == "agent_lost")
+        #expect(state.catalog() == ["skills": []])
+    }
+
+    @Test("heartbeats go to every worker once per interval")
+    func heartbeats() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"], heartbeatMs: 100_000), from: alpha, now: 0)
+        let beat = { (actions: [CoordinatorAction]) in actions.filter { $0 == .toWorker(self.alpha, .heartbeat) }.count }
+        #expect(beat(state.tick(now: 1000 * Self.ms)) == 1)
+        #expect(beat(state.tick(now: 1500 * Self.ms)) == 0)
+        #expect(beat(state.tick(now: 2000 * Self.ms)) == 1)
+    }
+}

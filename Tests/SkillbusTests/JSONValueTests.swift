@@ -1,0 +1,69 @@
+import Testing
+
+@testable import Skillbus
+
+@Suite("JSON values")
+struct JSONValueTests {
+    @Test("parses and re-serialises with sorted keys", arguments: [
+        (#"{"b":1,"a":[true,false,null],"c":"x"}"#, #"{"a":[true,false,null],"b":1,"c":"x"}"#),
+        ("  [1, 2.5, -0.25, 1e3, 1E-2]  ", "[1,2.5,-0.25,1000,0.01]"),
+        (#""tab\there \"quoted\" \u00e9 \ud83d\ude00""#, "\"tab\\there \\\"quoted\\\" é 😀\""),
+        ("{}", "{}"),
+        ("[]", "[]"),
+    ])
+    func roundTrip(input: String, expected: String) throws {
+        #expect(try JSONValue(parsing: input).jsonString == expected)
+    }
+
+    @Test("1, 1.0 and 1e0 are one number and serialise alike")
+    func numberSpelling() throws {
+        let values = try ["1", "1.0", "1e0", "10e-1"].map { try JSONValue(parsing: $0) }
+        #expect(Set(values).count == 1)
+        #expect(values[0].jsonString == "1")
+        #expect(values[0].intValue == 1)
+    }
+
+    @Test("control characters are escaped on output")
+    func escapes() {
+        #expect(JSONValue.string("a\nb\u{1}").jsonString == #""a\nb\u0001""#)
+    }
+
+    @Test("rejects bad documents with the byte offset", arguments: [
+        ("", 0, "unexpected end of input"),
+        ("{", 1, "expected a string key"),
+        (#"{"a" 1}"#, 5, "expected ':'"),
+        ("[1,]", 3, "unexpected character"),
+        ("01", 1, "unexpected data after the end"),
+        (#"{"a":1,"a":2}"#, 11, "duplicate key"),
+        (#""\x""#, 3, "invalid escape"),
+        ("tru", 0, "expected 'true'"),
+        ("1e", 2, "exponent"),
+        ("\"abc", 4, "unterminated string"),
+    ])
+    func errors(input: String, offset: Int, reason: String) {
+        #expect {
+            try JSONValue(parsing: input)
+        } throws: { error in
+            guard let error = error as? JSONParseError else { return false }
+            return error.offset == offset && error.reason.contains(reason)
+        }
+    }
+
+    @Test("refuses nesting deeper than the limit instead of overflowing the stack")
+    func depthLimit() {
+        let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        #expect(throws: JSONParseError.self) { try JSONValue(parsing: deep) }
+    }
+
+    @Test("refuses invalid UTF-8 inside strings")
+    func invalidUTF8() {
+        #expect(throws: JSONParseError.self) { try JSONValue(parsing: [0x22, 0xFF, 0xFE, 0x22]) }
+    }
+
+    @Test("pretty printing is indented and keeps the values")
+    func pretty() throws {
+        let value: JSONValue = ["b": [1, 2], "a": "x"]
+        #expect(value.prettyString() == "{\n  \"a\": \"x\",\n  \"b\": [\n    1,\n    2\n  ]\n}")
+        #expect(try JSONValue(parsing: value.prettyString()) == value)
+    }
+}

@@ -1,0 +1,100 @@
+import SkillbusZMQ
+import Testing
+
+@testable import Skillbus
+
+@Suite("Wire protocol v1 codec")
+struct WireTests {
+    static let request = InvokeRequest(
+        requestID: "r-1", roundID: "round-1", sessionID: "s", skill: "echo", timeoutMs: 500,
+        parameters: Array(#"{"text":"hi"}"#.utf8))
+
+    @Test("client messages survive encode and decode")
+    func clientRoundTrip() throws {
+        for message in [ClientMessage.invoke(Self.request), .listSkills(requestID: "r-2")] {
+            let frames = message.encoded()
+            #expect(frames[0] == Array("SKB1C".utf8))
+            #expect(try ClientMessage.decode(frames) == message)
+        }
+        var noTimeout = Self.request
+        noTimeout.timeoutMs = nil
+        #expect(try ClientMessage.decode(ClientMessage.invoke(noTimeout).encoded()) == .invoke(noTimeout))
+    }
+
+    @Test("bus-to-client messages survive encode and decode")
+    func busToClientRoundTrip() throws {
+        let messages: [BusToClientMessage] = [
+            .reply(
+                InvokeReply(
+                    requestID: "r", roundID: "x", status: .ok, agent: "alpha", durationMicros: 1234,
+                    payload: Array(#"{"type":"text","text":"hi"}"#.utf8))),
+            .skills(requestID: "r", catalog: ["skills": []]),
+            .error(requestID: "", SkillbusError(.malformedMessage, "bad", details: ["frame": 3])),
+        ]
+        for message in messages { #expect(try BusToClientMessage.decode(message.encoded()) == message) }
+    }
+
+    @Test("worker messages survive encode and decode")
+    func workerRoundTrip() throws {
+        let messages: [WorkerMessage] = [
+            .ready(["name": "alpha", "capacity": 2, "skills": []]),
+            .result(invocationID: "i1", status: .error, payload: Array("{}".utf8)),
+            .state(.executingSkill("echo")), .state(.failed("boom")), .state(.idle), .heartbeat, .disconnect,
+        ]
+        for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
+        let toWorker: [BusToWorkerMessage] = [
+            .welcome(["heartbeatMs": 1000]),
+            .invoke(
+                Invocation(
+                    invocationID: "i1", roundID: "r", sessionID: "", skill: "echo", deadlineMs: 99,
+                    parameters: Array("{}".utf8))),
+            .cancel(invocationID: "i1"), .heartbeat, .error(SkillbusError(.notRegistered, "send READY")),
+        ]
+        for message in toWorker { #expect(try BusToWorkerMessage.decode(message.encoded()) == message) }
+    }
+
+    @Test("malformed messages are refused with the frame that is wrong", arguments: [
+        ([["SKB1C"], ["REQUEST"]].map(bytes), "REQUEST takes 8 frames, got 2"),
+        ([["SKB1C"]].map(bytes), "missing frame 1 (command)"),
+        ([["SKB1C"], ["PING"]].map(bytes), "unknown client command 'PING'"),
+        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], [""], [""], ["{}"]].map(bytes), "frame 5 (skill) is empty"),
+        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["-5"], ["{}"]].map(bytes), "frame 6 (timeout)"),
+        ([["SKB1C"], ["SKILLS"], ["a"], ["b"]].map(bytes), "SKILLS takes 3 frames, got 4"),
+    ])
+    func malformedClient(frames: Multipart, reason: String) {
+        #expect {
+            try ClientMessage.decode(frames)
+        } throws: { error in
+            guard let error = error as? SkillbusError else { return false }
+            return error.code == .malformedMessage && error.message.contains(reason)
+        }
+    }
+
+    @Test("non-UTF-8 text frames and bad worker fields are refused")
+    func malformedWorker() {
+        #expect(throws: SkillbusError.self) {
+            try ClientMessage.decode([Array("SKB1C".utf8), [0xFF, 0xFE], [], [], [], [], [], []])
+        }
+        #expect(throws: SkillbusError.self) {
+            try WorkerMessage.decode([Array("SKB1W".utf8), Array("RESULT".utf8), Array("i".utf8), Array("maybe".utf8), []])
+        }
+        #expect(throws: SkillbusError.self) {
+            try WorkerMessage.decode([Array("SKB1W".utf8), Array("STATE".utf8), Array(#"{"state":"dancing"}"#.utf8)])
+        }
+        #expect(throws: SkillbusError.self) {
+            try WorkerMessage.decode([Array("SKB1W".utf8), Array("HEARTBEAT".utf8), Array("extra".utf8)])
+        }
+    }
+
+    @Test("results have three JSON forms")
+    func resultForms() throws {
+        let results: [SkillResult] = [
+            .text("hi"), .json(["a": [1, 2]]),
+            .attachment(.init(name: "a.bin", mediaType: "application/octet-stream", bytes: [0, 1, 255])),
+        ]
+        for result in results { #expect(try SkillResult(json: result.json) == result) }
+        #expect(throws: SkillbusError.self) { try SkillResult(json: ["type": "video"]) }
+    }
+}
+
+private func bytes(_ frame: [String]) -> [UInt8] { Array(frame[0].utf8) }
