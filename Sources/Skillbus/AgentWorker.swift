@@ -44,6 +44,8 @@ public final class AgentWorker: Sendable {
         var lastHeardFromBus: UInt64 = 0
         var busHeartbeatMs: Int
         var stopping = false
+        var lastRegistration: UInt64 = 0
+        var retryDelayMs = 1000
     }
 
     public init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
@@ -83,33 +85,33 @@ public final class AgentWorker: Sendable {
             skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier })
     }
 
-    /// Registers, then heartbeats until `stop()`; re-registers whenever the coordinator goes quiet.
+    /// Registers, then heartbeats until `stop()`. While not registered (refused, or the coordinator went
+    /// quiet) it asks again after 1 s, then twice as long each time up to 32 s.
     public func run() async {
         register()
-        var retryDelayMs = 1000
-        var lastAttempt = now()
         while !state.withLock({ $0.stopping }) {
             do {
                 try await Task.sleep(for: .milliseconds(options.heartbeatMs))
             } catch {
                 break
             }
-            socket.send(WorkerMessage.heartbeat.encoded())
             let (registered, silentNanos, busHeartbeatMs) = state.withLock {
                 ($0.registered, now() &- $0.lastHeardFromBus, $0.busHeartbeatMs)
             }
-            let busLost = registered && silentNanos > UInt64(3 * busHeartbeatMs) * 1_000_000
-            if busLost {
+            if registered && silentNanos > UInt64(3 * busHeartbeatMs) * 1_000_000 {
                 logger.warning("coordinator silent for \(silentNanos / 1_000_000) ms; registering again")
-                state.withLock { $0.registered = false }
-                retryDelayMs = 1000
+                // A coordinator that lost us has failed our invocations already: drop them here too.
+                let orphans = state.withLock { state in
+                    state.registered = false
+                    state.retryDelayMs = 1000
+                    return Array(state.running.values)
+                }
+                for task in orphans { task.cancel() }
             }
-            if !registered || busLost, now() &- lastAttempt >= UInt64(retryDelayMs) * 1_000_000 {
-                register()
-                lastAttempt = now()
-                retryDelayMs = min(retryDelayMs * 2, 32_000)
-            } else if registered {
-                retryDelayMs = 1000
+            if registered {
+                socket.send(WorkerMessage.heartbeat.encoded())
+            } else {
+                register(ifDue: true)
             }
         }
         await stop()
@@ -128,8 +130,16 @@ public final class AgentWorker: Sendable {
         socket.stop()
     }
 
-    private func register() {
-        socket.send(WorkerMessage.ready(registration.json).encoded())
+    /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed.
+    private func register(ifDue: Bool = false) {
+        let due = state.withLock { state -> Bool in
+            let now = now()
+            if ifDue && now &- state.lastRegistration < UInt64(state.retryDelayMs) * 1_000_000 { return false }
+            if ifDue { state.retryDelayMs = min(state.retryDelayMs * 2, 32_000) }
+            state.lastRegistration = now
+            return true
+        }
+        if due { socket.send(WorkerMessage.ready(registration.json).encoded()) }
     }
 
     private func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -149,7 +159,8 @@ public final class AgentWorker: Sendable {
             let busHeartbeat = body["heartbeatMs"]?.intValue ?? options.heartbeatMs
             state.withLock {
                 $0.registered = true
-                $0.busHeartbeatMs = max(busHeartbeat, 10)
+                $0.retryDelayMs = 1000
+                $0.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
             }
             let accepted = body["accepted"]?.arrayValue?.count ?? 0
             logger.info("registered as '\(options.name)' with \(accepted) skill(s)")
@@ -164,8 +175,9 @@ public final class AgentWorker: Sendable {
             break
         case .error(let error):
             if error.code == .notRegistered {
+                // The coordinator restarted or forgot us: register again (no faster than the back-off).
                 state.withLock { $0.registered = false }
-                register()
+                register(ifDue: true)
             } else {
                 logger.warning("coordinator: \(error)")
             }

@@ -29,11 +29,11 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     init(reading object: ConfigObject) throws(SkillbusError) {
         bus = try object.endpoint("bus") ?? bus
         feed = try object.endpoint("feed") ?? feed
-        heartbeatMs = try object.int("heartbeatMs", minimum: 10) ?? heartbeatMs
-        missedHeartbeats = try object.int("missedHeartbeats", minimum: 1) ?? missedHeartbeats
-        defaultTimeoutMs = try object.int("defaultTimeoutMs", minimum: 1) ?? defaultTimeoutMs
+        heartbeatMs = try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
+        missedHeartbeats = try object.int("missedHeartbeats", minimum: 1, maximum: 100) ?? missedHeartbeats
+        defaultTimeoutMs = try object.int("defaultTimeoutMs", minimum: 1, maximum: Wire.maxTimeoutMs) ?? defaultTimeoutMs
         queueLimit = try object.int("queueLimit", minimum: 0) ?? queueLimit
-        maxMessageBytes = try object.int("maxMessageBytes", minimum: 256) ?? maxMessageBytes
+        maxMessageBytes = try object.int("maxMessageBytes", minimum: 256, maximum: 1 << 30) ?? maxMessageBytes
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -65,10 +65,10 @@ public struct WorkerConfiguration: Sendable, Equatable {
         name = try object.string("name") ?? name
         coordinator = try object.endpoint("coordinator") ?? coordinator
         skills = try object.stringArray("skills") ?? skills
-        capacity = try object.int("capacity", minimum: 1) ?? capacity
+        capacity = try object.int("capacity", minimum: 1, maximum: 100_000) ?? capacity
         sandbox = try object.string("sandbox") ?? sandbox
-        heartbeatMs = try object.int("heartbeatMs", minimum: 10) ?? heartbeatMs
-        maxMessageBytes = try object.int("maxMessageBytes", minimum: 256) ?? maxMessageBytes
+        heartbeatMs = try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
+        maxMessageBytes = try object.int("maxMessageBytes", minimum: 256, maximum: 1 << 30) ?? maxMessageBytes
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
             throw object.error(
@@ -157,10 +157,12 @@ struct ConfigObject {
         return text
     }
 
-    func int(_ key: String, minimum: Int) throws(SkillbusError) -> Int? {
+    func int(_ key: String, minimum: Int, maximum: Int = 1 << 40) throws(SkillbusError) -> Int? {
         guard let value = values[key] else { return nil }
         guard let number = value.intValue else { throw error(key, "expected an integer, got \(value.typeName)") }
-        guard number >= minimum else { throw error(key, "must be at least \(minimum), got \(number)") }
+        guard (minimum...maximum).contains(number) else {
+            throw error(key, "must be from \(minimum) to \(maximum), got \(number)")
+        }
         return number
     }
 

@@ -193,7 +193,8 @@ private final class CoordinatorLoop {
         rejected += 1
         logger.warning("refused a message from peer \(hex(peer)): \(error)")
         let header = body.first ?? []
-        let speaksWorker = header == Wire.workerHeaderBytes || (header.last == UInt8(ascii: "W") && header.count == 5)
+        // Another version of the worker protocol (SKB2W, say) is answered as a worker would expect.
+        let speaksWorker = header.count == 5 && header.starts(with: Array("SKB".utf8)) && header.last == UInt8(ascii: "W")
         if speaksWorker {
             send(to: peer, BusToWorkerMessage.error(error).encoded())
         } else {

@@ -74,6 +74,12 @@ public struct CoordinatorState: Sendable {
     private var rotation = 0
     private var lastHeartbeatSent: UInt64 = 0
 
+    /// Longest heartbeat interval a worker may announce (one hour).
+    public static let maxHeartbeatMs = 3_600_000
+    /// How long past its deadline an answered invocation keeps its slot, waiting for the worker's word.
+    /// After that the slot is freed: the INVOKE or its RESULT was lost, or the worker ignores CANCEL.
+    static let abandonAfterNanos: UInt64 = 5_000_000_000
+
     public init(settings: Settings = Settings()) {
         self.settings = settings
     }
@@ -201,8 +207,7 @@ public struct CoordinatorState: Sendable {
         }
         workers[peer]!.lastHeard = now
         switch message {
-        case .ready: return []
-        case .heartbeat: return []
+        case .ready, .heartbeat: return []  // READY was handled above
         case .state(let state):
             guard workers[peer]!.state != state else { return [] }
             workers[peer]!.state = state
@@ -256,12 +261,19 @@ public struct CoordinatorState: Sendable {
         guard SkillDescriptor.isValidIdentifier(name) else {
             return refuse(SkillbusError(.invalidRegistration, "agent name '\(name)' is invalid: use 1-128 of a-z A-Z 0-9 . _ -"))
         }
-        guard let capacity = body["capacity"]?.intValue, capacity >= 1 else {
-            return refuse(SkillbusError(.invalidRegistration, "agent '\(name)': 'capacity' must be an integer >= 1"))
+        guard let capacity = body["capacity"]?.intValue, (1...100_000).contains(capacity) else {
+            return refuse(
+                SkillbusError(.invalidRegistration, "agent '\(name)': 'capacity' must be an integer from 1 to 100000"))
         }
-        let heartbeatMs = body["heartbeatMs"]?.intValue ?? settings.heartbeatMs
-        guard heartbeatMs >= 10 else {
-            return refuse(SkillbusError(.invalidRegistration, "agent '\(name)': 'heartbeatMs' must be >= 10"))
+        var heartbeatMs = settings.heartbeatMs
+        if let value = body["heartbeatMs"] {
+            guard let ms = value.intValue, (10...CoordinatorState.maxHeartbeatMs).contains(ms) else {
+                return refuse(
+                    SkillbusError(
+                        .invalidRegistration,
+                        "agent '\(name)': 'heartbeatMs' must be an integer from 10 to \(CoordinatorState.maxHeartbeatMs)"))
+            }
+            heartbeatMs = ms
         }
         guard let skillList = body["skills"]?.arrayValue else {
             return refuse(SkillbusError(.invalidRegistration, "agent '\(name)': 'skills' must be an array"))
@@ -351,6 +363,12 @@ public struct CoordinatorState: Sendable {
         if now &- lastHeartbeatSent >= UInt64(settings.heartbeatMs) * 1_000_000 {
             lastHeartbeatSent = now
             for peer in workers.keys { actions.append(.toWorker(peer, .heartbeat)) }
+        }
+        for (invocationID, entry) in running where entry.answered && entry.request.deadline &+ Self.abandonAfterNanos <= now {
+            running[invocationID] = nil
+            guard workers[entry.worker] != nil else { continue }
+            workers[entry.worker]!.inFlight -= 1
+            actions += dispatchWaiting(to: entry.worker, now: now)
         }
         for (invocationID, entry) in running where !entry.answered && entry.request.deadline <= now {
             running[invocationID]!.answered = true

@@ -108,9 +108,15 @@ extension ParameterField {
             let allowed = ParameterType.allCases.map(\.rawValue).joined(separator: ", ")
             throw SkillbusError(.invalidRegistration, "parameter '\(name)' has an unknown type (allowed: \(allowed))")
         }
+        var required = true
+        if let value = json["required"] {
+            guard let flag = value.boolValue else {
+                throw SkillbusError(.invalidRegistration, "parameter '\(name)': 'required' must be true or false")
+            }
+            required = flag
+        }
         self.init(
-            name, type, required: json["required"]?.boolValue ?? true,
-            description: json["description"]?.stringValue ?? "", default: json["default"])
+            name, type, required: required, description: json["description"]?.stringValue ?? "", default: json["default"])
     }
 }
 

@@ -23,7 +23,7 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let malformedMessage = Code("malformed_message")
         /// The first frame named a protocol or version this bus does not speak.
         public static let unsupportedProtocol = Code("unsupported_protocol")
-        /// A frame was larger than the configured limit.
+        /// A message (all its frames together) was larger than the configured limit.
         public static let messageTooLarge = Code("message_too_large")
         /// Another live agent already uses this name.
         public static let nameTaken = Code("name_taken")

@@ -46,6 +46,21 @@ public enum Wire {
         }
     }
 
+    /// Reads frame `index` as a non-negative decimal integer of at most `maximum`.
+    static func decimal(_ message: Multipart, _ index: Int, _ name: String, maximum: Int) throws(SkillbusError) -> Int {
+        let text = try Wire.text(message, index, name)
+        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let value = Int(text),
+            value <= maximum
+        else {
+            throw SkillbusError(
+                .malformedMessage, "frame \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
+        }
+        return value
+    }
+
+    /// The longest timeout or deadline the wire accepts: one day, in milliseconds.
+    public static let maxTimeoutMs = 86_400_000
+
     static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
         guard message.count == count else {
             throw SkillbusError(
@@ -113,14 +128,10 @@ public enum ClientMessage: Sendable, Equatable {
         switch command {
         case "REQUEST":
             try Wire.expectFrames(message, 8, "REQUEST")
-            let timeoutText = try Wire.text(message, 6, "timeout")
             var timeoutMs: Int?
-            if !timeoutText.isEmpty {
-                guard let value = Int(timeoutText), value > 0 else {
-                    throw SkillbusError(
-                        .malformedMessage, "frame 6 (timeout) must be empty or a positive integer, got '\(timeoutText)'")
-                }
-                timeoutMs = value
+            if !message[6].isEmpty {
+                timeoutMs = try Wire.decimal(message, 6, "timeout", maximum: Wire.maxTimeoutMs)
+                guard timeoutMs != 0 else { throw SkillbusError(.malformedMessage, "frame 6 (timeout) must not be 0") }
             }
             let skill = try Wire.text(message, 5, "skill")
             guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 5 (skill) is empty") }
@@ -196,9 +207,7 @@ public enum BusToClientMessage: Sendable, Equatable {
             guard let status = ReplyStatus(rawValue: statusText) else {
                 throw SkillbusError(.malformedMessage, "frame 4 (status) must be ok or error, got '\(statusText)'")
             }
-            guard let micros = Int(try Wire.text(message, 6, "duration")) else {
-                throw SkillbusError(.malformedMessage, "frame 6 (duration) is not an integer")
-            }
+            let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
             return .reply(
                 InvokeReply(
                     requestID: try Wire.text(message, 2, "request id"), roundID: try Wire.text(message, 3, "round id"),
@@ -390,9 +399,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             return .welcome(try Wire.json(message, 2, "welcome"))
         case "INVOKE":
             try Wire.expectFrames(message, 8, "INVOKE")
-            guard let deadline = Int(try Wire.text(message, 6, "deadline")) else {
-                throw SkillbusError(.malformedMessage, "frame 6 (deadline) is not an integer")
-            }
+            let deadline = try Wire.decimal(message, 6, "deadline", maximum: Wire.maxTimeoutMs)
             return .invoke(
                 Invocation(
                     invocationID: try Wire.text(message, 2, "invocation id"),
@@ -402,6 +409,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             try Wire.expectFrames(message, 3, "CANCEL")
             return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
         case "HEARTBEAT":
+            try Wire.expectFrames(message, 2, "HEARTBEAT")
             return .heartbeat
         case "ERROR":
             try Wire.expectFrames(message, 3, "ERROR")

@@ -84,8 +84,8 @@ public enum BenchCommand: SkillbusCommand {
         var skillbus: [Int: LoadReport] = [:]
         var baseline: [Int: LoadReport] = [:]
         // Warm both paths (and let every raw worker connect) before measuring anything.
-        _ = try await measure(skillbusLoad, bus, context, requests: 2000, inFlight: 64)
-        _ = try await measure(baselineLoad, frontend, context, requests: 2000, inFlight: 64)
+        _ = try await measure(skillbusLoad, bus, context, requests: min(2000, requests), inFlight: 64)
+        _ = try await measure(baselineLoad, frontend, context, requests: min(2000, requests), inFlight: 64)
         for level in levels {
             let count = level == 1 ? min(requests, 5000) : requests
             note("measuring \(count) requests at \(level) in flight…")

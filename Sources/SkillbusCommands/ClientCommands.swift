@@ -56,7 +56,7 @@ public enum SendCommand: SkillbusCommand {
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         guard let skill = arguments.positionals.first else { throw UsageError(spec, "missing SKILL") }
         let endpoint = try Defaults.bus(arguments, spec)
-        let timeout = try arguments.double("--timeout", minimum: 0.001, in: spec) ?? 15
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
         let json = arguments.flag("--json")
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
         let parameters: JSONValue
@@ -205,7 +205,7 @@ public enum SkillsCommand: SkillbusCommand {
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
         let endpoint = try Defaults.bus(arguments, spec)
-        let timeout = try arguments.double("--timeout", minimum: 0.001, in: spec) ?? 5
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
         let context = try ZMQContext()
         let client = try SkillbusClient(endpoint: endpoint, context: context)
         defer { client.close() }

@@ -129,18 +129,18 @@ public struct UsageError: Error, Sendable, CustomStringConvertible {
 
 extension ParsedArguments {
     /// An integer option, checked against a lower bound, with the option named in the error.
-    func int(_ name: String, minimum: Int, in spec: CommandSpec) throws(UsageError) -> Int? {
+    func int(_ name: String, minimum: Int, maximum: Int = 1 << 40, in spec: CommandSpec) throws(UsageError) -> Int? {
         guard let text = value(name) else { return nil }
-        guard let number = Int(text), number >= minimum else {
-            throw UsageError(spec, "option '\(name)' must be an integer >= \(minimum), got '\(text)'")
+        guard let number = Int(text), (minimum...maximum).contains(number) else {
+            throw UsageError(spec, "option '\(name)' must be an integer from \(minimum) to \(maximum), got '\(text)'")
         }
         return number
     }
 
-    func double(_ name: String, minimum: Double, in spec: CommandSpec) throws(UsageError) -> Double? {
+    func double(_ name: String, minimum: Double, maximum: Double, in spec: CommandSpec) throws(UsageError) -> Double? {
         guard let text = value(name) else { return nil }
-        guard let number = Double(text), number >= minimum, number.isFinite else {
-            throw UsageError(spec, "option '\(name)' must be a number >= \(minimum), got '\(text)'")
+        guard let number = Double(text), (minimum...maximum).contains(number) else {
+            throw UsageError(spec, "option '\(name)' must be a number from \(minimum) to \(maximum), got '\(text)'")
         }
         return number
     }

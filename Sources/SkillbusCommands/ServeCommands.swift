@@ -30,8 +30,8 @@ public enum CoordinatorCommand: SkillbusCommand {
         if let path = arguments.value("--config") { configuration = try CoordinatorConfiguration.load(path: path) }
         if let bus = try arguments.endpoint("--bus", in: spec) { configuration.bus = bus }
         if let feed = try arguments.endpoint("--feed", in: spec) { configuration.feed = feed }
-        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, in: spec) { configuration.heartbeatMs = ms }
-        if let bytes = try arguments.int("--max-message-bytes", minimum: 256, in: spec) {
+        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec) { configuration.heartbeatMs = ms }
+        if let bytes = try arguments.int("--max-message-bytes", minimum: 256, maximum: 1 << 30, in: spec) {
             configuration.maxMessageBytes = bytes
         }
         return configuration
@@ -102,9 +102,9 @@ public enum WorkerCommand: SkillbusCommand {
                     "option '--skills': unknown skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
             }
         }
-        if let capacity = try arguments.int("--capacity", minimum: 1, in: spec) { configuration.capacity = capacity }
+        if let capacity = try arguments.int("--capacity", minimum: 1, maximum: 100_000, in: spec) { configuration.capacity = capacity }
         if let sandbox = arguments.value("--sandbox") { configuration.sandbox = sandbox }
-        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, in: spec) { configuration.heartbeatMs = ms }
+        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec) { configuration.heartbeatMs = ms }
         guard SkillDescriptor.isValidIdentifier(configuration.name) else {
             throw UsageError(spec, "option '--name' is required: 1-128 of a-z A-Z 0-9 . _ -")
         }

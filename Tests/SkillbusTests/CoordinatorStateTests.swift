@@ -136,6 +136,35 @@ struct CoordinatorStateTests {
         #expect(invocations(late).count == 1)  // r2 runs now
     }
 
+    @Test("a timed-out invocation the worker never reports frees its slot after the grace period")
+    func abandonedSlot() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1", skill: "sleep", timeoutMs: 100), from: client, now: 0)
+        _ = state.tick(now: 101 * Self.ms)
+        _ = state.handleInvoke(request("r2", skill: "sleep", timeoutMs: 60_000), from: client, now: 102 * Self.ms)
+        #expect(invocations(state.tick(now: 4_000 * Self.ms)).isEmpty)
+        let freed = state.tick(now: 5_101 * Self.ms)
+        #expect(invocations(freed).map { $0.1.skill } == ["sleep"])
+        #expect(state.workers[alpha]?.inFlight == 1)
+    }
+
+    @Test("registrations with out-of-range numbers are refused, not trusted", arguments: [
+        JSONValue.object(["name": "a", "capacity": 0, "skills": []]),
+        ["name": "a", "capacity": 1, "heartbeatMs": 9_999_999_999_999, "skills": []],
+        ["name": "a", "capacity": 1, "heartbeatMs": "fast", "skills": []],
+        ["name": "a", "capacity": 1.5, "skills": []],
+        ["name": "a", "capacity": 1, "skills": "echo"],
+        ["name": "bad name", "capacity": 1, "skills": []],
+    ])
+    func badNumbers(body: JSONValue) {
+        var state = CoordinatorState()
+        let actions = state.handleWorker(.ready(body), from: alpha, now: 0)
+        #expect(actions.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .invalidRegistration } else { false } })
+        #expect(state.workers.isEmpty)
+        _ = state.tick(now: UInt64.max / 2)  // and nothing traps later
+    }
+
     @Test("a waiting request times out too")
     func waitingTimeout() {
         var state = CoordinatorState()

@@ -64,6 +64,7 @@ struct ParameterSchemaTests {
             ["identifier": ""], ["identifier": "has space"], ["parameters": []],
             ["identifier": "x", "parameters": [["name": "a", "type": "float"]]],
             ["identifier": "x", "parameters": "nope"],
+            ["identifier": "x", "parameters": [["name": "a", "type": "string", "required": "yes"]]],
         ] {
             #expect(throws: SkillbusError.self) { try SkillDescriptor(json: bad) }
         }

@@ -60,6 +60,10 @@ struct WireTests {
         ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], [""], [""], ["{}"]].map(bytes), "frame 5 (skill) is empty"),
         ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["-5"], ["{}"]].map(bytes), "frame 6 (timeout)"),
         ([["SKB1C"], ["SKILLS"], ["a"], ["b"]].map(bytes), "SKILLS takes 3 frames, got 4"),
+        // A timeout that would overflow the clock, a signed one, and zero.
+        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["99999999999999"], ["{}"]].map(bytes), "from 0 to 86400000"),
+        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["+5"], ["{}"]].map(bytes), "decimal integer"),
+        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes), "must not be 0"),
     ])
     func malformedClient(frames: Multipart, reason: String) {
         #expect {

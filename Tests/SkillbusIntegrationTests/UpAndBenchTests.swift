@@ -1,0 +1,90 @@
+import Foundation
+import Skillbus
+import Testing
+
+@Suite("skillbus up, bench and configs, as a user runs them", .serialized, .timeLimit(.minutes(3)))
+struct UpAndBenchTests {
+    func writeFile(_ text: String) throws -> String {
+        let path = NSTemporaryDirectory() + "skillbus-up-\(UUID().uuidString).json"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test("up starts the cluster, restarts a crashed worker, and stops everything on SIGTERM")
+    func upSupervises() async throws {
+        let config = try writeFile(
+            """
+            {"version": 1,
+             "coordinator": {"bus": "tcp://127.0.0.1:*", "feed": "tcp://127.0.0.1:*", "heartbeatMs": 200},
+             "workers": [{"name": "alpha", "skills": ["echo"], "heartbeatMs": 200},
+                         {"name": "beta", "skills": ["math.eval"], "heartbeatMs": 200}]}
+            """)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let up = try SkillbusProcess(["up", "--config", config], name: "up")
+        defer { up.signal(SIGKILL) }
+        let banner = try await up.waitForLine("the banner") { $0.hasPrefix("skillbus up: coordinator on ") }
+        let bus = String(banner.dropFirst("skillbus up: coordinator on ".count).prefix { $0 != " " })
+        for name in ["alpha", "beta"] {
+            try await up.waitForLine("\(name) to join") { $0.hasPrefix("[coordinator]") && $0.contains("agent '\(name)' joined") }
+        }
+        let (code, output) = try await runSkillbus(["send", "math.eval", "expression=6*7", "--coordinator", bus, "--json"])
+        #expect(code == 0)
+        #expect(try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")["result"]?["json"]?["value"] == 42)
+
+        // kill -9 a worker: up says so, starts it again, and it rejoins.
+        let started = try await up.waitForLine("alpha's pid") { $0.hasPrefix("[alpha] started (pid ") }
+        let pid = Int32(started.split(separator: " ").last!.dropLast())!
+        kill(pid, SIGKILL)
+        try await up.waitForLine("the crash report") { $0.hasPrefix("[alpha] killed by signal 9; restarting") }
+        try await waitUntil("alpha to rejoin", timeout: .seconds(30)) {
+            up.output.filter { $0.hasPrefix("[coordinator]") && $0.contains("agent 'alpha' joined") }.count >= 2
+        }
+        let (again, _) = try await runSkillbus(["send", "echo", "text=back", "--coordinator", bus])
+        #expect(again == 0)
+
+        // SIGTERM: every child stops, then up itself, cleanly.
+        let children = up.output.compactMap { line -> Int32? in
+            guard line.contains("] started (pid ") else { return nil }
+            return Int32(line.split(separator: " ").last!.dropLast())
+        }
+        up.signal(SIGTERM)
+        #expect(try await up.waitForExit(timeout: .seconds(30)) == 0)
+        #expect(up.output.contains("skillbus up: stopped"))
+        for child in children { #expect(kill(child, 0) != 0, "child \(child) still running") }
+    }
+
+    @Test("broken configs are refused with the key's path and exit code 2")
+    func brokenConfigs() async throws {
+        let config = try writeFile(#"{"version": 1, "workers": [{"name": "a", "capacity": "many"}]}"#)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let (code, output) = try await runSkillbus(["up", "--config", config])
+        #expect(code == 2)
+        #expect(output.contains { $0.contains("workers[0].capacity") })
+        let coordinatorConfig = try writeFile(#"{"version": 1, "bus": "tcp://127.0.0.1"}"#)
+        defer { try? FileManager.default.removeItem(atPath: coordinatorConfig) }
+        let (coordinatorCode, coordinatorOutput) = try await runSkillbus(["coordinator", "--config", coordinatorConfig])
+        #expect(coordinatorCode == 2)
+        #expect(coordinatorOutput.contains { $0.contains("bus: 'tcp://127.0.0.1' has no port") })
+        let (flagCode, flagOutput) = try await runSkillbus(["worker", "--name", "x", "--capacity", "zero"])
+        #expect(flagCode == 2)
+        #expect(flagOutput.contains { $0.contains("--capacity") })
+    }
+
+    @Test("bench runs both sides and prints every figure as JSON")
+    func benchReports() async throws {
+        let (code, output) = try await runSkillbus(
+            ["bench", "--workers", "1", "--requests", "200", "--json"], timeout: .seconds(120))
+        #expect(code == 0)
+        let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
+        for side in ["skillbus", "baseline"] {
+            for level in ["inFlight1", "inFlight64"] {
+                let figures = document[side]?[level]
+                for key in ["tasksPerSecond", "p50Ms", "p99Ms", "maxMs"] {
+                    #expect((figures?[key]?.doubleValue ?? 0) > 0, "\(side).\(level).\(key)")
+                }
+                #expect(figures?["failed"] == 0)
+            }
+        }
+        #expect((document["ratios"]?["inFlight64"]?["throughputRatio"]?.doubleValue ?? 0) > 0)
+    }
+}
