@@ -147,7 +147,6 @@ private final class PendingReplies: Sendable {
 
 /// Watches the feed: subscribes to topic prefixes and yields each event as (topic, JSON body).
 public final class FeedSubscriber: Sendable {
-    public let events: AsyncStream<(topic: String, event: JSONValue)>
     private let socket: SocketLoop
 
     public init(endpoint: String, topics: [String], context: ZMQContext) throws {
@@ -157,16 +156,13 @@ public final class FeedSubscriber: Sendable {
                 for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
                 try socket.connect(endpoint)
             })
-        let messages = socket.messages
-        events = AsyncStream { continuation in
-            let task = Task {
-                for await message in messages where message.count == 2 {
-                    guard let event = try? JSONValue(parsing: message[1]) else { continue }
-                    continuation.yield((String(decoding: message[0], as: UTF8.self), event))
-                }
-                continuation.finish()
-            }
-            continuation.onTermination = { _ in task.cancel() }
+    }
+
+    /// Events as they arrive; messages that are not [topic, JSON] are skipped. Ends when closed.
+    public var events: some AsyncSequence<(topic: String, event: JSONValue), Never> {
+        socket.messages.compactMap { message -> (topic: String, event: JSONValue)? in
+            guard message.count == 2, let event = try? JSONValue(parsing: message[1]) else { return nil }
+            return (String(decoding: message[0], as: UTF8.self), event)
         }
     }
 

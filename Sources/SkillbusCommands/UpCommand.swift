@@ -48,6 +48,10 @@ public enum UpCommand: SkillbusCommand {
     }
 }
 
+/// Serialises process spawns: a child spawned while another's pipe ends are still open in this process
+/// would inherit them, and that pipe would never close.
+private let spawnLock = Mutex(())
+
 /// Starts children, forwards their output with a name prefix, restarts crashed ones, stops them all.
 final class Supervisor: Sendable {
     private let executable: String
@@ -134,7 +138,8 @@ final class Child: Sendable {
             self?.exited(process)
         }
         do {
-            try process.run()
+            // One spawn at a time, so that no child inherits another's pipes (see `spawnLock`).
+            try spawnLock.withLock { _ in try process.run() }
         } catch {
             emit("could not start: \(error)")
             return

@@ -11,12 +11,14 @@ let skillbusBinary: String = {
     return root.appendingPathComponent(".build/debug/skillbus").path
 }()
 
+private let spawnLock = Mutex(())
+
 struct TimedOut: Error, CustomStringConvertible {
     let what: String
     var description: String { "timed out waiting for \(what)" }
 }
 
-/// A real `skillbus` child process whose output lines can be awaited with a deadline.
+/// A real child process (`skillbus` unless told otherwise) whose output lines can be awaited with a deadline.
 final class SkillbusProcess: Sendable {
     let name: String
     private let process: Process
@@ -34,11 +36,15 @@ final class SkillbusProcess: Sendable {
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
-    init(_ arguments: [String], name: String? = nil, environment: [String: String] = [:], directory: String? = nil) throws {
+    /// Starts `skillbus ARGS…` (or `executable PREFIX… ARGS…`).
+    init(
+        _ arguments: [String], name: String? = nil, environment: [String: String] = [:], directory: String? = nil,
+        executable: String = skillbusBinary, prefix: [String] = []
+    ) throws {
         self.name = name ?? arguments.first ?? "skillbus"
         process = Process()
-        process.executableURL = URL(fileURLWithPath: skillbusBinary)
-        process.arguments = arguments
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = prefix + arguments
         var env = ProcessInfo.processInfo.environment
         env["SKILLBUS_COORDINATOR"] = nil
         env["SKILLBUS_FEED"] = nil
@@ -62,7 +68,9 @@ final class SkillbusProcess: Sendable {
             }
         }
         process.terminationHandler = { [weak self] _ in self?.terminated() }
-        try process.run()
+        // One spawn at a time: a child spawned while another's pipes are open would inherit them and hold
+        // them open, and the other's output would then never reach end of file.
+        try spawnLock.withLock { _ in try process.run() }
     }
 
     deinit {
@@ -103,14 +111,29 @@ final class SkillbusProcess: Sendable {
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Waits until both output pipes are closed, so `output` holds every line the process wrote.
-    func waitForOutputEnd() async {
-        await withCheckedContinuation { continuation in
-            let done = state.withLock { state -> Bool in
-                if state.closedStreams < 2 { state.drainWaiters.append(continuation) }
-                return state.closedStreams == 2
+    /// Waits until both output pipes are closed, so `output` holds every line the process wrote;
+    /// gives up after `timeout` (a pipe held open by someone else must not hang the test).
+    func waitForOutputEnd(timeout: Duration = .seconds(5)) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let done = self.state.withLock { state -> Bool in
+                        if state.closedStreams < 2 { state.drainWaiters.append(continuation) }
+                        return state.closedStreams == 2
+                    }
+                    if done { continuation.resume() }
+                }
             }
-            if done { continuation.resume() }
+            group.addTask {
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                let waiters = self.state.withLock { state in
+                    defer { state.drainWaiters = [] }
+                    return state.drainWaiters
+                }
+                for waiter in waiters { waiter.resume() }
+            }
+            await group.next()
+            group.cancelAll()
         }
     }
 

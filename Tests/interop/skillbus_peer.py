@@ -307,6 +307,8 @@ class Worker:
     # -- main loop -------------------------------------------------------------------------------
     def run(self) -> int:
         signal.set_wakeup_fd(self.wake_w.fileno(), warn_on_full_buffer=False)
+        # A parent may start us with these blocked (a thread pool's mask is inherited): unblock them.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: None)  # the byte on the wake-up pipe does the work
         try:

@@ -1,0 +1,51 @@
+import Foundation
+import Skillbus
+import Synchronization
+import Testing
+
+/// The Python peer in Tests/interop, written from docs/PROTOCOL.md alone, against the Swift processes.
+@Suite("A Python client and worker speak the protocol", .serialized, .timeLimit(.minutes(2)))
+struct InteropTests {
+    static let peerScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("interop/skillbus_peer.py").path
+
+    /// Runs `python3 skillbus_peer.py ARGS…`; returns the process so the caller can wait on it.
+    func python(_ arguments: [String], name: String) throws -> SkillbusProcess {
+        try SkillbusProcess(["-u", Self.peerScript] + arguments, name: name, executable: "/usr/bin/env", prefix: ["python3"])
+    }
+
+    @Test("Python and Swift clients and workers serve each other")
+    func bothWays() async throws {
+        let check = try SkillbusProcess(["-c", "import zmq"], name: "pyzmq check", executable: "/usr/bin/env", prefix: ["python3"])
+        try #require(try await check.waitForExit() == 0, "pyzmq is missing: python3 -m pip install pyzmq")
+
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("swifty", ["--skills", "echo"])
+        let worker = try python(["worker", "--coordinator", cluster.bus, "--name", "pyworker"], name: "python worker")
+        defer { worker.signal(SIGKILL) }
+        try await worker.waitForLine("python worker ready") { $0 == "python worker ready" }
+
+        // Python client → Swift worker.
+        let client = try python(["client", "--coordinator", cluster.bus, "echo", "text=hello", "--timeout", "10"], name: "python client")
+        #expect(try await client.waitForExit() == 0)
+        await client.waitForOutputEnd()
+        let reply = try JSONValue(parsing: client.output.first { $0.hasPrefix("{") } ?? "")
+        #expect(reply["status"] == "ok" && reply["agent"] == "swifty")
+        #expect(reply["result"]?["text"] == "hello")
+
+        // Swift client → Python worker: a result, and a failure.
+        let (code, reversed) = try await cluster.sendJSON(["py.reverse", "text=hello"])
+        #expect(code == 0)
+        #expect(reversed["agent"] == "pyworker" && reversed["result"]?["text"] == "olleh")
+        let (failCode, failed) = try await cluster.sendJSON(["py.fail"])
+        #expect(failCode == 1 && failed["error"]?["code"] == "skill_failed")
+        let (invalidCode, invalid) = try await cluster.sendJSON(["py.reverse", "txt=x"])
+        #expect(invalidCode == 2 && invalid["error"]?["code"] == "invalid_parameters")
+
+        // The Python worker leaves cleanly on SIGTERM and the bus notices at once.
+        worker.signal(SIGTERM)
+        #expect(try await worker.waitForExit() == 0)
+        try await cluster.coordinator.waitForLine("pyworker to leave") { $0.contains("agent 'pyworker' left: disconnected") }
+    }
+}
