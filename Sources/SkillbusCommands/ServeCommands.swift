@@ -8,7 +8,7 @@ public enum CoordinatorCommand: SkillbusCommand {
         name: "coordinator",
         abstract: "Run the coordinator: the bus that routes requests, and the feed.",
         discussion: """
-            Binds a ROUTER (the bus) for clients and workers and a PUB (the feed) for watchers, then serves
+            Binds a ROUTER (the bus) for clients and workers and an XPUB (the feed) for watchers, then serves
             until SIGINT or SIGTERM. Prints one line 'skillbus coordinator ready: bus=… feed=…' on standard
             output once both are bound (with real ports when an endpoint ends in ':*').
 
