@@ -96,6 +96,7 @@ private final class CoordinatorLoop {
         self.logger = logger
         self.maxMessageBytes = configuration.maxMessageBytes
         self.state = CoordinatorState(settings: configuration.stateSettings)
+        state.publishesRequestEvents = false  // until a watcher subscribes to them
         router = try ZMQSocket(context: context, type: .router)
         try router.setRouterMandatory(true)
         // libzmq's hard cap drops the connection; below it we answer message_too_large ourselves.
@@ -150,6 +151,10 @@ private final class CoordinatorLoop {
             guard let frame = message.first, let kind = frame.first else { continue }
             let prefix = Array(frame.dropFirst())
             if kind == 1 { subscriptions.insert(prefix) } else if kind == 0 { subscriptions.remove(prefix) }
+        }
+        let requestTopics = Array("request.".utf8)
+        state.publishesRequestEvents = subscriptions.contains { prefix in
+            requestTopics.starts(with: prefix) || prefix.starts(with: requestTopics)
         }
     }
 

@@ -35,6 +35,7 @@ public struct CoordinatorState: Sendable {
     public struct Worker: Sendable {
         public let peer: PeerID
         public let name: String
+        let nameFrame: [UInt8]
         public let capacity: Int
         public var heartbeatMs: Int
         public var skills: [String: SkillDescriptor]
@@ -45,9 +46,10 @@ public struct CoordinatorState: Sendable {
 
     struct Request: Sendable {
         let client: PeerID
-        let requestID: String
-        let roundID: String
-        let sessionID: String
+        // Kept as they came off the wire: they go out again in INVOKE and REPLY unchanged.
+        let requestID: [UInt8]
+        let roundID: [UInt8]
+        let sessionID: [UInt8]
         let skill: String
         let parameters: [UInt8]
         let accepted: UInt64
@@ -62,6 +64,9 @@ public struct CoordinatorState: Sendable {
     }
 
     public let settings: Settings
+    /// Whether to build `request.*` feed events. The coordinator clears it while no watcher subscribes to
+    /// them, so the hot path does not make events nobody reads.
+    public var publishesRequestEvents = true
     public private(set) var workers: [PeerID: Worker] = [:]
     private var peerByName: [String: PeerID] = [:]
     /// Skill identifier → providers in registration order.
@@ -91,8 +96,8 @@ public struct CoordinatorState: Sendable {
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
         let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
         let pending = Request(
-            client: client, requestID: request.requestID, roundID: request.roundID, sessionID: request.sessionID,
-            skill: request.skill, parameters: request.parameters, accepted: now,
+            client: client, requestID: request.requestIDFrame, roundID: request.roundIDFrame,
+            sessionID: request.sessionIDFrame, skill: request.skill, parameters: request.parameters, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000)
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
             let offered = providers.keys.sorted()
@@ -114,6 +119,7 @@ public struct CoordinatorState: Sendable {
         }
         waiting[request.skill, default: []].append(pending)
         waitingCount += 1
+        guard publishesRequestEvents else { return [] }
         return [
             .publish(
                 .requestQueued(
@@ -164,36 +170,40 @@ public struct CoordinatorState: Sendable {
         running[invocationID] = Running(request: request, worker: peer)
         let remainingMs = request.deadline > now ? Int((request.deadline - now) / 1_000_000) : 0
         let invocation = Invocation(
-            invocationID: invocationID, roundID: request.roundID, sessionID: request.sessionID, skill: request.skill,
+            invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,
             deadlineMs: max(1, remainingMs), parameters: request.parameters)
+        guard publishesRequestEvents else { return [.toWorker(peer, .invoke(invocation))] }
         return [
             .toWorker(peer, .invoke(invocation)),
             .publish(
                 .requestDispatched(
-                    round: request.roundID, request: request.requestID, skill: request.skill,
+                    round: request.roundText, request: request.requestText, skill: request.skill,
                     agent: workers[peer]!.name, invocation: invocationID)),
         ]
     }
 
     private func fail(_ request: Request, _ error: SkillbusError, agent: String, now: UInt64) -> [CoordinatorAction] {
-        reply(request, status: .error, agent: agent, payload: error.json.serialized(), now: now)
+        reply(request, status: .error, agent: Array(agent.utf8), payload: error.json.serialized(), now: now)
     }
 
     private func reply(
-        _ request: Request, status: ReplyStatus, agent: String, payload: [UInt8], now: UInt64
+        _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], now: UInt64
     ) -> [CoordinatorAction] {
         let micros = Int((now &- request.accepted) / 1000)
+        let answer = CoordinatorAction.toClient(
+            request.client,
+            .reply(
+                InvokeReply(
+                    frames: request.requestID, request.roundID, status: status, agent: agent, durationMicros: micros,
+                    payload: payload)))
+        guard publishesRequestEvents else { return [answer] }
         return [
-            .toClient(
-                request.client,
-                .reply(
-                    InvokeReply(
-                        requestID: request.requestID, roundID: request.roundID, status: status, agent: agent,
-                        durationMicros: micros, payload: payload))),
+            answer,
             .publish(
                 .requestDone(
-                    round: request.roundID, request: request.requestID, skill: request.skill, agent: agent,
-                    status: status, durationMicros: micros, payload: status == .error ? payload : [])),
+                    round: request.roundText, request: request.requestText, skill: request.skill,
+                    agent: String(decoding: agent, as: UTF8.self), status: status, durationMicros: micros,
+                    payload: status == .error ? payload : [])),
         ]
     }
 
@@ -228,7 +238,7 @@ public struct CoordinatorState: Sendable {
         workers[peer]!.inFlight -= 1
         var actions: [CoordinatorAction] = []
         if !entry.answered {
-            actions = reply(entry.request, status: status, agent: workers[peer]!.name, payload: payload, now: now)
+            actions = reply(entry.request, status: status, agent: workers[peer]!.nameFrame, payload: payload, now: now)
         }
         actions += dispatchWaiting(to: peer, now: now)
         return actions
@@ -302,7 +312,8 @@ public struct CoordinatorState: Sendable {
             }
         }
         workers[peer] = Worker(
-            peer: peer, name: name, capacity: capacity, heartbeatMs: heartbeatMs, skills: skills, lastHeard: now)
+            peer: peer, name: name, nameFrame: Array(name.utf8), capacity: capacity, heartbeatMs: heartbeatMs,
+            skills: skills, lastHeard: now)
         peerByName[name] = peer
         for identifier in skills.keys { providers[identifier, default: []].append(peer) }
         actions.append(
@@ -400,4 +411,9 @@ public struct CoordinatorState: Sendable {
     public var agentSummaries: [(name: String, skills: [String], capacity: Int, inFlight: Int)] {
         workers.values.sorted { $0.name < $1.name }.map { ($0.name, $0.skills.keys.sorted(), $0.capacity, $0.inFlight) }
     }
+}
+
+extension CoordinatorState.Request {
+    var requestText: String { String(decoding: requestID, as: UTF8.self) }
+    var roundText: String { String(decoding: roundID, as: UTF8.self) }
 }

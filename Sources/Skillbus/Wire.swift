@@ -35,6 +35,19 @@ public enum Wire {
         return text
     }
 
+    /// Frame `index`, checked to be UTF-8 but kept as bytes: ids the bus only passes along are never
+    /// turned into Strings and back on the hot path.
+    static func textFrame(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> [UInt8] {
+        guard index < message.count else {
+            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+        }
+        let frame = message[index]
+        guard frame.allSatisfy({ $0 < 0x80 }) || String(validating: frame, as: UTF8.self) != nil else {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) is not valid UTF-8")
+        }
+        return frame
+    }
+
     static func json(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> JSONValue {
         guard index < message.count else {
             throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
@@ -82,22 +95,45 @@ public enum ReplyStatus: String, Sendable {
 
 /// A client asks the bus to run one skill.
 public struct InvokeRequest: Sendable, Equatable {
-    public var requestID: String
-    public var roundID: String
-    public var sessionID: String
+    public var requestID: String {
+        get { String(decoding: requestIDFrame, as: UTF8.self) }
+        set { requestIDFrame = Array(newValue.utf8) }
+    }
+    public var roundID: String {
+        get { String(decoding: roundIDFrame, as: UTF8.self) }
+        set { roundIDFrame = Array(newValue.utf8) }
+    }
+    public var sessionID: String {
+        get { String(decoding: sessionIDFrame, as: UTF8.self) }
+        set { sessionIDFrame = Array(newValue.utf8) }
+    }
     public var skill: String
     /// Milliseconds the client will wait; nil takes the bus's default.
     public var timeoutMs: Int?
     /// The parameters, a JSON object, carried as bytes: the bus routes without parsing them.
     public var parameters: [UInt8]
+    // The ids as they travel; the bus copies them from REQUEST to INVOKE and REPLY untouched.
+    var requestIDFrame: [UInt8]
+    var roundIDFrame: [UInt8]
+    var sessionIDFrame: [UInt8]
 
     public init(
         requestID: String, roundID: String, sessionID: String = "", skill: String, timeoutMs: Int? = nil,
         parameters: [UInt8]
     ) {
-        self.requestID = requestID
-        self.roundID = roundID
-        self.sessionID = sessionID
+        self.requestIDFrame = Array(requestID.utf8)
+        self.roundIDFrame = Array(roundID.utf8)
+        self.sessionIDFrame = Array(sessionID.utf8)
+        self.skill = skill
+        self.timeoutMs = timeoutMs
+        self.parameters = parameters
+    }
+
+    init(frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], skill: String, timeoutMs: Int?,
+         parameters: [UInt8]) {
+        self.requestIDFrame = requestID
+        self.roundIDFrame = roundID
+        self.sessionIDFrame = sessionID
         self.skill = skill
         self.timeoutMs = timeoutMs
         self.parameters = parameters
@@ -113,8 +149,8 @@ public enum ClientMessage: Sendable, Equatable {
         switch self {
         case .invoke(let request):
             [
-                Wire.clientHeaderBytes, Wire.requestFrame, Array(request.requestID.utf8),
-                Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.skill.utf8),
+                Wire.clientHeaderBytes, Wire.requestFrame, request.requestIDFrame, request.roundIDFrame,
+                request.sessionIDFrame, Array(request.skill.utf8),
                 Array((request.timeoutMs.map(String.init) ?? "").utf8), request.parameters,
             ]
         case .listSkills(let requestID):
@@ -137,8 +173,8 @@ public enum ClientMessage: Sendable, Equatable {
             guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 5 (skill) is empty") }
             return .invoke(
                 InvokeRequest(
-                    requestID: try Wire.text(message, 2, "request id"), roundID: try Wire.text(message, 3, "round id"),
-                    sessionID: try Wire.text(message, 4, "session id"), skill: skill, timeoutMs: timeoutMs,
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    try Wire.textFrame(message, 4, "session id"), skill: skill, timeoutMs: timeoutMs,
                     parameters: message[7]))
         case "SKILLS":
             try Wire.expectFrames(message, 3, "SKILLS")
@@ -151,23 +187,44 @@ public enum ClientMessage: Sendable, Equatable {
 
 /// The bus's answer to one invocation.
 public struct InvokeReply: Sendable, Equatable {
-    public var requestID: String
-    public var roundID: String
+    public var requestID: String {
+        get { String(decoding: requestIDFrame, as: UTF8.self) }
+        set { requestIDFrame = Array(newValue.utf8) }
+    }
+    public var roundID: String {
+        get { String(decoding: roundIDFrame, as: UTF8.self) }
+        set { roundIDFrame = Array(newValue.utf8) }
+    }
     public var status: ReplyStatus
     /// The agent that ran it; empty when none did (unknown skill, busy, …).
-    public var agent: String
+    public var agent: String {
+        get { String(decoding: agentFrame, as: UTF8.self) }
+        set { agentFrame = Array(newValue.utf8) }
+    }
     public var durationMicros: Int
     /// `SkillResult` JSON when ok, `SkillbusError` JSON when error, as bytes.
     public var payload: [UInt8]
+    var requestIDFrame: [UInt8]
+    var roundIDFrame: [UInt8]
+    var agentFrame: [UInt8]
 
     public init(
         requestID: String, roundID: String, status: ReplyStatus, agent: String, durationMicros: Int,
         payload: [UInt8]
     ) {
-        self.requestID = requestID
-        self.roundID = roundID
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), status: status, agent: Array(agent.utf8),
+            durationMicros: durationMicros, payload: payload)
+    }
+
+    init(
+        frames requestID: [UInt8], _ roundID: [UInt8], status: ReplyStatus, agent: [UInt8], durationMicros: Int,
+        payload: [UInt8]
+    ) {
+        self.requestIDFrame = requestID
+        self.roundIDFrame = roundID
         self.status = status
-        self.agent = agent
+        self.agentFrame = agent
         self.durationMicros = durationMicros
         self.payload = payload
     }
@@ -184,9 +241,8 @@ public enum BusToClientMessage: Sendable, Equatable {
         switch self {
         case .reply(let reply):
             [
-                Wire.clientHeaderBytes, Wire.replyFrame, Array(reply.requestID.utf8), Array(reply.roundID.utf8),
-                reply.status.frame, Array(reply.agent.utf8), Array(String(reply.durationMicros).utf8),
-                reply.payload,
+                Wire.clientHeaderBytes, Wire.replyFrame, reply.requestIDFrame, reply.roundIDFrame, reply.status.frame,
+                reply.agentFrame, Array(String(reply.durationMicros).utf8), reply.payload,
             ]
         case .skills(let requestID, let catalog):
             [Wire.clientHeaderBytes, Wire.skillsFrame, Array(requestID.utf8), catalog.serialized()]
@@ -210,8 +266,8 @@ public enum BusToClientMessage: Sendable, Equatable {
             let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
             return .reply(
                 InvokeReply(
-                    requestID: try Wire.text(message, 2, "request id"), roundID: try Wire.text(message, 3, "round id"),
-                    status: status, agent: try Wire.text(message, 5, "agent"), durationMicros: micros,
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    status: status, agent: try Wire.textFrame(message, 5, "agent"), durationMicros: micros,
                     payload: message[7]))
         case "SKILLS":
             try Wire.expectFrames(message, 4, "SKILLS")
@@ -346,19 +402,36 @@ public enum WorkerMessage: Sendable, Equatable {
 /// The bus asks a worker to run one skill.
 public struct Invocation: Sendable, Equatable {
     public var invocationID: String
-    public var roundID: String
-    public var sessionID: String
+    public var roundID: String {
+        get { String(decoding: roundIDFrame, as: UTF8.self) }
+        set { roundIDFrame = Array(newValue.utf8) }
+    }
+    public var sessionID: String {
+        get { String(decoding: sessionIDFrame, as: UTF8.self) }
+        set { sessionIDFrame = Array(newValue.utf8) }
+    }
     public var skill: String
     /// Milliseconds left until the deadline when the bus sent it.
     public var deadlineMs: Int
     public var parameters: [UInt8]
+    var roundIDFrame: [UInt8]
+    var sessionIDFrame: [UInt8]
 
     public init(
         invocationID: String, roundID: String, sessionID: String, skill: String, deadlineMs: Int, parameters: [UInt8]
     ) {
+        self.init(
+            invocationID: invocationID, frames: Array(roundID.utf8), Array(sessionID.utf8), skill: skill,
+            deadlineMs: deadlineMs, parameters: parameters)
+    }
+
+    init(
+        invocationID: String, frames roundID: [UInt8], _ sessionID: [UInt8], skill: String, deadlineMs: Int,
+        parameters: [UInt8]
+    ) {
         self.invocationID = invocationID
-        self.roundID = roundID
-        self.sessionID = sessionID
+        self.roundIDFrame = roundID
+        self.sessionIDFrame = sessionID
         self.skill = skill
         self.deadlineMs = deadlineMs
         self.parameters = parameters
@@ -378,9 +451,9 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         case .welcome(let body): [Wire.workerHeaderBytes, Wire.welcomeFrame, body.serialized()]
         case .invoke(let invocation):
             [
-                Wire.workerHeaderBytes, Wire.invokeFrame, Array(invocation.invocationID.utf8),
-                Array(invocation.roundID.utf8), Array(invocation.sessionID.utf8), Array(invocation.skill.utf8),
-                Array(String(invocation.deadlineMs).utf8), invocation.parameters,
+                Wire.workerHeaderBytes, Wire.invokeFrame, Array(invocation.invocationID.utf8), invocation.roundIDFrame,
+                invocation.sessionIDFrame, Array(invocation.skill.utf8), Array(String(invocation.deadlineMs).utf8),
+                invocation.parameters,
             ]
         case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.cancelFrame, Array(invocationID.utf8)]
         case .heartbeat: [Wire.workerHeaderBytes, Wire.heartbeatFrame]
@@ -403,7 +476,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             return .invoke(
                 Invocation(
                     invocationID: try Wire.text(message, 2, "invocation id"),
-                    roundID: try Wire.text(message, 3, "round id"), sessionID: try Wire.text(message, 4, "session id"),
+                    frames: try Wire.textFrame(message, 3, "round id"), try Wire.textFrame(message, 4, "session id"),
                     skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
         case "CANCEL":
             try Wire.expectFrames(message, 3, "CANCEL")
