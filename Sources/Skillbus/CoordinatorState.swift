@@ -96,8 +96,8 @@ public struct CoordinatorState: Sendable {
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
         let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
         let pending = Request(
-            client: client, requestID: request.requestIDFrame, roundID: request.roundIDFrame,
-            sessionID: request.sessionIDFrame, skill: request.skill, parameters: request.parameters, accepted: now,
+            client: client, requestID: request.$requestID, roundID: request.$roundID,
+            sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000)
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
             let offered = providers.keys.sorted()

@@ -82,6 +82,21 @@ public enum Wire {
     }
 }
 
+/// A text field kept as the bytes it travels in: the bus copies ids from one message to the next without
+/// turning them into Strings and back. Read and written as a String; the bytes are `$name`.
+@propertyWrapper
+public struct WireText: Sendable, Equatable {
+    public var projectedValue: [UInt8]
+
+    public init(wrappedValue: String) { projectedValue = Array(wrappedValue.utf8) }
+    init(bytes: [UInt8]) { projectedValue = bytes }
+
+    public var wrappedValue: String {
+        get { String(decoding: projectedValue, as: UTF8.self) }
+        set { projectedValue = Array(newValue.utf8) }
+    }
+}
+
 /// How an invocation ended, as the wire spells it.
 public enum ReplyStatus: String, Sendable {
     case ok, error
@@ -95,35 +110,22 @@ public enum ReplyStatus: String, Sendable {
 
 /// A client asks the bus to run one skill.
 public struct InvokeRequest: Sendable, Equatable {
-    public var requestID: String {
-        get { String(decoding: requestIDFrame, as: UTF8.self) }
-        set { requestIDFrame = Array(newValue.utf8) }
-    }
-    public var roundID: String {
-        get { String(decoding: roundIDFrame, as: UTF8.self) }
-        set { roundIDFrame = Array(newValue.utf8) }
-    }
-    public var sessionID: String {
-        get { String(decoding: sessionIDFrame, as: UTF8.self) }
-        set { sessionIDFrame = Array(newValue.utf8) }
-    }
+    @WireText public var requestID: String
+    @WireText public var roundID: String
+    @WireText public var sessionID: String
     public var skill: String
     /// Milliseconds the client will wait; nil takes the bus's default.
     public var timeoutMs: Int?
     /// The parameters, a JSON object, carried as bytes: the bus routes without parsing them.
     public var parameters: [UInt8]
-    // The ids as they travel; the bus copies them from REQUEST to INVOKE and REPLY untouched.
-    var requestIDFrame: [UInt8]
-    var roundIDFrame: [UInt8]
-    var sessionIDFrame: [UInt8]
 
     public init(
         requestID: String, roundID: String, sessionID: String = "", skill: String, timeoutMs: Int? = nil,
         parameters: [UInt8]
     ) {
-        self.requestIDFrame = Array(requestID.utf8)
-        self.roundIDFrame = Array(roundID.utf8)
-        self.sessionIDFrame = Array(sessionID.utf8)
+        self._requestID = WireText(wrappedValue: requestID)
+        self._roundID = WireText(wrappedValue: roundID)
+        self._sessionID = WireText(wrappedValue: sessionID)
         self.skill = skill
         self.timeoutMs = timeoutMs
         self.parameters = parameters
@@ -131,9 +133,9 @@ public struct InvokeRequest: Sendable, Equatable {
 
     init(frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], skill: String, timeoutMs: Int?,
          parameters: [UInt8]) {
-        self.requestIDFrame = requestID
-        self.roundIDFrame = roundID
-        self.sessionIDFrame = sessionID
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
+        self._sessionID = WireText(bytes: sessionID)
         self.skill = skill
         self.timeoutMs = timeoutMs
         self.parameters = parameters
@@ -149,8 +151,8 @@ public enum ClientMessage: Sendable, Equatable {
         switch self {
         case .invoke(let request):
             [
-                Wire.clientHeaderBytes, Wire.requestFrame, request.requestIDFrame, request.roundIDFrame,
-                request.sessionIDFrame, Array(request.skill.utf8),
+                Wire.clientHeaderBytes, Wire.requestFrame, request.$requestID, request.$roundID,
+                request.$sessionID, Array(request.skill.utf8),
                 Array((request.timeoutMs.map(String.init) ?? "").utf8), request.parameters,
             ]
         case .listSkills(let requestID):
@@ -187,26 +189,14 @@ public enum ClientMessage: Sendable, Equatable {
 
 /// The bus's answer to one invocation.
 public struct InvokeReply: Sendable, Equatable {
-    public var requestID: String {
-        get { String(decoding: requestIDFrame, as: UTF8.self) }
-        set { requestIDFrame = Array(newValue.utf8) }
-    }
-    public var roundID: String {
-        get { String(decoding: roundIDFrame, as: UTF8.self) }
-        set { roundIDFrame = Array(newValue.utf8) }
-    }
+    @WireText public var requestID: String
+    @WireText public var roundID: String
     public var status: ReplyStatus
     /// The agent that ran it; empty when none did (unknown skill, busy, …).
-    public var agent: String {
-        get { String(decoding: agentFrame, as: UTF8.self) }
-        set { agentFrame = Array(newValue.utf8) }
-    }
+    @WireText public var agent: String
     public var durationMicros: Int
     /// `SkillResult` JSON when ok, `SkillbusError` JSON when error, as bytes.
     public var payload: [UInt8]
-    var requestIDFrame: [UInt8]
-    var roundIDFrame: [UInt8]
-    var agentFrame: [UInt8]
 
     public init(
         requestID: String, roundID: String, status: ReplyStatus, agent: String, durationMicros: Int,
@@ -221,10 +211,10 @@ public struct InvokeReply: Sendable, Equatable {
         frames requestID: [UInt8], _ roundID: [UInt8], status: ReplyStatus, agent: [UInt8], durationMicros: Int,
         payload: [UInt8]
     ) {
-        self.requestIDFrame = requestID
-        self.roundIDFrame = roundID
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
         self.status = status
-        self.agentFrame = agent
+        self._agent = WireText(bytes: agent)
         self.durationMicros = durationMicros
         self.payload = payload
     }
@@ -241,8 +231,8 @@ public enum BusToClientMessage: Sendable, Equatable {
         switch self {
         case .reply(let reply):
             [
-                Wire.clientHeaderBytes, Wire.replyFrame, reply.requestIDFrame, reply.roundIDFrame, reply.status.frame,
-                reply.agentFrame, Array(String(reply.durationMicros).utf8), reply.payload,
+                Wire.clientHeaderBytes, Wire.replyFrame, reply.$requestID, reply.$roundID, reply.status.frame,
+                reply.$agent, Array(String(reply.durationMicros).utf8), reply.payload,
             ]
         case .skills(let requestID, let catalog):
             [Wire.clientHeaderBytes, Wire.skillsFrame, Array(requestID.utf8), catalog.serialized()]
@@ -402,20 +392,12 @@ public enum WorkerMessage: Sendable, Equatable {
 /// The bus asks a worker to run one skill.
 public struct Invocation: Sendable, Equatable {
     public var invocationID: String
-    public var roundID: String {
-        get { String(decoding: roundIDFrame, as: UTF8.self) }
-        set { roundIDFrame = Array(newValue.utf8) }
-    }
-    public var sessionID: String {
-        get { String(decoding: sessionIDFrame, as: UTF8.self) }
-        set { sessionIDFrame = Array(newValue.utf8) }
-    }
+    @WireText public var roundID: String
+    @WireText public var sessionID: String
     public var skill: String
     /// Milliseconds left until the deadline when the bus sent it.
     public var deadlineMs: Int
     public var parameters: [UInt8]
-    var roundIDFrame: [UInt8]
-    var sessionIDFrame: [UInt8]
 
     public init(
         invocationID: String, roundID: String, sessionID: String, skill: String, deadlineMs: Int, parameters: [UInt8]
@@ -430,8 +412,8 @@ public struct Invocation: Sendable, Equatable {
         parameters: [UInt8]
     ) {
         self.invocationID = invocationID
-        self.roundIDFrame = roundID
-        self.sessionIDFrame = sessionID
+        self._roundID = WireText(bytes: roundID)
+        self._sessionID = WireText(bytes: sessionID)
         self.skill = skill
         self.deadlineMs = deadlineMs
         self.parameters = parameters
@@ -451,8 +433,8 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         case .welcome(let body): [Wire.workerHeaderBytes, Wire.welcomeFrame, body.serialized()]
         case .invoke(let invocation):
             [
-                Wire.workerHeaderBytes, Wire.invokeFrame, Array(invocation.invocationID.utf8), invocation.roundIDFrame,
-                invocation.sessionIDFrame, Array(invocation.skill.utf8), Array(String(invocation.deadlineMs).utf8),
+                Wire.workerHeaderBytes, Wire.invokeFrame, Array(invocation.invocationID.utf8), invocation.$roundID,
+                invocation.$sessionID, Array(invocation.skill.utf8), Array(String(invocation.deadlineMs).utf8),
                 invocation.parameters,
             ]
         case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.cancelFrame, Array(invocationID.utf8)]

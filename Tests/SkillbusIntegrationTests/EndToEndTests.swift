@@ -65,6 +65,25 @@ struct EndToEndTests {
         #expect(againCode == 0 && again["result"]?["text"] == "still here")
     }
 
+    @Test("SKILLBUS_COORDINATOR replaces the default endpoint, and a flag beats it")
+    func environment() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        let (code, output) = try await runSkillbus(
+            ["send", "echo", "text=from the environment"], environment: ["SKILLBUS_COORDINATOR": cluster.bus])
+        #expect(code == 0)
+        #expect(output.contains("from the environment"))
+        let (flagCode, _) = try await runSkillbus(
+            ["send", "echo", "text=x", "--coordinator", cluster.bus],
+            environment: ["SKILLBUS_COORDINATOR": "tcp://127.0.0.1:1"])
+        #expect(flagCode == 0)
+        let (badCode, badOutput) = try await runSkillbus(
+            ["send", "echo", "text=x"], environment: ["SKILLBUS_COORDINATOR": "localhost:5555"])
+        #expect(badCode == 2)
+        #expect(badOutput.contains { $0.contains("SKILLBUS_COORDINATOR") })
+    }
+
     @Test("an unreachable coordinator gives exit code 3 within the timeout")
     func unreachable() async throws {
         let (code, output) = try await runSkillbus([
