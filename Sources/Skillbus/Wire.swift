@@ -74,6 +74,29 @@ public enum Wire {
     /// The longest timeout or deadline the wire accepts: one day, in milliseconds.
     public static let maxTimeoutMs = 86_400_000
 
+    /// The command frames of v1, looked up by their bytes: no String is made for a message's command.
+    enum Command: String, CaseIterable {
+        case request = "REQUEST", skills = "SKILLS", reply = "REPLY", error = "ERROR", ready = "READY"
+        case result = "RESULT", state = "STATE", heartbeat = "HEARTBEAT", disconnect = "DISCONNECT"
+        case welcome = "WELCOME", invoke = "INVOKE", cancel = "CANCEL"
+
+        static let byFrame = Dictionary(uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
+    }
+
+    /// Frame 1 as one of the `expected` commands, or an error naming what was there and what is expected.
+    static func command(_ message: Multipart, role: String, expected: [Command]) throws(SkillbusError) -> Command {
+        guard message.count > 1 else { throw SkillbusError(.malformedMessage, "missing frame 1 (command)") }
+        if let command = Command.byFrame[message[1]], expected.contains(command) { return command }
+        throw unknownCommand(message, role: role, expected: expected)
+    }
+
+    static func unknownCommand(_ message: Multipart, role: String, expected: [Command]) -> SkillbusError {
+        let names = expected.map(\.rawValue)
+        let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names[0]
+        let shown = String(decoding: message[1].prefix(32), as: UTF8.self)
+        return SkillbusError(.malformedMessage, "unknown \(role) command '\(shown)' (expected \(list))")
+    }
+
     static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
         guard message.count == count else {
             throw SkillbusError(
@@ -104,6 +127,17 @@ public enum ReplyStatus: String, Sendable {
     static let okFrame = Array("ok".utf8)
     static let errorFrame = Array("error".utf8)
     var frame: [UInt8] { self == .ok ? Self.okFrame : Self.errorFrame }
+
+    init(frame message: Multipart, _ index: Int) throws(SkillbusError) {
+        if message[index] == Self.okFrame {
+            self = .ok
+        } else if message[index] == Self.errorFrame {
+            self = .error
+        } else {
+            let shown = String(decoding: message[index].prefix(32), as: UTF8.self)
+            throw SkillbusError(.malformedMessage, "frame \(index) (status) must be ok or error, got '\(shown)'")
+        }
+    }
 }
 
 // MARK: - Client ⇄ bus
@@ -144,6 +178,9 @@ public struct InvokeRequest: Sendable, Equatable {
 
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.request, .skills]
+
     case invoke(InvokeRequest)
     case listSkills(requestID: String)
 
@@ -162,9 +199,8 @@ public enum ClientMessage: Sendable, Equatable {
 
     /// Decodes a message whose header frame (frame 0) was already checked to be `SKB1C`.
     public static func decode(_ message: Multipart) throws(SkillbusError) -> ClientMessage {
-        let command = try Wire.text(message, 1, "command")
-        switch command {
-        case "REQUEST":
+        switch try Wire.command(message, role: "client", expected: commands) {
+        case .request:
             try Wire.expectFrames(message, 8, "REQUEST")
             var timeoutMs: Int?
             if !message[6].isEmpty {
@@ -178,11 +214,11 @@ public enum ClientMessage: Sendable, Equatable {
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
                     try Wire.textFrame(message, 4, "session id"), skill: skill, timeoutMs: timeoutMs,
                     parameters: message[7]))
-        case "SKILLS":
+        case .skills:
             try Wire.expectFrames(message, 3, "SKILLS")
             return .listSkills(requestID: try Wire.text(message, 2, "request id"))
         default:
-            throw SkillbusError(.malformedMessage, "unknown client command '\(command)' (expected REQUEST or SKILLS)")
+            throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
     }
 }
@@ -222,6 +258,9 @@ public struct InvokeReply: Sendable, Equatable {
 
 /// Messages the bus sends to a client.
 public enum BusToClientMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.reply, .skills, .error]
+
     case reply(InvokeReply)
     case skills(requestID: String, catalog: JSONValue)
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
@@ -245,30 +284,26 @@ public enum BusToClientMessage: Sendable, Equatable {
         guard message.first == Wire.clientHeaderBytes else {
             throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.clientHeader)")
         }
-        let command = try Wire.text(message, 1, "command")
-        switch command {
-        case "REPLY":
+        switch try Wire.command(message, role: "bus", expected: commands) {
+        case .reply:
             try Wire.expectFrames(message, 8, "REPLY")
-            let statusText = try Wire.text(message, 4, "status")
-            guard let status = ReplyStatus(rawValue: statusText) else {
-                throw SkillbusError(.malformedMessage, "frame 4 (status) must be ok or error, got '\(statusText)'")
-            }
+            let status = try ReplyStatus(frame: message, 4)
             let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
             return .reply(
                 InvokeReply(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
                     status: status, agent: try Wire.textFrame(message, 5, "agent"), durationMicros: micros,
                     payload: message[7]))
-        case "SKILLS":
+        case .skills:
             try Wire.expectFrames(message, 4, "SKILLS")
             return .skills(requestID: try Wire.text(message, 2, "request id"), catalog: try Wire.json(message, 3, "catalog"))
-        case "ERROR":
+        case .error:
             try Wire.expectFrames(message, 4, "ERROR")
             return .error(
                 requestID: try Wire.text(message, 2, "request id"),
                 SkillbusError(json: try Wire.json(message, 3, "error")))
         default:
-            throw SkillbusError(.malformedMessage, "unknown bus command '\(command)'")
+            throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }
     }
 }
@@ -341,6 +376,9 @@ public enum AgentState: Sendable, Equatable {
 
 /// Messages a worker sends to the bus.
 public enum WorkerMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect]
+
     case ready(JSONValue)
     case result(invocationID: String, status: ReplyStatus, payload: [UInt8])
     case state(AgentState)
@@ -360,31 +398,25 @@ public enum WorkerMessage: Sendable, Equatable {
 
     /// Decodes a message whose header frame was already checked to be `SKB1W`.
     public static func decode(_ message: Multipart) throws(SkillbusError) -> WorkerMessage {
-        let command = try Wire.text(message, 1, "command")
-        switch command {
-        case "READY":
+        switch try Wire.command(message, role: "worker", expected: commands) {
+        case .ready:
             try Wire.expectFrames(message, 3, "READY")
             return .ready(try Wire.json(message, 2, "registration"))
-        case "RESULT":
+        case .result:
             try Wire.expectFrames(message, 5, "RESULT")
-            let statusText = try Wire.text(message, 3, "status")
-            guard let status = ReplyStatus(rawValue: statusText) else {
-                throw SkillbusError(.malformedMessage, "frame 3 (status) must be ok or error, got '\(statusText)'")
-            }
+            let status = try ReplyStatus(frame: message, 3)
             return .result(invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
-        case "STATE":
+        case .state:
             try Wire.expectFrames(message, 3, "STATE")
             return .state(try AgentState(json: try Wire.json(message, 2, "state")))
-        case "HEARTBEAT":
+        case .heartbeat:
             try Wire.expectFrames(message, 2, "HEARTBEAT")
             return .heartbeat
-        case "DISCONNECT":
+        case .disconnect:
             try Wire.expectFrames(message, 2, "DISCONNECT")
             return .disconnect
         default:
-            throw SkillbusError(
-                .malformedMessage,
-                "unknown worker command '\(command)' (expected READY, RESULT, STATE, HEARTBEAT or DISCONNECT)")
+            throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
     }
 }
@@ -422,6 +454,9 @@ public struct Invocation: Sendable, Equatable {
 
 /// Messages the bus sends to a worker.
 public enum BusToWorkerMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error]
+
     case welcome(JSONValue)
     case invoke(Invocation)
     case cancel(invocationID: String)
@@ -447,12 +482,11 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         guard message.first == Wire.workerHeaderBytes else {
             throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.workerHeader)")
         }
-        let command = try Wire.text(message, 1, "command")
-        switch command {
-        case "WELCOME":
+        switch try Wire.command(message, role: "bus", expected: commands) {
+        case .welcome:
             try Wire.expectFrames(message, 3, "WELCOME")
             return .welcome(try Wire.json(message, 2, "welcome"))
-        case "INVOKE":
+        case .invoke:
             try Wire.expectFrames(message, 8, "INVOKE")
             let deadline = try Wire.decimal(message, 6, "deadline", maximum: Wire.maxTimeoutMs)
             return .invoke(
@@ -460,17 +494,17 @@ public enum BusToWorkerMessage: Sendable, Equatable {
                     invocationID: try Wire.text(message, 2, "invocation id"),
                     frames: try Wire.textFrame(message, 3, "round id"), try Wire.textFrame(message, 4, "session id"),
                     skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
-        case "CANCEL":
+        case .cancel:
             try Wire.expectFrames(message, 3, "CANCEL")
             return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
-        case "HEARTBEAT":
+        case .heartbeat:
             try Wire.expectFrames(message, 2, "HEARTBEAT")
             return .heartbeat
-        case "ERROR":
+        case .error:
             try Wire.expectFrames(message, 3, "ERROR")
             return .error(SkillbusError(json: try Wire.json(message, 2, "error")))
         default:
-            throw SkillbusError(.malformedMessage, "unknown bus command '\(command)'")
+            throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }
     }
 }
