@@ -222,7 +222,7 @@ public final class AgentWorker: Sendable {
             do {
                 let result = try await skill.execute(parameters: parameters, context: context)
                 status = .ok
-                payload = result.json.serialized()
+                payload = result.serialized()
             } catch let error as SkillbusError {
                 failure = error.message
                 throw error

@@ -58,8 +58,9 @@ public struct ParameterSchema: Sendable, Equatable {
                 result[field.name] = defaultValue
             }
         }
-        let known = Set(fields.map(\.name))
-        for name in parameters.keys.sorted() where !known.contains(name) {
+        // Fields are few: a linear look-up beats building a set on every call.
+        let unknown = parameters.keys.filter { name in !fields.contains { $0.name == name } }
+        for name in unknown.sorted() {
             let expected = fields.isEmpty ? "none" : fields.map(\.name).joined(separator: ", ")
             problems.append("unknown parameter '\(name)' (expected: \(expected))")
         }

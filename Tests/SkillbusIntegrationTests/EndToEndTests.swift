@@ -145,6 +145,16 @@ struct EndToEndTests {
         #expect(after["error"]?["code"] == "unknown_skill")
     }
 
+    @Test("a worker stopped with SIGTERM says goodbye: it leaves at once, not after missed heartbeats")
+    func workerLeavesCleanly() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let worker = try await cluster.startWorker("polite", ["--skills", "echo"])
+        worker.signal(SIGTERM)
+        #expect(try await worker.waitForExit() == 0)
+        try await cluster.coordinator.waitForLine("polite to leave") { $0.contains("agent 'polite' left: disconnected") }
+    }
+
     @Test("the feed shows agents joining, their states and request events")
     func feedShowsStates() async throws {
         let cluster = try await TestCluster()

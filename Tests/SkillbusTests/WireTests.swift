@@ -96,7 +96,11 @@ struct WireTests {
             .text("hi"), .json(["a": [1, 2]]),
             .attachment(.init(name: "a.bin", mediaType: "application/octet-stream", bytes: [0, 1, 255])),
         ]
-        for result in results { #expect(try SkillResult(json: result.json) == result) }
+        for result in results {
+            #expect(try SkillResult(json: result.json) == result)
+            #expect(result.serialized() == result.json.serialized())
+        }
+        #expect(SkillResult.text("say \"hi\"\n").serialized() == SkillResult.text("say \"hi\"\n").json.serialized())
         #expect(throws: SkillbusError.self) { try SkillResult(json: ["type": "video"]) }
     }
 }
