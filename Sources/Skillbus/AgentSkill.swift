@@ -93,7 +93,8 @@ public enum SkillResult: Sendable, Equatable {
         default:
             break
         }
-        throw SkillbusError(.malformedMessage, "a result must be {type: text|json|attachment, …}; got \(json.jsonString)")
+        throw SkillbusError(
+            .malformedMessage, "a result must be {type: text|json|attachment, …}; got \(json.jsonString)")
     }
 
     /// The result for people: text as is, JSON indented, an attachment as its name, type and size.

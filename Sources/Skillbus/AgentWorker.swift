@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
-import Synchronization
 import SkillbusZMQ
+import Synchronization
 
 /// An agent: connects a DEALER to the coordinator's bus, registers its skills, runs up to `capacity`
 /// invocations at once as Swift tasks, reports its state, and heartbeats. Losing the coordinator is
@@ -117,13 +117,15 @@ public final class AgentWorker: Sendable {
         await stop()
     }
 
-    /// Cancels running invocations, tells the coordinator we leave, and closes the socket.
+    /// Cancels running invocations, tells the coordinator we leave, and closes the socket. Only the first
+    /// call does anything.
     public func stop() async {
-        let tasks = state.withLock { state -> [Task<Void, Never>] in
-            guard !state.stopping else { return [] }
+        let tasks = state.withLock { state -> [Task<Void, Never>]? in
+            guard !state.stopping else { return nil }
             state.stopping = true
             return Array(state.running.values)
         }
+        guard let tasks else { return }
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
         socket.send(WorkerMessage.disconnect.encoded())

@@ -29,9 +29,11 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     init(reading object: ConfigObject) throws(SkillbusError) {
         bus = try object.endpoint("bus") ?? bus
         feed = try object.endpoint("feed") ?? feed
-        heartbeatMs = try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
+        heartbeatMs =
+            try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
         missedHeartbeats = try object.int("missedHeartbeats", minimum: 1, maximum: 100) ?? missedHeartbeats
-        defaultTimeoutMs = try object.int("defaultTimeoutMs", minimum: 1, maximum: Wire.maxTimeoutMs) ?? defaultTimeoutMs
+        defaultTimeoutMs =
+            try object.int("defaultTimeoutMs", minimum: 1, maximum: Wire.maxTimeoutMs) ?? defaultTimeoutMs
         queueLimit = try object.int("queueLimit", minimum: 0) ?? queueLimit
         maxMessageBytes = try object.int("maxMessageBytes", minimum: 256, maximum: 1 << 30) ?? maxMessageBytes
     }
@@ -67,7 +69,8 @@ public struct WorkerConfiguration: Sendable, Equatable {
         skills = try object.stringArray("skills") ?? skills
         capacity = try object.int("capacity", minimum: 1, maximum: 100_000) ?? capacity
         sandbox = try object.string("sandbox") ?? sandbox
-        heartbeatMs = try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
+        heartbeatMs =
+            try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
         maxMessageBytes = try object.int("maxMessageBytes", minimum: 256, maximum: 1 << 30) ?? maxMessageBytes
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
@@ -131,7 +134,9 @@ struct ConfigObject {
             throw SkillbusError(.invalidConfiguration, "\(file): the top level must be a JSON object")
         }
         let root = ConfigObject(file: file, path: "", values: values)
-        guard let version = values["version"] else { throw root.error("version", "missing; this build reads version 1") }
+        guard let version = values["version"] else {
+            throw root.error("version", "missing; this build reads version 1")
+        }
         guard version.intValue == 1 else {
             throw root.error("version", "unsupported version \(version.jsonString); this build reads version 1")
         }
@@ -174,10 +179,14 @@ struct ConfigObject {
 
     func stringArray(_ key: String) throws(SkillbusError) -> [String]? {
         guard let value = values[key] else { return nil }
-        guard let array = value.arrayValue else { throw error(key, "expected an array of strings, got \(value.typeName)") }
+        guard let array = value.arrayValue else {
+            throw error(key, "expected an array of strings, got \(value.typeName)")
+        }
         var strings: [String] = []
         for (index, item) in array.enumerated() {
-            guard let text = item.stringValue else { throw error("\(key)[\(index)]", "expected a string, got \(item.typeName)") }
+            guard let text = item.stringValue else {
+                throw error("\(key)[\(index)]", "expected a string, got \(item.typeName)")
+            }
             strings.append(text)
         }
         return strings

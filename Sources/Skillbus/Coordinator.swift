@@ -1,7 +1,7 @@
 import Dispatch
 import Foundation
-import Synchronization
 import SkillbusZMQ
+import Synchronization
 
 /// The coordinator process: binds the ROUTER "bus" and the XPUB "feed", and runs `CoordinatorState`
 /// on one thread that owns both sockets. Nothing on the hot path leaves that thread.
@@ -169,7 +169,8 @@ private final class CoordinatorLoop {
         if size > maxMessageBytes {
             return refuse(
                 peer, body,
-                SkillbusError(.messageTooLarge, "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes"))
+                SkillbusError(
+                    .messageTooLarge, "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes"))
         }
         do throws(SkillbusError) {
             if header == Wire.clientHeaderBytes {
@@ -199,7 +200,8 @@ private final class CoordinatorLoop {
         logger.warning("refused a message from peer \(hex(peer)): \(error)")
         let header = body.first ?? []
         // Another version of the worker protocol (SKB2W, say) is answered as a worker would expect.
-        let speaksWorker = header.count == 5 && header.starts(with: Array("SKB".utf8)) && header.last == UInt8(ascii: "W")
+        let speaksWorker =
+            header.count == 5 && header.starts(with: Array("SKB".utf8)) && header.last == UInt8(ascii: "W")
         if speaksWorker {
             send(to: peer, BusToWorkerMessage.error(error).encoded())
         } else {

@@ -93,7 +93,8 @@ public struct CoordinatorState: Sendable {
 
     // MARK: Clients
 
-    public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
+    public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
+    {
         let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
         let pending = Request(
             client: client, requestID: request.$requestID, roundID: request.$roundID,
@@ -101,7 +102,8 @@ public struct CoordinatorState: Sendable {
             deadline: now &+ UInt64(timeoutMs) * 1_000_000)
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
             let offered = providers.keys.sorted()
-            let list = offered.isEmpty ? "no skills are offered right now" : "offered: " + offered.joined(separator: ", ")
+            let list =
+                offered.isEmpty ? "no skills are offered right now" : "offered: " + offered.joined(separator: ", ")
             let error = SkillbusError(
                 .unknownSkill, "no agent offers skill '\(request.skill)'; \(list)",
                 details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
@@ -269,7 +271,8 @@ public struct CoordinatorState: Sendable {
             [.toWorker(peer, .error(error)), .publish(.registrationRefused(agent: name, error: error))]
         }
         guard SkillDescriptor.isValidIdentifier(name) else {
-            return refuse(SkillbusError(.invalidRegistration, "agent name '\(name)' is invalid: use 1-128 of a-z A-Z 0-9 . _ -"))
+            return refuse(
+                SkillbusError(.invalidRegistration, "agent name '\(name)' is invalid: use 1-128 of a-z A-Z 0-9 . _ -"))
         }
         guard let capacity = body["capacity"]?.intValue, (1...100_000).contains(capacity) else {
             return refuse(
@@ -281,7 +284,8 @@ public struct CoordinatorState: Sendable {
                 return refuse(
                     SkillbusError(
                         .invalidRegistration,
-                        "agent '\(name)': 'heartbeatMs' must be an integer from 10 to \(CoordinatorState.maxHeartbeatMs)"))
+                        "agent '\(name)': 'heartbeatMs' must be an integer from 10 to \(CoordinatorState.maxHeartbeatMs)"
+                    ))
             }
             heartbeatMs = ms
         }
@@ -375,7 +379,8 @@ public struct CoordinatorState: Sendable {
             lastHeartbeatSent = now
             for peer in workers.keys { actions.append(.toWorker(peer, .heartbeat)) }
         }
-        for (invocationID, entry) in running where entry.answered && entry.request.deadline &+ Self.abandonAfterNanos <= now {
+        for (invocationID, entry) in running
+        where entry.answered && entry.request.deadline &+ Self.abandonAfterNanos <= now {
             running[invocationID] = nil
             guard workers[entry.worker] != nil else { continue }
             workers[entry.worker]!.inFlight -= 1
@@ -405,11 +410,6 @@ public struct CoordinatorState: Sendable {
             }
         }
         return actions
-    }
-
-    /// Agents as `skillbus agents` and tests see them.
-    public var agentSummaries: [(name: String, skills: [String], capacity: Int, inFlight: Int)] {
-        workers.values.sorted { $0.name < $1.name }.map { ($0.name, $0.skills.keys.sorted(), $0.capacity, $0.inFlight) }
     }
 }
 

@@ -135,7 +135,8 @@ extension JSONValue {
         let inner = indent + "  "
         switch self {
         case .array(let values) where !values.isEmpty:
-            return "[\n" + values.map { inner + $0.prettyString(indent: inner) }.joined(separator: ",\n") + "\n\(indent)]"
+            return "[\n" + values.map { inner + $0.prettyString(indent: inner) }.joined(separator: ",\n")
+                + "\n\(indent)]"
         case .object(let object) where !object.isEmpty:
             let lines = object.keys.sorted().map { key in
                 inner + JSONValue.string(key).jsonString + ": " + object[key]!.prettyString(indent: inner)
@@ -190,8 +191,9 @@ private struct JSONParser {
     }
 
     mutating func skipWhitespace() {
-        while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D
-            || bytes[index] == 0x09
+        while index < bytes.count,
+            bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D
+                || bytes[index] == 0x09
         {
             index += 1
         }
@@ -203,9 +205,15 @@ private struct JSONParser {
         case UInt8(ascii: "{"): return try parseObject()
         case UInt8(ascii: "["): return try parseArray()
         case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectWord("null"); return .null
+        case UInt8(ascii: "t"):
+            try expectWord("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectWord("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectWord("null")
+            return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
         default: throw fail("unexpected character '\(Character(Unicode.Scalar(bytes[index])))'")
         }

@@ -20,7 +20,8 @@ public struct LoadReport: Sendable {
 
     public var json: JSONValue {
         [
-            "tasksPerSecond": .number((tasksPerSecond * 10).rounded() / 10), "p50Ms": .number(round3(percentileMs(0.5))),
+            "tasksPerSecond": .number((tasksPerSecond * 10).rounded() / 10),
+            "p50Ms": .number(round3(percentileMs(0.5))),
             "p99Ms": .number(round3(percentileMs(0.99))), "maxMs": .number(round3(maxMs)),
             "completed": .number(Double(completed)), "failed": .number(Double(failed)),
         ]
@@ -58,7 +59,9 @@ public struct LoadGenerator: Sendable {
                 ).encoded()
             },
             replyID: { message in
-                guard message.count == 8, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else { return nil }
+                guard message.count == 8, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+                    return nil
+                }
                 return (id, message[4] == Array("ok".utf8))
             })
     }
@@ -69,7 +72,9 @@ public struct LoadGenerator: Sendable {
         return LoadGenerator(
             makeRequest: { id in [Array(String(id).utf8), payload] },
             replyID: { message in
-                guard message.count == 2, let id = UInt64(String(decoding: message[0], as: UTF8.self)) else { return nil }
+                guard message.count == 2, let id = UInt64(String(decoding: message[0], as: UTF8.self)) else {
+                    return nil
+                }
                 return (id, true)
             })
     }

@@ -44,7 +44,8 @@ public struct ParameterSchema: Sendable, Equatable {
 
     /// Checks `parameters` and returns them with defaults applied.
     /// Throws `invalid_parameters` listing every missing, mistyped and unknown field together.
-    public func validate(_ parameters: [String: JSONValue], skill: String) throws(SkillbusError) -> [String: JSONValue] {
+    public func validate(_ parameters: [String: JSONValue], skill: String) throws(SkillbusError) -> [String: JSONValue]
+    {
         var problems: [String] = []
         var result = parameters
         for field in fields {
@@ -117,7 +118,8 @@ extension ParameterField {
             required = flag
         }
         self.init(
-            name, type, required: required, description: json["description"]?.stringValue ?? "", default: json["default"])
+            name, type, required: required, description: json["description"]?.stringValue ?? "",
+            default: json["default"])
     }
 }
 

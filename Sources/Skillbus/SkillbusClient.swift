@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import SkillbusZMQ
+import Synchronization
 
 /// How one invocation ended, as a client sees it.
 public struct InvocationOutcome: Sendable, Equatable {

@@ -62,11 +62,13 @@ public enum Wire {
     /// Reads frame `index` as a non-negative decimal integer of at most `maximum`.
     static func decimal(_ message: Multipart, _ index: Int, _ name: String, maximum: Int) throws(SkillbusError) -> Int {
         let text = try Wire.text(message, index, name)
-        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), let value = Int(text),
+        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
+            let value = Int(text),
             value <= maximum
         else {
             throw SkillbusError(
-                .malformedMessage, "frame \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
+                .malformedMessage,
+                "frame \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
         }
         return value
     }
@@ -76,9 +78,18 @@ public enum Wire {
 
     /// The command frames of v1, looked up by their bytes: no String is made for a message's command.
     enum Command: String, CaseIterable {
-        case request = "REQUEST", skills = "SKILLS", reply = "REPLY", error = "ERROR", ready = "READY"
-        case result = "RESULT", state = "STATE", heartbeat = "HEARTBEAT", disconnect = "DISCONNECT"
-        case welcome = "WELCOME", invoke = "INVOKE", cancel = "CANCEL"
+        case request = "REQUEST"
+        case skills = "SKILLS"
+        case reply = "REPLY"
+        case error = "ERROR"
+        case ready = "READY"
+        case result = "RESULT"
+        case state = "STATE"
+        case heartbeat = "HEARTBEAT"
+        case disconnect = "DISCONNECT"
+        case welcome = "WELCOME"
+        case invoke = "INVOKE"
+        case cancel = "CANCEL"
 
         static let byFrame = Dictionary(uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
     }
@@ -165,8 +176,10 @@ public struct InvokeRequest: Sendable, Equatable {
         self.parameters = parameters
     }
 
-    init(frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], skill: String, timeoutMs: Int?,
-         parameters: [UInt8]) {
+    init(
+        frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], skill: String, timeoutMs: Int?,
+        parameters: [UInt8]
+    ) {
         self._requestID = WireText(bytes: requestID)
         self._roundID = WireText(bytes: roundID)
         self._sessionID = WireText(bytes: sessionID)
@@ -296,7 +309,8 @@ public enum BusToClientMessage: Sendable, Equatable {
                     payload: message[7]))
         case .skills:
             try Wire.expectFrames(message, 4, "SKILLS")
-            return .skills(requestID: try Wire.text(message, 2, "request id"), catalog: try Wire.json(message, 3, "catalog"))
+            return .skills(
+                requestID: try Wire.text(message, 2, "request id"), catalog: try Wire.json(message, 3, "catalog"))
         case .error:
             try Wire.expectFrames(message, 4, "ERROR")
             return .error(
@@ -405,7 +419,8 @@ public enum WorkerMessage: Sendable, Equatable {
         case .result:
             try Wire.expectFrames(message, 5, "RESULT")
             let status = try ReplyStatus(frame: message, 3)
-            return .result(invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
+            return .result(
+                invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
         case .state:
             try Wire.expectFrames(message, 3, "STATE")
             return .state(try AgentState(json: try Wire.json(message, 2, "state")))

@@ -27,7 +27,9 @@ public enum BenchCommand: SkillbusCommand {
     static let levels = [1, 64]
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
         let workers = try arguments.int("--workers", minimum: 1, in: spec) ?? 4
         let requests = try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000
         let payloadBytes = try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100
@@ -120,7 +122,9 @@ public enum BenchCommand: SkillbusCommand {
         if json {
             print(JSONValue.object(document).jsonString)
         } else {
-            print("skillbus bench: \(workers) workers, \(payloadBytes)-byte echo payload, libzmq \(ZMQContext.libraryVersion)")
+            print(
+                "skillbus bench: \(workers) workers, \(payloadBytes)-byte echo payload, libzmq \(ZMQContext.libraryVersion)"
+            )
             print("in flight  system      tasks/s     p50 ms   p99 ms   max ms   failed")
             for level in levels {
                 for (name, report) in [("skillbus", skillbus[level]!), ("baseline", baseline[level]!)] {

@@ -24,7 +24,9 @@ public enum RequestParameters {
                 throw SkillbusError(.invalidParameters, "'\(item)' is not key=value or key:=JSON")
             }
             guard !key.isEmpty else { throw SkillbusError(.invalidParameters, "'\(item)' has an empty key") }
-            guard object[key] == nil else { throw SkillbusError(.invalidParameters, "parameter '\(key)' is given twice") }
+            guard object[key] == nil else {
+                throw SkillbusError(.invalidParameters, "parameter '\(key)' is given twice")
+            }
             object[key] = value
         }
         return .object(object)
@@ -80,7 +82,8 @@ public enum SendCommand: SkillbusCommand {
             print(outcome.json.jsonString)
         } else if let result = outcome.result {
             print(result.humanReadable)
-            printError("✓ \(skill) on \(outcome.agent) in \(milliseconds(outcome.durationMicros)) (round \(outcome.roundID))")
+            printError(
+                "✓ \(skill) on \(outcome.agent) in \(milliseconds(outcome.durationMicros)) (round \(outcome.roundID))")
         } else if let error = outcome.error {
             let agent = outcome.agent.isEmpty ? "" : " on \(outcome.agent)"
             printError("✗ \(skill)\(agent) failed: \(error.code): \(error.message)")
@@ -129,13 +132,16 @@ public enum FeedCommand: SkillbusCommand {
             """,
         options: [
             OptionSpec("--json", help: "One JSON object per line."),
-            OptionSpec("--topic", value: "PREFIX", help: "Only events whose topic starts with PREFIX.", repeatable: true),
+            OptionSpec(
+                "--topic", value: "PREFIX", help: "Only events whose topic starts with PREFIX.", repeatable: true),
             OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed))."),
             OptionSpec("--count", value: "N", help: "Exit after N events."),
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
         let endpoint = try Defaults.feed(arguments, spec)
         let limit = try arguments.int("--count", minimum: 1, in: spec)
         let json = arguments.flag("--json")
@@ -203,7 +209,9 @@ public enum SkillsCommand: SkillbusCommand {
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
         let context = try ZMQContext()

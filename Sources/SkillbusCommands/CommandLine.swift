@@ -1,4 +1,5 @@
 import Foundation
+import Skillbus
 
 /// One option a command declares. Options without `valueName` are flags.
 public struct OptionSpec: Sendable {
@@ -151,5 +152,3 @@ extension ParsedArguments {
         return text
     }
 }
-
-import Skillbus

@@ -30,7 +30,10 @@ public enum CoordinatorCommand: SkillbusCommand {
         if let path = arguments.value("--config") { configuration = try CoordinatorConfiguration.load(path: path) }
         if let bus = try arguments.endpoint("--bus", in: spec) { configuration.bus = bus }
         if let feed = try arguments.endpoint("--feed", in: spec) { configuration.feed = feed }
-        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec) { configuration.heartbeatMs = ms }
+        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec)
+        {
+            configuration.heartbeatMs = ms
+        }
         if let bytes = try arguments.int("--max-message-bytes", minimum: 256, maximum: 1 << 30, in: spec) {
             configuration.maxMessageBytes = bytes
         }
@@ -38,9 +41,12 @@ public enum CoordinatorCommand: SkillbusCommand {
     }
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
         let configuration = try configuration(arguments)
-        let logger = Logger(label: "coordinator", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
+        let logger = Logger(
+            label: "coordinator", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
         let signals = SignalWatcher()
         let context = try ZMQContext()
         let coordinator: Coordinator
@@ -99,12 +105,18 @@ public enum WorkerCommand: SkillbusCommand {
             for skill in configuration.skills where !BuiltinSkills.identifiers.contains(skill) {
                 throw UsageError(
                     spec,
-                    "option '--skills': unknown skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
+                    "option '--skills': unknown skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))"
+                )
             }
         }
-        if let capacity = try arguments.int("--capacity", minimum: 1, maximum: 100_000, in: spec) { configuration.capacity = capacity }
+        if let capacity = try arguments.int("--capacity", minimum: 1, maximum: 100_000, in: spec) {
+            configuration.capacity = capacity
+        }
         if let sandbox = arguments.value("--sandbox") { configuration.sandbox = sandbox }
-        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec) { configuration.heartbeatMs = ms }
+        if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec)
+        {
+            configuration.heartbeatMs = ms
+        }
         guard SkillDescriptor.isValidIdentifier(configuration.name) else {
             throw UsageError(spec, "option '--name' is required: 1-128 of a-z A-Z 0-9 . _ -")
         }
@@ -112,10 +124,13 @@ public enum WorkerCommand: SkillbusCommand {
     }
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
         let configuration = try configuration(arguments)
         let logger = Logger(
-            label: "worker \(configuration.name)", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
+            label: "worker \(configuration.name)",
+            level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
         let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
         let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
         let signals = SignalWatcher()
@@ -125,7 +140,8 @@ public enum WorkerCommand: SkillbusCommand {
                 name: configuration.name, coordinator: configuration.coordinator, capacity: configuration.capacity,
                 heartbeatMs: configuration.heartbeatMs, maxMessageBytes: configuration.maxMessageBytes),
             skills: skills, context: context, logger: logger)
-        logger.info("connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "))")
+        logger.info(
+            "connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "))")
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await worker.run() }
             group.addTask {

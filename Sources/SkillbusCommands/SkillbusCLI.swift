@@ -6,8 +6,8 @@ import SkillbusZMQ
 public enum SkillbusCLI {
     public static var commands: [any SkillbusCommand.Type] {
         [
-        CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
-        UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
+            CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
+            UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }
 
@@ -17,7 +17,8 @@ public enum SkillbusCLI {
             "", "USAGE: skillbus <command> [options]", "", "COMMANDS:",
         ]
         for command in commands where !command.spec.hidden {
-            lines.append("  " + command.spec.name.padding(toLength: 14, withPad: " ", startingAt: 0) + command.spec.abstract)
+            lines.append(
+                "  " + command.spec.name.padding(toLength: 14, withPad: " ", startingAt: 0) + command.spec.abstract)
         }
         lines += ["", "See 'skillbus <command> --help' for a command's options and an example."]
         return lines.joined(separator: "\n")
@@ -75,7 +76,8 @@ enum Defaults {
     static var environmentBus: String? { ProcessInfo.processInfo.environment["SKILLBUS_COORDINATOR"] }
     static var environmentFeed: String? { ProcessInfo.processInfo.environment["SKILLBUS_FEED"] }
 
-    static func bus(_ arguments: ParsedArguments, _ spec: CommandSpec, option: String = "--coordinator") throws(UsageError)
+    static func bus(_ arguments: ParsedArguments, _ spec: CommandSpec, option: String = "--coordinator")
+        throws(UsageError)
         -> String
     {
         if let flag = try arguments.endpoint(option, in: spec) { return flag }

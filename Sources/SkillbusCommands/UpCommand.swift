@@ -17,14 +17,17 @@ public enum UpCommand: SkillbusCommand {
         options: [OptionSpec("--config", value: "FILE", help: "Cluster config (default configs/local.json).")])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else { throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'") }
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
         let cluster = try ClusterConfiguration.load(path: arguments.value("--config") ?? "configs/local.json")
         let signals = SignalWatcher()
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
 
         let coordinatorFile = try supervisor.write(cluster.coordinator.json, name: "coordinator.json")
-        let coordinator = supervisor.start(name: "coordinator", arguments: ["coordinator", "--config", coordinatorFile])
+        let coordinator = supervisor.start(
+            name: "coordinator", arguments: ["coordinator", "--config", coordinatorFile])
         guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let boundBus = ready["bus"],
             let feed = ready["feed"]
         else {
@@ -223,7 +226,8 @@ final class Child: Sendable {
             return (state.stopping, delay, state.exitWaiters)
         }
         for waiter in waiters { waiter.resume() }
-        let how = process.terminationReason == .uncaughtSignal
+        let how =
+            process.terminationReason == .uncaughtSignal
             ? "killed by signal \(process.terminationStatus)" : "exited with status \(process.terminationStatus)"
         guard !stopping else {
             emit("stopped (\(how))")
@@ -272,7 +276,8 @@ extension CoordinatorConfiguration {
     public var json: JSONValue {
         [
             "version": 1, "bus": .string(bus), "feed": .string(feed), "heartbeatMs": .number(Double(heartbeatMs)),
-            "missedHeartbeats": .number(Double(missedHeartbeats)), "defaultTimeoutMs": .number(Double(defaultTimeoutMs)),
+            "missedHeartbeats": .number(Double(missedHeartbeats)),
+            "defaultTimeoutMs": .number(Double(defaultTimeoutMs)),
             "queueLimit": .number(Double(queueLimit)), "maxMessageBytes": .number(Double(maxMessageBytes)),
         ]
     }

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A self-pipe that lets any thread wake a socket's owning thread out of `zmq_poll`.

@@ -23,7 +23,9 @@ public final class ZMQContext: @unchecked Sendable {  // the raw handle is threa
 
     /// The libzmq version this process runs with, for example "4.3.4".
     public static var libraryVersion: String {
-        var major: Int32 = 0, minor: Int32 = 0, patch: Int32 = 0
+        var major: Int32 = 0
+        var minor: Int32 = 0
+        var patch: Int32 = 0
         zmq_version(&major, &minor, &patch)
         return "\(major).\(minor).\(patch)"
     }

@@ -42,8 +42,9 @@ public func poll(_ items: [PollItem], timeoutMs: Int) throws(ZMQError) -> PollRe
         let error = ZMQError.last("zmq_poll")
         // A signal interrupted the wait: report nothing ready and let the caller loop.
         if error.errno == EINTR {
-            return PollResult(readable: Array(repeating: false, count: items.count),
-                              writable: Array(repeating: false, count: items.count))
+            return PollResult(
+                readable: Array(repeating: false, count: items.count),
+                writable: Array(repeating: false, count: items.count))
         }
         throw error
     }

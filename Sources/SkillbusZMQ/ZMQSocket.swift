@@ -72,10 +72,11 @@ public final class ZMQSocket {
     /// Largest inbound message part accepted; a peer sending more is disconnected by libzmq.
     public func setMaxMessageSize(_ bytes: Int64) throws(ZMQError) { try setOption(ZMQ_MAXMSGSIZE, int64: bytes) }
     /// Makes an unroutable ROUTER send fail with EHOSTUNREACH instead of dropping silently.
-    public func setRouterMandatory(_ on: Bool) throws(ZMQError) { try setOption(ZMQ_ROUTER_MANDATORY, int32: on ? 1 : 0) }
+    public func setRouterMandatory(_ on: Bool) throws(ZMQError) {
+        try setOption(ZMQ_ROUTER_MANDATORY, int32: on ? 1 : 0)
+    }
     public func setSendHighWaterMark(_ count: Int32) throws(ZMQError) { try setOption(ZMQ_SNDHWM, int32: count) }
     public func setReceiveHighWaterMark(_ count: Int32) throws(ZMQError) { try setOption(ZMQ_RCVHWM, int32: count) }
-    public func setRoutingID(_ id: [UInt8]) throws(ZMQError) { try setOption(ZMQ_ROUTING_ID, bytes: id) }
     /// Reconnect delay after a lost connection, and the ceiling it doubles up to.
     public func setReconnectInterval(ms: Int32, maxMs: Int32) throws(ZMQError) {
         try setOption(ZMQ_RECONNECT_IVL, int32: ms)

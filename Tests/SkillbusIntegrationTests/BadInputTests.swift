@@ -54,7 +54,8 @@ struct BadInputTests {
         let peer = try RawPeer(cluster.bus, context: context)
         defer { peer.close() }
 
-        func expectError(_ frames: Multipart, code: String, mentioning: String, dialect: String = "SKB1C") async throws {
+        func expectError(_ frames: Multipart, code: String, mentioning: String, dialect: String = "SKB1C") async throws
+        {
             let reply = try await peer.exchange(frames)
             #expect(text(reply[0]) == dialect)
             #expect(text(reply[1]) == "ERROR")
@@ -65,16 +66,21 @@ struct BadInputTests {
         }
 
         try await expectError([[0xFF, 0x00, 0x13]], code: "unsupported_protocol", mentioning: "SKB1C")
-        try await expectError([Array("SKB2C".utf8), Array("REQUEST".utf8)], code: "unsupported_protocol", mentioning: "SKB2C")
+        try await expectError(
+            [Array("SKB2C".utf8), Array("REQUEST".utf8)], code: "unsupported_protocol", mentioning: "SKB2C")
         try await expectError([Array("SKB1C".utf8)], code: "malformed_message", mentioning: "command")
         try await expectError(
             [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r1".utf8)], code: "malformed_message",
             mentioning: "REQUEST takes 8 frames, got 3")
         try await expectError(
-            [Array("SKB1C".utf8), Array("DANCE".utf8), Array("r1".utf8)], code: "malformed_message", mentioning: "DANCE")
+            [Array("SKB1C".utf8), Array("DANCE".utf8), Array("r1".utf8)], code: "malformed_message", mentioning: "DANCE"
+        )
         try await expectError(
-            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r2".utf8), Array("round".utf8), [], Array("echo".utf8),
-             Array("soon".utf8), Array("{}".utf8)],
+            [
+                Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r2".utf8), Array("round".utf8), [],
+                Array("echo".utf8),
+                Array("soon".utf8), Array("{}".utf8),
+            ],
             code: "malformed_message", mentioning: "timeout")
         try await expectError(
             [Array("SKB1W".utf8), Array("RESULT".utf8), Array("i99".utf8), Array("ok".utf8), Array("{}".utf8)],
@@ -84,13 +90,16 @@ struct BadInputTests {
             mentioning: "invalid JSON", dialect: "SKB1W")
         let big = JSONValue.object(["text": .string(String(repeating: "x", count: 5000))]).serialized()
         try await expectError(
-            ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big)).encoded(),
+            ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big))
+                .encoded(),
             code: "message_too_large", mentioning: "limit of 4096 bytes")
 
         // Parameters that are not a JSON object are refused by the worker before anything runs.
         let notObject = try await peer.exchange(
-            ClientMessage.invoke(InvokeRequest(requestID: "arr", roundID: "r", skill: "echo", parameters: Array("[1]".utf8)))
-                .encoded())
+            ClientMessage.invoke(
+                InvokeRequest(requestID: "arr", roundID: "r", skill: "echo", parameters: Array("[1]".utf8))
+            )
+            .encoded())
         #expect(text(notObject[4]) == "error")
         #expect(try JSONValue(parsing: notObject[7])["code"] == "invalid_parameters")
 
@@ -120,9 +129,13 @@ struct BadInputTests {
             ClientMessage.invoke(
                 InvokeRequest(requestID: "g", roundID: "ghost", skill: "sleep", parameters: Array(#"{"ms":300}"#.utf8))
             ).encoded())
-        try await waitUntil("the ghost's sleep to run") { try await cluster.inFlight(agent: "alpha", skill: "sleep") == 1 }
+        try await waitUntil("the ghost's sleep to run") {
+            try await cluster.inFlight(agent: "alpha", skill: "sleep") == 1
+        }
         ghost.close()
-        try await waitUntil("the ghost's sleep to finish") { try await cluster.inFlight(agent: "alpha", skill: "sleep") == 0 }
+        try await waitUntil("the ghost's sleep to finish") {
+            try await cluster.inFlight(agent: "alpha", skill: "sleep") == 0
+        }
         let (code, document) = try await cluster.sendJSON(["echo", "text=next"])
         #expect(code == 0 && document["result"]?["text"] == "next")
     }
@@ -144,7 +157,10 @@ struct BadInputTests {
             "skills": [
                 ["identifier": "good.skill", "parameters": [["name": "x", "type": "integer"]]],
                 ["identifier": "bad.type", "parameters": [["name": "x", "type": "float"]]],
-                ["identifier": "dup.field", "parameters": [["name": "x", "type": "string"], ["name": "x", "type": "string"]]],
+                [
+                    "identifier": "dup.field",
+                    "parameters": [["name": "x", "type": "string"], ["name": "x", "type": "string"]],
+                ],
                 ["identifier": "", "parameters": []],
             ],
         ]

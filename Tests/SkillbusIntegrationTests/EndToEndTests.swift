@@ -133,7 +133,9 @@ struct EndToEndTests {
         defer { cluster.terminate() }
         let doomed = try await cluster.startWorker("doomed", ["--skills", "sleep"])
         async let held = cluster.sendJSON(["sleep", "ms:=10000", "--timeout", "20"])
-        try await waitUntil("the sleep to reach doomed") { try await cluster.inFlight(agent: "doomed", skill: "sleep") == 1 }
+        try await waitUntil("the sleep to reach doomed") {
+            try await cluster.inFlight(agent: "doomed", skill: "sleep") == 1
+        }
         doomed.signal(SIGKILL)
         let (code, document) = try await held
         #expect(code == 1)
@@ -152,7 +154,9 @@ struct EndToEndTests {
         let worker = try await cluster.startWorker("polite", ["--skills", "echo"])
         worker.signal(SIGTERM)
         #expect(try await worker.waitForExit() == 0)
-        try await cluster.coordinator.waitForLine("polite to leave") { $0.contains("agent 'polite' left: disconnected") }
+        try await cluster.coordinator.waitForLine("polite to leave") {
+            $0.contains("agent 'polite' left: disconnected")
+        }
     }
 
     @Test("the feed shows agents joining, their states and request events")
@@ -161,14 +165,16 @@ struct EndToEndTests {
         defer { cluster.terminate() }
         let feed = try SkillbusProcess(["feed", "--feed", cluster.feed], name: "feed")
         defer { feed.signal(SIGTERM) }
-        let feedJSON = try SkillbusProcess(["feed", "--feed", cluster.feed, "--json", "--topic", "request."], name: "feed-json")
+        let feedJSON = try SkillbusProcess(
+            ["feed", "--feed", cluster.feed, "--json", "--topic", "request."], name: "feed-json")
         defer { feedJSON.signal(SIGTERM) }
         // A SUB socket joins asynchronously: keep the cluster busy until both watchers have seen an event.
         try await cluster.startWorker("alpha", ["--skills", "echo,sleep"])
         var seen = false
         for _ in 0..<50 where !seen {
             _ = try await cluster.send(["sleep", "ms:=20"])
-            seen = feed.output.contains { $0.contains("executingSkill(sleep)") }
+            seen =
+                feed.output.contains { $0.contains("executingSkill(sleep)") }
                 && feedJSON.output.contains { $0.contains("\"request.done\"") }
         }
         #expect(seen)

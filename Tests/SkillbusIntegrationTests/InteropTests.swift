@@ -11,12 +11,14 @@ struct InteropTests {
 
     /// Runs `python3 skillbus_peer.py ARGS…`; returns the process so the caller can wait on it.
     func python(_ arguments: [String], name: String) throws -> SkillbusProcess {
-        try SkillbusProcess(["-u", Self.peerScript] + arguments, name: name, executable: "/usr/bin/env", prefix: ["python3"])
+        try SkillbusProcess(
+            ["-u", Self.peerScript] + arguments, name: name, executable: "/usr/bin/env", prefix: ["python3"])
     }
 
     @Test("Python and Swift clients and workers serve each other")
     func bothWays() async throws {
-        let check = try SkillbusProcess(["-c", "import zmq"], name: "pyzmq check", executable: "/usr/bin/env", prefix: ["python3"])
+        let check = try SkillbusProcess(
+            ["-c", "import zmq"], name: "pyzmq check", executable: "/usr/bin/env", prefix: ["python3"])
         try #require(try await check.waitForExit() == 0, "pyzmq is missing: python3 -m pip install pyzmq")
 
         let cluster = try await TestCluster()
@@ -27,7 +29,8 @@ struct InteropTests {
         try await worker.waitForLine("python worker ready") { $0 == "python worker ready" }
 
         // Python client → Swift worker.
-        let client = try python(["client", "--coordinator", cluster.bus, "echo", "text=hello", "--timeout", "10"], name: "python client")
+        let client = try python(
+            ["client", "--coordinator", cluster.bus, "echo", "text=hello", "--timeout", "10"], name: "python client")
         #expect(try await client.waitForExit() == 0)
         await client.waitForOutputEnd()
         let reply = try JSONValue(parsing: client.output.first { $0.hasPrefix("{") } ?? "")
@@ -46,6 +49,8 @@ struct InteropTests {
         // The Python worker leaves cleanly on SIGTERM and the bus notices at once.
         worker.signal(SIGTERM)
         #expect(try await worker.waitForExit() == 0)
-        try await cluster.coordinator.waitForLine("pyworker to leave") { $0.contains("agent 'pyworker' left: disconnected") }
+        try await cluster.coordinator.waitForLine("pyworker to leave") {
+            $0.contains("agent 'pyworker' left: disconnected")
+        }
     }
 }

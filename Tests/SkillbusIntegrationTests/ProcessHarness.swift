@@ -27,7 +27,8 @@ final class SkillbusProcess: Sendable {
     private struct State {
         var lines: [String] = []
         var partial: [Int: String] = [:]
-        var waiters: [(id: Int, predicate: @Sendable (String) -> Bool, continuation: CheckedContinuation<String?, Never>)] = []
+        var waiters:
+            [(id: Int, predicate: @Sendable (String) -> Bool, continuation: CheckedContinuation<String?, Never>)] = []
         var nextWaiter = 0
         var exited = false
         var exitWaiters: [CheckedContinuation<Void, Never>] = []
@@ -251,7 +252,8 @@ final class TestCluster: Sendable {
             name: "coordinator")
         let ready = try await coordinator.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
         func field(_ key: String) -> String {
-            ready.split(separator: " ").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) } ?? ""
+            ready.split(separator: " ").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+                ?? ""
         }
         bus = field("bus")
         feed = field("feed")

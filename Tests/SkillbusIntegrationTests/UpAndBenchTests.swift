@@ -25,9 +25,13 @@ struct UpAndBenchTests {
         let banner = try await up.waitForLine("the banner") { $0.hasPrefix("skillbus up: coordinator on ") }
         let bus = String(banner.dropFirst("skillbus up: coordinator on ".count).prefix { $0 != " " })
         for name in ["alpha", "beta"] {
-            try await up.waitForLine("\(name) to join") { $0.hasPrefix("[coordinator]") && $0.contains("agent '\(name)' joined") }
+            try await up.waitForLine("\(name) to join") {
+                $0.hasPrefix("[coordinator]") && $0.contains("agent '\(name)' joined")
+            }
         }
-        let (code, output) = try await runSkillbus(["send", "math.eval", "expression=6*7", "--coordinator", bus, "--json"])
+        let (code, output) = try await runSkillbus([
+            "send", "math.eval", "expression=6*7", "--coordinator", bus, "--json",
+        ])
         #expect(code == 0)
         #expect(try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")["result"]?["json"]?["value"] == 42)
 

@@ -12,9 +12,11 @@ struct CommandLineTests {
         #expect(value == ["text": "a=b", "n": 3, "list": [1, "x"], "flag": true, "empty": ""])
     }
 
-    @Test("bad parameters are refused with the reason", arguments: [
-        ("novalue", "is not key=value"), ("=x", "empty key"), ("n:={", "is not JSON"),
-    ])
+    @Test(
+        "bad parameters are refused with the reason",
+        arguments: [
+            ("novalue", "is not key=value"), ("=x", "empty key"), ("n:={", "is not JSON"),
+        ])
     func badParameters(item: String, reason: String) {
         #expect {
             try RequestParameters.parse([item])
@@ -56,10 +58,12 @@ struct CommandLineTests {
         #expect(!SkillbusCLI.overview.contains("bench-baseline"))
     }
 
-    @Test("endpoints are checked before any socket exists", arguments: [
-        ("tcp://127.0.0.1:5555", true), ("tcp://127.0.0.1:*", true), ("ipc:///tmp/x", true), ("inproc://a", true),
-        ("tcp://127.0.0.1", false), ("tcp://:5555", false), ("tcp://h:70000", false), ("http://h:1", false),
-    ])
+    @Test(
+        "endpoints are checked before any socket exists",
+        arguments: [
+            ("tcp://127.0.0.1:5555", true), ("tcp://127.0.0.1:*", true), ("ipc:///tmp/x", true), ("inproc://a", true),
+            ("tcp://127.0.0.1", false), ("tcp://:5555", false), ("tcp://h:70000", false), ("http://h:1", false),
+        ])
     func endpoints(endpoint: String, valid: Bool) {
         #expect((Endpoint.problem(endpoint) == nil) == valid)
     }
@@ -70,16 +74,27 @@ struct CommandLineTests {
         return path
     }
 
-    @Test("configs are refused with the key's path", arguments: [
-        (#"{"version":1,"workers":[{"name":"a"},{"name":"b","capacity":"two"}]}"#, "workers[1].capacity: expected an integer"),
-        (#"{"version":1,"coordinator":{"bus":"tcp://localhost"}}"#, "coordinator.bus: 'tcp://localhost' has no port"),
-        (#"{"version":1,"coordinator":{"colour":"red"}}"#, "coordinator.colour: unknown key"),
-        (#"{"version":1,"workers":[{"name":"a","skills":["echo","fly"]}]}"#, "workers[0].skills[1]: unknown built-in skill 'fly'"),
-        (#"{"version":2}"#, "version: unsupported version 2"),
-        (#"{"workers":[]}"#, "version: missing"),
-        (#"{"version":1,"workers":[{"name":"a"},{"name":"a"}]}"#, "used twice"),
-        (#"{"version":1,"#, "invalid JSON"),
-    ])
+    @Test(
+        "configs are refused with the key's path",
+        arguments: [
+            (
+                #"{"version":1,"workers":[{"name":"a"},{"name":"b","capacity":"two"}]}"#,
+                "workers[1].capacity: expected an integer"
+            ),
+            (
+                #"{"version":1,"coordinator":{"bus":"tcp://localhost"}}"#,
+                "coordinator.bus: 'tcp://localhost' has no port"
+            ),
+            (#"{"version":1,"coordinator":{"colour":"red"}}"#, "coordinator.colour: unknown key"),
+            (
+                #"{"version":1,"workers":[{"name":"a","skills":["echo","fly"]}]}"#,
+                "workers[0].skills[1]: unknown built-in skill 'fly'"
+            ),
+            (#"{"version":2}"#, "version: unsupported version 2"),
+            (#"{"workers":[]}"#, "version: missing"),
+            (#"{"version":1,"workers":[{"name":"a"},{"name":"a"}]}"#, "used twice"),
+            (#"{"version":1,"#, "invalid JSON"),
+        ])
     func badClusterConfigs(text: String, message: String) throws {
         let path = try write(text)
         defer { try? FileManager.default.removeItem(atPath: path) }

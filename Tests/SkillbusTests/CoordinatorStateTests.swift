@@ -73,7 +73,8 @@ struct CoordinatorStateTests {
         #expect(invocations(queued).isEmpty)
         #expect(state.waitingCount == 1)
         let done = state.handleWorker(
-            .result(invocationID: first[0].1.invocationID, status: .ok, payload: Array(#"{"type":"text","text":"x"}"#.utf8)),
+            .result(
+                invocationID: first[0].1.invocationID, status: .ok, payload: Array(#"{"type":"text","text":"x"}"#.utf8)),
             from: alpha, now: 5 * Self.ms)
         #expect(replies(done).map(\.requestID) == ["r1"])
         #expect(replies(done).first?.agent == "alpha")
@@ -116,19 +117,23 @@ struct CoordinatorStateTests {
         #expect(errorCode(replies(actions).first) == "agent_lost")
         #expect(actions.contains { if case .publish(.agentLeft(agent: "alpha", _)) = $0 { true } else { false } })
         #expect(state.workers.isEmpty)
-        #expect(errorCode(replies(state.handleInvoke(request("r2"), from: client, now: 600 * Self.ms)).first) == "unknown_skill")
+        #expect(
+            errorCode(replies(state.handleInvoke(request("r2"), from: client, now: 600 * Self.ms)).first)
+                == "unknown_skill")
     }
 
     @Test("a request past its deadline is answered timeout and cancelled on the worker; the slot stays taken")
     func deadline() {
         var state = CoordinatorState()
-        _ = state.handleWorker(registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
+        _ = state.handleWorker(
+            registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
         let sent = invocations(state.handleInvoke(request("r1", skill: "sleep", timeoutMs: 100), from: client, now: 0))
         let actions = state.tick(now: 101 * Self.ms)
         #expect(errorCode(replies(actions).first) == "timeout")
         #expect(actions.contains(.toWorker(alpha, .cancel(invocationID: sent[0].1.invocationID))))
         // Still busy until the worker reports: a new request waits.
-        #expect(invocations(state.handleInvoke(request("r2", skill: "sleep"), from: client, now: 102 * Self.ms)).isEmpty)
+        #expect(
+            invocations(state.handleInvoke(request("r2", skill: "sleep"), from: client, now: 102 * Self.ms)).isEmpty)
         let late = state.handleWorker(
             .result(invocationID: sent[0].1.invocationID, status: .error, payload: Array("{}".utf8)), from: alpha,
             now: 103 * Self.ms)
@@ -139,7 +144,8 @@ struct CoordinatorStateTests {
     @Test("a timed-out invocation the worker never reports frees its slot after the grace period")
     func abandonedSlot() {
         var state = CoordinatorState()
-        _ = state.handleWorker(registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
+        _ = state.handleWorker(
+            registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
         _ = state.handleInvoke(request("r1", skill: "sleep", timeoutMs: 100), from: client, now: 0)
         _ = state.tick(now: 101 * Self.ms)
         _ = state.handleInvoke(request("r2", skill: "sleep", timeoutMs: 60_000), from: client, now: 102 * Self.ms)
@@ -149,18 +155,23 @@ struct CoordinatorStateTests {
         #expect(state.workers[alpha]?.inFlight == 1)
     }
 
-    @Test("registrations with out-of-range numbers are refused, not trusted", arguments: [
-        JSONValue.object(["name": "a", "capacity": 0, "skills": []]),
-        ["name": "a", "capacity": 1, "heartbeatMs": 9_999_999_999_999, "skills": []],
-        ["name": "a", "capacity": 1, "heartbeatMs": "fast", "skills": []],
-        ["name": "a", "capacity": 1.5, "skills": []],
-        ["name": "a", "capacity": 1, "skills": "echo"],
-        ["name": "bad name", "capacity": 1, "skills": []],
-    ])
+    @Test(
+        "registrations with out-of-range numbers are refused, not trusted",
+        arguments: [
+            JSONValue.object(["name": "a", "capacity": 0, "skills": []]),
+            ["name": "a", "capacity": 1, "heartbeatMs": 9_999_999_999_999, "skills": []],
+            ["name": "a", "capacity": 1, "heartbeatMs": "fast", "skills": []],
+            ["name": "a", "capacity": 1.5, "skills": []],
+            ["name": "a", "capacity": 1, "skills": "echo"],
+            ["name": "bad name", "capacity": 1, "skills": []],
+        ])
     func badNumbers(body: JSONValue) {
         var state = CoordinatorState()
         let actions = state.handleWorker(.ready(body), from: alpha, now: 0)
-        #expect(actions.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .invalidRegistration } else { false } })
+        #expect(
+            actions.contains {
+                if case .toWorker(_, .error(let e)) = $0 { e.code == .invalidRegistration } else { false }
+            })
         #expect(state.workers.isEmpty)
         _ = state.tick(now: UInt64.max / 2)  // and nothing traps later
     }
@@ -168,7 +179,8 @@ struct CoordinatorStateTests {
     @Test("a waiting request times out too")
     func waitingTimeout() {
         var state = CoordinatorState()
-        _ = state.handleWorker(registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
+        _ = state.handleWorker(
+            registration("alpha", skills: ["sleep"], capacity: 1, heartbeatMs: 100_000), from: alpha, now: 0)
         _ = state.handleInvoke(request("r1", skill: "sleep", timeoutMs: 10_000), from: client, now: 0)
         _ = state.handleInvoke(request("r2", skill: "sleep", timeoutMs: 50), from: client, now: 0)
         let reply = replies(state.tick(now: 60 * Self.ms)).first
@@ -184,7 +196,8 @@ struct CoordinatorStateTests {
         let taken = state.handleWorker(registration("alpha", skills: ["echo"]), from: beta, now: 0)
         #expect(taken.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .nameTaken } else { false } })
         let stranger = state.handleWorker(.heartbeat, from: beta, now: 0)
-        #expect(stranger.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .notRegistered } else { false } })
+        #expect(
+            stranger.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .notRegistered } else { false } })
     }
 
     @Test("results from the wrong worker or for unknown invocations are ignored")
@@ -193,8 +206,12 @@ struct CoordinatorStateTests {
         _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
         _ = state.handleWorker(registration("beta", skills: ["other"]), from: beta, now: 0)
         let sent = invocations(state.handleInvoke(request("r1"), from: client, now: 0))
-        #expect(state.handleWorker(.result(invocationID: sent[0].1.invocationID, status: .ok, payload: []), from: beta, now: 0).isEmpty)
-        #expect(state.handleWorker(.result(invocationID: "i999", status: .ok, payload: []), from: alpha, now: 0).isEmpty)
+        #expect(
+            state.handleWorker(
+                .result(invocationID: sent[0].1.invocationID, status: .ok, payload: []), from: beta, now: 0
+            ).isEmpty)
+        #expect(
+            state.handleWorker(.result(invocationID: "i999", status: .ok, payload: []), from: alpha, now: 0).isEmpty)
         #expect(state.runningCount == 1)
     }
 
@@ -221,7 +238,8 @@ struct CoordinatorStateTests {
     func heartbeats() {
         var state = CoordinatorState()
         _ = state.handleWorker(registration("alpha", skills: ["echo"], heartbeatMs: 100_000), from: alpha, now: 0)
-        let beat = { (actions: [CoordinatorAction]) in actions.filter { $0 == .toWorker(self.alpha, .heartbeat) }.count }
+        let beat = { (actions: [CoordinatorAction]) in actions.filter { $0 == .toWorker(self.alpha, .heartbeat) }.count
+        }
         #expect(beat(state.tick(now: 1000 * Self.ms)) == 1)
         #expect(beat(state.tick(now: 1500 * Self.ms)) == 0)
         #expect(beat(state.tick(now: 2000 * Self.ms)) == 1)

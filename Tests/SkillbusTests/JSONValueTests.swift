@@ -4,13 +4,15 @@ import Testing
 
 @Suite("JSON values")
 struct JSONValueTests {
-    @Test("parses and re-serialises with sorted keys", arguments: [
-        (#"{"b":1,"a":[true,false,null],"c":"x"}"#, #"{"a":[true,false,null],"b":1,"c":"x"}"#),
-        ("  [1, 2.5, -0.25, 1e3, 1E-2]  ", "[1,2.5,-0.25,1000,0.01]"),
-        (#""tab\there \"quoted\" \u00e9 \ud83d\ude00""#, "\"tab\\there \\\"quoted\\\" é 😀\""),
-        ("{}", "{}"),
-        ("[]", "[]"),
-    ])
+    @Test(
+        "parses and re-serialises with sorted keys",
+        arguments: [
+            (#"{"b":1,"a":[true,false,null],"c":"x"}"#, #"{"a":[true,false,null],"b":1,"c":"x"}"#),
+            ("  [1, 2.5, -0.25, 1e3, 1E-2]  ", "[1,2.5,-0.25,1000,0.01]"),
+            (#""tab\there \"quoted\" \u00e9 \ud83d\ude00""#, "\"tab\\there \\\"quoted\\\" é 😀\""),
+            ("{}", "{}"),
+            ("[]", "[]"),
+        ])
     func roundTrip(input: String, expected: String) throws {
         #expect(try JSONValue(parsing: input).jsonString == expected)
     }
@@ -28,18 +30,20 @@ struct JSONValueTests {
         #expect(JSONValue.string("a\nb\u{1}").jsonString == #""a\nb\u0001""#)
     }
 
-    @Test("rejects bad documents with the byte offset", arguments: [
-        ("", 0, "unexpected end of input"),
-        ("{", 1, "expected a string key"),
-        (#"{"a" 1}"#, 5, "expected ':'"),
-        ("[1,]", 3, "unexpected character"),
-        ("01", 1, "unexpected data after the end"),
-        (#"{"a":1,"a":2}"#, 11, "duplicate key"),
-        (#""\x""#, 3, "invalid escape"),
-        ("tru", 0, "expected 'true'"),
-        ("1e", 2, "exponent"),
-        ("\"abc", 4, "unterminated string"),
-    ])
+    @Test(
+        "rejects bad documents with the byte offset",
+        arguments: [
+            ("", 0, "unexpected end of input"),
+            ("{", 1, "expected a string key"),
+            (#"{"a" 1}"#, 5, "expected ':'"),
+            ("[1,]", 3, "unexpected character"),
+            ("01", 1, "unexpected data after the end"),
+            (#"{"a":1,"a":2}"#, 11, "duplicate key"),
+            (#""\x""#, 3, "invalid escape"),
+            ("tru", 0, "expected 'true'"),
+            ("1e", 2, "exponent"),
+            ("\"abc", 4, "unterminated string"),
+        ])
     func errors(input: String, offset: Int, reason: String) {
         #expect {
             try JSONValue(parsing: input)

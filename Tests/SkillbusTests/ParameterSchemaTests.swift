@@ -15,7 +15,8 @@ struct ParameterSchemaTests {
 
     @Test("valid parameters pass, with defaults applied")
     func valid() throws {
-        let result = try schema.validate(["text": "x", "ratio": 2, "items": [1], "options": [:], "flag": true], skill: "s")
+        let result = try schema.validate(
+            ["text": "x", "ratio": 2, "items": [1], "options": [:], "flag": true], skill: "s")
         #expect(result["count"] == 3)
         #expect(result["text"] == "x")
     }
@@ -37,11 +38,13 @@ struct ParameterSchemaTests {
         }
     }
 
-    @Test("type checks", arguments: [
-        (ParameterType.integer, JSONValue.number(2), true), (.integer, .number(2.5), false),
-        (.number, .number(2), true), (.string, .number(1), false), (.boolean, .bool(false), true),
-        (.array, .array([]), true), (.object, .array([]), false), (.string, .null, false),
-    ])
+    @Test(
+        "type checks",
+        arguments: [
+            (ParameterType.integer, JSONValue.number(2), true), (.integer, .number(2.5), false),
+            (.number, .number(2), true), (.string, .number(1), false), (.boolean, .bool(false), true),
+            (.array, .array([]), true), (.object, .array([]), false), (.string, .null, false),
+        ])
     func types(type: ParameterType, value: JSONValue, accepted: Bool) {
         #expect(type.accepts(value) == accepted)
     }
@@ -57,7 +60,9 @@ struct ParameterSchemaTests {
 
     @Test("descriptors from registrations are checked")
     func descriptors() throws {
-        let good = try SkillDescriptor(json: ["identifier": "text.stats", "parameters": [["name": "text", "type": "string"]]])
+        let good = try SkillDescriptor(json: [
+            "identifier": "text.stats", "parameters": [["name": "text", "type": "string"]],
+        ])
         #expect(good.parameters.fields.first?.type == .string)
         #expect(try SkillDescriptor(json: good.json) == good)
         for bad: JSONValue in [

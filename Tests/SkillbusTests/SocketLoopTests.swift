@@ -22,9 +22,11 @@ struct SocketLoopTests {
         }
     }
 
-    @Test("multipart messages cross inproc and tcp with every frame intact", arguments: [
-        "inproc://skillbus-test-\(UUID().uuidString)", "tcp://127.0.0.1:*",
-    ])
+    @Test(
+        "multipart messages cross inproc and tcp with every frame intact",
+        arguments: [
+            "inproc://skillbus-test-\(UUID().uuidString)", "tcp://127.0.0.1:*",
+        ])
     func roundTrip(endpoint: String) async throws {
         let context = try ZMQContext()
         let server = try SocketLoop(context: context, type: .router, name: "server") { try $0.bind(endpoint) }

@@ -53,18 +53,29 @@ struct WireTests {
         for message in toWorker { #expect(try BusToWorkerMessage.decode(message.encoded()) == message) }
     }
 
-    @Test("malformed messages are refused with the frame that is wrong", arguments: [
-        ([["SKB1C"], ["REQUEST"]].map(bytes), "REQUEST takes 8 frames, got 2"),
-        ([["SKB1C"]].map(bytes), "missing frame 1 (command)"),
-        ([["SKB1C"], ["PING"]].map(bytes), "unknown client command 'PING'"),
-        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], [""], [""], ["{}"]].map(bytes), "frame 5 (skill) is empty"),
-        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["-5"], ["{}"]].map(bytes), "frame 6 (timeout)"),
-        ([["SKB1C"], ["SKILLS"], ["a"], ["b"]].map(bytes), "SKILLS takes 3 frames, got 4"),
-        // A timeout that would overflow the clock, a signed one, and zero.
-        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["99999999999999"], ["{}"]].map(bytes), "from 0 to 86400000"),
-        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["+5"], ["{}"]].map(bytes), "decimal integer"),
-        ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes), "must not be 0"),
-    ])
+    @Test(
+        "malformed messages are refused with the frame that is wrong",
+        arguments: [
+            ([["SKB1C"], ["REQUEST"]].map(bytes), "REQUEST takes 8 frames, got 2"),
+            ([["SKB1C"]].map(bytes), "missing frame 1 (command)"),
+            ([["SKB1C"], ["PING"]].map(bytes), "unknown client command 'PING'"),
+            (
+                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], [""], [""], ["{}"]].map(bytes),
+                "frame 5 (skill) is empty"
+            ),
+            (
+                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["-5"], ["{}"]].map(bytes),
+                "frame 6 (timeout)"
+            ),
+            ([["SKB1C"], ["SKILLS"], ["a"], ["b"]].map(bytes), "SKILLS takes 3 frames, got 4"),
+            // A timeout that would overflow the clock, a signed one, and zero.
+            (
+                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["99999999999999"], ["{}"]].map(bytes),
+                "from 0 to 86400000"
+            ),
+            ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["+5"], ["{}"]].map(bytes), "decimal integer"),
+            ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes), "must not be 0"),
+        ])
     func malformedClient(frames: Multipart, reason: String) {
         #expect {
             try ClientMessage.decode(frames)
@@ -80,7 +91,9 @@ struct WireTests {
             try ClientMessage.decode([Array("SKB1C".utf8), [0xFF, 0xFE], [], [], [], [], [], []])
         }
         #expect(throws: SkillbusError.self) {
-            try WorkerMessage.decode([Array("SKB1W".utf8), Array("RESULT".utf8), Array("i".utf8), Array("maybe".utf8), []])
+            try WorkerMessage.decode([
+                Array("SKB1W".utf8), Array("RESULT".utf8), Array("i".utf8), Array("maybe".utf8), [],
+            ])
         }
         #expect(throws: SkillbusError.self) {
             try WorkerMessage.decode([Array("SKB1W".utf8), Array("STATE".utf8), Array(#"{"state":"dancing"}"#.utf8)])

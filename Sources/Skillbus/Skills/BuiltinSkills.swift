@@ -17,7 +17,8 @@ public enum BuiltinSkills {
             case "text.stats": skills.append(TextStatsSkill())
             case "text.grep": skills.append(TextGrepSkill())
             case "math.eval": skills.append(MathEvalSkill())
-            case "file.read": skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
+            case "file.read":
+                skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
             default:
                 throw SkillbusError(
                     .invalidConfiguration,
