@@ -105,7 +105,6 @@ final class Child: Sendable {
         var ready: [String: String]?
         var readyWaiters: [CheckedContinuation<[String: String]?, Never>] = []
         var exitWaiters: [CheckedContinuation<Void, Never>] = []
-        var partialLine: [String: String] = [:]
     }
 
     init(name: String, executable: String, arguments: [String], quiet: Bool) {
@@ -133,13 +132,10 @@ final class Child: Sendable {
         process.standardOutput = output
         process.standardError = errors
         process.standardInput = FileHandle.nullDevice
-        output.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.forward(handle, stream: "out") }
-        errors.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.forward(handle, stream: "err") }
-        process.terminationHandler = { [weak self] process in
-            output.fileHandleForReading.readabilityHandler = nil
-            errors.fileHandleForReading.readabilityHandler = nil
-            self?.exited(process)
+        for pipe in [output, errors] {
+            LineReader.start(pipe, name: "skillbus-up-\(name)") { [weak self] line in self?.forward(line) }
         }
+        process.terminationHandler = { [weak self] process in self?.exited(process) }
         do {
             // One spawn at a time, so that no child inherits another's pipes (see `spawnLock`).
             try spawnLock.withLock { _ in try process.run() }
@@ -154,28 +150,16 @@ final class Child: Sendable {
         emit("started (pid \(process.processIdentifier))")
     }
 
-    /// Prints whole lines with the child's name in front; watches for the coordinator's ready line.
-    private func forward(_ handle: FileHandle, stream: String) {
-        let data = handle.availableData
-        guard !data.isEmpty else { return }
-        let lines = state.withLock { state -> [String] in
-            var text = state.partialLine[stream, default: ""] + String(decoding: data, as: UTF8.self)
-            var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-            text = lines.removeLast()
-            state.partialLine[stream] = text
-            return lines
+    /// Prints a line with the child's name in front; watches for the coordinator's ready line.
+    private func forward(_ line: String) {
+        emit(line)
+        guard let ready = Self.parseReady(line) else { return }
+        let waiters = state.withLock { state in
+            state.ready = ready
+            defer { state.readyWaiters = [] }
+            return state.readyWaiters
         }
-        for line in lines {
-            emit(line)
-            if let ready = Self.parseReady(line) {
-                let waiters = state.withLock { state in
-                    state.ready = ready
-                    defer { state.readyWaiters = [] }
-                    return state.readyWaiters
-                }
-                for waiter in waiters { waiter.resume(returning: ready) }
-            }
-        }
+        for waiter in waiters { waiter.resume(returning: ready) }
     }
 
     /// `skillbus coordinator ready: bus=… feed=…` (and the baseline proxy's like it) as key → value.
@@ -217,15 +201,21 @@ final class Child: Sendable {
     }
 
     private func exited(_ process: Process) {
-        let (stopping, delay, waiters) = state.withLock { state in
+        let (stopping, delay, waiters, readyWaiters) = state.withLock { state in
             state.process = nil
             if Date().timeIntervalSince(state.startedAt) > 30 { state.restartDelay = 0.5 }
             let delay = state.restartDelay
             if !state.stopping { state.restartDelay = min(state.restartDelay * 2, 30) }
-            defer { state.exitWaiters = [] }
-            return (state.stopping, delay, state.exitWaiters)
+            defer {
+                state.exitWaiters = []
+                state.readyWaiters = []
+            }
+            return (state.stopping, delay, state.exitWaiters, state.readyWaiters)
         }
         for waiter in waiters { waiter.resume() }
+        // Whoever waits for a ready line that never came learns at once: a bad config or a port in use
+        // is not cured by a restart.
+        for waiter in readyWaiters { waiter.resume(returning: nil) }
         let how =
             process.terminationReason == .uncaughtSignal
             ? "killed by signal \(process.terminationStatus)" : "exited with status \(process.terminationStatus)"

@@ -26,7 +26,6 @@ final class SkillbusProcess: Sendable {
 
     private struct State {
         var lines: [String] = []
-        var partial: [Int: String] = [:]
         var waiters:
             [(id: Int, predicate: @Sendable (String) -> Bool, continuation: CheckedContinuation<String?, Never>)] = []
         var nextWaiter = 0
@@ -57,15 +56,11 @@ final class SkillbusProcess: Sendable {
         process.standardOutput = output
         process.standardError = errors
         process.standardInput = FileHandle.nullDevice
-        for (index, pipe) in [output, errors].enumerated() {
-            pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-                let data = handle.availableData
-                if data.isEmpty {
-                    handle.readabilityHandler = nil
-                    self?.streamClosed()
-                    return
-                }
-                self?.received(data, stream: index)
+        for pipe in [output, errors] {
+            LineReader.start(pipe, name: "test-\(self.name)") { [weak self] line in
+                self?.received(line)
+            } onEnd: { [weak self] in
+                self?.streamClosed()
             }
         }
         process.terminationHandler = { [weak self] _ in self?.terminated() }
@@ -82,24 +77,18 @@ final class SkillbusProcess: Sendable {
     var output: [String] { state.withLock { $0.lines } }
     var exitCode: Int32 { process.terminationStatus }
 
-    private func received(_ data: Data, stream: Int) {
-        let ready = state.withLock { state -> [(CheckedContinuation<String?, Never>, String)] in
-            var text = state.partial[stream, default: ""] + String(decoding: data, as: UTF8.self)
-            var parts = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-            text = parts.removeLast()
-            state.partial[stream] = text
-            var ready: [(CheckedContinuation<String?, Never>, String)] = []
-            for line in parts {
-                state.lines.append(line)
-                state.waiters.removeAll { waiter in
-                    guard waiter.predicate(line) else { return false }
-                    ready.append((waiter.continuation, line))
-                    return true
-                }
+    private func received(_ line: String) {
+        let ready = state.withLock { state -> [CheckedContinuation<String?, Never>] in
+            state.lines.append(line)
+            var ready: [CheckedContinuation<String?, Never>] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.predicate(line) else { return false }
+                ready.append(waiter.continuation)
+                return true
             }
             return ready
         }
-        for (continuation, line) in ready { continuation.resume(returning: line) }
+        for continuation in ready { continuation.resume(returning: line) }
     }
 
     private func streamClosed() {

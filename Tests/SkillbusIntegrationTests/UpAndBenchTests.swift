@@ -57,6 +57,18 @@ struct UpAndBenchTests {
         for child in children { #expect(kill(child, 0) != 0, "child \(child) still running") }
     }
 
+    @Test("up fails fast, and says why, when the coordinator cannot bind")
+    func upWithBusyPort() async throws {
+        let holder = try await TestCluster()
+        defer { holder.terminate() }
+        let config = try writeFile(
+            #"{"version": 1, "coordinator": {"bus": "\#(holder.bus)", "feed": "tcp://127.0.0.1:*"}, "workers": []}"#)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let (code, output) = try await runSkillbus(["up", "--config", config], timeout: .seconds(10))
+        #expect(code == 1)
+        #expect(output.contains { $0.contains("Address already in use") })
+    }
+
     @Test("broken configs are refused with the key's path and exit code 2")
     func brokenConfigs() async throws {
         let config = try writeFile(#"{"version": 1, "workers": [{"name": "a", "capacity": "many"}]}"#)

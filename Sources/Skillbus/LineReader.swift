@@ -1,0 +1,36 @@
+import Foundation
+
+/// Reads a pipe line by line on a thread of its own until end of file.
+///
+/// FileHandle's `readabilityHandler` is a dispatch source on the descriptor; on Linux, closing the pipe
+/// while that source is being cancelled can crash the process. A plain blocking `read` on a dedicated
+/// thread has no such race, and it owns the pipe until the writer closes it.
+public enum LineReader {
+    /// Calls `onLine` for each line (without its newline, a final unterminated line included), then `onEnd`.
+    public static func start(
+        _ pipe: Pipe, name: String,
+        onLine: @escaping @Sendable (String) -> Void,
+        onEnd: @escaping @Sendable () -> Void = {}
+    ) {
+        let thread = Thread {
+            let fd = pipe.fileHandleForReading.fileDescriptor
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            var pending: [UInt8] = []
+            while true {
+                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else { break }
+                pending.append(contentsOf: buffer[0..<count])
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    onLine(String(decoding: pending[..<newline], as: UTF8.self))
+                    pending.removeSubrange(...newline)
+                }
+            }
+            if !pending.isEmpty { onLine(String(decoding: pending, as: UTF8.self)) }
+            onEnd()
+            withExtendedLifetime(pipe) {}
+        }
+        thread.name = name
+        thread.start()
+    }
+}
