@@ -7,7 +7,17 @@ public final class SignalWatcher: @unchecked Sendable {
     public let signals: AsyncStream<Int32>
     private let sources: [any DispatchSourceSignal]
 
-    public init(_ numbers: [Int32] = [SIGINT, SIGTERM]) {
+    /// The signals that stop a command. A child of `skillbus up` stops on SIGTERM only: Ctrl-C reaches the
+    /// whole process group, and `up` must stop its children itself, workers first.
+    public static var stopSignals: [Int32] {
+        if ProcessInfo.processInfo.environment["SKILLBUS_SUPERVISOR_PID"] != nil {
+            signal(SIGINT, SIG_IGN)
+            return [SIGTERM]
+        }
+        return [SIGINT, SIGTERM]
+    }
+
+    public init(_ numbers: [Int32] = SignalWatcher.stopSignals) {
         let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
         signals = stream
         sources = numbers.map { number in
