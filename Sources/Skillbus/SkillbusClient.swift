@@ -120,9 +120,10 @@ public final class SkillbusClient: Sendable {
                 }
             }
             group.addTask {
-                try? await Task.sleep(for: waitFor)
-                // Whoever removes the entry resumes it: the reply or this timer, never both.
-                self.pending.resolve(requestID, with: nil)
+                // Cancelled once the reply is in; otherwise the caller gets nil. Whoever removes the entry
+                // resumes it: the reply or this timer, never both.
+                guard (try? await Task.sleep(for: waitFor)) != nil else { return nil }
+                self.pending.expire(requestID)
                 return nil
             }
             let first = await group.next() ?? nil
@@ -134,14 +135,39 @@ public final class SkillbusClient: Sendable {
 
 /// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.
 private final class PendingReplies: Sendable {
-    private let waiting = Mutex<[String: CheckedContinuation<BusToClientMessage?, Never>]>([:])
-
-    func add(_ requestID: String, _ continuation: CheckedContinuation<BusToClientMessage?, Never>) {
-        waiting.withLock { $0[requestID] = continuation }
+    private struct Table {
+        var waiting: [String: CheckedContinuation<BusToClientMessage?, Never>] = [:]
+        /// Ids whose time ran out before their caller was even registered.
+        var expired: Set<String> = []
     }
 
-    func resolve(_ requestID: String, with message: BusToClientMessage?) {
-        waiting.withLock { $0.removeValue(forKey: requestID) }?.resume(returning: message)
+    private let table = Mutex(Table())
+
+    /// Registers a caller; one whose time already ran out is answered nil at once.
+    func add(_ requestID: String, _ continuation: CheckedContinuation<BusToClientMessage?, Never>) {
+        let late = table.withLock { table -> Bool in
+            if table.expired.remove(requestID) != nil { return true }
+            table.waiting[requestID] = continuation
+            return false
+        }
+        if late { continuation.resume(returning: nil) }
+    }
+
+    /// A reply arrived: hands it to its caller, if one still waits.
+    func resolve(_ requestID: String, with message: BusToClientMessage) {
+        table.withLock { $0.waiting.removeValue(forKey: requestID) }?.resume(returning: message)
+    }
+
+    /// The caller's time ran out: it gets nil, now or as soon as it registers.
+    func expire(_ requestID: String) {
+        let continuation = table.withLock { table -> CheckedContinuation<BusToClientMessage?, Never>? in
+            guard let continuation = table.waiting.removeValue(forKey: requestID) else {
+                table.expired.insert(requestID)
+                return nil
+            }
+            return continuation
+        }
+        continuation?.resume(returning: nil)
     }
 }
 
