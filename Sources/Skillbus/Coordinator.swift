@@ -89,6 +89,9 @@ private final class CoordinatorLoop {
     var subscriptions = Set<[UInt8]>()
     var unroutable = 0
     var rejected = 0
+    var refusalsLogged = 0
+    var refusalsSuppressed = 0
+    static let refusalsLoggedPerTick = 10
 
     static let tickNanos: UInt64 = 100_000_000
 
@@ -134,6 +137,11 @@ private final class CoordinatorLoop {
             if now >= nextTick {
                 perform(state.tick(now: now))
                 nextTick = now + Self.tickNanos
+                if refusalsSuppressed > 0 {
+                    logger.warning("refused \(refusalsSuppressed) more bad message(s) without logging each")
+                    refusalsSuppressed = 0
+                }
+                refusalsLogged = 0
             }
         }
     }
@@ -197,7 +205,13 @@ private final class CoordinatorLoop {
     /// Answers a message the bus cannot accept, in the sender's own dialect where it can tell.
     private func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
         rejected += 1
-        logger.warning("refused a message from peer \(hex(peer)): \(error)")
+        // A flood of garbage must not become a flood of log lines: the first few per tick, then a count.
+        if refusalsLogged < Self.refusalsLoggedPerTick {
+            refusalsLogged += 1
+            logger.warning("refused a message from peer \(hex(peer)): \(error)")
+        } else {
+            refusalsSuppressed += 1
+        }
         let header = body.first ?? []
         // Another version of the worker protocol (SKB2W, say) is answered as a worker would expect.
         let speaksWorker =

@@ -118,6 +118,30 @@ struct BadInputTests {
         #expect(code == 0 && document["result"]?["text"] == "after the garbage")
     }
 
+    @Test("a flood of garbage is refused without flooding the log; good clients are still served")
+    func garbageFlood() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        let context = try ZMQContext()
+        let vandal = try RawPeer(cluster.bus, context: context)
+        defer { vandal.close() }
+        for index in 0..<2000 { vandal.socket.send([Array("junk \(index)".utf8), [0xFF]]) }
+        // The bus answers each in order, so the last answer means it has read them all.
+        try await waitUntil("the bus to answer the whole flood") {
+            var answers = 0
+            while let reply = try? await vandal.next(timeout: .milliseconds(200)) {
+                if text(reply[1]) == "ERROR" { answers += 1 }
+                if answers == 2000 { return true }
+            }
+            return false
+        }
+        let (code, document) = try await cluster.sendJSON(["echo", "text=still fine"])
+        #expect(code == 0 && document["result"]?["text"] == "still fine")
+        let logged = cluster.coordinator.output.filter { $0.contains("refused a message") }.count
+        #expect(logged < 200, "\(logged) refusal lines for 2000 bad messages")
+    }
+
     @Test("a client that vanishes before its reply costs nothing; the next client is served")
     func clientVanishes() async throws {
         let cluster = try await TestCluster()
