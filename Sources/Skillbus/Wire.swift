@@ -10,19 +10,6 @@ public enum Wire {
 
     static let clientHeaderBytes = Array(clientHeader.utf8)
     static let workerHeaderBytes = Array(workerHeader.utf8)
-    // Command frames, made once: encoding runs for every message on the hot path.
-    static let cancelFrame = Array("CANCEL".utf8)
-    static let disconnectFrame = Array("DISCONNECT".utf8)
-    static let errorFrame = Array("ERROR".utf8)
-    static let heartbeatFrame = Array("HEARTBEAT".utf8)
-    static let invokeFrame = Array("INVOKE".utf8)
-    static let readyFrame = Array("READY".utf8)
-    static let replyFrame = Array("REPLY".utf8)
-    static let requestFrame = Array("REQUEST".utf8)
-    static let resultFrame = Array("RESULT".utf8)
-    static let skillsFrame = Array("SKILLS".utf8)
-    static let stateFrame = Array("STATE".utf8)
-    static let welcomeFrame = Array("WELCOME".utf8)
 
     /// Reads frame `index` as UTF-8 text, or explains what is wrong with it.
     static func text(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> String {
@@ -76,22 +63,17 @@ public enum Wire {
     /// The longest timeout or deadline the wire accepts: one day, in milliseconds.
     public static let maxTimeoutMs = 86_400_000
 
-    /// The command frames of v1, looked up by their bytes: no String is made for a message's command.
-    enum Command: String, CaseIterable {
-        case request = "REQUEST"
-        case skills = "SKILLS"
-        case reply = "REPLY"
-        case error = "ERROR"
-        case ready = "READY"
-        case result = "RESULT"
-        case state = "STATE"
-        case heartbeat = "HEARTBEAT"
-        case disconnect = "DISCONNECT"
-        case welcome = "WELCOME"
-        case invoke = "INVOKE"
-        case cancel = "CANCEL"
+    /// The commands of v1. Their frames are made once, and incoming ones are looked up by their bytes:
+    /// no String is made or compared for a message's command on the hot path.
+    enum Command: Int, CaseIterable {
+        case request, skills, reply, error, ready, result, state, heartbeat, disconnect, welcome, invoke, cancel
 
-        static let byFrame = Dictionary(uniqueKeysWithValues: allCases.map { (Array($0.rawValue.utf8), $0) })
+        /// As it travels: the case name in capitals, `REQUEST`.
+        var name: String { String(describing: self).uppercased() }
+        var frame: [UInt8] { Self.frames[rawValue] }
+
+        static let frames = allCases.map { Array($0.name.utf8) }
+        static let byFrame = Dictionary(uniqueKeysWithValues: allCases.map { ($0.frame, $0) })
     }
 
     /// Frame 1 as one of the `expected` commands, or an error naming what was there and what is expected.
@@ -102,7 +84,7 @@ public enum Wire {
     }
 
     static func unknownCommand(_ message: Multipart, role: String, expected: [Command]) -> SkillbusError {
-        let names = expected.map(\.rawValue)
+        let names = expected.map(\.name)
         let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names[0]
         let shown = String(decoding: message[1].prefix(32), as: UTF8.self)
         return SkillbusError(.malformedMessage, "unknown \(role) command '\(shown)' (expected \(list))")
@@ -201,12 +183,12 @@ public enum ClientMessage: Sendable, Equatable {
         switch self {
         case .invoke(let request):
             [
-                Wire.clientHeaderBytes, Wire.requestFrame, request.$requestID, request.$roundID,
+                Wire.clientHeaderBytes, Wire.Command.request.frame, request.$requestID, request.$roundID,
                 request.$sessionID, Array(request.skill.utf8),
                 Array((request.timeoutMs.map(String.init) ?? "").utf8), request.parameters,
             ]
         case .listSkills(let requestID):
-            [Wire.clientHeaderBytes, Wire.skillsFrame, Array(requestID.utf8)]
+            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8)]
         }
     }
 
@@ -283,13 +265,13 @@ public enum BusToClientMessage: Sendable, Equatable {
         switch self {
         case .reply(let reply):
             [
-                Wire.clientHeaderBytes, Wire.replyFrame, reply.$requestID, reply.$roundID, reply.status.frame,
+                Wire.clientHeaderBytes, Wire.Command.reply.frame, reply.$requestID, reply.$roundID, reply.status.frame,
                 reply.$agent, Array(String(reply.durationMicros).utf8), reply.payload,
             ]
         case .skills(let requestID, let catalog):
-            [Wire.clientHeaderBytes, Wire.skillsFrame, Array(requestID.utf8), catalog.serialized()]
+            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8), catalog.serialized()]
         case .error(let requestID, let error):
-            [Wire.clientHeaderBytes, Wire.errorFrame, Array(requestID.utf8), error.json.serialized()]
+            [Wire.clientHeaderBytes, Wire.Command.error.frame, Array(requestID.utf8), error.json.serialized()]
         }
     }
 
@@ -401,12 +383,12 @@ public enum WorkerMessage: Sendable, Equatable {
 
     public func encoded() -> Multipart {
         switch self {
-        case .ready(let registration): [Wire.workerHeaderBytes, Wire.readyFrame, registration.serialized()]
+        case .ready(let registration): [Wire.workerHeaderBytes, Wire.Command.ready.frame, registration.serialized()]
         case .result(let invocationID, let status, let payload):
-            [Wire.workerHeaderBytes, Wire.resultFrame, Array(invocationID.utf8), status.frame, payload]
-        case .state(let state): [Wire.workerHeaderBytes, Wire.stateFrame, state.json.serialized()]
-        case .heartbeat: [Wire.workerHeaderBytes, Wire.heartbeatFrame]
-        case .disconnect: [Wire.workerHeaderBytes, Wire.disconnectFrame]
+            [Wire.workerHeaderBytes, Wire.Command.result.frame, Array(invocationID.utf8), status.frame, payload]
+        case .state(let state): [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json.serialized()]
+        case .heartbeat: [Wire.workerHeaderBytes, Wire.Command.heartbeat.frame]
+        case .disconnect: [Wire.workerHeaderBytes, Wire.Command.disconnect.frame]
         }
     }
 
@@ -480,16 +462,17 @@ public enum BusToWorkerMessage: Sendable, Equatable {
 
     public func encoded() -> Multipart {
         switch self {
-        case .welcome(let body): [Wire.workerHeaderBytes, Wire.welcomeFrame, body.serialized()]
+        case .welcome(let body): [Wire.workerHeaderBytes, Wire.Command.welcome.frame, body.serialized()]
         case .invoke(let invocation):
             [
-                Wire.workerHeaderBytes, Wire.invokeFrame, Array(invocation.invocationID.utf8), invocation.$roundID,
+                Wire.workerHeaderBytes, Wire.Command.invoke.frame, Array(invocation.invocationID.utf8),
+                invocation.$roundID,
                 invocation.$sessionID, Array(invocation.skill.utf8), Array(String(invocation.deadlineMs).utf8),
                 invocation.parameters,
             ]
-        case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.cancelFrame, Array(invocationID.utf8)]
-        case .heartbeat: [Wire.workerHeaderBytes, Wire.heartbeatFrame]
-        case .error(let error): [Wire.workerHeaderBytes, Wire.errorFrame, error.json.serialized()]
+        case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.Command.cancel.frame, Array(invocationID.utf8)]
+        case .heartbeat: [Wire.workerHeaderBytes, Wire.Command.heartbeat.frame]
+        case .error(let error): [Wire.workerHeaderBytes, Wire.Command.error.frame, error.json.serialized()]
         }
     }
 
