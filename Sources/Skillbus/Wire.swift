@@ -150,12 +150,9 @@ public struct InvokeRequest: Sendable, Equatable {
         requestID: String, roundID: String, sessionID: String = "", skill: String, timeoutMs: Int? = nil,
         parameters: [UInt8]
     ) {
-        self._requestID = WireText(wrappedValue: requestID)
-        self._roundID = WireText(wrappedValue: roundID)
-        self._sessionID = WireText(wrappedValue: sessionID)
-        self.skill = skill
-        self.timeoutMs = timeoutMs
-        self.parameters = parameters
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), Array(sessionID.utf8), skill: skill,
+            timeoutMs: timeoutMs, parameters: parameters)
     }
 
     init(
