@@ -42,6 +42,9 @@ public struct CoordinatorState: Sendable {
         public var inFlight = 0
         public var lastHeard: UInt64
         public var state: AgentState = .idle
+        /// The READY body it registered with, and the WELCOME it got.
+        let registration: JSONValue
+        let welcome: JSONValue
     }
 
     struct Request: Sendable {
@@ -299,7 +302,14 @@ public struct CoordinatorState: Sendable {
                     "agent name '\(name)' is already registered by a live worker; retry after it leaves"))
         }
         var actions: [CoordinatorAction] = []
-        if workers[peer] != nil { actions += remove(peer, reason: "registered again", now: now) }
+        if let existing = workers[peer] {
+            // The same READY again (a worker that queued several while the bus was away): just welcome it.
+            if existing.registration == body {
+                workers[peer]!.lastHeard = now
+                return [.toWorker(peer, .welcome(existing.welcome))]
+            }
+            actions += remove(peer, reason: "registered again", now: now)
+        }
 
         var skills: [String: SkillDescriptor] = [:]
         var refused: [JSONValue] = []
@@ -315,19 +325,16 @@ public struct CoordinatorState: Sendable {
                 actions.append(.publish(.registrationRefused(agent: name, error: error)))
             }
         }
+        let welcome: JSONValue = [
+            "heartbeatMs": .number(Double(settings.heartbeatMs)),
+            "accepted": .array(skills.keys.sorted().map { .string($0) }), "refused": .array(refused),
+        ]
         workers[peer] = Worker(
             peer: peer, name: name, nameFrame: Array(name.utf8), capacity: capacity, heartbeatMs: heartbeatMs,
-            skills: skills, lastHeard: now)
+            skills: skills, lastHeard: now, registration: body, welcome: welcome)
         peerByName[name] = peer
         for identifier in skills.keys { providers[identifier, default: []].append(peer) }
-        actions.append(
-            .toWorker(
-                peer,
-                .welcome(
-                    [
-                        "heartbeatMs": .number(Double(settings.heartbeatMs)),
-                        "accepted": .array(skills.keys.sorted().map { .string($0) }), "refused": .array(refused),
-                    ])))
+        actions.append(.toWorker(peer, .welcome(welcome)))
         actions.append(.publish(.agentJoined(agent: name, skills: skills.keys.sorted(), capacity: capacity)))
         actions.append(.publish(.agentState(agent: name, state: .idle)))
         actions += dispatchWaiting(to: peer, now: now)

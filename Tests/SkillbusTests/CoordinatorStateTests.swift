@@ -49,6 +49,20 @@ struct CoordinatorStateTests {
         #expect(state.workers[alpha]?.skills.count == 2)
     }
 
+    @Test("the same READY twice is welcomed again without dropping the agent; a different one re-registers")
+    func repeatedReady() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1"), from: client, now: 0)
+        let again = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 1)
+        #expect(again.count == 1)
+        #expect(again.contains { if case .toWorker(_, .welcome) = $0 { true } else { false } })
+        #expect(state.runningCount == 1)
+        let changed = state.handleWorker(registration("alpha", skills: ["echo", "sleep"]), from: alpha, now: 2)
+        #expect(errorCode(replies(changed).first) == "agent_lost")
+        #expect(state.workers[alpha]?.skills.count == 2)
+    }
+
     @Test("least in-flight first, spreading over providers")
     func leastLoaded() {
         var state = CoordinatorState()
