@@ -149,6 +149,8 @@ public enum FeedCommand: SkillbusCommand {
         let context = try ZMQContext()
         let subscriber = try FeedSubscriber(endpoint: endpoint, topics: arguments.all("--topic"), context: context)
         defer { subscriber.close() }
+        let topics = arguments.all("--topic").isEmpty ? "all topics" : arguments.all("--topic").joined(separator: ", ")
+        printError("watching \(endpoint) (\(topics)); events appear as they happen, Ctrl-C stops")
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 var seen = 0
