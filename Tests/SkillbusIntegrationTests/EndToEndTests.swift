@@ -29,6 +29,11 @@ struct EndToEndTests {
         #expect(stats["result"]?["json"]?["words"] == 4)
         #expect(stats["result"]?["json"]?["lines"] == 2)
 
+        let (grepCode, grep) = try await cluster.sendJSON(["text.grep", "pattern=^b", "text=apple\nbanana\nblueberry"])
+        #expect(grepCode == 0)
+        #expect(grep["result"]?["json"]?["count"] == 2)
+        #expect(grep["result"]?["json"]?["matches"]?.arrayValue?.first?["line"] == 2)
+
         // A skill that fails: exit 1, the error names the problem, the worker keeps serving.
         let (failCode, fail) = try await cluster.sendJSON(["file.read", "path=../../etc/passwd"])
         #expect(failCode == 1)
