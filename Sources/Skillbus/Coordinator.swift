@@ -166,7 +166,8 @@ private final class CoordinatorLoop {
         }
     }
 
-    private func handle(_ message: Multipart) {
+    /// Takes the message over, so that dropping the routing id below moves frames instead of copying them.
+    private func handle(_ message: consuming Multipart) {
         var body = message
         let peer = PeerID(body.removeFirst())
         let now = DispatchTime.now().uptimeNanoseconds
