@@ -2,7 +2,8 @@ import Foundation
 import Skillbus
 import SkillbusZMQ
 
-/// Turns `key=value` (a string) and `key:=JSON` (any JSON value) into a parameters object.
+/// Turns `key=value` (a string) and `key:=JSON` (any JSON value) into a parameters object. As in HTTPie,
+/// `key=@FILE` takes the string from a file and `key:=@FILE` the JSON value.
 public enum RequestParameters {
     public static func parse(_ items: [String]) throws(SkillbusError) -> JSONValue {
         var object: [String: JSONValue] = [:]
@@ -11,15 +12,16 @@ public enum RequestParameters {
             let value: JSONValue
             if let range = item.range(of: ":="), !item[..<range.lowerBound].contains("=") {
                 key = String(item[..<range.lowerBound])
-                let text = String(item[range.upperBound...])
+                let text = try contents(String(item[range.upperBound...]), key: key)
                 do {
                     value = try JSONValue(parsing: text)
                 } catch {
-                    throw SkillbusError(.invalidParameters, "parameter '\(key)': '\(text)' is not JSON (\(error))")
+                    throw SkillbusError(
+                        .invalidParameters, "parameter '\(key)': '\(text.prefix(80))' is not JSON (\(error))")
                 }
             } else if let equals = item.firstIndex(of: "=") {
                 key = String(item[..<equals])
-                value = .string(String(item[item.index(after: equals)...]))
+                value = .string(try contents(String(item[item.index(after: equals)...]), key: key))
             } else {
                 throw SkillbusError(.invalidParameters, "'\(item)' is not key=value or key:=JSON")
             }
@@ -31,6 +33,19 @@ public enum RequestParameters {
         }
         return .object(object)
     }
+
+    /// The value as given, or the text of the file it names with a leading `@`.
+    static func contents(_ value: String, key: String) throws(SkillbusError) -> String {
+        guard value.hasPrefix("@") else { return value }
+        let path = String(value.dropFirst())
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw SkillbusError(.invalidParameters, "parameter '\(key)': cannot read file '\(path)'")
+        }
+        guard let text = String(validating: data, as: UTF8.self) else {
+            throw SkillbusError(.invalidParameters, "parameter '\(key)': file '\(path)' is not UTF-8 text")
+        }
+        return text
+    }
 }
 
 /// `skillbus send`
@@ -39,7 +54,8 @@ public enum SendCommand: SkillbusCommand {
         name: "send",
         abstract: "Send one task to the coordinator and print its result.",
         discussion: """
-            Parameters follow HTTPie: key=value gives a string, key:=JSON gives any JSON value.
+            Parameters follow HTTPie: key=value gives a string, key:=JSON gives any JSON value, and
+            key=@FILE or key:=@FILE read the string or the JSON value from a file.
             Exit codes: 0 ok, 1 the skill failed, 2 usage or invalid parameters (or unknown skill),
             3 coordinator unreachable or timed out.
 

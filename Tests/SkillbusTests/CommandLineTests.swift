@@ -25,6 +25,25 @@ struct CommandLineTests {
         }
     }
 
+    @Test("@FILE reads a string or a JSON value from a file")
+    func fileValues() throws {
+        let text = NSTemporaryDirectory() + "skillbus-param-\(UUID().uuidString).txt"
+        let json = text + ".json"
+        try Data("two\nlines".utf8).write(to: URL(fileURLWithPath: text))
+        try Data(#"{"n": [1, 2]}"#.utf8).write(to: URL(fileURLWithPath: json))
+        defer {
+            try? FileManager.default.removeItem(atPath: text)
+            try? FileManager.default.removeItem(atPath: json)
+        }
+        let value = try RequestParameters.parse(["text=@\(text)", "data:=@\(json)"])
+        #expect(value == ["text": "two\nlines", "data": ["n": [1, 2]]])
+        #expect {
+            try RequestParameters.parse(["text=@/nonexistent/skillbus"])
+        } throws: { error in
+            (error as? SkillbusError)?.message.contains("cannot read file '/nonexistent/skillbus'") == true
+        }
+    }
+
     @Test("a repeated key is refused")
     func repeatedKey() {
         #expect(throws: SkillbusError.self) { try RequestParameters.parse(["a=1", "a=2"]) }
