@@ -95,7 +95,7 @@ public final class AgentWorker: Sendable {
             } catch {
                 break
             }
-            let (registered, silentNanos, busHeartbeatMs) = state.withLock {
+            var (registered, silentNanos, busHeartbeatMs) = state.withLock {
                 ($0.registered, now() &- $0.lastHeardFromBus, $0.busHeartbeatMs)
             }
             if registered && silentNanos > UInt64(3 * busHeartbeatMs) * 1_000_000 {
@@ -107,6 +107,7 @@ public final class AgentWorker: Sendable {
                     return Array(state.running.values)
                 }
                 for task in orphans { task.cancel() }
+                registered = false
             }
             if registered {
                 socket.send(WorkerMessage.heartbeat.encoded())

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Reads a pipe line by line on a thread of its own until end of file.
 ///
@@ -32,5 +33,37 @@ public enum LineReader {
         }
         thread.name = name
         thread.start()
+    }
+}
+
+extension LineReader {
+    /// One spawn at a time, across the process: a child spawned while another's pipe ends are still open
+    /// here would inherit them and hold them open, and the other's output would never reach end of file.
+    private static let spawnLock = Mutex(())
+
+    /// Runs `process` with standard input closed and its standard output and error read line by line
+    /// (both streams to `onLine`); `onEnd` runs once both have reached end of file.
+    public static func run(
+        _ process: Process, name: String,
+        onLine: @escaping @Sendable (String) -> Void,
+        onEnd: @escaping @Sendable () -> Void = {}
+    ) throws {
+        let output = Pipe()
+        let errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        let closed = Mutex(0)
+        for pipe in [output, errors] {
+            start(pipe, name: name, onLine: onLine) {
+                if closed.withLock({ count -> Int in
+                    count += 1
+                    return count
+                }) == 2 {
+                    onEnd()
+                }
+            }
+        }
+        try spawnLock.withLock { _ in try process.run() }
     }
 }

@@ -76,11 +76,11 @@ enum Defaults {
     static var environmentBus: String? { ProcessInfo.processInfo.environment["SKILLBUS_COORDINATOR"] }
     static var environmentFeed: String? { ProcessInfo.processInfo.environment["SKILLBUS_FEED"] }
 
-    static func bus(_ arguments: ParsedArguments, _ spec: CommandSpec, option: String = "--coordinator")
+    static func bus(_ arguments: ParsedArguments, _ spec: CommandSpec)
         throws(UsageError)
         -> String
     {
-        if let flag = try arguments.endpoint(option, in: spec) { return flag }
+        if let flag = try arguments.endpoint("--coordinator", in: spec) { return flag }
         if let value = environmentBus {
             if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_COORDINATOR: \(problem)") }
             return value

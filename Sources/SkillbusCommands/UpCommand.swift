@@ -51,10 +51,6 @@ public enum UpCommand: SkillbusCommand {
     }
 }
 
-/// Serialises process spawns: a child spawned while another's pipe ends are still open in this process
-/// would inherit them, and that pipe would never close.
-private let spawnLock = Mutex(())
-
 /// Starts children, forwards their output with a name prefix, restarts crashed ones, stops them all.
 final class Supervisor: Sendable {
     private let executable: String
@@ -127,18 +123,9 @@ final class Child: Sendable {
         var environment = ProcessInfo.processInfo.environment
         environment["SKILLBUS_SUPERVISOR_PID"] = String(getpid())
         process.environment = environment
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        for pipe in [output, errors] {
-            LineReader.start(pipe, name: "skillbus-up-\(name)") { [weak self] line in self?.forward(line) }
-        }
         process.terminationHandler = { [weak self] process in self?.exited(process) }
         do {
-            // One spawn at a time, so that no child inherits another's pipes (see `spawnLock`).
-            try spawnLock.withLock { _ in try process.run() }
+            try LineReader.run(process, name: "skillbus-up-\(name)") { [weak self] line in self?.forward(line) }
         } catch {
             emit("could not start: \(error)")
             return

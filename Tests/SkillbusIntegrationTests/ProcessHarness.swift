@@ -11,8 +11,6 @@ let skillbusBinary: String = {
     return root.appendingPathComponent(".build/debug/skillbus").path
 }()
 
-private let spawnLock = Mutex(())
-
 struct TimedOut: Error, CustomStringConvertible {
     let what: String
     var description: String { "timed out waiting for \(what)" }
@@ -32,7 +30,7 @@ final class SkillbusProcess: Sendable {
         var exited = false
         var exitWaiters: [CheckedContinuation<Void, Never>] = []
         /// Standard output and error both reached end of file: every line has been read.
-        var closedStreams = 0
+        var outputEnded = false
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
     }
 
@@ -51,22 +49,12 @@ final class SkillbusProcess: Sendable {
         for (key, value) in environment { env[key] = value }
         process.environment = env
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
-        for pipe in [output, errors] {
-            LineReader.start(pipe, name: "test-\(self.name)") { [weak self] line in
-                self?.received(line)
-            } onEnd: { [weak self] in
-                self?.streamClosed()
-            }
-        }
         process.terminationHandler = { [weak self] _ in self?.terminated() }
-        // One spawn at a time: a child spawned while another's pipes are open would inherit them and hold
-        // them open, and the other's output would then never reach end of file.
-        try spawnLock.withLock { _ in try process.run() }
+        try LineReader.run(process, name: "test-\(self.name)") { [weak self] line in
+            self?.received(line)
+        } onEnd: { [weak self] in
+            self?.outputEnded()
+        }
     }
 
     deinit {
@@ -91,10 +79,9 @@ final class SkillbusProcess: Sendable {
         for continuation in ready { continuation.resume(returning: line) }
     }
 
-    private func streamClosed() {
+    private func outputEnded() {
         let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.closedStreams += 1
-            guard state.closedStreams == 2 else { return [] }
+            state.outputEnded = true
             defer { state.drainWaiters = [] }
             return state.drainWaiters
         }
@@ -108,8 +95,8 @@ final class SkillbusProcess: Sendable {
             group.addTask {
                 await withCheckedContinuation { continuation in
                     let done = self.state.withLock { state -> Bool in
-                        if state.closedStreams < 2 { state.drainWaiters.append(continuation) }
-                        return state.closedStreams == 2
+                        if !state.outputEnded { state.drainWaiters.append(continuation) }
+                        return state.outputEnded
                     }
                     if done { continuation.resume() }
                 }
@@ -210,7 +197,6 @@ final class SkillbusProcess: Sendable {
         guard exited, state.withLock({ $0.exited }) else {
             throw TimedOut(what: "\(name) to exit; output:\n" + output.suffix(30).joined(separator: "\n"))
         }
-        // Output may still be in the pipe after the exit: give the readers their last lines.
         return process.terminationStatus
     }
 
