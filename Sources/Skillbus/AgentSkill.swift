@@ -7,6 +7,8 @@ public protocol AgentSkill: Sendable {
     var displayName: String { get }
     var description: String { get }
     var parameterSchema: ParameterSchema { get }
+    /// How long a request may take when the client names no timeout; nil takes the bus's default.
+    var defaultTimeoutMs: Int? { get }
     /// Where the agent runs it; `.general` by default.
     var executionStyle: SkillExecutionStyle { get }
     /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
@@ -25,10 +27,12 @@ public enum SkillExecutionStyle: Sendable {
 extension AgentSkill {
     /// `.general` unless a skill knows it is quick.
     public var executionStyle: SkillExecutionStyle { .general }
+    public var defaultTimeoutMs: Int? { nil }
 
     public var descriptor: SkillDescriptor {
         SkillDescriptor(
-            identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema)
+            identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema,
+            defaultTimeoutMs: defaultTimeoutMs)
     }
 }
 
@@ -108,6 +112,11 @@ public enum SkillResult: Sendable, Equatable {
     }
 }
 
+/// Runs a skill on behalf of another skill: the agent itself, when it offers that skill, otherwise the bus.
+public protocol SkillCaller: Sendable {
+    func call(_ skill: String, parameters: JSONValue, from context: SkillExecutionContext) async throws -> SkillResult
+}
+
 /// Where a skill runs: which round and session it serves, on which agent, until when.
 /// Cancellation is Swift task cancellation: check `Task.isCancelled` or call `checkCancellation()`.
 public struct SkillExecutionContext: Sendable {
@@ -116,16 +125,47 @@ public struct SkillExecutionContext: Sendable {
     public let agentName: String
     public let invocationID: String
     public let deadline: ContinuousClock.Instant
+    /// How the skill reaches other skills; nil outside an agent.
+    public let caller: (any SkillCaller)?
+    /// How many skill calls deep this invocation is (0 for one the bus sent).
+    public let depth: Int
+
+    /// Deeper sub-calls than this are refused: a skill that calls itself forever fails instead.
+    public static let maxDepth = 8
 
     public init(
         roundID: String, sessionID: String, agentName: String, invocationID: String,
-        deadline: ContinuousClock.Instant
+        deadline: ContinuousClock.Instant, caller: (any SkillCaller)? = nil, depth: Int = 0
     ) {
         self.roundID = roundID
         self.sessionID = sessionID
         self.agentName = agentName
         self.invocationID = invocationID
         self.deadline = deadline
+        self.caller = caller
+        self.depth = depth
+    }
+
+    /// Calls another skill of the registry, in the same round and session and under the same deadline:
+    /// on this agent when it offers the skill, otherwise through the coordinator on another agent.
+    /// A failed call throws its `SkillbusError`.
+    public func invoke(_ skill: String, parameters: JSONValue = [:]) async throws -> SkillResult {
+        guard let caller else {
+            throw SkillbusError(.unknownSkill, "'\(skill)' cannot be called here: this skill runs outside an agent")
+        }
+        guard depth < Self.maxDepth else {
+            throw SkillbusError(
+                .skillFailed, "calling '\(skill)' would nest skill calls deeper than \(Self.maxDepth)")
+        }
+        try checkCancellation()
+        return try await caller.call(skill, parameters: parameters, from: self)
+    }
+
+    /// The context of a sub-call made from this one.
+    public func child(invoking skill: String) -> SkillExecutionContext {
+        SkillExecutionContext(
+            roundID: roundID, sessionID: sessionID, agentName: agentName, invocationID: invocationID + "/" + skill,
+            deadline: deadline, caller: caller, depth: depth + 1)
     }
 
     public var isCancelled: Bool { Task.isCancelled || ContinuousClock.now >= deadline }
@@ -141,19 +181,31 @@ public struct SkillDescriptor: Sendable, Equatable {
     public var displayName: String
     public var description: String
     public var parameters: ParameterSchema
+    /// Milliseconds a request may take when the client names no timeout; nil takes the bus's default.
+    public var defaultTimeoutMs: Int?
+    /// Free-form metadata (tags, version, owner, …) that the registry keeps and passes on untouched.
+    public var metadata: [String: JSONValue]
 
-    public init(identifier: String, displayName: String, description: String, parameters: ParameterSchema) {
+    public init(
+        identifier: String, displayName: String, description: String, parameters: ParameterSchema,
+        defaultTimeoutMs: Int? = nil, metadata: [String: JSONValue] = [:]
+    ) {
         self.identifier = identifier
         self.displayName = displayName
         self.description = description
         self.parameters = parameters
+        self.defaultTimeoutMs = defaultTimeoutMs
+        self.metadata = metadata
     }
 
     public var json: JSONValue {
-        [
+        var object: [String: JSONValue] = [
             "identifier": .string(identifier), "displayName": .string(displayName),
             "description": .string(description), "parameters": parameters.json,
         ]
+        if let defaultTimeoutMs { object["defaultTimeoutMs"] = .number(Double(defaultTimeoutMs)) }
+        if !metadata.isEmpty { object["metadata"] = .object(metadata) }
+        return .object(object)
     }
 
     /// Parses and checks a descriptor from a registration.
@@ -172,9 +224,26 @@ public struct SkillDescriptor: Sendable, Equatable {
             throw SkillbusError(
                 .invalidRegistration, "skill '\(identifier)': " + problems.joined(separator: "; "))
         }
+        var defaultTimeoutMs: Int?
+        if let value = json["defaultTimeoutMs"], value != .null {
+            guard let ms = value.intValue, (1...Wire.maxTimeoutMs).contains(ms) else {
+                throw SkillbusError(
+                    .invalidRegistration,
+                    "skill '\(identifier)': 'defaultTimeoutMs' must be an integer from 1 to \(Wire.maxTimeoutMs)")
+            }
+            defaultTimeoutMs = ms
+        }
+        var metadata: [String: JSONValue] = [:]
+        if let value = json["metadata"], value != .null {
+            guard let object = value.objectValue else {
+                throw SkillbusError(.invalidRegistration, "skill '\(identifier)': 'metadata' must be an object")
+            }
+            metadata = object
+        }
         self.init(
             identifier: identifier, displayName: json["displayName"]?.stringValue ?? identifier,
-            description: json["description"]?.stringValue ?? "", parameters: parameters)
+            description: json["description"]?.stringValue ?? "", parameters: parameters,
+            defaultTimeoutMs: defaultTimeoutMs, metadata: metadata)
     }
 
     public static func isValidIdentifier(_ identifier: String) -> Bool {

@@ -6,6 +6,9 @@ import Synchronization
 /// An agent: connects a DEALER to the coordinator's bus, registers its skills, runs up to `capacity`
 /// invocations at once as Swift tasks, reports its state, and heartbeats. Losing the coordinator is
 /// not fatal: it registers again, with growing delay, until the coordinator answers.
+///
+/// Once welcomed it also holds a `RegistryReplica`, so it knows what every other agent offers, and its
+/// skills can call any skill in the registry (`SkillExecutionContext.invoke`).
 public final class AgentWorker: Sendable {
     public struct Options: Sendable {
         public var name: String
@@ -13,13 +16,16 @@ public final class AgentWorker: Sendable {
         public var capacity: Int
         public var heartbeatMs: Int
         public var maxMessageBytes: Int
+        /// The coordinator's feed, for the registry replica; nil takes the one WELCOME names.
+        public var feed: String?
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
-            maxMessageBytes: Int = 1 << 20
+            maxMessageBytes: Int = 1 << 20, feed: String? = nil
         ) {
             self.name = name
             self.coordinator = coordinator
+            self.feed = feed
             self.capacity = capacity
             self.heartbeatMs = heartbeatMs
             self.maxMessageBytes = maxMessageBytes
@@ -27,12 +33,16 @@ public final class AgentWorker: Sendable {
     }
 
     public let options: Options
-    private let skills: [String: any AgentSkill]
     private let logger: Logger
     private let socket: SocketLoop
     private let state: Mutex<State>
+    /// Client-side connection to the bus: registry snapshots and sub-calls to skills on other agents.
+    private let client: SkillbusClient
+    private let context: ZMQContext
 
     private struct State {
+        var skills: [String: any AgentSkill]
+        var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
         /// so a burst of quick invocations costs one state message, not two per invocation.
@@ -50,9 +60,12 @@ public final class AgentWorker: Sendable {
 
     public init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
         self.options = options
-        self.skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
         self.logger = logger
-        let state = Mutex(State(busHeartbeatMs: options.heartbeatMs))
+        self.context = context
+        client = try SkillbusClient(
+            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
+        let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
+        let state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
         self.state = state
         let maxBytes = Int64(options.maxMessageBytes) * 4 + 4096
         let endpoint = options.coordinator
@@ -82,7 +95,38 @@ public final class AgentWorker: Sendable {
     public var registration: Registration {
         Registration(
             name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
-            skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier })
+            skills: state.withLock { $0.skills.values.map(\.descriptor) }.sorted { $0.identifier < $1.identifier })
+    }
+
+    /// The skills this agent offers now.
+    public var skillIdentifiers: [String] { state.withLock { $0.skills.keys.sorted() } }
+
+    /// This agent's copy of the whole registry; nil until the coordinator first welcomed it.
+    public var replica: RegistryReplica? { state.withLock { $0.replica } }
+
+    /// Offers a skill from now on (replacing one with the same identifier). The coordinator gets the new
+    /// list at once; it shows in the registry as one update.
+    public func addSkill(_ skill: any AgentSkill) {
+        changeSkills { $0[skill.identifier] = skill }
+    }
+
+    /// Stops offering a skill; invocations of it that already run finish.
+    public func removeSkill(_ identifier: String) {
+        changeSkills { $0[identifier] = nil }
+    }
+
+    /// Replaces the whole skill list (what a config reload does).
+    public func setSkills(_ skills: [any AgentSkill]) {
+        changeSkills { $0 = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first }) }
+    }
+
+    private func changeSkills(_ change: (inout [String: any AgentSkill]) -> Void) {
+        let registered = state.withLock { state -> Bool in
+            change(&state.skills)
+            return state.registered
+        }
+        // Unregistered, the next READY carries the new list anyway.
+        if registered { socket.send(WorkerMessage.skills(.array(registration.skills.map(\.json))).encoded()) }
     }
 
     /// Registers, then heartbeats until `stop()`. While not registered (refused, or the coordinator went
@@ -110,7 +154,8 @@ public final class AgentWorker: Sendable {
                 registered = false
             }
             if registered {
-                socket.send(WorkerMessage.heartbeat.encoded())
+                let position = state.withLock { $0.replica }?.position
+                socket.send(WorkerMessage.heartbeat(intervalMs: options.heartbeatMs, registry: position).encoded())
             } else {
                 register(ifDue: true)
             }
@@ -131,6 +176,8 @@ public final class AgentWorker: Sendable {
         for task in tasks { await task.value }
         socket.send(WorkerMessage.disconnect.encoded())
         socket.stop()
+        state.withLock { $0.replica }?.close()
+        client.close()
     }
 
     /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed.
@@ -160,11 +207,13 @@ public final class AgentWorker: Sendable {
         switch decoded {
         case .welcome(let body):
             let busHeartbeat = body["heartbeatMs"]?.intValue ?? options.heartbeatMs
-            state.withLock {
-                $0.registered = true
-                $0.retryDelayMs = 1000
-                $0.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
+            let needsReplica = state.withLock { state in
+                state.registered = true
+                state.retryDelayMs = 1000
+                state.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
+                return state.replica == nil
             }
+            if needsReplica { startReplica(welcomeFeed: body["feed"]?.stringValue) }
             let accepted = body["accepted"]?.arrayValue?.count ?? 0
             logger.info("registered as '\(options.name)' with \(accepted) skill(s)")
             for refused in body["refused"]?.arrayValue ?? [] {
@@ -174,8 +223,8 @@ public final class AgentWorker: Sendable {
             start(invocation)
         case .cancel(let invocationID):
             state.withLock { $0.running[invocationID] }?.cancel()
-        case .heartbeat:
-            break
+        case .heartbeat(let intervalMs):
+            if let intervalMs { state.withLock { $0.busHeartbeatMs = intervalMs } }
         case .error(let error):
             if error.code == .notRegistered {
                 // The coordinator restarted or forgot us: register again (no faster than the back-off).
@@ -194,7 +243,7 @@ public final class AgentWorker: Sendable {
                 return SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))")
             }
             // Created under the lock so that the task cannot finish before it is recorded.
-            if skills[invocation.skill]?.executionStyle == .quick {
+            if state.skills[invocation.skill]?.executionStyle == .quick {
                 state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
                     await self.execute(invocation)
                 }
@@ -220,21 +269,15 @@ public final class AgentWorker: Sendable {
             report(.executingSkill(skill.identifier))
             let context = SkillExecutionContext(
                 roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: options.name,
-                invocationID: invocation.invocationID,
-                deadline: .now + .milliseconds(invocation.deadlineMs))
+                invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
+                caller: self)
             do {
-                let result = try await skill.execute(parameters: parameters, context: context)
+                let result = try await Self.run(skill, parameters: parameters, context: context)
                 status = .ok
                 payload = result.serialized()
-            } catch let error as SkillbusError {
-                failure = error.message
-                throw error
-            } catch is CancellationError {
-                failure = "cancelled"
-                throw SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
             } catch {
-                failure = "\(error)"
-                throw SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
+                failure = error.code == .cancelled ? "cancelled" : error.message
+                throw error
             }
         } catch {
             status = .error
@@ -251,25 +294,72 @@ public final class AgentWorker: Sendable {
         if idle { report(.idle) }
     }
 
+    /// Runs a skill, turning whatever it throws into a `SkillbusError`.
+    private static func run(
+        _ skill: any AgentSkill, parameters: [String: JSONValue], context: SkillExecutionContext
+    ) async throws(SkillbusError) -> SkillResult {
+        do {
+            return try await skill.execute(parameters: parameters, context: context)
+        } catch let error as SkillbusError {
+            throw error
+        } catch is CancellationError {
+            throw SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
+        } catch {
+            throw SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
+        }
+    }
+
     /// Finds the skill and validates the parameters; nothing runs when this throws.
     private func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
-        guard let skill = skills[invocation.skill] else {
-            throw SkillbusError(
-                .unknownSkill,
-                "agent '\(options.name)' does not offer '\(invocation.skill)' (offers: "
-                    + skills.keys.sorted().joined(separator: ", ") + ")")
-        }
         let parsed: JSONValue
         do {
             parsed = try JSONValue(parsing: invocation.parameters)
         } catch {
             throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
         }
-        guard let object = parsed.objectValue else {
+        guard let skill = try localSkill(invocation.skill, required: true) else { fatalError("unreachable") }
+        return (skill, try validate(parsed, for: skill))
+    }
+
+    /// The agent's own skill with this identifier; with `required`, its absence is an `unknown_skill` error.
+    private func localSkill(_ identifier: String, required: Bool) throws(SkillbusError) -> (any AgentSkill)? {
+        let (skill, offered) = state.withLock { ($0.skills[identifier], required ? $0.skills.keys.sorted() : []) }
+        guard skill == nil && required else { return skill }
+        throw SkillbusError(
+            .unknownSkill,
+            "agent '\(options.name)' does not offer '\(identifier)' (offers: \(offered.joined(separator: ", ")))")
+    }
+
+    private func validate(_ parameters: JSONValue, for skill: any AgentSkill) throws(SkillbusError) -> [String:
+        JSONValue]
+    {
+        guard let object = parameters.objectValue else {
             throw SkillbusError(
-                .invalidParameters, "parameters of '\(invocation.skill)' must be a JSON object, got \(parsed.typeName)")
+                .invalidParameters,
+                "parameters of '\(skill.identifier)' must be a JSON object, got \(parameters.typeName)")
         }
-        return (skill, try skill.parameterSchema.validate(object, skill: skill.identifier))
+        return try skill.parameterSchema.validate(object, skill: skill.identifier)
+    }
+
+    /// Follows the registry from the feed WELCOME named, or the one the options name.
+    private func startReplica(welcomeFeed: String?) {
+        guard let feed = options.feed ?? welcomeFeed.map({ Endpoint.reachable($0, via: options.coordinator) }),
+            !feed.isEmpty
+        else {
+            logger.warning("the coordinator named no feed endpoint; this agent holds no registry replica")
+            return
+        }
+        do {
+            let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context, logger: logger)
+            let kept = state.withLock { state -> Bool in
+                guard state.replica == nil, !state.stopping else { return false }
+                state.replica = replica
+                return true
+            }
+            if kept { logger.info("following the registry on \(feed)") } else { replica.close() }
+        } catch {
+            logger.warning("cannot follow the registry on \(feed): \(error)")
+        }
     }
 
     /// Records a state change; `flushState` sends it. From another thread, wakes the I/O thread to do so.
@@ -297,5 +387,33 @@ public final class AgentWorker: Sendable {
             return changes
         }
         for change in changes { socket.send(WorkerMessage.state(change).encoded()) }
+    }
+}
+
+extension AgentWorker: SkillCaller {
+    /// A skill's sub-call: run here when this agent offers the skill, otherwise through the coordinator
+    /// (same round, same session, the caller's remaining time).
+    public func call(
+        _ identifier: String, parameters: JSONValue, from context: SkillExecutionContext
+    ) async throws -> SkillResult {
+        if let skill = try localSkill(identifier, required: false) {
+            let validated = try validate(parameters, for: skill)
+            return try await Self.run(skill, parameters: validated, context: context.child(invoking: identifier))
+        }
+        if let replica = state.withLock({ $0.replica }), replica.isSynced, replica.registry.skills[identifier] == nil {
+            let offered = replica.registry.skills.keys.sorted().joined(separator: ", ")
+            throw SkillbusError(
+                .unknownSkill, "no agent offers skill '\(identifier)' (the registry holds: \(offered))",
+                details: ["skill": .string(identifier)])
+        }
+        let remaining = context.deadline - .now
+        guard remaining > .milliseconds(1) else {
+            throw SkillbusError(.timeout, "no time left to call '\(identifier)' before the deadline")
+        }
+        let outcome = try await client.invoke(
+            identifier, parameters: parameters, roundID: context.roundID, sessionID: context.sessionID,
+            timeout: remaining)
+        if outcome.status == .ok, let result = outcome.result { return result }
+        throw outcome.error ?? SkillbusError(.internalError, "'\(identifier)' failed without an error")
     }
 }

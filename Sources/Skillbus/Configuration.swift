@@ -49,6 +49,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
 public struct WorkerConfiguration: Sendable, Equatable {
     public var name = ""
     public var coordinator = "tcp://127.0.0.1:5555"
+    /// The coordinator's feed, for the registry replica; nil takes the one the coordinator names.
+    public var feed: String?
     /// Built-in skill identifiers; empty means all of them.
     public var skills: [String] = []
     public var capacity = 4
@@ -60,12 +62,13 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public init() {}
 
     static let keys: Set<String> = [
-        "name", "coordinator", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes",
+        "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
         name = try object.string("name") ?? name
         coordinator = try object.endpoint("coordinator") ?? coordinator
+        feed = try object.endpoint("feed") ?? feed
         skills = try object.stringArray("skills") ?? skills
         capacity = try object.int("capacity", minimum: 1, maximum: 100_000) ?? capacity
         sandbox = try object.string("sandbox") ?? sandbox
@@ -236,5 +239,16 @@ public enum Endpoint {
             return text.hasSuffix("//") ? "'\(text)' has no path" : nil
         }
         return "'\(text)' is not a ZeroMQ endpoint (use tcp://HOST:PORT, ipc://PATH or inproc://NAME)"
+    }
+
+    /// `bound` as a peer reaches it: a tcp endpoint bound to every interface (`0.0.0.0`, `[::]`, `*`) takes
+    /// the host of `via`, the endpoint that peer already reaches the same coordinator on.
+    public static func reachable(_ bound: String, via: String) -> String {
+        guard bound.hasPrefix("tcp://"), via.hasPrefix("tcp://"),
+            let boundColon = bound.lastIndex(of: ":"), let viaColon = via.lastIndex(of: ":")
+        else { return bound }
+        let host = bound[bound.index(bound.startIndex, offsetBy: 6)..<boundColon]
+        guard ["0.0.0.0", "*", "[::]", "::"].contains(host) else { return bound }
+        return String(via[..<viaColon]) + String(bound[boundColon...])
     }
 }

@@ -98,8 +98,6 @@ private final class CoordinatorLoop {
     init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
         self.logger = logger
         self.maxMessageBytes = configuration.maxMessageBytes
-        self.state = CoordinatorState(settings: configuration.stateSettings)
-        state.publishesRequestEvents = false  // until a watcher subscribes to them
         router = try ZMQSocket(context: context, type: .router)
         try router.setRouterMandatory(true)
         // libzmq's hard cap drops the connection; below it we answer message_too_large ourselves.
@@ -110,6 +108,10 @@ private final class CoordinatorLoop {
         feed = try ZMQSocket(context: context, type: .xpub)
         try feed.setSendHighWaterMark(100_000)
         try feed.bind(configuration.feed)
+        var settings = configuration.stateSettings
+        settings.feedEndpoint = feed.lastEndpoint
+        state = CoordinatorState(settings: settings)
+        state.publishesRequestEvents = false  // until a watcher subscribes to them
     }
 
     func close() {
@@ -121,7 +123,8 @@ private final class CoordinatorLoop {
     }
 
     func run(control: Coordinator.Control) {
-        logger.info("bus on \(router.lastEndpoint), feed on \(feed.lastEndpoint)")
+        logger.info(
+            "bus on \(router.lastEndpoint), feed on \(feed.lastEndpoint), registry epoch \(state.ledger.epoch)")
         var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
         let items = [
             PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
@@ -188,6 +191,11 @@ private final class CoordinatorLoop {
                     perform(state.handleInvoke(request, from: peer, now: now))
                 case .listSkills(let requestID):
                     send(to: peer, BusToClientMessage.skills(requestID: requestID, catalog: state.catalog()).encoded())
+                case .snapshot(let requestID):
+                    perform(state.snapshot(requestID: requestID, for: peer))
+                case .listAgents(let requestID):
+                    let listing = state.agentsListing(now: now)
+                    send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())
                 }
             } else if header == Wire.workerHeaderBytes {
                 perform(state.handleWorker(try WorkerMessage.decode(body), from: peer, now: now))

@@ -29,6 +29,8 @@ public struct CoordinatorState: Sendable {
         public var defaultTimeoutMs = 15_000
         /// Requests that may wait for a free provider, over all skills.
         public var queueLimit = 1024
+        /// The feed endpoint as workers should reach it; sent in WELCOME so that they can hold a replica.
+        public var feedEndpoint = ""
         public init() {}
     }
 
@@ -42,9 +44,11 @@ public struct CoordinatorState: Sendable {
         public var inFlight = 0
         public var lastHeard: UInt64
         public var state: AgentState = .idle
-        /// The READY body it registered with, and the WELCOME it got.
-        let registration: JSONValue
-        let welcome: JSONValue
+        /// Where the worker's own registry replica stood at its last heartbeat.
+        public var registryPosition: RegistryPosition?
+        /// The READY body it registered with (its skill list updated by SKILLS), and the WELCOME it got.
+        var registration: JSONValue
+        var welcome: JSONValue
     }
 
     struct Request: Sendable {
@@ -71,6 +75,8 @@ public struct CoordinatorState: Sendable {
     /// them, so the hot path does not make events nobody reads.
     public var publishesRequestEvents = true
     public private(set) var workers: [PeerID: Worker] = [:]
+    /// The authoritative registry and its update sequence.
+    public private(set) var ledger: RegistryLedger
     private var peerByName: [String: PeerID] = [:]
     /// Skill identifier → providers in registration order.
     private var providers: [String: [PeerID]] = [:]
@@ -88,8 +94,15 @@ public struct CoordinatorState: Sendable {
     /// After that the slot is freed: the INVOKE or its RESULT was lost, or the worker ignores CANCEL.
     static let abandonAfterNanos: UInt64 = 5_000_000_000
 
-    public init(settings: Settings = Settings()) {
+    /// `epoch` names this coordinator's lifetime in registry messages; make it unique per start.
+    public init(settings: Settings = Settings(), epoch: String = CoordinatorState.makeEpoch()) {
         self.settings = settings
+        self.ledger = RegistryLedger(epoch: epoch)
+    }
+
+    public static func makeEpoch() -> String {
+        let hex = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
     public var runningCount: Int { running.count }
@@ -98,7 +111,9 @@ public struct CoordinatorState: Sendable {
 
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
-        let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
+        let timeoutMs =
+            request.timeoutMs ?? ledger.registry.skills[request.skill]?.descriptor.defaultTimeoutMs
+            ?? settings.defaultTimeoutMs
         let pending = Request(
             client: client, requestID: request.$requestID, roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: now,
@@ -132,13 +147,14 @@ public struct CoordinatorState: Sendable {
         ]
     }
 
+    /// Every skill on offer with its descriptor and providers, each with capacity and current load.
     public func catalog() -> JSONValue {
-        let skills = providers.keys.sorted().map { identifier -> JSONValue in
-            let peers = providers[identifier] ?? []
-            var entry = workers[peers[0]]?.skills[identifier]?.json.objectValue ?? [:]
+        let skills = ledger.registry.skills.keys.sorted().map { identifier -> JSONValue in
+            let skill = ledger.registry.skills[identifier]!
+            var entry = skill.descriptor.json.objectValue ?? [:]
             entry["providers"] = .array(
-                peers.compactMap { peer in
-                    workers[peer].map { worker in
+                skill.providers.compactMap { name in
+                    peerByName[name].flatMap { workers[$0] }.map { worker in
                         [
                             "agent": .string(worker.name), "capacity": .number(Double(worker.capacity)),
                             "inFlight": .number(Double(worker.inFlight)),
@@ -148,6 +164,41 @@ public struct CoordinatorState: Sendable {
             return .object(entry)
         }
         return ["skills": .array(skills)]
+    }
+
+    /// The answer to SNAPSHOT: one ENTRY per agent, sorted by name, then the summary with the sequence.
+    public func snapshot(requestID: String, for client: PeerID) -> [CoordinatorAction] {
+        let agents = ledger.serializedEntries.keys.sorted()
+        var actions = agents.map { name in
+            CoordinatorAction.toClient(client, .entry(requestID: requestID, entry: ledger.serializedEntries[name]!))
+        }
+        let summary: JSONValue = [
+            "epoch": .string(ledger.epoch), "seq": .number(Double(ledger.sequence)),
+            "agents": .number(Double(agents.count)), "heartbeatMs": .number(Double(settings.heartbeatMs)),
+        ]
+        actions.append(.toClient(client, .snapshot(requestID: requestID, summary: summary)))
+        return actions
+    }
+
+    /// Live agents with their skills, capacity, load, state, heartbeat age and replica position.
+    public mutating func agentsListing(now: UInt64) -> JSONValue {
+        let position = ledger.position()
+        let agents = workers.values.sorted { $0.name < $1.name }.map { worker -> JSONValue in
+            let ageMs = now > worker.lastHeard ? Double((now - worker.lastHeard) / 1_000_000) : 0
+            var entry: [String: JSONValue] = [
+                "agent": .string(worker.name), "capacity": .number(Double(worker.capacity)),
+                "inFlight": .number(Double(worker.inFlight)), "state": worker.state.json,
+                "skills": .array(worker.skills.keys.sorted().map { .string($0) }),
+                // Any message from the worker is a sign of life, not only HEARTBEAT.
+                "heartbeatMs": .number(Double(worker.heartbeatMs)), "lastHeartbeatAgeMs": .number(ageMs),
+                "registry": worker.registryPosition?.json ?? .null,
+            ]
+            if let replica = worker.registryPosition {
+                entry["registryInSync"] = .bool(replica == position)
+            }
+            return .object(entry)
+        }
+        return ["agents": .array(agents), "registry": position.json]
     }
 
     /// Least in-flight first among providers with a free slot; ties go round-robin.
@@ -222,7 +273,13 @@ public struct CoordinatorState: Sendable {
         }
         workers[peer]!.lastHeard = now
         switch message {
-        case .ready, .heartbeat: return []  // READY was handled above
+        case .ready: return []  // handled above
+        case .heartbeat(let intervalMs, let registry):
+            if let intervalMs { workers[peer]!.heartbeatMs = intervalMs }
+            if let registry { workers[peer]!.registryPosition = registry }
+            return []
+        case .skills(let list):
+            return changeSkills(of: peer, to: list, now: now)
         case .state(let state):
             guard workers[peer]!.state != state else { return [] }
             workers[peer]!.state = state
@@ -310,25 +367,9 @@ public struct CoordinatorState: Sendable {
             }
             actions += remove(peer, reason: "registered again", now: now)
         }
-
-        var skills: [String: SkillDescriptor] = [:]
-        var refused: [JSONValue] = []
-        for item in skillList {
-            do throws(SkillbusError) {
-                let descriptor = try SkillDescriptor(json: item)
-                guard skills[descriptor.identifier] == nil else {
-                    throw SkillbusError(.invalidRegistration, "skill '\(descriptor.identifier)' is listed twice")
-                }
-                skills[descriptor.identifier] = descriptor
-            } catch {
-                refused.append(error.json)
-                actions.append(.publish(.registrationRefused(agent: name, error: error)))
-            }
-        }
-        let welcome: JSONValue = [
-            "heartbeatMs": .number(Double(settings.heartbeatMs)),
-            "accepted": .array(skills.keys.sorted().map { .string($0) }), "refused": .array(refused),
-        ]
+        let (skills, refused, refusals) = admit(skillList, agent: name)
+        actions += refusals
+        let welcome = makeWelcome(skills, refused)
         workers[peer] = Worker(
             peer: peer, name: name, nameFrame: Array(name.utf8), capacity: capacity, heartbeatMs: heartbeatMs,
             skills: skills, lastHeard: now, registration: body, welcome: welcome)
@@ -336,9 +377,83 @@ public struct CoordinatorState: Sendable {
         for identifier in skills.keys { providers[identifier, default: []].append(peer) }
         actions.append(.toWorker(peer, .welcome(welcome)))
         actions.append(.publish(.agentJoined(agent: name, skills: skills.keys.sorted(), capacity: capacity)))
+        actions += publishEntry(of: peer, reason: "joined")
         actions.append(.publish(.agentState(agent: name, state: .idle)))
         actions += dispatchWaiting(to: peer, now: now)
         return actions
+    }
+
+    /// A registered worker replaces its skill list (SKILLS): one registry update, in-flight work untouched.
+    private mutating func changeSkills(of peer: PeerID, to list: JSONValue, now: UInt64) -> [CoordinatorAction] {
+        guard let items = list.arrayValue else {
+            let error = SkillbusError(
+                .invalidRegistration, "SKILLS takes a JSON array of skill descriptors, got \(list.typeName)")
+            return [
+                .toWorker(peer, .error(error)),
+                .publish(.registrationRefused(agent: workers[peer]!.name, error: error)),
+            ]
+        }
+        let worker = workers[peer]!
+        var (skills, refused, actions) = admit(items, agent: worker.name)
+        let withdrawn = worker.skills.keys.filter { skills[$0] == nil }
+        for identifier in withdrawn {
+            providers[identifier]?.removeAll { $0 == peer }
+            if providers[identifier]?.isEmpty == true { providers[identifier] = nil }
+        }
+        for identifier in skills.keys where worker.skills[identifier] == nil {
+            providers[identifier, default: []].append(peer)
+        }
+        var registration = worker.registration.objectValue ?? [:]
+        registration["skills"] = list
+        let welcome = makeWelcome(skills, refused)
+        workers[peer]!.skills = skills
+        workers[peer]!.registration = .object(registration)
+        workers[peer]!.welcome = welcome
+        actions.append(.toWorker(peer, .welcome(welcome)))
+        actions += publishEntry(of: peer, reason: "skills changed")
+        actions += failWaitingWithoutProvider(withdrawn, reason: "agent '\(worker.name)' withdrew it", now: now)
+        actions += dispatchWaiting(to: peer, now: now)
+        return actions
+    }
+
+    /// Checks each offered descriptor: valid, listed once, and not in conflict with another agent's schema.
+    /// Refused ones are reported to the worker (in WELCOME) and on the feed; the rest are admitted.
+    private func admit(_ items: [JSONValue], agent name: String) -> (
+        skills: [String: SkillDescriptor], refused: [JSONValue], actions: [CoordinatorAction]
+    ) {
+        var skills: [String: SkillDescriptor] = [:]
+        var refused: [JSONValue] = []
+        var actions: [CoordinatorAction] = []
+        for item in items {
+            do throws(SkillbusError) {
+                let descriptor = try SkillDescriptor(json: item)
+                guard skills[descriptor.identifier] == nil else {
+                    throw SkillbusError(.invalidRegistration, "skill '\(descriptor.identifier)' is listed twice")
+                }
+                if let conflict = ledger.registry.conflict(descriptor, agent: name) { throw conflict }
+                skills[descriptor.identifier] = ledger.registry.canonical(descriptor, agent: name)
+            } catch {
+                refused.append(error.json)
+                actions.append(.publish(.registrationRefused(agent: name, error: error)))
+            }
+        }
+        return (skills, refused, actions)
+    }
+
+    private func makeWelcome(_ skills: [String: SkillDescriptor], _ refused: [JSONValue]) -> JSONValue {
+        [
+            "heartbeatMs": .number(Double(settings.heartbeatMs)),
+            "accepted": .array(skills.keys.sorted().map { .string($0) }), "refused": .array(refused),
+            "feed": .string(settings.feedEndpoint), "epoch": .string(ledger.epoch),
+        ]
+    }
+
+    /// Records a worker's current skills in the registry; the update goes on the feed.
+    private mutating func publishEntry(of peer: PeerID, reason: String) -> [CoordinatorAction] {
+        guard let worker = workers[peer] else { return [] }
+        let entry = Registry.Agent(name: worker.name, capacity: worker.capacity, skills: Array(worker.skills.values))
+        guard let update = ledger.set(worker.name, to: entry, reason: reason) else { return [] }
+        return [.publish(.registryUpdate(update))]
     }
 
     /// Forgets a worker: its skills leave the registry and its running invocations fail with agent_lost.
@@ -350,6 +465,9 @@ public struct CoordinatorState: Sendable {
             if providers[identifier]?.isEmpty == true { providers[identifier] = nil }
         }
         var actions: [CoordinatorAction] = [.publish(.agentLeft(agent: worker.name, reason: reason))]
+        if let update = ledger.set(worker.name, to: nil, reason: reason) {
+            actions.append(.publish(.registryUpdate(update)))
+        }
         for (invocationID, entry) in running where entry.worker == peer {
             running[invocationID] = nil
             guard !entry.answered else { continue }
@@ -357,12 +475,21 @@ public struct CoordinatorState: Sendable {
                 .agentLost, "agent '\(worker.name)' was lost while running '\(entry.request.skill)' (\(reason))")
             actions += fail(entry.request, error, agent: worker.name, now: now)
         }
-        // Requests waiting for a skill nobody offers any more would only time out: fail them now.
-        for identifier in worker.skills.keys where providers[identifier] == nil {
+        actions += failWaitingWithoutProvider(
+            Array(worker.skills.keys), reason: "agent '\(worker.name)' left (\(reason))", now: now)
+        return actions
+    }
+
+    /// Requests waiting for a skill nobody offers any more would only time out: fail them now.
+    private mutating func failWaitingWithoutProvider(
+        _ identifiers: [String], reason: String, now: UInt64
+    ) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        for identifier in identifiers where providers[identifier] == nil {
             for request in waiting.removeValue(forKey: identifier) ?? [] {
                 waitingCount -= 1
                 let error = SkillbusError(
-                    .unknownSkill, "the last agent offering '\(identifier)' left while the request waited")
+                    .unknownSkill, "no agent offers '\(identifier)' any more (\(reason)) while the request waited")
                 actions += fail(request, error, agent: "", now: now)
             }
         }
@@ -384,7 +511,11 @@ public struct CoordinatorState: Sendable {
         }
         if now &- lastHeartbeatSent >= UInt64(settings.heartbeatMs) * 1_000_000 {
             lastHeartbeatSent = now
-            for peer in workers.keys { actions.append(.toWorker(peer, .heartbeat)) }
+            for peer in workers.keys { actions.append(.toWorker(peer, .heartbeat(intervalMs: settings.heartbeatMs))) }
+            actions.append(
+                .publish(
+                    .registryHeartbeat(
+                        epoch: ledger.epoch, sequence: ledger.sequence, intervalMs: settings.heartbeatMs)))
         }
         for (invocationID, entry) in running
         where entry.answered && entry.request.deadline &+ Self.abandonAfterNanos <= now {

@@ -12,6 +12,10 @@ public enum FeedEvent: Sendable, Equatable {
     case requestDone(
         round: String, request: String, skill: String, agent: String, status: ReplyStatus, durationMicros: Int,
         payload: [UInt8])
+    /// One change to the registry; sequenced, see `ReplicaSync`.
+    case registryUpdate(RegistryUpdate)
+    /// Once per heartbeat interval: where the registry stands, so an idle replica notices a lost update.
+    case registryHeartbeat(epoch: String, sequence: UInt64, intervalMs: Int)
 
     /// Topics are dotted names; watchers subscribe by prefix (`agent.` gets every agent event).
     public var topic: String {
@@ -23,6 +27,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .requestQueued: "request.queued"
         case .requestDispatched: "request.dispatched"
         case .requestDone: "request.done"
+        case .registryUpdate: "registry.update"
+        case .registryHeartbeat: "registry.heartbeat"
         }
     }
 
@@ -60,6 +66,12 @@ public enum FeedEvent: Sendable, Equatable {
             ]
             if status == .error { fields["error"] = (try? JSONValue(parsing: payload)) ?? .null }
             return fields
+        case .registryUpdate(let update):
+            return update.fields
+        case .registryHeartbeat(let epoch, let sequence, let intervalMs):
+            return [
+                "epoch": .string(epoch), "seq": .number(Double(sequence)), "heartbeatMs": .number(Double(intervalMs)),
+            ]
         }
     }
 

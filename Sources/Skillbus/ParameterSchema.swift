@@ -42,6 +42,24 @@ public struct ParameterSchema: Sendable, Equatable {
 
     public init(_ fields: [ParameterField]) { self.fields = fields }
 
+    /// Whether both accept exactly the same parameters: the same names with the same types, requiredness
+    /// and defaults. Descriptions and field order do not matter.
+    public func accepts(sameParametersAs other: ParameterSchema) -> Bool {
+        func shape(_ schema: ParameterSchema) -> [String: JSONValue] {
+            Dictionary(
+                schema.fields.map { field in
+                    (
+                        field.name,
+                        [
+                            "type": .string(field.type.rawValue), "required": .bool(field.required),
+                            "default": field.defaultValue ?? .null,
+                        ]
+                    )
+                }, uniquingKeysWith: { first, _ in first })
+        }
+        return fields.count == other.fields.count && shape(self) == shape(other)
+    }
+
     /// Checks `parameters` and returns them with defaults applied.
     /// Throws `invalid_parameters` listing every missing, mistyped and unknown field together.
     public func validate(_ parameters: [String: JSONValue], skill: String) throws(SkillbusError) -> [String: JSONValue]

@@ -26,12 +26,15 @@ public final class SkillbusClient: Sendable {
     public let endpoint: String
     private let socket: SocketLoop
     private let pending = PendingReplies()
+    /// ENTRY messages of snapshots being received, by request id; the SNAPSHOT that ends one resolves it.
+    private let snapshotEntries = SnapshotEntries()
     private let nextID = Atomic<UInt64>(0)
     private let idPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
 
     public init(endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20) throws {
         self.endpoint = endpoint
         let pending = self.pending
+        let snapshotEntries = self.snapshotEntries
         let maxBytes = Int64(maxMessageBytes) * 4 + 4096
         socket = try SocketLoop(
             context: context, type: .dealer, name: "skillbus-client",
@@ -45,8 +48,10 @@ public final class SkillbusClient: Sendable {
                 let requestID: String
                 switch decoded {
                 case .reply(let reply): requestID = reply.requestID
-                case .skills(let id, _): requestID = id
-                case .error(let id, _): requestID = id
+                case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _): requestID = id
+                case .entry(let id, let entry):
+                    snapshotEntries.table.withLock { $0[id]?.append(entry) }
+                    return
                 }
                 pending.resolve(requestID, with: decoded)
             })
@@ -87,8 +92,75 @@ public final class SkillbusClient: Sendable {
             return outcome
         case .error(_, let error):
             throw error
-        case .skills, nil:
+        default:
             throw unreachable(after: timeout + .seconds(1))
+        }
+    }
+
+    /// The whole registry as the bus holds it now, with its epoch and sequence number.
+    public func snapshot(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> RegistrySnapshot {
+        let requestID = makeRequestID()
+        snapshotEntries.table.withLock { $0[requestID] = [] }
+        let answer = await exchange(.snapshot(requestID: requestID), requestID: requestID, waitFor: timeout)
+        let entries = snapshotEntries.table.withLock { $0.removeValue(forKey: requestID) } ?? []
+        switch answer {
+        case .snapshot(_, let summary):
+            guard let epoch = summary["epoch"]?.stringValue, let sequence = summary["seq"]?.intValue, sequence >= 0,
+                let count = summary["agents"]?.intValue
+            else {
+                throw SkillbusError(.malformedMessage, "SNAPSHOT summary needs 'epoch', 'seq' and 'agents'")
+            }
+            // ENTRY messages can be dropped on the way (high-water marks): a short snapshot is no snapshot.
+            guard count == entries.count else {
+                throw SkillbusError(
+                    .malformedMessage, "snapshot announced \(count) entries but \(entries.count) arrived")
+            }
+            let agents = try await Self.parse(entries)
+            let registry = Registry(agents: agents)
+            guard registry.agents.count == agents.count else {
+                throw SkillbusError(.malformedMessage, "snapshot holds two entries for one agent")
+            }
+            return RegistrySnapshot(epoch: epoch, sequence: UInt64(sequence), registry: registry)
+        case .error(_, let error): throw error
+        default: throw unreachable(after: timeout)
+        }
+    }
+
+    /// Parses snapshot entries on every core: a large registry is mostly JSON to read.
+    private static func parse(_ entries: [[UInt8]]) async throws(SkillbusError) -> [Registry.Agent] {
+        let chunks = max(1, min(entries.count / 16, ProcessInfo.processInfo.activeProcessorCount))
+        let parsed = await withTaskGroup(of: Result<[Registry.Agent], SkillbusError>.self) { group in
+            for chunk in 0..<chunks {
+                group.addTask {
+                    var agents: [Registry.Agent] = []
+                    for index in stride(from: chunk, to: entries.count, by: chunks) {
+                        do {
+                            agents.append(try Registry.Agent(json: try JSONValue(parsing: entries[index])))
+                        } catch let error as SkillbusError {
+                            return .failure(error)
+                        } catch {
+                            return .failure(SkillbusError(.malformedMessage, "snapshot entry: \(error)"))
+                        }
+                    }
+                    return .success(agents)
+                }
+            }
+            var results: [Result<[Registry.Agent], SkillbusError>] = []
+            for await result in group { results.append(result) }
+            return results
+        }
+        var agents: [Registry.Agent] = []
+        for result in parsed { agents += try result.get() }
+        return agents
+    }
+
+    /// Live agents with skills, capacity, load, state and heartbeat age (the `skillbus agents` listing).
+    public func agents(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
+        let requestID = makeRequestID()
+        switch await exchange(.listAgents(requestID: requestID), requestID: requestID, waitFor: timeout) {
+        case .agents(_, let listing): return listing
+        case .error(_, let error): throw error
+        default: throw unreachable(after: timeout)
         }
     }
 
@@ -131,6 +203,11 @@ public final class SkillbusClient: Sendable {
             return first
         }
     }
+}
+
+/// ENTRY messages of snapshots being received, by request id.
+private final class SnapshotEntries: Sendable {
+    let table = Mutex<[String: [[UInt8]]]>([:])
 }
 
 /// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.

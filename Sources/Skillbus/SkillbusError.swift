@@ -31,6 +31,8 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let notRegistered = Code("not_registered")
         /// A registration was refused (bad name, bad skill schema).
         public static let invalidRegistration = Code("invalid_registration")
+        /// Another live agent offers a skill with this identifier under a different parameter schema.
+        public static let schemaConflict = Code("schema_conflict")
         /// The coordinator could not be reached in time.
         public static let unreachable = Code("unreachable")
         /// The invocation was cancelled.

@@ -67,6 +67,7 @@ public enum Wire {
     /// no String is made or compared for a message's command on the hot path.
     enum Command: Int, CaseIterable {
         case request, skills, reply, error, ready, result, state, heartbeat, disconnect, welcome, invoke, cancel
+        case snapshot, entry, agents
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }
@@ -88,6 +89,21 @@ public enum Wire {
         let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names[0]
         let shown = String(decoding: message[1].prefix(32), as: UTF8.self)
         return SkillbusError(.malformedMessage, "unknown \(role) command '\(shown)' (expected \(list))")
+    }
+
+    /// HEARTBEAT frames with the interval, when known.
+    static func heartbeat(_ intervalMs: Int?) -> Multipart {
+        [workerHeaderBytes, Command.heartbeat.frame] + (intervalMs.map { [Array(String($0).utf8)] } ?? [])
+    }
+
+    /// HEARTBEAT frame 2, the sender's interval: optional, and from 10 ms to one hour when present.
+    static func heartbeatInterval(_ message: Multipart) throws(SkillbusError) -> Int? {
+        guard message.count > 2, !message[2].isEmpty else { return nil }
+        let ms = try decimal(message, 2, "heartbeat interval", maximum: CoordinatorState.maxHeartbeatMs)
+        guard ms >= 10 else {
+            throw SkillbusError(.malformedMessage, "frame 2 (heartbeat interval) must be at least 10")
+        }
+        return ms
     }
 
     static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
@@ -171,10 +187,13 @@ public struct InvokeRequest: Sendable, Equatable {
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.request, .skills]
+    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents]
 
     case invoke(InvokeRequest)
     case listSkills(requestID: String)
+    /// Asks for the whole registry: ENTRY messages, then SNAPSHOT with the sequence number.
+    case snapshot(requestID: String)
+    case listAgents(requestID: String)
 
     public func encoded() -> Multipart {
         switch self {
@@ -186,6 +205,10 @@ public enum ClientMessage: Sendable, Equatable {
             ]
         case .listSkills(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8)]
+        case .snapshot(let requestID):
+            [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8)]
+        case .listAgents(let requestID):
+            [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8)]
         }
     }
 
@@ -209,6 +232,12 @@ public enum ClientMessage: Sendable, Equatable {
         case .skills:
             try Wire.expectFrames(message, 3, "SKILLS")
             return .listSkills(requestID: try Wire.text(message, 2, "request id"))
+        case .snapshot:
+            try Wire.expectFrames(message, 3, "SNAPSHOT")
+            return .snapshot(requestID: try Wire.text(message, 2, "request id"))
+        case .agents:
+            try Wire.expectFrames(message, 3, "AGENTS")
+            return .listAgents(requestID: try Wire.text(message, 2, "request id"))
         default:
             throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
@@ -251,10 +280,16 @@ public struct InvokeReply: Sendable, Equatable {
 /// Messages the bus sends to a client.
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.reply, .skills, .error]
+    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents]
 
     case reply(InvokeReply)
     case skills(requestID: String, catalog: JSONValue)
+    /// One agent's registry entry (JSON, kept as bytes: the bus sends what it serialized once per change,
+    /// and the receiver parses all entries together), part of the answer to SNAPSHOT.
+    case entry(requestID: String, entry: [UInt8])
+    /// Ends the answer to SNAPSHOT: `{"epoch", "seq", "agents": count of ENTRY messages sent, "heartbeatMs"}`.
+    case snapshot(requestID: String, summary: JSONValue)
+    case agents(requestID: String, listing: JSONValue)
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
 
@@ -269,6 +304,12 @@ public enum BusToClientMessage: Sendable, Equatable {
             [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8), catalog.serialized()]
         case .error(let requestID, let error):
             [Wire.clientHeaderBytes, Wire.Command.error.frame, Array(requestID.utf8), error.json.serialized()]
+        case .entry(let requestID, let entry):
+            [Wire.clientHeaderBytes, Wire.Command.entry.frame, Array(requestID.utf8), entry]
+        case .snapshot(let requestID, let summary):
+            [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8), summary.serialized()]
+        case .agents(let requestID, let listing):
+            [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8), listing.serialized()]
         }
     }
 
@@ -295,6 +336,17 @@ public enum BusToClientMessage: Sendable, Equatable {
             return .error(
                 requestID: try Wire.text(message, 2, "request id"),
                 SkillbusError(json: try Wire.json(message, 3, "error")))
+        case .entry:
+            try Wire.expectFrames(message, 4, "ENTRY")
+            return .entry(requestID: try Wire.text(message, 2, "request id"), entry: message[3])
+        case .snapshot:
+            try Wire.expectFrames(message, 4, "SNAPSHOT")
+            return .snapshot(
+                requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
+        case .agents:
+            try Wire.expectFrames(message, 4, "AGENTS")
+            return .agents(
+                requestID: try Wire.text(message, 2, "request id"), listing: try Wire.json(message, 3, "agents"))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }
@@ -370,13 +422,16 @@ public enum AgentState: Sendable, Equatable {
 /// Messages a worker sends to the bus.
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect]
+    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect, .skills]
 
     case ready(JSONValue)
     case result(invocationID: String, status: ReplyStatus, payload: [UInt8])
     case state(AgentState)
-    case heartbeat
+    /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
+    case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
+    /// A registered worker's new skill list (a JSON array of descriptors), replacing the old one.
+    case skills(JSONValue)
 
     public func encoded() -> Multipart {
         switch self {
@@ -384,8 +439,14 @@ public enum WorkerMessage: Sendable, Equatable {
         case .result(let invocationID, let status, let payload):
             [Wire.workerHeaderBytes, Wire.Command.result.frame, Array(invocationID.utf8), status.frame, payload]
         case .state(let state): [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json.serialized()]
-        case .heartbeat: [Wire.workerHeaderBytes, Wire.Command.heartbeat.frame]
+        case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
+        case .heartbeat(let intervalMs, let registry?):
+            [
+                Wire.workerHeaderBytes, Wire.Command.heartbeat.frame, Array((intervalMs.map(String.init) ?? "").utf8),
+                registry.json.serialized(),
+            ]
         case .disconnect: [Wire.workerHeaderBytes, Wire.Command.disconnect.frame]
+        case .skills(let list): [Wire.workerHeaderBytes, Wire.Command.skills.frame, list.serialized()]
         }
     }
 
@@ -404,8 +465,21 @@ public enum WorkerMessage: Sendable, Equatable {
             try Wire.expectFrames(message, 3, "STATE")
             return .state(try AgentState(json: try Wire.json(message, 2, "state")))
         case .heartbeat:
-            try Wire.expectFrames(message, 2, "HEARTBEAT")
-            return .heartbeat
+            guard (2...4).contains(message.count) else {
+                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 to 4 frames, got \(message.count)")
+            }
+            let intervalMs = try Wire.heartbeatInterval(message)
+            var registry: RegistryPosition?
+            if message.count == 4 {
+                registry = RegistryPosition(json: try Wire.json(message, 3, "registry position"))
+                guard registry != nil else {
+                    throw SkillbusError(.malformedMessage, "frame 3 (registry position) needs 'epoch', 'seq', 'digest'")
+                }
+            }
+            return .heartbeat(intervalMs: intervalMs, registry: registry)
+        case .skills:
+            try Wire.expectFrames(message, 3, "SKILLS")
+            return .skills(try Wire.json(message, 2, "skills"))
         case .disconnect:
             try Wire.expectFrames(message, 2, "DISCONNECT")
             return .disconnect
@@ -454,7 +528,8 @@ public enum BusToWorkerMessage: Sendable, Equatable {
     case welcome(JSONValue)
     case invoke(Invocation)
     case cancel(invocationID: String)
-    case heartbeat
+    /// `intervalMs`: the bus's heartbeat interval.
+    case heartbeat(intervalMs: Int?)
     case error(SkillbusError)
 
     public func encoded() -> Multipart {
@@ -468,7 +543,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
                 invocation.parameters,
             ]
         case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.Command.cancel.frame, Array(invocationID.utf8)]
-        case .heartbeat: [Wire.workerHeaderBytes, Wire.Command.heartbeat.frame]
+        case .heartbeat(let intervalMs): Wire.heartbeat(intervalMs)
         case .error(let error): [Wire.workerHeaderBytes, Wire.Command.error.frame, error.json.serialized()]
         }
     }
@@ -493,8 +568,10 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             try Wire.expectFrames(message, 3, "CANCEL")
             return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
         case .heartbeat:
-            try Wire.expectFrames(message, 2, "HEARTBEAT")
-            return .heartbeat
+            guard (2...3).contains(message.count) else {
+                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 or 3 frames, got \(message.count)")
+            }
+            return .heartbeat(intervalMs: try Wire.heartbeatInterval(message))
         case .error:
             try Wire.expectFrames(message, 3, "ERROR")
             return .error(SkillbusError(json: try Wire.json(message, 2, "error")))

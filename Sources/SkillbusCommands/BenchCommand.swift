@@ -21,6 +21,11 @@ public enum BenchCommand: SkillbusCommand {
             OptionSpec("--requests", value: "N", help: "Measured requests per level (default 20000)."),
             OptionSpec("--payload-bytes", value: "N", help: "Echo payload size (default 100)."),
             OptionSpec("--capacity", value: "N", help: "Capacity of each Skillbus worker (default 32)."),
+            OptionSpec(
+                "--registry-agents", value: "N", help: "Registry-only agents for the registry figures (default 100)."),
+            OptionSpec("--skills-per-agent", value: "N", help: "Skills each of them offers (default 100)."),
+            OptionSpec("--snapshot-runs", value: "N", help: "New replicas timed (default 5)."),
+            OptionSpec("--kill-runs", value: "N", help: "Workers killed with kill -9 and timed (default 3)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
@@ -34,6 +39,10 @@ public enum BenchCommand: SkillbusCommand {
         let requests = try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000
         let payloadBytes = try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100
         let capacity = try arguments.int("--capacity", minimum: 1, in: spec) ?? 32
+        let registryAgents = try arguments.int("--registry-agents", minimum: 1, maximum: 10_000, in: spec) ?? 100
+        let skillsPerAgent = try arguments.int("--skills-per-agent", minimum: 1, maximum: 10_000, in: spec) ?? 100
+        let snapshotRuns = try arguments.int("--snapshot-runs", minimum: 1, maximum: 1000, in: spec) ?? 5
+        let killRuns = try arguments.int("--kill-runs", minimum: 0, maximum: 100, in: spec) ?? 3
         let json = arguments.flag("--json")
         func note(_ text: String) { if !json { printError(text) } }
 
@@ -46,7 +55,9 @@ public enum BenchCommand: SkillbusCommand {
         let coordinator = supervisor.start(
             name: "coordinator", arguments: ["coordinator", "--bus", local, "--feed", local, "--log-level", "warning"],
             quiet: true)
-        guard let bus = await coordinator.readyLine(timeout: .seconds(20))?["bus"] else {
+        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
+            let feed = ready["feed"]
+        else {
             printError("error: the coordinator did not start")
             await supervisor.stopAll()
             return 1
@@ -94,6 +105,42 @@ public enum BenchCommand: SkillbusCommand {
             skillbus[level] = try await measure(skillbusLoad, bus, context, requests: count, inFlight: level)
             baseline[level] = try await measure(baselineLoad, frontend, context, requests: count, inFlight: level)
         }
+
+        // Registry figures: routing with a small and a large registry, replica sync time, kill -9 to replica.
+        // Small and large registries in alternation, best of two each: the machine's noise hits both alike.
+        let largeSkills = registryAgents * skillsPerAgent
+        var routingSmall: LoadReport?
+        var routingLarge: LoadReport?
+        var large: RegisteredOnlyAgents?
+        for round in 1...2 {
+            note("registry: routing with 10 skills registered (round \(round) of 2)…")
+            let small = try RegisteredOnlyAgents(
+                bus: bus, context: context, agents: 1, skillsPerAgent: 9, prefix: "small")
+            await waitForReplicasInSync(bus: bus, context: context)
+            let smallReport = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
+            small.close()
+            note("registry: routing with \(largeSkills) skills over \(registryAgents) agents (round \(round) of 2)…")
+            large = try RegisteredOnlyAgents(
+                bus: bus, context: context, agents: registryAgents, skillsPerAgent: skillsPerAgent, prefix: "large")
+            // Steady state: the workers' replicas have taken in the new registry before routing is timed.
+            await waitForReplicasInSync(bus: bus, context: context)
+            let largeReport = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
+            if routingSmall == nil || smallReport.tasksPerSecond > routingSmall!.tasksPerSecond {
+                routingSmall = smallReport
+            }
+            if routingLarge == nil || largeReport.tasksPerSecond > routingLarge!.tasksPerSecond {
+                routingLarge = largeReport
+            }
+            if round < 2 { large?.close() }  // the last round keeps them for the snapshot timings
+        }
+        guard let routingSmall, let routingLarge, let large else { return 1 }
+        note("registry: timing \(snapshotRuns) new replica(s)…")
+        let snapshots = try await RegistryBench.snapshotTimes(
+            bus: bus, feed: feed, context: context, agents: registryAgents, runs: snapshotRuns)
+        large.close()
+        note("registry: timing \(killRuns) kill -9 run(s) (about 3 s each)…")
+        let kills = try await RegistryBench.killTimes(
+            supervisor: supervisor, bus: bus, feed: feed, context: context, runs: killRuns)
         await supervisor.stopAll()
 
         var document: [String: JSONValue] = [
@@ -119,6 +166,25 @@ public enum BenchCommand: SkillbusCommand {
         document["skillbus"] = .object(skillbusJSON)
         document["baseline"] = .object(baselineJSON)
         document["ratios"] = .object(ratios)
+        // The bus's default heartbeat is 1 s and a worker is dead after 3 missed ones.
+        let livenessBoundMs = 3000.0
+        document["registry"] = [
+            "agents": .number(Double(registryAgents)), "skills": .number(Double(largeSkills)),
+            "newReplicaMs": [
+                "median": .number(snapshots.replica.median), "runs": .array(snapshots.replica.map { .number($0) }),
+            ],
+            "rawSnapshotMs": [
+                "median": .number(snapshots.raw.median), "runs": .array(snapshots.raw.map { .number($0) }),
+            ],
+            "newReplicaVsRawRatio": .number(ratio(snapshots.replica.median, snapshots.raw.median)),
+            "killToReplicaMs": [
+                "median": .number(kills.median), "max": .number(kills.max() ?? 0),
+                "runs": .array(kills.map { .number($0) }),
+            ],
+            "killVsLivenessBoundRatio": .number(ratio(kills.max() ?? 0, livenessBoundMs)),
+            "routing10Skills": routingSmall.json, "routingLargeRegistry": routingLarge.json,
+            "routingLargeVsSmallRatio": .number(ratio(routingLarge.tasksPerSecond, routingSmall.tasksPerSecond)),
+        ]
         if json {
             print(JSONValue.object(document).jsonString)
         } else {
@@ -140,8 +206,30 @@ public enum BenchCommand: SkillbusCommand {
                         r["throughputRatio"]!.doubleValue!, r["p50LatencyRatio"]!.doubleValue!,
                         r["p99LatencyRatio"]!.doubleValue!))
             }
+            print("")
+            print("registry: \(largeSkills) skills over \(registryAgents) agents")
+            print(
+                String(
+                    format:
+                        "  new replica holds it in   %8.1f ms median (target < 200); raw snapshot transfer %.1f ms (%.2fx)",
+                    snapshots.replica.median, snapshots.raw.median,
+                    ratio(snapshots.replica.median, snapshots.raw.median)))
+            if !kills.isEmpty {
+                print(
+                    String(
+                        format:
+                            "  kill -9 to replica update %8.1f ms median, %.1f ms max (target < 3500; bound 3 x 1 s heartbeat)",
+                        kills.median, kills.max() ?? 0))
+            }
+            print(
+                String(
+                    format: "  routing at 64 in flight   %8.0f tasks/s with 10 skills, %.0f with %d (%.2fx)",
+                    routingSmall.tasksPerSecond, routingLarge.tasksPerSecond, largeSkills + 1,
+                    ratio(routingLarge.tasksPerSecond, routingSmall.tasksPerSecond)))
         }
-        let failures = levels.reduce(0) { $0 + skillbus[$1]!.failed + baseline[$1]!.failed }
+        let failures =
+            levels.reduce(0) { $0 + skillbus[$1]!.failed + baseline[$1]!.failed } + routingSmall.failed
+            + routingLarge.failed
         return failures == 0 ? 0 : 1
     }
 
@@ -163,6 +251,21 @@ public enum BenchCommand: SkillbusCommand {
                     })
             }
             thread.start()
+        }
+    }
+
+    /// Asks the bus until every worker's replica reports the bus's registry position, for at most 30 s.
+    static func waitForReplicasInSync(bus: String, context: ZMQContext) async {
+        guard let client = try? SkillbusClient(endpoint: bus, context: context) else { return }
+        defer { client.close() }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            if let agents = try? await client.agents(timeout: .seconds(2))["agents"]?.arrayValue,
+                agents.allSatisfy({ $0["registry"] == .null || $0["registryInSync"] == true })
+            {
+                return
+            }
+            try? await Task.sleep(for: .milliseconds(100))
         }
     }
 

@@ -198,6 +198,14 @@ public enum FeedCommand: SkillbusCommand {
             detail = "capacity \(event["capacity"]?.intValue ?? 0), skills \(skills)"
         case "agent.left":
             detail = event["reason"]?.stringValue ?? ""
+        case "registry.update":
+            let provided = event["provided"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            let withdrawn = event["withdrawn"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            detail = "seq \(event["seq"]?.intValue ?? 0): \(event["reason"]?.stringValue ?? "")"
+            if !provided.isEmpty { detail += " +" + provided.joined(separator: ",") }
+            if !withdrawn.isEmpty { detail += " -" + withdrawn.joined(separator: ",") }
+        case "registry.heartbeat":
+            detail = "seq \(event["seq"]?.intValue ?? 0) (epoch \(event["epoch"]?.stringValue ?? "?"))"
         case "request.done":
             detail = "\(event["skill"]?.stringValue ?? "") \(event["status"]?.stringValue ?? "")"
             if let ms = event["durationMs"]?.doubleValue { detail += String(format: " %.2f ms", ms) }
@@ -211,56 +219,5 @@ public enum FeedCommand: SkillbusCommand {
         }
         return "\(time)  \(topic.padding(toLength: 18, withPad: " ", startingAt: 0)) "
             + "\(agent.padding(toLength: 10, withPad: " ", startingAt: 0)) \(detail)"
-    }
-}
-
-/// `skillbus skills`
-public enum SkillsCommand: SkillbusCommand {
-    public static let spec = CommandSpec(
-        name: "skills",
-        abstract: "List every skill on offer, its providers and its parameters.",
-        discussion: "EXAMPLE: skillbus skills --json",
-        options: [
-            OptionSpec("--json", help: "Print the catalog as JSON."),
-            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
-            OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 5)."),
-        ])
-
-    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
-        let endpoint = try Defaults.bus(arguments, spec)
-        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
-        let context = try ZMQContext()
-        let client = try SkillbusClient(endpoint: endpoint, context: context)
-        defer { client.close() }
-        let catalog: JSONValue
-        do {
-            catalog = try await client.skills(timeout: .milliseconds(Int(timeout * 1000)))
-        } catch {
-            printError("error: \(error.code): \(error.message)")
-            return 3
-        }
-        if arguments.flag("--json") {
-            print(catalog.jsonString)
-            return 0
-        }
-        let skills = catalog["skills"]?.arrayValue ?? []
-        if skills.isEmpty { print("No skills on offer (no agents registered).") }
-        for skill in skills {
-            let providers = (skill["providers"]?.arrayValue ?? []).map { provider in
-                "\(provider["agent"]?.stringValue ?? "?") (\(provider["inFlight"]?.intValue ?? 0)/\(provider["capacity"]?.intValue ?? 0))"
-            }
-            print("\(skill["identifier"]?.stringValue ?? "?") — \(skill["description"]?.stringValue ?? "")")
-            print("    providers: \(providers.joined(separator: ", "))")
-            for field in skill["parameters"]?.arrayValue ?? [] {
-                let required = field["required"]?.boolValue == false ? "optional" : "required"
-                print(
-                    "    \(field["name"]?.stringValue ?? "?"): \(field["type"]?.stringValue ?? "?"), \(required)"
-                        + " — \(field["description"]?.stringValue ?? "")")
-            }
-        }
-        return 0
     }
 }

@@ -80,12 +80,15 @@ public enum WorkerCommand: SkillbusCommand {
         discussion: """
             Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
+            On SIGHUP it reads its --config file again and offers the skills listed there from then on.
+            It follows the registry on the feed endpoint the coordinator names (or --feed).
 
             EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
             OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default: the one the coordinator names)."),
             OptionSpec("--skills", value: "a,b,…", help: "Built-in skills to offer (default: all)."),
             OptionSpec("--capacity", value: "N", help: "Invocations run at once (default 4)."),
             OptionSpec("--sandbox", value: "DIR", help: "Directory file.read may read (default: current)."),
@@ -100,6 +103,7 @@ public enum WorkerCommand: SkillbusCommand {
         if let path = arguments.value("--config") { configuration = try WorkerConfiguration.load(path: path) }
         if let name = arguments.value("--name") { configuration.name = name }
         if let endpoint = try arguments.endpoint("--coordinator", in: spec) { configuration.coordinator = endpoint }
+        if let endpoint = try arguments.endpoint("--feed", in: spec) { configuration.feed = endpoint }
         if let list = arguments.value("--skills") {
             configuration.skills = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             for skill in configuration.skills where !BuiltinSkills.identifiers.contains(skill) {
@@ -138,19 +142,43 @@ public enum WorkerCommand: SkillbusCommand {
         let worker = try AgentWorker(
             options: AgentWorker.Options(
                 name: configuration.name, coordinator: configuration.coordinator, capacity: configuration.capacity,
-                heartbeatMs: configuration.heartbeatMs, maxMessageBytes: configuration.maxMessageBytes),
+                heartbeatMs: configuration.heartbeatMs, maxMessageBytes: configuration.maxMessageBytes,
+                feed: configuration.feed),
             skills: skills, context: context, logger: logger)
         logger.info(
             "connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "))")
+        let hangups = SignalWatcher([SIGHUP])
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await worker.run() }
             group.addTask {
                 if let signal = await signals.next() { logger.info("signal \(signal): stopping") }
+            }
+            group.addTask {
+                for await _ in hangups.signals { reload(arguments, worker: worker, logger: logger) }
             }
             await group.next()
             group.cancelAll()
         }
         await worker.stop()
         return 0
+    }
+
+    /// SIGHUP: the config file's skill list (and sandbox) again; a broken file changes nothing.
+    static func reload(_ arguments: ParsedArguments, worker: AgentWorker, logger: Logger) {
+        guard arguments.value("--config") != nil else {
+            return logger.warning("SIGHUP: nothing to reload (started without --config)")
+        }
+        do {
+            let configuration = try configuration(arguments)
+            let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
+            let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+            worker.setSkills(skills)
+            logger.info("SIGHUP: now offering \(skills.map(\.identifier).sorted().joined(separator: ", "))")
+            if configuration.capacity != worker.options.capacity || configuration.name != worker.options.name {
+                logger.warning("SIGHUP: name and capacity changes take effect only after a restart")
+            }
+        } catch {
+            logger.error("SIGHUP: config not reloaded, skills unchanged: \(error)")
+        }
     }
 }

@@ -7,6 +7,7 @@ public enum SkillbusCLI {
     public static var commands: [any SkillbusCommand.Type] {
         [
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
+            AgentsCommand.self,
             UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }

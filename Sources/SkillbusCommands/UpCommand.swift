@@ -217,6 +217,17 @@ final class Child: Sendable {
         }
     }
 
+    /// `kill -9`, and no restart: for measuring what a sudden death does.
+    func killWithoutRestart() {
+        guard
+            let pid = state.withLock({ state -> Int32? in
+                state.stopping = true
+                return state.process?.processIdentifier
+            })
+        else { return }
+        kill(pid, SIGKILL)
+    }
+
     /// SIGTERM, then SIGKILL if it is still running after `grace`.
     func stop(grace: Duration) async {
         let process = state.withLock { state -> Process? in

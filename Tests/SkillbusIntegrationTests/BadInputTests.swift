@@ -226,11 +226,11 @@ struct BadInputTests {
                 InvokeRequest(requestID: "g", roundID: "ghost", skill: "sleep", parameters: Array(#"{"ms":300}"#.utf8))
             ).encoded())
         try await waitUntil("the ghost's sleep to run") {
-            try await cluster.inFlight(agent: "alpha", skill: "sleep") == 1
+            try await cluster.inFlight(agent: "alpha") == 1
         }
         ghost.close()
         try await waitUntil("the ghost's sleep to finish") {
-            try await cluster.inFlight(agent: "alpha", skill: "sleep") == 0
+            try await cluster.inFlight(agent: "alpha") == 0
         }
         let (code, document) = try await cluster.sendJSON(["echo", "text=next"])
         #expect(code == 0 && document["result"]?["text"] == "next")

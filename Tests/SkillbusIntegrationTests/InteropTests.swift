@@ -53,4 +53,28 @@ struct InteropTests {
             $0.contains("agent 'pyworker' left: disconnected")
         }
     }
+
+    @Test("a Python registry replica, written from the protocol document, holds what the bus holds")
+    func pythonReplica() async throws {
+        let cluster = try await TestCluster(coordinatorArguments: ["--heartbeat-ms", "200"])
+        defer { cluster.terminate() }
+        try await cluster.startWorker("alpha", ["--skills", "echo,math.eval"])
+        // Started before beta and gamma exist: it must follow live updates, not only a snapshot.
+        let replica = try python(
+            [
+                "replica", "--coordinator", cluster.bus, "--feed", cluster.feed, "--until-agents", "alpha,beta,gamma",
+                "--timeout", "30",
+            ], name: "python replica")
+        defer { replica.signal(SIGKILL) }
+        _ = try await replica.waitForLine("the python replica's first snapshot") { $0.contains("snapshot loaded") }
+        try await cluster.startWorker("beta", ["--skills", "echo,text.stats"])
+        try await cluster.startWorker("gamma", ["--skills", "file.read"])
+        #expect(try await replica.waitForExit(timeout: .seconds(40)) == 0)
+        await replica.waitForOutputEnd()
+        let python = try JSONValue(parsing: replica.output.first { $0.hasPrefix("{") } ?? "{}")
+        let swift = try await cluster.registryDocument()
+        #expect(python["agents"] == swift["agents"])
+        #expect(python["digest"] == swift["digest"])
+        #expect(python["epoch"] == swift["epoch"] && python["seq"] == swift["seq"])
+    }
 }

@@ -256,13 +256,26 @@ final class TestCluster: Sendable {
         return (code, try JSONValue(parsing: line))
     }
 
-    /// How many invocations of `skill` the coordinator has running on `agent` right now.
-    func inFlight(agent: String, skill: String) async throws -> Int {
-        let (_, output) = try await runSkillbus(["skills", "--json", "--coordinator", bus])
-        let catalog = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "{}")
-        let entry = catalog["skills"]?.arrayValue?.first { $0["identifier"]?.stringValue == skill }
-        let provider = entry?["providers"]?.arrayValue?.first { $0["agent"]?.stringValue == agent }
-        return provider?["inFlight"]?.intValue ?? 0
+    /// How many invocations the coordinator has running on `agent` right now (`skillbus agents --json`).
+    func inFlight(agent: String) async throws -> Int {
+        let listing = try await agents()
+        let entry = listing["agents"]?.arrayValue?.first { $0["agent"]?.stringValue == agent }
+        return entry?["inFlight"]?.intValue ?? 0
+    }
+
+    /// `skillbus agents --json` parsed.
+    func agents() async throws -> JSONValue {
+        let (_, output) = try await runSkillbus(["agents", "--json", "--coordinator", bus])
+        return try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "{}")
+    }
+
+    /// `skillbus skills --json` parsed: a replica's whole registry with its position.
+    func registryDocument() async throws -> JSONValue {
+        let (code, output) = try await runSkillbus(["skills", "--json", "--coordinator", bus, "--feed", feed])
+        guard code == 0, let line = output.first(where: { $0.hasPrefix("{") }) else {
+            throw TimedOut(what: "skills --json (exit \(code): \(output.joined(separator: " | ")))")
+        }
+        return try JSONValue(parsing: line)
     }
 
     /// Signals every process to stop (SIGTERM: they shut down cleanly by themselves). Synchronous, so a

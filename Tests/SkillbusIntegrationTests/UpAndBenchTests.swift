@@ -89,7 +89,10 @@ struct UpAndBenchTests {
     @Test("bench runs both sides and prints every figure as JSON")
     func benchReports() async throws {
         let (code, output) = try await runSkillbus(
-            ["bench", "--workers", "1", "--requests", "200", "--json"], timeout: .seconds(120))
+            [
+                "bench", "--workers", "1", "--requests", "200", "--registry-agents", "5", "--skills-per-agent", "20",
+                "--snapshot-runs", "2", "--kill-runs", "1", "--json",
+            ], timeout: .seconds(120))
         #expect(code == 0)
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
         for side in ["skillbus", "baseline"] {
@@ -102,5 +105,15 @@ struct UpAndBenchTests {
             }
         }
         #expect((document["ratios"]?["inFlight64"]?["throughputRatio"]?.doubleValue ?? 0) > 0)
+        let registry = document["registry"]
+        #expect(registry?["skills"] == 100)
+        #expect(registry?["newReplicaMs"]?["runs"]?.arrayValue?.count == 2)
+        #expect(registry?["killToReplicaMs"]?["runs"]?.arrayValue?.count == 1)
+        // Death is noticed after three missed heartbeats, never before.
+        #expect((registry?["killToReplicaMs"]?["median"]?.doubleValue ?? 0) > 1000)
+        for key in ["routing10Skills", "routingLargeRegistry"] {
+            #expect((registry?[key]?["tasksPerSecond"]?.doubleValue ?? 0) > 0, "\(key)")
+            #expect(registry?[key]?["failed"] == 0)
+        }
     }
 }

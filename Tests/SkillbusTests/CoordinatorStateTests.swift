@@ -125,7 +125,7 @@ struct CoordinatorStateTests {
         _ = state.handleWorker(registration("alpha", skills: ["echo"], heartbeatMs: 100), from: alpha, now: 0)
         _ = state.handleInvoke(request("r1", timeoutMs: 60_000), from: client, now: 0)
         #expect(replies(state.tick(now: 250 * Self.ms)).isEmpty)
-        _ = state.handleWorker(.heartbeat, from: alpha, now: 250 * Self.ms)
+        _ = state.handleWorker(.heartbeat(intervalMs: nil, registry: nil), from: alpha, now: 250 * Self.ms)
         #expect(replies(state.tick(now: 500 * Self.ms)).isEmpty)
         let actions = state.tick(now: 551 * Self.ms)
         #expect(errorCode(replies(actions).first) == "agent_lost")
@@ -209,7 +209,7 @@ struct CoordinatorStateTests {
         _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
         let taken = state.handleWorker(registration("alpha", skills: ["echo"]), from: beta, now: 0)
         #expect(taken.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .nameTaken } else { false } })
-        let stranger = state.handleWorker(.heartbeat, from: beta, now: 0)
+        let stranger = state.handleWorker(.heartbeat(intervalMs: nil, registry: nil), from: beta, now: 0)
         #expect(
             stranger.contains { if case .toWorker(_, .error(let e)) = $0 { e.code == .notRegistered } else { false } })
     }
@@ -252,7 +252,8 @@ struct CoordinatorStateTests {
     func heartbeats() {
         var state = CoordinatorState()
         _ = state.handleWorker(registration("alpha", skills: ["echo"], heartbeatMs: 100_000), from: alpha, now: 0)
-        let beat = { (actions: [CoordinatorAction]) in actions.filter { $0 == .toWorker(self.alpha, .heartbeat) }.count
+        let beat = { (actions: [CoordinatorAction]) in
+            actions.filter { $0 == .toWorker(self.alpha, .heartbeat(intervalMs: 1000)) }.count
         }
         #expect(beat(state.tick(now: 1000 * Self.ms)) == 1)
         #expect(beat(state.tick(now: 1500 * Self.ms)) == 0)

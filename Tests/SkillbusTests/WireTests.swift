@@ -11,7 +11,10 @@ struct WireTests {
 
     @Test("client messages survive encode and decode")
     func clientRoundTrip() throws {
-        for message in [ClientMessage.invoke(Self.request), .listSkills(requestID: "r-2")] {
+        for message in [
+            ClientMessage.invoke(Self.request), .listSkills(requestID: "r-2"), .snapshot(requestID: "r-3"),
+            .listAgents(requestID: "r-4"),
+        ] {
             let frames = message.encoded()
             #expect(frames[0] == Array("SKB1C".utf8))
             #expect(try ClientMessage.decode(frames) == message)
@@ -30,6 +33,9 @@ struct WireTests {
                     payload: Array(#"{"type":"text","text":"hi"}"#.utf8))),
             .skills(requestID: "r", catalog: ["skills": []]),
             .error(requestID: "", SkillbusError(.malformedMessage, "bad", details: ["frame": 3])),
+            .entry(requestID: "s", entry: Array(#"{"agent":"alpha","capacity":1,"skills":[]}"#.utf8)),
+            .snapshot(requestID: "s", summary: ["epoch": "e", "seq": 3, "agents": 1]),
+            .agents(requestID: "a", listing: ["agents": []]),
         ]
         for message in messages { #expect(try BusToClientMessage.decode(message.encoded()) == message) }
     }
@@ -39,7 +45,11 @@ struct WireTests {
         let messages: [WorkerMessage] = [
             .ready(["name": "alpha", "capacity": 2, "skills": []]),
             .result(invocationID: "i1", status: .error, payload: Array("{}".utf8)),
-            .state(.executingSkill("echo")), .state(.failed("boom")), .state(.idle), .heartbeat, .disconnect,
+            .state(.executingSkill("echo")), .state(.failed("boom")), .state(.idle),
+            .heartbeat(intervalMs: nil, registry: nil),
+            .heartbeat(intervalMs: 250, registry: RegistryPosition(epoch: "e1", sequence: 7, digest: "00ff")),
+            .heartbeat(intervalMs: nil, registry: RegistryPosition(epoch: "e1", sequence: 0, digest: "")),
+            .skills([["identifier": "echo"]]), .disconnect,
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
         let toWorker: [BusToWorkerMessage] = [
@@ -48,7 +58,8 @@ struct WireTests {
                 Invocation(
                     invocationID: "i1", roundID: "r", sessionID: "", skill: "echo", deadlineMs: 99,
                     parameters: Array("{}".utf8))),
-            .cancel(invocationID: "i1"), .heartbeat, .error(SkillbusError(.notRegistered, "send READY")),
+            .cancel(invocationID: "i1"), .heartbeat(intervalMs: nil), .heartbeat(intervalMs: 1000),
+            .error(SkillbusError(.notRegistered, "send READY")),
         ]
         for message in toWorker { #expect(try BusToWorkerMessage.decode(message.encoded()) == message) }
     }
@@ -98,8 +109,15 @@ struct WireTests {
         #expect(throws: SkillbusError.self) {
             try WorkerMessage.decode([Array("SKB1W".utf8), Array("STATE".utf8), Array(#"{"state":"dancing"}"#.utf8)])
         }
+        // A heartbeat's interval is a decimal from 10 ms to an hour; its registry position is a JSON object.
+        for frames in [["extra"], ["5"], ["4000000"], ["1000", "{}"], ["1000", "[]"], ["1000", "{}", "x"]] {
+            #expect(throws: SkillbusError.self) {
+                try WorkerMessage.decode(
+                    [Array("SKB1W".utf8), Array("HEARTBEAT".utf8)] + frames.map { Array($0.utf8) })
+            }
+        }
         #expect(throws: SkillbusError.self) {
-            try WorkerMessage.decode([Array("SKB1W".utf8), Array("HEARTBEAT".utf8), Array("extra".utf8)])
+            try WorkerMessage.decode([Array("SKB1W".utf8), Array("SKILLS".utf8), Array("[".utf8)])
         }
     }
 

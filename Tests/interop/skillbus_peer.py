@@ -17,6 +17,16 @@ Two roles:
           3 no answer within timeout + 1 s. `key=value` passes a string; `key:=JSON` passes a JSON
           value (e.g. `count:=3`).
 
+  replica python3 skillbus_peer.py replica --coordinator tcp://127.0.0.1:5555
+                                           --feed tcp://127.0.0.1:5556
+                                           [--until-agents a,b,c] [--timeout SECONDS]
+          Holds a registry replica (§8.3): subscribes to `registry.` on the feed, asks the bus for a
+          SNAPSHOT, catches up and follows the numbered updates, resyncing on gaps, on another epoch
+          and on a heartbeat ahead of it. Once synced with exactly the agents of --until-agents (or
+          synced at all, without it) prints one JSON line
+          {"epoch": ..., "seq": ..., "digest": ..., "agents": [entries sorted by name]}
+          (digest per §8.4) and exits 0; exit 3 when that did not happen within --timeout (20 s).
+
 Section numbers (§) refer to docs/PROTOCOL.md.
 """
 from __future__ import annotations
@@ -599,13 +609,390 @@ def parse_assignments(items: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Registry replica (§8)
+# ---------------------------------------------------------------------------------------------
+
+_CANON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_TWO_POW_53 = float(2 ** 53)
+
+
+def _canon_number(value) -> str:
+    """A number spelled as Skillbus spells an IEEE double (§2 "Numbers", rules 1-3)."""
+    try:
+        x = float(value)  # every number is a double on the wire; big ints lose precision
+    except OverflowError:
+        raise ValueError("number out of range") from None
+    if math.isnan(x) or math.isinf(x):
+        return "null"  # rule 1
+    if x.is_integer() and abs(x) < 1e15:
+        return str(int(x))  # rule 2 (int(-0.0) == 0)
+    # Rule 3: Python's repr is the shortest round-trip digit string and already agrees with
+    # Skillbus below 1e-4 (exponent form) and from 1e-4 up to 2^53 (plain form, at least one
+    # digit after the point). Above 2^53 Python stays plain up to 1e16; Skillbus switches.
+    text = repr(x)
+    if abs(x) > _TWO_POW_53 and "e" not in text:
+        sign = "-" if x < 0 else ""
+        whole, _, _fraction = text.lstrip("-").partition(".")  # the fraction is "0" here
+        exponent = len(whole) - 1
+        digits = whole.rstrip("0")
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        text = f"{sign}{mantissa}e+{exponent:02d}"
+    return text
+
+
+def _canon_string(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        escaped = _CANON_ESCAPES.get(ch)
+        if escaped is not None:
+            out.append(escaped)
+        elif ch < " ":
+            out.append(f"\\u{ord(ch):04x}")  # \u0008 and \u000c too, never \b or \f
+        else:
+            out.append(ch)  # raw UTF-8: no escapes for non-ASCII, DEL, U+2028 or "/"
+    out.append('"')
+    return "".join(out)
+
+
+def canonical_json(value) -> str:
+    """JSON exactly as Skillbus writes it (§2 "Writing"): compact, keys sorted by code point."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (int, float)):
+        return _canon_number(value)
+    if isinstance(value, str):
+        return _canon_string(value)
+    if isinstance(value, list):
+        return "[" + ",".join(canonical_json(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(_canon_string(key) + ":" + canonical_json(value[key])
+                              for key in sorted(value)) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+FNV_OFFSET_BASIS = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+
+
+def registry_digest(entries: dict) -> str:
+    """FNV-1a 64 over each entry's canonical JSON plus 0x0A, agents in name order (§8.4)."""
+    h = FNV_OFFSET_BASIS
+    for name in sorted(entries):
+        for byte in canonical_json(entries[name]).encode("utf-8") + b"\n":
+            h = ((h ^ byte) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+
+
+def is_valid_name(value) -> bool:
+    """Agent name / skill identifier: 1-128 bytes of A-Z a-z 0-9 . _ - (§2 "Identifiers")."""
+    return isinstance(value, str) and 1 <= len(value) <= 128 and all(c in _NAME_CHARS for c in value)
+
+
+def whole_number(value):
+    """An "integer" in the §2 sense (2, 2.0, 2e0) as a Python int, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    if abs(value) >= 9e15:
+        return None
+    return int(value)
+
+
+def is_valid_entry(entry) -> bool:
+    """§5.10: a valid agent name, an integer capacity ≥ 1, a skills array (of descriptors)."""
+    if not isinstance(entry, dict) or not is_valid_name(entry.get("agent")):
+        return False
+    capacity = whole_number(entry.get("capacity"))
+    skills = entry.get("skills")
+    if capacity is None or capacity < 1 or not isinstance(skills, list):
+        return False
+    return all(isinstance(d, dict) and is_valid_name(d.get("identifier")) for d in skills)
+
+
+class SnapshotFailed(Exception):
+    """Rule 7 of §8.3: the attempt is abandoned and retried after a back-off."""
+
+
+class Replica:
+    """A read-only copy of the bus's registry, kept by the Clone algorithm of §8.3."""
+
+    ROLE = "replica"
+    SNAPSHOT_WAIT = 3.0                      # seconds for a summary before the attempt fails
+    RETRY_MIN, RETRY_MAX = 1.0, 32.0         # rule 7 back-off
+    QUEUE_LIMIT = 100_000                    # updates kept while not synced
+
+    def __init__(self, coordinator: str, feed: str):
+        self.ctx = zmq.Context()
+        # Rule 1: subscribe to the registry topics before the snapshot is asked for.
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.LINGER, 0)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"registry.")
+        self.sub.connect(feed)
+        self.bus = self.ctx.socket(zmq.DEALER)
+        self.bus.setsockopt(zmq.LINGER, 0)
+        self.bus.connect(coordinator)
+        self.poller = zmq.Poller()
+        self.poller.register(self.sub, zmq.POLLIN)
+        self.poller.register(self.bus, zmq.POLLIN)
+
+        self.entries: dict[str, dict] = {}
+        self.epoch: str | None = None
+        self.seq = 0
+        self.synced = False
+        self.queue: list[dict] = []          # registry.update bodies received while not synced
+        self.snapshots_loaded = 0
+
+        # The snapshot attempt in flight (rid is None when there is none).
+        self.rid: bytes | None = None
+        self.snap_entries: dict[str, dict] = {}
+        self.snap_count = 0
+        self.snap_deadline = 0.0
+        self.retry_at = time.monotonic()     # when the next attempt may start
+        self.retry_delay = self.RETRY_MIN
+
+    def close(self) -> None:
+        self.sub.close()
+        self.bus.close()
+        self.ctx.term()
+
+    def position(self) -> dict:
+        return {"epoch": self.epoch, "seq": self.seq, "digest": registry_digest(self.entries)}
+
+    # -- snapshot (rules 2, 3, 4, 7) --------------------------------------------------------------
+    def start_snapshot(self) -> None:
+        self.rid = new_request_id().encode()
+        self.snap_entries, self.snap_count = {}, 0
+        self.snap_deadline = time.monotonic() + self.SNAPSHOT_WAIT
+        self.bus.send_multipart([CLIENT, b"SNAPSHOT", self.rid])
+        log(self.ROLE, f"asked for a snapshot ({self.rid.decode()}), {len(self.queue)} update(s) queued")
+
+    def snapshot_failed(self, why: str) -> None:
+        self.rid = None
+        self.retry_at = time.monotonic() + self.retry_delay
+        log(self.ROLE, f"snapshot failed: {why}; retrying in {self.retry_delay:g} s")
+        self.retry_delay = min(self.retry_delay * 2, self.RETRY_MAX)
+
+    def on_bus_message(self, frames: list[bytes]) -> None:
+        if self.rid is None or len(frames) < 3 or frames[0] != CLIENT or frames[2] != self.rid:
+            return  # not the attempt in flight (e.g. the tail of an abandoned one)
+        command = frames[1]
+        try:
+            if command == b"ERROR":
+                body = frames[3] if len(frames) == 4 else b"{}"
+                try:
+                    err = normalise_error(parse_json(body))
+                except ValueError:
+                    err = error_object("malformed_message", "undecodable ERROR")
+                raise SnapshotFailed(f"bus ERROR {err['code']}: {err['message']}")
+            if len(frames) != 4 or command not in (b"ENTRY", b"SNAPSHOT"):
+                raise SnapshotFailed(f"unexpected {command[:16]!r} with {len(frames)} frames")
+            try:
+                body = parse_json(frames[3])
+            except ValueError as exc:
+                raise SnapshotFailed(f"{command.decode()} body is not JSON: {exc}") from None
+            if command == b"ENTRY":
+                if not is_valid_entry(body):
+                    raise SnapshotFailed(f"unreadable ENTRY {frames[3][:200]!r}")
+                self.snap_count += 1
+                self.snap_entries[body["agent"]] = body
+            else:
+                self.load_snapshot(body)
+        except SnapshotFailed as exc:
+            self.snapshot_failed(str(exc))
+
+    def load_snapshot(self, summary) -> None:
+        if not isinstance(summary, dict):
+            raise SnapshotFailed("summary is not a JSON object")
+        epoch, seq, agents = summary.get("epoch"), whole_number(summary.get("seq")), \
+            whole_number(summary.get("agents"))
+        if not isinstance(epoch, str) or seq is None or seq < 0 or agents is None or agents < 0:
+            raise SnapshotFailed(f"incomplete summary {summary}")
+        if agents != self.snap_count or agents != len(self.snap_entries):
+            raise SnapshotFailed(f"summary says {agents} agent(s), got {self.snap_count} ENTRY "
+                                 f"message(s) for {len(self.snap_entries)} agent(s)")
+        # Rule 3: replace everything.
+        self.entries, self.epoch, self.seq, self.synced = self.snap_entries, epoch, seq, True
+        self.rid, self.snap_entries, self.retry_delay = None, {}, self.RETRY_MIN
+        self.snapshots_loaded += 1
+        log(self.ROLE, f"snapshot loaded: epoch {epoch}, seq {seq}, {agents} agent(s) "
+                       f"{sorted(self.entries)}")
+        # Rule 4: catch up with the queued updates of this epoch that are newer than the snapshot.
+        pending = sorted((u for u in self.queue if u["epoch"] == epoch and u["seq"] > seq),
+                         key=lambda u: u["seq"])
+        dropped = len(self.queue) - len(pending)
+        self.queue = []
+        if pending or dropped:
+            log(self.ROLE, f"catching up: {len(pending)} queued update(s) to apply, {dropped} dropped")
+        for index, update in enumerate(pending):
+            self.on_update(update)
+            if not self.synced:  # a gap: this update and every later one wait for the next snapshot
+                self.queue.extend(pending[index + 1:])
+                break
+
+    # -- feed (rules 5, 6, 8) ---------------------------------------------------------------------
+    def on_feed_message(self, frames: list[bytes]) -> None:
+        if len(frames) != 2:
+            return
+        try:
+            body = parse_json(frames[1])
+        except ValueError:
+            return
+        if not isinstance(body, dict):
+            return
+        if frames[0] == b"registry.update":
+            update = self.readable_update(body)
+            if update is None:
+                log(self.ROLE, f"ignored unreadable registry.update {frames[1][:200]!r}")
+            elif self.synced:
+                self.on_update(update)
+            else:
+                self.enqueue(update)
+        elif frames[0] == b"registry.heartbeat":
+            epoch, seq = body.get("epoch"), whole_number(body.get("seq"))
+            if isinstance(epoch, str) and seq is not None and seq >= 0:
+                self.on_heartbeat(epoch, seq)
+        # Other registry.* topics (a later revision) are ignored.
+
+    @staticmethod
+    def readable_update(body: dict):
+        """Rule 8: only epoch, seq, agent and entry matter; None when the update is unreadable."""
+        epoch, seq, agent = body.get("epoch"), whole_number(body.get("seq")), body.get("agent")
+        if not isinstance(epoch, str) or seq is None or seq < 1 or not isinstance(agent, str):
+            return None
+        if "entry" not in body:
+            return None
+        entry = body["entry"]
+        if entry is not None and (not is_valid_entry(entry) or entry["agent"] != agent):
+            return None
+        return {"epoch": epoch, "seq": seq, "agent": agent, "entry": entry}
+
+    def enqueue(self, update: dict) -> None:
+        self.queue.append(update)
+        if len(self.queue) > self.QUEUE_LIMIT:
+            del self.queue[:len(self.queue) // 2]  # a gap this causes is repaired like any other
+            log(self.ROLE, "update queue full: dropped the older half")
+
+    def desync(self, why: str) -> None:
+        self.synced = False
+        self.retry_at = time.monotonic()  # take a new snapshot at once
+        self.retry_delay = self.RETRY_MIN
+        log(self.ROLE, f"resync: {why}")
+
+    def on_update(self, update: dict) -> None:
+        """Rule 5, while synced."""
+        if update["epoch"] != self.epoch:
+            self.enqueue(update)
+            self.desync(f"update of epoch {update['epoch']} while holding {self.epoch} "
+                        f"(coordinator restarted)")
+        elif update["seq"] <= self.seq:
+            pass  # old or duplicate
+        elif update["seq"] == self.seq + 1:
+            agent, entry = update["agent"], update["entry"]
+            if entry is None:
+                self.entries.pop(agent, None)
+            else:
+                self.entries[agent] = entry
+            self.seq = update["seq"]
+            log(self.ROLE, f"applied seq {self.seq}: {agent} "
+                           f"{'removed' if entry is None else 'set'}; agents {sorted(self.entries)}")
+        else:
+            self.enqueue(update)
+            self.desync(f"gap: update seq {update['seq']} while holding seq {self.seq}")
+
+    def on_heartbeat(self, epoch: str, seq: int) -> None:
+        """Rule 6."""
+        if not self.synced:
+            if self.rid is None and time.monotonic() < self.retry_at:
+                log(self.ROLE, "registry heartbeat while waiting to retry: trying at once")
+                self.retry_at = time.monotonic()
+        elif epoch != self.epoch:
+            self.desync(f"heartbeat of epoch {epoch} while holding {self.epoch} (coordinator restarted)")
+        elif seq > self.seq:
+            self.desync(f"heartbeat announces seq {seq} while holding seq {self.seq} (update lost)")
+        elif seq < self.seq:
+            log(self.ROLE, f"heartbeat announces seq {seq}, below the replica's {self.seq}")
+
+    # -- main loop --------------------------------------------------------------------------------
+    def follow(self, until: set[str] | None, timeout: float) -> dict | None:
+        """Runs until synced with exactly the agents `until` (or synced at all when None).
+        Returns the final state, or None on timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.synced and (until is None or set(self.entries) == until):
+                return {"epoch": self.epoch, "seq": self.seq,
+                        "digest": registry_digest(self.entries),
+                        "agents": [self.entries[name] for name in sorted(self.entries)]}
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            if not self.synced:
+                if self.rid is None and now >= self.retry_at:
+                    self.start_snapshot()
+                elif self.rid is not None and now >= self.snap_deadline:
+                    self.snapshot_failed(f"no summary within {self.SNAPSHOT_WAIT:g} s")
+            wake = [deadline]
+            if not self.synced:
+                wake.append(self.snap_deadline if self.rid is not None else self.retry_at)
+            wait_ms = max(0, math.ceil((min(wake) - time.monotonic()) * 1000))
+            events = dict(self.poller.poll(wait_ms))
+            # Either order is correct: feed traffic read before the summary is queued (rule 4),
+            # and traffic read after it is applied or ignored by its seq (rule 5).
+            if self.bus in events:
+                self.drain(self.bus, self.on_bus_message)
+            if self.sub in events:
+                self.drain(self.sub, self.on_feed_message)
+
+    @staticmethod
+    def drain(sock, handler) -> None:
+        while True:
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            handler(frames)
+
+
+def run_replica(coordinator: str, feed: str, until: set[str] | None, timeout: float) -> int:
+    replica = Replica(coordinator, feed)
+    try:
+        state = replica.follow(until, timeout)
+    finally:
+        replica.close()
+    if state is None:
+        want = "synced" if until is None else f"agents {sorted(until)}"
+        have = (f"synced at epoch {replica.epoch} seq {replica.seq} with agents "
+                f"{sorted(replica.entries)}" if replica.synced else
+                f"not synced ({replica.snapshots_loaded} snapshot(s) loaded, "
+                f"holding {sorted(replica.entries)})")
+        print(f"[replica] timeout after {timeout:g} s waiting for {want}; {have}",
+              file=sys.stderr, flush=True)
+        return 3
+    log(Replica.ROLE, f"done: epoch {state['epoch']}, seq {state['seq']}, digest {state['digest']}")
+    # Entries are written back as Skillbus writes them, i.e. byte for byte as received (§8.4).
+    line = ('{"epoch":' + canonical_json(state["epoch"]) + ',"seq":' + canonical_json(state["seq"])
+            + ',"digest":' + canonical_json(state["digest"]) + ',"agents":['
+            + ",".join(canonical_json(entry) for entry in state["agents"]) + "]}\n")
+    sys.stdout.buffer.write(line.encode("utf-8"))
+    sys.stdout.flush()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    usage = "skillbus_peer.py {worker,client} ... (see --help of each role)"
-    if not argv or argv[0] not in ("worker", "client"):
+    usage = "skillbus_peer.py {worker,client,replica} ... (see --help of each role)"
+    if not argv or argv[0] not in ("worker", "client", "replica"):
         print(f"usage: {usage}\n{__doc__}", file=sys.stderr)
         return 2
 
@@ -623,6 +1010,26 @@ def main(argv: list[str] | None = None) -> int:
             w.error("--capacity must be >= 1 and --heartbeat-ms >= 10")
         return Worker(args.coordinator, args.name, args.capacity, args.heartbeat_ms,
                       args.reverse_delay).run()
+
+    if argv[0] == "replica":
+        r = argparse.ArgumentParser(prog="skillbus_peer.py replica",
+                                    description="follow the registry (§8) and print where it stands")
+        r.add_argument("--coordinator", required=True, help="bus endpoint, e.g. tcp://127.0.0.1:5555")
+        r.add_argument("--feed", required=True, help="feed endpoint, e.g. tcp://127.0.0.1:5556")
+        r.add_argument("--until-agents", metavar="a,b,c", default=None,
+                       help="keep following until the registry holds exactly these agents "
+                            "(an empty string means none); default: until synced once")
+        r.add_argument("--timeout", type=float, default=20.0, metavar="SECONDS")
+        args = r.parse_args(argv[1:])
+        if not args.timeout > 0:
+            r.error("--timeout must be > 0")
+        until = None
+        if args.until_agents is not None:
+            until = {name.strip() for name in args.until_agents.split(",") if name.strip()}
+            bad = sorted(name for name in until if not is_valid_name(name))
+            if bad:
+                r.error(f"--until-agents: invalid agent name(s) {', '.join(bad)}")
+        return run_replica(args.coordinator, args.feed, until, args.timeout)
 
     c = argparse.ArgumentParser(prog="skillbus_peer.py client",
                                 description="send one REQUEST and print the outcome as JSON")

@@ -2,7 +2,9 @@ import Foundation
 
 /// The skills every `skillbus worker` can offer, by identifier.
 public enum BuiltinSkills {
-    public static let identifiers = ["echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read"]
+    public static let identifiers = [
+        "echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read", "text.report",
+    ]
 
     /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
     public static func make(_ identifiers: [String], sandbox: String, maxFileBytes: Int = 1 << 20) throws(SkillbusError)
@@ -19,6 +21,7 @@ public enum BuiltinSkills {
             case "math.eval": skills.append(MathEvalSkill())
             case "file.read":
                 skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
+            case "text.report": skills.append(TextReportSkill())
             default:
                 throw SkillbusError(
                     .invalidConfiguration,
@@ -146,5 +149,29 @@ public struct FileReadSkill: AgentSkill {
         } catch {
             throw SkillbusError(.skillFailed, error.description)
         }
+    }
+}
+
+/// A composite: reads a file with `file.read` and summarises it with `text.stats`, wherever in the registry
+/// those run (this agent or another), in the caller's round.
+public struct TextReportSkill: AgentSkill {
+    public init() {}
+    public let identifier = "text.report"
+    public let displayName = "Text report"
+    public let description = "Reads a file (file.read) and reports its statistics (text.stats), on any agents."
+    public let parameterSchema = ParameterSchema([
+        ParameterField("path", .string, description: "Path relative to the sandbox of the agent that reads it")
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let path = parameters["path"] ?? ""
+        guard case .text(let text) = try await context.invoke("file.read", parameters: ["path": path]) else {
+            throw SkillbusError(.skillFailed, "file.read did not return text")
+        }
+        let stats = try await context.invoke("text.stats", parameters: ["text": .string(text)])
+        guard case .json(let summary) = stats else {
+            throw SkillbusError(.skillFailed, "text.stats did not return JSON")
+        }
+        return .json(["path": path, "bytes": .number(Double(text.utf8.count)), "stats": summary])
     }
 }

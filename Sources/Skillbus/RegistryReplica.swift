@@ -1,0 +1,268 @@
+import Foundation
+import SkillbusZMQ
+import Synchronization
+
+/// A live copy of the coordinator's registry that any process can hold (every worker does; so does
+/// `skillbus skills`). It subscribes to `registry.` on the feed first, then asks the
+/// bus for a snapshot, and from then on follows the sequenced updates. `ReplicaSync` holds the rules;
+/// this class feeds it from the sockets and fetches a new snapshot whenever the rules ask for one.
+public final class RegistryReplica: Sendable {
+    private let client: SkillbusClient
+    private let feed: SocketLoop
+    private let logger: Logger?
+    private let shared: Shared
+    private let wakeup = Wakeup()
+
+    private final class Shared: Sendable {
+        let state = Mutex(State())
+    }
+
+    private struct State {
+        var sync = ReplicaSync()
+        var position: RegistryPosition?
+        var watchers: [UInt64: AsyncStream<Registry>.Continuation] = [:]
+        var nextWatcher: UInt64 = 0
+        var closed = false
+        var snapshotsLoaded = 0
+        var updatesApplied = 0
+
+        /// Tells every watcher about the registry as it is now.
+        func notify() {
+            for watcher in watchers.values { watcher.yield(sync.registry) }
+        }
+    }
+
+    /// Starts following the registry. `client` is used for snapshots (it may be shared with other work);
+    /// `feedEndpoint` is the coordinator's feed. `dropUpdate` lets tests lose chosen updates on purpose.
+    public init(
+        client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
+        dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil
+    ) throws {
+        self.client = client
+        self.logger = logger
+        let shared = Shared()
+        self.shared = shared
+        let wakeup = self.wakeup
+        feed = try SocketLoop(
+            context: context, type: .sub, name: "skillbus-replica",
+            configure: { socket in
+                try socket.subscribe("registry.")
+                try socket.connect(feedEndpoint)
+            },
+            onMessage: { message in
+                RegistryReplica.receive(
+                    message, shared: shared, wakeup: wakeup, logger: logger, dropUpdate: dropUpdate)
+            })
+        // The loop holds the parts it needs, not `self`, so dropping the replica closes it.
+        Task { [client] in
+            await RegistryReplica.syncLoop(shared: shared, client: client, wakeup: wakeup, logger: logger)
+        }
+    }
+
+    deinit { close() }
+
+    public func close() {
+        let watchers = shared.state.withLock { state -> [AsyncStream<Registry>.Continuation] in
+            state.closed = true
+            defer { state.watchers.removeAll() }
+            return Array(state.watchers.values)
+        }
+        for watcher in watchers { watcher.finish() }
+        wakeup.signal()
+        feed.stop()
+    }
+
+    /// The registry as this replica holds it now.
+    public var registry: Registry { shared.state.withLock { $0.sync.registry } }
+
+    /// True once a snapshot is loaded and no gap has been seen since.
+    public var isSynced: Bool { shared.state.withLock { $0.sync.isSynced } }
+
+    /// Epoch, sequence and digest of the contents; nil before the first snapshot.
+    public var position: RegistryPosition? {
+        shared.state.withLock { state in
+            guard state.sync.epoch != nil else { return nil }
+            if state.position?.sequence != state.sync.sequence || state.position?.epoch != state.sync.epoch {
+                state.position = state.sync.position
+            }
+            return state.position
+        }
+    }
+
+    /// How many snapshots were loaded and updates applied so far.
+    public var statistics: (snapshots: Int, updates: Int) {
+        shared.state.withLock { ($0.snapshotsLoaded, $0.updatesApplied) }
+    }
+
+    /// The registry after every change, starting with the current one when synced.
+    public func changes() -> AsyncStream<Registry> {
+        let (stream, continuation) = AsyncStream.makeStream(of: Registry.self, bufferingPolicy: .bufferingNewest(1))
+        let shared = self.shared
+        shared.state.withLock { state in
+            guard !state.closed else { return continuation.finish() }
+            let key = state.nextWatcher
+            state.nextWatcher += 1
+            state.watchers[key] = continuation
+            continuation.onTermination = { _ in shared.state.withLock { _ = $0.watchers.removeValue(forKey: key) } }
+            if state.sync.isSynced { continuation.yield(state.sync.registry) }
+        }
+        return stream
+    }
+
+    /// Waits until the replica is synced and `condition` holds for its registry; false after `timeout`.
+    public func waitUntil(
+        timeout: Duration, _ condition: @escaping @Sendable (Registry) -> Bool = { _ in true }
+    ) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                for await registry in self.changes() where condition(registry) && self.isSynced { return true }
+                return false
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return false
+            }
+            let result = await group.next() ?? false
+            group.cancelAll()
+            return result
+        }
+    }
+
+    /// Runs on the feed socket's thread.
+    private static func receive(
+        _ message: Multipart, shared: Shared, wakeup: Wakeup, logger: Logger?,
+        dropUpdate: (@Sendable (RegistryUpdate) -> Bool)?
+    ) {
+        guard message.count == 2, let body = try? JSONValue(parsing: message[1]) else {
+            logger?.warning("ignored a registry message that is not [topic, JSON]")
+            return
+        }
+        let outcome: ReplicaSync.Outcome
+        switch message[0] {
+        case Array("registry.update".utf8):
+            let update: RegistryUpdate
+            do {
+                update = try RegistryUpdate(json: body)
+            } catch {
+                // An update we cannot read leaves a hole in the sequence, which the next one reveals.
+                logger?.warning("ignored an unreadable registry update: \(error)")
+                return
+            }
+            if dropUpdate?(update) == true { return }
+            outcome = shared.state.withLock { state in
+                let outcome = state.sync.receive(update)
+                if outcome == .applied {
+                    state.updatesApplied += 1
+                    state.notify()
+                }
+                return outcome
+            }
+        case Array("registry.heartbeat".utf8):
+            guard let epoch = body["epoch"]?.stringValue, let sequence = body["seq"]?.intValue, sequence >= 0 else {
+                logger?.warning("ignored a registry heartbeat without 'epoch' and 'seq'")
+                return
+            }
+            outcome = shared.state.withLock { state in
+                // A heartbeat while unsynced means the coordinator answers again: retry a failed snapshot now.
+                state.sync.isSynced
+                    ? state.sync.heartbeat(epoch: epoch, sequence: UInt64(sequence)) : .needsSnapshot("")
+            }
+        default:
+            return
+        }
+        switch outcome {
+        case .needsSnapshot(let reason):
+            if !reason.isEmpty { logger?.info("registry replica needs a new snapshot: \(reason)") }
+            wakeup.signal()
+        case .ignored(let reason):
+            logger?.warning("registry replica ignored a message: \(reason)")
+        case .applied, .unchanged:
+            break
+        }
+    }
+
+    /// Fetches a snapshot whenever the replica is not synced; after a failure it waits 1 s, then twice as
+    /// long each time up to 32 s, unless the feed shows the coordinator is back sooner.
+    private static func syncLoop(shared: Shared, client: SkillbusClient, wakeup: Wakeup, logger: Logger?) async {
+        var delayMs = 1000
+        while !shared.state.withLock({ $0.closed }) {
+            guard !shared.state.withLock({ $0.sync.isSynced }) else {
+                await wakeup.wait(timeout: nil)
+                continue
+            }
+            do {
+                let snapshot = try await client.snapshot(timeout: .seconds(3))
+                let outcome = shared.state.withLock { state in
+                    let outcome = state.sync.load(snapshot)
+                    state.snapshotsLoaded += 1
+                    state.notify()
+                    return outcome
+                }
+                delayMs = 1000
+                if case .needsSnapshot(let reason) = outcome {
+                    logger?.info("registry replica needs another snapshot: \(reason)")
+                } else {
+                    logger?.debug("registry replica loaded snapshot \(snapshot.epoch)/\(snapshot.sequence)")
+                }
+            } catch {
+                logger?.debug("registry snapshot failed: \(error); retrying in \(delayMs) ms")
+                await wakeup.wait(timeout: .milliseconds(delayMs))
+                delayMs = min(delayMs * 2, 32_000)
+            }
+        }
+    }
+}
+
+/// One task waits; any thread wakes it. A wake with nobody waiting is kept for the next wait.
+final class Wakeup: Sendable {
+    private struct State {
+        var pending = false
+        var waiter: CheckedContinuation<Void, Never>?
+        var generation: UInt64 = 0
+    }
+
+    private let state = Mutex(State())
+
+    func signal() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.pending = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Returns at the next signal (or at once if one is pending), or after `timeout`.
+    func wait(timeout: Duration?) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let generation = state.withLock { state -> UInt64? in
+                if state.pending {
+                    state.pending = false
+                    return nil
+                }
+                state.generation += 1
+                state.waiter = continuation
+                return state.generation
+            }
+            guard let generation else { return continuation.resume() }
+            if let timeout {
+                Task {
+                    try? await Task.sleep(for: timeout)
+                    self.expire(generation)
+                }
+            }
+        }
+    }
+
+    private func expire(_ generation: UInt64) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard state.generation == generation, let waiter = state.waiter else { return nil }
+            state.waiter = nil
+            return waiter
+        }
+        waiter?.resume()
+    }
+}

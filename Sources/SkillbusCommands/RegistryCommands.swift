@@ -1,0 +1,158 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// `skillbus skills`
+public enum SkillsCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "skills",
+        abstract: "List every skill in the registry, its providers and its parameters.",
+        discussion: """
+            Reads from a replica of the registry: subscribes to the feed's registry updates, then asks the bus
+            for a snapshot. With --watch it keeps following and redraws on every change until Ctrl-C.
+
+            EXAMPLE: skillbus skills --watch
+            """,
+        options: [
+            OptionSpec("--json", help: "Print the registry as JSON (one line per change with --watch)."),
+            OptionSpec("--watch", help: "Keep following the registry and redraw on every change."),
+            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed))."),
+            OptionSpec("--timeout", value: "SECONDS", help: "How long to wait for the snapshot (default 5)."),
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
+        let bus = try Defaults.bus(arguments, spec)
+        let feed = try Defaults.feed(arguments, spec)
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
+        let json = arguments.flag("--json")
+        let signals = SignalWatcher()
+        let context = try ZMQContext()
+        let client = try SkillbusClient(endpoint: bus, context: context)
+        let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context)
+        defer {
+            replica.close()
+            client.close()
+        }
+        guard await replica.waitUntil(timeout: .milliseconds(Int(timeout * 1000))) else {
+            printError("error: unreachable: no registry snapshot from the coordinator at \(bus) within \(timeout) s")
+            return 3
+        }
+        guard arguments.flag("--watch") else {
+            print(json ? document(replica).jsonString : render(replica.registry))
+            return 0
+        }
+        let redraw = isatty(STDOUT_FILENO) == 1 && !json
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for await registry in replica.changes() {
+                    if json {
+                        print(document(replica).jsonString)
+                    } else {
+                        if redraw { print("\u{1B}[2J\u{1B}[H", terminator: "") }
+                        let position = replica.position
+                        print("registry epoch \(position?.epoch ?? "?") seq \(position?.sequence ?? 0), \(Date())")
+                        print(render(registry))
+                    }
+                }
+            }
+            group.addTask { _ = await signals.next() }
+            await group.next()
+            group.cancelAll()
+        }
+        return 0
+    }
+
+    /// `{"epoch", "seq", "digest", "agents": [entries], "skills": [descriptor + providers]}`
+    static func document(_ replica: RegistryReplica) -> JSONValue {
+        let registry = replica.registry
+        var object = replica.position?.json.objectValue ?? [:]
+        object["agents"] = registry.json["agents"]
+        object["skills"] = registry.skillsJSON
+        return .object(object)
+    }
+
+    static func render(_ registry: Registry) -> String {
+        guard !registry.skills.isEmpty else { return "No skills on offer (no agents registered)." }
+        var lines: [String] = []
+        for identifier in registry.skills.keys.sorted() {
+            let skill = registry.skills[identifier]!
+            let providers = skill.providers.map { name in "\(name) (capacity \(registry.agents[name]?.capacity ?? 0))" }
+            lines.append("\(identifier) — \(skill.descriptor.description)")
+            lines.append("    providers: \(providers.joined(separator: ", "))")
+            if let ms = skill.descriptor.defaultTimeoutMs { lines.append("    default timeout: \(ms) ms") }
+            for field in skill.descriptor.parameters.fields {
+                lines.append(
+                    "    \(field.name): \(field.type.rawValue), \(field.required ? "required" : "optional")"
+                        + " — \(field.description)")
+            }
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+/// `skillbus agents`
+public enum AgentsCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "agents",
+        abstract: "List live agents: skills, capacity, load, state, heartbeat age, registry replica.",
+        discussion: "EXAMPLE: skillbus agents --json",
+        options: [
+            OptionSpec("--json", help: "Print the listing as JSON."),
+            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 5)."),
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.isEmpty else {
+            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
+        }
+        let endpoint = try Defaults.bus(arguments, spec)
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
+        let context = try ZMQContext()
+        let client = try SkillbusClient(endpoint: endpoint, context: context)
+        defer { client.close() }
+        let listing: JSONValue
+        do {
+            listing = try await client.agents(timeout: .milliseconds(Int(timeout * 1000)))
+        } catch {
+            printError("error: \(error.code): \(error.message)")
+            return 3
+        }
+        print(arguments.flag("--json") ? listing.jsonString : render(listing))
+        return 0
+    }
+
+    /// One line per agent: `alpha  idle  1/4  hb 0.3 s  registry 12 ✓  echo, math.eval`
+    static func render(_ listing: JSONValue) -> String {
+        let agents = listing["agents"]?.arrayValue ?? []
+        guard !agents.isEmpty else { return "No agents registered." }
+        let registrySeq = listing["registry"]?["seq"]?.intValue ?? 0
+        var lines = ["registry at seq \(registrySeq); \(agents.count) agent(s)"]
+        let nameWidth = max(5, agents.map { $0["agent"]?.stringValue?.count ?? 0 }.max() ?? 0)
+        lines.append(
+            "AGENT".padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+                + "  STATE                 LOAD     HEARTBEAT  REPLICA     SKILLS")
+        for agent in agents {
+            var state = agent["state"]?["state"]?.stringValue ?? "?"
+            if let skill = agent["state"]?["skill"]?.stringValue { state += "(\(skill))" }
+            let load = "\(agent["inFlight"]?.intValue ?? 0)/\(agent["capacity"]?.intValue ?? 0)"
+            let age = String(format: "%.1f s ago", (agent["lastHeartbeatAgeMs"]?.doubleValue ?? 0) / 1000)
+            var replica = "-"
+            if let seq = agent["registry"]?["seq"]?.intValue {
+                replica = "seq \(seq) " + (agent["registryInSync"]?.boolValue == true ? "ok" : "behind")
+            }
+            let skills = agent["skills"]?.arrayValue?.compactMap(\.stringValue).joined(separator: ", ") ?? ""
+            lines.append(
+                (agent["agent"]?.stringValue ?? "?").padding(toLength: nameWidth, withPad: " ", startingAt: 0) + "  "
+                    + state.padding(toLength: 22, withPad: " ", startingAt: 0)
+                    + load.padding(toLength: 9, withPad: " ", startingAt: 0)
+                    + age.padding(toLength: 11, withPad: " ", startingAt: 0)
+                    + replica.padding(toLength: 12, withPad: " ", startingAt: 0) + skills)
+        }
+        return lines.joined(separator: "\n")
+    }
+}
