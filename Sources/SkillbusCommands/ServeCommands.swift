@@ -160,6 +160,9 @@ public enum WorkerCommand: SkillbusCommand {
             group.cancelAll()
         }
         await worker.stop()
+        // The goodbye (DISCONNECT) is flushed when the context ends; the worker holds the context, so end
+        // it here rather than whenever the last reference goes.
+        context.terminate(within: .seconds(1))
         return 0
     }
 
