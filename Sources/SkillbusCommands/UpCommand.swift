@@ -12,6 +12,10 @@ public enum UpCommand: SkillbusCommand {
             crashes (waiting 0.5 s, then twice as long each time up to 30 s), and on Ctrl-C or SIGTERM stops
             the workers, then the coordinator, each within a grace period.
 
+            On SIGHUP it reads the config again: workers whose settings changed get their new config and a
+            SIGHUP (they offer the new skill list at once), new workers start, removed workers stop. A
+            broken config changes nothing. Coordinator settings take effect only after a restart.
+
             EXAMPLE: skillbus up --config configs/local.json
             """,
         options: [OptionSpec("--config", value: "FILE", help: "Cluster config (default configs/local.json).")])
@@ -20,8 +24,9 @@ public enum UpCommand: SkillbusCommand {
         guard arguments.positionals.isEmpty else {
             throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
         }
-        let cluster = try ClusterConfiguration.load(path: arguments.value("--config") ?? "configs/local.json")
-        let signals = SignalWatcher()
+        let configPath = arguments.value("--config") ?? "configs/local.json"
+        let cluster = try ClusterConfiguration.load(path: configPath)
+        let signals = SignalWatcher(SignalWatcher.stopSignals + [SIGHUP])
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
 
@@ -36,18 +41,65 @@ public enum UpCommand: SkillbusCommand {
             return 1
         }
         let bus = boundBus.replacingOccurrences(of: "0.0.0.0", with: "127.0.0.1")
-        for var worker in cluster.workers {
-            if worker.coordinator == cluster.coordinator.bus { worker.coordinator = bus }
-            let file = try supervisor.write(worker.json, name: "worker-\(worker.name).json")
-            _ = supervisor.start(name: worker.name, arguments: ["worker", "--config", file])
-        }
+        var workers = WorkerSet(supervisor: supervisor, bus: bus, configuredBus: cluster.coordinator.bus)
+        try await workers.apply(cluster.workers)
         print(
             "skillbus up: coordinator on \(bus) (feed \(feed)), \(cluster.workers.count) worker(s). "
                 + "Try: skillbus send echo text=hello --coordinator \(bus)   ·   skillbus feed --feed \(feed)")
-        if let signal = await signals.next() { print("skillbus up: signal \(signal), stopping") }
+        for await signal in signals.signals {
+            guard signal == SIGHUP else {
+                print("skillbus up: signal \(signal), stopping")
+                break
+            }
+            do {
+                let reloaded = try ClusterConfiguration.load(path: configPath)
+                try await workers.apply(reloaded.workers)
+                print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
+            } catch {
+                printError("skillbus up: \(configPath) not reloaded, nothing changed: \(error)")
+            }
+        }
         await supervisor.stopAll()
         print("skillbus up: stopped")
         return 0
+    }
+}
+
+/// The workers `up` runs, brought in line with a config: on start, and again on each SIGHUP.
+struct WorkerSet {
+    let supervisor: Supervisor
+    /// The coordinator's bus as workers reach it, and as the config spells it.
+    let bus: String
+    let configuredBus: String
+    private var running: [String: (configuration: WorkerConfiguration, child: Child)] = [:]
+
+    init(supervisor: Supervisor, bus: String, configuredBus: String) {
+        self.supervisor = supervisor
+        self.bus = bus
+        self.configuredBus = configuredBus
+    }
+
+    /// Starts new workers, stops removed ones, and hands changed ones their new config with a SIGHUP.
+    mutating func apply(_ workers: [WorkerConfiguration]) async throws {
+        let wanted = Set(workers.map(\.name))
+        for (name, entry) in running where !wanted.contains(name) {
+            await entry.child.stop(grace: .seconds(5))
+            running[name] = nil
+        }
+        for var worker in workers {
+            if worker.coordinator == configuredBus { worker.coordinator = bus }
+            if let current = running[worker.name] {
+                guard current.configuration != worker else { continue }
+                _ = try supervisor.write(worker.json, name: "worker-\(worker.name).json")
+                current.child.signal(SIGHUP)
+                running[worker.name]!.configuration = worker
+            } else {
+                let file = try supervisor.write(worker.json, name: "worker-\(worker.name).json")
+                running[worker.name] = (
+                    worker, supervisor.start(name: worker.name, arguments: ["worker", "--config", file])
+                )
+            }
+        }
     }
 }
 
@@ -217,6 +269,10 @@ final class Child: Sendable {
         }
     }
 
+    func signal(_ number: Int32) {
+        if let pid { kill(pid, number) }
+    }
+
     /// `kill -9`, and no restart: for measuring what a sudden death does.
     func killWithoutRestart() {
         guard
@@ -279,6 +335,7 @@ extension WorkerConfiguration {
             "heartbeatMs": .number(Double(heartbeatMs)), "maxMessageBytes": .number(Double(maxMessageBytes)),
         ]
         if let sandbox { object["sandbox"] = .string(sandbox) }
+        if let feed { object["feed"] = .string(feed) }
         return .object(object)
     }
 }

@@ -57,6 +57,54 @@ struct UpAndBenchTests {
         for child in children { #expect(kill(child, 0) != 0, "child \(child) still running") }
     }
 
+    @Test("up reloads its config on SIGHUP: changed skills, new and removed workers; a broken config changes nothing")
+    func upReloads() async throws {
+        func config(_ workers: String) -> String {
+            """
+            {"version": 1,
+             "coordinator": {"bus": "tcp://127.0.0.1:*", "feed": "tcp://127.0.0.1:*", "heartbeatMs": 200},
+             "workers": [\(workers)]}
+            """
+        }
+        let path = try writeFile(
+            config(#"{"name": "alpha", "skills": ["echo"]}, {"name": "beta", "skills": ["math.eval"]}"#))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let up = try SkillbusProcess(["up", "--config", path], name: "up")
+        defer { up.signal(SIGKILL) }
+        let banner = try await up.waitForLine("the banner") { $0.hasPrefix("skillbus up: coordinator on ") }
+        let bus = String(banner.dropFirst("skillbus up: coordinator on ".count).prefix { $0 != " " })
+        let feed = String(banner.split(separator: "(feed ").last!.prefix { $0 != ")" })
+        for name in ["alpha", "beta"] {
+            try await up.waitForLine("\(name) to join") { $0.contains("agent '\(name)' joined") }
+        }
+        @Sendable func registry() async throws -> [String: [String]] {
+            let (_, output) = try await runSkillbus(["skills", "--json", "--coordinator", bus, "--feed", feed])
+            let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "{}")
+            var agents: [String: [String]] = [:]
+            for entry in document["agents"]?.arrayValue ?? [] {
+                agents[entry["agent"]?.stringValue ?? ""] =
+                    entry["skills"]?.arrayValue?.compactMap { $0["identifier"]?.stringValue } ?? []
+            }
+            return agents
+        }
+
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: path))
+        up.signal(SIGHUP)
+        try await up.waitForLine("the refusal") { $0.contains("not reloaded, nothing changed") }
+        #expect(try await registry() == ["alpha": ["echo"], "beta": ["math.eval"]])
+
+        try Data(
+            config(#"{"name": "alpha", "skills": ["echo", "text.stats"]}, {"name": "gamma", "skills": ["sleep"]}"#)
+                .utf8
+        ).write(to: URL(fileURLWithPath: path))
+        up.signal(SIGHUP)
+        try await waitUntil("the reloaded cluster") {
+            try await registry() == ["alpha": ["echo", "text.stats"], "gamma": ["sleep"]]
+        }
+        up.signal(SIGTERM)
+        #expect(try await up.waitForExit(timeout: .seconds(30)) == 0)
+    }
+
     @Test("up fails fast, and says why, when the coordinator cannot bind")
     func upWithBusyPort() async throws {
         let holder = try await TestCluster()
