@@ -98,9 +98,6 @@ public final class AgentWorker: Sendable {
             skills: state.withLock { $0.skills.values.map(\.descriptor) }.sorted { $0.identifier < $1.identifier })
     }
 
-    /// The skills this agent offers now.
-    public var skillIdentifiers: [String] { state.withLock { $0.skills.keys.sorted() } }
-
     /// This agent's copy of the whole registry; nil until the coordinator first welcomed it.
     public var replica: RegistryReplica? { state.withLock { $0.replica } }
 
@@ -317,17 +314,16 @@ public final class AgentWorker: Sendable {
         } catch {
             throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
         }
-        guard let skill = try localSkill(invocation.skill, required: true) else { fatalError("unreachable") }
+        let (skill, offered) = state.withLock { state in
+            (state.skills[invocation.skill], state.skills[invocation.skill] == nil ? state.skills.keys.sorted() : [])
+        }
+        guard let skill else {
+            throw SkillbusError(
+                .unknownSkill,
+                "agent '\(options.name)' does not offer '\(invocation.skill)' (offers: "
+                    + offered.joined(separator: ", ") + ")")
+        }
         return (skill, try validate(parsed, for: skill))
-    }
-
-    /// The agent's own skill with this identifier; with `required`, its absence is an `unknown_skill` error.
-    private func localSkill(_ identifier: String, required: Bool) throws(SkillbusError) -> (any AgentSkill)? {
-        let (skill, offered) = state.withLock { ($0.skills[identifier], required ? $0.skills.keys.sorted() : []) }
-        guard skill == nil && required else { return skill }
-        throw SkillbusError(
-            .unknownSkill,
-            "agent '\(options.name)' does not offer '\(identifier)' (offers: \(offered.joined(separator: ", ")))")
     }
 
     private func validate(_ parameters: JSONValue, for skill: any AgentSkill) throws(SkillbusError) -> [String:
@@ -396,7 +392,7 @@ extension AgentWorker: SkillCaller {
     public func call(
         _ identifier: String, parameters: JSONValue, from context: SkillExecutionContext
     ) async throws -> SkillResult {
-        if let skill = try localSkill(identifier, required: false) {
+        if let skill = state.withLock({ $0.skills[identifier] }) {
             let validated = try validate(parameters, for: skill)
             return try await Self.run(skill, parameters: validated, context: context.child(invoking: identifier))
         }
