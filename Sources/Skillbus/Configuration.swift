@@ -10,6 +10,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var queueLimit = 1024
     /// Messages larger than this are refused with message_too_large (1 MiB by default).
     public var maxMessageBytes = 1 << 20
+    /// Single-flight within a round (see `CoordinatorState.Settings`).
+    public var deduplication = true
+    public var roundRetentionMs = 600_000
+    public var retainedOutcomesLimit = 100_000
 
     public init() {}
 
@@ -19,11 +23,15 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.missedHeartbeats = missedHeartbeats
         settings.defaultTimeoutMs = defaultTimeoutMs
         settings.queueLimit = queueLimit
+        settings.deduplication = deduplication
+        settings.roundRetentionMs = roundRetentionMs
+        settings.retainedOutcomesLimit = retainedOutcomesLimit
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
+        "deduplication", "roundRetentionMs", "retainedOutcomesLimit",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -36,6 +44,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
             try object.int("defaultTimeoutMs", minimum: 1, maximum: Wire.maxTimeoutMs) ?? defaultTimeoutMs
         queueLimit = try object.int("queueLimit", minimum: 0) ?? queueLimit
         maxMessageBytes = try object.int("maxMessageBytes", minimum: 256, maximum: 1 << 30) ?? maxMessageBytes
+        deduplication = try object.bool("deduplication") ?? deduplication
+        roundRetentionMs = try object.int("roundRetentionMs", minimum: 0, maximum: 7 * 86_400_000) ?? roundRetentionMs
+        retainedOutcomesLimit =
+            try object.int("retainedOutcomesLimit", minimum: 0, maximum: 100_000_000) ?? retainedOutcomesLimit
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -172,6 +184,12 @@ struct ConfigObject {
             throw error(key, "must be from \(minimum) to \(maximum), got \(number)")
         }
         return number
+    }
+
+    func bool(_ key: String) throws(SkillbusError) -> Bool? {
+        guard let value = values[key] else { return nil }
+        guard let flag = value.boolValue else { throw error(key, "expected true or false, got \(value.typeName)") }
+        return flag
     }
 
     func endpoint(_ key: String) throws(SkillbusError) -> String? {

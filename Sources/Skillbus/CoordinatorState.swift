@@ -31,6 +31,13 @@ public struct CoordinatorState: Sendable {
         public var queueLimit = 1024
         /// The feed endpoint as workers should reach it; sent in WELCOME so that they can hold a replica.
         public var feedEndpoint = ""
+        /// Single-flight within a round: an invocation identical to one the round already ran (or is
+        /// running) joins it instead of executing again.
+        public var deduplication = true
+        /// How long a finished invocation's outcome is kept for identical ones of its round.
+        public var roundRetentionMs = 600_000
+        /// Most finished outcomes kept; beyond it the oldest go first.
+        public var retainedOutcomesLimit = 100_000
         public init() {}
     }
 
@@ -53,6 +60,8 @@ public struct CoordinatorState: Sendable {
 
     struct Request: Sendable {
         let client: PeerID
+        /// Set when identical invocations of the round share this execution: the outcome goes to all of them.
+        var shared: Int?
         // Kept as they came off the wire: they go out again in INVOKE and REPLY unchanged.
         let requestID: [UInt8]
         let roundID: [UInt8]
@@ -81,6 +90,8 @@ public struct CoordinatorState: Sendable {
     /// Skill identifier → providers in registration order.
     private var providers: [String: [PeerID]] = [:]
     private var running: [String: Running] = [:]
+    /// Executions that identical invocations of a round share, running or finished.
+    private var singleFlight: SingleFlight
     /// Skill identifier → requests waiting for a free provider, oldest first.
     private var waiting: [String: [Request]] = [:]
     public private(set) var waitingCount = 0
@@ -98,6 +109,7 @@ public struct CoordinatorState: Sendable {
     public init(settings: Settings = Settings(), epoch: String = CoordinatorState.makeEpoch()) {
         self.settings = settings
         self.ledger = RegistryLedger(epoch: epoch)
+        self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
     }
 
     public static func makeEpoch() -> String {
@@ -114,10 +126,22 @@ public struct CoordinatorState: Sendable {
         let timeoutMs =
             request.timeoutMs ?? ledger.registry.skills[request.skill]?.descriptor.defaultTimeoutMs
             ?? settings.defaultTimeoutMs
-        let pending = Request(
+        var pending = Request(
             client: client, requestID: request.$requestID, roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000)
+        if settings.deduplication {
+            let admission = singleFlight.admit(
+                round: request.$roundID, skill: request.skill, parameters: request.parameters,
+                waiter: Waiter(client: client, requestID: request.$requestID),
+                schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+            switch admission {
+            case .first(let execution): pending.shared = execution
+            case .joined: return deduplicated(request, finished: nil)
+            case .finished(let outcome): return deduplicated(request, finished: (client, outcome))
+            case .unshared: break
+            }
+        }
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
             let offered = providers.keys.sorted()
             let list =
@@ -125,7 +149,7 @@ public struct CoordinatorState: Sendable {
             let error = SkillbusError(
                 .unknownSkill, "no agent offers skill '\(request.skill)'; \(list)",
                 details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
-            return fail(pending, error, agent: "", now: now)
+            return fail(pending, error, agent: "", executed: false, now: now)
         }
         if let worker = pickProvider(candidates) {
             return dispatch(pending, to: worker, now: now)
@@ -135,7 +159,7 @@ public struct CoordinatorState: Sendable {
                 .busy,
                 "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity and the wait queue is "
                     + "full (\(settings.queueLimit) requests)")
-            return fail(pending, error, agent: "", now: now)
+            return fail(pending, error, agent: "", executed: false, now: now)
         }
         waiting[request.skill, default: []].append(pending)
         waitingCount += 1
@@ -238,30 +262,71 @@ public struct CoordinatorState: Sendable {
         ]
     }
 
-    private func fail(_ request: Request, _ error: SkillbusError, agent: String, now: UInt64) -> [CoordinatorAction] {
-        reply(request, status: .error, agent: Array(agent.utf8), payload: error.json.serialized(), now: now)
+    /// `executed`: whether the invocation reached an agent. Only then is the outcome kept for identical
+    /// invocations of the round; one that never ran (unknown skill, busy) may be tried again.
+    private mutating func fail(
+        _ request: Request, _ error: SkillbusError, agent: String, executed: Bool = true, now: UInt64
+    ) -> [CoordinatorAction] {
+        reply(
+            request, status: .error, agent: Array(agent.utf8), payload: error.json.serialized(), executed: executed,
+            now: now)
     }
 
-    private func reply(
-        _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], now: UInt64
+    private mutating func reply(
+        _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], executed: Bool = true, now: UInt64
     ) -> [CoordinatorAction] {
         let micros = Int((now &- request.accepted) / 1000)
-        let answer = CoordinatorAction.toClient(
-            request.client,
-            .reply(
-                InvokeReply(
-                    frames: request.requestID, request.roundID, status: status, agent: agent, durationMicros: micros,
-                    payload: payload)))
-        guard publishesRequestEvents else { return [answer] }
-        return [
-            answer,
+        var waiters = [Waiter(client: request.client, requestID: request.requestID)]
+        if let id = request.shared {
+            let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
+            waiters = singleFlight.finish(id, round: request.roundID, outcome: executed ? outcome : nil, now: now)
+        }
+        var actions = waiters.map { waiter in
+            CoordinatorAction.toClient(
+                waiter.client,
+                .reply(
+                    InvokeReply(
+                        frames: waiter.requestID, request.roundID, status: status, agent: agent, durationMicros: micros,
+                        payload: payload)))
+        }
+        guard publishesRequestEvents else { return actions }
+        actions.append(
             .publish(
                 .requestDone(
                     round: request.roundText, request: request.requestText, skill: request.skill,
                     agent: String(decoding: agent, as: UTF8.self), status: status, durationMicros: micros,
-                    payload: status == .error ? payload : [])),
-        ]
+                    payload: status == .error ? payload : [])))
+        return actions
     }
+
+    // MARK: Single-flight within a round
+
+    /// An invocation identical to one of its round is not executed: a finished outcome is answered at
+    /// once; a running one will answer it with the rest.
+    private func deduplicated(
+        _ request: InvokeRequest, finished: (client: PeerID, outcome: Outcome)?
+    ) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        if let (client, outcome) = finished {
+            actions.append(
+                .toClient(
+                    client,
+                    .reply(
+                        InvokeReply(
+                            frames: request.$requestID, request.$roundID, status: outcome.status, agent: outcome.agent,
+                            durationMicros: outcome.durationMicros, payload: outcome.payload))))
+        }
+        guard publishesRequestEvents else { return actions }
+        actions.append(
+            .publish(
+                .requestDeduplicated(
+                    round: request.roundID, request: request.requestID, skill: request.skill,
+                    finished: finished != nil)))
+        return actions
+    }
+
+    /// Invocations the coordinator keeps for single-flight: running or finished.
+    public var sharedExecutionCount: Int { singleFlight.count }
 
     // MARK: Workers
 
@@ -490,7 +555,7 @@ public struct CoordinatorState: Sendable {
                 waitingCount -= 1
                 let error = SkillbusError(
                     .unknownSkill, "no agent offers '\(identifier)' any more (\(reason)) while the request waited")
-                actions += fail(request, error, agent: "", now: now)
+                actions += fail(request, error, agent: "", executed: false, now: now)
             }
         }
         return actions
@@ -501,6 +566,7 @@ public struct CoordinatorState: Sendable {
     /// Heartbeats out, dead workers out, expired requests answered. Call it a few times a second.
     public mutating func tick(now: UInt64) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
+        singleFlight.evict(now: now)
         for (peer, worker) in workers {
             let silence = now &- worker.lastHeard
             let allowed = UInt64(settings.missedHeartbeats * max(worker.heartbeatMs, 1)) * 1_000_000
@@ -543,7 +609,7 @@ public struct CoordinatorState: Sendable {
                     let timeoutMs = (request.deadline - request.accepted) / 1_000_000
                     let error = SkillbusError(
                         .timeout, "no agent offering '\(skill)' had a free slot within \(timeoutMs) ms")
-                    actions += fail(request, error, agent: "", now: now)
+                    actions += fail(request, error, agent: "", executed: false, now: now)
                 }
             }
         }

@@ -9,6 +9,8 @@ public enum FeedEvent: Sendable, Equatable {
     case registrationRefused(agent: String, error: SkillbusError)
     case requestQueued(round: String, request: String, skill: String, waiting: Int)
     case requestDispatched(round: String, request: String, skill: String, agent: String, invocation: String)
+    /// An invocation identical to one its round already ran (`finished`) or runs: it is not executed again.
+    case requestDeduplicated(round: String, request: String, skill: String, finished: Bool)
     case requestDone(
         round: String, request: String, skill: String, agent: String, status: ReplyStatus, durationMicros: Int,
         payload: [UInt8])
@@ -26,6 +28,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .registrationRefused: "agent.refused"
         case .requestQueued: "request.queued"
         case .requestDispatched: "request.dispatched"
+        case .requestDeduplicated: "request.deduplicated"
         case .requestDone: "request.done"
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
@@ -57,6 +60,11 @@ public enum FeedEvent: Sendable, Equatable {
             return [
                 "round": .string(round), "request": .string(request), "skill": .string(skill),
                 "agent": .string(agent), "invocation": .string(invocation),
+            ]
+        case .requestDeduplicated(let round, let request, let skill, let finished):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill),
+                "reused": .string(finished ? "finished" : "running"),
             ]
         case .requestDone(let round, let request, let skill, let agent, let status, let micros, let payload):
             var fields: [String: JSONValue] = [

@@ -47,14 +47,16 @@ public struct LoadGenerator: Sendable {
         self.replyID = replyID
     }
 
-    /// Skillbus requests for the `echo` skill with a text of `payloadBytes` bytes.
+    /// Skillbus requests for the `echo` skill with a text of `payloadBytes` bytes, each in a round of its own
+    /// (a random round id: a reused one would be answered from the round's earlier outcome).
     public static func skillbusEcho(payloadBytes: Int) -> LoadGenerator {
         let parameters = JSONValue.object(["text": .string(String(repeating: "x", count: payloadBytes))]).serialized()
         return LoadGenerator(
             makeRequest: { id in
                 ClientMessage.invoke(
                     InvokeRequest(
-                        requestID: String(id), roundID: "bench-\(id)", skill: "echo", timeoutMs: 15_000,
+                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
+                        skill: "echo", timeoutMs: 15_000,
                         parameters: parameters)
                 ).encoded()
             },

@@ -51,27 +51,15 @@ public enum BenchCommand: SkillbusCommand {
         let context = try ZMQContext()
         let local = "tcp://127.0.0.1:*"
 
-        note("starting a coordinator and \(workers) worker(s)…")
-        let coordinator = supervisor.start(
-            name: "coordinator", arguments: ["coordinator", "--bus", local, "--feed", local, "--log-level", "warning"],
-            quiet: true)
-        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
-            let feed = ready["feed"]
+        note("starting a coordinator and \(workers) worker(s), and a second pair without deduplication…")
+        guard
+            let (bus, feed, mainCoordinator) = await startCluster(
+                supervisor, name: "main", workers: workers, capacity: capacity, context: context),
+            let (plainBus, _, plainCoordinator) = await startCluster(
+                supervisor, name: "nodedup", workers: workers, capacity: capacity, context: context,
+                coordinatorOptions: ["--no-dedup"])
         else {
-            printError("error: the coordinator did not start")
-            await supervisor.stopAll()
-            return 1
-        }
-        for index in 0..<workers {
-            _ = supervisor.start(
-                name: "worker-\(index)",
-                arguments: [
-                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
-                    String(capacity), "--log-level", "warning",
-                ], quiet: true)
-        }
-        guard await waitForProviders(bus: bus, skill: "echo", count: workers, context: context) else {
-            printError("error: the workers did not register within 30 s")
+            printError("error: a coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
             return 1
         }
@@ -105,6 +93,27 @@ public enum BenchCommand: SkillbusCommand {
             skillbus[level] = try await measure(skillbusLoad, bus, context, requests: count, inFlight: level)
             baseline[level] = try await measure(baselineLoad, frontend, context, requests: count, inFlight: level)
         }
+
+        // The cost of single-flight: the same load on a coordinator without it, in alternation. The ratio is
+        // the median of five pairs; the coordinators' CPU time per request says the same more steadily.
+        var dedupRatios: [Double] = []
+        var withDedup: LoadReport?
+        var withoutDedup: LoadReport?
+        var cpuWith: [Double] = []
+        var cpuWithout: [Double] = []
+        for round in 1...5 {
+            note("deduplication: measuring with and without (round \(round) of 5)…")
+            let mainBefore = cpuSeconds(mainCoordinator.pid)
+            let on = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
+            cpuWith.append((cpuSeconds(mainCoordinator.pid) - mainBefore) / Double(max(on.completed, 1)) * 1e6)
+            let plainBefore = cpuSeconds(plainCoordinator.pid)
+            let off = try await measure(skillbusLoad, plainBus, context, requests: requests, inFlight: 64)
+            cpuWithout.append((cpuSeconds(plainCoordinator.pid) - plainBefore) / Double(max(off.completed, 1)) * 1e6)
+            dedupRatios.append(ratio(on.tasksPerSecond, off.tasksPerSecond))
+            if withDedup == nil || on.tasksPerSecond > withDedup!.tasksPerSecond { withDedup = on }
+            if withoutDedup == nil || off.tasksPerSecond > withoutDedup!.tasksPerSecond { withoutDedup = off }
+        }
+        guard let withDedup, let withoutDedup else { return 1 }
 
         // Registry figures: routing with a small and a large registry, replica sync time, kill -9 to replica.
         // Small and large registries in alternation, best of two each: the machine's noise hits both alike.
@@ -185,6 +194,11 @@ public enum BenchCommand: SkillbusCommand {
             "routing10Skills": routingSmall.json, "routingLargeRegistry": routingLarge.json,
             "routingLargeVsSmallRatio": .number(ratio(routingLarge.tasksPerSecond, routingSmall.tasksPerSecond)),
         ]
+        document["deduplication"] = [
+            "with": withDedup.json, "without": withoutDedup.json,
+            "throughputRatio": .number(dedupRatios.median), "throughputRatios": .array(dedupRatios.map { .number($0) }),
+            "coordinatorCpuMicrosPerRequest": ["with": .number(cpuWith.median), "without": .number(cpuWithout.median)],
+        ]
         if json {
             print(JSONValue.object(document).jsonString)
         } else {
@@ -206,6 +220,17 @@ public enum BenchCommand: SkillbusCommand {
                         r["throughputRatio"]!.doubleValue!, r["p50LatencyRatio"]!.doubleValue!,
                         r["p99LatencyRatio"]!.doubleValue!))
             }
+            print("")
+            print(
+                String(
+                    format:
+                        "deduplication at 64 in flight: throughput with / without %.2fx (median of 5; target >= 0.9)",
+                    dedupRatios.median))
+            print(
+                String(
+                    format:
+                        "  best %.0f tasks/s with it, %.0f without; coordinator CPU %.1f us/request with, %.1f without",
+                    withDedup.tasksPerSecond, withoutDedup.tasksPerSecond, cpuWith.median, cpuWithout.median))
             print("")
             print("registry: \(largeSkills) skills over \(registryAgents) agents")
             print(
@@ -252,6 +277,42 @@ public enum BenchCommand: SkillbusCommand {
             }
             thread.start()
         }
+    }
+
+    /// User plus system CPU seconds a process has used so far (0 when it cannot be read).
+    static func cpuSeconds(_ pid: Int32?) -> Double {
+        guard let pid, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        // Fields after the command name: state is field 3, utime 14 and stime 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// A coordinator and `workers` echo workers; returns its bus and feed once every worker is registered.
+    static func startCluster(
+        _ supervisor: Supervisor, name: String, workers: Int, capacity: Int, context: ZMQContext,
+        coordinatorOptions: [String] = []
+    ) async -> (bus: String, feed: String, coordinator: Child)? {
+        let local = "tcp://127.0.0.1:*"
+        let coordinator = supervisor.start(
+            name: "\(name)-coordinator",
+            arguments: ["coordinator", "--bus", local, "--feed", local, "--log-level", "warning"] + coordinatorOptions,
+            quiet: true)
+        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
+            let feed = ready["feed"]
+        else { return nil }
+        for index in 0..<workers {
+            _ = supervisor.start(
+                name: "\(name)-worker-\(index)",
+                arguments: [
+                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
+                    String(capacity), "--log-level", "warning",
+                ], quiet: true)
+        }
+        guard await waitForProviders(bus: bus, skill: "echo", count: workers, context: context) else { return nil }
+        return (bus, feed, coordinator)
     }
 
     /// Asks the bus until every worker's replica reports the bus's registry position, for at most 30 s.

@@ -20,6 +20,7 @@ public enum CoordinatorCommand: SkillbusCommand {
             OptionSpec("--config", value: "FILE", help: "Coordinator config (JSON, version 1)."),
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval to workers (default 1000)."),
             OptionSpec("--max-message-bytes", value: "N", help: "Largest accepted message (default 1048576)."),
+            OptionSpec("--no-dedup", help: "Execute identical invocations of a round each time (for measuring)."),
             logLevelOption,
         ])
 
@@ -37,6 +38,7 @@ public enum CoordinatorCommand: SkillbusCommand {
         if let bytes = try arguments.int("--max-message-bytes", minimum: 256, maximum: 1 << 30, in: spec) {
             configuration.maxMessageBytes = bytes
         }
+        if arguments.flag("--no-dedup") { configuration.deduplication = false }
         return configuration
     }
 

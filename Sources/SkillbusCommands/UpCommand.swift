@@ -323,6 +323,8 @@ extension CoordinatorConfiguration {
             "missedHeartbeats": .number(Double(missedHeartbeats)),
             "defaultTimeoutMs": .number(Double(defaultTimeoutMs)),
             "queueLimit": .number(Double(queueLimit)), "maxMessageBytes": .number(Double(maxMessageBytes)),
+            "deduplication": .bool(deduplication), "roundRetentionMs": .number(Double(roundRetentionMs)),
+            "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
         ]
     }
 }

@@ -18,7 +18,9 @@ struct CoordinatorStateTests {
     }
 
     func request(_ id: String, skill: String = "echo", timeoutMs: Int? = nil) -> InvokeRequest {
-        InvokeRequest(requestID: id, roundID: "round", skill: skill, timeoutMs: timeoutMs, parameters: Array("{}".utf8))
+        // Each request its own round: these tests are about routing, not single-flight.
+        InvokeRequest(
+            requestID: id, roundID: "round-" + id, skill: skill, timeoutMs: timeoutMs, parameters: Array("{}".utf8))
     }
 
     func invocations(_ actions: [CoordinatorAction]) -> [(PeerID, Invocation)] {

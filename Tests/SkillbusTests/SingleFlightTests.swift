@@ -1,0 +1,162 @@
+import Testing
+
+@testable import Skillbus
+
+/// Within a round, the same skill with the same parameters executes once: later identical invocations
+/// join the running one or get its finished outcome. No sockets; the clock is driven by hand.
+@Suite("Single-flight within a round")
+struct SingleFlightTests {
+    static let ms: UInt64 = 1_000_000
+    let alpha: PeerID = [0xA1]
+
+    func stateWithWorker(_ settings: CoordinatorState.Settings = .init(), capacity: Int = 100) -> CoordinatorState {
+        var state = CoordinatorState(settings: settings, epoch: "e1")
+        _ = state.handleWorker(
+            .ready([
+                "name": "alpha", "capacity": .number(Double(capacity)),
+                "skills": [
+                    [
+                        "identifier": "count",
+                        "parameters": [
+                            ["name": "a", "type": "number"],
+                            ["name": "b", "type": "number", "required": false, "default": 1],
+                        ],
+                    ]
+                ],
+            ]), from: alpha, now: 0)
+        return state
+    }
+
+    func request(_ id: String, round: String, _ parameters: String, skill: String = "count") -> InvokeRequest {
+        InvokeRequest(
+            requestID: id, roundID: round, skill: skill, timeoutMs: 60_000, parameters: Array(parameters.utf8))
+    }
+
+    func invocations(_ actions: [CoordinatorAction]) -> [Invocation] {
+        actions.compactMap { if case .toWorker(_, .invoke(let invocation)) = $0 { invocation } else { nil } }
+    }
+
+    func replies(_ actions: [CoordinatorAction]) -> [(PeerID, InvokeReply)] {
+        actions.compactMap { if case .toClient(let peer, .reply(let reply)) = $0 { (peer, reply) } else { nil } }
+    }
+
+    static let result = Array(#"{"text":"done","type":"text"}"#.utf8)
+
+    @Test("50 identical invocations in one round: one execution, 50 replies with its result")
+    func fiftyIdentical() {
+        var state = stateWithWorker()
+        var dispatched: [Invocation] = []
+        var early: [(PeerID, InvokeReply)] = []
+        for index in 0..<50 {
+            let actions = state.handleInvoke(
+                request("r\(index)", round: "R", #"{"a":2}"#), from: [UInt8(index)], now: UInt64(index))
+            dispatched += invocations(actions)
+            early += replies(actions)
+        }
+        #expect(dispatched.count == 1 && early.isEmpty)
+        let done = state.handleWorker(
+            .result(invocationID: dispatched[0].invocationID, status: .ok, payload: Self.result), from: alpha, now: 100)
+        let answered = replies(done)
+        #expect(answered.count == 50)
+        #expect(Set(answered.map(\.1.requestID)) == Set((0..<50).map { "r\($0)" }))
+        #expect(Set(answered.map(\.0)) == Set((0..<50).map { PeerID([UInt8($0)]) }))
+        #expect(answered.allSatisfy { $0.1.payload == Self.result && $0.1.agent == "alpha" })
+        // A retry after the fact gets the finished outcome at once.
+        let retry = state.handleInvoke(request("late", round: "R", #"{"a":2}"#), from: [0xEE], now: 200)
+        #expect(invocations(retry).isEmpty)
+        #expect(replies(retry).map(\.1.requestID) == ["late"] && replies(retry).first?.1.payload == Self.result)
+    }
+
+    @Test("the same invocation in two rounds executes twice")
+    func twoRounds() {
+        var state = stateWithWorker()
+        let first = state.handleInvoke(request("r1", round: "R1", #"{"a":2}"#), from: [1], now: 0)
+        let second = state.handleInvoke(request("r2", round: "R2", #"{"a":2}"#), from: [1], now: 0)
+        #expect(invocations(first).count == 1 && invocations(second).count == 1)
+    }
+
+    @Test(
+        "key order, number spelling and schema defaults do not make a new invocation",
+        arguments: [#"{"b":1,"a":2}"#, #"{"a":2.0}"#, #"{"a":2e0,"b":1.0}"#, #"{ "a" : 20e-1 }"#])
+    func canonicalParameters(spelling: String) {
+        var state = stateWithWorker()
+        let first = state.handleInvoke(request("r1", round: "R", #"{"a":2,"b":1}"#), from: [1], now: 0)
+        let again = state.handleInvoke(request("r2", round: "R", spelling), from: [2], now: 1)
+        #expect(invocations(first).count == 1)
+        #expect(invocations(again).isEmpty)
+        let other = state.handleInvoke(request("r3", round: "R", #"{"a":2,"b":2}"#), from: [3], now: 2)
+        #expect(invocations(other).count == 1)
+    }
+
+    @Test("an invocation that never reached an agent is not remembered: it may be tried again")
+    func notExecutedIsNotKept() {
+        var state = CoordinatorState(epoch: "e1")
+        let unknown = state.handleInvoke(request("r1", round: "R", #"{"a":1}"#), from: [1], now: 0)
+        #expect(replies(unknown).count == 1)
+        #expect(state.sharedExecutionCount == 0)
+        _ = state.handleWorker(
+            .ready(["name": "alpha", "capacity": 1, "skills": [["identifier": "count"]]]), from: alpha, now: 1)
+        let retry = state.handleInvoke(request("r2", round: "R", #"{"a":1}"#), from: [1], now: 2)
+        #expect(invocations(retry).count == 1)
+    }
+
+    @Test("a failure that did run is kept too: a retry in the round does not execute it again")
+    func failureKept() {
+        var state = stateWithWorker()
+        let first = invocations(state.handleInvoke(request("r1", round: "R", #"{"a":1}"#), from: [1], now: 0))
+        let failed = Array(#"{"code":"skill_failed","message":"boom"}"#.utf8)
+        _ = state.handleWorker(
+            .result(invocationID: first[0].invocationID, status: .error, payload: failed), from: alpha, now: 1)
+        let retry = state.handleInvoke(request("r2", round: "R", #"{"a":1}"#), from: [1], now: 2)
+        #expect(invocations(retry).isEmpty)
+        #expect(replies(retry).first?.1.status == .error && replies(retry).first?.1.payload == failed)
+    }
+
+    @Test("outcomes are forgotten after the retention window and beyond the limit, oldest first")
+    func retention() {
+        var settings = CoordinatorState.Settings()
+        settings.roundRetentionMs = 1000
+        settings.retainedOutcomesLimit = 2
+        var state = stateWithWorker(settings)
+        func finish(_ round: String, at now: UInt64) {
+            let sent = invocations(state.handleInvoke(request(round, round: round, #"{"a":1}"#), from: [1], now: now))
+            _ = state.handleWorker(
+                .result(invocationID: sent[0].invocationID, status: .ok, payload: Self.result), from: alpha, now: now)
+        }
+        finish("A", at: 0)
+        finish("B", at: 10 * Self.ms)
+        finish("C", at: 20 * Self.ms)  // over the limit of 2: A goes
+        #expect(state.sharedExecutionCount == 2)
+        let againA = state.handleInvoke(request("a2", round: "A", #"{"a":1}"#), from: [1], now: 30 * Self.ms)
+        #expect(invocations(againA).count == 1)
+        _ = state.tick(now: 1015 * Self.ms)  // B is older than the window now
+        let againB = state.handleInvoke(request("b2", round: "B", #"{"a":1}"#), from: [1], now: 1016 * Self.ms)
+        #expect(invocations(againB).count == 1)
+        let againC = state.handleInvoke(request("c2", round: "C", #"{"a":1}"#), from: [1], now: 1017 * Self.ms)
+        #expect(invocations(againC).isEmpty)
+    }
+
+    @Test("with deduplication off, every invocation executes")
+    func switchedOff() {
+        var settings = CoordinatorState.Settings()
+        settings.deduplication = false
+        var state = stateWithWorker(settings)
+        var count = 0
+        for index in 0..<5 {
+            count +=
+                invocations(state.handleInvoke(request("r\(index)", round: "R", #"{"a":1}"#), from: [1], now: 0))
+                .count
+        }
+        #expect(count == 5)
+    }
+
+    @Test("joiners of a running execution that times out all get the timeout")
+    func joinersShareTheTimeout() {
+        var state = stateWithWorker()
+        _ = state.handleInvoke(request("r1", round: "R", #"{"a":1}"#), from: [1], now: 0)
+        _ = state.handleInvoke(request("r2", round: "R", #"{"a":1}"#), from: [2], now: 1)
+        let expired = replies(state.tick(now: 61_000 * Self.ms))
+        #expect(expired.map(\.1.requestID).sorted() == ["r1", "r2"])
+        #expect(expired.allSatisfy { $0.1.status == .error })
+    }
+}
