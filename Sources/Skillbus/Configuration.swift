@@ -14,6 +14,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var deduplication = true
     public var roundRetentionMs = 600_000
     public var retainedOutcomesLimit = 100_000
+    public var retainedRoundsLimit = 10_000
+    public var planStepLimit = 1000
 
     public init() {}
 
@@ -26,12 +28,14 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.deduplication = deduplication
         settings.roundRetentionMs = roundRetentionMs
         settings.retainedOutcomesLimit = retainedOutcomesLimit
+        settings.retainedRoundsLimit = retainedRoundsLimit
+        settings.planStepLimit = planStepLimit
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
-        "deduplication", "roundRetentionMs", "retainedOutcomesLimit",
+        "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -48,6 +52,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         roundRetentionMs = try object.int("roundRetentionMs", minimum: 0, maximum: 7 * 86_400_000) ?? roundRetentionMs
         retainedOutcomesLimit =
             try object.int("retainedOutcomesLimit", minimum: 0, maximum: 100_000_000) ?? retainedOutcomesLimit
+        retainedRoundsLimit =
+            try object.int("retainedRoundsLimit", minimum: 0, maximum: 10_000_000) ?? retainedRoundsLimit
+        planStepLimit = try object.int("planStepLimit", minimum: 1, maximum: 1_000_000) ?? planStepLimit
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.

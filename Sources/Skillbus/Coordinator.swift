@@ -193,6 +193,8 @@ private final class CoordinatorLoop {
                     send(to: peer, BusToClientMessage.skills(requestID: requestID, catalog: state.catalog()).encoded())
                 case .snapshot(let requestID):
                     perform(state.snapshot(requestID: requestID, for: peer))
+                case .round(let request):
+                    perform(state.handleRound(request, from: peer, now: now))
                 case .listAgents(let requestID):
                     let listing = state.agentsListing(now: now)
                     send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())

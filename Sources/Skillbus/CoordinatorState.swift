@@ -38,6 +38,10 @@ public struct CoordinatorState: Sendable {
         public var roundRetentionMs = 600_000
         /// Most finished outcomes kept; beyond it the oldest go first.
         public var retainedOutcomesLimit = 100_000
+        /// Most finished ROUND documents kept for a round id sent again.
+        public var retainedRoundsLimit = 10_000
+        /// Most steps a plan may have.
+        public var planStepLimit = 1000
         public init() {}
     }
 
@@ -59,7 +63,10 @@ public struct CoordinatorState: Sendable {
     }
 
     struct Request: Sendable {
-        let client: PeerID
+        /// Who gets the outcome.
+        let origin: Waiter
+        /// For a fan-out: the one agent that must run it.
+        var target: PeerID?
         /// Set when identical invocations of the round share this execution: the outcome goes to all of them.
         var shared: Int?
         // Kept as they came off the wire: they go out again in INVOKE and REPLY unchanged.
@@ -83,21 +90,26 @@ public struct CoordinatorState: Sendable {
     /// Whether to build `request.*` feed events. The coordinator clears it while no watcher subscribes to
     /// them, so the hot path does not make events nobody reads.
     public var publishesRequestEvents = true
-    public private(set) var workers: [PeerID: Worker] = [:]
+    public internal(set) var workers: [PeerID: Worker] = [:]
     /// The authoritative registry and its update sequence.
     public private(set) var ledger: RegistryLedger
-    private var peerByName: [String: PeerID] = [:]
+    var peerByName: [String: PeerID] = [:]
     /// Skill identifier → providers in registration order.
-    private var providers: [String: [PeerID]] = [:]
-    private var running: [String: Running] = [:]
+    var providers: [String: [PeerID]] = [:]
+    var running: [String: Running] = [:]
     /// Executions that identical invocations of a round share, running or finished.
-    private var singleFlight: SingleFlight
+    var singleFlight: SingleFlight
+    /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
+    var roundRuns: [ByteKey: RoundRun] = [:]
+    var finishedRoundRuns: [(round: ByteKey, at: UInt64)] = []
+    /// Fan-out invocations waiting for a slot on the one agent they must run on.
+    var targetedWaiting: [PeerID: [Request]] = [:]
     /// Skill identifier → requests waiting for a free provider, oldest first.
-    private var waiting: [String: [Request]] = [:]
-    public private(set) var waitingCount = 0
-    private var nextInvocation: UInt64 = 0
-    private var rotation = 0
-    private var lastHeartbeatSent: UInt64 = 0
+    var waiting: [String: [Request]] = [:]
+    public internal(set) var waitingCount = 0
+    var nextInvocation: UInt64 = 0
+    var rotation = 0
+    var lastHeartbeatSent: UInt64 = 0
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -127,21 +139,32 @@ public struct CoordinatorState: Sendable {
             request.timeoutMs ?? ledger.registry.skills[request.skill]?.descriptor.defaultTimeoutMs
             ?? settings.defaultTimeoutMs
         var pending = Request(
-            client: client, requestID: request.$requestID, roundID: request.$roundID,
+            origin: .client(client, requestID: request.$requestID), requestID: request.$requestID,
+            roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000)
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: request.$roundID, skill: request.skill, parameters: request.parameters,
-                waiter: Waiter(client: client, requestID: request.$requestID),
+                waiter: .client(client, requestID: request.$requestID),
                 schema: { ledger.registry.skills[$0]?.descriptor.parameters })
             switch admission {
             case .first(let execution): pending.shared = execution
-            case .joined: return deduplicated(request, finished: nil)
-            case .finished(let outcome): return deduplicated(request, finished: (client, outcome))
+            case .joined:
+                if !roundRuns.isEmpty { noteSubCall(request, deduplicated: true, now: now) }
+                return deduplicated(request, finished: nil)
+            case .finished(let outcome):
+                if !roundRuns.isEmpty {
+                    noteSubCall(request, deduplicated: true, now: now)
+                    noteSubCallDone(
+                        roundID: request.$roundID, requestID: request.$requestID, status: outcome.status,
+                        agent: outcome.agent, micros: outcome.durationMicros, payload: outcome.payload)
+                }
+                return deduplicated(request, finished: (client, outcome))
             case .unshared: break
             }
         }
+        if !roundRuns.isEmpty { noteSubCall(request, deduplicated: false, now: now) }
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
             let offered = providers.keys.sorted()
             let list =
@@ -226,7 +249,7 @@ public struct CoordinatorState: Sendable {
     }
 
     /// Least in-flight first among providers with a free slot; ties go round-robin.
-    private mutating func pickProvider(_ candidates: [PeerID]) -> PeerID? {
+    mutating func pickProvider(_ candidates: [PeerID]) -> PeerID? {
         var best: PeerID?
         var bestLoad = Int.max
         let count = candidates.count
@@ -243,7 +266,7 @@ public struct CoordinatorState: Sendable {
         return best
     }
 
-    private mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+    mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         nextInvocation &+= 1
         let invocationID = "i" + String(nextInvocation)
         workers[peer]!.inFlight += 1
@@ -252,6 +275,15 @@ public struct CoordinatorState: Sendable {
         let invocation = Invocation(
             invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,
             deadlineMs: max(1, remainingMs), parameters: request.parameters)
+        if case .step(let roundKey, let index) = request.origin, let run = roundRuns[roundKey] {
+            return [
+                .toWorker(peer, .invoke(invocation)),
+                .publish(
+                    .invocationDispatched(
+                        round: run.roundText, invocation: run.invocations[index].id, skill: request.skill,
+                        agent: workers[peer]!.name)),
+            ]
+        }
         guard publishesRequestEvents else { return [.toWorker(peer, .invoke(invocation))] }
         return [
             .toWorker(peer, .invoke(invocation)),
@@ -264,7 +296,7 @@ public struct CoordinatorState: Sendable {
 
     /// `executed`: whether the invocation reached an agent. Only then is the outcome kept for identical
     /// invocations of the round; one that never ran (unknown skill, busy) may be tried again.
-    private mutating func fail(
+    mutating func fail(
         _ request: Request, _ error: SkillbusError, agent: String, executed: Bool = true, now: UInt64
     ) -> [CoordinatorAction] {
         reply(
@@ -272,24 +304,38 @@ public struct CoordinatorState: Sendable {
             now: now)
     }
 
-    private mutating func reply(
+    mutating func reply(
         _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], executed: Bool = true, now: UInt64
     ) -> [CoordinatorAction] {
         let micros = Int((now &- request.accepted) / 1000)
-        var waiters = [Waiter(client: request.client, requestID: request.requestID)]
+        var waiters = [request.origin]
         if let id = request.shared {
             let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
             waiters = singleFlight.finish(id, round: request.roundID, outcome: executed ? outcome : nil, now: now)
         }
-        var actions = waiters.map { waiter in
-            CoordinatorAction.toClient(
-                waiter.client,
-                .reply(
-                    InvokeReply(
-                        frames: waiter.requestID, request.roundID, status: status, agent: agent, durationMicros: micros,
-                        payload: payload)))
+        var actions: [CoordinatorAction] = []
+        for waiter in waiters {
+            switch waiter {
+            case .client(let client, let requestID):
+                actions.append(
+                    .toClient(
+                        client,
+                        .reply(
+                            InvokeReply(
+                                frames: requestID, request.roundID, status: status, agent: agent,
+                                durationMicros: micros,
+                                payload: payload))))
+                if !roundRuns.isEmpty {
+                    noteSubCallDone(
+                        roundID: request.roundID, requestID: requestID, status: status, agent: agent, micros: micros,
+                        payload: payload)
+                }
+            case .step(let round, let index):
+                let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
+                actions += stepDone(round, index, outcome, deduplicated: waiter != request.origin, now: now)
+            }
         }
-        guard publishesRequestEvents else { return actions }
+        guard publishesRequestEvents, case .client = request.origin else { return actions }
         actions.append(
             .publish(
                 .requestDone(
@@ -303,7 +349,7 @@ public struct CoordinatorState: Sendable {
 
     /// An invocation identical to one of its round is not executed: a finished outcome is answered at
     /// once; a running one will answer it with the rest.
-    private func deduplicated(
+    func deduplicated(
         _ request: InvokeRequest, finished: (client: PeerID, outcome: Outcome)?
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
@@ -356,7 +402,7 @@ public struct CoordinatorState: Sendable {
         }
     }
 
-    private mutating func finish(
+    mutating func finish(
         _ invocationID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         // A result for an unknown or foreign invocation is late or bogus: drop it, keep serving.
@@ -372,8 +418,16 @@ public struct CoordinatorState: Sendable {
     }
 
     /// Gives a worker with free slots the oldest requests waiting for any of its skills.
-    private mutating func dispatchWaiting(to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+    mutating func dispatchWaiting(to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
+        // Fan-out invocations that can run nowhere else go first.
+        while var queue = targetedWaiting[peer], !queue.isEmpty, let worker = workers[peer],
+            worker.inFlight < worker.capacity
+        {
+            let request = queue.removeFirst()
+            targetedWaiting[peer] = queue.isEmpty ? nil : queue
+            actions += dispatch(request, to: peer, now: now)
+        }
         while waitingCount > 0, let worker = workers[peer], worker.inFlight < worker.capacity {
             var oldest: (skill: String, accepted: UInt64)?
             for skill in worker.skills.keys {
@@ -390,7 +444,7 @@ public struct CoordinatorState: Sendable {
         return actions
     }
 
-    private mutating func register(_ body: JSONValue, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+    mutating func register(_ body: JSONValue, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         let name = body["name"]?.stringValue ?? ""
         func refuse(_ error: SkillbusError) -> [CoordinatorAction] {
             [.toWorker(peer, .error(error)), .publish(.registrationRefused(agent: name, error: error))]
@@ -449,7 +503,7 @@ public struct CoordinatorState: Sendable {
     }
 
     /// A registered worker replaces its skill list (SKILLS): one registry update, in-flight work untouched.
-    private mutating func changeSkills(of peer: PeerID, to list: JSONValue, now: UInt64) -> [CoordinatorAction] {
+    mutating func changeSkills(of peer: PeerID, to list: JSONValue, now: UInt64) -> [CoordinatorAction] {
         guard let items = list.arrayValue else {
             let error = SkillbusError(
                 .invalidRegistration, "SKILLS takes a JSON array of skill descriptors, got \(list.typeName)")
@@ -483,7 +537,7 @@ public struct CoordinatorState: Sendable {
 
     /// Checks each offered descriptor: valid, listed once, and not in conflict with another agent's schema.
     /// Refused ones are reported to the worker (in WELCOME) and on the feed; the rest are admitted.
-    private func admit(_ items: [JSONValue], agent name: String) -> (
+    func admit(_ items: [JSONValue], agent name: String) -> (
         skills: [String: SkillDescriptor], refused: [JSONValue], actions: [CoordinatorAction]
     ) {
         var skills: [String: SkillDescriptor] = [:]
@@ -505,7 +559,7 @@ public struct CoordinatorState: Sendable {
         return (skills, refused, actions)
     }
 
-    private func makeWelcome(_ skills: [String: SkillDescriptor], _ refused: [JSONValue]) -> JSONValue {
+    func makeWelcome(_ skills: [String: SkillDescriptor], _ refused: [JSONValue]) -> JSONValue {
         [
             "heartbeatMs": .number(Double(settings.heartbeatMs)),
             "accepted": .array(skills.keys.sorted().map { .string($0) }), "refused": .array(refused),
@@ -514,7 +568,7 @@ public struct CoordinatorState: Sendable {
     }
 
     /// Records a worker's current skills in the registry; the update goes on the feed.
-    private mutating func publishEntry(of peer: PeerID, reason: String) -> [CoordinatorAction] {
+    mutating func publishEntry(of peer: PeerID, reason: String) -> [CoordinatorAction] {
         guard let worker = workers[peer] else { return [] }
         let entry = Registry.Agent(name: worker.name, capacity: worker.capacity, skills: Array(worker.skills.values))
         guard let update = ledger.set(worker.name, to: entry, reason: reason) else { return [] }
@@ -522,7 +576,7 @@ public struct CoordinatorState: Sendable {
     }
 
     /// Forgets a worker: its skills leave the registry and its running invocations fail with agent_lost.
-    private mutating func remove(_ peer: PeerID, reason: String, now: UInt64) -> [CoordinatorAction] {
+    mutating func remove(_ peer: PeerID, reason: String, now: UInt64) -> [CoordinatorAction] {
         guard let worker = workers.removeValue(forKey: peer) else { return [] }
         peerByName[worker.name] = nil
         for identifier in worker.skills.keys {
@@ -542,11 +596,15 @@ public struct CoordinatorState: Sendable {
         }
         actions += failWaitingWithoutProvider(
             Array(worker.skills.keys), reason: "agent '\(worker.name)' left (\(reason))", now: now)
+        for request in targetedWaiting.removeValue(forKey: peer) ?? [] {
+            let error = SkillbusError(.agentLost, "agent '\(worker.name)' left (\(reason)) before it ran this")
+            actions += fail(request, error, agent: worker.name, executed: false, now: now)
+        }
         return actions
     }
 
     /// Requests waiting for a skill nobody offers any more would only time out: fail them now.
-    private mutating func failWaitingWithoutProvider(
+    mutating func failWaitingWithoutProvider(
         _ identifiers: [String], reason: String, now: UInt64
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
@@ -567,6 +625,18 @@ public struct CoordinatorState: Sendable {
     public mutating func tick(now: UInt64) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         singleFlight.evict(now: now)
+        evictRoundRuns(now: now)
+        for (peer, queue) in targetedWaiting {
+            let expired = queue.filter { $0.deadline <= now }
+            guard !expired.isEmpty else { continue }
+            let kept = queue.filter { $0.deadline > now }
+            targetedWaiting[peer] = kept.isEmpty ? nil : kept
+            for request in expired {
+                let error = SkillbusError(
+                    .timeout, "agent '\(workers[peer]?.name ?? "")' had no free slot before the deadline")
+                actions += fail(request, error, agent: "", executed: false, now: now)
+            }
+        }
         for (peer, worker) in workers {
             let silence = now &- worker.lastHeard
             let allowed = UInt64(settings.missedHeartbeats * max(worker.heartbeatMs, 1)) * 1_000_000

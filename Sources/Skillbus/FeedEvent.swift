@@ -14,6 +14,14 @@ public enum FeedEvent: Sendable, Equatable {
     case requestDone(
         round: String, request: String, skill: String, agent: String, status: ReplyStatus, durationMicros: Int,
         payload: [UInt8])
+    case roundAccepted(round: String, shape: String, invocations: [String])
+    case invocationDispatched(round: String, invocation: String, skill: String, agent: String)
+    case invocationDeduplicated(round: String, invocation: String, reusing: String)
+    case invocationDone(
+        round: String, invocation: String, skill: String, agent: String, status: String, durationMicros: Int,
+        deduplicated: Bool)
+    case invocationCancelled(round: String, invocation: String, agent: String)
+    case roundDone(round: String, status: String, summary: JSONValue)
     /// One change to the registry; sequenced, see `ReplicaSync`.
     case registryUpdate(RegistryUpdate)
     /// Once per heartbeat interval: where the registry stands, so an idle replica notices a lost update.
@@ -30,6 +38,12 @@ public enum FeedEvent: Sendable, Equatable {
         case .requestDispatched: "request.dispatched"
         case .requestDeduplicated: "request.deduplicated"
         case .requestDone: "request.done"
+        case .roundAccepted: "round.accepted"
+        case .invocationDispatched: "invocation.dispatched"
+        case .invocationDeduplicated: "invocation.deduplicated"
+        case .invocationDone: "invocation.done"
+        case .invocationCancelled: "invocation.cancelled"
+        case .roundDone: "round.done"
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
         }
@@ -74,6 +88,28 @@ public enum FeedEvent: Sendable, Equatable {
             ]
             if status == .error { fields["error"] = (try? JSONValue(parsing: payload)) ?? .null }
             return fields
+        case .roundAccepted(let round, let shape, let invocations):
+            return [
+                "round": .string(round), "shape": .string(shape),
+                "invocations": .array(invocations.map { .string($0) }),
+            ]
+        case .invocationDispatched(let round, let invocation, let skill, let agent):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
+                "agent": .string(agent),
+            ]
+        case .invocationDeduplicated(let round, let invocation, let reusing):
+            return ["round": .string(round), "invocation": .string(invocation), "reusing": .string(reusing)]
+        case .invocationDone(let round, let invocation, let skill, let agent, let status, let micros, let deduplicated):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
+                "agent": .string(agent), "status": .string(status), "durationMs": .number(Double(micros) / 1000),
+                "deduplicated": .bool(deduplicated),
+            ]
+        case .invocationCancelled(let round, let invocation, let agent):
+            return ["round": .string(round), "invocation": .string(invocation), "agent": .string(agent)]
+        case .roundDone(let round, let status, let summary):
+            return ["round": .string(round), "status": .string(status), "summary": summary]
         case .registryUpdate(let update):
             return update.fields
         case .registryHeartbeat(let epoch, let sequence, let intervalMs):

@@ -68,6 +68,26 @@ public struct LoadGenerator: Sendable {
             })
     }
 
+    /// Whole rounds (ROUND) of `spec`, each under a new random round id; a reply counts as ok when the
+    /// document's status is ok.
+    public static func rounds(_ spec: RoundSpec) -> LoadGenerator {
+        let body = spec.json.serialized()
+        return LoadGenerator(
+            makeRequest: { id in
+                ClientMessage.round(
+                    RoundRequest(
+                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
+                        timeoutMs: 15_000, body: body)
+                ).encoded()
+            },
+            replyID: { message in
+                guard message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+                    return nil
+                }
+                return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
+            })
+    }
+
     /// Raw frames for the baseline: an id frame and a payload frame, echoed back unchanged.
     public static func rawEcho(payloadBytes: Int) -> LoadGenerator {
         let payload = [UInt8](repeating: UInt8(ascii: "x"), count: payloadBytes)

@@ -177,10 +177,10 @@ struct ByteKey: Hashable, Sendable {
     }
 }
 
-/// A client waiting for an invocation's outcome.
-struct Waiter: Sendable, Equatable {
-    let client: PeerID
-    let requestID: [UInt8]
+/// Who waits for an invocation's outcome: a client's REQUEST, or a step of a round the bus runs.
+enum Waiter: Sendable, Equatable {
+    case client(PeerID, requestID: [UInt8])
+    case step(round: ByteKey, index: Int)
 }
 
 /// How an execution ended, kept to answer identical invocations of its round.

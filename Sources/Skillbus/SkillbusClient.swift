@@ -49,6 +49,7 @@ public final class SkillbusClient: Sendable {
                 switch decoded {
                 case .reply(let reply): requestID = reply.requestID
                 case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _): requestID = id
+                case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
                 case .entry(let id, let entry):
                     snapshotEntries.table.withLock { $0[id]?.append(entry) }
                     return
@@ -152,6 +153,29 @@ public final class SkillbusClient: Sendable {
         var agents: [Registry.Agent] = []
         for result in parsed { agents += try result.get() }
         return agents
+    }
+
+    /// Runs a whole round (one invocation, a fan-out or a plan) and returns its document. A round that
+    /// failed comes back as a document with `status: error`; this throws only when no answer came.
+    public func round(
+        _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
+        timeout: Duration = .seconds(15)
+    ) async throws(SkillbusError) -> JSONValue {
+        let requestID = makeRequestID()
+        let request = RoundRequest(
+            requestID: requestID, roundID: roundID, sessionID: sessionID,
+            timeoutMs: max(1, Int(timeout / .milliseconds(1))),
+            body: spec.json.serialized())
+        switch await exchange(.round(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
+        case .round(_, _, let document):
+            do {
+                return try JSONValue(parsing: document)
+            } catch {
+                throw SkillbusError(.malformedMessage, "the round document is not JSON: \(error)")
+            }
+        case .error(_, let error): throw error
+        default: throw unreachable(after: timeout + .seconds(1))
+        }
     }
 
     /// Live agents with skills, capacity, load, state and heartbeat age (the `skillbus agents` listing).

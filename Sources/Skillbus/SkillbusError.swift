@@ -33,6 +33,12 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let invalidRegistration = Code("invalid_registration")
         /// Another live agent offers a skill with this identifier under a different parameter schema.
         public static let schemaConflict = Code("schema_conflict")
+        /// A ROUND body (or a plan in it) was refused before anything ran; the message says why.
+        public static let invalidRound = Code("invalid_round")
+        /// A round id that was already used for a different round body.
+        public static let roundConflict = Code("round_conflict")
+        /// A fan-out with `majority` aggregation found no result that more than half the agents returned.
+        public static let noMajority = Code("no_majority")
         /// The coordinator could not be reached in time.
         public static let unreachable = Code("unreachable")
         /// The invocation was cancelled.

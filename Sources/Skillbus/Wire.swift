@@ -67,7 +67,7 @@ public enum Wire {
     /// no String is made or compared for a message's command on the hot path.
     enum Command: Int, CaseIterable {
         case request, skills, reply, error, ready, result, state, heartbeat, disconnect, welcome, invoke, cancel
-        case snapshot, entry, agents
+        case snapshot, entry, agents, round
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }
@@ -184,12 +184,38 @@ public struct InvokeRequest: Sendable, Equatable {
     }
 }
 
+/// A client asks the bus to run a whole round (`RoundSpec` in the body).
+public struct RoundRequest: Sendable, Equatable {
+    @WireText public var requestID: String
+    @WireText public var roundID: String
+    @WireText public var sessionID: String
+    /// Milliseconds for the whole round; nil takes the bus's default.
+    public var timeoutMs: Int?
+    /// The round body, JSON (see `RoundSpec.json`).
+    public var body: [UInt8]
+
+    public init(requestID: String, roundID: String, sessionID: String = "", timeoutMs: Int? = nil, body: [UInt8]) {
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), Array(sessionID.utf8), timeoutMs: timeoutMs, body: body)
+    }
+
+    init(frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], timeoutMs: Int?, body: [UInt8]) {
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
+        self._sessionID = WireText(bytes: sessionID)
+        self.timeoutMs = timeoutMs
+        self.body = body
+    }
+}
+
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents]
+    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round]
 
     case invoke(InvokeRequest)
+    /// A whole round: one invocation, a fan-out or a plan; answered by one ROUND document.
+    case round(RoundRequest)
     case listSkills(requestID: String)
     /// Asks for the whole registry: ENTRY messages, then SNAPSHOT with the sequence number.
     case snapshot(requestID: String)
@@ -209,6 +235,11 @@ public enum ClientMessage: Sendable, Equatable {
             [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8)]
         case .listAgents(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8)]
+        case .round(let request):
+            [
+                Wire.clientHeaderBytes, Wire.Command.round.frame, request.$requestID, request.$roundID,
+                request.$sessionID, Array((request.timeoutMs.map(String.init) ?? "").utf8), request.body,
+            ]
         }
     }
 
@@ -238,6 +269,17 @@ public enum ClientMessage: Sendable, Equatable {
         case .agents:
             try Wire.expectFrames(message, 3, "AGENTS")
             return .listAgents(requestID: try Wire.text(message, 2, "request id"))
+        case .round:
+            try Wire.expectFrames(message, 7, "ROUND")
+            var timeoutMs: Int?
+            if !message[5].isEmpty {
+                timeoutMs = try Wire.decimal(message, 5, "timeout", maximum: Wire.maxTimeoutMs)
+                guard timeoutMs != 0 else { throw SkillbusError(.malformedMessage, "frame 5 (timeout) must not be 0") }
+            }
+            return .round(
+                RoundRequest(
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    try Wire.textFrame(message, 4, "session id"), timeoutMs: timeoutMs, body: message[6]))
         default:
             throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
@@ -280,7 +322,7 @@ public struct InvokeReply: Sendable, Equatable {
 /// Messages the bus sends to a client.
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents]
+    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents, .round]
 
     case reply(InvokeReply)
     case skills(requestID: String, catalog: JSONValue)
@@ -290,6 +332,8 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// Ends the answer to SNAPSHOT: `{"epoch", "seq", "agents": count of ENTRY messages sent, "heartbeatMs"}`.
     case snapshot(requestID: String, summary: JSONValue)
     case agents(requestID: String, listing: JSONValue)
+    /// The document that answers a ROUND (JSON, as bytes).
+    case round(requestID: [UInt8], roundID: [UInt8], document: [UInt8])
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
 
@@ -310,6 +354,8 @@ public enum BusToClientMessage: Sendable, Equatable {
             [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8), summary.serialized()]
         case .agents(let requestID, let listing):
             [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8), listing.serialized()]
+        case .round(let requestID, let roundID, let document):
+            [Wire.clientHeaderBytes, Wire.Command.round.frame, requestID, roundID, document]
         }
     }
 
@@ -347,6 +393,12 @@ public enum BusToClientMessage: Sendable, Equatable {
             try Wire.expectFrames(message, 4, "AGENTS")
             return .agents(
                 requestID: try Wire.text(message, 2, "request id"), listing: try Wire.json(message, 3, "agents"))
+        case .round:
+            try Wire.expectFrames(message, 5, "ROUND")
+            return .round(
+                requestID: try Wire.textFrame(message, 2, "request id"),
+                roundID: try Wire.textFrame(message, 3, "round id"),
+                document: message[4])
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

@@ -115,6 +115,21 @@ public enum BenchCommand: SkillbusCommand {
         }
         guard let withDedup, let withoutDedup else { return 1 }
 
+        // Rounds: a fan-out to every echo worker, and a plan of 20 steps of which 10 repeat another.
+        note("rounds: fan-out to \(workers) agents and a 20-step plan with 10 duplicates…")
+        let single = try await measure(
+            .rounds(.invoke(skill: "echo", parameters: ["text": "x"])), bus, context, requests: min(requests, 5000),
+            inFlight: 16)
+        let fanout = try await measure(
+            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)), bus, context,
+            requests: min(requests, 5000), inFlight: 16)
+        let planSteps = (0..<20).map {
+            PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0 % 10)")])
+        }
+        let plan = try await measure(
+            .rounds(.plan(steps: planSteps, continueOnFailure: false)), bus, context, requests: min(requests, 2000),
+            inFlight: 4)
+
         // Registry figures: routing with a small and a large registry, replica sync time, kill -9 to replica.
         // Small and large registries in alternation, best of two each: the machine's noise hits both alike.
         let largeSkills = registryAgents * skillsPerAgent
@@ -194,6 +209,13 @@ public enum BenchCommand: SkillbusCommand {
             "routing10Skills": routingSmall.json, "routingLargeRegistry": routingLarge.json,
             "routingLargeVsSmallRatio": .number(ratio(routingLarge.tasksPerSecond, routingSmall.tasksPerSecond)),
         ]
+        document["rounds"] = [
+            "singleInvocation": single.json, "fanout": fanout.json, "fanoutAgents": .number(Double(workers)),
+            "fanoutInvocationsVsSingleRatio": .number(
+                ratio(fanout.tasksPerSecond * Double(workers), single.tasksPerSecond)),
+            "plan20Steps10Duplicates": plan.json,
+            "planVsSingleP50Ratio": .number(ratio(plan.percentileMs(0.5), single.percentileMs(0.5))),
+        ]
         document["deduplication"] = [
             "with": withDedup.json, "without": withoutDedup.json,
             "throughputRatio": .number(dedupRatios.median), "throughputRatios": .array(dedupRatios.map { .number($0) }),
@@ -220,6 +242,24 @@ public enum BenchCommand: SkillbusCommand {
                         r["throughputRatio"]!.doubleValue!, r["p50LatencyRatio"]!.doubleValue!,
                         r["p99LatencyRatio"]!.doubleValue!))
             }
+            print("")
+            print("rounds (16 in flight; the plan 4)   rounds/s   p50 ms   p99 ms")
+            for (name, report) in [
+                ("one invocation", single), ("fan-out to \(workers) agents", fanout),
+                ("plan: 20 steps, 10 repeats", plan),
+            ] {
+                print(
+                    name.padding(toLength: 34, withPad: " ", startingAt: 0)
+                        + String(
+                            format: "%9.0f %8.3f %8.3f", report.tasksPerSecond, report.percentileMs(0.5),
+                            report.percentileMs(0.99)))
+            }
+            print(
+                String(
+                    format:
+                        "  fan-out runs %.2fx the invocations/s of single rounds; a plan round takes %.1fx a single one (p50)",
+                    ratio(fanout.tasksPerSecond * Double(workers), single.tasksPerSecond),
+                    ratio(plan.percentileMs(0.5), single.percentileMs(0.5))))
             print("")
             print(
                 String(
@@ -254,7 +294,7 @@ public enum BenchCommand: SkillbusCommand {
         }
         let failures =
             levels.reduce(0) { $0 + skillbus[$1]!.failed + baseline[$1]!.failed } + routingSmall.failed
-            + routingLarge.failed
+            + routingLarge.failed + single.failed + fanout.failed + plan.failed
         return failures == 0 ? 0 : 1
     }
 

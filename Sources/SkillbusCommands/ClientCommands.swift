@@ -52,70 +52,155 @@ public enum RequestParameters {
 public enum SendCommand: SkillbusCommand {
     public static let spec = CommandSpec(
         name: "send",
-        abstract: "Send one task to the coordinator and print its result.",
+        abstract: "Send a round to the coordinator: one task, a fan-out to several agents, or a plan.",
         discussion: """
             Parameters follow HTTPie: key=value gives a string, key:=JSON gives any JSON value, and
             key=@FILE or key:=@FILE read the string or the JSON value from a file.
-            Exit codes: 0 ok, 1 the skill failed, 2 usage or invalid parameters (or unknown skill),
-            3 coordinator unreachable or timed out.
+            With --all or --agents the skill runs on each of those agents; --aggregate says what comes back:
+            all (every result, in agent order), first (the first success; the rest are cancelled), or
+            majority (the result most agents returned). With --plan FILE the round runs a plan of steps
+            (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
+            the same --round-id again returns the stored result.
+            Exit codes: 0 ok, 1 a skill failed (or no majority), 2 usage, invalid parameters or plan, unknown
+            skill, 3 coordinator unreachable or timed out.
 
             EXAMPLE: skillbus send math.eval expression='(1 + 2) * 3'
-                     skillbus send sleep ms:=250 --json
+                     skillbus send echo text=hi --all --aggregate majority
+                     skillbus send --plan configs/plans/report.json --json
             """,
-        positionals: "SKILL [key=value …] [key:=JSON …]",
+        positionals: "[SKILL [key=value …] [key:=JSON …]]",
         options: [
-            OptionSpec("--json", help: "Print one JSON object: round, status, agent, result, error, durationMs."),
-            OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 15)."),
+            OptionSpec("--json", help: "Print the round's document: status, result, every invocation, summary."),
+            OptionSpec("--all", help: "Run SKILL on every agent that offers it."),
+            OptionSpec("--agents", value: "a,b,…", help: "Run SKILL on these agents."),
+            OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
+            OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
+            OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
             OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
-            OptionSpec("--session", value: "ID", help: "Session id passed to the skill (default: none)."),
+            OptionSpec("--session", value: "ID", help: "Session id passed to the skills (default: none)."),
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard let skill = arguments.positionals.first else { throw UsageError(spec, "missing SKILL") }
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
         let json = arguments.flag("--json")
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
-        let parameters: JSONValue
+        let round: RoundSpec
         do {
-            parameters = try RequestParameters.parse(Array(arguments.positionals.dropFirst()))
+            round = try roundSpec(arguments)
         } catch {
             return report(failure: error, roundID: roundID, json: json, exitCode: 2)
         }
         let context = try ZMQContext()
         let client = try SkillbusClient(endpoint: endpoint, context: context)
         defer { client.close() }
-        let outcome: InvocationOutcome
+        let document: JSONValue
         do {
-            outcome = try await client.invoke(
-                skill, parameters: parameters, roundID: roundID, sessionID: arguments.value("--session") ?? "",
+            document = try await client.round(
+                round, roundID: roundID, sessionID: arguments.value("--session") ?? "",
                 timeout: .milliseconds(Int(timeout * 1000)))
         } catch {
             return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
         }
-        if json {
-            print(outcome.json.jsonString)
-        } else if let result = outcome.result {
-            print(result.humanReadable)
-            printError(
-                "✓ \(skill) on \(outcome.agent) in \(milliseconds(outcome.durationMicros)) (round \(outcome.roundID))")
-        } else if let error = outcome.error {
-            let agent = outcome.agent.isEmpty ? "" : " on \(outcome.agent)"
-            printError("✗ \(skill)\(agent) failed: \(error.code): \(error.message)")
+        if json { print(document.jsonString) } else { render(document) }
+        guard document["status"] != "ok" else { return 0 }
+        return exitCode(for: SkillbusError(json: document["error"] ?? .null).code)
+    }
+
+    /// The round the arguments describe; a usage problem is an error naming it.
+    static func roundSpec(_ arguments: ParsedArguments) throws -> RoundSpec {
+        if let path = arguments.value("--plan") {
+            guard arguments.positionals.isEmpty, !arguments.flag("--all"), arguments.value("--agents") == nil else {
+                throw UsageError(spec, "--plan takes no SKILL, parameters, --all or --agents")
+            }
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw SkillbusError(.invalidRound, "cannot read plan file '\(path)'")
+            }
+            let body: JSONValue
+            do {
+                body = try JSONValue(parsing: Array(data))
+            } catch {
+                throw SkillbusError(.invalidRound, "plan file '\(path)' is not JSON: \(error)")
+            }
+            // A plan file holds the plan itself: {"steps": [...], "onFailure": ...}.
+            return try RoundSpec(json: ["plan": body], stepLimit: Int.max)
         }
-        return outcome.status == .ok ? 0 : exitCode(for: outcome.error?.code ?? .skillFailed)
+        guard let skill = arguments.positionals.first else { throw UsageError(spec, "missing SKILL (or --plan FILE)") }
+        let parameters = try RequestParameters.parse(Array(arguments.positionals.dropFirst()))
+        let agents = arguments.value("--agents").map {
+            $0.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        }
+        let mode = arguments.value("--aggregate")
+        guard arguments.flag("--all") || agents != nil else {
+            if mode != nil { throw UsageError(spec, "--aggregate needs --all or --agents") }
+            return .invoke(skill: skill, parameters: parameters)
+        }
+        if arguments.flag("--all") && agents != nil { throw UsageError(spec, "give --all or --agents, not both") }
+        guard let aggregate = RoundSpec.Aggregation(rawValue: mode ?? "all") else {
+            throw UsageError(spec, "option '--aggregate': expected all, first or majority, got '\(mode ?? "")'")
+        }
+        return .fanout(skill: skill, parameters: parameters, agents: agents, aggregate: aggregate)
+    }
+
+    /// The document for people: each invocation, then the result (or the error).
+    static func render(_ document: JSONValue) {
+        let invocations = document["invocations"]?.arrayValue ?? []
+        let round = document["round"]?.stringValue ?? ""
+        if document["shape"] != "invoke" && !invocations.isEmpty {
+            for invocation in invocations {
+                let agent = invocation["agent"]?.stringValue ?? "-"
+                var line =
+                    "\(invocation["status"]?.stringValue == "ok" ? "✓" : "✗") \(invocation["id"]?.stringValue ?? "?")"
+                    + " (\(invocation["skill"]?.stringValue ?? "?") on \(agent), "
+                    + String(format: "%.2f ms", invocation["durationMs"]?.doubleValue ?? 0) + ")"
+                if invocation["deduplicated"] == true {
+                    line += " deduplicated, reusing \(invocation["reusedFrom"]?.stringValue ?? "a running one")"
+                }
+                if invocation["status"]?.stringValue != "ok", let message = invocation["error"]?["message"]?.stringValue
+                {
+                    line += " \(invocation["status"]?.stringValue ?? ""): \(message)"
+                }
+                printError(line)
+            }
+        }
+        if document["status"] == "ok" {
+            let result = document["result"] ?? .null
+            if let form = try? SkillResult(json: result) {
+                print(form.humanReadable)
+            } else {
+                print(result.prettyString())
+            }
+            let summary = document["summary"]
+            var line = "✓ round \(round)"
+            if let agent = document["agent"]?.stringValue { line += " on \(agent)" }
+            line += String(format: " in %.2f ms", document["durationMs"]?.doubleValue ?? 0)
+            if let votes = document["aggregate"]?["votes"]?.intValue {
+                line += ", \(votes) of \(document["aggregate"]?["of"]?.intValue ?? 0) agree"
+            }
+            line +=
+                "; \(summary?["executions"]?.intValue ?? 0) execution(s), \(summary?["deduplicated"]?.intValue ?? 0) deduplicated"
+            printError(line)
+        } else {
+            let error = SkillbusError(json: document["error"] ?? .null)
+            printError("✗ round \(round) failed: \(error.code): \(error.message)")
+        }
     }
 
     static func exitCode(for code: SkillbusError.Code) -> Int32 {
         switch code {
-        case .invalidParameters, .unknownSkill: 2
+        case .invalidParameters, .unknownSkill, .invalidRound, .roundConflict: 2
         case .unreachable, .timeout: 3
         default: 1
         }
     }
 
-    static func report(failure: SkillbusError, roundID: String, json: Bool, exitCode: Int32) -> Int32 {
+    static func report(failure: any Error, roundID: String, json: Bool, exitCode: Int32) -> Int32 {
+        if let usage = failure as? UsageError {
+            printError(usage.description)
+            return 2
+        }
+        let failure = failure as? SkillbusError ?? SkillbusError(.internalError, "\(failure)")
         if json {
             let document: JSONValue = [
                 "round": .string(roundID), "status": "error", "agent": nil, "result": nil, "error": failure.json,
@@ -137,11 +222,13 @@ func milliseconds(_ micros: Int) -> String {
 public enum FeedCommand: SkillbusCommand {
     public static let spec = CommandSpec(
         name: "feed",
-        abstract: "Watch agent states and request events live.",
+        abstract: "Watch agent states, rounds, requests and registry changes live.",
         discussion: """
             Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
-            Topics: agent.joined, agent.left, agent.state, agent.refused, request.queued,
-            request.dispatched, request.done. --topic filters by prefix (e.g. 'agent.').
+            Topics: agent.joined, agent.left, agent.state, agent.refused; round.accepted, round.done,
+            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled;
+            request.queued, request.dispatched, request.deduplicated, request.done; registry.update,
+            registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
 
             EXAMPLE: skillbus feed --topic agent.state
                      skillbus feed --json | jq .

@@ -325,6 +325,8 @@ extension CoordinatorConfiguration {
             "queueLimit": .number(Double(queueLimit)), "maxMessageBytes": .number(Double(maxMessageBytes)),
             "deduplication": .bool(deduplication), "roundRetentionMs": .number(Double(roundRetentionMs)),
             "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
+            "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
+            "planStepLimit": .number(Double(planStepLimit)),
         ]
     }
 }

@@ -165,14 +165,14 @@ struct EndToEndTests {
         }
     }
 
-    @Test("the feed shows agents joining, their states and request events")
+    @Test("the feed shows agents joining, their states and each round's invocations")
     func feedShowsStates() async throws {
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
         let feed = try SkillbusProcess(["feed", "--feed", cluster.feed], name: "feed")
         defer { feed.signal(SIGTERM) }
         let feedJSON = try SkillbusProcess(
-            ["feed", "--feed", cluster.feed, "--json", "--topic", "request."], name: "feed-json")
+            ["feed", "--feed", cluster.feed, "--json", "--topic", "invocation."], name: "feed-json")
         defer { feedJSON.signal(SIGTERM) }
         // A SUB socket joins asynchronously: keep the cluster busy until both watchers have seen an event.
         try await cluster.startWorker("alpha", ["--skills", "echo,sleep"])
@@ -181,18 +181,18 @@ struct EndToEndTests {
             _ = try await cluster.send(["sleep", "ms:=20"])
             seen =
                 feed.output.contains { $0.contains("executingSkill(sleep)") }
-                && feedJSON.output.contains { $0.contains("\"request.done\"") }
+                && feedJSON.output.contains { $0.contains("\"invocation.done\"") }
         }
         #expect(seen)
         let human = try await feed.waitForLine("an idle state") { $0.contains("agent.state") && $0.hasSuffix(" idle") }
         #expect(human.contains("alpha"))
-        let done = try await feedJSON.waitForLine("request.done") { $0.contains("\"request.done\"") }
+        let done = try await feedJSON.waitForLine("invocation.done") { $0.contains("\"invocation.done\"") }
         let event = try JSONValue(parsing: done)
         #expect(event["agent"] == "alpha")
         #expect(event["skill"] == "sleep")
         #expect(event["status"] == "ok")
         #expect(event["time"]?.stringValue?.hasSuffix("Z") == true)
-        // --topic request. filtered the agent events out.
+        // --topic invocation. filtered the agent events out.
         #expect(!feedJSON.output.contains { $0.contains("agent.state") })
     }
 

@@ -300,7 +300,8 @@ struct RegistryClusterTests {
         try await cluster.startWorker("writer", ["--skills", "text.report,text.stats"])
         try await cluster.startWorker("reader", ["--skills", "file.read", "--sandbox", sandbox])
         let feed = try FeedSubscriber(
-            endpoint: cluster.feed, topics: ["request.dispatched", "registry.heartbeat"], context: context)
+            endpoint: cluster.feed, topics: ["invocation.dispatched", "request.dispatched", "registry.heartbeat"],
+            context: context)
         defer { feed.close() }
         var events = feed.events.makeAsyncIterator()
         _ = try await events.next()  // the first registry heartbeat: the subscription is in place
@@ -312,9 +313,11 @@ struct RegistryClusterTests {
         #expect(report?["stats"]?["lines"] == 2)
         #expect(report?["stats"]?["topWords"]?.arrayValue?.first?["word"] == "the")
         // The sub-call went through the bus to the reader, in the same round.
+        // The round's own invocation (invocation.dispatched), then the sub-call the skill sent (request.dispatched).
         var dispatched: [JSONValue] = []
-        while dispatched.count < 2, let (topic, event) = try await events.next() {
-            if topic == "request.dispatched" { dispatched.append(event) }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while dispatched.count < 2, ContinuousClock.now < deadline, let (topic, event) = try await events.next() {
+            if topic.hasSuffix(".dispatched") { dispatched.append(event) }
         }
         let fileRead = dispatched.first { $0["skill"] == "file.read" }
         #expect(fileRead?["agent"] == "reader")

@@ -28,6 +28,20 @@ final class CountingSkill: AgentSkill, @unchecked Sendable {  // the counter is 
     }
 }
 
+/// A skill that answers with a fixed value after a fixed delay: to make agents vote, or race.
+struct FixedAnswerSkill: AgentSkill {
+    let identifier: String
+    let answer: String
+    let delay: Duration
+    var displayName: String { identifier }
+    var description: String { "answers '\(answer)' after \(delay)" }
+    var parameterSchema: ParameterSchema { ParameterSchema([ParameterField("question", .string, required: false)]) }
+    func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        try await Task.sleep(for: delay)
+        return .text(answer)
+    }
+}
+
 /// Single-flight across real sockets: a coordinator process, an agent holding a counting skill, clients.
 @Suite("Rounds: the same invocation executes once per round", .serialized, .timeLimit(.minutes(2)))
 struct RoundTests {
@@ -104,5 +118,134 @@ struct RoundTests {
         defer { client.close() }
         for _ in 0..<3 { _ = try await client.invoke("test.count", parameters: ["a": 1], roundID: "same") }
         #expect(skill.executions.withLock { $0 } == 3)
+    }
+
+    /// Agents in this process, each with its own skills, registered with the cluster.
+    func agents(_ cluster: TestCluster, _ skills: [String: [any AgentSkill]]) async throws -> [Task<Void, Never>] {
+        var tasks: [Task<Void, Never>] = []
+        for (name, list) in skills {
+            let worker = try AgentWorker(
+                options: .init(name: name, coordinator: cluster.bus), skills: list, context: context,
+                logger: Logger(label: name, level: .error))
+            tasks.append(Task { await worker.run() })
+            try await cluster.coordinator.waitForLine("\(name) to join") { $0.contains("agent '\(name)' joined") }
+        }
+        return tasks
+    }
+
+    @Test("the same round id sent 10 times, also while it runs: 1 execution, 10 identical documents")
+    func idempotentRound() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let skill = CountingSkill()
+        let running = try await agent(cluster, skill)
+        defer { running.cancel() }
+        let client = try SkillbusClient(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        let spec = RoundSpec.invoke(skill: "test.count", parameters: ["a": 3])
+        let documents = try await withThrowingTaskGroup(of: JSONValue.self) { group in
+            for _ in 0..<10 { group.addTask { try await client.round(spec, roundID: "same-round") } }
+            var all: [JSONValue] = []
+            for try await document in group { all.append(document) }
+            return all
+        }
+        #expect(documents.count == 10 && Set(documents.map { $0.serialized() }).count == 1)
+        #expect(documents[0]["status"] == "ok")
+        #expect(skill.executions.withLock { $0 } == 1)
+        let later = try await client.round(spec, roundID: "same-round")
+        #expect(later == documents[0])
+        let conflict = try await client.round(.invoke(skill: "test.count", parameters: ["a": 4]), roundID: "same-round")
+        #expect(conflict["error"]?["code"] == "round_conflict")
+        #expect(skill.executions.withLock { $0 } == 1)
+    }
+
+    @Test("fan-out: first wins and the feed shows the losers cancelled; majority votes, or shows the split")
+    func fanout() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let tasks = try await agents(
+            cluster,
+            [
+                "speedy": [
+                    FixedAnswerSkill(identifier: "test.race", answer: "speedy", delay: .milliseconds(50)),
+                    FixedAnswerSkill(identifier: "test.vote", answer: "yes", delay: .zero),
+                ],
+                "slowpoke": [
+                    FixedAnswerSkill(identifier: "test.race", answer: "slowpoke", delay: .seconds(5)),
+                    FixedAnswerSkill(identifier: "test.vote", answer: "yes", delay: .zero),
+                ],
+                "contrary": [
+                    FixedAnswerSkill(identifier: "test.race", answer: "contrary", delay: .seconds(5)),
+                    FixedAnswerSkill(identifier: "test.vote", answer: "no", delay: .zero),
+                ],
+            ])
+        defer { for task in tasks { task.cancel() } }
+        let feed = try SkillbusProcess(
+            ["feed", "--feed", cluster.feed, "--json", "--topic", "invocation.", "--topic", "registry.heartbeat"],
+            name: "feed")
+        defer { feed.signal(SIGTERM) }
+        _ = try await feed.waitForLine("the feed to be subscribed") { $0.contains("registry.heartbeat") }
+
+        let (raceCode, race) = try await cluster.sendJSON(["test.race", "--all", "--aggregate", "first"])
+        #expect(raceCode == 0)
+        #expect(race["agent"] == "speedy" && race["result"]?["text"] == "speedy")
+        let cancelled = race["invocations"]?.arrayValue?.filter { $0["status"] == "cancelled" }.compactMap(\.["id"])
+        #expect(Set(cancelled ?? []) == ["slowpoke", "contrary"])
+        for loser in ["slowpoke", "contrary"] {
+            _ = try await feed.waitForLine("\(loser) cancelled on the feed") {
+                $0.contains("invocation.cancelled") && $0.contains("\"\(loser)\"")
+            }
+        }
+        // Cancelled well before their 5 s: the round did not wait for them.
+        #expect((race["durationMs"]?.doubleValue ?? 9999) < 4000)
+
+        let (voteCode, vote) = try await cluster.sendJSON(["test.vote", "--all", "--aggregate", "majority"])
+        #expect(voteCode == 0)
+        #expect(vote["result"]?["text"] == "yes" && vote["aggregate"]?["votes"] == 2)
+        let (splitCode, split) = try await cluster.sendJSON(
+            ["test.vote", "--agents", "speedy,contrary", "--aggregate", "majority"])
+        #expect(splitCode == 1)
+        #expect(split["error"]?["code"] == "no_majority")
+        #expect(split["aggregate"]?["split"]?.arrayValue?.count == 2)
+        let (allCode, all) = try await cluster.sendJSON(["test.vote", "--agents", "contrary,speedy"])
+        #expect(allCode == 0)
+        #expect(all["result"]?.arrayValue?.compactMap { $0["agent"]?.stringValue } == ["contrary", "speedy"])
+    }
+
+    @Test("a plan file: steps in parallel, references, and a composite's sub-call that repeats a step is deduplicated")
+    func planWithComposite() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let sandbox = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("configs/sandbox").path
+        let plans = URL(fileURLWithPath: sandbox).deletingLastPathComponent().appendingPathComponent("plans").path
+        try await cluster.startWorker("alpha", ["--skills", "text.report,text.stats,text.grep"])
+        try await cluster.startWorker("gamma", ["--skills", "file.read", "--sandbox", sandbox])
+        let (code, document) = try await cluster.sendJSON(["--plan", plans + "/report.json", "--round-id", "plan-1"])
+        #expect(code == 0)
+        #expect(document["status"] == "ok")
+        let invocations = document["invocations"]?.arrayValue ?? []
+        #expect(invocations.prefix(4).map { $0["status"] } == ["ok", "ok", "ok", "ok"])
+        let welcome = try String(contentsOfFile: sandbox + "/welcome.txt", encoding: .utf8)
+        let mentions = welcome.split(separator: "\n").filter { $0.contains("Skillbus") }.count
+        #expect(document["result"]?["mentions"]?["json"]?["count"]?.intValue == mentions)
+        #expect(document["result"]?["report"]?["json"]?["stats"] == document["result"]?["stats"]?["json"])
+        // text.report on alpha asked the bus for file.read of the same file: the plan's 'read' step served it.
+        let subCall = invocations.first { $0["skill"] == "file.read" && $0["id"] != "read" }
+        #expect(subCall?["deduplicated"] == true)
+        #expect(subCall?["reusedFrom"] == "read")
+        #expect(document["summary"]?["deduplicated"] == 1)
+
+        // Bad plans are refused before anything runs, with the reason.
+        let broken = NSTemporaryDirectory() + "skillbus-plan-\(UUID().uuidString).json"
+        try Data(#"{"steps": [{"id": "a", "skill": "echo", "after": ["a"]}]}"#.utf8).write(
+            to: URL(fileURLWithPath: broken))
+        let (badCode, bad) = try await cluster.sendJSON(["--plan", broken])
+        #expect(badCode == 2)
+        #expect(bad["error"]?["code"] == "invalid_round")
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: broken))
+        let (notJSONCode, notJSON) = try await cluster.sendJSON(["--plan", broken])
+        #expect(notJSONCode == 2)
+        #expect(notJSON["error"]?["message"]?.stringValue?.contains("not JSON") == true)
     }
 }

@@ -1,0 +1,263 @@
+/// What a ROUND asks for: one invocation, one skill on several agents, or a plan of steps. Parsed and
+/// checked before anything runs, so a bad plan executes nothing.
+public enum RoundSpec: Sendable, Equatable {
+    case invoke(skill: String, parameters: JSONValue)
+    /// `agents` nil: every live provider.
+    case fanout(skill: String, parameters: JSONValue, agents: [String]?, aggregate: Aggregation)
+    case plan(steps: [PlanStep], continueOnFailure: Bool)
+
+    public enum Aggregation: String, Sendable, CaseIterable {
+        /// Every agent's result, in agent order.
+        case all
+        /// The first success wins; the others are cancelled.
+        case first
+        /// The result most agents returned (compared as canonical JSON), with its votes.
+        case majority
+    }
+
+    public var shape: String {
+        switch self {
+        case .invoke: "invoke"
+        case .fanout: "fanout"
+        case .plan: "plan"
+        }
+    }
+
+    /// The ROUND body: `{"invoke": {"skill", "params"}}`, `{"fanout": {"skill", "params", "agents", "aggregate"}}`
+    /// or `{"plan": {"steps": [...], "onFailure": "stop" | "continue"}}`.
+    public var json: JSONValue {
+        switch self {
+        case .invoke(let skill, let parameters):
+            return ["invoke": ["skill": .string(skill), "params": parameters]]
+        case .fanout(let skill, let parameters, let agents, let aggregate):
+            return [
+                "fanout": [
+                    "skill": .string(skill), "params": parameters,
+                    "agents": agents.map { .array($0.map { .string($0) }) } ?? "all",
+                    "aggregate": .string(aggregate.rawValue),
+                ]
+            ]
+        case .plan(let steps, let continueOnFailure):
+            return ["plan": ["steps": .array(steps.map(\.json)), "onFailure": continueOnFailure ? "continue" : "stop"]]
+        }
+    }
+
+    /// Parses a ROUND body; every problem is an `invalid_round` error naming what is wrong.
+    public init(json: JSONValue, stepLimit: Int) throws(SkillbusError) {
+        guard let object = json.objectValue, object.count == 1, let (shape, body) = object.first else {
+            throw Self.invalid("a round body is one of {\"invoke\": …}, {\"fanout\": …} or {\"plan\": …}")
+        }
+        func parameters(_ value: JSONValue?, _ what: String) throws(SkillbusError) -> JSONValue {
+            guard let value else { return [:] }
+            guard value.objectValue != nil else { throw Self.invalid("\(what): 'params' must be an object") }
+            return value
+        }
+        func skill(_ value: JSONValue?, _ what: String) throws(SkillbusError) -> String {
+            guard let name = value?.stringValue, SkillDescriptor.isValidIdentifier(name) else {
+                throw Self.invalid("\(what): 'skill' must be a skill identifier")
+            }
+            return name
+        }
+        switch shape {
+        case "invoke":
+            self = .invoke(
+                skill: try skill(body["skill"], "invoke"), parameters: try parameters(body["params"], "invoke"))
+        case "fanout":
+            var agents: [String]?
+            switch body["agents"] {
+            case nil, .string("all"): agents = nil
+            case .array(let list):
+                let names = list.compactMap(\.stringValue)
+                guard names.count == list.count, !names.isEmpty, Set(names).count == names.count else {
+                    throw Self.invalid("fanout: 'agents' must be \"all\" or a non-empty list of distinct agent names")
+                }
+                agents = names
+            default:
+                throw Self.invalid("fanout: 'agents' must be \"all\" or a list of agent names")
+            }
+            let mode = body["aggregate"]?.stringValue ?? "all"
+            guard let aggregate = Aggregation(rawValue: mode) else {
+                throw Self.invalid("fanout: 'aggregate' must be all, first or majority, got '\(mode)'")
+            }
+            self = .fanout(
+                skill: try skill(body["skill"], "fanout"), parameters: try parameters(body["params"], "fanout"),
+                agents: agents, aggregate: aggregate)
+        case "plan":
+            guard let list = body["steps"]?.arrayValue, !list.isEmpty else {
+                throw Self.invalid("plan: 'steps' must be a non-empty array")
+            }
+            guard list.count <= stepLimit else {
+                throw Self.invalid("plan: \(list.count) steps is more than the limit of \(stepLimit)")
+            }
+            var steps: [PlanStep] = []
+            for (index, item) in list.enumerated() {
+                guard let id = item["id"]?.stringValue, !id.isEmpty else {
+                    throw Self.invalid("plan: step \(index + 1) has no string 'id'")
+                }
+                let what = "plan step '\(id)'"
+                var after: [String] = []
+                if let value = item["after"] {
+                    guard let names = value.arrayValue?.compactMap(\.stringValue),
+                        names.count == value.arrayValue?.count
+                    else { throw Self.invalid("\(what): 'after' must be a list of step ids") }
+                    after = names
+                }
+                steps.append(
+                    PlanStep(
+                        id: id, skill: try skill(item["skill"], what), parameters: try parameters(item["params"], what),
+                        after: after))
+            }
+            let failure = body["onFailure"]?.stringValue ?? "stop"
+            guard failure == "stop" || failure == "continue" else {
+                throw Self.invalid("plan: 'onFailure' must be stop or continue, got '\(failure)'")
+            }
+            try Self.checkGraph(steps)
+            self = .plan(steps: steps, continueOnFailure: failure == "continue")
+        default:
+            throw Self.invalid("unknown round shape '\(shape)' (expected invoke, fanout or plan)")
+        }
+    }
+
+    static func invalid(_ message: String) -> SkillbusError { SkillbusError(.invalidRound, message) }
+
+    /// Duplicate ids, dependencies and references to steps that do not exist, and cycles.
+    static func checkGraph(_ steps: [PlanStep]) throws(SkillbusError) {
+        var ids = Set<String>()
+        for step in steps where !ids.insert(step.id).inserted {
+            throw invalid("plan: step id '\(step.id)' is used twice")
+        }
+        for step in steps {
+            for dependency in step.after where !ids.contains(dependency) {
+                throw invalid("plan step '\(step.id)': 'after' names '\(dependency)', which is no step of this plan")
+            }
+            for reference in step.references where !ids.contains(reference.step) {
+                throw invalid(
+                    "plan step '\(step.id)': reference '\(reference.text)' names step '\(reference.step)', which is no "
+                        + "step of this plan")
+            }
+            if step.dependencies.contains(step.id) { throw invalid("plan step '\(step.id)' depends on itself") }
+        }
+        // Kahn's algorithm: whatever never becomes ready sits on a cycle.
+        var remaining = Dictionary(uniqueKeysWithValues: steps.map { ($0.id, Set($0.dependencies)) })
+        var progress = true
+        while progress && !remaining.isEmpty {
+            progress = false
+            for (id, dependencies) in remaining where dependencies.allSatisfy({ remaining[$0] == nil }) {
+                remaining[id] = nil
+                progress = true
+            }
+        }
+        if !remaining.isEmpty {
+            throw invalid("plan: steps \(remaining.keys.sorted().joined(separator: ", ")) form a cycle")
+        }
+    }
+}
+
+/// One step of a plan.
+public struct PlanStep: Sendable, Equatable {
+    public var id: String
+    public var skill: String
+    /// May hold references to earlier results: `{"$ref": "STEP.result.PATH"}` (see `Reference`).
+    public var parameters: JSONValue
+    public var after: [String]
+
+    public init(id: String, skill: String, parameters: JSONValue = [:], after: [String] = []) {
+        self.id = id
+        self.skill = skill
+        self.parameters = parameters
+        self.after = after
+    }
+
+    public var json: JSONValue {
+        ["id": .string(id), "skill": .string(skill), "params": parameters, "after": .array(after.map { .string($0) })]
+    }
+
+    /// Every `{"$ref": …}` in the parameters.
+    var references: [Reference] {
+        var found: [Reference] = []
+        func walk(_ value: JSONValue) {
+            if let reference = Reference(value) { return found.append(reference) }
+            if let object = value.objectValue { for item in object.values { walk(item) } }
+            if let array = value.arrayValue { for item in array { walk(item) } }
+        }
+        walk(parameters)
+        return found
+    }
+
+    /// `after` plus the steps its references read.
+    var dependencies: [String] { Array(Set(after + references.map(\.step))) }
+}
+
+/// `{"$ref": "STEP.result.PATH"}`: the result of step STEP, as its result form (§5.5: `{"type": "text",
+/// "text": …}` or `{"type": "json", "json": …}`), then PATH into it, dot-separated; array elements by
+/// index. `fetch.result.text` is a text result's text; `stats.result.json.words` a field of a JSON result;
+/// `fetch.result` the whole result form.
+struct Reference: Sendable, Equatable {
+    let text: String
+    let step: String
+    let path: [String]
+
+    init?(_ value: JSONValue) {
+        guard let object = value.objectValue, object.count == 1, let text = object["$ref"]?.stringValue else {
+            return nil
+        }
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+        self.text = text
+        step = parts[0]
+        path = parts.count > 1 && parts[1] == "result" ? Array(parts.dropFirst(2)) : Array(parts.dropFirst(1))
+    }
+
+    /// The referenced value, or why there is none.
+    func resolve(in result: JSONValue) -> Result<JSONValue, SkillbusError> {
+        var value = result
+        for (depth, key) in path.enumerated() {
+            let here = ([step, "result"] + path.prefix(depth)).joined(separator: ".")
+            if let object = value.objectValue, let next = object[key] {
+                value = next
+            } else if let array = value.arrayValue, let index = Int(key), array.indices.contains(index) {
+                value = array[index]
+            } else {
+                return .failure(
+                    SkillbusError(
+                        .invalidParameters,
+                        "reference '\(text)': \(here) has no '\(key)' (it is \(value.typeName): \(value.jsonString.prefix(200)))",
+                        details: ["reference": .string(text), "missing": .string(key)]))
+            }
+        }
+        return .success(value)
+    }
+}
+
+extension JSONValue {
+    /// This value with every `{"$ref": …}` replaced by what it names in `results` (step id → result form).
+    func resolvingReferences(_ results: [String: JSONValue]) -> Result<JSONValue, SkillbusError> {
+        if let reference = Reference(self) {
+            guard let result = results[reference.step] else {
+                return .failure(SkillbusError(.invalidParameters, "reference '\(reference.text)': step has no result"))
+            }
+            return reference.resolve(in: result)
+        }
+        switch self {
+        case .object(let object):
+            var resolved: [String: JSONValue] = [:]
+            for (key, value) in object {
+                switch value.resolvingReferences(results) {
+                case .success(let value): resolved[key] = value
+                case .failure(let error): return .failure(error)
+                }
+            }
+            return .success(.object(resolved))
+        case .array(let array):
+            var resolved: [JSONValue] = []
+            for value in array {
+                switch value.resolvingReferences(results) {
+                case .success(let value): resolved.append(value)
+                case .failure(let error): return .failure(error)
+                }
+            }
+            return .success(.array(resolved))
+        default:
+            return .success(self)
+        }
+    }
+}
