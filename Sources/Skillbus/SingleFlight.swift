@@ -18,8 +18,21 @@ struct SingleFlight: Sendable {
     }
 
     private struct Execution {
-        var waiters: [Waiter]
+        // The first waiter inline: most executions have one, and then no array is allocated.
+        var first: Waiter?
+        var more: [Waiter] = []
         var outcome: Outcome?
+
+        init(_ waiter: Waiter) { first = waiter }
+
+        mutating func takeWaiters() -> [Waiter] {
+            defer {
+                first = nil
+                more = []
+            }
+            guard let first else { return more }
+            return more.isEmpty ? [first] : [first] + more
+        }
     }
 
     private struct Round {
@@ -73,7 +86,7 @@ struct SingleFlight: Sendable {
         schema: (String) -> ParameterSchema?
     ) -> Admission {
         guard var round = slot.take() else {
-            slot = Round(first: Execution(waiters: [waiter]), uncanonical: (skill, parameters))
+            slot = Round(first: Execution(waiter), uncanonical: (skill, parameters))
             return .first(execution: 0)
         }
         defer { slot = round }
@@ -87,10 +100,10 @@ struct SingleFlight: Sendable {
         guard let key = canonicalKey(skill: skill, parameters: parameters, schema: schema) else { return .unshared }
         if let number = round.byKey[key] {
             if let outcome = round[number].outcome { return .finished(outcome) }
-            round[number].waiters.append(waiter)
+            round[number].more.append(waiter)
             return .joined
         }
-        round.others.append(Execution(waiters: [waiter]))
+        round.others.append(Execution(waiter))
         round.byKey[key] = round.others.count
         round.running += 1
         return .first(execution: round.others.count)
@@ -114,8 +127,7 @@ struct SingleFlight: Sendable {
         _ execution: Int, in slot: inout Round?, outcome: Outcome?, now: UInt64
     ) -> ([Waiter], Bool, Bool) {
         guard var round = slot.take() else { return ([], false, false) }
-        let waiters = round[execution].waiters
-        round[execution].waiters = []
+        let waiters = round[execution].takeWaiters()
         round.running -= 1
         if let outcome {
             round[execution].outcome = outcome
@@ -142,10 +154,13 @@ struct SingleFlight: Sendable {
             let (roundKey, at) = finishedRounds[finishedHead]
             guard retainedOutcomes > limit || at &+ retentionNanos <= now else { break }
             finishedHead += 1
-            // Stale: the round ran more since (a later entry stands for it), or it runs now.
-            guard let round = rounds[roundKey], round.running == 0, round.lastFinished == at else { continue }
+            // Stale: the round ran more since (a later entry stands for it), or it runs now: put it back.
+            guard let round = rounds.removeValue(forKey: roundKey) else { continue }
+            guard round.running == 0, round.lastFinished == at else {
+                rounds[roundKey] = round
+                continue
+            }
             retainedOutcomes -= round.finished
-            rounds[roundKey] = nil
         }
         if finishedHead > 1024 && finishedHead * 2 > finishedRounds.count {
             finishedRounds.removeFirst(finishedHead)

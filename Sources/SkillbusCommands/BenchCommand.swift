@@ -101,14 +101,20 @@ public enum BenchCommand: SkillbusCommand {
         var withoutDedup: LoadReport?
         var cpuWith: [Double] = []
         var cpuWithout: [Double] = []
+        /// One measurement and the coordinator's CPU microseconds per request during it.
+        func timed(_ endpoint: String, _ coordinator: Child) async throws -> (LoadReport, Double) {
+            let before = cpuSeconds(coordinator.pid)
+            let report = try await measure(skillbusLoad, endpoint, context, requests: requests, inFlight: 64)
+            return (report, (cpuSeconds(coordinator.pid) - before) / Double(max(report.completed, 1)) * 1e6)
+        }
         for round in 1...5 {
             note("deduplication: measuring with and without (round \(round) of 5)…")
-            let mainBefore = cpuSeconds(mainCoordinator.pid)
-            let on = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
-            cpuWith.append((cpuSeconds(mainCoordinator.pid) - mainBefore) / Double(max(on.completed, 1)) * 1e6)
-            let plainBefore = cpuSeconds(plainCoordinator.pid)
-            let off = try await measure(skillbusLoad, plainBus, context, requests: requests, inFlight: 64)
-            cpuWithout.append((cpuSeconds(plainCoordinator.pid) - plainBefore) / Double(max(off.completed, 1)) * 1e6)
+            // Which goes first alternates too, so that neither always follows the other.
+            let first = try await round % 2 == 1 ? timed(bus, mainCoordinator) : timed(plainBus, plainCoordinator)
+            let second = try await round % 2 == 1 ? timed(plainBus, plainCoordinator) : timed(bus, mainCoordinator)
+            let ((on, cpuOn), (off, cpuOff)) = round % 2 == 1 ? (first, second) : (second, first)
+            cpuWith.append(cpuOn)
+            cpuWithout.append(cpuOff)
             dedupRatios.append(ratio(on.tasksPerSecond, off.tasksPerSecond))
             if withDedup == nil || on.tasksPerSecond > withDedup!.tasksPerSecond { withDedup = on }
             if withoutDedup == nil || off.tasksPerSecond > withoutDedup!.tasksPerSecond { withoutDedup = off }
