@@ -241,7 +241,8 @@ extension CoordinatorState {
         return route(request, now: now)
     }
 
-    /// Routes a request the bus made itself (a round's invocation): to its target, or like any REQUEST.
+    /// Sends a request to its target (a fan-out's agent), or to the least loaded provider with a free
+    /// slot; else it waits in the bounded queue, or is answered `busy`.
     mutating func route(_ request: Request, now: UInt64) -> [CoordinatorAction] {
         if let target = request.target {
             guard let worker = workers[target] else {
@@ -254,9 +255,13 @@ extension CoordinatorState {
             return []
         }
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
-            return fail(
-                request, SkillbusError(.unknownSkill, "no agent offers skill '\(request.skill)' any more"), agent: "",
-                executed: false, now: now)
+            let offered = providers.keys.sorted()
+            let list =
+                offered.isEmpty ? "no skills are offered right now" : "offered: " + offered.joined(separator: ", ")
+            let error = SkillbusError(
+                .unknownSkill, "no agent offers skill '\(request.skill)'; \(list)",
+                details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
+            return fail(request, error, agent: "", executed: false, now: now)
         }
         if let worker = pickProvider(candidates) { return dispatch(request, to: worker, now: now) }
         guard waitingCount < settings.queueLimit else {
@@ -268,7 +273,13 @@ extension CoordinatorState {
         }
         waiting[request.skill, default: []].append(request)
         waitingCount += 1
-        return []
+        guard publishesRequestEvents, case .client = request.origin else { return [] }
+        return [
+            .publish(
+                .requestQueued(
+                    round: request.roundText, request: request.requestText, skill: request.skill, waiting: waitingCount)
+            )
+        ]
     }
 
     /// One invocation of a round ended (or was answered from an identical one).

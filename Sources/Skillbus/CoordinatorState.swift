@@ -165,33 +165,7 @@ public struct CoordinatorState: Sendable {
             }
         }
         if !roundRuns.isEmpty { noteSubCall(request, deduplicated: false, now: now) }
-        guard let candidates = providers[request.skill], !candidates.isEmpty else {
-            let offered = providers.keys.sorted()
-            let list =
-                offered.isEmpty ? "no skills are offered right now" : "offered: " + offered.joined(separator: ", ")
-            let error = SkillbusError(
-                .unknownSkill, "no agent offers skill '\(request.skill)'; \(list)",
-                details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
-            return fail(pending, error, agent: "", executed: false, now: now)
-        }
-        if let worker = pickProvider(candidates) {
-            return dispatch(pending, to: worker, now: now)
-        }
-        guard waitingCount < settings.queueLimit else {
-            let error = SkillbusError(
-                .busy,
-                "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity and the wait queue is "
-                    + "full (\(settings.queueLimit) requests)")
-            return fail(pending, error, agent: "", executed: false, now: now)
-        }
-        waiting[request.skill, default: []].append(pending)
-        waitingCount += 1
-        guard publishesRequestEvents else { return [] }
-        return [
-            .publish(
-                .requestQueued(
-                    round: request.roundID, request: request.requestID, skill: request.skill, waiting: waitingCount))
-        ]
+        return route(pending, now: now)
     }
 
     /// Every skill on offer with its descriptor and providers, each with capacity and current load.

@@ -49,12 +49,7 @@ struct RoundTests {
     init() throws { context = try ZMQContext() }
 
     func agent(_ cluster: TestCluster, _ skill: CountingSkill) async throws -> Task<Void, Never> {
-        let worker = try AgentWorker(
-            options: .init(name: "counter", coordinator: cluster.bus, capacity: 100), skills: [skill],
-            context: context, logger: Logger(label: "counter", level: .error))
-        let running = Task { await worker.run() }
-        try await cluster.coordinator.waitForLine("the counter to join") { $0.contains("agent 'counter' joined") }
-        return running
+        try await agents(cluster, ["counter": [skill]])[0]
     }
 
     @Test("50 identical invocations in one round: 1 execution, 50 equal results; another round executes again")
@@ -125,7 +120,7 @@ struct RoundTests {
         var tasks: [Task<Void, Never>] = []
         for (name, list) in skills {
             let worker = try AgentWorker(
-                options: .init(name: name, coordinator: cluster.bus), skills: list, context: context,
+                options: .init(name: name, coordinator: cluster.bus, capacity: 100), skills: list, context: context,
                 logger: Logger(label: name, level: .error))
             tasks.append(Task { await worker.run() })
             try await cluster.coordinator.waitForLine("\(name) to join") { $0.contains("agent '\(name)' joined") }
