@@ -153,18 +153,14 @@ extension CoordinatorState {
             for index in run.invocations.indices where run.invocations[index].state == .waiting {
                 let invocation = run.invocations[index]
                 if run.stopped {
-                    roundRuns[roundKey]!.invocations[index].state = .done
-                    roundRuns[roundKey]!.invocations[index].status = "skipped"
+                    actions += skip(roundKey, index, because: nil)
                     started = true
                     continue
                 }
                 let dependencies = invocation.after.compactMap { id in run.invocations.first { $0.id == id } }
                 guard dependencies.allSatisfy({ $0.state == .done }) else { continue }
                 if let failed = dependencies.first(where: { $0.status != "ok" }) {
-                    roundRuns[roundKey]!.invocations[index].state = .done
-                    roundRuns[roundKey]!.invocations[index].status = "skipped"
-                    roundRuns[roundKey]!.invocations[index].error =
-                        SkillbusError(.skillFailed, "skipped: step '\(failed.id)' did not succeed").json
+                    actions += skip(roundKey, index, because: failed.id)
                     started = true
                     continue
                 }
@@ -178,6 +174,23 @@ extension CoordinatorState {
             actions += finishRound(roundKey, now: now)
         }
         return actions
+    }
+
+    /// An invocation that will not run: the round stopped, or a step it depends on did not succeed.
+    mutating func skip(_ roundKey: ByteKey, _ index: Int, because failedStep: String?) -> [CoordinatorAction] {
+        roundRuns[roundKey]!.invocations[index].state = .done
+        roundRuns[roundKey]!.invocations[index].status = "skipped"
+        if let failedStep {
+            roundRuns[roundKey]!.invocations[index].error =
+                SkillbusError(.skillFailed, "skipped: step '\(failedStep)' did not succeed").json
+        }
+        let invocation = roundRuns[roundKey]!.invocations[index]
+        return [
+            .publish(
+                .invocationDone(
+                    round: roundRuns[roundKey]!.roundText, invocation: invocation.id, skill: invocation.skill,
+                    agent: "", status: "skipped", durationMicros: 0, deduplicated: false))
+        ]
     }
 
     /// Sends one invocation of a round on its way: shared with an identical one, or dispatched.
@@ -337,20 +350,27 @@ extension CoordinatorState {
         for (invocationID, entry) in running where !entry.answered {
             guard case .step(let key, let index) = entry.request.origin, key == roundKey else { continue }
             running[invocationID]!.answered = true
+            let agent = workers[entry.worker]?.name ?? ""
+            // Announced before its outcome, so the feed reads: cancelled, then done, then the round.
             actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
-            let error = SkillbusError(.cancelled, "another agent answered first")
-            actions += fail(entry.request, error, agent: workers[entry.worker]?.name ?? "", now: now)
             actions.append(
                 .publish(
-                    .invocationCancelled(
-                        round: run.roundText, invocation: run.invocations[index].id,
-                        agent: workers[entry.worker]?.name ?? "")))
+                    .invocationCancelled(round: run.roundText, invocation: run.invocations[index].id, agent: agent)))
+            actions += fail(
+                entry.request, SkillbusError(.cancelled, "another agent answered first"), agent: agent, now: now)
         }
         for (peer, queue) in targetedWaiting {
             let (losers, kept) = (queue.filter { $0.isStep(of: roundKey) }, queue.filter { !$0.isStep(of: roundKey) })
             guard !losers.isEmpty else { continue }
             targetedWaiting[peer] = kept.isEmpty ? nil : kept
             for request in losers {
+                if case .step(_, let index) = request.origin {
+                    actions.append(
+                        .publish(
+                            .invocationCancelled(
+                                round: run.roundText, invocation: run.invocations[index].id,
+                                agent: workers[peer]?.name ?? "")))
+                }
                 actions += fail(
                     request, SkillbusError(.cancelled, "another agent answered first"), agent: "", executed: false,
                     now: now)

@@ -255,7 +255,7 @@ public struct CoordinatorState: Sendable {
                 .publish(
                     .invocationDispatched(
                         round: run.roundText, invocation: run.invocations[index].id, skill: request.skill,
-                        agent: workers[peer]!.name)),
+                        agent: workers[peer]!.name, dispatch: invocationID)),
             ]
         }
         guard publishesRequestEvents else { return [.toWorker(peer, .invoke(invocation))] }

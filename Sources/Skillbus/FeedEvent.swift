@@ -15,7 +15,8 @@ public enum FeedEvent: Sendable, Equatable {
         round: String, request: String, skill: String, agent: String, status: ReplyStatus, durationMicros: Int,
         payload: [UInt8])
     case roundAccepted(round: String, shape: String, invocations: [String])
-    case invocationDispatched(round: String, invocation: String, skill: String, agent: String)
+    /// `dispatch`: the INVOKE's invocation id (`i<N>`), as the worker sees it.
+    case invocationDispatched(round: String, invocation: String, skill: String, agent: String, dispatch: String)
     case invocationDeduplicated(round: String, invocation: String, reusing: String)
     case invocationDone(
         round: String, invocation: String, skill: String, agent: String, status: String, durationMicros: Int,
@@ -93,10 +94,10 @@ public enum FeedEvent: Sendable, Equatable {
                 "round": .string(round), "shape": .string(shape),
                 "invocations": .array(invocations.map { .string($0) }),
             ]
-        case .invocationDispatched(let round, let invocation, let skill, let agent):
+        case .invocationDispatched(let round, let invocation, let skill, let agent, let dispatch):
             return [
                 "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
-                "agent": .string(agent),
+                "agent": .string(agent), "dispatch": .string(dispatch),
             ]
         case .invocationDeduplicated(let round, let invocation, let reusing):
             return ["round": .string(round), "invocation": .string(invocation), "reusing": .string(reusing)]

@@ -141,6 +141,10 @@ struct RoundEngineTests {
         #expect(steps[1]["status"] == "error")
         #expect(steps[1]["error"]?["message"]?.stringValue?.contains("fetch.result has no 'json'") == true)
         #expect(steps[2]["status"] == "skipped")
+        #expect(
+            done.contains {
+                if case .publish(.invocationDone(_, "later", _, _, "skipped", _, _)) = $0 { true } else { false }
+            })
     }
 
     @Test("fan-out: all in agent order, first cancels the losers, majority reports a split")
@@ -169,7 +173,20 @@ struct RoundEngineTests {
             now: 1)
         let cancels = won.compactMap { if case .toWorker(_, .cancel(let id)) = $0 { id } else { nil } }
         #expect(Set(cancels) == Set(racing.dropFirst().map(\.1.invocationID)))
-        #expect(won.contains { if case .publish(.invocationCancelled) = $0 { true } else { false } })
+        // Each loser: cancelled, then done (cancelled); the round last.
+        let order = won.compactMap { action -> String? in
+            switch action {
+            case .publish(.invocationCancelled(_, let id, _)): "announced \(id)"
+            case .publish(.invocationDone(_, let id, _, _, let status, _, _)): "\(status) \(id)"
+            case .publish(.roundDone): "round"
+            default: nil
+            }
+        }
+        for loser in ["alpha", "beta", "gamma"] where order.contains("cancelled \(loser)") {
+            #expect(order.firstIndex(of: "announced \(loser)")! < order.firstIndex(of: "cancelled \(loser)")!)
+        }
+        #expect(order.filter { $0.hasPrefix("cancelled") }.count == 2)
+        #expect(order.last == "round")
         let document = documents(won).first
         #expect(document?["status"] == "ok" && document?["result"]?["text"] == "fast")
         #expect(document?["invocations"]?.arrayValue?.filter { $0["status"] == "cancelled" }.count == 2)
