@@ -38,10 +38,10 @@ extension CoordinatorState {
             if let first = steps.first(where: { $0.status == "error" || $0.status == "cancelled" })
                 ?? steps.first(where: { $0.status != "ok" })
             {
-                let counted = invocations.filter { $0.subCallRequest == nil && $0.status != "ok" }
+                let counted = steps.filter { $0.status == "error" || $0.status == "cancelled" }
                 error = SkillbusError(
                     SkillbusError(json: first.error ?? .null).code,
-                    "\(counted.count) of \(invocations.count { $0.subCallRequest == nil }) step(s) did not succeed; "
+                    "\(counted.count) of \(steps.count) step(s) failed; "
                         + "first: '\(first.id)' \(first.status)"
                         + (first.error?["message"]?.stringValue.map { ": \($0)" } ?? ""),
                     details: ["step": .string(first.id)])

@@ -47,6 +47,7 @@ public enum RoundSpec: Sendable, Equatable {
         guard let object = json.objectValue, object.count == 1, let (shape, body) = object.first else {
             throw Self.invalid("a round body is one of {\"invoke\": …}, {\"fanout\": …} or {\"plan\": …}")
         }
+        guard body.objectValue != nil else { throw Self.invalid("the value of '\(shape)' must be an object") }
         func parameters(_ value: JSONValue?, _ what: String) throws(SkillbusError) -> JSONValue {
             guard let value else { return [:] }
             guard value.objectValue != nil else { throw Self.invalid("\(what): 'params' must be an object") }
@@ -148,7 +149,8 @@ public enum RoundSpec: Sendable, Equatable {
             }
         }
         if !remaining.isEmpty {
-            throw invalid("plan: steps \(remaining.keys.sorted().joined(separator: ", ")) form a cycle")
+            throw invalid(
+                "plan: steps \(remaining.keys.sorted().joined(separator: ", ")) form a cycle or depend on one")
         }
     }
 }

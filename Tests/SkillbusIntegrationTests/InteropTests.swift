@@ -77,4 +77,35 @@ struct InteropTests {
         #expect(python["digest"] == swift["digest"])
         #expect(python["epoch"] == swift["epoch"] && python["seq"] == swift["seq"])
     }
+
+    @Test("a Python client, written from the protocol document, runs plans and fan-outs as rounds")
+    func pythonRounds() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let configs = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("configs").path
+        try await cluster.startWorker("alpha", ["--skills", "echo,math.eval,text.stats,text.grep,text.report"])
+        try await cluster.startWorker("gamma", ["--skills", "file.read,echo", "--sandbox", configs + "/sandbox"])
+        func round(_ arguments: [String]) async throws -> (Int32, JSONValue) {
+            let client = try python(["round", "--coordinator", cluster.bus] + arguments, name: "python round")
+            let code = try await client.waitForExit()
+            await client.waitForOutputEnd()
+            return (code, try JSONValue(parsing: client.output.first { $0.hasPrefix("{") } ?? "{}"))
+        }
+
+        let (planCode, plan) = try await round(["--plan", configs + "/plans/report.json", "--round-id", "py-plan"])
+        #expect(planCode == 0 && plan["status"] == "ok")
+        let subCall = plan["invocations"]?.arrayValue?.first { $0["skill"] == "file.read" && $0["id"] != "read" }
+        #expect(subCall?["deduplicated"] == true && subCall?["reusedFrom"] == "read")
+        // The same round id again: the stored document, whichever client asks.
+        let (_, swiftCopy) = try await cluster.sendJSON([
+            "--plan", configs + "/plans/report.json", "--round-id", "py-plan",
+        ])
+        #expect(swiftCopy == plan)
+
+        let (voteCode, vote) = try await round(["--fanout", "echo", "text=hi", "--aggregate", "majority"])
+        #expect(voteCode == 0 && vote["aggregate"]?["votes"] == 2)
+        let (mathCode, math) = try await round(["--invoke", "math.eval", "expression=6*7"])
+        #expect(mathCode == 0 && math["result"]?["json"]?["value"] == 42)
+    }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A Skillbus peer in Python, written from docs/PROTOCOL.md alone (wire protocol v1).
 
-Two roles:
+Four roles:
 
   worker  python3 skillbus_peer.py worker --coordinator tcp://127.0.0.1:5555 --name py-worker
           Registers `py.reverse` (text -> reversed text) and `py.fail` (always fails with
@@ -26,6 +26,21 @@ Two roles:
           synced at all, without it) prints one JSON line
           {"epoch": ..., "seq": ..., "digest": ..., "agents": [entries sorted by name]}
           (digest per §8.4) and exits 0; exit 3 when that did not happen within --timeout (20 s).
+
+  round   python3 skillbus_peer.py round --coordinator tcp://127.0.0.1:5555
+                                          (--plan FILE
+                                           | --fanout SKILL [--agents a,b] [--aggregate all|first|majority]
+                                           | --invoke SKILL) [key=value ...]
+                                          [--round-id ID] [--session ID] [--timeout SECONDS]
+          Sends one ROUND (§3.1, §3.5) and prints its round document (§5.14) as one line of JSON,
+          exactly the bytes the bus sent. --plan FILE holds the value of "plan" (the object with
+          `steps` and `onFailure`, like configs/plans/*.json); --fanout and --invoke take the skill
+          and its parameters (`key=value` strings, `key:=JSON` values, as for client). Defaults are
+          left out of the body (agents "all", aggregate "all"). The round id defaults to a new
+          lower-case UUID; sending the same body again with the same --round-id returns the same
+          document (§3.5.8). Exit status: 0 document status ok, 1 document status error (or a bus
+          ERROR, or an undecodable answer: nothing on stdout then, the reason on stderr), 3 no
+          answer within timeout + 1 s.
 
 Section numbers (§) refer to docs/PROTOCOL.md.
 """
@@ -609,6 +624,103 @@ def parse_assignments(items: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
+# Rounds (§3.5)
+# ---------------------------------------------------------------------------------------------
+
+def round_body(shape: str, skill_or_plan, params: dict | None = None, agents: list[str] | None = None,
+               aggregate: str | None = None) -> dict:
+    """The ROUND body of §3.5.1: an object with exactly one key naming the shape. Keys left at
+    their default (params {}, agents "all", aggregate "all") are left out; the bus fills them in."""
+    if shape == "plan":
+        return {"plan": skill_or_plan}  # the plan object as given (a file's whole content)
+    inner = {"skill": skill_or_plan}
+    if params:
+        inner["params"] = params
+    if shape == "fanout":
+        if agents is not None:
+            inner["agents"] = agents
+        if aggregate is not None:
+            inner["aggregate"] = aggregate
+    return {shape: inner}
+
+
+class RoundFailed(Exception):
+    """No round document: a bus ERROR (exit 1), an undecodable answer (1) or no answer (3)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.exit_code = code
+
+
+def send_round(endpoint: str, body: dict, round_id: str, timeout_ms: int,
+               session: str = "") -> tuple[bytes, dict]:
+    """Sends one ROUND (§3.1, 7 frames) and waits for the ROUND answer with its request id (§3.2,
+    5 frames). Returns (document bytes as sent by the bus, parsed document)."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    rid = new_request_id().encode()
+    try:
+        sock.send_multipart([CLIENT, b"ROUND", rid, round_id.encode(), session.encode(),
+                             str(timeout_ms).encode(), dump_json(body)])
+        # One deadline for the whole round; the bus answers by then (§3.5.6): wait 1 s more.
+        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        while (left := deadline - time.monotonic()) > 0:
+            if not poller.poll(math.ceil(left * 1000)):
+                break
+            frames = sock.recv_multipart()
+            if len(frames) < 3 or frames[0] != CLIENT or frames[2] != rid:
+                continue  # not ours
+            if frames[1] == b"ROUND" and len(frames) == 5:
+                if frames[3] != round_id.encode():
+                    log("round", f"answer names round {frames[3][:64]!r}, sent {round_id!r}")
+                try:
+                    document = parse_json(frames[4])
+                except ValueError as exc:
+                    raise RoundFailed(1, f"round document is not JSON: {exc}") from None
+                return frames[4], document
+            if frames[1] == b"ERROR" and len(frames) == 4:
+                try:
+                    err = normalise_error(parse_json(frames[3]))
+                except ValueError:
+                    err = error_object("malformed_message", "undecodable ERROR from the bus")
+                raise RoundFailed(1, f"bus refused the ROUND message: ERROR {canonical_json(err)}")
+            log("round", f"ignored {frames[1][:16]!r} with {len(frames)} frames for our request id")
+        raise RoundFailed(3, f"unreachable: no ROUND answer from {endpoint} within "
+                             f"{timeout_ms / 1000 + 1:g} s")
+    finally:
+        sock.close()
+        ctx.term()
+
+
+def run_round(endpoint: str, body: dict, round_id: str, timeout_ms: int, session: str) -> int:
+    try:
+        raw, document = send_round(endpoint, body, round_id, timeout_ms, session)
+    except RoundFailed as exc:
+        print(f"[round] {exc}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    # The bus writes the document compact (§5.14), so its bytes are one line; JSON allows
+    # whitespace around tokens, so fall back to our own compact writing if a newline slipped in.
+    line = raw.strip()
+    if b"\n" in line or b"\r" in line:
+        line = canonical_json(document).encode("utf-8")
+    sys.stdout.buffer.write(line + b"\n")
+    sys.stdout.flush()
+    status = document.get("status") if isinstance(document, dict) else None
+    if status == "ok":
+        return 0
+    if status == "error":
+        err = normalise_error(document.get("error"))
+        log("round", f"round {document.get('round')!r} failed: {err['code']}: {err['message']}")
+        return 1
+    log("round", f"round document without a status of ok or error: {status!r}")
+    return 1
+
+
+# ---------------------------------------------------------------------------------------------
 # Registry replica (§8)
 # ---------------------------------------------------------------------------------------------
 
@@ -991,8 +1103,8 @@ def run_replica(coordinator: str, feed: str, until: set[str] | None, timeout: fl
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    usage = "skillbus_peer.py {worker,client,replica} ... (see --help of each role)"
-    if not argv or argv[0] not in ("worker", "client", "replica"):
+    usage = "skillbus_peer.py {worker,client,replica,round} ... (see --help of each role)"
+    if not argv or argv[0] not in ("worker", "client", "replica", "round"):
         print(f"usage: {usage}\n{__doc__}", file=sys.stderr)
         return 2
 
@@ -1031,6 +1143,9 @@ def main(argv: list[str] | None = None) -> int:
                 r.error(f"--until-agents: invalid agent name(s) {', '.join(bad)}")
         return run_replica(args.coordinator, args.feed, until, args.timeout)
 
+    if argv[0] == "round":
+        return round_command(argv[1:])
+
     c = argparse.ArgumentParser(prog="skillbus_peer.py client",
                                 description="send one REQUEST and print the outcome as JSON")
     c.add_argument("--coordinator", required=True)
@@ -1051,6 +1166,61 @@ def main(argv: list[str] | None = None) -> int:
     code, result = request(args.coordinator, args.skill, params, timeout_ms, args.session)
     print(json.dumps(result, ensure_ascii=False, sort_keys=True), flush=True)
     return code
+
+
+
+def round_command(args_in: list[str]) -> int:
+    r = argparse.ArgumentParser(prog="skillbus_peer.py round",
+                                description="send one ROUND (§3.5) and print its round document")
+    r.add_argument("--coordinator", required=True, help="bus endpoint, e.g. tcp://127.0.0.1:5555")
+    shape = r.add_mutually_exclusive_group(required=True)
+    shape.add_argument("--plan", metavar="FILE",
+                       help='a JSON file holding the value of "plan" ({"steps": [...], "onFailure": ...})')
+    shape.add_argument("--fanout", metavar="SKILL", help="run SKILL on several agents")
+    shape.add_argument("--invoke", metavar="SKILL", help="run SKILL once")
+    r.add_argument("--agents", metavar="a,b",
+                   help="fanout only: these agents, in this order (default: every provider)")
+    r.add_argument("--aggregate", choices=("all", "first", "majority"),
+                   help="fanout only (default all)")
+    r.add_argument("--round-id", default=None, metavar="ID",
+                   help="default: a new lower-case UUID; the same id and body give the same document")
+    r.add_argument("--session", default="")
+    r.add_argument("--timeout", type=float, default=15.0, metavar="SECONDS",
+                   help="for the whole round (default 15)")
+    r.add_argument("params", nargs="*", metavar="key=value",
+                   help="--fanout/--invoke parameters: key=value (string) or key:=JSON")
+    args = r.parse_intermixed_args(args_in)
+    if not args.timeout > 0 or args.timeout > 86_400:
+        r.error("--timeout must be > 0 and at most 86400 (one day)")
+    if args.fanout is None and (args.agents is not None or args.aggregate is not None):
+        r.error("--agents and --aggregate go with --fanout")
+    if args.plan is not None and args.params:
+        r.error("--plan takes no key=value parameters (they belong in the plan's steps)")
+    try:
+        params = parse_assignments(args.params)
+    except ValueError as exc:
+        r.error(str(exc))
+    if args.plan is not None:
+        try:
+            with open(args.plan, "rb") as f:
+                plan = parse_json(f.read())
+        except OSError as exc:
+            r.error(f"--plan: {exc}")
+        except ValueError as exc:
+            r.error(f"--plan {args.plan}: not JSON: {exc}")
+        body = round_body("plan", plan)
+    elif args.fanout is not None:
+        agents = None
+        if args.agents is not None:
+            agents = [name.strip() for name in args.agents.split(",") if name.strip()]
+            if not agents:
+                r.error("--agents needs at least one name (leave it out for every provider)")
+        body = round_body("fanout", args.fanout, params, agents, args.aggregate)
+    else:
+        body = round_body("invoke", args.invoke, params)
+    round_id = str(uuid.uuid4()) if args.round_id is None else args.round_id
+    timeout_ms = max(1, min(86_400_000, round(args.timeout * 1000)))
+    return run_round(args.coordinator, body, round_id, timeout_ms, args.session)
 
 
 if __name__ == "__main__":
