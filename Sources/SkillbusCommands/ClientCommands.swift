@@ -274,6 +274,7 @@ public enum FeedCommand: SkillbusCommand {
     static func render(topic: String, event: JSONValue) -> String {
         let time = event["time"]?.stringValue.map { String($0.dropFirst(11).prefix(12)) } ?? ""
         let agent = event["agent"]?.stringValue ?? "-"
+        let round = event["round"]?.stringValue ?? ""
         var detail: String
         switch topic {
         case "agent.state":
@@ -291,6 +292,25 @@ public enum FeedCommand: SkillbusCommand {
             detail = "seq \(event["seq"]?.intValue ?? 0): \(event["reason"]?.stringValue ?? "")"
             if !provided.isEmpty { detail += " +" + provided.joined(separator: ",") }
             if !withdrawn.isEmpty { detail += " -" + withdrawn.joined(separator: ",") }
+        case "round.accepted":
+            let invocations = event["invocations"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            detail = "\(event["shape"]?.stringValue ?? "?") \(invocations.joined(separator: ","))  round \(round)"
+        case "invocation.dispatched", "invocation.deduplicated", "invocation.done", "invocation.cancelled":
+            detail = "\(event["invocation"]?.stringValue ?? "?")"
+            if let skill = event["skill"]?.stringValue { detail += " \(skill)" }
+            if let status = event["status"]?.stringValue { detail += " \(status)" }
+            if let ms = event["durationMs"]?.doubleValue { detail += String(format: " %.2f ms", ms) }
+            if event["deduplicated"] == true { detail += " (deduplicated)" }
+            if let reused = event["reusing"]?.stringValue {
+                detail += " reusing \(reused.isEmpty ? "a running one" : reused)"
+            }
+            if topic == "invocation.cancelled" { detail += " cancelled" }
+            detail += "  round \(round)"
+        case "round.done":
+            let summary = event["summary"]
+            detail =
+                "\(event["status"]?.stringValue ?? "?"): \(summary?["executions"]?.intValue ?? 0) execution(s), "
+                + "\(summary?["deduplicated"]?.intValue ?? 0) deduplicated  round \(round)"
         case "registry.heartbeat":
             detail = "seq \(event["seq"]?.intValue ?? 0) (epoch \(event["epoch"]?.stringValue ?? "?"))"
         case "request.done":

@@ -25,6 +25,25 @@ struct CommandLineTests {
         }
     }
 
+    @Test("the feed renders round events on one readable line each")
+    func feedLines() {
+        let done = FeedCommand.render(
+            topic: "invocation.done",
+            event: [
+                "time": "2026-11-29T12:00:01.004Z", "round": "r1", "invocation": "same-area", "skill": "math.eval",
+                "agent": "alpha", "status": "ok", "durationMs": 0.5, "deduplicated": true,
+            ])
+        #expect(done.contains("alpha") && done.contains("same-area math.eval ok 0.50 ms (deduplicated)"))
+        #expect(done.hasSuffix("round r1"))
+        let finished = FeedCommand.render(
+            topic: "round.done",
+            event: ["round": "r1", "status": "ok", "summary": ["executions": 3, "deduplicated": 1]])
+        #expect(finished.contains("ok: 3 execution(s), 1 deduplicated  round r1"))
+        let cancelled = FeedCommand.render(
+            topic: "invocation.cancelled", event: ["round": "r2", "invocation": "beta", "agent": "beta"])
+        #expect(cancelled.contains("beta cancelled"))
+    }
+
     @Test("@FILE reads a string or a JSON value from a file")
     func fileValues() throws {
         let text = NSTemporaryDirectory() + "skillbus-param-\(UUID().uuidString).txt"
