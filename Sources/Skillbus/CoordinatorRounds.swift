@@ -44,6 +44,21 @@ struct RoundInvocation: Sendable {
     /// A client REQUEST made inside the round (a skill's sub-call), answered to that request id.
     var subCallRequest: [UInt8]?
 
+    /// Done, with how it ended: `ok` with its result, `cancelled`, or `error` with the error.
+    mutating func record(_ outcome: Outcome) {
+        state = .done
+        agent = String(decoding: outcome.agent, as: UTF8.self)
+        durationMicros = outcome.durationMicros
+        let payload = (try? JSONValue(parsing: outcome.payload)) ?? .null
+        if outcome.status == .ok {
+            status = "ok"
+            result = payload
+        } else {
+            status = payload["code"]?.stringValue == SkillbusError.Code.cancelled.rawValue ? "cancelled" : "error"
+            error = payload
+        }
+    }
+
     var json: JSONValue {
         [
             "id": .string(id), "skill": .string(skill), "agent": agent.isEmpty ? .null : .string(agent),
@@ -101,6 +116,7 @@ extension CoordinatorState {
             id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
             invocations: invocations)
+        runningRounds += 1
         var actions: [CoordinatorAction] = [
             .publish(
                 .roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id)))
@@ -214,7 +230,8 @@ extension CoordinatorState {
         // A fan-out's invocations are told apart by their agent: "skill@agent" cannot be a skill identifier.
         let keySkill = invocation.target.map { invocation.skill + "@" + $0 } ?? invocation.skill
         let schema = ledger.registry.skills[invocation.skill]?.descriptor.parameters
-        if let key = SingleFlight.canonicalKey(skill: keySkill, parameters: bytes, schema: { _ in schema }) {
+        let key = SingleFlight.canonicalKey(skill: keySkill, parameters: bytes, schema: { _ in schema })
+        if let key {
             if let first = run.firstByKey[key] {
                 roundRuns[roundKey]!.invocations[index].reusedFrom = first
             } else {
@@ -227,7 +244,7 @@ extension CoordinatorState {
         if let target = invocation.target { request.target = peerByName[target] }
         if settings.deduplication {
             let admission = singleFlight.admit(
-                round: run.id, skill: keySkill, parameters: bytes, waiter: request.origin,
+                round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,
                 schema: { _ in schema })
             switch admission {
             case .first(let execution): request.shared = execution
@@ -302,21 +319,10 @@ extension CoordinatorState {
         guard var run = roundRuns[roundKey], !run.isFinished, run.invocations.indices.contains(index) else { return [] }
         var invocation = run.invocations[index]
         guard invocation.state != .done else { return [] }
-        invocation.state = .done
-        invocation.agent = String(decoding: outcome.agent, as: UTF8.self)
-        invocation.durationMicros = outcome.durationMicros
         invocation.deduplicated = deduplicated || invocation.deduplicated
         if !invocation.deduplicated { invocation.reusedFrom = nil }
-        let payload = (try? JSONValue(parsing: outcome.payload)) ?? .null
-        if outcome.status == .ok {
-            invocation.status = "ok"
-            invocation.result = payload
-            run.results[invocation.id] = payload
-        } else {
-            invocation.status =
-                payload["code"]?.stringValue == SkillbusError.Code.cancelled.rawValue ? "cancelled" : "error"
-            invocation.error = payload
-        }
+        invocation.record(outcome)
+        if let result = invocation.result { run.results[invocation.id] = result }
         run.invocations[index] = invocation
         var actions: [CoordinatorAction] = [
             .publish(
@@ -360,7 +366,7 @@ extension CoordinatorState {
                 entry.request, SkillbusError(.cancelled, "another agent answered first"), agent: agent, now: now)
         }
         for (peer, queue) in targetedWaiting {
-            let (losers, kept) = (queue.filter { $0.isStep(of: roundKey) }, queue.filter { !$0.isStep(of: roundKey) })
+            let (losers, kept) = queue.split { $0.isStep(of: roundKey) }
             guard !losers.isEmpty else { continue }
             targetedWaiting[peer] = kept.isEmpty ? nil : kept
             for request in losers {
@@ -386,7 +392,8 @@ extension CoordinatorState {
         run.document = document.serialized()
         run.finishedAt = now
         roundRuns[roundKey] = run
-        finishedRoundRuns.append((roundKey, now))
+        finishedRoundRuns.append(roundKey, at: now)
+        runningRounds -= 1
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(
                 waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: run.document!))
@@ -402,16 +409,16 @@ extension CoordinatorState {
     /// Forgets finished rounds' documents after the retention window.
     mutating func evictRoundRuns(now: UInt64) {
         let retention = UInt64(settings.roundRetentionMs) * 1_000_000
-        while let (key, at) = finishedRoundRuns.first,
+        while let (key, at) = finishedRoundRuns.oldest,
             at &+ retention <= now || finishedRoundRuns.count > settings.retainedRoundsLimit
         {
-            finishedRoundRuns.removeFirst()
+            finishedRoundRuns.removeOldest()
             if roundRuns[key]?.finishedAt == at { roundRuns[key] = nil }
         }
     }
 
     /// A REQUEST inside a running round (a skill's sub-call) is listed in the round's document.
-    mutating func noteSubCall(_ request: InvokeRequest, deduplicated: Bool, now: UInt64) {
+    mutating func noteSubCall(_ request: InvokeRequest, deduplicated: Bool) {
         let roundKey = ByteKey(request.$roundID)
         guard var run = roundRuns[roundKey], !run.isFinished else { return }
         run.subCalls += 1
@@ -435,19 +442,12 @@ extension CoordinatorState {
     }
 
     /// The REPLY to a sub-call went out: record it in its round's document.
-    mutating func noteSubCallDone(
-        roundID: [UInt8], requestID: [UInt8], status: ReplyStatus, agent: [UInt8], micros: Int, payload: [UInt8]
-    ) {
+    mutating func noteSubCallDone(roundID: [UInt8], requestID: [UInt8], _ outcome: Outcome) {
         let roundKey = ByteKey(roundID)
         guard var run = roundRuns[roundKey], !run.isFinished,
             let index = run.invocations.firstIndex(where: { $0.subCallRequest == requestID && $0.state != .done })
         else { return }
-        let body = (try? JSONValue(parsing: payload)) ?? .null
-        run.invocations[index].state = .done
-        run.invocations[index].status = status == .ok ? "ok" : "error"
-        run.invocations[index].agent = String(decoding: agent, as: UTF8.self)
-        run.invocations[index].durationMicros = micros
-        if status == .ok { run.invocations[index].result = body } else { run.invocations[index].error = body }
+        run.invocations[index].record(outcome)
         roundRuns[roundKey] = run
     }
 

@@ -101,7 +101,9 @@ public struct CoordinatorState: Sendable {
     var singleFlight: SingleFlight
     /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
     var roundRuns: [ByteKey: RoundRun] = [:]
-    var finishedRoundRuns: [(round: ByteKey, at: UInt64)] = []
+    var finishedRoundRuns = FinishOrder()
+    /// Rounds running now: only then can a REQUEST be a sub-call that their documents list.
+    var runningRounds = 0
     /// Fan-out invocations waiting for a slot on the one agent they must run on.
     var targetedWaiting: [PeerID: [Request]] = [:]
     /// Skill identifier → requests waiting for a free provider, oldest first.
@@ -151,20 +153,18 @@ public struct CoordinatorState: Sendable {
             switch admission {
             case .first(let execution): pending.shared = execution
             case .joined:
-                if !roundRuns.isEmpty { noteSubCall(request, deduplicated: true, now: now) }
+                if runningRounds > 0 { noteSubCall(request, deduplicated: true) }
                 return deduplicated(request, finished: nil)
             case .finished(let outcome):
-                if !roundRuns.isEmpty {
-                    noteSubCall(request, deduplicated: true, now: now)
-                    noteSubCallDone(
-                        roundID: request.$roundID, requestID: request.$requestID, status: outcome.status,
-                        agent: outcome.agent, micros: outcome.durationMicros, payload: outcome.payload)
+                if runningRounds > 0 {
+                    noteSubCall(request, deduplicated: true)
+                    noteSubCallDone(roundID: request.$roundID, requestID: request.$requestID, outcome)
                 }
                 return deduplicated(request, finished: (client, outcome))
             case .unshared: break
             }
         }
-        if !roundRuns.isEmpty { noteSubCall(request, deduplicated: false, now: now) }
+        if runningRounds > 0 { noteSubCall(request, deduplicated: false) }
         return route(pending, now: now)
     }
 
@@ -282,30 +282,18 @@ public struct CoordinatorState: Sendable {
         _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], executed: Bool = true, now: UInt64
     ) -> [CoordinatorAction] {
         let micros = Int((now &- request.accepted) / 1000)
+        let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
         var waiters = [request.origin]
         if let id = request.shared {
-            let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
             waiters = singleFlight.finish(id, round: request.roundID, outcome: executed ? outcome : nil, now: now)
         }
         var actions: [CoordinatorAction] = []
         for waiter in waiters {
             switch waiter {
             case .client(let client, let requestID):
-                actions.append(
-                    .toClient(
-                        client,
-                        .reply(
-                            InvokeReply(
-                                frames: requestID, request.roundID, status: status, agent: agent,
-                                durationMicros: micros,
-                                payload: payload))))
-                if !roundRuns.isEmpty {
-                    noteSubCallDone(
-                        roundID: request.roundID, requestID: requestID, status: status, agent: agent, micros: micros,
-                        payload: payload)
-                }
+                actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: request.roundID)))
+                if runningRounds > 0 { noteSubCallDone(roundID: request.roundID, requestID: requestID, outcome) }
             case .step(let round, let index):
-                let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
                 actions += stepDone(round, index, outcome, deduplicated: waiter != request.origin, now: now)
             }
         }
@@ -328,13 +316,7 @@ public struct CoordinatorState: Sendable {
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         if let (client, outcome) = finished {
-            actions.append(
-                .toClient(
-                    client,
-                    .reply(
-                        InvokeReply(
-                            frames: request.$requestID, request.$roundID, status: outcome.status, agent: outcome.agent,
-                            durationMicros: outcome.durationMicros, payload: outcome.payload))))
+            actions.append(.toClient(client, outcome.reply(requestID: request.$requestID, roundID: request.$roundID)))
         }
         guard publishesRequestEvents else { return actions }
         actions.append(
@@ -601,9 +583,8 @@ public struct CoordinatorState: Sendable {
         singleFlight.evict(now: now)
         evictRoundRuns(now: now)
         for (peer, queue) in targetedWaiting {
-            let expired = queue.filter { $0.deadline <= now }
+            let (expired, kept) = queue.split { $0.deadline <= now }
             guard !expired.isEmpty else { continue }
-            let kept = queue.filter { $0.deadline > now }
             targetedWaiting[peer] = kept.isEmpty ? nil : kept
             for request in expired {
                 let error = SkillbusError(
@@ -645,7 +626,7 @@ public struct CoordinatorState: Sendable {
         }
         if waitingCount > 0 {
             for (skill, queue) in waiting {
-                let (expired, kept) = (queue.filter { $0.deadline <= now }, queue.filter { $0.deadline > now })
+                let (expired, kept) = queue.split { $0.deadline <= now }
                 guard !expired.isEmpty else { continue }
                 waiting[skill] = kept.isEmpty ? nil : kept
                 waitingCount -= expired.count
@@ -664,4 +645,16 @@ public struct CoordinatorState: Sendable {
 extension CoordinatorState.Request {
     var requestText: String { String(decoding: requestID, as: UTF8.self) }
     var roundText: String { String(decoding: roundID, as: UTF8.self) }
+}
+
+extension Array {
+    /// The elements that satisfy `condition` and those that do not, in order, in one pass.
+    func split(by condition: (Element) -> Bool) -> (matching: [Element], rest: [Element]) {
+        var matching: [Element] = []
+        var rest: [Element] = []
+        for element in self {
+            if condition(element) { matching.append(element) } else { rest.append(element) }
+        }
+        return (matching, rest)
+    }
 }

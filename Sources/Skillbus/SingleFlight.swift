@@ -57,8 +57,7 @@ struct SingleFlight: Sendable {
     let limit: Int
     private var rounds: [ByteKey: Round] = [:]
     /// Rounds whose executions all finished, oldest first; an entry is stale when the round moved on.
-    private var finishedRounds: [(round: ByteKey, at: UInt64)] = []
-    private var finishedHead = 0
+    private var finishedRounds = FinishOrder()
     private(set) var retainedOutcomes = 0
 
     init(retentionMs: Int, limit: Int) {
@@ -70,19 +69,20 @@ struct SingleFlight: Sendable {
     var count: Int { rounds.count }
 
     /// Places an invocation among the identical ones of its round. `schema` gives a skill's parameters,
-    /// for their defaults.
+    /// for their defaults; `key`, when the caller already has it, is the invocation's canonical key.
     mutating func admit(
-        round roundID: [UInt8], skill: String, parameters: [UInt8], waiter: Waiter,
+        round roundID: [UInt8], skill: String, parameters: [UInt8], key: ByteKey? = nil, waiter: Waiter,
         schema: (String) -> ParameterSchema?
     ) -> Admission {
         guard !roundID.isEmpty else { return .unshared }
         // In place (one lookup, no copy of the round's arrays).
         return Self.admit(
-            into: &rounds[ByteKey(roundID)], skill: skill, parameters: parameters, waiter: waiter, schema: schema)
+            into: &rounds[ByteKey(roundID)], skill: skill, parameters: parameters, key: key, waiter: waiter,
+            schema: schema)
     }
 
     private static func admit(
-        into slot: inout Round?, skill: String, parameters: [UInt8], waiter: Waiter,
+        into slot: inout Round?, skill: String, parameters: [UInt8], key known: ByteKey?, waiter: Waiter,
         schema: (String) -> ParameterSchema?
     ) -> Admission {
         guard var round = slot.take() else {
@@ -97,7 +97,9 @@ struct SingleFlight: Sendable {
             round.byKey[key] = 0
             round.uncanonical = nil
         }
-        guard let key = canonicalKey(skill: skill, parameters: parameters, schema: schema) else { return .unshared }
+        guard let key = known ?? canonicalKey(skill: skill, parameters: parameters, schema: schema) else {
+            return .unshared
+        }
         if let number = round.byKey[key] {
             if let outcome = round[number].outcome { return .finished(outcome) }
             round[number].more.append(waiter)
@@ -116,7 +118,7 @@ struct SingleFlight: Sendable {
         let roundKey = ByteKey(roundID)
         let (waiters, retained, allFinished) = Self.finish(execution, in: &rounds[roundKey], outcome: outcome, now: now)
         if retained { retainedOutcomes += 1 }
-        if allFinished { finishedRounds.append((roundKey, now)) }
+        if allFinished { finishedRounds.append(roundKey, at: now) }
         evict(now: now)
         return waiters
     }
@@ -150,10 +152,8 @@ struct SingleFlight: Sendable {
 
     /// Forgets rounds finished longer than the retention ago, and the oldest while over the limit.
     mutating func evict(now: UInt64) {
-        while finishedHead < finishedRounds.count {
-            let (roundKey, at) = finishedRounds[finishedHead]
-            guard retainedOutcomes > limit || at &+ retentionNanos <= now else { break }
-            finishedHead += 1
+        while let (roundKey, at) = finishedRounds.oldest, retainedOutcomes > limit || at &+ retentionNanos <= now {
+            finishedRounds.removeOldest()
             // Stale: the round ran more since (a later entry stands for it), or it runs now: put it back.
             guard let round = rounds.removeValue(forKey: roundKey) else { continue }
             guard round.running == 0, round.lastFinished == at else {
@@ -161,10 +161,6 @@ struct SingleFlight: Sendable {
                 continue
             }
             retainedOutcomes -= round.finished
-        }
-        if finishedHead > 1024 && finishedHead * 2 > finishedRounds.count {
-            finishedRounds.removeFirst(finishedHead)
-            finishedHead = 0
         }
     }
 
@@ -179,6 +175,26 @@ struct SingleFlight: Sendable {
         key.append(0)
         JSONValue.object(object).write(to: &key)
         return ByteKey(key)
+    }
+}
+
+/// Keys in the order they finished, oldest first, to forget them later. Taking the oldest moves a head
+/// index; the array is compacted only now and then, so it never shifts on every removal.
+struct FinishOrder: Sendable {
+    private var items: [(key: ByteKey, at: UInt64)] = []
+    private var head = 0
+
+    var count: Int { items.count - head }
+    var oldest: (key: ByteKey, at: UInt64)? { head < items.count ? items[head] : nil }
+
+    mutating func append(_ key: ByteKey, at time: UInt64) { items.append((key, time)) }
+
+    mutating func removeOldest() {
+        head += 1
+        if head > 1024 && head * 2 > items.count {
+            items.removeFirst(head)
+            head = 0
+        }
     }
 }
 
@@ -204,4 +220,12 @@ struct Outcome: Sendable, Equatable {
     let agent: [UInt8]
     let payload: [UInt8]
     let durationMicros: Int
+
+    /// This outcome as the REPLY to one request.
+    func reply(requestID: [UInt8], roundID: [UInt8]) -> BusToClientMessage {
+        .reply(
+            InvokeReply(
+                frames: requestID, roundID, status: status, agent: agent, durationMicros: durationMicros,
+                payload: payload))
+    }
 }

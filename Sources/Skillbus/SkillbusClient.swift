@@ -69,7 +69,7 @@ public final class SkillbusClient: Sendable {
         sessionID: String = "", timeout: Duration = .seconds(15)
     ) async throws(SkillbusError) -> InvocationOutcome {
         let requestID = makeRequestID()
-        let timeoutMs = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let timeoutMs = Int(timeout / .milliseconds(1))
         let request = InvokeRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, skill: skill, timeoutMs: max(1, timeoutMs),
             parameters: parameters.serialized())

@@ -98,13 +98,23 @@ public enum Wire {
 
     /// HEARTBEAT frame 2, the sender's interval: optional, and from 10 ms to one hour when present.
     static func heartbeatInterval(_ message: Multipart) throws(SkillbusError) -> Int? {
-        guard message.count > 2, !message[2].isEmpty else { return nil }
-        let ms = try decimal(message, 2, "heartbeat interval", maximum: CoordinatorState.maxHeartbeatMs)
-        guard ms >= 10 else {
-            throw SkillbusError(.malformedMessage, "frame 2 (heartbeat interval) must be at least 10")
-        }
-        return ms
+        try optionalDecimal(message, 2, "heartbeat interval", 10...CoordinatorState.maxHeartbeatMs)
     }
+
+    /// An optional decimal frame (a timeout, an interval): empty or absent is nil, else within `range`.
+    static func optionalDecimal(
+        _ message: Multipart, _ index: Int, _ name: String, _ range: ClosedRange<Int>
+    ) throws(SkillbusError) -> Int? {
+        guard message.count > index, !message[index].isEmpty else { return nil }
+        let value = try decimal(message, index, name, maximum: range.upperBound)
+        guard value >= range.lowerBound else {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) must be at least \(range.lowerBound)")
+        }
+        return value
+    }
+
+    /// The frame an optional decimal travels in: empty for nil.
+    static func optionalDecimalFrame(_ value: Int?) -> [UInt8] { Array((value.map(String.init) ?? "").utf8) }
 
     static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
         guard message.count == count else {
@@ -227,7 +237,7 @@ public enum ClientMessage: Sendable, Equatable {
             [
                 Wire.clientHeaderBytes, Wire.Command.request.frame, request.$requestID, request.$roundID,
                 request.$sessionID, Array(request.skill.utf8),
-                Array((request.timeoutMs.map(String.init) ?? "").utf8), request.parameters,
+                Wire.optionalDecimalFrame(request.timeoutMs), request.parameters,
             ]
         case .listSkills(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8)]
@@ -238,7 +248,7 @@ public enum ClientMessage: Sendable, Equatable {
         case .round(let request):
             [
                 Wire.clientHeaderBytes, Wire.Command.round.frame, request.$requestID, request.$roundID,
-                request.$sessionID, Array((request.timeoutMs.map(String.init) ?? "").utf8), request.body,
+                request.$sessionID, Wire.optionalDecimalFrame(request.timeoutMs), request.body,
             ]
         }
     }
@@ -248,11 +258,7 @@ public enum ClientMessage: Sendable, Equatable {
         switch try Wire.command(message, role: "client", expected: commands) {
         case .request:
             try Wire.expectFrames(message, 8, "REQUEST")
-            var timeoutMs: Int?
-            if !message[6].isEmpty {
-                timeoutMs = try Wire.decimal(message, 6, "timeout", maximum: Wire.maxTimeoutMs)
-                guard timeoutMs != 0 else { throw SkillbusError(.malformedMessage, "frame 6 (timeout) must not be 0") }
-            }
+            let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
             let skill = try Wire.text(message, 5, "skill")
             guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 5 (skill) is empty") }
             return .invoke(
@@ -271,11 +277,7 @@ public enum ClientMessage: Sendable, Equatable {
             return .listAgents(requestID: try Wire.text(message, 2, "request id"))
         case .round:
             try Wire.expectFrames(message, 7, "ROUND")
-            var timeoutMs: Int?
-            if !message[5].isEmpty {
-                timeoutMs = try Wire.decimal(message, 5, "timeout", maximum: Wire.maxTimeoutMs)
-                guard timeoutMs != 0 else { throw SkillbusError(.malformedMessage, "frame 5 (timeout) must not be 0") }
-            }
+            let timeoutMs = try Wire.optionalDecimal(message, 5, "timeout", 1...Wire.maxTimeoutMs)
             return .round(
                 RoundRequest(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
@@ -494,7 +496,7 @@ public enum WorkerMessage: Sendable, Equatable {
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
-                Wire.workerHeaderBytes, Wire.Command.heartbeat.frame, Array((intervalMs.map(String.init) ?? "").utf8),
+                Wire.workerHeaderBytes, Wire.Command.heartbeat.frame, Wire.optionalDecimalFrame(intervalMs),
                 registry.json.serialized(),
             ]
         case .disconnect: [Wire.workerHeaderBytes, Wire.Command.disconnect.frame]

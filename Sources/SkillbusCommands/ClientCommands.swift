@@ -76,7 +76,7 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
             OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
-            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            coordinatorOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             OptionSpec("--session", value: "ID", help: "Session id passed to the skills (default: none)."),
         ])
@@ -99,7 +99,7 @@ public enum SendCommand: SkillbusCommand {
         do {
             document = try await client.round(
                 round, roundID: roundID, sessionID: arguments.value("--session") ?? "",
-                timeout: .milliseconds(Int(timeout * 1000)))
+                timeout: .seconds(timeout))
         } catch {
             return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
         }
@@ -237,7 +237,7 @@ public enum FeedCommand: SkillbusCommand {
             OptionSpec("--json", help: "One JSON object per line."),
             OptionSpec(
                 "--topic", value: "PREFIX", help: "Only events whose topic starts with PREFIX.", repeatable: true),
-            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed))."),
+            feedOption,
             OptionSpec("--count", value: "N", help: "Exit after N events."),
         ])
 

@@ -146,8 +146,7 @@ enum RegistryBench {
     }
 
     static func milliseconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return (Double(seconds) * 1000 + Double(attoseconds) / 1e15).rounded(toPlaces: 3)
+        (duration / .milliseconds(1)).rounded(toPlaces: 3)
     }
 
     /// Runs blocking socket work on a thread of its own, off the cooperative pool.

@@ -16,8 +16,8 @@ public enum SkillsCommand: SkillbusCommand {
         options: [
             OptionSpec("--json", help: "Print the registry as JSON (one line per change with --watch)."),
             OptionSpec("--watch", help: "Keep following the registry and redraw on every change."),
-            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
-            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed))."),
+            coordinatorOption,
+            feedOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long to wait for the snapshot (default 5)."),
         ])
 
@@ -37,7 +37,7 @@ public enum SkillsCommand: SkillbusCommand {
             replica.close()
             client.close()
         }
-        guard await replica.waitUntil(timeout: .milliseconds(Int(timeout * 1000))) else {
+        guard await replica.waitUntil(timeout: .seconds(timeout)) else {
             printError("error: unreachable: no registry snapshot from the coordinator at \(bus) within \(timeout) s")
             return 3
         }
@@ -102,7 +102,7 @@ public enum AgentsCommand: SkillbusCommand {
         discussion: "EXAMPLE: skillbus agents --json",
         options: [
             OptionSpec("--json", help: "Print the listing as JSON."),
-            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            coordinatorOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 5)."),
         ])
 
@@ -117,7 +117,7 @@ public enum AgentsCommand: SkillbusCommand {
         defer { client.close() }
         let listing: JSONValue
         do {
-            listing = try await client.agents(timeout: .milliseconds(Int(timeout * 1000)))
+            listing = try await client.agents(timeout: .seconds(timeout))
         } catch {
             printError("error: \(error.code): \(error.message)")
             return 3

@@ -89,7 +89,7 @@ public enum WorkerCommand: SkillbusCommand {
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
-            OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus))."),
+            coordinatorOption,
             OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default: the one the coordinator names)."),
             OptionSpec("--skills", value: "a,b,…", help: "Built-in skills to offer (default: all)."),
             OptionSpec("--capacity", value: "N", help: "Invocations run at once (default 4)."),

@@ -112,3 +112,5 @@ extension Logger.Level {
 }
 
 let logLevelOption = OptionSpec("--log-level", value: "LEVEL", help: "debug, info (default), warning or error.")
+let coordinatorOption = OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus)).")
+let feedOption = OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed)).")

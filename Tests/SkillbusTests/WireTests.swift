@@ -85,7 +85,10 @@ struct WireTests {
                 "from 0 to 86400000"
             ),
             ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["+5"], ["{}"]].map(bytes), "decimal integer"),
-            ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes), "must not be 0"),
+            (
+                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes),
+                "frame 6 (timeout) must be at least 1"
+            ),
         ])
     func malformedClient(frames: Multipart, reason: String) {
         #expect {

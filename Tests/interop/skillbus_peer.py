@@ -551,39 +551,57 @@ def new_request_id() -> str:
     return f"{out or '0'}-{next(_request_counter)}"
 
 
-def request(endpoint: str, skill: str, params: dict, timeout_ms: int,
-            session: str = "") -> tuple[int, dict]:
-    """Sends one REQUEST; returns (exit status, output object)."""
+def exchange(endpoint: str, frames: list[bytes], answers: dict[bytes, int],
+             wait_s: float) -> list[bytes] | None:
+    """Sends `frames` (frame 2 is the request id) on a fresh DEALER and returns the first answer
+    carrying that request id whose command is in `answers` (command -> frame count) or is an
+    ERROR; None when nothing came within `wait_s`."""
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
-    rid = new_request_id().encode()
+    rid = frames[2]
     try:
-        sock.send_multipart([CLIENT, b"REQUEST", rid, str(uuid.uuid4()).encode(), session.encode(),
-                             skill.encode(), str(timeout_ms).encode(), dump_json(params)])
-        deadline = time.monotonic() + timeout_ms / 1000 + 1.0  # the bus answers timeout itself
+        sock.send_multipart(frames)
+        deadline = time.monotonic() + wait_s
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         while (left := deadline - time.monotonic()) > 0:
             if not poller.poll(math.ceil(left * 1000)):
                 break
-            frames = sock.recv_multipart()
-            if len(frames) < 3 or frames[0] != CLIENT or frames[2] != rid:
+            answer = sock.recv_multipart()
+            if len(answer) < 3 or answer[0] != CLIENT or answer[2] != rid:
                 continue  # not ours
-            if frames[1] == b"REPLY" and len(frames) == 8:
-                return decode_reply(frames)
-            if frames[1] == b"ERROR" and len(frames) == 4:
-                try:
-                    err = normalise_error(parse_json(frames[3]))
-                except ValueError:
-                    err = error_object("malformed_message", "undecodable ERROR from the bus")
-                return 1, output("error", None, None, err)
-        return 3, output("error", None, None, error_object(
-            "unreachable", f"no answer from {endpoint} within {timeout_ms / 1000 + 1:g} s"))
+            if answers.get(answer[1]) == len(answer) or (answer[1] == b"ERROR" and len(answer) == 4):
+                return answer
+            log("client", f"ignored {answer[1][:16]!r} with {len(answer)} frames for our request id")
+        return None
     finally:
         sock.close()
         ctx.term()
+
+
+def bus_error(frames: list[bytes]) -> dict:
+    """The error object of an ERROR answer."""
+    try:
+        return normalise_error(parse_json(frames[3]))
+    except ValueError:
+        return error_object("malformed_message", "undecodable ERROR from the bus")
+
+
+def request(endpoint: str, skill: str, params: dict, timeout_ms: int,
+            session: str = "") -> tuple[int, dict]:
+    """Sends one REQUEST; returns (exit status, output object)."""
+    frames = [CLIENT, b"REQUEST", new_request_id().encode(), str(uuid.uuid4()).encode(), session.encode(),
+              skill.encode(), str(timeout_ms).encode(), dump_json(params)]
+    # The bus answers timeout itself at the deadline; the extra second is for that answer.
+    answer = exchange(endpoint, frames, {b"REPLY": 8}, timeout_ms / 1000 + 1.0)
+    if answer is None:
+        return 3, output("error", None, None, error_object(
+            "unreachable", f"no answer from {endpoint} within {timeout_ms / 1000 + 1:g} s"))
+    if answer[1] == b"ERROR":
+        return 1, output("error", None, None, bus_error(answer))
+    return decode_reply(answer)
 
 
 def decode_reply(frames: list[bytes]) -> tuple[int, dict]:
@@ -656,44 +674,21 @@ def send_round(endpoint: str, body: dict, round_id: str, timeout_ms: int,
                session: str = "") -> tuple[bytes, dict]:
     """Sends one ROUND (§3.1, 7 frames) and waits for the ROUND answer with its request id (§3.2,
     5 frames). Returns (document bytes as sent by the bus, parsed document)."""
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    rid = new_request_id().encode()
-    try:
-        sock.send_multipart([CLIENT, b"ROUND", rid, round_id.encode(), session.encode(),
-                             str(timeout_ms).encode(), dump_json(body)])
-        # One deadline for the whole round; the bus answers by then (§3.5.6): wait 1 s more.
-        deadline = time.monotonic() + timeout_ms / 1000 + 1.0
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        while (left := deadline - time.monotonic()) > 0:
-            if not poller.poll(math.ceil(left * 1000)):
-                break
-            frames = sock.recv_multipart()
-            if len(frames) < 3 or frames[0] != CLIENT or frames[2] != rid:
-                continue  # not ours
-            if frames[1] == b"ROUND" and len(frames) == 5:
-                if frames[3] != round_id.encode():
-                    log("round", f"answer names round {frames[3][:64]!r}, sent {round_id!r}")
-                try:
-                    document = parse_json(frames[4])
-                except ValueError as exc:
-                    raise RoundFailed(1, f"round document is not JSON: {exc}") from None
-                return frames[4], document
-            if frames[1] == b"ERROR" and len(frames) == 4:
-                try:
-                    err = normalise_error(parse_json(frames[3]))
-                except ValueError:
-                    err = error_object("malformed_message", "undecodable ERROR from the bus")
-                raise RoundFailed(1, f"bus refused the ROUND message: ERROR {canonical_json(err)}")
-            log("round", f"ignored {frames[1][:16]!r} with {len(frames)} frames for our request id")
+    frames = [CLIENT, b"ROUND", new_request_id().encode(), round_id.encode(), session.encode(),
+              str(timeout_ms).encode(), dump_json(body)]
+    # One deadline for the whole round; the bus answers by then (§3.5.6): wait 1 s more.
+    answer = exchange(endpoint, frames, {b"ROUND": 5}, timeout_ms / 1000 + 1.0)
+    if answer is None:
         raise RoundFailed(3, f"unreachable: no ROUND answer from {endpoint} within "
                              f"{timeout_ms / 1000 + 1:g} s")
-    finally:
-        sock.close()
-        ctx.term()
+    if answer[1] == b"ERROR":
+        raise RoundFailed(1, f"bus refused the ROUND message: ERROR {canonical_json(bus_error(answer))}")
+    if answer[3] != round_id.encode():
+        log("round", f"answer names round {answer[3][:64]!r}, sent {round_id!r}")
+    try:
+        return answer[4], parse_json(answer[4])
+    except ValueError as exc:
+        raise RoundFailed(1, f"round document is not JSON: {exc}") from None
 
 
 def run_round(endpoint: str, body: dict, round_id: str, timeout_ms: int, session: str) -> int:
