@@ -68,7 +68,7 @@ public struct CoordinatorState: Sendable {
         /// For a fan-out: the one agent that must run it.
         var target: PeerID?
         /// Set when identical invocations of the round share this execution: the outcome goes to all of them.
-        var shared: Int?
+        var shared: SingleFlight.ExecutionID?
         // Kept as they came off the wire: they go out again in INVOKE and REPLY unchanged.
         let requestID: [UInt8]
         let roundID: [UInt8]
@@ -101,7 +101,7 @@ public struct CoordinatorState: Sendable {
     var singleFlight: SingleFlight
     /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
     var roundRuns: [ByteKey: RoundRun] = [:]
-    var finishedRoundRuns = FinishOrder()
+    var finishedRoundRuns = FinishOrder<ByteKey>()
     /// Rounds running now: only then can a REQUEST be a sub-call that their documents list.
     var runningRounds = 0
     /// Fan-out invocations waiting for a slot on the one agent they must run on.
@@ -285,7 +285,7 @@ public struct CoordinatorState: Sendable {
         let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
         var waiters = [request.origin]
         if let id = request.shared {
-            waiters = singleFlight.finish(id, round: request.roundID, outcome: executed ? outcome : nil, now: now)
+            waiters += singleFlight.finish(id, outcome: executed ? outcome : nil, now: now)
         }
         var actions: [CoordinatorAction] = []
         for waiter in waiters {

@@ -6,10 +6,18 @@
 /// (schema defaults applied, keys sorted, numbers in one spelling) only once it holds a second one: the
 /// common round of a single invocation costs no parsing, and one table entry.
 struct SingleFlight: Sendable {
+    /// One execution of a round, as `finish` wants it back.
+    struct ExecutionID: Equatable, Sendable {
+        /// Where the round is kept: the same until it is forgotten, and then only after all ran.
+        let slot: Int
+        /// Which execution of the round.
+        let execution: Int
+    }
+
     enum Admission: Equatable {
-        /// The first of its kind: execute it; `execution` names it within its round.
-        case first(execution: Int)
-        /// Joined a running execution; its outcome will come to every waiter.
+        /// The first of its kind: execute it, and `finish` it when it ends.
+        case first(ExecutionID)
+        /// Joined a running execution; `finish` will hand its outcome to this waiter too.
         case joined
         /// An identical invocation already finished: here is its outcome.
         case finished(Outcome)
@@ -18,21 +26,9 @@ struct SingleFlight: Sendable {
     }
 
     private struct Execution {
-        // The first waiter inline: most executions have one, and then no array is allocated.
-        var first: Waiter?
-        var more: [Waiter] = []
+        /// Identical invocations that joined it; the one that started it is its caller's to answer.
+        var joiners: [Waiter] = []
         var outcome: Outcome?
-
-        init(_ waiter: Waiter) { first = waiter }
-
-        mutating func takeWaiters() -> [Waiter] {
-            defer {
-                first = nil
-                more = []
-            }
-            guard let first else { return more }
-            return more.isEmpty ? [first] : [first] + more
-        }
     }
 
     private struct Round {
@@ -45,7 +41,8 @@ struct SingleFlight: Sendable {
         var byKey: [ByteKey: Int] = [:]
         var running = 1
         var finished = 0
-        var lastFinished: UInt64 = 0
+        /// Set each time everything the round ran has finished; its entry in the finish order holds it too.
+        var ticket: UInt64 = 0
 
         subscript(execution: Int) -> Execution {
             get { execution == 0 ? first : others[execution - 1] }
@@ -55,9 +52,12 @@ struct SingleFlight: Sendable {
 
     let retentionNanos: UInt64
     let limit: Int
-    private var rounds: [ByteKey: Round] = [:]
-    /// Rounds whose executions all finished, oldest first; an entry is stale when the round moved on.
-    private var finishedRounds = FinishOrder()
+    /// Round id → round.
+    private var rounds = SlotTable<Round>()
+    /// Rounds whose executions all finished, oldest first; an entry is stale when its ticket is not the
+    /// round's (the round ran again since, or was forgotten and its slot reused).
+    private var finishedRounds = FinishOrder<(slot: Int, ticket: UInt64)>()
+    private var lastTicket: UInt64 = 0
     private(set) var retainedOutcomes = 0
 
     init(retentionMs: Int, limit: Int) {
@@ -69,27 +69,27 @@ struct SingleFlight: Sendable {
     var count: Int { rounds.count }
 
     /// Places an invocation among the identical ones of its round. `schema` gives a skill's parameters,
-    /// for their defaults; `key`, when the caller already has it, is the invocation's canonical key.
+    /// for their defaults; `key`, when the caller already has it, is the invocation's canonical key;
+    /// `waiter` is who gets the outcome should it join another.
     mutating func admit(
         round roundID: [UInt8], skill: String, parameters: [UInt8], key: ByteKey? = nil, waiter: Waiter,
         schema: (String) -> ParameterSchema?
     ) -> Admission {
         guard !roundID.isEmpty else { return .unshared }
-        // In place (one lookup, no copy of the round's arrays).
+        let (slot, inserted) = rounds.slot(of: roundID) {
+            Round(first: Execution(), uncanonical: (skill, parameters))
+        }
+        if inserted { return .first(ExecutionID(slot: slot, execution: 0)) }
+        // In place: no copy of the round's arrays.
         return Self.admit(
-            into: &rounds[ByteKey(roundID)], skill: skill, parameters: parameters, key: key, waiter: waiter,
+            into: &rounds[slot], slot: slot, skill: skill, parameters: parameters, key: key, waiter: waiter,
             schema: schema)
     }
 
     private static func admit(
-        into slot: inout Round?, skill: String, parameters: [UInt8], key known: ByteKey?, waiter: Waiter,
-        schema: (String) -> ParameterSchema?
+        into round: inout Round, slot: Int, skill: String, parameters: [UInt8], key known: ByteKey?,
+        waiter: Waiter, schema: (String) -> ParameterSchema?
     ) -> Admission {
-        guard var round = slot.take() else {
-            slot = Round(first: Execution(waiter), uncanonical: (skill, parameters))
-            return .first(execution: 0)
-        }
-        defer { slot = round }
         if let first = round.uncanonical {
             // Parameters that are no JSON object match nothing; their key cannot equal a canonical one,
             // which starts with a skill identifier in ASCII.
@@ -102,34 +102,39 @@ struct SingleFlight: Sendable {
         }
         if let number = round.byKey[key] {
             if let outcome = round[number].outcome { return .finished(outcome) }
-            round[number].more.append(waiter)
+            round[number].joiners.append(waiter)
             return .joined
         }
-        round.others.append(Execution(waiter))
+        round.others.append(Execution())
         round.byKey[key] = round.others.count
         round.running += 1
-        return .first(execution: round.others.count)
+        return .first(ExecutionID(slot: slot, execution: round.others.count))
     }
 
     /// An execution ended. With an outcome (the invocation reached an agent) it is kept for the round;
     /// without one (it never ran: unknown skill, busy) it is forgotten, so it may be tried again.
-    /// Returns everyone waiting for it.
-    mutating func finish(_ execution: Int, round roundID: [UInt8], outcome: Outcome?, now: UInt64) -> [Waiter] {
-        let roundKey = ByteKey(roundID)
-        let (waiters, retained, allFinished) = Self.finish(execution, in: &rounds[roundKey], outcome: outcome, now: now)
-        if retained { retainedOutcomes += 1 }
-        if allFinished { finishedRounds.append(roundKey, at: now) }
+    /// Returns those who joined it (not the invocation that started it).
+    mutating func finish(_ id: ExecutionID, outcome: Outcome?, now: UInt64) -> [Waiter] {
+        let (waiters, allFinished) = Self.finish(id.execution, in: &rounds[id.slot], outcome: outcome)
+        if outcome != nil { retainedOutcomes += 1 }
+        if allFinished {
+            if rounds[id.slot].finished == 0 {
+                // Nothing in it ever ran: nothing to remember.
+                rounds.remove(slot: id.slot)
+            } else {
+                lastTicket += 1
+                rounds[id.slot].ticket = lastTicket
+                finishedRounds.append((id.slot, lastTicket), at: now)
+            }
+        }
         evict(now: now)
         return waiters
     }
 
-    /// Returns the waiters, whether the outcome is kept, and whether the round has just finished everything
-    /// it ran (and is kept).
-    private static func finish(
-        _ execution: Int, in slot: inout Round?, outcome: Outcome?, now: UInt64
-    ) -> ([Waiter], Bool, Bool) {
-        guard var round = slot.take() else { return ([], false, false) }
-        let waiters = round[execution].takeWaiters()
+    /// Returns the joiners, and whether nothing of the round runs any more.
+    private static func finish(_ execution: Int, in round: inout Round, outcome: Outcome?) -> ([Waiter], Bool) {
+        let waiters = round[execution].joiners
+        round[execution].joiners = []
         round.running -= 1
         if let outcome {
             round[execution].outcome = outcome
@@ -139,28 +144,17 @@ struct SingleFlight: Sendable {
         } else if execution == 0 {
             round.uncanonical = nil
         }
-        guard round.running == 0 else {
-            slot = round
-            return (waiters, outcome != nil, false)
-        }
-        // Nothing in it ever ran: nothing to remember.
-        guard round.finished > 0 else { return (waiters, false, false) }
-        round.lastFinished = now
-        slot = round
-        return (waiters, outcome != nil, true)
+        return (waiters, round.running == 0)
     }
 
     /// Forgets rounds finished longer than the retention ago, and the oldest while over the limit.
     mutating func evict(now: UInt64) {
-        while let (roundKey, at) = finishedRounds.oldest, retainedOutcomes > limit || at &+ retentionNanos <= now {
+        while let (entry, at) = finishedRounds.oldest, retainedOutcomes > limit || at &+ retentionNanos <= now {
             finishedRounds.removeOldest()
-            // Stale: the round ran more since (a later entry stands for it), or it runs now: put it back.
-            guard let round = rounds.removeValue(forKey: roundKey) else { continue }
-            guard round.running == 0, round.lastFinished == at else {
-                rounds[roundKey] = round
-                continue
-            }
-            retainedOutcomes -= round.finished
+            guard rounds.isOccupied(entry.slot), rounds[entry.slot].ticket == entry.ticket,
+                rounds[entry.slot].running == 0
+            else { continue }
+            retainedOutcomes -= rounds.remove(slot: entry.slot).finished
         }
     }
 
@@ -180,14 +174,14 @@ struct SingleFlight: Sendable {
 
 /// Keys in the order they finished, oldest first, to forget them later. Taking the oldest moves a head
 /// index; the array is compacted only now and then, so it never shifts on every removal.
-struct FinishOrder: Sendable {
-    private var items: [(key: ByteKey, at: UInt64)] = []
+struct FinishOrder<Key: Sendable>: Sendable {
+    private var items: [(key: Key, at: UInt64)] = []
     private var head = 0
 
     var count: Int { items.count - head }
-    var oldest: (key: ByteKey, at: UInt64)? { head < items.count ? items[head] : nil }
+    var oldest: (key: Key, at: UInt64)? { head < items.count ? items[head] : nil }
 
-    mutating func append(_ key: ByteKey, at time: UInt64) { items.append((key, time)) }
+    mutating func append(_ key: Key, at time: UInt64) { items.append((key, time)) }
 
     mutating func removeOldest() {
         head += 1

@@ -95,7 +95,7 @@ public enum BenchCommand: SkillbusCommand {
         }
 
         // The cost of single-flight: the same load on a coordinator without it, in alternation. The ratio is
-        // the median of five pairs; the coordinators' CPU time per request says the same more steadily.
+        // the median of seven pairs; the coordinators' CPU time per request says the same more steadily.
         var dedupRatios: [Double] = []
         var withDedup: LoadReport?
         var withoutDedup: LoadReport?
@@ -107,8 +107,8 @@ public enum BenchCommand: SkillbusCommand {
             let report = try await measure(skillbusLoad, endpoint, context, requests: requests, inFlight: 64)
             return (report, (cpuSeconds(coordinator.pid) - before) / Double(max(report.completed, 1)) * 1e6)
         }
-        for round in 1...5 {
-            note("deduplication: measuring with and without (round \(round) of 5)…")
+        for round in 1...7 {
+            note("deduplication: measuring with and without (round \(round) of 7)…")
             // Which goes first alternates too, so that neither always follows the other.
             let first = try await round % 2 == 1 ? timed(bus, mainCoordinator) : timed(plainBus, plainCoordinator)
             let second = try await round % 2 == 1 ? timed(plainBus, plainCoordinator) : timed(bus, mainCoordinator)
@@ -270,7 +270,7 @@ public enum BenchCommand: SkillbusCommand {
             print(
                 String(
                     format:
-                        "deduplication at 64 in flight: throughput with / without %.2fx (median of 5; target >= 0.9)",
+                        "deduplication at 64 in flight: throughput with / without %.2fx (median of 7; target >= 0.9)",
                     dedupRatios.median))
             print(
                 String(
@@ -327,13 +327,15 @@ public enum BenchCommand: SkillbusCommand {
 
     /// User plus system CPU seconds a process has used so far (0 when it cannot be read).
     static func cpuSeconds(_ pid: Int32?) -> Double {
-        guard let pid, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = stat.lastIndex(of: ")")
+        // The scheduler's own runtime of every thread (the first field of schedstat, in nanoseconds): exact,
+        // where /proc/PID/stat's ticks only sample which process happened to run at each tick.
+        guard let pid, let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
         else { return 0 }
-        // Fields after the command name: state is field 3, utime 14 and stime 15.
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        let nanos = threads.reduce(0) { total, thread in
+            let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/schedstat", encoding: .utf8)
+            return total + (stat?.split(separator: " ").first.flatMap { Int($0) } ?? 0)
+        }
+        return Double(nanos) / 1e9
     }
 
     /// A coordinator and `workers` echo workers; returns its bus and feed once every worker is registered.
