@@ -11,14 +11,20 @@ import Foundation
 /// id with the same arguments.
 public enum HugePages {
     static let tunables = "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1"
+    static let restartedMarker = "SKILLBUS_HUGE_PAGES_RESTARTED"
 
     /// Re-executes this program with the tunables set, unless the environment already names the huge-page
     /// one (so `GLIBC_TUNABLES=glibc.malloc.hugetlb=0` opts out). Where exec fails it returns, and the
     /// process runs on ordinary pages; where the kernel or glibc lacks huge pages the tunables do nothing.
     public static func restartWithHugePagesIfNeeded() {
-        let current = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"]
+        let environment = ProcessInfo.processInfo.environment
+        // The marker makes sure of "once", whatever glibc does with the variable it parses.
+        guard environment[restartedMarker] == nil else { return }
+        let current = environment["GLIBC_TUNABLES"]
         if current?.contains("glibc.malloc.hugetlb") == true { return }
         setenv("GLIBC_TUNABLES", (current.map { $0 + ":" } ?? "") + tunables, 1)
+        setenv(restartedMarker, "1", 1)
         execv("/proc/self/exe", CommandLine.unsafeArgv)
+        unsetenv(restartedMarker)
     }
 }

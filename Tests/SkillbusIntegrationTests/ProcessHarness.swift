@@ -36,8 +36,8 @@ final class SkillbusProcess: Sendable {
 
     /// Starts `skillbus ARGS…` (or `executable PREFIX… ARGS…`).
     init(
-        _ arguments: [String], name: String? = nil, environment: [String: String] = [:], directory: String? = nil,
-        executable: String = skillbusBinary, prefix: [String] = []
+        _ arguments: [String], name: String? = nil, environment: [String: String] = [:], clearing: [String] = [],
+        directory: String? = nil, executable: String = skillbusBinary, prefix: [String] = []
     ) throws {
         self.name = name ?? arguments.first ?? "skillbus"
         process = Process()
@@ -46,6 +46,7 @@ final class SkillbusProcess: Sendable {
         var env = ProcessInfo.processInfo.environment
         env["SKILLBUS_COORDINATOR"] = nil
         env["SKILLBUS_FEED"] = nil
+        for key in clearing { env[key] = nil }
         for (key, value) in environment { env[key] = value }
         process.environment = env
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
