@@ -11,6 +11,8 @@ public enum CoordinatorCommand: SkillbusCommand {
             Binds a ROUTER (the bus) for clients and workers and an XPUB (the feed) for watchers, then serves
             until SIGINT or SIGTERM. Prints one line 'skillbus coordinator ready: bus=… feed=…' on standard
             output once both are bound (with real ports when an endpoint ends in ':*').
+            At start it restarts itself once (same process id) with glibc's malloc set to use transparent huge
+            pages, which keeps remembered rounds cheap to reach; GLIBC_TUNABLES=glibc.malloc.hugetlb=0 opts out.
 
             EXAMPLE: skillbus coordinator --bus tcp://0.0.0.0:5555 --feed tcp://0.0.0.0:5556
             """,
