@@ -325,7 +325,7 @@ public enum BenchCommand: SkillbusCommand {
         }
     }
 
-    /// User plus system CPU seconds a process has used so far (0 when it cannot be read).
+    /// CPU seconds that all threads of a process have run so far (0 when it cannot be read).
     static func cpuSeconds(_ pid: Int32?) -> Double {
         // The scheduler's own runtime of every thread (the first field of schedstat, in nanoseconds): exact,
         // where /proc/PID/stat's ticks only sample which process happened to run at each tick.
