@@ -281,7 +281,15 @@ extension CoordinatorState {
                     executed: false, now: now)
             }
             if worker.inFlight < worker.capacity { return dispatch(request, to: target, now: now) }
+            guard waitingCount < settings.queueLimit else {
+                let error = SkillbusError(
+                    .busy,
+                    "agent '\(worker.name)' is at capacity and the wait queue is full (\(settings.queueLimit) requests)"
+                )
+                return fail(request, error, agent: "", executed: false, now: now)
+            }
             targetedWaiting[target, default: []].append(request)
+            waitingCount += 1
             return []
         }
         guard let candidates = providers[request.skill], !candidates.isEmpty else {
@@ -369,6 +377,7 @@ extension CoordinatorState {
             let (losers, kept) = queue.split { $0.isStep(of: roundKey) }
             guard !losers.isEmpty else { continue }
             targetedWaiting[peer] = kept.isEmpty ? nil : kept
+            waitingCount -= losers.count
             for request in losers {
                 if case .step(_, let index) = request.origin {
                     actions.append(

@@ -104,7 +104,7 @@ public struct CoordinatorState: Sendable {
     var finishedRoundRuns = FinishOrder<ByteKey>()
     /// Rounds running now: only then can a REQUEST be a sub-call that their documents list.
     var runningRounds = 0
-    /// Fan-out invocations waiting for a slot on the one agent they must run on.
+    /// Fan-out invocations waiting for a slot on the one agent they must run on (counted in `waitingCount`).
     var targetedWaiting: [PeerID: [Request]] = [:]
     /// Skill identifier → requests waiting for a free provider, oldest first.
     var waiting: [String: [Request]] = [:]
@@ -382,6 +382,7 @@ public struct CoordinatorState: Sendable {
         {
             let request = queue.removeFirst()
             targetedWaiting[peer] = queue.isEmpty ? nil : queue
+            waitingCount -= 1
             actions += dispatch(request, to: peer, now: now)
         }
         while waitingCount > 0, let worker = workers[peer], worker.inFlight < worker.capacity {
@@ -553,6 +554,7 @@ public struct CoordinatorState: Sendable {
         actions += failWaitingWithoutProvider(
             Array(worker.skills.keys), reason: "agent '\(worker.name)' left (\(reason))", now: now)
         for request in targetedWaiting.removeValue(forKey: peer) ?? [] {
+            waitingCount -= 1
             let error = SkillbusError(.agentLost, "agent '\(worker.name)' left (\(reason)) before it ran this")
             actions += fail(request, error, agent: worker.name, executed: false, now: now)
         }
@@ -586,6 +588,7 @@ public struct CoordinatorState: Sendable {
             let (expired, kept) = queue.split { $0.deadline <= now }
             guard !expired.isEmpty else { continue }
             targetedWaiting[peer] = kept.isEmpty ? nil : kept
+            waitingCount -= expired.count
             for request in expired {
                 let error = SkillbusError(
                     .timeout, "agent '\(workers[peer]?.name ?? "")' had no free slot before the deadline")

@@ -8,8 +8,11 @@ struct RoundEngineTests {
     let client: PeerID = [0xC1]
     let peers: [String: PeerID] = ["alpha": [0xA1], "beta": [0xB1], "gamma": [0xC3]]
 
-    func state(agents: [String] = ["alpha", "beta", "gamma"], capacity: Int = 10) -> CoordinatorState {
-        var state = CoordinatorState(epoch: "e1")
+    func state(
+        agents: [String] = ["alpha", "beta", "gamma"], capacity: Int = 10,
+        settings: CoordinatorState.Settings = .init()
+    ) -> CoordinatorState {
+        var state = CoordinatorState(settings: settings, epoch: "e1")
         for name in agents {
             _ = state.handleWorker(
                 .ready([
@@ -205,6 +208,33 @@ struct RoundEngineTests {
         let split = documents(votes).first
         #expect(split?["status"] == "error" && split?["error"]?["code"] == "no_majority")
         #expect(split?["aggregate"]?["split"]?.arrayValue?.count == 3)
+    }
+
+    @Test("fan-out invocations queued for a busy agent count in the queue limit; past it they fail busy")
+    func fanoutQueueLimit() {
+        var settings = CoordinatorState.Settings()
+        settings.queueLimit = 2
+        var state = state(agents: ["alpha"], capacity: 1, settings: settings)
+        let body: JSONValue = ["fanout": ["skill": "echo", "params": ["text": "hi"], "agents": ["alpha"]]]
+        let running = invocations(state.handleRound(round(body, id: "R0"), from: client, now: 0))
+        #expect(running.count == 1)
+        for index in 1...2 {
+            #expect(invocations(state.handleRound(round(body, id: "R\(index)"), from: client, now: 0)).isEmpty)
+        }
+        #expect(state.waitingCount == 2)
+        // A third waiting invocation would pass the limit: its round fails at once with busy.
+        let refused = documents(state.handleRound(round(body, id: "R3"), from: client, now: 0))
+        #expect(refused.first?["status"] == "error")
+        #expect(refused.first?["invocations"]?.arrayValue?.first?["error"]?["code"] == "busy")
+        #expect(state.waitingCount == 2)
+        // The slot frees: the oldest queued invocation runs, and the count follows.
+        let next = state.handleWorker(
+            .result(invocationID: running[0].1.invocationID, status: .ok, payload: text("hi")), from: peers["alpha"]!,
+            now: 1)
+        #expect(invocations(next).count == 1 && state.waitingCount == 1)
+        // When the agent leaves, what waited for it fails and the count is back to zero.
+        _ = state.handleWorker(.disconnect, from: peers["alpha"]!, now: 2)
+        #expect(state.waitingCount == 0)
     }
 
     @Test("the same round id again: the stored document, or a place among the waiting; another body is refused")
