@@ -120,6 +120,8 @@ public enum BenchCommand: SkillbusCommand {
             if withoutDedup == nil || off.tasksPerSecond > withoutDedup!.tasksPerSecond { withoutDedup = off }
         }
         guard let withDedup, let withoutDedup else { return 1 }
+        // What remembering rounds costs in memory, after all those requests (up to the retention limit).
+        let (memoryWith, memoryWithout) = (residentMB(mainCoordinator.pid), residentMB(plainCoordinator.pid))
 
         // Rounds: a fan-out to every echo worker, and a plan of 20 steps of which 10 repeat another.
         note("rounds: fan-out to \(workers) agents and a 20-step plan with 10 duplicates…")
@@ -226,6 +228,7 @@ public enum BenchCommand: SkillbusCommand {
             "with": withDedup.json, "without": withoutDedup.json,
             "throughputRatio": .number(dedupRatios.median), "throughputRatios": .array(dedupRatios.map { .number($0) }),
             "coordinatorCpuMicrosPerRequest": ["with": .number(cpuWith.median), "without": .number(cpuWithout.median)],
+            "coordinatorResidentMB": ["with": .number(memoryWith), "without": .number(memoryWithout)],
         ]
         if json {
             print(JSONValue.object(document).jsonString)
@@ -277,6 +280,10 @@ public enum BenchCommand: SkillbusCommand {
                     format:
                         "  best %.0f tasks/s with it, %.0f without; coordinator CPU %.1f us/request with, %.1f without",
                     withDedup.tasksPerSecond, withoutDedup.tasksPerSecond, cpuWith.median, cpuWithout.median))
+            print(
+                String(
+                    format: "  coordinator memory (resident) %.0f MB with it, %.0f MB without", memoryWith,
+                    memoryWithout))
             print("")
             print("registry: \(largeSkills) skills over \(registryAgents) agents")
             print(
@@ -323,6 +330,15 @@ public enum BenchCommand: SkillbusCommand {
             }
             thread.start()
         }
+    }
+
+    /// A process's resident memory in MB (VmRSS; 0 when it cannot be read).
+    static func residentMB(_ pid: Int32?) -> Double {
+        guard let pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = line.split(whereSeparator: \.isWhitespace).dropFirst().first.flatMap({ Double($0) })
+        else { return 0 }
+        return kilobytes / 1024
     }
 
     /// CPU seconds that all threads of a process have run so far (0 when it cannot be read).

@@ -153,6 +153,13 @@ struct UpAndBenchTests {
             }
         }
         #expect((document["ratios"]?["inFlight64"]?["throughputRatio"]?.doubleValue ?? 0) > 0)
+        let deduplication = document["deduplication"]
+        #expect(deduplication?["throughputRatios"]?.arrayValue?.count == 7)
+        for figure in ["coordinatorCpuMicrosPerRequest", "coordinatorResidentMB"] {
+            for side in ["with", "without"] {
+                #expect((deduplication?[figure]?[side]?.doubleValue ?? 0) > 0, "\(figure).\(side)")
+            }
+        }
         let registry = document["registry"]
         #expect(registry?["skills"] == 100)
         #expect(registry?["newReplicaMs"]?["runs"]?.arrayValue?.count == 2)
