@@ -136,6 +136,59 @@ struct SingleFlightTests {
         #expect(invocations(againC).isEmpty)
     }
 
+    @Test(
+        "random traffic with a short retention and a tiny limit: each request answered once, never two identical runs at once",
+        arguments: [1, 2, 3] as [UInt64])
+    func randomTraffic(seed: UInt64) {
+        var random = SlotTableTests.SplitMix(state: seed)
+        var settings = CoordinatorState.Settings()
+        settings.roundRetentionMs = 40
+        settings.retainedOutcomesLimit = 3
+        let rounds = 6
+        // Little capacity: some requests wait in the queue and are dispatched as results come in.
+        var state = stateWithWorker(settings, capacity: 3)
+        var running: [String: String] = [:]  // invocation id → "round/a"
+        var answers: [String: Int] = [:]
+        var sent = 0
+        var now: UInt64 = 0
+        func take(_ actions: [CoordinatorAction]) {
+            for invocation in invocations(actions) {
+                let key = invocation.roundID + "/" + String(decoding: invocation.parameters, as: UTF8.self)
+                #expect(!running.values.contains(key), "\(key) executes twice at once")
+                running[invocation.invocationID] = key
+            }
+            for (_, reply) in replies(actions) { answers[reply.requestID, default: 0] += 1 }
+        }
+        for _ in 0..<4000 {
+            now += UInt64(Int.random(in: 0...2, using: &random)) * Self.ms
+            switch Int.random(in: 0..<10, using: &random) {
+            case 0..<5:
+                sent += 1
+                let round = "R\(Int.random(in: 0..<rounds, using: &random))"
+                let parameters = #"{"a":"# + String(Int.random(in: 0..<3, using: &random)) + "}"
+                take(state.handleInvoke(request("q\(sent)", round: round, parameters), from: [1], now: now))
+            case 5..<9 where !running.isEmpty:
+                let id = running.keys.sorted()[Int.random(in: 0..<running.count, using: &random)]
+                running[id] = nil
+                let status: ReplyStatus = Bool.random(using: &random) ? .ok : .error
+                take(
+                    state.handleWorker(
+                        .result(invocationID: id, status: status, payload: Self.result), from: alpha, now: now))
+            default:
+                take(state.tick(now: now))
+            }
+            // Kept: at most the limit of finished outcomes' rounds, plus the rounds with something running.
+            #expect(state.sharedExecutionCount <= settings.retainedOutcomesLimit + rounds)
+        }
+        while let id = running.keys.first {
+            running[id] = nil
+            take(
+                state.handleWorker(.result(invocationID: id, status: .ok, payload: Self.result), from: alpha, now: now))
+        }
+        #expect(answers.count == sent)
+        #expect(answers.values.allSatisfy { $0 == 1 })
+    }
+
     @Test("with deduplication off, every invocation executes")
     func switchedOff() {
         var settings = CoordinatorState.Settings()
