@@ -324,15 +324,32 @@ struct RegistryTests {
         #expect(summary["seq"] == 2 && summary["agents"] == 2 && summary["epoch"] == "e1")
     }
 
-    @Test("a request with no timeout takes the skill's default timeout")
+    @Test("a request, invoke or fan-out round with no timeout takes the skill's default; a plan the bus default")
     func defaultTimeout() {
-        var state = CoordinatorState(epoch: "e1")
-        _ = state.handleWorker(
-            ready("alpha", [["identifier": "slow", "defaultTimeoutMs": 40_000]]), from: alpha, now: 0)
-        let actions = state.handleInvoke(
+        func fresh() -> CoordinatorState {
+            var state = CoordinatorState(epoch: "e1")
+            _ = state.handleWorker(
+                ready("alpha", [["identifier": "slow", "defaultTimeoutMs": 40_000]]), from: alpha, now: 0)
+            return state
+        }
+        var state = fresh()
+        func deadlines(_ actions: [CoordinatorAction]) -> [Int] {
+            actions.compactMap { if case .toWorker(_, .invoke(let i)) = $0 { i.deadlineMs } else { nil } }
+        }
+        let request = state.handleInvoke(
             InvokeRequest(requestID: "r", roundID: "x", skill: "slow", parameters: Array("{}".utf8)), from: [0xC1],
             now: 0)
-        let deadline = actions.compactMap { if case .toWorker(_, .invoke(let i)) = $0 { i.deadlineMs } else { nil } }
-        #expect(deadline == [40_000])
+        #expect(deadlines(request) == [40_000])
+        let bodies: [(JSONValue, Int)] = [
+            (["invoke": ["skill": "slow"]], 40_000), (["fanout": ["skill": "slow"]], 40_000),
+            (["plan": ["steps": [["id": "a", "skill": "slow"]]]], 15_000),
+        ]
+        for (index, (body, expected)) in bodies.enumerated() {
+            state = fresh()  // a free slot for each
+            let round = state.handleRound(
+                RoundRequest(requestID: "q\(index)", roundID: "R\(index)", body: body.serialized()), from: [0xC1],
+                now: 0)
+            #expect(deadlines(round) == [expected], "\(body.jsonString)")
+        }
     }
 }
