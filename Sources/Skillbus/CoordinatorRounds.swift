@@ -111,7 +111,7 @@ extension CoordinatorState {
         } catch {
             return [roundReply(client, request.$requestID, request.$roundID, refusal: error, shape: spec.shape)]
         }
-        let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(for: spec)
+        let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: spec.skill)
         roundRuns[roundKey] = RoundRun(
             id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
@@ -269,16 +269,6 @@ extension CoordinatorState {
         }
         roundRuns[roundKey]!.invocations[index].reusedFrom = nil
         return route(request, now: now)
-    }
-
-    /// A round sent without a timeout: one skill (invoke, fan-out) gets its own `defaultTimeoutMs`, as a
-    /// REQUEST would; a plan, whose steps may each have another, gets the bus default.
-    func defaultTimeoutMs(for spec: RoundSpec) -> Int {
-        switch spec {
-        case .invoke(let skill, _), .fanout(let skill, _, _, _):
-            ledger.registry.skills[skill]?.descriptor.defaultTimeoutMs ?? settings.defaultTimeoutMs
-        case .plan: settings.defaultTimeoutMs
-        }
     }
 
     /// Sends a request to its target (a fan-out's agent), or to the least loaded provider with a free

@@ -135,11 +135,15 @@ public struct CoordinatorState: Sendable {
 
     // MARK: Clients
 
+    /// The timeout of a REQUEST or ROUND sent without one: its skill's own `defaultTimeoutMs` if it has one,
+    /// else the bus default. A plan (no one skill; each step may have another) gets the bus default.
+    func defaultTimeoutMs(skill: String?) -> Int {
+        skill.flatMap { ledger.registry.skills[$0]?.descriptor.defaultTimeoutMs } ?? settings.defaultTimeoutMs
+    }
+
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
-        let timeoutMs =
-            request.timeoutMs ?? ledger.registry.skills[request.skill]?.descriptor.defaultTimeoutMs
-            ?? settings.defaultTimeoutMs
+        let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: request.skill)
         var pending = Request(
             origin: .client(client, requestID: request.$requestID), requestID: request.$requestID,
             roundID: request.$roundID,

@@ -15,6 +15,14 @@ public enum RoundSpec: Sendable, Equatable {
         case majority
     }
 
+    /// The one skill an invoke or fan-out runs; nil for a plan.
+    public var skill: String? {
+        switch self {
+        case .invoke(let skill, _), .fanout(let skill, _, _, _): skill
+        case .plan: nil
+        }
+    }
+
     public var shape: String {
         switch self {
         case .invoke: "invoke"

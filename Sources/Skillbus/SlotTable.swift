@@ -17,7 +17,8 @@ struct SlotTable<Value: Sendable>: Sendable {
     /// 0 is empty; else the key's hash in the high 32 bits and its slot + 1 in the low 32. The hash bits
     /// also give the bucket a key belongs in, so that buckets can move without touching the slots.
     private var buckets = [UInt64](repeating: 0, count: 16)
-    private(set) var count = 0
+
+    var count: Int { slots.count - freeSlots.count }
 
     private var mask: Int { buckets.count - 1 }
 
@@ -40,7 +41,6 @@ struct SlotTable<Value: Sendable>: Sendable {
             slots.append(Slot(key: key, hash: hash, value: make()))
         }
         buckets[bucket] = UInt64(hash) << 32 | UInt64(slot + 1)
-        count += 1
         if count * 2 > buckets.count { grow() }
         return (slot, true)
     }
@@ -48,9 +48,9 @@ struct SlotTable<Value: Sendable>: Sendable {
     /// Whether `slot` holds a value now.
     func isOccupied(_ slot: Int) -> Bool { slot < slots.count && slots[slot].value != nil }
 
-    /// The value in an occupied slot.
+    /// The value in an occupied slot (read in place: reading one field copies nothing else).
     subscript(slot: Int) -> Value {
-        get { slots[slot].value! }
+        _read { yield slots[slot].value! }
         _modify { yield &slots[slot].value! }
     }
 
@@ -74,7 +74,6 @@ struct SlotTable<Value: Sendable>: Sendable {
         let value = slots[slot].value!
         slots[slot] = Slot(key: [], hash: 0, value: nil)
         freeSlots.append(slot)
-        count -= 1
         return value
     }
 

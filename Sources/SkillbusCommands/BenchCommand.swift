@@ -32,9 +32,6 @@ public enum BenchCommand: SkillbusCommand {
     static let levels = [1, 64]
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let workers = try arguments.int("--workers", minimum: 1, in: spec) ?? 4
         let requests = try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000
         let payloadBytes = try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100

@@ -242,9 +242,6 @@ public enum FeedCommand: SkillbusCommand {
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let endpoint = try Defaults.feed(arguments, spec)
         let limit = try arguments.int("--count", minimum: 1, in: spec)
         let json = arguments.flag("--json")

@@ -66,6 +66,8 @@ public struct CommandSpec: Sendable {
             let argument = arguments[index]
             index += 1
             if onlyPositionals || !argument.hasPrefix("--") {
+                // A command whose usage names no positionals takes none.
+                guard !positionals.isEmpty else { throw UsageError(self, "unexpected argument '\(argument)'") }
                 parsed.positionals.append(argument)
                 continue
             }

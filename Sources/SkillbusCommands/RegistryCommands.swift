@@ -22,9 +22,6 @@ public enum SkillsCommand: SkillbusCommand {
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let bus = try Defaults.bus(arguments, spec)
         let feed = try Defaults.feed(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
@@ -107,9 +104,6 @@ public enum AgentsCommand: SkillbusCommand {
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
         let context = try ZMQContext()

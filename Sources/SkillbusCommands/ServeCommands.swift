@@ -45,9 +45,6 @@ public enum CoordinatorCommand: SkillbusCommand {
     }
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let configuration = try configuration(arguments)
         let logger = Logger(
             label: "coordinator", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
@@ -132,9 +129,6 @@ public enum WorkerCommand: SkillbusCommand {
     }
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let configuration = try configuration(arguments)
         let logger = Logger(
             label: "worker \(configuration.name)",

@@ -21,9 +21,6 @@ public enum UpCommand: SkillbusCommand {
         options: [OptionSpec("--config", value: "FILE", help: "Cluster config (default configs/local.json).")])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        guard arguments.positionals.isEmpty else {
-            throw UsageError(spec, "unexpected argument '\(arguments.positionals[0])'")
-        }
         let configPath = arguments.value("--config") ?? "configs/local.json"
         let cluster = try ClusterConfiguration.load(path: configPath)
         let signals = SignalWatcher(SignalWatcher.stopSignals + [SIGHUP])

@@ -25,6 +25,16 @@ struct CommandLineTests {
         }
     }
 
+    @Test("a command that names no positionals refuses one; send takes them")
+    func positionals() throws {
+        #expect {
+            try AgentsCommand.spec.parse(["--json", "extra"])
+        } throws: { error in
+            (error as? UsageError)?.message.contains("unexpected argument 'extra'") == true
+        }
+        #expect(try SendCommand.spec.parse(["echo", "text=hi", "--json"]).positionals == ["echo", "text=hi"])
+    }
+
     @Test("the feed renders round events on one readable line each")
     func feedLines() {
         let done = FeedCommand.render(
