@@ -20,7 +20,7 @@ let package = Package(
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
         .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CZeroMQ"]),
         .testTarget(name: "SkillbusTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
-        .testTarget(name: "SkillbusIntegrationTests", dependencies: ["Skillbus", "SkillbusZMQ"]),
+        .testTarget(name: "SkillbusIntegrationTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import Synchronization
 import Testing
 

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Skillbus
 import SkillbusZMQ
 
 /// Latency and throughput of one load run.

@@ -1,0 +1,250 @@
+import SkillbusZMQ
+
+// MARK: - Client ⇄ bus
+
+/// A client asks the bus to run one skill.
+public struct InvokeRequest: Sendable, Equatable {
+    @WireText public var requestID: String
+    @WireText public var roundID: String
+    @WireText public var sessionID: String
+    public var skill: String
+    /// Milliseconds the client will wait; nil takes the bus's default.
+    public var timeoutMs: Int?
+    /// The parameters, a JSON object, carried as bytes: the bus routes without parsing them.
+    public var parameters: [UInt8]
+
+    public init(
+        requestID: String, roundID: String, sessionID: String = "", skill: String, timeoutMs: Int? = nil,
+        parameters: [UInt8]
+    ) {
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), Array(sessionID.utf8), skill: skill,
+            timeoutMs: timeoutMs, parameters: parameters)
+    }
+
+    init(
+        frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], skill: String, timeoutMs: Int?,
+        parameters: [UInt8]
+    ) {
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
+        self._sessionID = WireText(bytes: sessionID)
+        self.skill = skill
+        self.timeoutMs = timeoutMs
+        self.parameters = parameters
+    }
+}
+
+/// A client asks the bus to run a whole round (`RoundSpec` in the body).
+public struct RoundRequest: Sendable, Equatable {
+    @WireText public var requestID: String
+    @WireText public var roundID: String
+    @WireText public var sessionID: String
+    /// Milliseconds for the whole round; nil takes the bus's default.
+    public var timeoutMs: Int?
+    /// The round body, JSON (see `RoundSpec.json`).
+    public var body: [UInt8]
+
+    public init(requestID: String, roundID: String, sessionID: String = "", timeoutMs: Int? = nil, body: [UInt8]) {
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), Array(sessionID.utf8), timeoutMs: timeoutMs, body: body)
+    }
+
+    init(frames requestID: [UInt8], _ roundID: [UInt8], _ sessionID: [UInt8], timeoutMs: Int?, body: [UInt8]) {
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
+        self._sessionID = WireText(bytes: sessionID)
+        self.timeoutMs = timeoutMs
+        self.body = body
+    }
+}
+
+/// Messages a client sends to the bus.
+public enum ClientMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round]
+
+    case invoke(InvokeRequest)
+    /// A whole round: one invocation, a fan-out or a plan; answered by one ROUND document.
+    case round(RoundRequest)
+    case listSkills(requestID: String)
+    /// Asks for the whole registry: ENTRY messages, then SNAPSHOT with the sequence number.
+    case snapshot(requestID: String)
+    case listAgents(requestID: String)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .invoke(let request):
+            [
+                Wire.clientHeaderBytes, Wire.Command.request.frame, request.$requestID, request.$roundID,
+                request.$sessionID, Array(request.skill.utf8),
+                Wire.optionalDecimalFrame(request.timeoutMs), request.parameters,
+            ]
+        case .listSkills(let requestID):
+            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8)]
+        case .snapshot(let requestID):
+            [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8)]
+        case .listAgents(let requestID):
+            [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8)]
+        case .round(let request):
+            [
+                Wire.clientHeaderBytes, Wire.Command.round.frame, request.$requestID, request.$roundID,
+                request.$sessionID, Wire.optionalDecimalFrame(request.timeoutMs), request.body,
+            ]
+        }
+    }
+
+    /// Decodes a message whose header frame (frame 0) was already checked to be `SKB1C`.
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> ClientMessage {
+        switch try Wire.command(message, role: "client", expected: commands) {
+        case .request:
+            try Wire.expectFrames(message, 8, "REQUEST")
+            let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
+            let skill = try Wire.text(message, 5, "skill")
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 5 (skill) is empty") }
+            return .invoke(
+                InvokeRequest(
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    try Wire.textFrame(message, 4, "session id"), skill: skill, timeoutMs: timeoutMs,
+                    parameters: message[7]))
+        case .skills:
+            try Wire.expectFrames(message, 3, "SKILLS")
+            return .listSkills(requestID: try Wire.text(message, 2, "request id"))
+        case .snapshot:
+            try Wire.expectFrames(message, 3, "SNAPSHOT")
+            return .snapshot(requestID: try Wire.text(message, 2, "request id"))
+        case .agents:
+            try Wire.expectFrames(message, 3, "AGENTS")
+            return .listAgents(requestID: try Wire.text(message, 2, "request id"))
+        case .round:
+            try Wire.expectFrames(message, 7, "ROUND")
+            let timeoutMs = try Wire.optionalDecimal(message, 5, "timeout", 1...Wire.maxTimeoutMs)
+            return .round(
+                RoundRequest(
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    try Wire.textFrame(message, 4, "session id"), timeoutMs: timeoutMs, body: message[6]))
+        default:
+            throw Wire.unknownCommand(message, role: "client", expected: commands)
+        }
+    }
+}
+
+/// The bus's answer to one invocation.
+public struct InvokeReply: Sendable, Equatable {
+    @WireText public var requestID: String
+    @WireText public var roundID: String
+    public var status: ReplyStatus
+    /// The agent that ran it; empty when none did (unknown skill, busy, …).
+    @WireText public var agent: String
+    public var durationMicros: Int
+    /// `SkillResult` JSON when ok, `SkillbusError` JSON when error, as bytes.
+    public var payload: [UInt8]
+
+    public init(
+        requestID: String, roundID: String, status: ReplyStatus, agent: String, durationMicros: Int,
+        payload: [UInt8]
+    ) {
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), status: status, agent: Array(agent.utf8),
+            durationMicros: durationMicros, payload: payload)
+    }
+
+    init(
+        frames requestID: [UInt8], _ roundID: [UInt8], status: ReplyStatus, agent: [UInt8], durationMicros: Int,
+        payload: [UInt8]
+    ) {
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
+        self.status = status
+        self._agent = WireText(bytes: agent)
+        self.durationMicros = durationMicros
+        self.payload = payload
+    }
+}
+
+/// Messages the bus sends to a client.
+public enum BusToClientMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents, .round]
+
+    case reply(InvokeReply)
+    case skills(requestID: String, catalog: JSONValue)
+    /// One agent's registry entry (JSON, kept as bytes: the bus sends what it serialized once per change,
+    /// and the receiver parses all entries together), part of the answer to SNAPSHOT.
+    case entry(requestID: String, entry: [UInt8])
+    /// Ends the answer to SNAPSHOT: `{"epoch", "seq", "agents": count of ENTRY messages sent, "heartbeatMs"}`.
+    case snapshot(requestID: String, summary: JSONValue)
+    case agents(requestID: String, listing: JSONValue)
+    /// The document that answers a ROUND (JSON, as bytes).
+    case round(requestID: [UInt8], roundID: [UInt8], document: [UInt8])
+    /// The bus could not accept a message; `requestID` is empty when it could not be read.
+    case error(requestID: String, SkillbusError)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .reply(let reply):
+            [
+                Wire.clientHeaderBytes, Wire.Command.reply.frame, reply.$requestID, reply.$roundID, reply.status.frame,
+                reply.$agent, Array(String(reply.durationMicros).utf8), reply.payload,
+            ]
+        case .skills(let requestID, let catalog):
+            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8), catalog.serialized()]
+        case .error(let requestID, let error):
+            [Wire.clientHeaderBytes, Wire.Command.error.frame, Array(requestID.utf8), error.json.serialized()]
+        case .entry(let requestID, let entry):
+            [Wire.clientHeaderBytes, Wire.Command.entry.frame, Array(requestID.utf8), entry]
+        case .snapshot(let requestID, let summary):
+            [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8), summary.serialized()]
+        case .agents(let requestID, let listing):
+            [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8), listing.serialized()]
+        case .round(let requestID, let roundID, let document):
+            [Wire.clientHeaderBytes, Wire.Command.round.frame, requestID, roundID, document]
+        }
+    }
+
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToClientMessage {
+        guard message.first == Wire.clientHeaderBytes else {
+            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.clientHeader)")
+        }
+        switch try Wire.command(message, role: "bus", expected: commands) {
+        case .reply:
+            try Wire.expectFrames(message, 8, "REPLY")
+            let status = try ReplyStatus(frame: message, 4)
+            let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
+            return .reply(
+                InvokeReply(
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    status: status, agent: try Wire.textFrame(message, 5, "agent"), durationMicros: micros,
+                    payload: message[7]))
+        case .skills:
+            try Wire.expectFrames(message, 4, "SKILLS")
+            return .skills(
+                requestID: try Wire.text(message, 2, "request id"), catalog: try Wire.json(message, 3, "catalog"))
+        case .error:
+            try Wire.expectFrames(message, 4, "ERROR")
+            return .error(
+                requestID: try Wire.text(message, 2, "request id"),
+                SkillbusError(json: try Wire.json(message, 3, "error")))
+        case .entry:
+            try Wire.expectFrames(message, 4, "ENTRY")
+            return .entry(requestID: try Wire.text(message, 2, "request id"), entry: message[3])
+        case .snapshot:
+            try Wire.expectFrames(message, 4, "SNAPSHOT")
+            return .snapshot(
+                requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
+        case .agents:
+            try Wire.expectFrames(message, 4, "AGENTS")
+            return .agents(
+                requestID: try Wire.text(message, 2, "request id"), listing: try Wire.json(message, 3, "agents"))
+        case .round:
+            try Wire.expectFrames(message, 5, "ROUND")
+            return .round(
+                requestID: try Wire.textFrame(message, 2, "request id"),
+                roundID: try Wire.textFrame(message, 3, "round id"),
+                document: message[4])
+        default:
+            throw Wire.unknownCommand(message, role: "bus", expected: commands)
+        }
+    }
+}
+

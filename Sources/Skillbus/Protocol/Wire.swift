@@ -1,0 +1,160 @@
+import SkillbusZMQ
+
+/// Wire protocol v1: frame layouts for every message between clients, workers and the bus.
+/// docs/PROTOCOL.md is the normative description; keep the two in step.
+public enum Wire {
+    /// First frame of every client message (after the ROUTER's routing id on the bus side).
+    public static let clientHeader = "SKB1C"
+    /// First frame of every worker message.
+    public static let workerHeader = "SKB1W"
+
+    static let clientHeaderBytes = Array(clientHeader.utf8)
+    static let workerHeaderBytes = Array(workerHeader.utf8)
+
+    /// Reads frame `index` as UTF-8 text, or explains what is wrong with it.
+    static func text(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> String {
+        guard index < message.count else {
+            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+        }
+        guard let text = String(validating: message[index], as: UTF8.self) else {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) is not valid UTF-8")
+        }
+        return text
+    }
+
+    /// Frame `index`, checked to be UTF-8 but kept as bytes: ids the bus only passes along are never
+    /// turned into Strings and back on the hot path.
+    static func textFrame(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> [UInt8] {
+        guard index < message.count else {
+            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+        }
+        let frame = message[index]
+        guard frame.allSatisfy({ $0 < 0x80 }) || String(validating: frame, as: UTF8.self) != nil else {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) is not valid UTF-8")
+        }
+        return frame
+    }
+
+    static func json(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> JSONValue {
+        guard index < message.count else {
+            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+        }
+        do {
+            return try JSONValue(parsing: message[index])
+        } catch {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)): \(error)")
+        }
+    }
+
+    /// Reads frame `index` as a non-negative decimal integer of at most `maximum`.
+    static func decimal(_ message: Multipart, _ index: Int, _ name: String, maximum: Int) throws(SkillbusError) -> Int {
+        let text = try Wire.text(message, index, name)
+        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
+            let value = Int(text),
+            value <= maximum
+        else {
+            throw SkillbusError(
+                .malformedMessage,
+                "frame \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
+        }
+        return value
+    }
+
+    /// The longest timeout or deadline the wire accepts: one day, in milliseconds.
+    public static let maxTimeoutMs = 86_400_000
+
+    /// The commands of v1. Their frames are made once, and incoming ones are looked up by their bytes:
+    /// no String is made or compared for a message's command on the hot path.
+    enum Command: Int, CaseIterable {
+        case request, skills, reply, error, ready, result, state, heartbeat, disconnect, welcome, invoke, cancel
+        case snapshot, entry, agents, round
+
+        /// As it travels: the case name in capitals, `REQUEST`.
+        var name: String { String(describing: self).uppercased() }
+        var frame: [UInt8] { Self.frames[rawValue] }
+
+        static let frames = allCases.map { Array($0.name.utf8) }
+        static let byFrame = Dictionary(uniqueKeysWithValues: allCases.map { ($0.frame, $0) })
+    }
+
+    /// Frame 1 as one of the `expected` commands, or an error naming what was there and what is expected.
+    static func command(_ message: Multipart, role: String, expected: [Command]) throws(SkillbusError) -> Command {
+        guard message.count > 1 else { throw SkillbusError(.malformedMessage, "missing frame 1 (command)") }
+        if let command = Command.byFrame[message[1]], expected.contains(command) { return command }
+        throw unknownCommand(message, role: role, expected: expected)
+    }
+
+    static func unknownCommand(_ message: Multipart, role: String, expected: [Command]) -> SkillbusError {
+        let names = expected.map(\.name)
+        let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names[0]
+        let shown = String(decoding: message[1].prefix(32), as: UTF8.self)
+        return SkillbusError(.malformedMessage, "unknown \(role) command '\(shown)' (expected \(list))")
+    }
+
+    /// HEARTBEAT frames with the interval, when known.
+    static func heartbeat(_ intervalMs: Int?) -> Multipart {
+        [workerHeaderBytes, Command.heartbeat.frame] + (intervalMs.map { [Array(String($0).utf8)] } ?? [])
+    }
+
+    /// HEARTBEAT frame 2, the sender's interval: optional, and from 10 ms to one hour when present.
+    static func heartbeatInterval(_ message: Multipart) throws(SkillbusError) -> Int? {
+        try optionalDecimal(message, 2, "heartbeat interval", 10...CoordinatorState.maxHeartbeatMs)
+    }
+
+    /// An optional decimal frame (a timeout, an interval): empty or absent is nil, else within `range`.
+    static func optionalDecimal(
+        _ message: Multipart, _ index: Int, _ name: String, _ range: ClosedRange<Int>
+    ) throws(SkillbusError) -> Int? {
+        guard message.count > index, !message[index].isEmpty else { return nil }
+        let value = try decimal(message, index, name, maximum: range.upperBound)
+        guard value >= range.lowerBound else {
+            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) must be at least \(range.lowerBound)")
+        }
+        return value
+    }
+
+    /// The frame an optional decimal travels in: empty for nil.
+    static func optionalDecimalFrame(_ value: Int?) -> [UInt8] { Array((value.map(String.init) ?? "").utf8) }
+
+    static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
+        guard message.count == count else {
+            throw SkillbusError(
+                .malformedMessage, "\(command) takes \(count) frames, got \(message.count)")
+        }
+    }
+}
+
+/// A text field kept as the bytes it travels in: the bus copies ids from one message to the next without
+/// turning them into Strings and back. Read and written as a String; the bytes are `$name`.
+@propertyWrapper
+public struct WireText: Sendable, Equatable {
+    public var projectedValue: [UInt8]
+
+    public init(wrappedValue: String) { projectedValue = Array(wrappedValue.utf8) }
+    init(bytes: [UInt8]) { projectedValue = bytes }
+
+    public var wrappedValue: String {
+        get { String(decoding: projectedValue, as: UTF8.self) }
+        set { projectedValue = Array(newValue.utf8) }
+    }
+}
+
+/// How an invocation ended, as the wire spells it.
+public enum ReplyStatus: String, Sendable {
+    case ok, error
+
+    static let okFrame = Array("ok".utf8)
+    static let errorFrame = Array("error".utf8)
+    var frame: [UInt8] { self == .ok ? Self.okFrame : Self.errorFrame }
+
+    init(frame message: Multipart, _ index: Int) throws(SkillbusError) {
+        if message[index] == Self.okFrame {
+            self = .ok
+        } else if message[index] == Self.errorFrame {
+            self = .error
+        } else {
+            let shown = String(decoding: message[index].prefix(32), as: UTF8.self)
+            throw SkillbusError(.malformedMessage, "frame \(index) (status) must be ok or error, got '\(shown)'")
+        }
+    }
+}

@@ -1,0 +1,229 @@
+import SkillbusZMQ
+
+// MARK: - Worker ⇄ bus
+
+/// What a worker tells the bus when it joins.
+public struct Registration: Sendable, Equatable {
+    public var name: String
+    public var capacity: Int
+    public var heartbeatMs: Int
+    public var skills: [SkillDescriptor]
+
+    public init(name: String, capacity: Int, heartbeatMs: Int, skills: [SkillDescriptor]) {
+        self.name = name
+        self.capacity = capacity
+        self.heartbeatMs = heartbeatMs
+        self.skills = skills
+    }
+
+    public var json: JSONValue {
+        [
+            "name": .string(name), "capacity": .number(Double(capacity)), "heartbeatMs": .number(Double(heartbeatMs)),
+            "skills": .array(skills.map(\.json)),
+        ]
+    }
+}
+
+/// An agent's state as shown on the feed.
+public enum AgentState: Sendable, Equatable {
+    case idle, thinking, selectingSkill, streaming, completed
+    case executingSkill(String)
+    case failed(String)
+
+    public var name: String {
+        switch self {
+        case .idle: "idle"
+        case .thinking: "thinking"
+        case .selectingSkill: "selectingSkill"
+        case .streaming: "streaming"
+        case .completed: "completed"
+        case .executingSkill: "executingSkill"
+        case .failed: "failed"
+        }
+    }
+
+    /// `{"state": name}` plus `skill` for executingSkill and `reason` for failed.
+    public var json: JSONValue {
+        switch self {
+        case .executingSkill(let skill): ["state": .string(name), "skill": .string(skill)]
+        case .failed(let reason): ["state": .string(name), "reason": .string(reason)]
+        default: ["state": .string(name)]
+        }
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        switch json["state"]?.stringValue {
+        case "idle": self = .idle
+        case "thinking": self = .thinking
+        case "selectingSkill": self = .selectingSkill
+        case "streaming": self = .streaming
+        case "completed": self = .completed
+        case "executingSkill": self = .executingSkill(json["skill"]?.stringValue ?? "")
+        case "failed": self = .failed(json["reason"]?.stringValue ?? "")
+        default:
+            throw SkillbusError(.malformedMessage, "unknown agent state in \(json.jsonString)")
+        }
+    }
+}
+
+/// Messages a worker sends to the bus.
+public enum WorkerMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect, .skills]
+
+    case ready(JSONValue)
+    case result(invocationID: String, status: ReplyStatus, payload: [UInt8])
+    case state(AgentState)
+    /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
+    case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
+    case disconnect
+    /// A registered worker's new skill list (a JSON array of descriptors), replacing the old one.
+    case skills(JSONValue)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .ready(let registration): [Wire.workerHeaderBytes, Wire.Command.ready.frame, registration.serialized()]
+        case .result(let invocationID, let status, let payload):
+            [Wire.workerHeaderBytes, Wire.Command.result.frame, Array(invocationID.utf8), status.frame, payload]
+        case .state(let state): [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json.serialized()]
+        case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
+        case .heartbeat(let intervalMs, let registry?):
+            [
+                Wire.workerHeaderBytes, Wire.Command.heartbeat.frame, Wire.optionalDecimalFrame(intervalMs),
+                registry.json.serialized(),
+            ]
+        case .disconnect: [Wire.workerHeaderBytes, Wire.Command.disconnect.frame]
+        case .skills(let list): [Wire.workerHeaderBytes, Wire.Command.skills.frame, list.serialized()]
+        }
+    }
+
+    /// Decodes a message whose header frame was already checked to be `SKB1W`.
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> WorkerMessage {
+        switch try Wire.command(message, role: "worker", expected: commands) {
+        case .ready:
+            try Wire.expectFrames(message, 3, "READY")
+            return .ready(try Wire.json(message, 2, "registration"))
+        case .result:
+            try Wire.expectFrames(message, 5, "RESULT")
+            let status = try ReplyStatus(frame: message, 3)
+            return .result(
+                invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
+        case .state:
+            try Wire.expectFrames(message, 3, "STATE")
+            return .state(try AgentState(json: try Wire.json(message, 2, "state")))
+        case .heartbeat:
+            guard (2...4).contains(message.count) else {
+                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 to 4 frames, got \(message.count)")
+            }
+            let intervalMs = try Wire.heartbeatInterval(message)
+            var registry: RegistryPosition?
+            if message.count == 4 {
+                registry = RegistryPosition(json: try Wire.json(message, 3, "registry position"))
+                guard registry != nil else {
+                    throw SkillbusError(.malformedMessage, "frame 3 (registry position) needs 'epoch', 'seq', 'digest'")
+                }
+            }
+            return .heartbeat(intervalMs: intervalMs, registry: registry)
+        case .skills:
+            try Wire.expectFrames(message, 3, "SKILLS")
+            return .skills(try Wire.json(message, 2, "skills"))
+        case .disconnect:
+            try Wire.expectFrames(message, 2, "DISCONNECT")
+            return .disconnect
+        default:
+            throw Wire.unknownCommand(message, role: "worker", expected: commands)
+        }
+    }
+}
+
+/// The bus asks a worker to run one skill.
+public struct Invocation: Sendable, Equatable {
+    public var invocationID: String
+    @WireText public var roundID: String
+    @WireText public var sessionID: String
+    public var skill: String
+    /// Milliseconds left until the deadline when the bus sent it.
+    public var deadlineMs: Int
+    public var parameters: [UInt8]
+
+    public init(
+        invocationID: String, roundID: String, sessionID: String, skill: String, deadlineMs: Int, parameters: [UInt8]
+    ) {
+        self.init(
+            invocationID: invocationID, frames: Array(roundID.utf8), Array(sessionID.utf8), skill: skill,
+            deadlineMs: deadlineMs, parameters: parameters)
+    }
+
+    init(
+        invocationID: String, frames roundID: [UInt8], _ sessionID: [UInt8], skill: String, deadlineMs: Int,
+        parameters: [UInt8]
+    ) {
+        self.invocationID = invocationID
+        self._roundID = WireText(bytes: roundID)
+        self._sessionID = WireText(bytes: sessionID)
+        self.skill = skill
+        self.deadlineMs = deadlineMs
+        self.parameters = parameters
+    }
+}
+
+/// Messages the bus sends to a worker.
+public enum BusToWorkerMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error]
+
+    case welcome(JSONValue)
+    case invoke(Invocation)
+    case cancel(invocationID: String)
+    /// `intervalMs`: the bus's heartbeat interval.
+    case heartbeat(intervalMs: Int?)
+    case error(SkillbusError)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .welcome(let body): [Wire.workerHeaderBytes, Wire.Command.welcome.frame, body.serialized()]
+        case .invoke(let invocation):
+            [
+                Wire.workerHeaderBytes, Wire.Command.invoke.frame, Array(invocation.invocationID.utf8),
+                invocation.$roundID,
+                invocation.$sessionID, Array(invocation.skill.utf8), Array(String(invocation.deadlineMs).utf8),
+                invocation.parameters,
+            ]
+        case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.Command.cancel.frame, Array(invocationID.utf8)]
+        case .heartbeat(let intervalMs): Wire.heartbeat(intervalMs)
+        case .error(let error): [Wire.workerHeaderBytes, Wire.Command.error.frame, error.json.serialized()]
+        }
+    }
+
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
+        guard message.first == Wire.workerHeaderBytes else {
+            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.workerHeader)")
+        }
+        switch try Wire.command(message, role: "bus", expected: commands) {
+        case .welcome:
+            try Wire.expectFrames(message, 3, "WELCOME")
+            return .welcome(try Wire.json(message, 2, "welcome"))
+        case .invoke:
+            try Wire.expectFrames(message, 8, "INVOKE")
+            let deadline = try Wire.decimal(message, 6, "deadline", maximum: Wire.maxTimeoutMs)
+            return .invoke(
+                Invocation(
+                    invocationID: try Wire.text(message, 2, "invocation id"),
+                    frames: try Wire.textFrame(message, 3, "round id"), try Wire.textFrame(message, 4, "session id"),
+                    skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
+        case .cancel:
+            try Wire.expectFrames(message, 3, "CANCEL")
+            return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
+        case .heartbeat:
+            guard (2...3).contains(message.count) else {
+                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 or 3 frames, got \(message.count)")
+            }
+            return .heartbeat(intervalMs: try Wire.heartbeatInterval(message))
+        case .error:
+            try Wire.expectFrames(message, 3, "ERROR")
+            return .error(SkillbusError(json: try Wire.json(message, 2, "error")))
+        default:
+            throw Wire.unknownCommand(message, role: "bus", expected: commands)
+        }
+    }
+}
