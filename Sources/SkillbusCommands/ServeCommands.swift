@@ -160,7 +160,7 @@ public enum WorkerCommand: SkillbusCommand {
         await worker.stop()
         // The goodbye (DISCONNECT) is flushed when the context ends; the worker holds the context, so end
         // it here rather than whenever the last reference goes.
-        context.terminate(within: .seconds(1))
+        await context.terminate(within: .seconds(1))
         return 0
     }
 

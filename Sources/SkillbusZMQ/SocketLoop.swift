@@ -1,14 +1,26 @@
 import Foundation
 import Synchronization
 
-/// Owns one ZeroMQ socket on a dedicated thread.
+// THE CONCURRENCY RULE (docs and ARCHITECTURE.md quote this block; every socket in Skillbus keeps it)
+//
+// 1. Each ZeroMQ socket has one owning thread. That thread creates the socket, configures it, polls it,
+//    sends and receives on it, and closes it. No other thread touches the socket, and no actor holds one.
+// 2. Other code talks to the owning thread through a lock-protected outbox plus a wake-up (a pipe polled
+//    beside the socket). Handing over a message takes one short lock and never waits for the socket.
+// 3. Nothing that runs on Swift's cooperative thread pool blocks: no semaphore waits, no blocking zmq
+//    calls, no thread joins. Async code awaits instead: a continuation that the owning thread resumes
+//    (see `start` and `stopAndWait`). Synchronous forms exist only for synchronous callers and say so.
+// 4. Every loop that waits has a way out: cancellation, a deadline, or shutdown.
+
+/// Owns one ZeroMQ socket on a dedicated thread, by the rule above.
 ///
 /// The thread creates the socket, polls it, sends and receives on it, and closes it. Any other code
 /// hands messages to `send` (a lock-protected outbox plus a wake-up pipe) and reads inbound messages
-/// from `messages`. Nothing here ever blocks Swift's cooperative thread pool.
+/// from `messages`.
 ///
 /// The loop is also a `TaskExecutor`: a task created with `executorPreference: loop.executor` runs on
-/// the socket's own thread, so a quick handler can answer a message with no thread hop at all.
+/// the socket's own thread, so a quick handler can answer a message with no thread hop at all. A job
+/// that reaches a stopped loop runs on a Dispatch thread instead, so no such task is ever stranded.
 public final class SocketLoop: Sendable {
     public let messages: AsyncStream<Multipart>
     /// The endpoint the socket bound or connected to last (with the real port after binding `:*`).
@@ -18,13 +30,45 @@ public final class SocketLoop: Sendable {
     /// Runs tasks that prefer it on the socket's thread, between polls.
     public var executor: any TaskExecutor { shared }
 
-    /// Starts the thread and runs `configure` on it (set options, bind or connect) before returning.
-    /// Throws what `configure` threw, so a bad endpoint is reported to the caller, not lost on a thread.
+    /// What the owning thread reports once the socket is configured: its endpoint, or what went wrong.
+    private typealias Startup = @Sendable (Result<String, any Error>) -> Void
+
+    private init(messages: AsyncStream<Multipart>, endpoint: String, shared: Shared) {
+        self.messages = messages
+        self.endpoint = endpoint
+        self.shared = shared
+    }
+
+    /// Starts the thread and runs `configure` on it (set options, bind or connect); returns once that is
+    /// done, without blocking the caller's thread: the owning thread resumes it. Throws what `configure`
+    /// threw, so a bad endpoint is reported to the caller, not lost on a thread.
     ///
     /// Inbound messages go to `messages`, or, when `onMessage` is given, straight to that handler on the
     /// owning thread (one hop less; the handler must be quick and must not block). `beforeWait` runs on
     /// the owning thread each time the loop has drained its work and is about to wait.
-    public init(
+    public static func start(
+        context: ZMQContext,
+        type: ZMQSocketType,
+        name: String,
+        configure: @escaping @Sendable (ZMQSocket) throws -> Void,
+        onMessage: (@Sendable (Multipart) -> Void)? = nil,
+        beforeWait: (@Sendable () -> Void)? = nil
+    ) async throws -> SocketLoop {
+        let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
+        let shared = Shared(wakePipe: try WakePipe())
+        return try await withCheckedThrowingContinuation { started in
+            launch(
+                shared: shared, inbound: continuation, context: context, type: type, name: name,
+                configure: configure, onMessage: onMessage, beforeWait: beforeWait
+            ) { outcome in
+                started.resume(with: outcome.map { SocketLoop(messages: stream, endpoint: $0, shared: shared) })
+            }
+        }
+    }
+
+    /// The synchronous form of `start`, for synchronous callers only: it blocks the calling thread until
+    /// the owning thread has configured the socket. Async code uses `start`.
+    public convenience init(
         context: ZMQContext,
         type: ZMQSocketType,
         name: String,
@@ -33,43 +77,47 @@ public final class SocketLoop: Sendable {
         beforeWait: (@Sendable () -> Void)? = nil
     ) throws {
         let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
-        self.messages = stream
         let shared = Shared(wakePipe: try WakePipe())
-        self.shared = shared
-
         let started = DispatchSemaphore(value: 0)
         let startup = Mutex<Result<String, any Error>>(.success(""))
+        Self.launch(
+            shared: shared, inbound: continuation, context: context, type: type, name: name,
+            configure: configure, onMessage: onMessage, beforeWait: beforeWait
+        ) { outcome in
+            startup.withLock { $0 = outcome }
+            started.signal()
+        }
+        started.wait()
+        self.init(messages: stream, endpoint: try startup.withLock { $0 }.get(), shared: shared)
+    }
+
+    /// Starts the owning thread; it calls `started` once, from itself, when the socket is configured.
+    private static func launch(
+        shared: Shared, inbound: AsyncStream<Multipart>.Continuation, context: ZMQContext, type: ZMQSocketType,
+        name: String, configure: @escaping @Sendable (ZMQSocket) throws -> Void,
+        onMessage: (@Sendable (Multipart) -> Void)?, beforeWait: (@Sendable () -> Void)?, started: @escaping Startup
+    ) {
         let thread = Thread {
             shared.loopThread.store(UInt(pthread_self()), ordering: .releasing)
+            defer {
+                inbound.finish()
+                shared.exited()
+            }
             let socket: ZMQSocket
             do {
                 socket = try ZMQSocket(context: context, type: type)
                 try configure(socket)
-                let endpoint = socket.lastEndpoint
-                startup.withLock { $0 = .success(endpoint) }
             } catch {
-                startup.withLock { $0 = .failure(error) }
-                started.signal()
-                continuation.finish()
-                shared.stopped.signal()
+                started(.failure(error))
                 return
             }
-            started.signal()
-            let deliver = onMessage ?? { continuation.yield($0) }
+            started(.success(socket.lastEndpoint))
+            let deliver = onMessage ?? { inbound.yield($0) }
             shared.run(socket: socket, deliver: deliver, beforeWait: beforeWait ?? {})
             socket.close()
-            continuation.finish()
-            shared.stopped.signal()
         }
         thread.name = name
         thread.start()
-        started.wait()
-        switch startup.withLock({ $0 }) {
-        case .success(let endpoint): self.endpoint = endpoint
-        case .failure(let error):
-            shared.wakePipe.close()
-            throw error
-        }
     }
 
     /// Queues `message` for the owning thread to send. Never blocks.
@@ -82,16 +130,22 @@ public final class SocketLoop: Sendable {
         shared.submit { _ in }
     }
 
-    /// Stops the thread, closes the socket and ends `messages`. Waits for the thread to leave.
+    /// Asks the owning thread to stop: it hands what the outbox holds to libzmq (the socket's linger
+    /// bounds that flush), closes the socket and ends `messages`. Returns at once and never blocks, so it
+    /// is safe anywhere: in `deinit`, in `defer`, on the cooperative pool. Only the first call counts.
     public func stop() {
         let first = shared.outbox.withLock { box -> Bool in
             defer { box.stopping = true }
             return !box.stopping
         }
-        guard first else { return }
-        shared.wakePipe.wake()
-        shared.stopped.wait()
-        shared.wakePipe.close()
+        if first { shared.wakePipe.wake() }
+    }
+
+    /// Stops the loop and returns once its thread has closed the socket and left. Awaits (the owning
+    /// thread resumes it), never blocks; the wait is bounded by whatever handler the thread is running.
+    public func stopAndWait() async {
+        stop()
+        await shared.waitForExit()
     }
 }
 
@@ -108,31 +162,70 @@ extension SocketLoop {
     final class Shared: TaskExecutor, Sendable {
         let outbox = Mutex(Outbox())
         let wakePipe: WakePipe
-        let stopped = DispatchSemaphore(value: 0)
         let loopThread = Atomic<UInt>(0)
+        /// Whether the owning thread has left, and who awaits that.
+        private let exit = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
         init(wakePipe: WakePipe) { self.wakePipe = wakePipe }
+
+        /// The pipe closes when nobody can write to it any more: whoever could wake the loop holds `self`.
+        deinit { wakePipe.close() }
+
+        /// Called by the owning thread as it leaves: resumes whoever awaits that, and hands the jobs it
+        /// will never run to a Dispatch thread.
+        func exited() {
+            let jobs = outbox.withLock { box in
+                box.stopping = true
+                defer { box.jobs.removeAll() }
+                return box.jobs
+            }
+            for job in jobs { runElsewhere(job) }
+            let waiters = exit.withLock { exit in
+                exit.done = true
+                defer { exit.waiters.removeAll() }
+                return exit.waiters
+            }
+            for waiter in waiters { waiter.resume() }
+        }
+
+        func waitForExit() async {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = exit.withLock { exit in
+                    if !exit.done { exit.waiters.append(continuation) }
+                    return exit.done
+                }
+                if done { continuation.resume() }
+            }
+        }
 
         var onLoopThread: Bool {
             loopThread.load(ordering: .acquiring) == UInt(pthread_self())
         }
 
         /// Changes the outbox and wakes the loop, unless the caller is the loop (it looks again anyway).
-        func submit(_ change: (inout Outbox) -> Void) {
+        /// Returns false, changing nothing, once the loop is stopping.
+        @discardableResult
+        func submit(_ change: (inout Outbox) -> Void) -> Bool {
             let inside = onLoopThread
-            let needsWake = outbox.withLock { box -> Bool in
-                guard !box.stopping else { return false }
+            let (accepted, needsWake) = outbox.withLock { box -> (Bool, Bool) in
+                guard !box.stopping else { return (false, false) }
                 change(&box)
-                guard !inside, !box.woken else { return false }
+                guard !inside, !box.woken else { return (true, false) }
                 box.woken = true
-                return true
+                return (true, true)
             }
             if needsWake { wakePipe.wake() }
+            return accepted
         }
 
         func enqueue(_ job: consuming ExecutorJob) {
             let job = UnownedJob(job)
-            submit { $0.jobs.append(job) }
+            if !submit({ $0.jobs.append(job) }) { runElsewhere(job) }
+        }
+
+        /// A job for a loop that will not run it: a task resumed after its loop stopped must still finish.
+        private func runElsewhere(_ job: UnownedJob) {
+            DispatchQueue.global().async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
         }
 
         func run(socket: ZMQSocket, deliver: (Multipart) -> Void, beforeWait: () -> Void) {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import SkillbusZMQ
@@ -56,16 +57,71 @@ struct SocketLoopTests {
         }
     }
 
-    @Test("stop returns promptly even with unsent messages and no peer")
-    func stopNeverHangs() throws {
+    @Test("stopAndWait ends promptly even with unsent messages and no peer")
+    func stopNeverHangs() async throws {
         let context = try ZMQContext()
-        let loop = try SocketLoop(context: context, type: .dealer, name: "lonely") {
+        let loop = try await SocketLoop.start(context: context, type: .dealer, name: "lonely") {
             try $0.connect("tcp://127.0.0.1:1")
         }
         for _ in 0..<100 { loop.send([Array("nobody listens".utf8)]) }
-        let start = ContinuousClock.now
-        loop.stop()
-        #expect(ContinuousClock.now - start < .seconds(2))
+        #expect(await withDeadline(.seconds(10)) { await loop.stopAndWait() } != nil)
+        // The loop has left: `messages` is finished.
+        #expect(await withDeadline(.seconds(10)) { await loop.messages.first { _ in true } } == .some(nil))
+    }
+
+    @Test("start fails with the configure error, asynchronously too")
+    func badEndpointAsync() async throws {
+        let context = try ZMQContext()
+        await #expect(throws: ZMQError.self) {
+            _ = try await SocketLoop.start(context: context, type: .router, name: "bad") {
+                try $0.bind("tcp://256.0.0.1:1")
+            }
+        }
+    }
+
+    /// A loop used as a one-thread executor: while one task on it waits for another loop's thread, a
+    /// second task on it can run only if the first one is suspended rather than blocking the thread.
+    @Test("start and stopAndWait suspend the caller; they never block its thread")
+    func neverBlocksTheCaller() async throws {
+        let context = try ZMQContext()
+        let host = try await SocketLoop.start(context: context, type: .pair, name: "host") {
+            try $0.bind("inproc://host-\(UUID().uuidString)")
+        }
+        defer { host.stop() }
+
+        // Start: the new loop's thread holds its configuration until the gate opens.
+        let configuring = Gate()
+        let starting = Task(executorPreference: host.executor) {
+            try await SocketLoop.start(context: context, type: .dealer, name: "slow-start") { _ in configuring.pass() }
+        }
+        let ranDuringStart = Task(executorPreference: host.executor) { true }  // queued after `starting`
+        #expect(await withDeadline(.seconds(10)) { await ranDuringStart.value } == true)
+        configuring.open()
+        let slow = try await starting.value
+
+        // Stop: the loop's thread is inside a slow handler until the gate opens.
+        let handling = Gate()
+        let busy = Gate()
+        let loop = try await SocketLoop.start(
+            context: context, type: .dealer, name: "slow-stop", configure: { _ in },
+            beforeWait: { if busy.isOpen { handling.pass() } })
+        busy.open()
+        loop.wake()
+        let stopping = Task(executorPreference: host.executor) { await loop.stopAndWait() }
+        let ranDuringStop = Task(executorPreference: host.executor) { true }  // queued after `stopping`
+        #expect(await withDeadline(.seconds(10)) { await ranDuringStop.value } == true)
+        handling.open()
+        #expect(await withDeadline(.seconds(10)) { await stopping.value } != nil)
+        await slow.stopAndWait()
+    }
+
+    @Test("a task that prefers a stopped loop still runs")
+    func jobsAfterStop() async throws {
+        let context = try ZMQContext()
+        let loop = try await SocketLoop.start(context: context, type: .dealer, name: "gone") { _ in }
+        await loop.stopAndWait()
+        let late = Task(executorPreference: loop.executor) { 42 }
+        #expect(await withDeadline(.seconds(10)) { await late.value } == 42)
     }
 
     @Test("a ROUTER with mandatory routing reports an unknown peer as EHOSTUNREACH")
@@ -79,5 +135,23 @@ struct SocketLoopTests {
         } throws: { error in
             (error as? ZMQError)?.hostUnreachable == true
         }
+    }
+}
+
+/// Holds whoever calls `pass()` until `open()`. Only for a socket's own thread in a test, never the pool.
+final class Gate: Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    private let opened = Atomic<Bool>(false)
+
+    var isOpen: Bool { opened.load(ordering: .acquiring) }
+
+    func open() {
+        guard !opened.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        semaphore.signal()
+    }
+
+    func pass() {
+        semaphore.wait()
+        semaphore.signal()
     }
 }

@@ -172,7 +172,7 @@ public final class AgentWorker: Sendable {
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
         socket.send(WorkerMessage.disconnect.encoded())
-        socket.stop()
+        await socket.stopAndWait()
         state.withLock { $0.replica }?.close()
         client.close()
     }
