@@ -7,64 +7,10 @@ import Testing
 /// A raw DEALER on the bus, to send what no well-behaved client would.
 final class RawPeer: Sendable {
     let socket: SocketLoop
-    private let inbox: Inbox
-
-    /// Messages that arrived and callers waiting for one. A timed-out wait leaves later messages intact.
-    private final class Inbox: Sendable {
-        private struct Queue {
-            var messages: [Multipart] = []
-            var waiter: (id: Int, continuation: CheckedContinuation<Multipart?, Never>)?
-            var nextWaiter = 0
-        }
-        private let queue = Mutex(Queue())
-
-        func deliver(_ message: Multipart) {
-            let waiter = queue.withLock { queue -> CheckedContinuation<Multipart?, Never>? in
-                if let waiter = queue.waiter {
-                    queue.waiter = nil
-                    return waiter.continuation
-                }
-                queue.messages.append(message)
-                return nil
-            }
-            waiter?.resume(returning: message)
-        }
-
-        func next(timeout: Duration) async -> Multipart? {
-            let id = queue.withLock { queue -> Int in
-                queue.nextWaiter += 1
-                return queue.nextWaiter
-            }
-            return await withTaskGroup(of: Multipart?.self) { group in
-                group.addTask {
-                    await withCheckedContinuation { continuation in
-                        let ready = self.queue.withLock { queue -> Multipart? in
-                            if !queue.messages.isEmpty { return queue.messages.removeFirst() }
-                            queue.waiter = (id, continuation)
-                            return nil
-                        }
-                        if let ready { continuation.resume(returning: ready) }
-                    }
-                }
-                group.addTask {
-                    guard (try? await Task.sleep(for: timeout)) != nil else { return nil }
-                    let waiter = self.queue.withLock { queue -> CheckedContinuation<Multipart?, Never>? in
-                        guard let waiter = queue.waiter, waiter.id == id else { return nil }
-                        queue.waiter = nil
-                        return waiter.continuation
-                    }
-                    waiter?.resume(returning: nil)
-                    return nil
-                }
-                let first = await group.next() ?? nil
-                group.cancelAll()
-                return first
-            }
-        }
-    }
+    private let inbox: MessageInbox
 
     init(_ endpoint: String, context: ZMQContext) throws {
-        let inbox = Inbox()
+        let inbox = MessageInbox()
         self.inbox = inbox
         socket = try SocketLoop(
             context: context, type: .dealer, name: "raw-peer",
@@ -84,6 +30,61 @@ final class RawPeer: Sendable {
     }
 
     func close() { socket.stop() }
+}
+
+/// Messages that arrived and callers waiting for one. A timed-out wait leaves later messages intact.
+final class MessageInbox: Sendable {
+    private struct Queue {
+        var messages: [Multipart] = []
+        var waiter: (id: Int, continuation: CheckedContinuation<Multipart?, Never>)?
+        var nextWaiter = 0
+    }
+    private let queue = Mutex(Queue())
+
+    func deliver(_ message: Multipart) {
+        let waiter = queue.withLock { queue -> CheckedContinuation<Multipart?, Never>? in
+            if let waiter = queue.waiter {
+                queue.waiter = nil
+                return waiter.continuation
+            }
+            queue.messages.append(message)
+            return nil
+        }
+        waiter?.resume(returning: message)
+    }
+
+    func next(timeout: Duration) async -> Multipart? {
+        let id = queue.withLock { queue -> Int in
+            queue.nextWaiter += 1
+            return queue.nextWaiter
+        }
+        return await withTaskGroup(of: Multipart?.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let ready = self.queue.withLock { queue -> Multipart? in
+                        if !queue.messages.isEmpty { return queue.messages.removeFirst() }
+                        queue.waiter = (id, continuation)
+                        return nil
+                    }
+                    if let ready { continuation.resume(returning: ready) }
+                }
+            }
+            group.addTask {
+                // Cancelled once a message came; the waiter is then gone and this changes nothing.
+                try? await Task.sleep(for: timeout)
+                let waiter = self.queue.withLock { queue -> CheckedContinuation<Multipart?, Never>? in
+                    guard let waiter = queue.waiter, waiter.id == id else { return nil }
+                    queue.waiter = nil
+                    return waiter.continuation
+                }
+                waiter?.resume(returning: nil)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
 }
 
 func text(_ frame: [UInt8]) -> String { String(decoding: frame, as: UTF8.self) }

@@ -25,42 +25,61 @@ public struct InvocationOutcome: Sendable, Equatable {
 public final class SkillbusClient: Sendable {
     public let endpoint: String
     private let socket: SocketLoop
-    private let pending = PendingReplies()
+    private let pending: PendingReplies
     /// ENTRY messages of snapshots being received, by request id; the SNAPSHOT that ends one resolves it.
-    private let snapshotEntries = SnapshotEntries()
+    private let snapshotEntries: SnapshotEntries
     private let nextID = Atomic<UInt64>(0)
     private let idPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
 
-    public init(endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20) throws {
+    private init(endpoint: String, pending: PendingReplies, snapshotEntries: SnapshotEntries, socket: SocketLoop) {
         self.endpoint = endpoint
-        let pending = self.pending
-        let snapshotEntries = self.snapshotEntries
+        self.pending = pending
+        self.snapshotEntries = snapshotEntries
+        self.socket = socket
+    }
+
+    /// Connects to the bus at `endpoint`. The synchronous form, for synchronous callers: it blocks the
+    /// calling thread until the socket's thread has connected. Async code uses `connect(endpoint:…)`.
+    public convenience init(endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20) throws {
+        let (pending, entries) = (PendingReplies(), SnapshotEntries())
+        let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, pending, entries)
+        let socket = try SocketLoop(
+            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage)
+        self.init(endpoint: endpoint, pending: pending, snapshotEntries: entries, socket: socket)
+    }
+
+    /// Connects to the bus at `endpoint`, awaiting the socket's thread instead of blocking.
+    public static func connect(
+        endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20
+    ) async throws -> SkillbusClient {
+        let (pending, entries) = (PendingReplies(), SnapshotEntries())
+        let (configure, onMessage) = handlers(endpoint, maxMessageBytes, pending, entries)
+        let socket = try await SocketLoop.start(
+            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage)
+        return SkillbusClient(endpoint: endpoint, pending: pending, snapshotEntries: entries, socket: socket)
+    }
+
+    private static func handlers(
+        _ endpoint: String, _ maxMessageBytes: Int, _ pending: PendingReplies, _ entries: SnapshotEntries
+    ) -> (configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void) {
         let maxBytes = Int64(maxMessageBytes) * 4 + 4096
-        socket = try SocketLoop(
-            context: context, type: .dealer, name: "skillbus-client",
-            configure: { socket in
+        return (
+            { socket in
                 try socket.setMaxMessageSize(maxBytes)
                 try socket.connect(endpoint)
             },
-            onMessage: { message in
-                // Replies are matched to waiting callers by request id; anything else is dropped.
-                guard let decoded = try? BusToClientMessage.decode(message) else { return }
-                let requestID: String
-                switch decoded {
-                case .reply(let reply): requestID = reply.requestID
-                case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _): requestID = id
-                case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
-                case .entry(let id, let entry):
-                    snapshotEntries.table.withLock { $0[id]?.append(entry) }
-                    return
-                }
-                pending.resolve(requestID, with: decoded)
-            })
+            { message in receive(message, pending: pending, snapshotEntries: entries) }
+        )
     }
 
     deinit { socket.stop() }
 
+    /// Closes the connection. Returns at once, never blocks; calls still waiting end as cancelled or
+    /// unreachable, as their own cancellation or deadline says.
     public func close() { socket.stop() }
+
+    /// Closes the connection and awaits the socket's thread.
+    func closeAndWait() async { await socket.stopAndWait() }
 
     /// Runs `skill` on some agent. Throws only when no answer came (`unreachable`) or the reply was bad;
     /// a skill that failed comes back as an outcome with `status == .error`.
@@ -74,7 +93,7 @@ public final class SkillbusClient: Sendable {
             requestID: requestID, roundID: roundID, sessionID: sessionID, skill: skill, timeoutMs: max(1, timeoutMs),
             parameters: parameters.serialized())
         // The bus answers `timeout` itself at the deadline; the extra second is for that answer to arrive.
-        let answer = await exchange(.invoke(request), requestID: requestID, waitFor: timeout + .seconds(1))
+        let answer = try await exchange(.invoke(request), requestID: requestID, waitFor: timeout + .seconds(1))
         switch answer {
         case .reply(let reply):
             var outcome = InvocationOutcome(
@@ -102,7 +121,13 @@ public final class SkillbusClient: Sendable {
     public func snapshot(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> RegistrySnapshot {
         let requestID = makeRequestID()
         snapshotEntries.table.withLock { $0[requestID] = [] }
-        let answer = await exchange(.snapshot(requestID: requestID), requestID: requestID, waitFor: timeout)
+        let answer: BusToClientMessage?
+        do {
+            answer = try await exchange(.snapshot(requestID: requestID), requestID: requestID, waitFor: timeout)
+        } catch {
+            snapshotEntries.table.withLock { _ = $0.removeValue(forKey: requestID) }
+            throw error
+        }
         let entries = snapshotEntries.table.withLock { $0.removeValue(forKey: requestID) } ?? []
         switch answer {
         case .snapshot(_, let summary):
@@ -166,7 +191,7 @@ public final class SkillbusClient: Sendable {
             requestID: requestID, roundID: roundID, sessionID: sessionID,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))),
             body: spec.json.serialized())
-        switch await exchange(.round(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
+        switch try await exchange(.round(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
         case .round(_, _, let document):
             do {
                 return try JSONValue(parsing: document)
@@ -181,7 +206,7 @@ public final class SkillbusClient: Sendable {
     /// Live agents with skills, capacity, load, state and heartbeat age (the `skillbus agents` listing).
     public func agents(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
         let requestID = makeRequestID()
-        switch await exchange(.listAgents(requestID: requestID), requestID: requestID, waitFor: timeout) {
+        switch try await exchange(.listAgents(requestID: requestID), requestID: requestID, waitFor: timeout) {
         case .agents(_, let listing): return listing
         case .error(_, let error): throw error
         default: throw unreachable(after: timeout)
@@ -191,7 +216,7 @@ public final class SkillbusClient: Sendable {
     /// The bus's catalog: every skill on offer with its schema and providers.
     public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
         let requestID = makeRequestID()
-        switch await exchange(.listSkills(requestID: requestID), requestID: requestID, waitFor: timeout) {
+        switch try await exchange(.listSkills(requestID: requestID), requestID: requestID, waitFor: timeout) {
         case .skills(_, let catalog): return catalog
         case .error(_, let error): throw error
         default: throw unreachable(after: timeout)
@@ -206,27 +231,75 @@ public final class SkillbusClient: Sendable {
         SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
     }
 
-    /// Sends `message` and waits for the reply with `requestID`, or nil after `waitFor`.
-    private func exchange(_ message: ClientMessage, requestID: String, waitFor: Duration) async -> BusToClientMessage? {
-        await withTaskGroup(of: BusToClientMessage?.self) { group in
+    /// Sends `message` and waits for the reply with `requestID`; nil when none came within `waitFor`.
+    /// A cancelled caller returns at once with `cancelled`; its entry goes, so a late reply is dropped.
+    private func exchange(
+        _ message: ClientMessage, requestID: String, waitFor: Duration
+    ) async throws(SkillbusError) -> BusToClientMessage? {
+        let pending = self.pending
+        let socket = self.socket
+        let answer = await withTaskGroup(of: PendingReplies.Answer?.self) { group in
             group.addTask {
-                await withCheckedContinuation { continuation in
-                    self.pending.add(requestID, continuation)
-                    self.socket.send(message.encoded())
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { continuation in
+                        pending.add(requestID, continuation)
+                        socket.send(message.encoded())
+                    }
+                } onCancel: {
+                    pending.finish(requestID, with: .cancelled)
                 }
             }
             group.addTask {
-                // Cancelled once the reply is in; otherwise the caller gets nil. Whoever removes the entry
-                // resumes it: the reply or this timer, never both.
-                guard (try? await Task.sleep(for: waitFor)) != nil else { return nil }
-                self.pending.expire(requestID)
+                // Cancelled once the answer is in (or the caller is); otherwise it ends the wait.
+                if (try? await Task.sleep(for: waitFor)) != nil { pending.finish(requestID, with: .timedOut) }
                 return nil
             }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+            var answer = PendingReplies.Answer.cancelled
+            for await result in group {
+                guard let result else { continue }
+                answer = result
+                group.cancelAll()
+            }
+            return answer
+        }
+        pending.forget(requestID)
+        switch answer {
+        case .message(let reply): return reply
+        case .timedOut: return nil
+        case .cancelled:
+            throw SkillbusError(.cancelled, "request \(requestID) was cancelled before the coordinator answered")
         }
     }
+
+    /// Runs on the socket's thread: hands each reply to the caller waiting for its request id. A reply
+    /// that does not decode still ends its caller's wait, saying what was wrong, when its id is readable.
+    private static func receive(_ message: Multipart, pending: PendingReplies, snapshotEntries: SnapshotEntries) {
+        let decoded: BusToClientMessage
+        do {
+            decoded = try BusToClientMessage.decode(message)
+        } catch {
+            guard message.count > 2, let requestID = String(validating: message[2], as: UTF8.self) else { return }
+            let command = String(decoding: message[1].prefix(32), as: UTF8.self)
+            let problem = SkillbusError(
+                .malformedMessage,
+                "the coordinator's \(command) for request \(requestID) could not be read: \(error.message)")
+            pending.finish(requestID, with: .message(.error(requestID: requestID, problem)))
+            return
+        }
+        let requestID: String
+        switch decoded {
+        case .reply(let reply): requestID = reply.requestID
+        case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _): requestID = id
+        case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
+        case .entry(let id, let entry):
+            snapshotEntries.table.withLock { $0[id]?.append(entry) }
+            return
+        }
+        pending.finish(requestID, with: .message(decoded))
+    }
+
+    /// How many callers wait for an answer; a cancelled or timed-out caller leaves none behind.
+    var waitingCallers: Int { pending.count }
 }
 
 /// ENTRY messages of snapshots being received, by request id.
@@ -236,38 +309,47 @@ private final class SnapshotEntries: Sendable {
 
 /// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.
 private final class PendingReplies: Sendable {
+    enum Answer: Sendable {
+        case message(BusToClientMessage)
+        case timedOut
+        case cancelled
+    }
+
     private struct Table {
-        var waiting: [String: CheckedContinuation<BusToClientMessage?, Never>] = [:]
-        /// Ids whose time ran out before their caller was even registered.
-        var expired: Set<String> = []
+        var waiting: [String: CheckedContinuation<Answer, Never>] = [:]
+        /// Time-outs and cancellations that came before their caller was even registered.
+        var early: [String: Answer] = [:]
     }
 
     private let table = Mutex(Table())
 
-    /// Registers a caller; one whose time already ran out is answered nil at once.
-    func add(_ requestID: String, _ continuation: CheckedContinuation<BusToClientMessage?, Never>) {
-        let late = table.withLock { table -> Bool in
-            if table.expired.remove(requestID) != nil { return true }
+    /// Callers waiting, plus early answers not yet taken (none once every exchange is over).
+    var count: Int { table.withLock { $0.waiting.count + $0.early.count } }
+
+    /// Registers a caller; one whose wait already ended (timed out, cancelled) is answered at once.
+    func add(_ requestID: String, _ continuation: CheckedContinuation<Answer, Never>) {
+        let early = table.withLock { table -> Answer? in
+            if let early = table.early.removeValue(forKey: requestID) { return early }
             table.waiting[requestID] = continuation
-            return false
+            return nil
         }
-        if late { continuation.resume(returning: nil) }
+        if let early { continuation.resume(returning: early) }
     }
 
-    /// A reply arrived: hands it to its caller, if one still waits.
-    func resolve(_ requestID: String, with message: BusToClientMessage) {
-        table.withLock { $0.waiting.removeValue(forKey: requestID) }?.resume(returning: message)
+    /// Ends a caller's wait with `answer`, if it still waits. A reply for nobody is dropped; a time-out
+    /// or a cancellation that overtook its caller's registration is kept for it.
+    func finish(_ requestID: String, with answer: Answer) {
+        let continuation = table.withLock { table -> CheckedContinuation<Answer, Never>? in
+            if let continuation = table.waiting.removeValue(forKey: requestID) { return continuation }
+            if case .message = answer { return nil }
+            if table.early[requestID] == nil { table.early[requestID] = answer }
+            return nil
+        }
+        continuation?.resume(returning: answer)
     }
 
-    /// The caller's time ran out: it gets nil, now or as soon as it registers.
-    func expire(_ requestID: String) {
-        let continuation = table.withLock { table -> CheckedContinuation<BusToClientMessage?, Never>? in
-            guard let continuation = table.waiting.removeValue(forKey: requestID) else {
-                table.expired.insert(requestID)
-                return nil
-            }
-            return continuation
-        }
-        continuation?.resume(returning: nil)
+    /// The exchange is over: drops a time-out or cancellation that raced with its answer.
+    func forget(_ requestID: String) {
+        table.withLock { _ = $0.early.removeValue(forKey: requestID) }
     }
 }

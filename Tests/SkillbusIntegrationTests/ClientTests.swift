@@ -1,0 +1,148 @@
+import Foundation
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+@testable import Skillbus
+
+/// A stand-in for the coordinator: a raw ROUTER on an ephemeral port that answers only what a test tells it.
+final class FakeBus: Sendable {
+    let socket: SocketLoop
+    private let inbox = MessageInbox()
+
+    init(context: ZMQContext) async throws {
+        let inbox = self.inbox
+        socket = try await SocketLoop.start(
+            context: context, type: .router, name: "fake-bus",
+            configure: { socket in try socket.bind("tcp://127.0.0.1:*") },
+            onMessage: { message in inbox.deliver(message) })
+    }
+
+    var endpoint: String { socket.endpoint }
+
+    /// The next message, routing id first.
+    func next(timeout: Duration = .seconds(10)) async throws -> Multipart {
+        guard let message = await inbox.next(timeout: timeout) else { throw TimedOut(what: "a message at the fake bus") }
+        return message
+    }
+
+    /// The next message whose command frame (after routing id and header) is `command`.
+    func next(_ command: String, timeout: Duration = .seconds(10)) async throws -> Multipart {
+        while true {
+            let message = try await next(timeout: timeout)
+            if message.count > 2, message[2] == Array(command.utf8) { return message }
+        }
+    }
+
+    func send(_ frames: Multipart) { socket.send(frames) }
+
+    func close() { socket.stop() }
+}
+
+@Suite("Client: cancellation and bad replies", .timeLimit(.minutes(2)))
+struct ClientTests {
+    let context: ZMQContext
+
+    init() throws { context = try ZMQContext() }
+
+    /// Nobody listens on port 1; a long timeout that no test may wait for.
+    static let deadEndpoint = "tcp://127.0.0.1:1"
+
+    @Test("a call to a dead coordinator that is cancelled ends at once as cancelled and leaves no entry")
+    func cancelledCall() async throws {
+        let client = try await SkillbusClient.connect(endpoint: Self.deadEndpoint, context: context)
+        defer { client.close() }
+        let call = Task {
+            await failure { _ = try await client.invoke("echo", parameters: ["text": "hello"], timeout: .seconds(600)) }
+        }
+        try await waitUntil("the call to wait for its reply") { client.waitingCallers == 1 }
+        call.cancel()
+        let error = await withDeadline(.seconds(10)) { await call.value }
+        #expect(error??.code == .cancelled)
+        #expect(client.waitingCallers == 0)
+    }
+
+    @Test("a call made by a task that is already cancelled does not wait at all")
+    func alreadyCancelled() async throws {
+        let client = try await SkillbusClient.connect(endpoint: Self.deadEndpoint, context: context)
+        defer { client.close() }
+        let call = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await failure { _ = try await client.agents(timeout: .seconds(600)) }
+        }
+        let error = await withDeadline(.seconds(10)) { await call.value }
+        #expect(error??.code == .cancelled)
+        #expect(client.waitingCallers == 0)
+    }
+
+    @Test("a reply that arrives after its caller gave up is dropped")
+    func lateReply() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let client = try await SkillbusClient.connect(endpoint: bus.endpoint, context: context)
+        defer { client.close() }
+        let call = Task { try? await client.skills(timeout: .seconds(600)) }
+        let request = try await bus.next("SKILLS")
+        call.cancel()
+        #expect(await withDeadline(.seconds(10)) { await call.value } == .some(nil))
+        bus.send([request[0], Array("SKB1C".utf8), Array("SKILLS".utf8), request[3], Array("{}".utf8)])
+        // The next call is answered normally: the late reply resolved nobody and left nothing behind.
+        let next = Task { try await client.skills(timeout: .seconds(600)) }
+        let second = try await bus.next("SKILLS")
+        bus.send([second[0], Array("SKB1C".utf8), Array("SKILLS".utf8), second[3], Array(#"{"n":2}"#.utf8)])
+        #expect(await withDeadline(.seconds(10)) { try? await next.value } == .some(["n": 2]))
+        #expect(client.waitingCallers == 0)
+    }
+
+    @Test(
+        "a reply with a readable request id that does not decode fails its caller with malformed_message",
+        arguments: [
+            (["round-1", "ok"], "REPLY takes 8 frames, got 5"),
+            (["round-1", "maybe", "alpha", "12", #"{"type":"text","text":"hi"}"#], "frame 4 (status)"),
+            (["round-1", "ok", "alpha", "soon", #"{"type":"text","text":"hi"}"#], "frame 6 (duration)"),
+        ])
+    func malformedReply(frames: [String], problem: String) async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let client = try await SkillbusClient.connect(endpoint: bus.endpoint, context: context)
+        defer { client.close() }
+        let call = Task {
+            await failure { _ = try await client.invoke("echo", parameters: ["text": "hi"], timeout: .seconds(600)) }
+        }
+        let request = try await bus.next("REQUEST")
+        bus.send([request[0], Array("SKB1C".utf8), Array("REPLY".utf8), request[3]] + frames.map { Array($0.utf8) })
+        let outcome = await withDeadline(.seconds(10)) { await call.value }
+        let error = try #require(outcome ?? nil, "no error within the deadline")
+        #expect(error.code == .malformedMessage)
+        #expect(error.message.contains("REPLY"))
+        #expect(error.message.contains(problem))
+        #expect(client.waitingCallers == 0)
+    }
+
+    @Test("a SKILLS answer whose catalog is not JSON fails its caller with malformed_message")
+    func malformedCatalog() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let client = try await SkillbusClient.connect(endpoint: bus.endpoint, context: context)
+        defer { client.close() }
+        let call = Task { await failure { _ = try await client.skills(timeout: .seconds(600)) } }
+        let request = try await bus.next("SKILLS")
+        bus.send([request[0], Array("SKB1C".utf8), Array("SKILLS".utf8), request[3], Array("{oops".utf8)])
+        let error = await withDeadline(.seconds(10)) { await call.value }
+        #expect(error??.code == .malformedMessage)
+        #expect(error??.message.contains("catalog") == true)
+    }
+}
+
+/// The `SkillbusError` that `body` threw, or nil when it returned (another error is a test failure).
+func failure(_ body: () async throws -> Void) async -> SkillbusError? {
+    do {
+        try await body()
+        return nil
+    } catch let error as SkillbusError {
+        return error
+    } catch {
+        Issue.record("expected a SkillbusError, got \(error)")
+        return nil
+    }
+}
