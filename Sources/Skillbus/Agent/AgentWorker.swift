@@ -257,84 +257,28 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    private func execute(_ invocation: Invocation) async {
-        var failure: String?
-        let status: ReplyStatus
-        let payload: [UInt8]
-        do throws(SkillbusError) {
-            let (skill, parameters) = try prepare(invocation)
-            report(.executingSkill(skill.identifier))
-            let context = SkillExecutionContext(
-                roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: options.name,
-                invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
-                caller: self)
-            do {
-                let result = try await Self.run(skill, parameters: parameters, context: context)
-                status = .ok
-                payload = result.serialized()
-            } catch {
-                failure = error.code == .cancelled ? "cancelled" : error.message
-                throw error
+    /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
+    private var runner: InvocationRunner {
+        InvocationRunner(agentName: options.name, caller: self) { identifier in
+            self.state.withLock { state in
+                (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])
             }
-        } catch {
-            status = .error
-            payload = error.json.serialized()
         }
+    }
+
+    private func execute(_ invocation: Invocation) async {
+        let outcome = await runner.run(invocation) { report(.executingSkill($0)) }
         // Free the slot before the coordinator can hear of it, or its next dispatch could find us "full".
         let idle = state.withLock { state -> Bool in
             state.running[invocation.invocationID] = nil
             return state.running.isEmpty
         }
         socket.send(
-            WorkerMessage.result(invocationID: invocation.invocationID, status: status, payload: payload).encoded())
-        if let failure { report(.failed(failure)) }
+            WorkerMessage.result(
+                invocationID: invocation.invocationID, status: outcome.status, payload: outcome.payload
+            ).encoded())
+        if let failure = outcome.failure { report(.failed(failure)) }
         if idle { report(.idle) }
-    }
-
-    /// Runs a skill, turning whatever it throws into a `SkillbusError`.
-    private static func run(
-        _ skill: any AgentSkill, parameters: [String: JSONValue], context: SkillExecutionContext
-    ) async throws(SkillbusError) -> SkillResult {
-        do {
-            return try await skill.execute(parameters: parameters, context: context)
-        } catch let error as SkillbusError {
-            throw error
-        } catch is CancellationError {
-            throw SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
-        } catch {
-            throw SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
-        }
-    }
-
-    /// Finds the skill and validates the parameters; nothing runs when this throws.
-    private func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
-        let parsed: JSONValue
-        do {
-            parsed = try JSONValue(parsing: invocation.parameters)
-        } catch {
-            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
-        }
-        let (skill, offered) = state.withLock { state in
-            (state.skills[invocation.skill], state.skills[invocation.skill] == nil ? state.skills.keys.sorted() : [])
-        }
-        guard let skill else {
-            throw SkillbusError(
-                .unknownSkill,
-                "agent '\(options.name)' does not offer '\(invocation.skill)' (offers: "
-                    + offered.joined(separator: ", ") + ")")
-        }
-        return (skill, try validate(parsed, for: skill))
-    }
-
-    private func validate(_ parameters: JSONValue, for skill: any AgentSkill) throws(SkillbusError) -> [String:
-        JSONValue]
-    {
-        guard let object = parameters.objectValue else {
-            throw SkillbusError(
-                .invalidParameters,
-                "parameters of '\(skill.identifier)' must be a JSON object, got \(parameters.typeName)")
-        }
-        return try skill.parameterSchema.validate(object, skill: skill.identifier)
     }
 
     /// Follows the registry from the feed WELCOME named, or the one the options name.
@@ -393,8 +337,9 @@ extension AgentWorker: SkillCaller {
         _ identifier: String, parameters: JSONValue, from context: SkillExecutionContext
     ) async throws -> SkillResult {
         if let skill = state.withLock({ $0.skills[identifier] }) {
-            let validated = try validate(parameters, for: skill)
-            return try await Self.run(skill, parameters: validated, context: context.child(invoking: identifier))
+            let validated = try InvocationRunner.validate(parameters, for: skill)
+            return try await InvocationRunner.run(
+                skill, parameters: validated, context: context.child(invoking: identifier))
         }
         if let replica = state.withLock({ $0.replica }), replica.isSynced, replica.registry.skills[identifier] == nil {
             let offered = replica.registry.skills.keys.sorted().joined(separator: ", ")

@@ -1,0 +1,104 @@
+/// The worker's execution path as a value of its own: takes an `Invocation` and produces what the
+/// RESULT carries. It finds the skill, parses and validates the parameters (every problem at once),
+/// runs the skill, and maps whatever it threw, or its cancellation, to a `SkillbusError`. No sockets and
+/// no agent state: the worker hands in how to find a skill and who answers sub-calls.
+struct InvocationRunner: Sendable {
+    /// What the RESULT says, and why the agent failed when it did.
+    struct Outcome: Sendable, Equatable {
+        var status: ReplyStatus
+        /// A `SkillResult`'s wire form when `status` is ok, a `SkillbusError`'s otherwise.
+        var payload: [UInt8]
+        /// For the agent's `failed` state: set when the skill ran and failed (or was cancelled); nil on
+        /// success and when the invocation was refused before anything ran.
+        var failure: String?
+    }
+
+    /// Where a skill is looked up: the skill with that identifier, or nil and the identifiers on offer.
+    typealias Lookup = @Sendable (String) -> (skill: (any AgentSkill)?, offered: [String])
+
+    let agentName: String
+    let lookup: Lookup
+    /// Answers the skill's sub-calls (`SkillExecutionContext.invoke`); nil refuses them.
+    let caller: (any SkillCaller)?
+
+    init(agentName: String, caller: (any SkillCaller)?, lookup: @escaping Lookup) {
+        self.agentName = agentName
+        self.caller = caller
+        self.lookup = lookup
+    }
+
+    /// A runner over a fixed set of skills.
+    init(agentName: String, skills: [String: any AgentSkill], caller: (any SkillCaller)? = nil) {
+        self.init(agentName: agentName, caller: caller) { identifier in
+            (skills[identifier], skills[identifier] == nil ? skills.keys.sorted() : [])
+        }
+    }
+
+    /// Runs `invocation` to its RESULT. `starting` hears the skill's identifier once the parameters are
+    /// valid, just before it runs (the worker reports `executingSkill` then).
+    func run(_ invocation: Invocation, starting: (String) -> Void = { _ in }) async -> Outcome {
+        var failure: String?
+        do throws(SkillbusError) {
+            let (skill, parameters) = try prepare(invocation)
+            starting(skill.identifier)
+            let context = SkillExecutionContext(
+                roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: agentName,
+                invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
+                caller: caller)
+            do {
+                let result = try await Self.run(skill, parameters: parameters, context: context)
+                return Outcome(status: .ok, payload: result.serialized(), failure: nil)
+            } catch {
+                failure = error.code == .cancelled ? "cancelled" : error.message
+                throw error
+            }
+        } catch {
+            return Outcome(status: .error, payload: error.json.serialized(), failure: failure)
+        }
+    }
+
+    /// Finds the skill and validates the parameters; nothing runs when this throws.
+    func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
+        let parsed: JSONValue
+        do {
+            parsed = try JSONValue(parsing: invocation.parameters)
+        } catch {
+            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
+        }
+        let (skill, offered) = lookup(invocation.skill)
+        guard let skill else {
+            throw SkillbusError(
+                .unknownSkill,
+                "agent '\(agentName)' does not offer '\(invocation.skill)' (offers: "
+                    + offered.joined(separator: ", ") + ")")
+        }
+        return (skill, try Self.validate(parsed, for: skill))
+    }
+
+    /// Runs a skill, turning whatever it throws into a `SkillbusError`.
+    static func run(
+        _ skill: any AgentSkill, parameters: [String: JSONValue], context: SkillExecutionContext
+    ) async throws(SkillbusError) -> SkillResult {
+        do {
+            return try await skill.execute(parameters: parameters, context: context)
+        } catch let error as SkillbusError {
+            throw error
+        } catch is CancellationError {
+            throw SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
+        } catch {
+            throw SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
+        }
+    }
+
+    /// Checks parameters against the skill's schema and returns them with defaults applied.
+    static func validate(_ parameters: JSONValue, for skill: any AgentSkill) throws(SkillbusError) -> [String:
+        JSONValue]
+    {
+        guard let object = parameters.objectValue else {
+            throw SkillbusError(
+                .invalidParameters,
+                "parameters of '\(skill.identifier)' must be a JSON object, got \(parameters.typeName)")
+        }
+        return try skill.parameterSchema.validate(object, skill: skill.identifier)
+    }
+}
