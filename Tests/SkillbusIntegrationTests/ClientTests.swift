@@ -26,10 +26,11 @@ final class FakeBus: Sendable {
         return message
     }
 
-    /// The next message whose command frame (after routing id and header) is `command`.
+    /// The next message whose command frame (after routing id and header) is `command`; others are skipped.
     func next(_ command: String, timeout: Duration = .seconds(10)) async throws -> Multipart {
+        let deadline = ContinuousClock.now + timeout
         while true {
-            let message = try await next(timeout: timeout)
+            let message = try await next(timeout: deadline - .now)
             if message.count > 2, message[2] == Array(command.utf8) { return message }
         }
     }

@@ -56,6 +56,8 @@ public final class AgentWorker: Sendable {
         var stopping = false
         var lastRegistration: UInt64 = 0
         var retryDelayMs = 1000
+        /// The skills changed after the last READY went out, while no WELCOME had come.
+        var skillsChangedSinceReady = false
     }
 
     public init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
@@ -92,10 +94,12 @@ public final class AgentWorker: Sendable {
         let worker = Mutex(WeakWorker())
     }
 
-    public var registration: Registration {
+    public var registration: Registration { state.withLock { registration(of: $0.skills) } }
+
+    private func registration(of skills: [String: any AgentSkill]) -> Registration {
         Registration(
             name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
-            skills: state.withLock { $0.skills.values.map(\.descriptor) }.sorted { $0.identifier < $1.identifier })
+            skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier })
     }
 
     /// This agent's copy of the whole registry; nil until the coordinator first welcomed it.
@@ -117,13 +121,19 @@ public final class AgentWorker: Sendable {
         changeSkills { $0 = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first }) }
     }
 
+    /// Changes the skills and tells the bus. The message is built and queued under the lock (`send` takes
+    /// only the outbox's own lock and never blocks), so lists reach the bus in the order the changes
+    /// happened and the last one sent is the list as it now is.
     private func changeSkills(_ change: (inout [String: any AgentSkill]) -> Void) {
-        let registered = state.withLock { state -> Bool in
+        state.withLock { state in
             change(&state.skills)
-            return state.registered
+            if state.registered {
+                socket.send(WorkerMessage.skills(.array(registration(of: state.skills).skills.map(\.json))).encoded())
+            } else {
+                // The next READY carries the new list; a WELCOME to an earlier READY is followed by SKILLS.
+                state.skillsChangedSinceReady = true
+            }
         }
-        // Unregistered, the next READY carries the new list anyway.
-        if registered { socket.send(WorkerMessage.skills(.array(registration.skills.map(\.json))).encoded()) }
     }
 
     /// Registers, then heartbeats until `stop()`. While not registered (refused, or the coordinator went
@@ -177,16 +187,17 @@ public final class AgentWorker: Sendable {
         client.close()
     }
 
-    /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed.
+    /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed. Built and
+    /// queued under the lock, like SKILLS, so that it never overtakes a newer list.
     private func register(ifDue: Bool = false) {
-        let due = state.withLock { state -> Bool in
+        state.withLock { state in
             let now = now()
-            if ifDue && now &- state.lastRegistration < UInt64(state.retryDelayMs) * 1_000_000 { return false }
+            if ifDue && now &- state.lastRegistration < UInt64(state.retryDelayMs) * 1_000_000 { return }
             if ifDue { state.retryDelayMs = min(state.retryDelayMs * 2, 32_000) }
             state.lastRegistration = now
-            return true
+            state.skillsChangedSinceReady = false
+            socket.send(WorkerMessage.ready(registration(of: state.skills).json).encoded())
         }
-        if due { socket.send(WorkerMessage.ready(registration.json).encoded()) }
     }
 
     private func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
@@ -208,6 +219,12 @@ public final class AgentWorker: Sendable {
                 state.registered = true
                 state.retryDelayMs = 1000
                 state.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
+                if state.skillsChangedSinceReady {
+                    // The READY this welcomes carried an older list.
+                    state.skillsChangedSinceReady = false
+                    socket.send(
+                        WorkerMessage.skills(.array(registration(of: state.skills).skills.map(\.json))).encoded())
+                }
                 return state.replica == nil
             }
             if needsReplica { startReplica(welcomeFeed: body["feed"]?.stringValue) }

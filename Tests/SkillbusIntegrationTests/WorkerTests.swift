@@ -1,0 +1,101 @@
+import Foundation
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+@testable import Skillbus
+
+/// A skill that only has a name: enough to appear in a skill list.
+private struct Named: AgentSkill {
+    let identifier: String
+    var displayName: String { identifier }
+    var description: String { "skill \(identifier)" }
+    var parameterSchema: ParameterSchema { ParameterSchema([]) }
+
+    func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        .text(identifier)
+    }
+}
+
+@Suite("Worker against a fake bus", .timeLimit(.minutes(2)))
+struct WorkerTests {
+    let context: ZMQContext
+    let logger = Logger(label: "worker-test", level: .error)
+
+    init() throws { context = try ZMQContext() }
+
+    /// Answers the worker's READY with a WELCOME and returns the worker's routing id.
+    func welcome(_ bus: FakeBus) async throws -> [UInt8] {
+        let ready = try await bus.next("READY")
+        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Array(#"{"heartbeatMs":1000}"#.utf8)])
+        return ready[0]
+    }
+
+    /// Rounds of concurrent adds and removes. After each round the bus sends an INVOKE; its RESULT is
+    /// queued after every SKILLS of the round, so the last SKILLS before it must carry the final list.
+    @Test("concurrent skill changes: the last SKILLS the bus sees is the worker's final list")
+    func concurrentSkillChanges() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let worker = try AgentWorker(
+            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: [Named(identifier: "s0")],
+            context: context, logger: logger)
+        let running = Task { await worker.run() }
+        defer { running.cancel() }
+        let peer = try await welcome(bus)
+        _ = try await bus.next("HEARTBEAT")  // registered: changes go out as SKILLS from now on
+
+        let names = (0..<40).map { "skill-\($0)" }
+        var stale = 0
+        for round in 0..<30 {
+            await withTaskGroup(of: Void.self) { group in
+                for changer in 0..<4 {
+                    group.addTask {
+                        var generator = SystemRandomNumberGenerator()
+                        for step in 0..<40 {
+                            let name = names.randomElement(using: &generator)!
+                            if (changer + step) % 2 == 0 {
+                                worker.addSkill(Named(identifier: name))
+                            } else {
+                                worker.removeSkill(name)
+                            }
+                        }
+                    }
+                }
+            }
+            let final = JSONValue.array(worker.registration.skills.map(\.json))
+            let marker = "marker-\(round)"
+            let invocation = Invocation(
+                invocationID: marker, roundID: "r", sessionID: "", skill: "none", deadlineMs: 1000,
+                parameters: Array("{}".utf8))
+            bus.send([peer] + BusToWorkerMessage.invoke(invocation).encoded())
+            var last: JSONValue?
+            while true {
+                let message = try await bus.next()
+                if message[2] == Array("RESULT".utf8), message[3] == Array(marker.utf8) { break }
+                if message[2] == Array("SKILLS".utf8) { last = try JSONValue(parsing: message[3]) }
+            }
+            if last != nil && last != final { stale += 1 }
+        }
+        #expect(stale == 0, "rounds whose last SKILLS was not the final list")
+        await worker.stop()
+    }
+
+    @Test("a change made while a READY is unanswered reaches the bus once it is welcomed")
+    func changeBeforeWelcome() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let worker = try AgentWorker(
+            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: [Named(identifier: "s0")],
+            context: context, logger: logger)
+        let running = Task { await worker.run() }
+        let ready = try await bus.next("READY")
+        worker.addSkill(Named(identifier: "s1"))  // READY carried only s0
+        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Array(#"{"heartbeatMs":1000}"#.utf8)])
+        let skills = try await bus.next("SKILLS")
+        #expect(
+            try JSONValue(parsing: skills[3]).arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["s0", "s1"])
+        await worker.stop()
+        await running.value
+    }
+}
