@@ -183,8 +183,8 @@ public final class AgentWorker: Sendable {
         for task in tasks { await task.value }
         socket.send(WorkerMessage.disconnect.encoded())
         await socket.stopAndWait()
-        state.withLock { $0.replica }?.close()
-        client.close()
+        await state.withLock { $0.replica }?.closeAndWait()
+        await client.closeAndWait()
     }
 
     /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed. Built and

@@ -11,7 +11,9 @@ public final class RegistryReplica: Sendable {
     private let feed: SocketLoop
     private let logger: Logger?
     private let shared: Shared
-    private let wakeup = Wakeup()
+    let wakeup: Wakeup
+    /// Fetches snapshots until `close()`, which cancels it; it holds the parts it needs, not `self`.
+    private let syncTask: Task<Void, Never>
 
     private final class Shared: Sendable {
         let state = Mutex(State())
@@ -32,35 +34,82 @@ public final class RegistryReplica: Sendable {
         }
     }
 
-    /// Starts following the registry. `client` is used for snapshots (it may be shared with other work);
-    /// `feedEndpoint` is the coordinator's feed. `dropUpdate` lets tests lose chosen updates on purpose.
-    public init(
-        client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
-        dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil
-    ) throws {
-        self.client = client
-        self.logger = logger
+    /// The feed socket's handlers and the parts they share with the replica, made before the socket.
+    private struct Parts {
         let shared = Shared()
-        self.shared = shared
-        let wakeup = self.wakeup
-        feed = try SocketLoop(
-            context: context, type: .sub, name: "skillbus-replica",
-            configure: { socket in
+        let wakeup = Wakeup()
+        let configure: @Sendable (ZMQSocket) throws -> Void
+        let onMessage: @Sendable (Multipart) -> Void
+
+        init(feedEndpoint: String, logger: Logger?, dropUpdate: (@Sendable (RegistryUpdate) -> Bool)?) {
+            let (shared, wakeup) = (self.shared, self.wakeup)
+            configure = { socket in
                 try socket.subscribe("registry.")
                 try socket.connect(feedEndpoint)
-            },
-            onMessage: { message in
-                RegistryReplica.receive(
-                    message, shared: shared, wakeup: wakeup, logger: logger, dropUpdate: dropUpdate)
-            })
-        // The loop holds the parts it needs, not `self`, so dropping the replica closes it.
-        Task { [client] in
-            await RegistryReplica.syncLoop(shared: shared, client: client, wakeup: wakeup, logger: logger)
+            }
+            onMessage = { message in
+                RegistryReplica.receive(message, shared: shared, wakeup: wakeup, logger: logger, dropUpdate: dropUpdate)
+            }
         }
     }
 
+    private init(client: SkillbusClient, feed: SocketLoop, parts: Parts, logger: Logger?, snapshotTimeout: Duration) {
+        self.client = client
+        self.feed = feed
+        self.logger = logger
+        let (shared, wakeup) = (parts.shared, parts.wakeup)
+        self.shared = shared
+        self.wakeup = wakeup
+        syncTask = Task {
+            await RegistryReplica.syncLoop(
+                shared: shared, client: client, wakeup: wakeup, logger: logger, snapshotTimeout: snapshotTimeout)
+        }
+    }
+
+    /// Starts following the registry. `client` is used for snapshots (it may be shared with other work);
+    /// `feedEndpoint` is the coordinator's feed. `dropUpdate` lets tests lose chosen updates on purpose.
+    /// The synchronous form, for synchronous callers: it blocks the calling thread until the feed socket
+    /// is connected. Async code uses `connect(client:feedEndpoint:…)`.
+    public convenience init(
+        client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
+        dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil
+    ) throws {
+        let parts = Parts(feedEndpoint: feedEndpoint, logger: logger, dropUpdate: dropUpdate)
+        let feed = try SocketLoop(
+            context: context, type: .sub, name: "skillbus-replica", configure: parts.configure,
+            onMessage: parts.onMessage)
+        self.init(client: client, feed: feed, parts: parts, logger: logger, snapshotTimeout: Self.snapshotTimeout)
+    }
+
+    /// Starts following the registry, as `init` does, awaiting the feed socket instead of blocking.
+    public static func connect(
+        client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
+        dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil
+    ) async throws -> RegistryReplica {
+        try await connect(
+            client: client, feedEndpoint: feedEndpoint, context: context, logger: logger, dropUpdate: dropUpdate,
+            snapshotTimeout: snapshotTimeout)
+    }
+
+    static func connect(
+        client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
+        dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil, snapshotTimeout: Duration
+    ) async throws -> RegistryReplica {
+        let parts = Parts(feedEndpoint: feedEndpoint, logger: logger, dropUpdate: dropUpdate)
+        let feed = try await SocketLoop.start(
+            context: context, type: .sub, name: "skillbus-replica", configure: parts.configure,
+            onMessage: parts.onMessage)
+        return RegistryReplica(
+            client: client, feed: feed, parts: parts, logger: logger, snapshotTimeout: snapshotTimeout)
+    }
+
+    /// How long one snapshot request may take.
+    static let snapshotTimeout = Duration.seconds(3)
+
     deinit { close() }
 
+    /// Stops following: ends every `changes()` stream, cancels the snapshot loop (a snapshot in flight or
+    /// a back-off wait ends at once) and stops the feed socket. Returns at once, never blocks.
     public func close() {
         let watchers = shared.state.withLock { state -> [AsyncStream<Registry>.Continuation] in
             state.closed = true
@@ -68,8 +117,21 @@ public final class RegistryReplica: Sendable {
             return Array(state.watchers.values)
         }
         for watcher in watchers { watcher.finish() }
+        syncTask.cancel()
         wakeup.signal()
         feed.stop()
+    }
+
+    /// Returns once the snapshot loop has ended (after `close()`, promptly).
+    var finished: Void {
+        get async { await syncTask.value }
+    }
+
+    /// Closes, then awaits the snapshot loop and the feed socket's thread.
+    func closeAndWait() async {
+        close()
+        await syncTask.value
+        await feed.stopAndWait()
     }
 
     /// The registry as this replica holds it now.
@@ -183,15 +245,18 @@ public final class RegistryReplica: Sendable {
 
     /// Fetches a snapshot whenever the replica is not synced; after a failure it waits 1 s, then twice as
     /// long each time up to 32 s, unless the feed shows the coordinator is back sooner.
-    private static func syncLoop(shared: Shared, client: SkillbusClient, wakeup: Wakeup, logger: Logger?) async {
+    /// Ends when the replica is closed or the task cancelled; every wait in it ends on cancellation.
+    private static func syncLoop(
+        shared: Shared, client: SkillbusClient, wakeup: Wakeup, logger: Logger?, snapshotTimeout: Duration
+    ) async {
         var delayMs = 1000
-        while !shared.state.withLock({ $0.closed }) {
+        while !Task.isCancelled, !shared.state.withLock({ $0.closed }) {
             guard !shared.state.withLock({ $0.sync.isSynced }) else {
                 await wakeup.wait(timeout: nil)
                 continue
             }
             do {
-                let snapshot = try await client.snapshot(timeout: .seconds(3))
+                let snapshot = try await client.snapshot(timeout: snapshotTimeout)
                 let outcome = shared.state.withLock { state in
                     let outcome = state.sync.load(snapshot)
                     state.snapshotsLoaded += 1
@@ -205,64 +270,11 @@ public final class RegistryReplica: Sendable {
                     logger?.debug("registry replica loaded snapshot \(snapshot.epoch)/\(snapshot.sequence)")
                 }
             } catch {
+                if error.code == .cancelled { break }
                 logger?.debug("registry snapshot failed: \(error); retrying in \(delayMs) ms")
                 await wakeup.wait(timeout: .milliseconds(delayMs))
                 delayMs = min(delayMs * 2, 32_000)
             }
         }
-    }
-}
-
-/// One task waits; any thread wakes it. A wake with nobody waiting is kept for the next wait.
-final class Wakeup: Sendable {
-    private struct State {
-        var pending = false
-        var waiter: CheckedContinuation<Void, Never>?
-        var generation: UInt64 = 0
-    }
-
-    private let state = Mutex(State())
-
-    func signal() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard let waiter = state.waiter else {
-                state.pending = true
-                return nil
-            }
-            state.waiter = nil
-            return waiter
-        }
-        waiter?.resume()
-    }
-
-    /// Returns at the next signal (or at once if one is pending), or after `timeout`.
-    func wait(timeout: Duration?) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let generation = state.withLock { state -> UInt64? in
-                if state.pending {
-                    state.pending = false
-                    return nil
-                }
-                state.generation += 1
-                state.waiter = continuation
-                return state.generation
-            }
-            guard let generation else { return continuation.resume() }
-            if let timeout {
-                Task {
-                    try? await Task.sleep(for: timeout)
-                    self.expire(generation)
-                }
-            }
-        }
-    }
-
-    private func expire(_ generation: UInt64) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard state.generation == generation, let waiter = state.waiter else { return nil }
-            state.waiter = nil
-            return waiter
-        }
-        waiter?.resume()
     }
 }
