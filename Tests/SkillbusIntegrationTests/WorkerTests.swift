@@ -37,7 +37,7 @@ struct WorkerTests {
     func concurrentSkillChanges() async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
-        let worker = try AgentWorker(
+        let worker = try await AgentWorker.connect(
             options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: [Named(identifier: "s0")],
             context: context, logger: logger)
         let running = Task { await worker.run() }
@@ -85,7 +85,7 @@ struct WorkerTests {
     func changeBeforeWelcome() async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
-        let worker = try AgentWorker(
+        let worker = try await AgentWorker.connect(
             options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: [Named(identifier: "s0")],
             context: context, logger: logger)
         let running = Task { await worker.run() }
@@ -97,5 +97,35 @@ struct WorkerTests {
             try JSONValue(parsing: skills[3]).arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["s0", "s1"])
         await worker.stop()
         await running.value
+    }
+
+    @Test("stop() ends promptly while a skill waits on a sub-call the bus never answers")
+    func stopDuringSubCall() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let worker = try await AgentWorker.connect(
+            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50),
+            skills: [Relay()], context: context, logger: logger)
+        let running = Task { await worker.run() }
+        let peer = try await welcome(bus)
+        let invocation = Invocation(
+            invocationID: "inv-1", roundID: "r", sessionID: "", skill: "relay", deadlineMs: 600_000,
+            parameters: Array("{}".utf8))
+        bus.send([peer] + BusToWorkerMessage.invoke(invocation).encoded())
+        _ = try await bus.next("REQUEST")  // the sub-call, from the worker's client socket; never answered
+        #expect(await withDeadline(.seconds(10)) { await worker.stop() } != nil)
+        #expect(await withDeadline(.seconds(10)) { await running.value } != nil)
+    }
+}
+
+/// Calls a skill no agent here offers, through the bus.
+private struct Relay: AgentSkill {
+    var identifier: String { "relay" }
+    var displayName: String { "Relay" }
+    var description: String { "calls elsewhere.skill" }
+    var parameterSchema: ParameterSchema { ParameterSchema([]) }
+
+    func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        try await context.invoke("elsewhere.skill")
     }
 }

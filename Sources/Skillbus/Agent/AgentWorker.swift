@@ -35,12 +35,13 @@ public final class AgentWorker: Sendable {
     public let options: Options
     private let logger: Logger
     private let socket: SocketLoop
-    private let state: Mutex<State>
+    /// Internal, not private, for the SkillCaller facet in AgentWorker+SkillCaller.swift.
+    let state: Mutex<State>
     /// Client-side connection to the bus: registry snapshots and sub-calls to skills on other agents.
-    private let client: SkillbusClient
+    let client: SkillbusClient
     private let context: ZMQContext
 
-    private struct State {
+    struct State {
         var skills: [String: any AgentSkill]
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
@@ -60,32 +61,72 @@ public final class AgentWorker: Sendable {
         var skillsChangedSinceReady = false
     }
 
-    public init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
+    private init(
+        options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger, client: SkillbusClient,
+        socket: SocketLoop, owner: Owner
+    ) {
         self.options = options
         self.logger = logger
         self.context = context
-        client = try SkillbusClient(
-            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
+        self.client = client
+        self.socket = socket
         let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
-        let state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
-        self.state = state
+        state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
+        owner.worker.withLock { $0.value = self }
+    }
+
+    /// Connects to the coordinator; `run()` registers and serves. The synchronous form, for synchronous
+    /// callers: it blocks the calling thread until the sockets' threads have connected. Async code uses
+    /// `connect(options:skills:context:logger:)`.
+    public convenience init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
+        let client = try SkillbusClient(
+            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
+        let owner = Owner()
+        let handlers = Self.handlers(options, owner)
+        let socket = try SocketLoop(
+            context: context, type: .dealer, name: "skillbus-worker-\(options.name)", configure: handlers.configure,
+            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
+        self.init(
+            options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
+            owner: owner)
+    }
+
+    /// Connects to the coordinator, as `init` does, awaiting the sockets' threads instead of blocking.
+    public static func connect(
+        options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger
+    ) async throws -> AgentWorker {
+        let client = try await SkillbusClient.connect(
+            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
+        let owner = Owner()
+        let handlers = handlers(options, owner)
+        let socket = try await SocketLoop.start(
+            context: context, type: .dealer, name: "skillbus-worker-\(options.name)", configure: handlers.configure,
+            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
+        return AgentWorker(
+            options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
+            owner: owner)
+    }
+
+    /// The worker socket's handlers. They need the worker, which does not exist yet: they reach it through
+    /// a box filled once it does. (A Mutex holding a closure would re-wrap it in thunks on every access; a
+    /// weak reference does not.)
+    private static func handlers(_ options: Options, _ owner: Owner) -> (
+        configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void,
+        beforeWait: @Sendable () -> Void
+    ) {
         let maxBytes = Int64(options.maxMessageBytes) * 4 + 4096
         let endpoint = options.coordinator
-        // The handler needs `self`, which does not exist yet: it reaches it through a box filled below.
-        // (A Mutex holding a closure would re-wrap it in thunks on every access; a weak reference does not.)
-        let owner = Owner()
-        socket = try SocketLoop(
-            context: context, type: .dealer, name: "skillbus-worker-\(options.name)",
-            configure: { socket in
+        return (
+            { socket in
                 try socket.setMaxMessageSize(maxBytes)
                 try socket.setReconnectInterval(ms: 1000, maxMs: 32_000)
                 // Long enough to flush a DISCONNECT on the way out, short enough never to hang.
                 try socket.setLinger(ms: 200)
                 try socket.connect(endpoint)
             },
-            onMessage: { message in owner.worker.withLock { $0.value }?.receive(message) },
-            beforeWait: { owner.worker.withLock { $0.value }?.flushState() })
-        owner.worker.withLock { $0.value = self }
+            { message in owner.worker.withLock { $0.value }?.receive(message) },
+            { owner.worker.withLock { $0.value }?.flushState() }
+        )
     }
 
     private struct WeakWorker { weak var value: AgentWorker? }
@@ -100,6 +141,10 @@ public final class AgentWorker: Sendable {
         Registration(
             name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
             skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier })
+    }
+
+    private func skillsMessage(_ skills: [String: any AgentSkill]) -> Multipart {
+        WorkerMessage.skills(.array(registration(of: skills).skills.map(\.json))).encoded()
     }
 
     /// This agent's copy of the whole registry; nil until the coordinator first welcomed it.
@@ -128,7 +173,7 @@ public final class AgentWorker: Sendable {
         state.withLock { state in
             change(&state.skills)
             if state.registered {
-                socket.send(WorkerMessage.skills(.array(registration(of: state.skills).skills.map(\.json))).encoded())
+                socket.send(skillsMessage(state.skills))
             } else {
                 // The next READY carries the new list; a WELCOME to an earlier READY is followed by SKILLS.
                 state.skillsChangedSinceReady = true
@@ -222,8 +267,7 @@ public final class AgentWorker: Sendable {
                 if state.skillsChangedSinceReady {
                     // The READY this welcomes carried an older list.
                     state.skillsChangedSinceReady = false
-                    socket.send(
-                        WorkerMessage.skills(.array(registration(of: state.skills).skills.map(\.json))).encoded())
+                    socket.send(skillsMessage(state.skills))
                 }
                 return state.replica == nil
             }
@@ -344,34 +388,5 @@ public final class AgentWorker: Sendable {
             return changes
         }
         for change in changes { socket.send(WorkerMessage.state(change).encoded()) }
-    }
-}
-
-extension AgentWorker: SkillCaller {
-    /// A skill's sub-call: run here when this agent offers the skill, otherwise through the coordinator
-    /// (same round, same session, the caller's remaining time).
-    public func call(
-        _ identifier: String, parameters: JSONValue, from context: SkillExecutionContext
-    ) async throws -> SkillResult {
-        if let skill = state.withLock({ $0.skills[identifier] }) {
-            let validated = try InvocationRunner.validate(parameters, for: skill)
-            return try await InvocationRunner.run(
-                skill, parameters: validated, context: context.child(invoking: identifier))
-        }
-        if let replica = state.withLock({ $0.replica }), replica.isSynced, replica.registry.skills[identifier] == nil {
-            let offered = replica.registry.skills.keys.sorted().joined(separator: ", ")
-            throw SkillbusError(
-                .unknownSkill, "no agent offers skill '\(identifier)' (the registry holds: \(offered))",
-                details: ["skill": .string(identifier)])
-        }
-        let remaining = context.deadline - .now
-        guard remaining > .milliseconds(1) else {
-            throw SkillbusError(.timeout, "no time left to call '\(identifier)' before the deadline")
-        }
-        let outcome = try await client.invoke(
-            identifier, parameters: parameters, roundID: context.roundID, sessionID: context.sessionID,
-            timeout: remaining)
-        if outcome.status == .ok, let result = outcome.result { return result }
-        throw outcome.error ?? SkillbusError(.internalError, "'\(identifier)' failed without an error")
     }
 }

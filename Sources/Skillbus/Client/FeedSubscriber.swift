@@ -4,13 +4,28 @@ import SkillbusZMQ
 public final class FeedSubscriber: Sendable {
     private let socket: SocketLoop
 
-    public init(endpoint: String, topics: [String], context: ZMQContext) throws {
-        socket = try SocketLoop(
-            context: context, type: .sub, name: "skillbus-feed",
-            configure: { socket in
-                for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
-                try socket.connect(endpoint)
-            })
+    private init(socket: SocketLoop) { self.socket = socket }
+
+    /// Subscribes to `topics` (all when empty). The synchronous form, for synchronous callers: it blocks
+    /// the calling thread until the socket's thread has connected. Async code uses `connect(…)`.
+    public convenience init(endpoint: String, topics: [String], context: ZMQContext) throws {
+        self.init(
+            socket: try SocketLoop(
+                context: context, type: .sub, name: "skillbus-feed", configure: Self.configure(endpoint, topics)))
+    }
+
+    /// Subscribes, as `init` does, awaiting the socket's thread instead of blocking.
+    public static func connect(endpoint: String, topics: [String], context: ZMQContext) async throws -> FeedSubscriber {
+        FeedSubscriber(
+            socket: try await SocketLoop.start(
+                context: context, type: .sub, name: "skillbus-feed", configure: configure(endpoint, topics)))
+    }
+
+    private static func configure(_ endpoint: String, _ topics: [String]) -> @Sendable (ZMQSocket) throws -> Void {
+        { socket in
+            for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
+            try socket.connect(endpoint)
+        }
     }
 
     /// Events as they arrive; messages that are not [topic, JSON] are skipped. Ends when closed.
@@ -21,5 +36,6 @@ public final class FeedSubscriber: Sendable {
         }
     }
 
+    /// Stops watching; `events` ends. Returns at once, never blocks.
     public func close() { socket.stop() }
 }

@@ -1,0 +1,28 @@
+extension AgentWorker: SkillCaller {
+    /// A skill's sub-call: run here when this agent offers the skill, otherwise through the coordinator
+    /// (same round, same session, the caller's remaining time).
+    public func call(
+        _ identifier: String, parameters: JSONValue, from context: SkillExecutionContext
+    ) async throws -> SkillResult {
+        if let skill = state.withLock({ $0.skills[identifier] }) {
+            let validated = try InvocationRunner.validate(parameters, for: skill)
+            return try await InvocationRunner.run(
+                skill, parameters: validated, context: context.child(invoking: identifier))
+        }
+        if let replica = state.withLock({ $0.replica }), replica.isSynced, replica.registry.skills[identifier] == nil {
+            let offered = replica.registry.skills.keys.sorted().joined(separator: ", ")
+            throw SkillbusError(
+                .unknownSkill, "no agent offers skill '\(identifier)' (the registry holds: \(offered))",
+                details: ["skill": .string(identifier)])
+        }
+        let remaining = context.deadline - .now
+        guard remaining > .milliseconds(1) else {
+            throw SkillbusError(.timeout, "no time left to call '\(identifier)' before the deadline")
+        }
+        let outcome = try await client.invoke(
+            identifier, parameters: parameters, roundID: context.roundID, sessionID: context.sessionID,
+            timeout: remaining)
+        if outcome.status == .ok, let result = outcome.result { return result }
+        throw outcome.error ?? SkillbusError(.internalError, "'\(identifier)' failed without an error")
+    }
+}
