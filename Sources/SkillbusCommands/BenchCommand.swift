@@ -143,13 +143,13 @@ public enum BenchCommand: SkillbusCommand {
         var large: RegisteredOnlyAgents?
         for round in 1...2 {
             note("registry: routing with 10 skills registered (round \(round) of 2)…")
-            let small = try RegisteredOnlyAgents(
+            let small = try await RegisteredOnlyAgents.start(
                 bus: bus, context: context, agents: 1, skillsPerAgent: 9, prefix: "small")
             await waitForReplicasInSync(bus: bus, context: context)
             let smallReport = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
-            small.close()
+            await small.close()
             note("registry: routing with \(largeSkills) skills over \(registryAgents) agents (round \(round) of 2)…")
-            large = try RegisteredOnlyAgents(
+            large = try await RegisteredOnlyAgents.start(
                 bus: bus, context: context, agents: registryAgents, skillsPerAgent: skillsPerAgent, prefix: "large")
             // Steady state: the workers' replicas have taken in the new registry before routing is timed.
             await waitForReplicasInSync(bus: bus, context: context)
@@ -160,13 +160,13 @@ public enum BenchCommand: SkillbusCommand {
             if routingLarge == nil || largeReport.tasksPerSecond > routingLarge!.tasksPerSecond {
                 routingLarge = largeReport
             }
-            if round < 2 { large?.close() }  // the last round keeps them for the snapshot timings
+            if round < 2 { await large?.close() }  // the last round keeps them for the snapshot timings
         }
         guard let routingSmall, let routingLarge, let large else { return 1 }
         note("registry: timing \(snapshotRuns) new replica(s)…")
         let snapshots = try await RegistryBench.snapshotTimes(
             bus: bus, feed: feed, context: context, agents: registryAgents, runs: snapshotRuns)
-        large.close()
+        await large.close()
         note("registry: timing \(killRuns) kill -9 run(s) (about 3 s each)…")
         let kills = try await RegistryBench.killTimes(
             supervisor: supervisor, bus: bus, feed: feed, context: context, runs: killRuns)
@@ -378,7 +378,7 @@ public enum BenchCommand: SkillbusCommand {
 
     /// Asks the bus until every worker's replica reports the bus's registry position, for at most 30 s.
     static func waitForReplicasInSync(bus: String, context: ZMQContext) async {
-        guard let client = try? SkillbusClient(endpoint: bus, context: context) else { return }
+        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context) else { return }
         defer { client.close() }
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
@@ -393,7 +393,7 @@ public enum BenchCommand: SkillbusCommand {
 
     /// Asks the bus until `count` agents offer `skill`, for at most 30 s.
     static func waitForProviders(bus: String, skill: String, count: Int, context: ZMQContext) async -> Bool {
-        guard let client = try? SkillbusClient(endpoint: bus, context: context) else { return false }
+        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context) else { return false }
         defer { client.close() }
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
@@ -423,16 +423,19 @@ public enum BaselineProxyCommand: SkillbusCommand {
         let frontendEndpoint = try arguments.endpoint("--frontend", in: spec) ?? "tcp://127.0.0.1:*"
         let backendEndpoint = try arguments.endpoint("--backend", in: spec) ?? "tcp://127.0.0.1:*"
         let context = try ZMQContext()
-        let frontend = try ZMQSocket(context: context, type: .router)
-        let backend = try ZMQSocket(context: context, type: .dealer)
-        for socket in [frontend, backend] {
-            try socket.setSendHighWaterMark(0)
-            try socket.setReceiveHighWaterMark(0)
+        // zmq_proxy blocks for good: on a thread of its own, never on the cooperative pool.
+        try await RegistryBench.onThread {
+            let frontend = try ZMQSocket(context: context, type: .router)
+            let backend = try ZMQSocket(context: context, type: .dealer)
+            for socket in [frontend, backend] {
+                try socket.setSendHighWaterMark(0)
+                try socket.setReceiveHighWaterMark(0)
+            }
+            try frontend.bind(frontendEndpoint)
+            try backend.bind(backendEndpoint)
+            print("skillbus baseline proxy ready: frontend=\(frontend.lastEndpoint) backend=\(backend.lastEndpoint)")
+            try frontend.proxy(to: backend)
         }
-        try frontend.bind(frontendEndpoint)
-        try backend.bind(backendEndpoint)
-        print("skillbus baseline proxy ready: frontend=\(frontend.lastEndpoint) backend=\(backend.lastEndpoint)")
-        try frontend.proxy(to: backend)
         return 0
     }
 }
@@ -449,9 +452,12 @@ public enum BaselineWorkerCommand: SkillbusCommand {
             throw UsageError(spec, "option '--connect' is required")
         }
         let context = try ZMQContext()
-        let socket = try ZMQSocket(context: context, type: .dealer)
-        try socket.connect(endpoint)
-        while let message = try socket.receive() { try socket.send(message) }
+        // Blocking receives: on a thread of its own, never on the cooperative pool.
+        try await RegistryBench.onThread {
+            let socket = try ZMQSocket(context: context, type: .dealer)
+            try socket.connect(endpoint)
+            while let message = try socket.receive() { try socket.send(message) }
+        }
         return 0
     }
 }

@@ -93,7 +93,7 @@ public enum SendCommand: SkillbusCommand {
             return report(failure: error, roundID: roundID, json: json, exitCode: 2)
         }
         let context = try ZMQContext()
-        let client = try SkillbusClient(endpoint: endpoint, context: context)
+        let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         defer { client.close() }
         let document: JSONValue
         do {
@@ -247,23 +247,20 @@ public enum FeedCommand: SkillbusCommand {
         let json = arguments.flag("--json")
         let signals = SignalWatcher()
         let context = try ZMQContext()
-        let subscriber = try FeedSubscriber(endpoint: endpoint, topics: arguments.all("--topic"), context: context)
+        let subscriber = try await FeedSubscriber.connect(
+            endpoint: endpoint, topics: arguments.all("--topic"), context: context)
         defer { subscriber.close() }
         let topics = arguments.all("--topic").isEmpty ? "all topics" : arguments.all("--topic").joined(separator: ", ")
         printError("watching \(endpoint) (\(topics)); events appear as they happen, Ctrl-C stops")
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                var seen = 0
-                for await (topic, event) in subscriber.events {
-                    print(json ? event.jsonString : render(topic: topic, event: event))
-                    seen += 1
-                    if let limit, seen >= limit { return }
-                }
+        let printer = FunctionService {
+            var seen = 0
+            for await (topic, event) in subscriber.events {
+                print(json ? event.jsonString : render(topic: topic, event: event))
+                seen += 1
+                if let limit, seen >= limit { return }
             }
-            group.addTask { _ = await signals.next() }
-            await group.next()
-            group.cancelAll()
         }
+        try await runUntilStopped([printer], signals: signals)
         return 0
     }
 

@@ -12,8 +12,19 @@ final class RegisteredOnlyAgents: Sendable {
     private let stop = DispatchSemaphore(value: 0)
     private let stopped = DispatchSemaphore(value: 0)
 
-    /// Returns once every agent is welcomed; throws if that takes more than 30 s.
-    init(bus: String, context: ZMQContext, agents: Int, skillsPerAgent: Int, prefix: String) throws {
+    /// Returns once every agent is welcomed; throws if that takes more than 30 s. The wait happens on a
+    /// thread of its own, never on the cooperative pool.
+    static func start(
+        bus: String, context: ZMQContext, agents: Int, skillsPerAgent: Int, prefix: String
+    ) async throws -> RegisteredOnlyAgents {
+        try await RegistryBench.onThread {
+            try RegisteredOnlyAgents(
+                bus: bus, context: context, agents: agents, skillsPerAgent: skillsPerAgent, prefix: prefix)
+        }
+    }
+
+    /// Blocks the calling thread until every agent is welcomed: only for `start`'s own thread.
+    private init(bus: String, context: ZMQContext, agents: Int, skillsPerAgent: Int, prefix: String) throws {
         let welcomed = DispatchSemaphore(value: 0)
         let stop = self.stop
         let stopped = self.stopped
@@ -65,11 +76,12 @@ final class RegisteredOnlyAgents: Sendable {
         }
     }
 
-    /// Says goodbye for every agent and waits until the sockets are closed.
-    func close() {
+    /// Says goodbye for every agent and waits until the sockets are closed (on a thread of its own).
+    func close() async {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         stop.signal()
-        stopped.wait()
+        let stopped = self.stopped
+        _ = try? await RegistryBench.onThread { stopped.wait() }
     }
 }
 
@@ -84,8 +96,8 @@ enum RegistryBench {
         var rawTimes: [Double] = []
         for _ in 0..<runs {
             let start = ContinuousClock.now
-            let client = try SkillbusClient(endpoint: bus, context: context, maxMessageBytes: 16 << 20)
-            let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context)
+            let client = try await SkillbusClient.connect(endpoint: bus, context: context, maxMessageBytes: 16 << 20)
+            let replica = try await RegistryReplica.connect(client: client, feedEndpoint: feed, context: context)
             let synced = await replica.waitUntil(timeout: .seconds(30)) { $0.agents.count >= agents }
             let elapsed = milliseconds(ContinuousClock.now - start)
             replica.close()
@@ -117,8 +129,8 @@ enum RegistryBench {
     static func killTimes(
         supervisor: Supervisor, bus: String, feed: String, context: ZMQContext, runs: Int
     ) async throws -> [Double] {
-        let client = try SkillbusClient(endpoint: bus, context: context)
-        let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context)
+        let client = try await SkillbusClient.connect(endpoint: bus, context: context)
+        let replica = try await RegistryReplica.connect(client: client, feedEndpoint: feed, context: context)
         defer {
             replica.close()
             client.close()

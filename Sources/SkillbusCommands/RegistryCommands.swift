@@ -43,23 +43,19 @@ public enum SkillsCommand: SkillbusCommand {
             return 0
         }
         let redraw = isatty(STDOUT_FILENO) == 1 && !json
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                for await registry in replica.changes() {
-                    if json {
-                        print(document(replica).jsonString)
-                    } else {
-                        if redraw { print("\u{1B}[2J\u{1B}[H", terminator: "") }
-                        let position = replica.position
-                        print("registry epoch \(position?.epoch ?? "?") seq \(position?.sequence ?? 0), \(Date())")
-                        print(render(registry))
-                    }
+        let watcher = FunctionService {
+            for await registry in replica.changes() {
+                if json {
+                    print(document(replica).jsonString)
+                } else {
+                    if redraw { print("\u{1B}[2J\u{1B}[H", terminator: "") }
+                    let position = replica.position
+                    print("registry epoch \(position?.epoch ?? "?") seq \(position?.sequence ?? 0), \(Date())")
+                    print(render(registry))
                 }
             }
-            group.addTask { _ = await signals.next() }
-            await group.next()
-            group.cancelAll()
         }
+        try await runUntilStopped([watcher], signals: signals)
         return 0
     }
 

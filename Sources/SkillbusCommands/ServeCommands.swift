@@ -58,16 +58,8 @@ public enum CoordinatorCommand: SkillbusCommand {
             return 1
         }
         print("skillbus coordinator ready: bus=\(coordinator.busEndpoint) feed=\(coordinator.feedEndpoint)")
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await coordinator.run() }
-            group.addTask {
-                if let signal = await signals.next() {
-                    logger.info("signal \(signal): stopping")
-                    coordinator.stop()
-                }
-            }
-            await group.next()
-            group.cancelAll()
+        try await runUntilStopped([coordinator], signals: signals, logger: logger) { signal in
+            logger.info("signal \(signal): stopping")
         }
         return 0
     }
@@ -137,7 +129,7 @@ public enum WorkerCommand: SkillbusCommand {
         let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
         let signals = SignalWatcher()
         let context = try ZMQContext()
-        let worker = try AgentWorker(
+        let worker = try await AgentWorker.connect(
             options: AgentWorker.Options(
                 name: configuration.name, coordinator: configuration.coordinator, capacity: configuration.capacity,
                 heartbeatMs: configuration.heartbeatMs, maxMessageBytes: configuration.maxMessageBytes,
@@ -146,18 +138,13 @@ public enum WorkerCommand: SkillbusCommand {
         logger.info(
             "connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "))")
         let hangups = SignalWatcher([SIGHUP])
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await worker.run() }
-            group.addTask {
-                if let signal = await signals.next() { logger.info("signal \(signal): stopping") }
-            }
-            group.addTask {
-                for await _ in hangups.signals { reload(arguments, worker: worker, logger: logger) }
-            }
-            await group.next()
-            group.cancelAll()
+        let reloader = FunctionService {
+            for await _ in hangups.signals { reload(arguments, worker: worker, logger: logger) }
         }
-        await worker.stop()
+        // Stopped in reverse: the reloader first, then the worker (its cancellation is its graceful stop).
+        try await runUntilStopped([worker, reloader], signals: signals, logger: logger) { signal in
+            logger.info("signal \(signal): stopping")
+        }
         // The goodbye (DISCONNECT) is flushed when the context ends; the worker holds the context, so end
         // it here rather than whenever the last reference goes.
         await context.terminate(within: .seconds(1))

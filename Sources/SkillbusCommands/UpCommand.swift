@@ -23,7 +23,8 @@ public enum UpCommand: SkillbusCommand {
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let configPath = arguments.value("--config") ?? "configs/local.json"
         let cluster = try ClusterConfiguration.load(path: configPath)
-        let signals = SignalWatcher(SignalWatcher.stopSignals + [SIGHUP])
+        let signals = SignalWatcher()
+        let hangups = SignalWatcher([SIGHUP])
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
 
@@ -43,19 +44,22 @@ public enum UpCommand: SkillbusCommand {
         print(
             "skillbus up: coordinator on \(bus) (feed \(feed)), \(cluster.workers.count) worker(s). "
                 + "Try: skillbus send echo text=hello --coordinator \(bus)   ·   skillbus feed --feed \(feed)")
-        for await signal in signals.signals {
-            guard signal == SIGHUP else {
-                print("skillbus up: signal \(signal), stopping")
-                break
-            }
-            do {
-                let reloaded = try ClusterConfiguration.load(path: configPath)
-                try await workers.apply(reloaded.workers)
-                print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
-            } catch {
-                printError("skillbus up: \(configPath) not reloaded, nothing changed: \(error)")
+        let reloader = FunctionService { [workers] in
+            var workers = workers
+            for await _ in hangups.signals {
+                do {
+                    let reloaded = try ClusterConfiguration.load(path: configPath)
+                    try await workers.apply(reloaded.workers)
+                    print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
+                } catch {
+                    printError("skillbus up: \(configPath) not reloaded, nothing changed: \(error)")
+                }
             }
         }
+        try await runUntilStopped([reloader], signals: signals) { signal in
+            print("skillbus up: signal \(signal), stopping")
+        }
+        // Outside the group: the children get their own grace periods, and a cancelled task could not wait.
         await supervisor.stopAll()
         print("skillbus up: stopped")
         return 0
