@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 
-// THE CONCURRENCY RULE (docs and ARCHITECTURE.md quote this block; every socket in Skillbus keeps it)
+// THE CONCURRENCY RULE. Every socket in Skillbus keeps it; ARCHITECTURE.md may quote this block as it is.
 //
 // 1. Each ZeroMQ socket has one owning thread. That thread creates the socket, configures it, polls it,
 //    sends and receives on it, and closes it. No other thread touches the socket, and no actor holds one.
@@ -164,7 +164,7 @@ extension SocketLoop {
         let wakePipe: WakePipe
         let loopThread = Atomic<UInt>(0)
         /// Whether the owning thread has left, and who awaits that.
-        private let exit = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+        private let departure = Mutex<(done: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
         init(wakePipe: WakePipe) { self.wakePipe = wakePipe }
 
@@ -180,19 +180,19 @@ extension SocketLoop {
                 return box.jobs
             }
             for job in jobs { runElsewhere(job) }
-            let waiters = exit.withLock { exit in
-                exit.done = true
-                defer { exit.waiters.removeAll() }
-                return exit.waiters
+            let waiters = departure.withLock { departure in
+                departure.done = true
+                defer { departure.waiters.removeAll() }
+                return departure.waiters
             }
             for waiter in waiters { waiter.resume() }
         }
 
         func waitForExit() async {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let done = exit.withLock { exit in
-                    if !exit.done { exit.waiters.append(continuation) }
-                    return exit.done
+                let done = departure.withLock { departure in
+                    if !departure.done { departure.waiters.append(continuation) }
+                    return departure.done
                 }
                 if done { continuation.resume() }
             }

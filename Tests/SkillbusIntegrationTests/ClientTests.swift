@@ -22,7 +22,9 @@ final class FakeBus: Sendable {
 
     /// The next message, routing id first.
     func next(timeout: Duration = .seconds(10)) async throws -> Multipart {
-        guard let message = await inbox.next(timeout: timeout) else { throw TimedOut(what: "a message at the fake bus") }
+        guard let message = await inbox.next(timeout: timeout) else {
+            throw TimedOut(what: "a message at the fake bus")
+        }
         return message
     }
 

@@ -38,7 +38,8 @@ struct WorkerTests {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
         let worker = try await AgentWorker.connect(
-            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: [Named(identifier: "s0")],
+            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50),
+            skills: [Named(identifier: "s0")],
             context: context, logger: logger)
         let running = Task { await worker.run() }
         defer { running.cancel() }
@@ -86,7 +87,8 @@ struct WorkerTests {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
         let worker = try await AgentWorker.connect(
-            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: [Named(identifier: "s0")],
+            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50),
+            skills: [Named(identifier: "s0")],
             context: context, logger: logger)
         let running = Task { await worker.run() }
         let ready = try await bus.next("READY")

@@ -32,7 +32,8 @@ struct InvocationRunnerTests {
     }
 
     func runner(_ skills: ProbeSkill...) -> InvocationRunner {
-        InvocationRunner(agentName: "alpha", skills: Dictionary(uniqueKeysWithValues: skills.map { ($0.identifier, $0) }))
+        InvocationRunner(
+            agentName: "alpha", skills: Dictionary(uniqueKeysWithValues: skills.map { ($0.identifier, $0) }))
     }
 
     let repeater = ProbeSkill(identifier: "text.repeat") { parameters, _ in

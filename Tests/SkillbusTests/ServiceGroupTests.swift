@@ -61,7 +61,9 @@ struct ServiceGroupTests {
     func serviceFinishing() async throws {
         let journal = Journal()
         let quitter = Recorder(name: "b", journal: journal) { journal.note("b quits") }
-        let group = ServiceGroup(services: [Recorder(name: "a", journal: journal), quitter, Recorder(name: "c", journal: journal)])
+        let group = ServiceGroup(services: [
+            Recorder(name: "a", journal: journal), quitter, Recorder(name: "c", journal: journal),
+        ])
         let outcome = try #require(await withDeadline(.seconds(10)) { try? await group.run(until: signals) })
         #expect(outcome == .init(reason: .serviceFinished(index: 1), abandoned: []))
         #expect(journal.all.contains("stopped a") && journal.all.contains("stopped c"))

@@ -81,7 +81,8 @@ public struct ServiceGroup: Sendable {
 
     /// Whether `task` ends before `deadline`. Waits even when the caller is cancelled (the shutdown runs
     /// in a cancelled task when the group was cancelled): both waits are tasks of their own.
-    private static func finishes(_ task: Task<(any Error)?, Never>, by deadline: ContinuousClock.Instant) async -> Bool {
+    private static func finishes(_ task: Task<(any Error)?, Never>, by deadline: ContinuousClock.Instant) async -> Bool
+    {
         let race = OneShot<Bool>()
         let waiter = Task {
             _ = await task.value
