@@ -24,10 +24,13 @@ struct WorkerTests {
 
     init() throws { context = try ZMQContext() }
 
+    /// A complete WELCOME body (no feed: the worker then holds no replica).
+    static let welcomeBody = Array(#"{"heartbeatMs":1000,"accepted":[],"refused":[],"feed":"","epoch":"test"}"#.utf8)
+
     /// Answers the worker's READY with a WELCOME and returns the worker's routing id.
     func welcome(_ bus: FakeBus) async throws -> [UInt8] {
         let ready = try await bus.next("READY")
-        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Array(#"{"heartbeatMs":1000}"#.utf8)])
+        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
         return ready[0]
     }
 
@@ -93,7 +96,7 @@ struct WorkerTests {
         let running = Task { await worker.run() }
         let ready = try await bus.next("READY")
         worker.addSkill(Named(identifier: "s1"))  // READY carried only s0
-        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Array(#"{"heartbeatMs":1000}"#.utf8)])
+        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
         let skills = try await bus.next("SKILLS")
         #expect(
             try JSONValue(parsing: skills[3]).arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["s0", "s1"])
