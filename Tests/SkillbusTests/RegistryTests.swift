@@ -184,8 +184,8 @@ struct RegistryTests {
         actions.compactMap { if case .publish(.registryUpdate(let update)) = $0 { update } else { nil } }
     }
 
-    func welcome(_ actions: [CoordinatorAction]) -> JSONValue? {
-        actions.compactMap { if case .toWorker(_, .welcome(let body)) = $0 { body } else { nil } }.first
+    func welcome(_ actions: [CoordinatorAction]) -> Welcome? {
+        actions.compactMap { if case .toWorker(_, .welcome(let welcome)) = $0 { welcome } else { nil } }.first
     }
 
     static let textField: JSONValue = ["name": "text", "type": "string"]
@@ -202,10 +202,10 @@ struct RegistryTests {
                     ["identifier": "echo", "parameters": [["name": "text", "type": "integer"]]],
                     ["identifier": "sleep", "parameters": []],
                 ]), from: beta, now: 0)
-        let refused = welcome(actions)?["refused"]?.arrayValue ?? []
+        let refused = welcome(actions)?.refused ?? []
         #expect(refused.count == 1)
-        #expect(refused.first?["code"]?.stringValue == "schema_conflict")
-        #expect(refused.first?["message"]?.stringValue?.contains("agent 'alpha'") == true)
+        #expect(refused.first?.code == .schemaConflict)
+        #expect(refused.first?.message.contains("agent 'alpha'") == true)
         #expect(
             actions.contains {
                 if case .publish(.registrationRefused(let agent, let error)) = $0 {
@@ -261,8 +261,8 @@ struct RegistryTests {
     func invalidSchemas(skill: JSONValue, reason: String) {
         var state = CoordinatorState(epoch: "e1")
         let actions = state.handleWorker(ready("alpha", [skill, ["identifier": "ok"]]), from: alpha, now: 0)
-        let refused = welcome(actions)?["refused"]?.arrayValue ?? []
-        #expect(refused.first?["message"]?.stringValue?.contains(reason) == true)
+        let refused = welcome(actions)?.refused ?? []
+        #expect(refused.first?.message.contains(reason) == true)
         #expect(state.ledger.registry.agents["alpha"]?.skills.map(\.identifier) == ["ok"])
     }
 
@@ -275,7 +275,7 @@ struct RegistryTests {
         let published = updates(changed)
         #expect(published.count == 1)
         #expect(published.first?.provided == ["math.eval"] && published.first?.withdrawn == ["sleep"])
-        #expect(welcome(changed)?["accepted"] == ["echo", "math.eval"])
+        #expect(welcome(changed)?.accepted == ["echo", "math.eval"])
         #expect(state.ledger.registry.skills["sleep"] == nil)
         let routed = state.handleInvoke(
             InvokeRequest(requestID: "r", roundID: "x", skill: "math.eval", parameters: Array("{}".utf8)),

@@ -53,7 +53,10 @@ struct WireTests {
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
         let toWorker: [BusToWorkerMessage] = [
-            .welcome(["heartbeatMs": 1000]),
+            .welcome(
+                Welcome(
+                    heartbeatMs: 1000, accepted: ["echo"], refused: [SkillbusError(.schemaConflict, "taken")],
+                    feed: "tcp://127.0.0.1:5556", epoch: "e1")),
             .invoke(
                 Invocation(
                     invocationID: "i1", roundID: "r", sessionID: "", skill: "echo", deadlineMs: 99,

@@ -202,20 +202,16 @@ public final class AgentWorker: Sendable {
             return
         }
         switch decoded {
-        case .welcome(let body):
-            let busHeartbeat = body["heartbeatMs"]?.intValue ?? options.heartbeatMs
+        case .welcome(let welcome):
             let needsReplica = state.withLock { state in
                 state.registered = true
                 state.retryDelayMs = 1000
-                state.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
+                state.busHeartbeatMs = welcome.heartbeatMs
                 return state.replica == nil
             }
-            if needsReplica { startReplica(welcomeFeed: body["feed"]?.stringValue) }
-            let accepted = body["accepted"]?.arrayValue?.count ?? 0
-            logger.info("registered as '\(options.name)' with \(accepted) skill(s)")
-            for refused in body["refused"]?.arrayValue ?? [] {
-                logger.warning("skill refused: \(SkillbusError(json: refused))")
-            }
+            if needsReplica { startReplica(welcomeFeed: welcome.feed) }
+            logger.info("registered as '\(options.name)' with \(welcome.accepted.count) skill(s)")
+            for refused in welcome.refused { logger.warning("skill refused: \(refused)") }
         case .invoke(let invocation):
             start(invocation)
         case .cancel(let invocationID):
