@@ -91,3 +91,58 @@ struct DocumentTests {
         }
     }
 }
+
+extension DocumentTests {
+    static let everyEvent: [FeedEvent] = [
+        .agentJoined(agent: "alpha", skills: ["echo"], capacity: 2), .agentLeft(agent: "alpha", reason: "gone"),
+        .agentState(agent: "alpha", state: .executingSkill("echo")), .agentState(agent: "a", state: .failed("x")),
+        .registrationRefused(agent: "beta", error: SkillbusError(.nameTaken, "taken")),
+        .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3),
+        .requestDispatched(round: "r", request: "q", skill: "echo", agent: "alpha", invocation: "i1"),
+        .requestDeduplicated(round: "r", request: "q", skill: "echo", finished: true),
+        .requestDone(
+            round: "r", request: "q", skill: "echo", agent: "alpha", status: .error, durationMicros: 1234,
+            payload: SkillbusError(.timeout, "late").json.serialized()),
+        .requestDone(round: "r", request: "q", skill: "echo", agent: "alpha", status: .ok, durationMicros: 5, payload: []),
+        .roundAccepted(round: "r", shape: "plan", invocations: ["a", "b"]),
+        .invocationDispatched(round: "r", invocation: "a", skill: "echo", agent: "alpha", dispatch: "i2"),
+        .invocationDeduplicated(round: "r", invocation: "b", reusing: "a"),
+        .invocationDone(
+            round: "r", invocation: "b", skill: "echo", agent: "", status: .skipped, durationMicros: 0,
+            deduplicated: false),
+        .invocationCancelled(round: "r", invocation: "b", agent: "beta"),
+        .roundDone(round: "r", status: "ok", summary: ["invocations": 2]),
+        .registryUpdate(
+            RegistryUpdate(
+                epoch: "e", sequence: 4, agent: "alpha", entry: Registry.Agent(name: "alpha", capacity: 1, skills: []),
+                provided: [], withdrawn: ["echo"], reason: "skills changed")),
+        .registryHeartbeat(epoch: "e", sequence: 4, intervalMs: 1000),
+    ]
+
+    @Test("every feed event reads back as the event that was published")
+    func feedEvents() throws {
+        for event in Self.everyEvent {
+            #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
+        }
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 16)
+    }
+
+    @Test("a feed message that is not an event is refused with what is wrong")
+    func badFeedEvents() {
+        let cases: [([[UInt8]], String)] = [
+            ([Array("agent.left".utf8)], "2 frames"),
+            ([Array("agent.left".utf8), Array("{".utf8)], "body"),
+            ([Array("agent.dance".utf8), Array("{}".utf8)], "unknown feed topic"),
+            ([Array("agent.left".utf8), Array(#"{"agent":"a"}"#.utf8)], "'reason'"),
+            ([Array("registry.heartbeat".utf8), Array(#"{"epoch":"e","seq":-1,"heartbeatMs":1}"#.utf8)], "'seq'"),
+        ]
+        for (message, problem) in cases {
+            do {
+                _ = try FeedEvent(message: message)
+                Issue.record("accepted \(message)")
+            } catch {
+                #expect(error.code == .malformedMessage && error.message.contains(problem), "\(error)")
+            }
+        }
+    }
+}
