@@ -111,7 +111,7 @@ extension DocumentTests {
             round: "r", invocation: "b", skill: "echo", agent: "", status: .skipped, durationMicros: 0,
             deduplicated: false),
         .invocationCancelled(round: "r", invocation: "b", agent: "beta"),
-        .roundDone(round: "r", status: "ok", summary: ["invocations": 2]),
+        .roundDone(round: "r", status: .ok, summary: RoundDocument.Summary()),
         .registryUpdate(
             RegistryUpdate(
                 epoch: "e", sequence: 4, agent: "alpha", entry: Registry.Agent(name: "alpha", capacity: 1, skills: []),

@@ -52,6 +52,17 @@ struct DocumentReader {
         return value
     }
 
+    /// One of an enumeration's raw values, e.g. a status.
+    func oneOf<Value: RawRepresentable & CaseIterable>(_ key: String) throws(SkillbusError) -> Value
+    where Value.RawValue == String {
+        let name = try string(key)
+        guard let value = Value(rawValue: name) else {
+            let names = Value.allCases.map(\.rawValue)
+            throw problem("'\(key)' must be \(names.dropLast().joined(separator: ", ")) or \(names.last ?? ""), got '\(name.prefix(64))'")
+        }
+        return value
+    }
+
     func array(_ key: String) throws(SkillbusError) -> [JSONValue] {
         guard let value = try required(key, "an array").arrayValue else { throw problem("'\(key)' must be an array") }
         return value

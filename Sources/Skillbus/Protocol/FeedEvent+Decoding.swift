@@ -53,10 +53,7 @@ extension FeedEvent {
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
                 finished: reused == "finished")
         case "request.done":
-            let statusName = try field.string("status")
-            guard let status = ReplyStatus(rawValue: statusName) else {
-                throw field.problem("'status' must be ok or error, got '\(statusName)'")
-            }
+            let status: ReplyStatus = try field.oneOf("status")
             self = .requestDone(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
                 agent: try field.string("agent"), status: status, durationMicros: try micros(),
@@ -89,8 +86,8 @@ extension FeedEvent {
                 agent: try field.string("agent"))
         case "round.done":
             self = .roundDone(
-                round: try field.string("round"), status: try field.string("status"),
-                summary: field.optional("summary") ?? .null)
+                round: try field.string("round"), status: try field.oneOf("status"),
+                summary: try RoundDocument.Summary(json: field.optional("summary") ?? .null))
         case "registry.update":
             self = .registryUpdate(try RegistryUpdate(json: body))
         case "registry.heartbeat":

@@ -22,7 +22,7 @@ public enum FeedEvent: Sendable, Equatable {
         round: String, invocation: String, skill: String, agent: String, status: InvocationStatus,
         durationMicros: Int, deduplicated: Bool)
     case invocationCancelled(round: String, invocation: String, agent: String)
-    case roundDone(round: String, status: String, summary: JSONValue)
+    case roundDone(round: String, status: ReplyStatus, summary: RoundDocument.Summary)
     /// One change to the registry; sequenced, see `ReplicaSync`.
     case registryUpdate(RegistryUpdate)
     /// Once per heartbeat interval: where the registry stands, so an idle replica notices a lost update.
@@ -111,7 +111,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .invocationCancelled(let round, let invocation, let agent):
             return ["round": .string(round), "invocation": .string(invocation), "agent": .string(agent)]
         case .roundDone(let round, let status, let summary):
-            return ["round": .string(round), "status": .string(status), "summary": summary]
+            return ["round": .string(round), "status": .string(status.rawValue), "summary": summary.json]
         case .registryUpdate(let update):
             return update.fields
         case .registryHeartbeat(let epoch, let sequence, let intervalMs):

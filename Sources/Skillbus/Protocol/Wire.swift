@@ -146,7 +146,7 @@ public struct WireText: Sendable, Equatable {
 }
 
 /// How an invocation ended, as the wire spells it.
-public enum ReplyStatus: String, Sendable {
+public enum ReplyStatus: String, Sendable, CaseIterable {
     case ok, error
 
     static let okFrame = Array("ok".utf8)

@@ -283,7 +283,7 @@ extension CoordinatorState {
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }
         actions.append(
-            .publish(.roundDone(round: run.roundText, status: document.status.rawValue, summary: document.summary.json)))
+            .publish(.roundDone(round: run.roundText, status: document.status, summary: document.summary)))
         return actions
     }
 

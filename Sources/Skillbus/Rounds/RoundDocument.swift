@@ -196,14 +196,10 @@ extension RoundDocument {
 
     public init(json: JSONValue) throws(SkillbusError) {
         let reader = DocumentReader(json, "round document")
-        let statusName = try reader.string("status")
-        guard let status = ReplyStatus(rawValue: statusName) else {
-            throw reader.problem("'status' must be ok or error, got '\(statusName)'")
-        }
         var invocations: [Invocation] = []
         for item in try reader.array("invocations") { invocations.append(try Invocation(json: item)) }
         self.init(
-            round: try reader.string("round"), shape: try reader.optionalString("shape"), status: status,
+            round: try reader.string("round"), shape: try reader.optionalString("shape"), status: try reader.oneOf("status"),
             result: reader.optional("result") ?? .null, error: reader.optional("error").map(SkillbusError.init(json:)),
             agent: try reader.optionalString("agent"), vote: try reader.optional("aggregate").map(Vote.init(json:)),
             durationMs: try reader.number("durationMs"), invocations: invocations,
