@@ -43,7 +43,8 @@ extension CoordinatorState {
     }
 
     /// A registered worker replaces its skill list (SKILLS): one registry update, in-flight work untouched.
-    mutating func changeSkills(of worker: Worker, to list: JSONValue, now: UInt64) -> [CoordinatorAction] {
+    mutating func changeSkills(of peer: PeerID, to list: JSONValue, now: UInt64) -> [CoordinatorAction] {
+        guard let worker = workers[peer] else { return [] }
         guard let items = list.arrayValue else {
             let error = SkillbusError(
                 .invalidRegistration, "SKILLS takes a JSON array of skill descriptors, got \(list.typeName)")

@@ -78,6 +78,8 @@ extension CoordinatorState {
 
     /// Gives a worker with free slots the oldest requests waiting for it or for any of its skills.
     mutating func dispatchWaiting(to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        // Called after every RESULT: with nothing waiting, look no further.
+        guard waiting.count > 0 else { return [] }
         var actions: [CoordinatorAction] = []
         while let worker = workers[peer], worker.hasFreeSlot, let request = waiting.next(for: worker) {
             actions += dispatch(request, to: peer, now: now)
@@ -88,24 +90,26 @@ extension CoordinatorState {
     /// RESULT from a worker. An `ok` whose payload is no result form (PROTOCOL §5.5) is answered as the
     /// error `malformed_result`: the caller must never take garbage for a result.
     mutating func finish(
-        _ invocationID: String, status: ReplyStatus, payload: [UInt8], from worker: Worker, now: UInt64
+        _ invocationID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         // A result for an unknown or foreign invocation is late or bogus: drop it, keep serving.
-        guard let entry = running.end(invocationID, from: worker.peer, workers: &workers) else { return [] }
+        guard let entry = running.end(invocationID, from: peer, workers: &workers) else { return [] }
         var actions: [CoordinatorAction] = []
         if !entry.answered {
+            let agent = workers[peer]?.nameFrame ?? []
             if status == .ok, let problem = SkillResult.problem(in: payload) {
+                let name = String(decoding: agent, as: UTF8.self)
                 let error = SkillbusError(
                     .malformedResult,
-                    "agent '\(worker.name)' answered '\(entry.request.skill)' with an ok RESULT that is not a result "
-                        + "form: \(problem)",
-                    details: ["agent": .string(worker.name)])
-                actions = fail(entry.request, error, agent: worker.name, now: now)
+                    "agent '\(name)' answered '\(entry.request.skill)' with an ok RESULT that is not a result form: "
+                        + problem,
+                    details: ["agent": .string(name)])
+                actions = fail(entry.request, error, agent: name, now: now)
             } else {
-                actions = reply(entry.request, status: status, agent: worker.nameFrame, payload: payload, now: now)
+                actions = reply(entry.request, status: status, agent: agent, payload: payload, now: now)
             }
         }
-        actions += dispatchWaiting(to: worker.peer, now: now)
+        actions += dispatchWaiting(to: peer, now: now)
         return actions
     }
 

@@ -98,6 +98,10 @@ public struct CoordinatorState: Sendable {
     }
 
     /// A skill's parameter schema as the registry holds it, for canonical parameters.
+    ///
+    /// Where a lookup is passed on, pass a closure that reads `ledger`, never `schema(of:)` itself: the
+    /// method reference captures a copy of the whole state, and the next change to single-flight would
+    /// then copy its table, on every request.
     func schema(of skill: String) -> ParameterSchema? { ledger.registry.skills[skill]?.descriptor.parameters }
 
     // MARK: Clients
@@ -114,7 +118,8 @@ public struct CoordinatorState: Sendable {
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: request.$roundID, skill: request.skill, parameters: request.parameters,
-                waiter: .client(client, requestID: request.$requestID), schema: schema(of:))
+                waiter: .client(client, requestID: request.$requestID),
+                schema: { ledger.registry.skills[$0]?.descriptor.parameters })
             switch admission {
             case .first(let execution): pending.shared = execution
             case .joined:
@@ -137,11 +142,7 @@ public struct CoordinatorState: Sendable {
 
     public mutating func handleWorker(_ message: WorkerMessage, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         if case .ready(let body) = message { return register(body, from: peer, now: now) }
-        guard let worker = workers.update(peer, { worker -> Worker in
-            worker.lastHeard = now
-            return worker
-        })
-        else {
+        guard workers.update(peer, { $0.lastHeard = now }) != nil else {
             if case .disconnect = message { return [] }
             return [.toWorker(peer, .error(SkillbusError(.notRegistered, "this peer is not registered; send READY")))]
         }
@@ -154,13 +155,17 @@ public struct CoordinatorState: Sendable {
             }
             return []
         case .skills(let list):
-            return changeSkills(of: worker, to: list, now: now)
+            return changeSkills(of: peer, to: list, now: now)
         case .state(let state):
-            guard worker.state != state else { return [] }
-            workers.update(peer) { $0.state = state }
-            return [.publish(.agentState(agent: worker.name, state: state))]
+            let name = workers.update(peer) { worker -> String? in
+                guard worker.state != state else { return nil }
+                worker.state = state
+                return worker.name
+            }
+            guard let name = name ?? nil else { return [] }
+            return [.publish(.agentState(agent: name, state: state))]
         case .result(let invocationID, let status, let payload):
-            return finish(invocationID, status: status, payload: payload, from: worker, now: now)
+            return finish(invocationID, status: status, payload: payload, from: peer, now: now)
         case .disconnect:
             return remove(peer, reason: "disconnected", now: now)
         }

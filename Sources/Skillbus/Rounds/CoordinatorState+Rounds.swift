@@ -292,7 +292,9 @@ extension CoordinatorState {
         let roundKey = ByteKey(request.$roundID)
         // Most REQUESTs are no sub-call: look before parsing their parameters.
         guard rounds.isRunning(roundKey) else { return }
-        let key = SingleFlight.canonicalKey(skill: request.skill, parameters: request.parameters, schema: schema(of:))
+        let key = SingleFlight.canonicalKey(
+            skill: request.skill, parameters: request.parameters,
+            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
         rounds.updateRunning(roundKey) { run in
             run.subCalls += 1
             var invocation = RoundInvocation(
