@@ -233,8 +233,24 @@ struct EndToEndTests {
         let catalog = try await cluster.registryDocument()
         let skills = catalog["skills"]?.arrayValue ?? []
         #expect(skills.compactMap { $0["identifier"]?.stringValue } == ["echo", "math.eval"])
-        #expect(skills.first?["providers"] == ["alpha", "beta"])
+        #expect(skills.first?["providers"] == [["agent": "alpha", "capacity": 4], ["agent": "beta", "capacity": 4]])
         #expect(skills.last?["parameters"]?.arrayValue?.first?["name"] == "expression")
+        // The bus's catalog (SKILLS) has the same entries; only it knows each provider's load.
+        let client = try SkillbusClient(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        let bus = try await client.skills()["skills"]?.arrayValue ?? []
+        #expect(bus.map { $0["identifier"] } == skills.map { $0["identifier"] })
+        for (ours, theirs) in zip(skills, bus) {
+            var stripped = theirs.objectValue ?? [:]
+            stripped["providers"] = .array(
+                (theirs["providers"]?.arrayValue ?? []).map { provider in
+                    var fields = provider.objectValue ?? [:]
+                    let load = fields.removeValue(forKey: "inFlight")
+                    #expect(load == 0)
+                    return .object(fields)
+                })
+            #expect(ours == .object(stripped))
+        }
         let (humanCode, human) = try await runSkillbus(["skills", "--coordinator", cluster.bus, "--feed", cluster.feed])
         #expect(humanCode == 0)
         #expect(human.contains { $0.hasPrefix("math.eval") })
