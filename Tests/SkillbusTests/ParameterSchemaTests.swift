@@ -74,4 +74,23 @@ struct ParameterSchemaTests {
             #expect(throws: SkillbusError.self) { try SkillDescriptor(json: bad) }
         }
     }
+
+    @Test("\"default\": null is refused, naming the field; only a default left out means none")
+    func nullDefault() throws {
+        let field: JSONValue = ["name": "limit", "type": "integer", "required": false, "default": nil]
+        #expect {
+            try SkillDescriptor(json: ["identifier": "text.top", "parameters": [field]])
+        } throws: { error in
+            guard let error = error as? SkillbusError else { return false }
+            return error.code == .invalidRegistration
+                && error.message
+                    == "skill 'text.top': default of 'limit' is null, which no type accepts "
+                    + "(leave 'default' out for no default)"
+        }
+        let absent = try SkillDescriptor(json: [
+            "identifier": "text.top", "parameters": [["name": "limit", "type": "integer", "required": false]],
+        ])
+        #expect(absent.parameters.fields.first?.defaultValue == nil)
+        #expect(absent.json["parameters"]?.arrayValue?.first?["default"] == nil)
+    }
 }

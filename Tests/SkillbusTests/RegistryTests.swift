@@ -282,6 +282,11 @@ struct RegistryTests {
             ),
             (["identifier": "x", "defaultTimeoutMs": 0] as JSONValue, "defaultTimeoutMs"),
             (["identifier": "x", "metadata": "tags"] as JSONValue, "metadata"),
+            (
+                ["identifier": "x", "parameters": [["name": "n", "type": "integer", "required": false, "default": nil]]]
+                    as JSONValue,
+                "skill 'x': default of 'n' is null, which no type accepts (leave 'default' out for no default)"
+            ),
         ] as [(JSONValue, String)])
     func invalidSchemas(skill: JSONValue, reason: String) {
         var state = CoordinatorState(epoch: "e1")
