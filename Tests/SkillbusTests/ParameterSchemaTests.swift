@@ -38,6 +38,19 @@ struct ParameterSchemaTests {
         }
     }
 
+    @Test("the example of PROTOCOL §5.3, byte for byte")
+    func documentedExample() {
+        let demo = ParameterSchema([ParameterField("text", .string), ParameterField("count", .integer, required: false)])
+        #expect {
+            try demo.validate(["count": 1.5, "txt": "x", "b": true], skill: "demo")
+        } throws: { error in
+            (error as? SkillbusError)?.message
+                == "invalid parameters for 'demo': missing required parameter 'text' (string); parameter 'count' must "
+                + "be integer, got number; unknown parameter 'b' (expected: text, count); unknown parameter 'txt' "
+                + "(expected: text, count)"
+        }
+    }
+
     @Test(
         "type checks",
         arguments: [

@@ -487,16 +487,19 @@ class Worker:
         # §4.10 steps 1-6: nothing runs, no STATE.
         if self.shutdown_deadline is not None:
             return refuse("agent_lost", f"agent '{self.name}' is shutting down")
+        # The wording is the error table of §4.10, byte for byte (the reason after "valid JSON: "
+        # is this parser's own).
         if len(self.running) >= self.capacity:
-            return refuse("busy", f"agent '{self.name}' already runs {self.capacity} invocation(s)")
+            return refuse("busy", f"agent '{self.name}' is at capacity ({self.capacity})")
         if skill not in self.skills:
-            return refuse("unknown_skill", f"agent '{self.name}' does not offer skill '{skill}'")
+            offered = ", ".join(sorted(self.skills)) or "none"
+            return refuse("unknown_skill", f"agent '{self.name}' does not offer '{skill}' (offers: {offered})")
         try:
             params = parse_json(params_frame)
         except ValueError as exc:
-            return refuse("invalid_parameters", f"parameters for '{skill}' are not valid JSON: {exc}")
+            return refuse("invalid_parameters", f"parameters of '{skill}' are not valid JSON: {exc}")
         if not isinstance(params, dict):
-            return refuse("invalid_parameters", f"parameters for '{skill}' must be a JSON object, "
+            return refuse("invalid_parameters", f"parameters of '{skill}' must be a JSON object, "
                                                 f"got {json_type_name(params)}")
         params, problems = validate_parameters(self.descriptors[skill], params)
         if problems:

@@ -306,14 +306,9 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    /// Finds the skill and validates the parameters; nothing runs when this throws.
+    /// Finds the skill and validates the parameters; nothing runs when this throws. The checks and their
+    /// order are those of PROTOCOL §4.10 (steps 3-6), the wording that of its error table.
     private func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
-        let parsed: JSONValue
-        do {
-            parsed = try JSONValue(parsing: invocation.parameters)
-        } catch {
-            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
-        }
         let (skill, offered) = state.withLock { state in
             (state.skills[invocation.skill], state.skills[invocation.skill] == nil ? state.skills.keys.sorted() : [])
         }
@@ -321,7 +316,13 @@ public final class AgentWorker: Sendable {
             throw SkillbusError(
                 .unknownSkill,
                 "agent '\(options.name)' does not offer '\(invocation.skill)' (offers: "
-                    + offered.joined(separator: ", ") + ")")
+                    + (offered.isEmpty ? "none" : offered.joined(separator: ", ")) + ")")
+        }
+        let parsed: JSONValue
+        do {
+            parsed = try JSONValue(parsing: invocation.parameters)
+        } catch {
+            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
         }
         return (skill, try validate(parsed, for: skill))
     }
