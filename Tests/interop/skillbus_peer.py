@@ -59,6 +59,7 @@ import socket
 import sys
 import threading
 import time
+import unicodedata
 import uuid
 
 import zmq
@@ -94,10 +95,13 @@ def dump_json(value) -> bytes:
 
 
 def _no_duplicates(pairs):
-    obj = {}
+    """Keys that are canonically equivalent (the same after NFC) count as the same key (§2)."""
+    obj, seen = {}, set()
     for key, value in pairs:
-        if key in obj:
+        normal = unicodedata.normalize("NFC", key)
+        if normal in seen:
             raise ValueError(f"duplicate key '{key}'")
+        seen.add(normal)
         obj[key] = value
     return obj
 
@@ -106,20 +110,26 @@ def _reject_constant(name):
     raise ValueError(f"'{name}' is not JSON")
 
 
-def _check_tree(value, depth: int = 1) -> None:
-    """Depth ≤ 128, no lone surrogates, no numbers that overflowed to infinity (§2 "Reading")."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"nesting deeper than {MAX_DEPTH}")
+def _check_tree(value, depth: int = 0) -> None:
+    """At most 128 nested arrays/objects (scalars add no level), no lone surrogates, no number
+    whose double is infinite — a float or an integer literal alike (§2 "Reading")."""
     if isinstance(value, str):
         value.encode("utf-8")  # raises UnicodeEncodeError on a lone surrogate
+    elif isinstance(value, bool):
+        pass
     elif isinstance(value, float) and math.isinf(value):
         raise ValueError("number out of range")
-    elif isinstance(value, list):
-        for item in value:
-            _check_tree(item, depth + 1)
-    elif isinstance(value, dict):
-        for key, item in value.items():
+    elif isinstance(value, int):
+        try:
+            float(value)  # Skillbus holds every number as a double
+        except OverflowError:
+            raise ValueError("number out of range") from None
+    elif isinstance(value, (list, dict)):
+        if depth + 1 > MAX_DEPTH:
+            raise ValueError(f"nesting deeper than {MAX_DEPTH}")
+        for key in value if isinstance(value, dict) else ():
             key.encode("utf-8")
+        for item in value.values() if isinstance(value, dict) else value:
             _check_tree(item, depth + 1)
 
 
