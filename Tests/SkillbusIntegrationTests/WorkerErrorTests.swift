@@ -44,56 +44,89 @@ struct WorkerErrorTests {
             offers: "py.fail, py.reverse"),
     ]
 
+    /// The test's side of one worker: the ROUTER it registered with and what came from it.
+    final class Bench {
+        let bus: RawPeer
+        let worker: SkillbusProcess
+        private(set) var peer: [UInt8] = []
+        /// STATE bodies in the order they came.
+        private(set) var states: [String] = []
+
+        init(_ subject: Subject, context: ZMQContext) async throws {
+            bus = try RawPeer(bindingRouter: "tcp://127.0.0.1:*", context: context)
+            worker = try subject.start(bus.socket.endpoint)
+            var ready: Multipart = []
+            while ready.count < 4 || text(ready[2]) != "READY" { ready = try await bus.next(timeout: .seconds(20)) }
+            peer = ready[0]
+            welcome()
+        }
+
+        func close() {
+            worker.signal(SIGKILL)
+            bus.close()
+        }
+
+        func send(_ frames: [String]) { bus.socket.send([peer] + frames.map { Array($0.utf8) }) }
+
+        /// A long bus heartbeat, so that the worker never takes the test's silence for a lost bus.
+        func welcome() {
+            send([
+                "SKB1W", "WELCOME",
+                #"{"accepted":[],"epoch":"0000000000000000","feed":"","heartbeatMs":60000,"refused":[]}"#,
+            ])
+        }
+
+        func invoke(_ id: String, _ skill: String, _ parameters: String) {
+            send(["SKB1W", "INVOKE", id, "round-1", "", skill, "60000", parameters])
+        }
+
+        /// The next worker message with this command within 20 s (STATE bodies are recorded on the way;
+        /// heartbeats keep coming, so the deadline is for the whole wait).
+        func next(_ command: String, where condition: (Multipart) -> Bool = { _ in true }) async throws -> Multipart {
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                let message = try await bus.next(timeout: deadline - ContinuousClock.now)
+                guard message.count >= 3, text(message[1]) == "SKB1W" else { continue }
+                if text(message[2]) == "STATE", message.count == 4 { states.append(text(message[3])) }
+                if text(message[2]) == command, condition(message) { return message }
+            }
+            throw TimedOut(what: "\(command) from \(worker.name); states so far: \(states)")
+        }
+
+        /// The error object of the RESULT for `id`, which must be an `error`.
+        func error(of id: String) async throws -> JSONValue {
+            let result = try await next("RESULT") { $0.count == 6 && text($0[3]) == id }
+            #expect(text(result[4]) == "error", "\(id)")
+            return try JSONValue(parsing: result[5])
+        }
+
+        /// Sends one INVOKE and returns the error object of its RESULT.
+        func refusal(_ id: String, _ skill: String, _ parameters: String) async throws -> JSONValue {
+            invoke(id, skill, parameters)
+            return try await error(of: id)
+        }
+    }
+
     @Test("unknown skill, bad JSON, not an object, schema problems, busy, cancelled", arguments: subjects)
     func refusals(subject: Subject) async throws {
-        let context = try ZMQContext()
-        let bus = try RawPeer(bindingRouter: "tcp://127.0.0.1:*", context: context)
-        defer { bus.close() }
-        let worker = try subject.start(bus.socket.endpoint)
-        defer { worker.signal(SIGKILL) }
-
-        // READY → WELCOME. A long bus heartbeat, so that the worker never takes our silence for a lost bus.
-        var ready: Multipart = []
-        while ready.count < 4 || text(ready[2]) != "READY" { ready = try await bus.next(timeout: .seconds(20)) }
-        let peer = ready[0]
-        func send(_ frames: [String]) { bus.socket.send([peer] + frames.map { Array($0.utf8) }) }
-        send([
-            "SKB1W", "WELCOME",
-            #"{"accepted":[],"epoch":"0000000000000000","feed":"","heartbeatMs":60000,"refused":[]}"#,
-        ])
-
-        var states: [String] = []
-        /// Sends one INVOKE and returns the error object of its RESULT (which must be `error`).
-        func invoke(_ id: String, _ skill: String, _ parameters: String) async throws -> JSONValue {
-            send(["SKB1W", "INVOKE", id, "round-1", "", skill, "60000", parameters])
-            return try await result(id)
-        }
-        func result(_ id: String) async throws -> JSONValue {
-            while true {
-                let message = try await bus.next(timeout: .seconds(20))
-                guard message.count >= 3, text(message[1]) == "SKB1W" else { continue }
-                if text(message[2]) == "STATE" { states.append(text(message[3])) }
-                guard text(message[2]) == "RESULT", message.count == 6, text(message[3]) == id else { continue }
-                #expect(text(message[4]) == "error", "\(id)")
-                return try JSONValue(parsing: message[5])
-            }
-        }
+        let bench = try await Bench(subject, context: try ZMQContext())
+        defer { bench.close() }
         let (name, skill) = (subject.name, subject.textSkill)
 
         // Step 3 comes before step 4: an unknown skill is unknown whatever its parameters are.
         #expect(
-            try await invoke("i1", "nope", "not json")
+            try await bench.refusal("i1", "nope", "not json")
                 == [
                     "code": "unknown_skill",
                     "message": .string("agent '\(name)' does not offer 'nope' (offers: \(subject.offers))"),
                 ])
-        let badJSON = try await invoke("i2", skill, #"{"text": "#)
+        let badJSON = try await bench.refusal("i2", skill, #"{"text": "#)
         #expect(badJSON["code"] == "invalid_parameters" && badJSON["details"] == nil)
         let prefix = "parameters of '\(skill)' are not valid JSON: "
         #expect(badJSON["message"]?.stringValue?.hasPrefix(prefix) == true, "\(badJSON)")
         #expect((badJSON["message"]?.stringValue?.count ?? 0) > prefix.count)
         #expect(
-            try await invoke("i3", skill, "[1]")
+            try await bench.refusal("i3", skill, "[1]")
                 == [
                     "code": "invalid_parameters",
                     "message": .string("parameters of '\(skill)' must be a JSON object, got array"),
@@ -114,24 +147,42 @@ struct WorkerErrorTests {
             ("i7", #"{"text":2.5}"#, ["parameter 'text' must be string, got number"]),
         ] {
             #expect(
-                try await invoke(id, skill, parameters)
+                try await bench.refusal(id, skill, parameters)
                     == [
                         "code": "invalid_parameters",
                         "message": .string("invalid parameters for '\(skill)': " + problems.joined(separator: "; ")),
                         "details": .array(problems.map { .string($0) }),
                     ])
         }
+        // Steps 1-6 run nothing and send no STATE (the one after WELCOME says idle, §4.10 rule 1).
+        #expect(bench.states.allSatisfy { $0 == #"{"state":"idle"}"# }, "\(bench.states)")
 
         // Capacity 1: a second INVOKE while the first runs is refused; CANCEL ends the first.
-        send(["SKB1W", "INVOKE", "i8", "round-1", "", subject.slowSkill, "60000", subject.slowParameters])
+        bench.invoke("i8", subject.slowSkill, subject.slowParameters)
         #expect(
-            try await invoke("i9", skill, #"{"text":"x"}"#)
+            try await bench.refusal("i9", skill, #"{"text":"x"}"#)
                 == ["code": "busy", "message": .string("agent '\(name)' is at capacity (1)")])
-        // Nothing ran so far: no STATE at all (§4.10: steps 1-6 send none) — unless the slow one started.
-        #expect(states.allSatisfy { $0.contains("executingSkill") && $0.contains(subject.slowSkill) }, "\(states)")
-        send(["SKB1W", "CANCEL", "i8"])
+        bench.send(["SKB1W", "CANCEL", "i8"])
         #expect(
-            try await result("i8")
+            try await bench.error(of: "i8")
                 == ["code": "cancelled", "message": .string("'\(subject.slowSkill)' was cancelled")])
+    }
+
+    @Test("STATE: the current state again after every WELCOME; one failed per failure, then the state", arguments: subjects)
+    func stateRule(subject: Subject) async throws {
+        let bench = try await Bench(subject, context: try ZMQContext())
+        defer { bench.close() }
+        let executing = #"{"skill":"\#(subject.slowSkill)","state":"executingSkill"}"#
+        bench.invoke("i1", subject.slowSkill, subject.slowParameters)
+        _ = try await bench.next("STATE") { text($0[3]) == executing }
+        // As if the bus had restarted and taken the READY again: its view is idle, the skill still runs.
+        bench.welcome()
+        let again = try await bench.next("STATE")
+        #expect(text(again[3]) == executing)
+        bench.send(["SKB1W", "CANCEL", "i1"])
+        _ = try await bench.error(of: "i1")
+        _ = try await bench.next("STATE") { text($0[3]) == #"{"state":"idle"}"# }
+        let afterWelcome = Array(bench.states.drop { $0 != executing }.dropFirst())
+        #expect(afterWelcome == [executing, #"{"reason":"cancelled","state":"failed"}"#, #"{"state":"idle"}"#])
     }
 }

@@ -308,7 +308,8 @@ class Worker:
         self.awaiting_welcome = False
         self.announced = False
         self.bus_heartbeat_ms = heartbeat_ms
-        self.last_state = {"state": "idle"}
+        self.last_state = {"state": "idle"}   # the STATE last sent (None: send the current one)
+        self.current_skill = ""                # the skill of the invocation that started last
         self.ready_backoff = self.READY_BACKOFF_MIN
         now = time.monotonic()
         self.next_ready = now          # when to (re)send READY while not registered
@@ -452,7 +453,10 @@ class Worker:
             welcome = {}
         self.registered, self.awaiting_welcome = True, False
         self.ready_backoff = self.READY_BACKOFF_MIN
-        self.last_state = {"state": "idle"}  # the bus resets its view to idle (§4.5)
+        # A registration resets the bus's view to idle (§4.5): state the current one again (§4.10).
+        self.last_state = None
+        self.send_state({"skill": self.current_skill, "state": "executingSkill"} if self.running
+                        else {"state": "idle"})
         self.next_heartbeat = time.monotonic() + self.heartbeat_ms / 1000
         for refused in welcome.get("refused", []):
             log(self.name, f"skill refused: {refused}")
@@ -518,6 +522,7 @@ class Worker:
         # Step 7+: run it on a pool thread; the main thread keeps the socket.
         inv = Invocation(inv_id, skill, deadline_ms)
         self.running[inv_id] = inv
+        self.current_skill = skill
         self.send_state({"skill": skill, "state": "executingSkill"})
         self.pool.submit(self.execute, inv, params)
 
@@ -528,7 +533,8 @@ class Worker:
         except Cancelled:
             outcome = ("error", error_object("cancelled", f"'{inv.skill}' was cancelled"), "cancelled")
         except SkillError as exc:
-            outcome = ("error", exc.error, exc.error["message"])
+            reason = "cancelled" if exc.error["code"] == "cancelled" else exc.error["message"]
+            outcome = ("error", exc.error, reason)
         except Exception as exc:  # noqa: BLE001 - any other failure is skill_failed (§4.10 step 10)
             message = f"'{inv.skill}' failed: {exc}"
             outcome = ("error", error_object("skill_failed", message), message)
@@ -546,6 +552,8 @@ class Worker:
             self.send_state({"reason": failure, "state": "failed"})
         if not self.running:
             self.send_state({"state": "idle"})
+        elif failure is not None:
+            self.send_state({"skill": self.current_skill, "state": "executingSkill"})  # §4.10 rule 4
 
 
 # ---------------------------------------------------------------------------------------------

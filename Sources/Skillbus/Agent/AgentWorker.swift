@@ -45,8 +45,9 @@ public final class AgentWorker: Sendable {
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
-        /// so a burst of quick invocations costs one state message, not two per invocation.
-        var reported: AgentState = .idle
+        /// so a burst of quick invocations costs one state message, not two per invocation. Nil after a
+        /// WELCOME: a registration resets the coordinator's view to idle, so the current state goes again.
+        var reported: AgentState? = .idle
         var current: AgentState = .idle
         /// Failures are never coalesced away: each one reaches the feed.
         var failures: [AgentState] = []
@@ -207,6 +208,7 @@ public final class AgentWorker: Sendable {
             let needsReplica = state.withLock { state in
                 state.registered = true
                 state.retryDelayMs = 1000
+                state.reported = nil
                 state.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
                 return state.replica == nil
             }
