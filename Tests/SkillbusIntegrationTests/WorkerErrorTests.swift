@@ -168,7 +168,9 @@ struct WorkerErrorTests {
                 == ["code": "cancelled", "message": .string("'\(subject.slowSkill)' was cancelled")])
     }
 
-    @Test("STATE: the current state again after every WELCOME; one failed per failure, then the state", arguments: subjects)
+    @Test(
+        "STATE: the current state again after every WELCOME; one failed per failure, then the state",
+        arguments: subjects)
     func stateRule(subject: Subject) async throws {
         let bench = try await Bench(subject, context: try ZMQContext())
         defer { bench.close() }

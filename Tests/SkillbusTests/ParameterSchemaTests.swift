@@ -40,7 +40,9 @@ struct ParameterSchemaTests {
 
     @Test("the example of PROTOCOL §5.3, byte for byte")
     func documentedExample() {
-        let demo = ParameterSchema([ParameterField("text", .string), ParameterField("count", .integer, required: false)])
+        let demo = ParameterSchema([
+            ParameterField("text", .string), ParameterField("count", .integer, required: false),
+        ])
         #expect {
             try demo.validate(["count": 1.5, "txt": "x", "b": true], skill: "demo")
         } throws: { error in

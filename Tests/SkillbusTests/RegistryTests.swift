@@ -283,7 +283,10 @@ struct RegistryTests {
             (["identifier": "x", "defaultTimeoutMs": 0] as JSONValue, "defaultTimeoutMs"),
             (["identifier": "x", "metadata": "tags"] as JSONValue, "metadata"),
             (
-                ["identifier": "x", "parameters": [["name": "n", "type": "integer", "required": false, "default": nil]]]
+                [
+                    "identifier": "x",
+                    "parameters": [["name": "n", "type": "integer", "required": false, "default": nil]],
+                ]
                     as JSONValue,
                 "skill 'x': default of 'n' is null, which no type accepts (leave 'default' out for no default)"
             ),
