@@ -246,6 +246,31 @@ struct RegistryTests {
         #expect(state.ledger.registry.agents["beta"]?.skills.first?.description == "first")
     }
 
+    @Test("a replica's skill list (skills --json) has the catalog's shape: the bus's SKILLS answer without inFlight")
+    func replicaCatalogShape() {
+        var state = CoordinatorState(epoch: "e1")
+        let echo: JSONValue = ["identifier": "echo", "parameters": [Self.textField], "defaultTimeoutMs": 500]
+        _ = state.handleWorker(ready("beta", [echo, ["identifier": "sleep"]]), from: beta, now: 0)
+        _ = state.handleWorker(
+            .ready(["name": "alpha", "capacity": 7, "skills": [echo]]), from: alpha, now: 0)
+        let catalog = state.catalog()["skills"]?.arrayValue ?? []
+        let replica = state.ledger.registry.skillsJSON.arrayValue ?? []
+        #expect(replica.count == 2 && catalog.count == 2)
+        // Descriptor keys and the provider list, field for field, with only the load left out.
+        let withoutLoad = catalog.map { entry -> JSONValue in
+            var object = entry.objectValue ?? [:]
+            object["providers"] = .array(
+                (entry["providers"]?.arrayValue ?? []).map { provider in
+                    var fields = provider.objectValue ?? [:]
+                    fields["inFlight"] = nil
+                    return .object(fields)
+                })
+            return .object(object)
+        }
+        #expect(replica == withoutLoad)
+        #expect(replica.first?["providers"] == [["agent": "alpha", "capacity": 7], ["agent": "beta", "capacity": 2]])
+    }
+
     @Test(
         "invalid skills in a registration are refused with the reason, the valid ones register",
         arguments: [
@@ -257,6 +282,14 @@ struct RegistryTests {
             ),
             (["identifier": "x", "defaultTimeoutMs": 0] as JSONValue, "defaultTimeoutMs"),
             (["identifier": "x", "metadata": "tags"] as JSONValue, "metadata"),
+            (
+                [
+                    "identifier": "x",
+                    "parameters": [["name": "n", "type": "integer", "required": false, "default": nil]],
+                ]
+                    as JSONValue,
+                "skill 'x': default of 'n' is null, which no type accepts (leave 'default' out for no default)"
+            ),
         ] as [(JSONValue, String)])
     func invalidSchemas(skill: JSONValue, reason: String) {
         var state = CoordinatorState(epoch: "e1")

@@ -45,8 +45,9 @@ public final class AgentWorker: Sendable {
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
-        /// so a burst of quick invocations costs one state message, not two per invocation.
-        var reported: AgentState = .idle
+        /// so a burst of quick invocations costs one state message, not two per invocation. Nil after a
+        /// WELCOME: a registration resets the coordinator's view to idle, so the current state goes again.
+        var reported: AgentState? = .idle
         var current: AgentState = .idle
         /// Failures are never coalesced away: each one reaches the feed.
         var failures: [AgentState] = []
@@ -206,6 +207,7 @@ public final class AgentWorker: Sendable {
             let needsReplica = state.withLock { state in
                 state.registered = true
                 state.retryDelayMs = 1000
+                state.reported = nil
                 state.busHeartbeatMs = welcome.heartbeatMs
                 return state.replica == nil
             }
@@ -302,14 +304,9 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    /// Finds the skill and validates the parameters; nothing runs when this throws.
+    /// Finds the skill and validates the parameters; nothing runs when this throws. The checks and their
+    /// order are those of PROTOCOL §4.10 (steps 3-6), the wording that of its error table.
     private func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
-        let parsed: JSONValue
-        do {
-            parsed = try JSONValue(parsing: invocation.parameters)
-        } catch {
-            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
-        }
         let (skill, offered) = state.withLock { state in
             (state.skills[invocation.skill], state.skills[invocation.skill] == nil ? state.skills.keys.sorted() : [])
         }
@@ -317,7 +314,13 @@ public final class AgentWorker: Sendable {
             throw SkillbusError(
                 .unknownSkill,
                 "agent '\(options.name)' does not offer '\(invocation.skill)' (offers: "
-                    + offered.joined(separator: ", ") + ")")
+                    + (offered.isEmpty ? "none" : offered.joined(separator: ", ")) + ")")
+        }
+        let parsed: JSONValue
+        do {
+            parsed = try JSONValue(parsing: invocation.parameters)
+        } catch {
+            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
         }
         return (skill, try validate(parsed, for: skill))
     }
