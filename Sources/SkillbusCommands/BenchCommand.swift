@@ -398,8 +398,8 @@ public enum BenchCommand: SkillbusCommand {
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if let catalog = try? await client.skills(timeout: .seconds(2)),
-                let entry = catalog["skills"]?.arrayValue?.first(where: { $0["identifier"]?.stringValue == skill }),
-                (entry["providers"]?.arrayValue?.count ?? 0) >= count
+                let entry = catalog.skills.first(where: { $0.descriptor.identifier == skill }),
+                entry.providers.count >= count
             {
                 return true
             }

@@ -69,7 +69,7 @@ public enum SkillsCommand: SkillbusCommand {
         let registry = replica.registry
         var object = replica.position?.json.objectValue ?? [:]
         object["agents"] = registry.json["agents"]
-        object["skills"] = registry.skillsJSON
+        object["skills"] = SkillCatalog(registry: registry).entriesJSON
         return .object(object)
     }
 

@@ -288,7 +288,7 @@ struct EndToEndTests {
         // The bus's catalog (SKILLS) has the same entries; only it knows each provider's load.
         let client = try SkillbusClient(endpoint: cluster.bus, context: try ZMQContext())
         defer { client.close() }
-        let bus = try await client.skills()["skills"]?.arrayValue ?? []
+        let bus = try await client.skills().json["skills"]?.arrayValue ?? []
         #expect(bus.map { $0["identifier"] } == skills.map { $0["identifier"] })
         for (ours, theirs) in zip(skills, bus) {
             var stripped = theirs.objectValue ?? [:]

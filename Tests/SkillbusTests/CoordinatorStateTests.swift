@@ -247,7 +247,7 @@ struct CoordinatorStateTests {
         _ = state.handleInvoke(request("r1"), from: client, now: 0)
         let actions = state.handleWorker(.disconnect, from: alpha, now: 0)
         #expect(errorCode(replies(actions).first) == "agent_lost")
-        #expect(state.catalog() == ["skills": []])
+        #expect(state.catalog().json == ["skills": []])
     }
 
     @Test("heartbeats go to every worker once per interval")

@@ -253,8 +253,8 @@ struct RegistryTests {
         _ = state.handleWorker(ready("beta", [echo, ["identifier": "sleep"]]), from: beta, now: 0)
         _ = state.handleWorker(
             .ready(["name": "alpha", "capacity": 7, "skills": [echo]]), from: alpha, now: 0)
-        let catalog = state.catalog()["skills"]?.arrayValue ?? []
-        let replica = state.ledger.registry.skillsJSON.arrayValue ?? []
+        let catalog = state.catalog().json["skills"]?.arrayValue ?? []
+        let replica = SkillCatalog(registry: state.ledger.registry).entriesJSON.arrayValue ?? []
         #expect(replica.count == 2 && catalog.count == 2)
         // Descriptor keys and the provider list, field for field, with only the load left out.
         let withoutLoad = catalog.map { entry -> JSONValue in

@@ -31,7 +31,18 @@ struct WireTests {
                 InvokeReply(
                     requestID: "r", roundID: "x", status: .ok, agent: "alpha", durationMicros: 1234,
                     payload: Array(#"{"type":"text","text":"hi"}"#.utf8))),
-            .skills(requestID: "r", catalog: ["skills": []]),
+            .skills(
+                requestID: "r",
+                catalog: SkillCatalog(
+                    registry: Registry(agents: [
+                        Registry.Agent(
+                            name: "alpha", capacity: 2,
+                            skills: [
+                                SkillDescriptor(
+                                    identifier: "echo", displayName: "Echo", description: "",
+                                    parameters: ParameterSchema([ParameterField("text", .string)]))
+                            ])
+                    ]), provider: { SkillCatalog.Provider(agent: $0, capacity: 2, inFlight: 1) })),
             .error(requestID: "", SkillbusError(.malformedMessage, "bad", details: ["frame": 3])),
             .entry(requestID: "s", entry: Array(#"{"agent":"alpha","capacity":1,"skills":[]}"#.utf8)),
             .snapshot(requestID: "s", summary: ["epoch": "e", "seq": 3, "agents": 1]),

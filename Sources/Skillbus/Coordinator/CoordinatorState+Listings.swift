@@ -2,21 +2,12 @@
 /// the live agents (AGENTS).
 extension CoordinatorState {
     /// Every skill on offer with its descriptor and providers, each with capacity and current load.
-    public func catalog() -> JSONValue {
-        let skills = ledger.registry.skills.sorted { $0.key < $1.key }.map { _, skill -> JSONValue in
-            var entry = skill.descriptor.json.objectValue ?? [:]
-            entry["providers"] = .array(
-                skill.providers.compactMap { name in
-                    workers.peer(named: name).flatMap { workers[$0] }.map { worker in
-                        [
-                            "agent": .string(worker.name), "capacity": .number(Double(worker.capacity)),
-                            "inFlight": .number(Double(worker.inFlight)),
-                        ]
-                    }
-                })
-            return .object(entry)
+    public func catalog() -> SkillCatalog {
+        SkillCatalog(registry: ledger.registry) { name in
+            workers.peer(named: name).flatMap { workers[$0] }.map {
+                SkillCatalog.Provider(agent: $0.name, capacity: $0.capacity, inFlight: $0.inFlight)
+            }
         }
-        return ["skills": .array(skills)]
     }
 
     /// The answer to SNAPSHOT: one ENTRY per agent, sorted by name, then the summary with the sequence.

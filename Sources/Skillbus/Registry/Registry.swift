@@ -112,21 +112,6 @@ public struct Registry: Sendable, Equatable {
     /// `{"agents": [entry…]}`, sorted by agent name.
     public var json: JSONValue { ["agents": .array(sortedAgents.map(\.json))] }
 
-    /// The catalog as a replica can tell it: every skill, sorted by identifier, as its descriptor plus
-    /// `providers`, one `{"agent", "capacity"}` per provider sorted by name. The bus's SKILLS answer has the
-    /// same shape with `inFlight` in each provider, which only the bus knows (PROTOCOL §5.9, §5.15).
-    public var skillsJSON: JSONValue {
-        .array(
-            skills.sorted { $0.key < $1.key }.map { _, skill in
-                var entry = skill.descriptor.json.objectValue ?? [:]
-                entry["providers"] = .array(
-                    skill.providers.map { name in
-                        ["agent": .string(name), "capacity": .number(Double(agents[name]?.capacity ?? 0))]
-                    })
-                return .object(entry)
-            })
-    }
-
     /// 64-bit FNV-1a over the sorted entries, as 16 hex digits: two registries with the same digest hold
     /// the same contents, so processes can compare whole registries without sending them.
     public var digest: String {
