@@ -2,7 +2,7 @@
 SWIFT ?= swift
 CONFIG ?= configs/local.json
 
-.PHONY: deps build release up test bench clean
+.PHONY: deps build release up test bench bench-test clean
 
 # libzmq's headers and pkg-config file (Debian's libzmq3-dev), installed only when missing.
 deps:
@@ -21,7 +21,8 @@ release: deps
 up: release
 	.build/release/skillbus up --config $(CONFIG)
 
-# Every test: unit tests and integration tests with real processes on 127.0.0.1.
+# Every test: unit tests and integration tests with real processes on 127.0.0.1 (the full bench
+# figures only in `make bench-test`).
 # The integration tests run the built `skillbus`, so build it first.
 test: deps
 	$(SWIFT) build
@@ -29,6 +30,12 @@ test: deps
 
 bench: release
 	.build/release/skillbus bench --workers 4
+
+# The full-figure bench test (about ten seconds), left out of `make test`, which runs a small bench
+# smoke test instead.
+bench-test: deps
+	$(SWIFT) build
+	SKILLBUS_BENCH_TESTS=1 $(SWIFT) test --filter benchReports
 
 clean:
 	rm -rf .build

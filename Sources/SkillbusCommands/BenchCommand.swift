@@ -29,283 +29,49 @@ public enum BenchCommand: SkillbusCommand {
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
-    static let levels = [1, 64]
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let workers = try arguments.int("--workers", minimum: 1, in: spec) ?? 4
-        let requests = try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000
-        let payloadBytes = try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100
-        let capacity = try arguments.int("--capacity", minimum: 1, in: spec) ?? 32
+        let setup = BenchReport.Setup(
+            workers: try arguments.int("--workers", minimum: 1, in: spec) ?? 4,
+            payloadBytes: try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100,
+            requests: try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000,
+            capacity: try arguments.int("--capacity", minimum: 1, in: spec) ?? 32)
         let registryAgents = try arguments.int("--registry-agents", minimum: 1, maximum: 10_000, in: spec) ?? 100
         let skillsPerAgent = try arguments.int("--skills-per-agent", minimum: 1, maximum: 10_000, in: spec) ?? 100
         let snapshotRuns = try arguments.int("--snapshot-runs", minimum: 1, maximum: 1000, in: spec) ?? 5
         let killRuns = try arguments.int("--kill-runs", minimum: 0, maximum: 100, in: spec) ?? 3
         let json = arguments.flag("--json")
-        func note(_ text: String) { if !json { printError(text) } }
 
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
-        let context = try ZMQContext()
-        let local = "tcp://127.0.0.1:*"
-
-        note("starting a coordinator and \(workers) worker(s), and a second pair without deduplication…")
-        guard
-            let (bus, feed, mainCoordinator) = await startCluster(
-                supervisor, name: "main", workers: workers, capacity: capacity, context: context),
-            let (plainBus, _, plainCoordinator) = await startCluster(
-                supervisor, name: "nodedup", workers: workers, capacity: capacity, context: context,
-                coordinatorOptions: ["--no-dedup"])
+        let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
+        bench.note("starting a coordinator and \(setup.workers) worker(s), and a second pair without deduplication…")
+        guard let main = await bench.startCluster(name: "main"),
+            let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"])
         else {
             printError("error: a coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
             return 1
         }
-
-        note("starting the baseline proxy and \(workers) raw worker(s)…")
-        let proxy = supervisor.start(
-            name: "proxy", arguments: [BaselineProxyCommand.spec.name, "--frontend", local, "--backend", local],
-            quiet: true)
-        guard let proxyReady = await proxy.readyLine(timeout: .seconds(20)), let frontend = proxyReady["frontend"],
-            let backend = proxyReady["backend"]
-        else {
+        bench.note("starting the baseline proxy and \(setup.workers) raw worker(s)…")
+        guard let frontend = await bench.startBaseline() else {
             printError("error: the baseline proxy did not start")
             await supervisor.stopAll()
             return 1
         }
-        for index in 0..<workers {
-            _ = supervisor.start(
-                name: "raw-\(index)", arguments: [BaselineWorkerCommand.spec.name, "--connect", backend], quiet: true)
-        }
-
-        let skillbusLoad = LoadGenerator.skillbusEcho(payloadBytes: payloadBytes)
-        let baselineLoad = LoadGenerator.rawEcho(payloadBytes: payloadBytes)
-        var skillbus: [Int: LoadReport] = [:]
-        var baseline: [Int: LoadReport] = [:]
-        // Warm both paths (and let every raw worker connect) before measuring anything.
-        _ = try await measure(skillbusLoad, bus, context, requests: min(2000, requests), inFlight: 64)
-        _ = try await measure(baselineLoad, frontend, context, requests: min(2000, requests), inFlight: 64)
-        for level in levels {
-            let count = level == 1 ? min(requests, 5000) : requests
-            note("measuring \(count) requests at \(level) in flight…")
-            skillbus[level] = try await measure(skillbusLoad, bus, context, requests: count, inFlight: level)
-            baseline[level] = try await measure(baselineLoad, frontend, context, requests: count, inFlight: level)
-        }
-
-        // The cost of single-flight: the same load on a coordinator without it, in alternation. The ratio is
-        // the median of seven pairs; the coordinators' CPU time per request says the same more steadily.
-        var dedupRatios: [Double] = []
-        var withDedup: LoadReport?
-        var withoutDedup: LoadReport?
-        var cpuWith: [Double] = []
-        var cpuWithout: [Double] = []
-        /// One measurement and the coordinator's CPU microseconds per request during it.
-        func timed(_ endpoint: String, _ coordinator: Child) async throws -> (LoadReport, Double) {
-            let before = cpuSeconds(coordinator.pid)
-            let report = try await measure(skillbusLoad, endpoint, context, requests: requests, inFlight: 64)
-            return (report, (cpuSeconds(coordinator.pid) - before) / Double(max(report.completed, 1)) * 1e6)
-        }
-        for round in 1...7 {
-            note("deduplication: measuring with and without (round \(round) of 7)…")
-            // Which goes first alternates too, so that neither always follows the other.
-            let first = try await round % 2 == 1 ? timed(bus, mainCoordinator) : timed(plainBus, plainCoordinator)
-            let second = try await round % 2 == 1 ? timed(plainBus, plainCoordinator) : timed(bus, mainCoordinator)
-            let ((on, cpuOn), (off, cpuOff)) = round % 2 == 1 ? (first, second) : (second, first)
-            cpuWith.append(cpuOn)
-            cpuWithout.append(cpuOff)
-            dedupRatios.append(ratio(on.tasksPerSecond, off.tasksPerSecond))
-            if withDedup == nil || on.tasksPerSecond > withDedup!.tasksPerSecond { withDedup = on }
-            if withoutDedup == nil || off.tasksPerSecond > withoutDedup!.tasksPerSecond { withoutDedup = off }
-        }
-        guard let withDedup, let withoutDedup else { return 1 }
-        // What remembering rounds costs in memory, after all those requests (up to the retention limit).
-        let (memoryWith, memoryWithout) = (residentMB(mainCoordinator.pid), residentMB(plainCoordinator.pid))
-
-        // Rounds: a fan-out to every echo worker, and a plan of 20 steps of which 10 repeat another.
-        note("rounds: fan-out to \(workers) agents and a 20-step plan with 10 duplicates…")
-        let single = try await measure(
-            .rounds(.invoke(skill: "echo", parameters: ["text": "x"])), bus, context, requests: min(requests, 5000),
-            inFlight: 16)
-        let fanout = try await measure(
-            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)), bus, context,
-            requests: min(requests, 5000), inFlight: 16)
-        let planSteps = (0..<20).map {
-            PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0 % 10)")])
-        }
-        let plan = try await measure(
-            .rounds(.plan(steps: planSteps, continueOnFailure: false)), bus, context, requests: min(requests, 2000),
-            inFlight: 4)
-
-        // Registry figures: routing with a small and a large registry, replica sync time, kill -9 to replica.
-        // Small and large registries in alternation, best of two each: the machine's noise hits both alike.
-        let largeSkills = registryAgents * skillsPerAgent
-        var routingSmall: LoadReport?
-        var routingLarge: LoadReport?
-        var large: RegisteredOnlyAgents?
-        for round in 1...2 {
-            note("registry: routing with 10 skills registered (round \(round) of 2)…")
-            let small = try await RegisteredOnlyAgents.start(
-                bus: bus, context: context, agents: 1, skillsPerAgent: 9, prefix: "small")
-            await waitForReplicasInSync(bus: bus, context: context)
-            let smallReport = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
-            await small.close()
-            note("registry: routing with \(largeSkills) skills over \(registryAgents) agents (round \(round) of 2)…")
-            large = try await RegisteredOnlyAgents.start(
-                bus: bus, context: context, agents: registryAgents, skillsPerAgent: skillsPerAgent, prefix: "large")
-            // Steady state: the workers' replicas have taken in the new registry before routing is timed.
-            await waitForReplicasInSync(bus: bus, context: context)
-            let largeReport = try await measure(skillbusLoad, bus, context, requests: requests, inFlight: 64)
-            if routingSmall == nil || smallReport.tasksPerSecond > routingSmall!.tasksPerSecond {
-                routingSmall = smallReport
-            }
-            if routingLarge == nil || largeReport.tasksPerSecond > routingLarge!.tasksPerSecond {
-                routingLarge = largeReport
-            }
-            if round < 2 { await large?.close() }  // the last round keeps them for the snapshot timings
-        }
-        guard let routingSmall, let routingLarge, let large else { return 1 }
-        note("registry: timing \(snapshotRuns) new replica(s)…")
-        let snapshots = try await RegistryBench.snapshotTimes(
-            bus: bus, feed: feed, context: context, agents: registryAgents, runs: snapshotRuns)
-        await large.close()
-        note("registry: timing \(killRuns) kill -9 run(s) (about 3 s each)…")
-        let kills = try await RegistryBench.killTimes(
-            supervisor: supervisor, bus: bus, feed: feed, context: context, runs: killRuns)
+        let (skillbus, baseline) = try await bench.echo(bus: main.bus, baseline: frontend)
+        let deduplication = try await bench.deduplicationCost(with: main, without: plain)
+        let rounds = try await bench.rounds(bus: main.bus)
+        let registry = try await bench.registry(
+            main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
+            killRuns: killRuns)
         await supervisor.stopAll()
 
-        var document: [String: JSONValue] = [
-            "workers": .number(Double(workers)), "payloadBytes": .number(Double(payloadBytes)),
-            "requests": .number(Double(requests)), "workerCapacity": .number(Double(capacity)),
-            "libzmq": .string(ZMQContext.libraryVersion),
-        ]
-        var skillbusJSON: [String: JSONValue] = [:]
-        var baselineJSON: [String: JSONValue] = [:]
-        var ratios: [String: JSONValue] = [:]
-        for level in levels {
-            let key = "inFlight\(level)"
-            let ours = skillbus[level]!
-            let theirs = baseline[level]!
-            skillbusJSON[key] = ours.json
-            baselineJSON[key] = theirs.json
-            ratios[key] = [
-                "throughputRatio": .number(ratio(ours.tasksPerSecond, theirs.tasksPerSecond)),
-                "p50LatencyRatio": .number(ratio(ours.percentileMs(0.5), theirs.percentileMs(0.5))),
-                "p99LatencyRatio": .number(ratio(ours.percentileMs(0.99), theirs.percentileMs(0.99))),
-            ]
-        }
-        document["skillbus"] = .object(skillbusJSON)
-        document["baseline"] = .object(baselineJSON)
-        document["ratios"] = .object(ratios)
-        // The bus's default heartbeat is 1 s and a worker is dead after 3 missed ones.
-        let livenessBoundMs = 3000.0
-        document["registry"] = [
-            "agents": .number(Double(registryAgents)), "skills": .number(Double(largeSkills)),
-            "newReplicaMs": [
-                "median": .number(snapshots.replica.median), "runs": .array(snapshots.replica.map { .number($0) }),
-            ],
-            "rawSnapshotMs": [
-                "median": .number(snapshots.raw.median), "runs": .array(snapshots.raw.map { .number($0) }),
-            ],
-            "newReplicaVsRawRatio": .number(ratio(snapshots.replica.median, snapshots.raw.median)),
-            "killToReplicaMs": [
-                "median": .number(kills.median), "max": .number(kills.max() ?? 0),
-                "runs": .array(kills.map { .number($0) }),
-            ],
-            "killVsLivenessBoundRatio": .number(ratio(kills.max() ?? 0, livenessBoundMs)),
-            "routing10Skills": routingSmall.json, "routingLargeRegistry": routingLarge.json,
-            "routingLargeVsSmallRatio": .number(ratio(routingLarge.tasksPerSecond, routingSmall.tasksPerSecond)),
-        ]
-        document["rounds"] = [
-            "singleInvocation": single.json, "fanout": fanout.json, "fanoutAgents": .number(Double(workers)),
-            "fanoutInvocationsVsSingleRatio": .number(
-                ratio(fanout.tasksPerSecond * Double(workers), single.tasksPerSecond)),
-            "plan20Steps10Duplicates": plan.json,
-            "planVsSingleP50Ratio": .number(ratio(plan.percentileMs(0.5), single.percentileMs(0.5))),
-        ]
-        document["deduplication"] = [
-            "with": withDedup.json, "without": withoutDedup.json,
-            "throughputRatio": .number(dedupRatios.median), "throughputRatios": .array(dedupRatios.map { .number($0) }),
-            "coordinatorCpuMicrosPerRequest": ["with": .number(cpuWith.median), "without": .number(cpuWithout.median)],
-            "coordinatorResidentMB": ["with": .number(memoryWith), "without": .number(memoryWithout)],
-        ]
-        if json {
-            print(JSONValue.object(document).jsonString)
-        } else {
-            print(
-                "skillbus bench: \(workers) workers, \(payloadBytes)-byte echo payload, libzmq \(ZMQContext.libraryVersion)"
-            )
-            print("in flight  system      tasks/s     p50 ms   p99 ms   max ms   failed")
-            for level in levels {
-                for (name, report) in [("skillbus", skillbus[level]!), ("baseline", baseline[level]!)] {
-                    print(
-                        String(
-                            format: "%-10d %-10@ %9.0f %9.3f %8.3f %8.3f %8d", level, name, report.tasksPerSecond,
-                            report.percentileMs(0.5), report.percentileMs(0.99), report.maxMs, report.failed))
-                }
-                let r = ratios["inFlight\(level)"]!
-                print(
-                    String(
-                        format: "%-10d ratio       %8.2fx  p50 %.2fx  p99 %.2fx (skillbus / baseline)", level,
-                        r["throughputRatio"]!.doubleValue!, r["p50LatencyRatio"]!.doubleValue!,
-                        r["p99LatencyRatio"]!.doubleValue!))
-            }
-            print("")
-            print("rounds (16 in flight; the plan 4)   rounds/s   p50 ms   p99 ms")
-            for (name, report) in [
-                ("one invocation", single), ("fan-out to \(workers) agents", fanout),
-                ("plan: 20 steps, 10 repeats", plan),
-            ] {
-                print(
-                    name.padding(toLength: 34, withPad: " ", startingAt: 0)
-                        + String(
-                            format: "%9.0f %8.3f %8.3f", report.tasksPerSecond, report.percentileMs(0.5),
-                            report.percentileMs(0.99)))
-            }
-            print(
-                String(
-                    format:
-                        "  fan-out runs %.2fx the invocations/s of single rounds; a plan round takes %.1fx a single one (p50)",
-                    ratio(fanout.tasksPerSecond * Double(workers), single.tasksPerSecond),
-                    ratio(plan.percentileMs(0.5), single.percentileMs(0.5))))
-            print("")
-            print(
-                String(
-                    format:
-                        "deduplication at 64 in flight: throughput with / without %.2fx (median of 7; target >= 0.9)",
-                    dedupRatios.median))
-            print(
-                String(
-                    format:
-                        "  best %.0f tasks/s with it, %.0f without; coordinator CPU %.1f us/request with, %.1f without",
-                    withDedup.tasksPerSecond, withoutDedup.tasksPerSecond, cpuWith.median, cpuWithout.median))
-            print(
-                String(
-                    format: "  coordinator memory (resident) %.0f MB with it, %.0f MB without", memoryWith,
-                    memoryWithout))
-            print("")
-            print("registry: \(largeSkills) skills over \(registryAgents) agents")
-            print(
-                String(
-                    format:
-                        "  new replica holds it in   %8.1f ms median (target < 200); raw snapshot transfer %.1f ms (%.2fx)",
-                    snapshots.replica.median, snapshots.raw.median,
-                    ratio(snapshots.replica.median, snapshots.raw.median)))
-            if !kills.isEmpty {
-                print(
-                    String(
-                        format:
-                            "  kill -9 to replica update %8.1f ms median, %.1f ms max (target < 3500; bound 3 x 1 s heartbeat)",
-                        kills.median, kills.max() ?? 0))
-            }
-            print(
-                String(
-                    format: "  routing at 64 in flight   %8.0f tasks/s with 10 skills, %.0f with %d (%.2fx)",
-                    routingSmall.tasksPerSecond, routingLarge.tasksPerSecond, largeSkills + 1,
-                    ratio(routingLarge.tasksPerSecond, routingSmall.tasksPerSecond)))
-        }
-        let failures =
-            levels.reduce(0) { $0 + skillbus[$1]!.failed + baseline[$1]!.failed } + routingSmall.failed
-            + routingLarge.failed + single.failed + fanout.failed + plan.failed
-        return failures == 0 ? 0 : 1
+        let report = BenchReport(
+            setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
+            registry: registry)
+        if json { print(report.json.jsonString) } else { report.printText() }
+        return report.failures == 0 ? 0 : 1
     }
 
     static func ratio(_ numerator: Double, _ denominator: Double) -> Double {
@@ -351,31 +117,6 @@ public enum BenchCommand: SkillbusCommand {
         return Double(nanos) / 1e9
     }
 
-    /// A coordinator and `workers` echo workers; returns its bus and feed once every worker is registered.
-    static func startCluster(
-        _ supervisor: Supervisor, name: String, workers: Int, capacity: Int, context: ZMQContext,
-        coordinatorOptions: [String] = []
-    ) async -> (bus: String, feed: String, coordinator: Child)? {
-        let local = "tcp://127.0.0.1:*"
-        let coordinator = supervisor.start(
-            name: "\(name)-coordinator",
-            arguments: ["coordinator", "--bus", local, "--feed", local, "--log-level", "warning"] + coordinatorOptions,
-            quiet: true)
-        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
-            let feed = ready["feed"]
-        else { return nil }
-        for index in 0..<workers {
-            _ = supervisor.start(
-                name: "\(name)-worker-\(index)",
-                arguments: [
-                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
-                    String(capacity), "--log-level", "warning",
-                ], quiet: true)
-        }
-        guard await waitForProviders(bus: bus, skill: "echo", count: workers, context: context) else { return nil }
-        return (bus, feed, coordinator)
-    }
-
     /// Asks the bus until every worker's replica reports the bus's registry position, for at most 30 s.
     static func waitForReplicasInSync(bus: String, context: ZMQContext) async {
         guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context) else { return }
@@ -398,8 +139,8 @@ public enum BenchCommand: SkillbusCommand {
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if let catalog = try? await client.skills(timeout: .seconds(2)),
-                let entry = catalog["skills"]?.arrayValue?.first(where: { $0["identifier"]?.stringValue == skill }),
-                (entry["providers"]?.arrayValue?.count ?? 0) >= count
+                let entry = catalog.skills.first(where: { $0.descriptor.identifier == skill }),
+                entry.providers.count >= count
             {
                 return true
             }

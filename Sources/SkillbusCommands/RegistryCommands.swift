@@ -59,12 +59,13 @@ public enum SkillsCommand: SkillbusCommand {
         return 0
     }
 
-    /// `{"epoch", "seq", "digest", "agents": [entries], "skills": [descriptor + providers]}`
+    /// PROTOCOL §5.15: the replica's position (`epoch`, `seq`, `digest`), its entries (`agents`, as in
+    /// ENTRY) and `skills` in the catalog's shape (§5.9) without the load, which only the bus knows.
     static func document(_ replica: RegistryReplica) -> JSONValue {
         let registry = replica.registry
         var object = replica.position?.json.objectValue ?? [:]
         object["agents"] = registry.json["agents"]
-        object["skills"] = registry.skillsJSON
+        object["skills"] = SkillCatalog(registry: registry).entriesJSON
         return .object(object)
     }
 

@@ -18,6 +18,17 @@ final class RawPeer: Sendable {
             onMessage: { message in inbox.deliver(message) })
     }
 
+    /// A ROUTER bound to `endpoint` (`socket.endpoint` has the real port): the test plays the bus.
+    /// Each message it receives starts with the sender's routing id.
+    init(bindingRouter endpoint: String, context: ZMQContext) throws {
+        let inbox = MessageInbox()
+        self.inbox = inbox
+        socket = try SocketLoop(
+            context: context, type: .router, name: "raw-bus",
+            configure: { socket in try socket.bind(endpoint) },
+            onMessage: { message in inbox.deliver(message) })
+    }
+
     /// Sends `frames` and returns the next message, or throws after `timeout`.
     func exchange(_ frames: Multipart, timeout: Duration = .seconds(10)) async throws -> Multipart {
         socket.send(frames)

@@ -92,8 +92,8 @@ struct ClientTests {
         // The next call is answered normally: the late reply resolved nobody and left nothing behind.
         let next = Task { try await client.skills(timeout: .seconds(600)) }
         let second = try await bus.next("SKILLS")
-        bus.send([second[0], Array("SKB1C".utf8), Array("SKILLS".utf8), second[3], Array(#"{"n":2}"#.utf8)])
-        #expect(await withDeadline(.seconds(10)) { try? await next.value } == .some(["n": 2]))
+        bus.send([second[0], Array("SKB1C".utf8), Array("SKILLS".utf8), second[3], Array(#"{"skills":[]}"#.utf8)])
+        #expect(await withDeadline(.seconds(10)) { (try? await next.value)?.skills.count } == .some(0))
         #expect(client.waitingCallers == 0)
     }
 
@@ -122,15 +122,17 @@ struct ClientTests {
         #expect(client.waitingCallers == 0)
     }
 
-    @Test("a SKILLS answer whose catalog is not JSON fails its caller with malformed_message")
-    func malformedCatalog() async throws {
+    @Test(
+        "a SKILLS answer whose catalog is not JSON, or not a catalog, fails its caller with malformed_message",
+        arguments: ["{oops", #"{"skills": 3}"#])
+    func malformedCatalog(catalog: String) async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
         let client = try await SkillbusClient.connect(endpoint: bus.endpoint, context: context)
         defer { client.close() }
         let call = Task { await failure { _ = try await client.skills(timeout: .seconds(600)) } }
         let request = try await bus.next("SKILLS")
-        bus.send([request[0], Array("SKB1C".utf8), Array("SKILLS".utf8), request[3], Array("{oops".utf8)])
+        bus.send([request[0], Array("SKB1C".utf8), Array("SKILLS".utf8), request[3], Array(catalog.utf8)])
         let error = await withDeadline(.seconds(10)) { await call.value }
         #expect(error??.code == .malformedMessage)
         #expect(error??.message.contains("catalog") == true)

@@ -132,18 +132,62 @@ struct EndToEndTests {
         defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "sleep", "--capacity", "2"])
         try await cluster.startWorker("beta", ["--skills", "sleep", "--capacity", "2"])
-        let results = try await withThrowingTaskGroup(of: JSONValue.self) { group in
-            for _ in 0..<8 { group.addTask { try await cluster.sendJSON(["sleep", "ms:=300"]).document } }
+        let context = try ZMQContext()
+        let feed = try FeedSubscriber(
+            endpoint: cluster.feed, topics: ["request.", "registry.heartbeat"], context: context)
+        defer { feed.close() }
+        var events = feed.events.makeAsyncIterator()
+        _ = try await events.next()  // the first registry heartbeat: the subscription is in place
+        // Eight sleeps at once from one client on 2 × 2 slots.
+        let client = try SkillbusClient(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        let outcomes = try await withThrowingTaskGroup(of: InvocationOutcome.self) { group in
+            for _ in 0..<8 {
+                group.addTask { try await client.invoke("sleep", parameters: ["ms": 300], timeout: .seconds(30)) }
+            }
             return try await group.reduce(into: []) { $0.append($1) }
         }
-        #expect(results.allSatisfy { $0["status"] == "ok" })
-        let agents = Dictionary(grouping: results, by: { $0["agent"]?.stringValue ?? "" }).mapValues(\.count)
+        #expect(outcomes.allSatisfy { $0.status == .ok })
+        let agents = Dictionary(grouping: outcomes, by: \.agent).mapValues(\.count)
         #expect(agents["alpha"] == 4)
         #expect(agents["beta"] == 4)
-        // 8 sleeps of 300 ms on 2 × 2 slots need two waves: the later four waited in the queue for a slot,
-        // so they took well over one sleep (the clients start a few ms apart, hence not a full 600 ms).
-        let durations = results.compactMap { $0["durationMs"]?.doubleValue }.sorted()
-        #expect(durations[4] >= 450)
+
+        // The order of events on the feed, not their times: replay what each agent held.
+        var log: [(topic: String, event: JSONValue)] = []
+        let deadline = ContinuousClock.now + .seconds(20)
+        while log.filter({ $0.topic == "request.done" }).count < 8, ContinuousClock.now < deadline,
+            let (topic, event) = try await events.next()
+        {
+            if topic.hasPrefix("request.") { log.append((topic, event)) }
+        }
+        var holding: [String: Int] = [:]
+        var dispatches = 0
+        var finished = 0
+        var queued: Set<String> = []
+        for (topic, event) in log {
+            let agent = event["agent"]?.stringValue ?? ""
+            let request = event["request"]?.stringValue ?? ""
+            switch topic {
+            case "request.queued":
+                queued.insert(request)
+            case "request.dispatched":
+                dispatches += 1
+                holding[agent, default: 0] += 1
+                #expect(holding[agent]! <= 2, "\(agent) was sent a third invocation")
+                // Four slots in all: the fifth and later dispatches each came after a reply freed one.
+                #expect(dispatches - finished <= 4, "dispatch \(dispatches) after only \(finished) replies")
+                queued.remove(request)
+            case "request.done":
+                finished += 1
+                holding[agent, default: 0] -= 1
+                #expect(holding[agent]! >= 0)
+            default:
+                break
+            }
+        }
+        #expect(dispatches == 8 && finished == 8)
+        #expect(queued.isEmpty, "requests queued and never dispatched: \(queued)")
+        #expect(holding.values.allSatisfy { $0 == 0 })
     }
 
     @Test("a full queue answers busy; the rest are served")
@@ -151,14 +195,20 @@ struct EndToEndTests {
         let cluster = try await TestCluster(coordinatorArguments: ["--config", try writeConfig(["queueLimit": 1])])
         defer { cluster.terminate() }
         try await cluster.startWorker("alpha", ["--skills", "sleep", "--capacity", "1"])
-        let results = try await withThrowingTaskGroup(of: JSONValue.self) { group in
-            for _ in 0..<3 { group.addTask { try await cluster.sendJSON(["sleep", "ms:=800"]).document } }
+        // All three from one client at once (not three processes whose start-up could spread them out):
+        // one runs, one waits, the third finds the queue full.
+        let client = try SkillbusClient(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        let results = try await withThrowingTaskGroup(of: InvocationOutcome.self) { group in
+            for _ in 0..<3 {
+                group.addTask { try await client.invoke("sleep", parameters: ["ms": 800], timeout: .seconds(30)) }
+            }
             return try await group.reduce(into: []) { $0.append($1) }
         }
-        #expect(results.filter { $0["status"] == "ok" }.count == 2)
-        let busy = results.filter { $0["error"]?["code"] == "busy" }
+        #expect(results.filter { $0.status == .ok }.count == 2)
+        let busy = results.filter { $0.error?.code == .busy }
         #expect(busy.count == 1)
-        #expect(busy.first?["error"]?["message"]?.stringValue?.contains("wait queue is full") == true)
+        #expect(busy.first?.error?.message.contains("wait queue is full") == true)
     }
 
     @Test("a worker killed while it holds requests: its clients get agent_lost, not a hang")
@@ -233,8 +283,24 @@ struct EndToEndTests {
         let catalog = try await cluster.registryDocument()
         let skills = catalog["skills"]?.arrayValue ?? []
         #expect(skills.compactMap { $0["identifier"]?.stringValue } == ["echo", "math.eval"])
-        #expect(skills.first?["providers"] == ["alpha", "beta"])
+        #expect(skills.first?["providers"] == [["agent": "alpha", "capacity": 4], ["agent": "beta", "capacity": 4]])
         #expect(skills.last?["parameters"]?.arrayValue?.first?["name"] == "expression")
+        // The bus's catalog (SKILLS) has the same entries; only it knows each provider's load.
+        let client = try SkillbusClient(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        let bus = try await client.skills().json["skills"]?.arrayValue ?? []
+        #expect(bus.map { $0["identifier"] } == skills.map { $0["identifier"] })
+        for (ours, theirs) in zip(skills, bus) {
+            var stripped = theirs.objectValue ?? [:]
+            stripped["providers"] = .array(
+                (theirs["providers"]?.arrayValue ?? []).map { provider in
+                    var fields = provider.objectValue ?? [:]
+                    let load = fields.removeValue(forKey: "inFlight")
+                    #expect(load == 0)
+                    return .object(fields)
+                })
+            #expect(ours == .object(stripped))
+        }
         let (humanCode, human) = try await runSkillbus(["skills", "--coordinator", cluster.bus, "--feed", cluster.feed])
         #expect(humanCode == 0)
         #expect(human.contains { $0.hasPrefix("math.eval") })

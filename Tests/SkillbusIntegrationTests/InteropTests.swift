@@ -54,6 +54,44 @@ struct InteropTests {
         }
     }
 
+    @Test("the Python peer's JSON reader accepts and refuses what the Swift reader does (PROTOCOL §2)")
+    func pythonReaderMatches() async throws {
+        func nested(_ open: String, _ inner: String, _ close: String, _ count: Int) -> [UInt8] {
+            Array((String(repeating: open, count: count) + inner + String(repeating: close, count: count)).utf8)
+        }
+        let documents: [[UInt8]] = [
+            nested("[", "1", "]", 128), nested("[", "", "]", 129), nested(#"{"a":"#, "[0]", "}", 127),
+            nested(#"{"a":"#, "[0]", "}", 128), Array(#""\ud83d\ude00""#.utf8), Array(#""\ud83d""#.utf8),
+            Array(#""\ude00""#.utf8), Array(#""\ud83d\u0041""#.utf8), Array(#""\u0000""#.utf8), Array("1e-400".utf8),
+            Array("1e400".utf8), Array(String(repeating: "9", count: 308).utf8),
+            Array(String(repeating: "9", count: 400).utf8), Array("NaN".utf8), Array("-Infinity".utf8),
+            Array("+1".utf8), Array("01".utf8), Array("1.".utf8), Array(".5".utf8), Array("[1,]".utf8),
+            Array(#"{"a":1,"a":2}"#.utf8), Array("{\"\u{E9}\":1,\"e\u{301}\":2}".utf8), Array(#"{"a":1,"A":2}"#.utf8),
+            [0xEF, 0xBB, 0xBF, 0x31], [0x0C, 0x31], [0xC2, 0xA0, 0x31], [0x22, 0x09, 0x22], [0x22, 0xC0, 0xAF, 0x22],
+            [0x22, 0xED, 0xA0, 0x80, 0x22], [0x22, 0xFF, 0x22], Array(" \t\r\n[]\n".utf8), Array("1 2".utf8), [],
+        ]
+        let swift = documents.map { (try? JSONValue(parsing: $0)) != nil }
+        let hex = documents.map { $0.map { String(format: "%02x", $0) }.joined() }
+        let program = """
+            import sys; sys.path.insert(0, sys.argv[1]); import skillbus_peer as p
+            def ok(h):
+                try: p.parse_json(bytes.fromhex(h)); return "1"
+                except ValueError: return "0"
+            print("".join(ok(h) for h in sys.argv[2:]))
+            """
+        let directory = URL(fileURLWithPath: Self.peerScript).deletingLastPathComponent().path
+        let check = try SkillbusProcess(
+            ["-c", program, directory] + hex, name: "python reader", executable: "/usr/bin/env", prefix: ["python3"])
+        #expect(try await check.waitForExit() == 0)
+        await check.waitForOutputEnd()
+        let line = check.output.first { !$0.isEmpty && $0.allSatisfy { $0 == "0" || $0 == "1" } } ?? ""
+        let python = line.map { $0 == "1" }
+        #expect(python.count == documents.count, "\(check.output)")
+        for (index, (ours, theirs)) in zip(swift, python).enumerated() {
+            #expect(ours == theirs, "document \(index) (\(hex[index].prefix(40))): Swift \(ours), Python \(theirs)")
+        }
+    }
+
     @Test("a Python registry replica, written from the protocol document, holds what the bus holds")
     func pythonReplica() async throws {
         let cluster = try await TestCluster(coordinatorArguments: ["--heartbeat-ms", "200"])

@@ -247,7 +247,7 @@ struct CoordinatorStateTests {
         _ = state.handleInvoke(request("r1"), from: client, now: 0)
         let actions = state.handleWorker(.disconnect, from: alpha, now: 0)
         #expect(errorCode(replies(actions).first) == "agent_lost")
-        #expect(state.catalog() == ["skills": []])
+        #expect(state.catalog().json == ["skills": []])
     }
 
     @Test("heartbeats go to every worker once per interval")
@@ -260,5 +260,25 @@ struct CoordinatorStateTests {
         #expect(beat(state.tick(now: 1000 * Self.ms)) == 1)
         #expect(beat(state.tick(now: 1500 * Self.ms)) == 0)
         #expect(beat(state.tick(now: 2000 * Self.ms)) == 1)
+    }
+}
+
+extension CoordinatorStateTests {
+    @Test(
+        "an ok RESULT that is no result form reaches the client as malformed_result naming the agent",
+        arguments: ["{not json", #"{"type":"picture"}"#, #"{"type":"text","text":7}"#])
+    func malformedResult(payload: String) throws {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"]), from: alpha, now: 0)
+        let sent = invocations(state.handleInvoke(request("r1"), from: client, now: 1))
+        let answer = replies(
+            state.handleWorker(
+                .result(invocationID: try #require(sent.first).1.invocationID, status: .ok, payload: Array(payload.utf8)),
+                from: alpha, now: 2))
+        #expect(answer.first?.status == .error && errorCode(answer.first) == "malformed_result")
+        let message = try JSONValue(parsing: try #require(answer.first).payload)["message"]?.stringValue ?? ""
+        #expect(message.contains("agent 'alpha'") && message.contains("'echo'"))
+        // The slot is free again and the bus keeps serving.
+        #expect(state.workers[alpha]?.inFlight == 0 && invocations(state.handleInvoke(request("r2"), from: client, now: 3)).count == 1)
     }
 }

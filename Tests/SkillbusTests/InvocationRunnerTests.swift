@@ -86,6 +86,14 @@ struct InvocationRunnerTests {
         #expect(!started.withLock { $0 })
     }
 
+    @Test("the skill is looked up before the parameters are read (PROTOCOL §4.10); no skills is 'offers: none'")
+    func lookupFirst() async throws {
+        let outcome = await InvocationRunner(agentName: "alpha", skills: [:]).run(invocation("teleport", "{broken"))
+        let error = try error(of: outcome)
+        #expect(error.code == .unknownSkill)
+        #expect(error.message == "agent 'alpha' does not offer 'teleport' (offers: none)")
+    }
+
     @Test("parameters that are not JSON, or not an object, are invalid_parameters", arguments: ["{text:", "[1, 2]"])
     func invalidJSON(parameters: String) async throws {
         let outcome = await runner(repeater).run(invocation("text.repeat", parameters))

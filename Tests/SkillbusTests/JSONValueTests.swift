@@ -59,6 +59,35 @@ struct JSONValueTests {
         #expect(throws: JSONParseError.self) { try JSONValue(parsing: deep) }
     }
 
+    /// The reader rules PROTOCOL §2 lists for implementers in other languages, one by one.
+    @Test(
+        "the strict reader: what it accepts",
+        arguments: [
+            String(repeating: "[", count: 128) + "1" + String(repeating: "]", count: 128),
+            String(repeating: #"{"a":"#, count: 127) + "[0]" + String(repeating: "}", count: 127),
+            "1e-400", "-0", "42", #""x""#, "null", #""\u0000""#, #""\/""#, #""\uD83D\uDE00""#, " \t\r\n1\n",
+            #"{"a":1,"A":2}"#, String(repeating: "9", count: 308),
+        ])
+    func readerAccepts(input: String) {
+        #expect(throws: Never.self) { try JSONValue(parsing: input) }
+    }
+
+    @Test(
+        "the strict reader: what it refuses",
+        arguments: [
+            ([UInt8](String(repeating: "[", count: 129).utf8) + [UInt8](String(repeating: "]", count: 129).utf8)),
+            Array(#""\ud83d""#.utf8), Array(#""\ude00""#.utf8), Array(#""\ud83d\u0041""#.utf8),
+            Array("1e400".utf8), Array(("-" + String(repeating: "9", count: 400)).utf8),
+            Array("NaN".utf8), Array("Infinity".utf8), Array("+1".utf8), Array(".5".utf8), Array("1.".utf8),
+            Array("-".utf8), Array("[1,]".utf8), Array("/*c*/1".utf8), Array("'a'".utf8),
+            Array(#"{"a":1,"a":2}"#.utf8), Array("{\"\u{E9}\":1,\"e\u{301}\":2}".utf8),
+            [0xEF, 0xBB, 0xBF, 0x31], [0x0C, 0x31], [0xC2, 0xA0, 0x31], [0x22, 0x09, 0x22],
+            [0x22, 0xC0, 0xAF, 0x22], [0x22, 0xED, 0xA0, 0x80, 0x22], Array("1 2".utf8), [],
+        ] as [[UInt8]])
+    func readerRefuses(input: [UInt8]) {
+        #expect(throws: JSONParseError.self) { try JSONValue(parsing: input) }
+    }
+
     @Test("refuses invalid UTF-8 inside strings")
     func invalidUTF8() {
         #expect(throws: JSONParseError.self) { try JSONValue(parsing: [0x22, 0xFF, 0xFE, 0x22]) }

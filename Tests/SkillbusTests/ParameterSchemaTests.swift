@@ -38,6 +38,21 @@ struct ParameterSchemaTests {
         }
     }
 
+    @Test("the example of PROTOCOL §5.3, byte for byte")
+    func documentedExample() {
+        let demo = ParameterSchema([
+            ParameterField("text", .string), ParameterField("count", .integer, required: false),
+        ])
+        #expect {
+            try demo.validate(["count": 1.5, "txt": "x", "b": true], skill: "demo")
+        } throws: { error in
+            (error as? SkillbusError)?.message
+                == "invalid parameters for 'demo': missing required parameter 'text' (string); parameter 'count' must "
+                + "be integer, got number; unknown parameter 'b' (expected: text, count); unknown parameter 'txt' "
+                + "(expected: text, count)"
+        }
+    }
+
     @Test(
         "type checks",
         arguments: [
@@ -73,5 +88,24 @@ struct ParameterSchemaTests {
         ] {
             #expect(throws: SkillbusError.self) { try SkillDescriptor(json: bad) }
         }
+    }
+
+    @Test("\"default\": null is refused, naming the field; only a default left out means none")
+    func nullDefault() throws {
+        let field: JSONValue = ["name": "limit", "type": "integer", "required": false, "default": nil]
+        #expect {
+            try SkillDescriptor(json: ["identifier": "text.top", "parameters": [field]])
+        } throws: { error in
+            guard let error = error as? SkillbusError else { return false }
+            return error.code == .invalidRegistration
+                && error.message
+                    == "skill 'text.top': default of 'limit' is null, which no type accepts "
+                    + "(leave 'default' out for no default)"
+        }
+        let absent = try SkillDescriptor(json: [
+            "identifier": "text.top", "parameters": [["name": "limit", "type": "integer", "required": false]],
+        ])
+        #expect(absent.parameters.fields.first?.defaultValue == nil)
+        #expect(absent.json["parameters"]?.arrayValue?.first?["default"] == nil)
     }
 }

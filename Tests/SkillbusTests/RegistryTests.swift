@@ -184,8 +184,8 @@ struct RegistryTests {
         actions.compactMap { if case .publish(.registryUpdate(let update)) = $0 { update } else { nil } }
     }
 
-    func welcome(_ actions: [CoordinatorAction]) -> JSONValue? {
-        actions.compactMap { if case .toWorker(_, .welcome(let body)) = $0 { body } else { nil } }.first
+    func welcome(_ actions: [CoordinatorAction]) -> Welcome? {
+        actions.compactMap { if case .toWorker(_, .welcome(let welcome)) = $0 { welcome } else { nil } }.first
     }
 
     static let textField: JSONValue = ["name": "text", "type": "string"]
@@ -202,10 +202,10 @@ struct RegistryTests {
                     ["identifier": "echo", "parameters": [["name": "text", "type": "integer"]]],
                     ["identifier": "sleep", "parameters": []],
                 ]), from: beta, now: 0)
-        let refused = welcome(actions)?["refused"]?.arrayValue ?? []
+        let refused = welcome(actions)?.refused ?? []
         #expect(refused.count == 1)
-        #expect(refused.first?["code"]?.stringValue == "schema_conflict")
-        #expect(refused.first?["message"]?.stringValue?.contains("agent 'alpha'") == true)
+        #expect(refused.first?.code == .schemaConflict)
+        #expect(refused.first?.message.contains("agent 'alpha'") == true)
         #expect(
             actions.contains {
                 if case .publish(.registrationRefused(let agent, let error)) = $0 {
@@ -246,6 +246,31 @@ struct RegistryTests {
         #expect(state.ledger.registry.agents["beta"]?.skills.first?.description == "first")
     }
 
+    @Test("a replica's skill list (skills --json) has the catalog's shape: the bus's SKILLS answer without inFlight")
+    func replicaCatalogShape() {
+        var state = CoordinatorState(epoch: "e1")
+        let echo: JSONValue = ["identifier": "echo", "parameters": [Self.textField], "defaultTimeoutMs": 500]
+        _ = state.handleWorker(ready("beta", [echo, ["identifier": "sleep"]]), from: beta, now: 0)
+        _ = state.handleWorker(
+            .ready(["name": "alpha", "capacity": 7, "skills": [echo]]), from: alpha, now: 0)
+        let catalog = state.catalog().json["skills"]?.arrayValue ?? []
+        let replica = SkillCatalog(registry: state.ledger.registry).entriesJSON.arrayValue ?? []
+        #expect(replica.count == 2 && catalog.count == 2)
+        // Descriptor keys and the provider list, field for field, with only the load left out.
+        let withoutLoad = catalog.map { entry -> JSONValue in
+            var object = entry.objectValue ?? [:]
+            object["providers"] = .array(
+                (entry["providers"]?.arrayValue ?? []).map { provider in
+                    var fields = provider.objectValue ?? [:]
+                    fields["inFlight"] = nil
+                    return .object(fields)
+                })
+            return .object(object)
+        }
+        #expect(replica == withoutLoad)
+        #expect(replica.first?["providers"] == [["agent": "alpha", "capacity": 7], ["agent": "beta", "capacity": 2]])
+    }
+
     @Test(
         "invalid skills in a registration are refused with the reason, the valid ones register",
         arguments: [
@@ -257,12 +282,20 @@ struct RegistryTests {
             ),
             (["identifier": "x", "defaultTimeoutMs": 0] as JSONValue, "defaultTimeoutMs"),
             (["identifier": "x", "metadata": "tags"] as JSONValue, "metadata"),
+            (
+                [
+                    "identifier": "x",
+                    "parameters": [["name": "n", "type": "integer", "required": false, "default": nil]],
+                ]
+                    as JSONValue,
+                "skill 'x': default of 'n' is null, which no type accepts (leave 'default' out for no default)"
+            ),
         ] as [(JSONValue, String)])
     func invalidSchemas(skill: JSONValue, reason: String) {
         var state = CoordinatorState(epoch: "e1")
         let actions = state.handleWorker(ready("alpha", [skill, ["identifier": "ok"]]), from: alpha, now: 0)
-        let refused = welcome(actions)?["refused"]?.arrayValue ?? []
-        #expect(refused.first?["message"]?.stringValue?.contains(reason) == true)
+        let refused = welcome(actions)?.refused ?? []
+        #expect(refused.first?.message.contains(reason) == true)
         #expect(state.ledger.registry.agents["alpha"]?.skills.map(\.identifier) == ["ok"])
     }
 
@@ -275,7 +308,7 @@ struct RegistryTests {
         let published = updates(changed)
         #expect(published.count == 1)
         #expect(published.first?.provided == ["math.eval"] && published.first?.withdrawn == ["sleep"])
-        #expect(welcome(changed)?["accepted"] == ["echo", "math.eval"])
+        #expect(welcome(changed)?.accepted == ["echo", "math.eval"])
         #expect(state.ledger.registry.skills["sleep"] == nil)
         let routed = state.handleInvoke(
             InvokeRequest(requestID: "r", roundID: "x", skill: "math.eval", parameters: Array("{}".utf8)),

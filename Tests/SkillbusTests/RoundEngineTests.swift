@@ -146,7 +146,7 @@ struct RoundEngineTests {
         #expect(steps[2]["status"] == "skipped")
         #expect(
             done.contains {
-                if case .publish(.invocationDone(_, "later", _, _, "skipped", _, _)) = $0 { true } else { false }
+                if case .publish(.invocationDone(_, "later", _, _, .skipped, _, _)) = $0 { true } else { false }
             })
     }
 
@@ -252,5 +252,20 @@ struct RoundEngineTests {
         let other = documents(
             state.handleRound(round(["invoke": ["skill": "echo", "params": ["text": "twice"]]]), from: client, now: 4))
         #expect(other.first?["error"]?["code"] == "round_conflict")
+    }
+}
+
+extension RoundEngineTests {
+    @Test("an agent's ok RESULT that is no result form fails its invocation in the round document")
+    func malformedResultInRound() throws {
+        var state = state(agents: ["alpha"])
+        let sent = invocations(state.handleRound(round(["invoke": ["skill": "echo", "params": ["text": "hi"]]]), from: client, now: 0))
+        let done = state.handleWorker(
+            .result(invocationID: try #require(sent.first).1.invocationID, status: .ok, payload: Array(#"{"type":1}"#.utf8)),
+            from: peers["alpha"]!, now: 1)
+        let document = try #require(documents(done).first)
+        #expect(document["status"] == "error" && document["error"]?["code"] == "malformed_result")
+        #expect(document["invocations"]?.arrayValue?.first?["status"] == "error")
+        #expect(document["invocations"]?.arrayValue?.first?["error"]?["message"]?.stringValue?.contains("agent 'alpha'") == true)
     }
 }

@@ -75,6 +75,21 @@ struct SingleFlightTests {
         #expect(invocations(first).count == 1 && invocations(second).count == 1)
     }
 
+    @Test("an empty round id is no round: identical requests all execute, and nothing is remembered")
+    func emptyRoundID() {
+        var state = stateWithWorker()
+        let first = invocations(state.handleInvoke(request("r1", round: "", #"{"a":2}"#), from: [1], now: 0))
+        let second = invocations(state.handleInvoke(request("r2", round: "", #"{"a":2}"#), from: [2], now: 1))
+        #expect(first.count == 1 && second.count == 1)
+        #expect(state.sharedExecutionCount == 0)
+        let done = state.handleWorker(
+            .result(invocationID: first[0].invocationID, status: .ok, payload: Self.result), from: alpha, now: 2)
+        #expect(replies(done).map(\.1.requestID) == ["r1"])  // r2 did not join r1
+        let retry = state.handleInvoke(request("r3", round: "", #"{"a":2}"#), from: [1], now: 3)
+        #expect(invocations(retry).count == 1 && replies(retry).isEmpty)
+        #expect(state.sharedExecutionCount == 0 && state.singleFlight.retainedOutcomes == 0)
+    }
+
     @Test(
         "key order, number spelling and schema defaults do not make a new invocation",
         arguments: [#"{"b":1,"a":2}"#, #"{"a":2.0}"#, #"{"a":2e0,"b":1.0}"#, #"{ "a" : 20e-1 }"#])

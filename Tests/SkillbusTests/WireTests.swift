@@ -31,7 +31,18 @@ struct WireTests {
                 InvokeReply(
                     requestID: "r", roundID: "x", status: .ok, agent: "alpha", durationMicros: 1234,
                     payload: Array(#"{"type":"text","text":"hi"}"#.utf8))),
-            .skills(requestID: "r", catalog: ["skills": []]),
+            .skills(
+                requestID: "r",
+                catalog: SkillCatalog(
+                    registry: Registry(agents: [
+                        Registry.Agent(
+                            name: "alpha", capacity: 2,
+                            skills: [
+                                SkillDescriptor(
+                                    identifier: "echo", displayName: "Echo", description: "",
+                                    parameters: ParameterSchema([ParameterField("text", .string)]))
+                            ])
+                    ]), provider: { SkillCatalog.Provider(agent: $0, capacity: 2, inFlight: 1) })),
             .error(requestID: "", SkillbusError(.malformedMessage, "bad", details: ["frame": 3])),
             .entry(requestID: "s", entry: Array(#"{"agent":"alpha","capacity":1,"skills":[]}"#.utf8)),
             .snapshot(requestID: "s", summary: ["epoch": "e", "seq": 3, "agents": 1]),
@@ -53,7 +64,10 @@ struct WireTests {
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
         let toWorker: [BusToWorkerMessage] = [
-            .welcome(["heartbeatMs": 1000]),
+            .welcome(
+                Welcome(
+                    heartbeatMs: 1000, accepted: ["echo"], refused: [SkillbusError(.schemaConflict, "taken")],
+                    feed: "tcp://127.0.0.1:5556", epoch: "e1")),
             .invoke(
                 Invocation(
                     invocationID: "i1", roundID: "r", sessionID: "", skill: "echo", deadlineMs: 99,

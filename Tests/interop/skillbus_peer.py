@@ -59,6 +59,7 @@ import socket
 import sys
 import threading
 import time
+import unicodedata
 import uuid
 
 import zmq
@@ -94,10 +95,13 @@ def dump_json(value) -> bytes:
 
 
 def _no_duplicates(pairs):
-    obj = {}
+    """Keys that are canonically equivalent (the same after NFC) count as the same key (§2)."""
+    obj, seen = {}, set()
     for key, value in pairs:
-        if key in obj:
+        normal = unicodedata.normalize("NFC", key)
+        if normal in seen:
             raise ValueError(f"duplicate key '{key}'")
+        seen.add(normal)
         obj[key] = value
     return obj
 
@@ -106,20 +110,26 @@ def _reject_constant(name):
     raise ValueError(f"'{name}' is not JSON")
 
 
-def _check_tree(value, depth: int = 1) -> None:
-    """Depth ≤ 128, no lone surrogates, no numbers that overflowed to infinity (§2 "Reading")."""
-    if depth > MAX_DEPTH:
-        raise ValueError(f"nesting deeper than {MAX_DEPTH}")
+def _check_tree(value, depth: int = 0) -> None:
+    """At most 128 nested arrays/objects (scalars add no level), no lone surrogates, no number
+    whose double is infinite — a float or an integer literal alike (§2 "Reading")."""
     if isinstance(value, str):
         value.encode("utf-8")  # raises UnicodeEncodeError on a lone surrogate
+    elif isinstance(value, bool):
+        pass
     elif isinstance(value, float) and math.isinf(value):
         raise ValueError("number out of range")
-    elif isinstance(value, list):
-        for item in value:
-            _check_tree(item, depth + 1)
-    elif isinstance(value, dict):
-        for key, item in value.items():
+    elif isinstance(value, int):
+        try:
+            float(value)  # Skillbus holds every number as a double
+        except OverflowError:
+            raise ValueError("number out of range") from None
+    elif isinstance(value, (list, dict)):
+        if depth + 1 > MAX_DEPTH:
+            raise ValueError(f"nesting deeper than {MAX_DEPTH}")
+        for key in value if isinstance(value, dict) else ():
             key.encode("utf-8")
+        for item in value.values() if isinstance(value, dict) else value:
             _check_tree(item, depth + 1)
 
 
@@ -298,7 +308,8 @@ class Worker:
         self.awaiting_welcome = False
         self.announced = False
         self.bus_heartbeat_ms = heartbeat_ms
-        self.last_state = {"state": "idle"}
+        self.last_state = {"state": "idle"}   # the STATE last sent (None: send the current one)
+        self.current_skill = ""                # the skill of the invocation that started last
         self.ready_backoff = self.READY_BACKOFF_MIN
         now = time.monotonic()
         self.next_ready = now          # when to (re)send READY while not registered
@@ -442,7 +453,10 @@ class Worker:
             welcome = {}
         self.registered, self.awaiting_welcome = True, False
         self.ready_backoff = self.READY_BACKOFF_MIN
-        self.last_state = {"state": "idle"}  # the bus resets its view to idle (§4.5)
+        # A registration resets the bus's view to idle (§4.5): state the current one again (§4.10).
+        self.last_state = None
+        self.send_state({"skill": self.current_skill, "state": "executingSkill"} if self.running
+                        else {"state": "idle"})
         self.next_heartbeat = time.monotonic() + self.heartbeat_ms / 1000
         for refused in welcome.get("refused", []):
             log(self.name, f"skill refused: {refused}")
@@ -487,16 +501,19 @@ class Worker:
         # §4.10 steps 1-6: nothing runs, no STATE.
         if self.shutdown_deadline is not None:
             return refuse("agent_lost", f"agent '{self.name}' is shutting down")
+        # The wording is the error table of §4.10, byte for byte (the reason after "valid JSON: "
+        # is this parser's own).
         if len(self.running) >= self.capacity:
-            return refuse("busy", f"agent '{self.name}' already runs {self.capacity} invocation(s)")
+            return refuse("busy", f"agent '{self.name}' is at capacity ({self.capacity})")
         if skill not in self.skills:
-            return refuse("unknown_skill", f"agent '{self.name}' does not offer skill '{skill}'")
+            offered = ", ".join(sorted(self.skills)) or "none"
+            return refuse("unknown_skill", f"agent '{self.name}' does not offer '{skill}' (offers: {offered})")
         try:
             params = parse_json(params_frame)
         except ValueError as exc:
-            return refuse("invalid_parameters", f"parameters for '{skill}' are not valid JSON: {exc}")
+            return refuse("invalid_parameters", f"parameters of '{skill}' are not valid JSON: {exc}")
         if not isinstance(params, dict):
-            return refuse("invalid_parameters", f"parameters for '{skill}' must be a JSON object, "
+            return refuse("invalid_parameters", f"parameters of '{skill}' must be a JSON object, "
                                                 f"got {json_type_name(params)}")
         params, problems = validate_parameters(self.descriptors[skill], params)
         if problems:
@@ -505,6 +522,7 @@ class Worker:
         # Step 7+: run it on a pool thread; the main thread keeps the socket.
         inv = Invocation(inv_id, skill, deadline_ms)
         self.running[inv_id] = inv
+        self.current_skill = skill
         self.send_state({"skill": skill, "state": "executingSkill"})
         self.pool.submit(self.execute, inv, params)
 
@@ -515,7 +533,8 @@ class Worker:
         except Cancelled:
             outcome = ("error", error_object("cancelled", f"'{inv.skill}' was cancelled"), "cancelled")
         except SkillError as exc:
-            outcome = ("error", exc.error, exc.error["message"])
+            reason = "cancelled" if exc.error["code"] == "cancelled" else exc.error["message"]
+            outcome = ("error", exc.error, reason)
         except Exception as exc:  # noqa: BLE001 - any other failure is skill_failed (§4.10 step 10)
             message = f"'{inv.skill}' failed: {exc}"
             outcome = ("error", error_object("skill_failed", message), message)
@@ -533,6 +552,8 @@ class Worker:
             self.send_state({"reason": failure, "state": "failed"})
         if not self.running:
             self.send_state({"state": "idle"})
+        elif failure is not None:
+            self.send_state({"skill": self.current_skill, "state": "executingSkill"})  # §4.10 rule 4
 
 
 # ---------------------------------------------------------------------------------------------

@@ -79,26 +79,53 @@ public enum SkillResult: Sendable, Equatable {
     }
 
     public init(json: JSONValue) throws(SkillbusError) {
-        switch json["type"]?.stringValue {
-        case "text":
-            guard let text = json["text"]?.stringValue else { break }
-            self = .text(text)
-            return
-        case "json":
-            guard let value = json["json"] else { break }
-            self = .json(value)
-            return
-        case "attachment":
-            guard let name = json["name"]?.stringValue, let mediaType = json["mediaType"]?.stringValue,
-                let base64 = json["base64"]?.stringValue, let data = Data(base64Encoded: base64)
-            else { break }
-            self = .attachment(Attachment(name: name, mediaType: mediaType, bytes: Array(data)))
-            return
-        default:
-            break
+        switch Self.parse(json) {
+        case .success(let result): self = result
+        case .failure(let problem):
+            throw SkillbusError(.malformedMessage, "a result must be {type: text|json|attachment, …}: \(problem)")
         }
-        throw SkillbusError(
-            .malformedMessage, "a result must be {type: text|json|attachment, …}; got \(json.jsonString)")
+    }
+
+    /// Why `payload` is no result form, or nil when it is one (what the bus checks in an `ok` RESULT).
+    static func problem(in payload: [UInt8]) -> String? {
+        do {
+            if case .failure(let problem) = parse(try JSONValue(parsing: payload)) { return problem.reason }
+            return nil
+        } catch {
+            return "not JSON (\(error))"
+        }
+    }
+
+    struct Problem: Error, CustomStringConvertible {
+        let reason: String
+        var description: String { reason }
+    }
+
+    private static func parse(_ json: JSONValue) -> Result<SkillResult, Problem> {
+        func problem(_ reason: String) -> Result<SkillResult, Problem> { .failure(Problem(reason: reason)) }
+        guard json.objectValue != nil else { return problem("a JSON object is expected, got \(json.typeName)") }
+        switch json["type"] {
+        case .string("text"):
+            guard let text = json["text"]?.stringValue else { return problem("a text result needs 'text', a string") }
+            return .success(.text(text))
+        case .string("json"):
+            guard let value = json["json"] else { return problem("a json result needs 'json'") }
+            return .success(.json(value))
+        case .string("attachment"):
+            guard let name = json["name"]?.stringValue, let mediaType = json["mediaType"]?.stringValue else {
+                return problem("an attachment needs 'name' and 'mediaType', both strings")
+            }
+            guard let base64 = json["base64"]?.stringValue, let data = Data(base64Encoded: base64) else {
+                return problem("an attachment needs 'base64', a string in standard base64")
+            }
+            return .success(.attachment(Attachment(name: name, mediaType: mediaType, bytes: Array(data))))
+        case .string(let other):
+            return problem("unknown type '\(other.prefix(64))' (expected text, json or attachment)")
+        case nil:
+            return problem("'type' is missing")
+        default:
+            return problem("'type' must be a string")
+        }
     }
 
     /// The result for people: text as is, JSON indented, an attachment as its name, type and size.

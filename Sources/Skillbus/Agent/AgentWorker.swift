@@ -46,8 +46,9 @@ public final class AgentWorker: Sendable {
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
-        /// so a burst of quick invocations costs one state message, not two per invocation.
-        var reported: AgentState = .idle
+        /// so a burst of quick invocations costs one state message, not two per invocation. Nil after a
+        /// WELCOME: a registration resets the coordinator's view to idle, so the current state goes again.
+        var reported: AgentState? = .idle
         var current: AgentState = .idle
         /// Failures are never coalesced away: each one reaches the feed.
         var failures: [AgentState] = []
@@ -258,12 +259,12 @@ public final class AgentWorker: Sendable {
             return
         }
         switch decoded {
-        case .welcome(let body):
-            let busHeartbeat = body["heartbeatMs"]?.intValue ?? options.heartbeatMs
+        case .welcome(let welcome):
             let needsReplica = state.withLock { state in
                 state.registered = true
                 state.retryDelayMs = 1000
-                state.busHeartbeatMs = min(max(busHeartbeat, 10), CoordinatorState.maxHeartbeatMs)
+                state.reported = nil
+                state.busHeartbeatMs = welcome.heartbeatMs
                 if state.skillsChangedSinceReady {
                     // The READY this welcomes carried an older list.
                     state.skillsChangedSinceReady = false
@@ -271,12 +272,9 @@ public final class AgentWorker: Sendable {
                 }
                 return state.replica == nil
             }
-            if needsReplica { startReplica(welcomeFeed: body["feed"]?.stringValue) }
-            let accepted = body["accepted"]?.arrayValue?.count ?? 0
-            logger.info("registered as '\(options.name)' with \(accepted) skill(s)")
-            for refused in body["refused"]?.arrayValue ?? [] {
-                logger.warning("skill refused: \(SkillbusError(json: refused))")
-            }
+            if needsReplica { startReplica(welcomeFeed: welcome.feed) }
+            logger.info("registered as '\(options.name)' with \(welcome.accepted.count) skill(s)")
+            for refused in welcome.refused { logger.warning("skill refused: \(refused)") }
         case .invoke(let invocation):
             start(invocation)
         case .cancel(let invocationID):

@@ -57,20 +57,21 @@ struct InvocationRunner: Sendable {
         }
     }
 
-    /// Finds the skill and validates the parameters; nothing runs when this throws.
+    /// Finds the skill and validates the parameters; nothing runs when this throws. The checks and their
+    /// order are those of PROTOCOL §4.10 (steps 3-6), the wording that of its error table.
     func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
-        let parsed: JSONValue
-        do {
-            parsed = try JSONValue(parsing: invocation.parameters)
-        } catch {
-            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
-        }
         let (skill, offered) = lookup(invocation.skill)
         guard let skill else {
             throw SkillbusError(
                 .unknownSkill,
                 "agent '\(agentName)' does not offer '\(invocation.skill)' (offers: "
-                    + offered.joined(separator: ", ") + ")")
+                    + (offered.isEmpty ? "none" : offered.joined(separator: ", ")) + ")")
+        }
+        let parsed: JSONValue
+        do {
+            parsed = try JSONValue(parsing: invocation.parameters)
+        } catch {
+            throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
         }
         return (skill, try Self.validate(parsed, for: skill))
     }

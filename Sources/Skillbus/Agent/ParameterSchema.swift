@@ -21,7 +21,8 @@ public struct ParameterField: Sendable, Equatable {
     public var type: ParameterType
     public var required: Bool
     public var description: String
-    /// Used when the caller leaves an optional parameter out.
+    /// Used when the caller leaves an optional parameter out; nil when there is none. `.null` is not
+    /// "none": a schema holding it has a problem (`problems`), and a registration refuses it.
     public var defaultValue: JSONValue?
 
     public init(
@@ -100,7 +101,11 @@ public struct ParameterSchema: Sendable, Equatable {
         for field in fields {
             if field.name.isEmpty { problems.append("a parameter has an empty name") }
             if !seen.insert(field.name).inserted { problems.append("parameter '\(field.name)' is declared twice") }
-            if let value = field.defaultValue, !field.type.accepts(value) {
+            if field.defaultValue == .null {
+                // Not "no default": a default of null would be inserted and then fail every type check.
+                problems.append(
+                    "default of '\(field.name)' is null, which no type accepts (leave 'default' out for no default)")
+            } else if let value = field.defaultValue, !field.type.accepts(value) {
                 problems.append("default of '\(field.name)' is not \(field.type.rawValue)")
             }
         }

@@ -214,7 +214,7 @@ public final class SkillbusClient: Sendable {
     }
 
     /// The bus's catalog: every skill on offer with its schema and providers.
-    public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
+    public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> SkillCatalog {
         let requestID = makeRequestID()
         switch try await exchange(.listSkills(requestID: requestID), requestID: requestID, waitFor: timeout) {
         case .skills(_, let catalog): return catalog

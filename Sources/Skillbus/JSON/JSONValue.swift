@@ -85,11 +85,11 @@ extension JSONValue {
             out.append(UInt8(ascii: "]"))
         case .object(let object):
             out.append(UInt8(ascii: "{"))
-            for (index, key) in object.keys.sorted().enumerated() {
+            for (index, (key, value)) in object.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
                 JSONValue.writeString(key, to: &out)
                 out.append(UInt8(ascii: ":"))
-                object[key]!.write(to: &out)
+                value.write(to: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -138,8 +138,8 @@ extension JSONValue {
             return "[\n" + values.map { inner + $0.prettyString(indent: inner) }.joined(separator: ",\n")
                 + "\n\(indent)]"
         case .object(let object) where !object.isEmpty:
-            let lines = object.keys.sorted().map { key in
-                inner + JSONValue.string(key).jsonString + ": " + object[key]!.prettyString(indent: inner)
+            let lines = object.sorted(by: { $0.key < $1.key }).map { key, value in
+                inner + JSONValue.string(key).jsonString + ": " + value.prettyString(indent: inner)
             }
             return "{\n" + lines.joined(separator: ",\n") + "\n\(indent)}"
         default:

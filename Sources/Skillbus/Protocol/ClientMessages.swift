@@ -168,7 +168,7 @@ public enum BusToClientMessage: Sendable, Equatable {
     static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents, .round]
 
     case reply(InvokeReply)
-    case skills(requestID: String, catalog: JSONValue)
+    case skills(requestID: String, catalog: SkillCatalog)
     /// One agent's registry entry (JSON, kept as bytes: the bus sends what it serialized once per change,
     /// and the receiver parses all entries together), part of the answer to SNAPSHOT.
     case entry(requestID: String, entry: [UInt8])
@@ -188,7 +188,7 @@ public enum BusToClientMessage: Sendable, Equatable {
                 reply.$agent, Array(String(reply.durationMicros).utf8), reply.payload,
             ]
         case .skills(let requestID, let catalog):
-            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8), catalog.serialized()]
+            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8), catalog.json.serialized()]
         case .error(let requestID, let error):
             [Wire.clientHeaderBytes, Wire.Command.error.frame, Array(requestID.utf8), error.json.serialized()]
         case .entry(let requestID, let entry):
@@ -219,7 +219,7 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .skills:
             try Wire.expectFrames(message, 4, "SKILLS")
             return .skills(
-                requestID: try Wire.text(message, 2, "request id"), catalog: try Wire.json(message, 3, "catalog"))
+                requestID: try Wire.text(message, 2, "request id"), catalog: try SkillCatalog(json: try Wire.json(message, 3, "catalog")))
         case .error:
             try Wire.expectFrames(message, 4, "ERROR")
             return .error(

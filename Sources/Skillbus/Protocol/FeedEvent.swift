@@ -19,10 +19,10 @@ public enum FeedEvent: Sendable, Equatable {
     case invocationDispatched(round: String, invocation: String, skill: String, agent: String, dispatch: String)
     case invocationDeduplicated(round: String, invocation: String, reusing: String)
     case invocationDone(
-        round: String, invocation: String, skill: String, agent: String, status: String, durationMicros: Int,
-        deduplicated: Bool)
+        round: String, invocation: String, skill: String, agent: String, status: InvocationStatus,
+        durationMicros: Int, deduplicated: Bool)
     case invocationCancelled(round: String, invocation: String, agent: String)
-    case roundDone(round: String, status: String, summary: JSONValue)
+    case roundDone(round: String, status: ReplyStatus, summary: RoundDocument.Summary)
     /// One change to the registry; sequenced, see `ReplicaSync`.
     case registryUpdate(RegistryUpdate)
     /// Once per heartbeat interval: where the registry stands, so an idle replica notices a lost update.
@@ -104,13 +104,14 @@ public enum FeedEvent: Sendable, Equatable {
         case .invocationDone(let round, let invocation, let skill, let agent, let status, let micros, let deduplicated):
             return [
                 "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
-                "agent": .string(agent), "status": .string(status), "durationMs": .number(Double(micros) / 1000),
+                "agent": .string(agent), "status": .string(status.documentName),
+                "durationMs": .number(Double(micros) / 1000),
                 "deduplicated": .bool(deduplicated),
             ]
         case .invocationCancelled(let round, let invocation, let agent):
             return ["round": .string(round), "invocation": .string(invocation), "agent": .string(agent)]
         case .roundDone(let round, let status, let summary):
-            return ["round": .string(round), "status": .string(status), "summary": summary]
+            return ["round": .string(round), "status": .string(status.rawValue), "summary": summary.json]
         case .registryUpdate(let update):
             return update.fields
         case .registryHeartbeat(let epoch, let sequence, let intervalMs):

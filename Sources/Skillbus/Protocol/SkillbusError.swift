@@ -19,6 +19,8 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let busy = Code("busy")
         /// The agent running the invocation disappeared.
         public static let agentLost = Code("agent_lost")
+        /// A worker answered `ok` with a payload that is no result form; the message names the agent.
+        public static let malformedResult = Code("malformed_result")
         /// A message had the wrong number of frames or unreadable fields.
         public static let malformedMessage = Code("malformed_message")
         /// The first frame named a protocol or version this bus does not speak.

@@ -60,6 +60,11 @@ public enum Wire {
         return value
     }
 
+    /// The size at which libzmq itself drops a connection (ZMQ_MAXMSGSIZE) for a configured message limit.
+    /// Well above the limit, so that a message over the limit but below this is read whole and answered
+    /// `message_too_large`, and only a giant one costs the sender its connection.
+    public static func hardCap(forLimit maxMessageBytes: Int) -> Int64 { Int64(maxMessageBytes) * 4 + 4096 }
+
     /// The longest timeout or deadline the wire accepts: one day, in milliseconds.
     public static let maxTimeoutMs = 86_400_000
 
@@ -86,7 +91,8 @@ public enum Wire {
 
     static func unknownCommand(_ message: Multipart, role: String, expected: [Command]) -> SkillbusError {
         let names = expected.map(\.name)
-        let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names[0]
+        let list = names.dropLast().isEmpty
+            ? names.joined() : names.dropLast().joined(separator: ", ") + " or " + (names.last ?? "")
         let shown = String(decoding: message[1].prefix(32), as: UTF8.self)
         return SkillbusError(.malformedMessage, "unknown \(role) command '\(shown)' (expected \(list))")
     }
@@ -98,7 +104,7 @@ public enum Wire {
 
     /// HEARTBEAT frame 2, the sender's interval: optional, and from 10 ms to one hour when present.
     static func heartbeatInterval(_ message: Multipart) throws(SkillbusError) -> Int? {
-        try optionalDecimal(message, 2, "heartbeat interval", 10...CoordinatorState.maxHeartbeatMs)
+        try optionalDecimal(message, 2, "heartbeat interval", Registration.heartbeatRange)
     }
 
     /// An optional decimal frame (a timeout, an interval): empty or absent is nil, else within `range`.
@@ -140,7 +146,7 @@ public struct WireText: Sendable, Equatable {
 }
 
 /// How an invocation ended, as the wire spells it.
-public enum ReplyStatus: String, Sendable {
+public enum ReplyStatus: String, Sendable, CaseIterable {
     case ok, error
 
     static let okFrame = Array("ok".utf8)

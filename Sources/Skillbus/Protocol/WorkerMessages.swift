@@ -2,70 +2,6 @@ import SkillbusZMQ
 
 // MARK: - Worker ⇄ bus
 
-/// What a worker tells the bus when it joins.
-public struct Registration: Sendable, Equatable {
-    public var name: String
-    public var capacity: Int
-    public var heartbeatMs: Int
-    public var skills: [SkillDescriptor]
-
-    public init(name: String, capacity: Int, heartbeatMs: Int, skills: [SkillDescriptor]) {
-        self.name = name
-        self.capacity = capacity
-        self.heartbeatMs = heartbeatMs
-        self.skills = skills
-    }
-
-    public var json: JSONValue {
-        [
-            "name": .string(name), "capacity": .number(Double(capacity)), "heartbeatMs": .number(Double(heartbeatMs)),
-            "skills": .array(skills.map(\.json)),
-        ]
-    }
-}
-
-/// An agent's state as shown on the feed.
-public enum AgentState: Sendable, Equatable {
-    case idle, thinking, selectingSkill, streaming, completed
-    case executingSkill(String)
-    case failed(String)
-
-    public var name: String {
-        switch self {
-        case .idle: "idle"
-        case .thinking: "thinking"
-        case .selectingSkill: "selectingSkill"
-        case .streaming: "streaming"
-        case .completed: "completed"
-        case .executingSkill: "executingSkill"
-        case .failed: "failed"
-        }
-    }
-
-    /// `{"state": name}` plus `skill` for executingSkill and `reason` for failed.
-    public var json: JSONValue {
-        switch self {
-        case .executingSkill(let skill): ["state": .string(name), "skill": .string(skill)]
-        case .failed(let reason): ["state": .string(name), "reason": .string(reason)]
-        default: ["state": .string(name)]
-        }
-    }
-
-    public init(json: JSONValue) throws(SkillbusError) {
-        switch json["state"]?.stringValue {
-        case "idle": self = .idle
-        case "thinking": self = .thinking
-        case "selectingSkill": self = .selectingSkill
-        case "streaming": self = .streaming
-        case "completed": self = .completed
-        case "executingSkill": self = .executingSkill(json["skill"]?.stringValue ?? "")
-        case "failed": self = .failed(json["reason"]?.stringValue ?? "")
-        default:
-            throw SkillbusError(.malformedMessage, "unknown agent state in \(json.jsonString)")
-        }
-    }
-}
-
 /// Messages a worker sends to the bus.
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
@@ -172,7 +108,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error]
 
-    case welcome(JSONValue)
+    case welcome(Welcome)
     case invoke(Invocation)
     case cancel(invocationID: String)
     /// `intervalMs`: the bus's heartbeat interval.
@@ -181,7 +117,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
 
     public func encoded() -> Multipart {
         switch self {
-        case .welcome(let body): [Wire.workerHeaderBytes, Wire.Command.welcome.frame, body.serialized()]
+        case .welcome(let welcome): [Wire.workerHeaderBytes, Wire.Command.welcome.frame, welcome.json.serialized()]
         case .invoke(let invocation):
             [
                 Wire.workerHeaderBytes, Wire.Command.invoke.frame, Array(invocation.invocationID.utf8),
@@ -202,7 +138,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         switch try Wire.command(message, role: "bus", expected: commands) {
         case .welcome:
             try Wire.expectFrames(message, 3, "WELCOME")
-            return .welcome(try Wire.json(message, 2, "welcome"))
+            return .welcome(try Welcome(json: try Wire.json(message, 2, "welcome")))
         case .invoke:
             try Wire.expectFrames(message, 8, "INVOKE")
             let deadline = try Wire.decimal(message, 6, "deadline", maximum: Wire.maxTimeoutMs)

@@ -107,21 +107,10 @@ public struct Registry: Sendable, Equatable {
     }
 
     /// Agents sorted by name: the order of snapshots, digests and listings.
-    public var sortedAgents: [Agent] { agents.keys.sorted().map { agents[$0]! } }
+    public var sortedAgents: [Agent] { agents.sorted { $0.key < $1.key }.map(\.value) }
 
     /// `{"agents": [entry…]}`, sorted by agent name.
     public var json: JSONValue { ["agents": .array(sortedAgents.map(\.json))] }
-
-    /// The catalog: every skill with its descriptor and providers, sorted by identifier.
-    public var skillsJSON: JSONValue {
-        .array(
-            skills.keys.sorted().map { identifier in
-                let skill = skills[identifier]!
-                var entry = skill.descriptor.json.objectValue ?? [:]
-                entry["providers"] = .array(skill.providers.map { .string($0) })
-                return .object(entry)
-            })
-    }
 
     /// 64-bit FNV-1a over the sorted entries, as 16 hex digits: two registries with the same digest hold
     /// the same contents, so processes can compare whole registries without sending them.
@@ -180,7 +169,7 @@ public struct RegistryUpdate: Sendable, Equatable {
                 .malformedMessage, "a registry update needs 'epoch', 'seq' > 0, 'agent' and 'entry'")
         }
         let entry = entryJSON == .null ? nil : try Registry.Agent(json: entryJSON)
-        guard entry == nil || entry!.name == agent else {
+        guard entry.map({ $0.name == agent }) ?? true else {
             throw SkillbusError(.malformedMessage, "registry update for '\(agent)' carries the entry of another agent")
         }
         self.init(
@@ -239,7 +228,11 @@ public struct RegistryLedger: Sendable {
 
     /// Computed once per sequence number: the heartbeat and `agents` ask for it often.
     public mutating func position() -> RegistryPosition {
-        if cachedDigest?.sequence != sequence { cachedDigest = (sequence, registry.digest) }
-        return RegistryPosition(epoch: epoch, sequence: sequence, digest: cachedDigest!.digest)
+        if let cached = cachedDigest, cached.sequence == sequence {
+            return RegistryPosition(epoch: epoch, sequence: sequence, digest: cached.digest)
+        }
+        let digest = registry.digest
+        cachedDigest = (sequence, digest)
+        return RegistryPosition(epoch: epoch, sequence: sequence, digest: digest)
     }
 }

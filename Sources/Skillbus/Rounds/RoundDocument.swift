@@ -1,122 +1,218 @@
-extension CoordinatorState {
-    /// The answer to a ROUND: status, result (aggregated for a fan-out), every invocation with its agent,
-    /// status, duration and whether it was deduplicated, and a summary.
-    func roundDocument(_ run: RoundRun, now: UInt64) -> JSONValue {
-        let invocations = run.invocations
-        let failed = invocations.filter { $0.status == "error" }
-        let deduplicated = invocations.filter(\.deduplicated).count
-        let totalMicros = Int((now &- run.accepted) / 1000)
-        var document: [String: JSONValue] = [
-            "round": .string(run.roundText), "shape": .string(run.spec.shape),
-            "durationMs": .number(Double(totalMicros) / 1000), "invocations": .array(invocations.map(\.json)),
-            "summary": [
-                "invocations": .number(Double(invocations.count)),
-                "executions": .number(Double(invocations.count { !$0.deduplicated && $0.agent != "" })),
-                "deduplicated": .number(Double(deduplicated)), "failed": .number(Double(failed.count)),
-                "totalMs": .number(Double(totalMicros) / 1000),
-            ],
-        ]
-        var error: SkillbusError?
-        var result: JSONValue = .null
-        switch run.spec {
-        case .invoke:
-            let only = invocations[0]
-            document["agent"] = only.agent.isEmpty ? .null : .string(only.agent)
-            result = only.result ?? .null
-            if only.status != "ok" { error = SkillbusError(json: only.error ?? .null) }
-        case .fanout(_, _, _, let aggregate):
-            let asked = invocations.filter { $0.subCallRequest == nil }
-            (result, error) = Self.aggregate(asked, aggregate, into: &document)
-        case .plan:
-            var results: [String: JSONValue] = [:]
-            for step in invocations where step.subCallRequest == nil && step.status == "ok" {
-                results[step.id] = step.result ?? .null
-            }
-            result = .object(results)
-            // The error that stopped the plan, not a step skipped because of it.
-            let steps = invocations.filter { $0.subCallRequest == nil }
-            if let first = steps.first(where: { $0.status == "error" || $0.status == "cancelled" })
-                ?? steps.first(where: { $0.status != "ok" })
-            {
-                let counted = steps.filter { $0.status == "error" || $0.status == "cancelled" }
-                error = SkillbusError(
-                    SkillbusError(json: first.error ?? .null).code,
-                    "\(counted.count) of \(steps.count) step(s) failed; "
-                        + "first: '\(first.id)' \(first.status)"
-                        + (first.error?["message"]?.stringValue.map { ": \($0)" } ?? ""),
-                    details: ["step": .string(first.id)])
-            }
+/// The answer to a ROUND (ROUND reply frame 4, PROTOCOL §5.14): how the round ended, its result, every
+/// invocation with its agent, status, duration and whether it was deduplicated, and a summary. The bus
+/// builds it and clients read it through this one type.
+public struct RoundDocument: Sendable, Equatable {
+    /// One invocation of the round: a plan step, a fan-out's agent, the one invocation, or a sub-call.
+    public struct Invocation: Sendable, Equatable {
+        public var id: String
+        public var skill: String
+        /// The agent that ran it (for a deduplicated one, that of the execution it reused); nil when none did.
+        public var agent: String?
+        public var status: InvocationStatus
+        public var durationMs: Double
+        public var deduplicated: Bool
+        /// For a deduplicated invocation: the first invocation in this document with the same key.
+        public var reusedFrom: String?
+        /// The result form when `ok`.
+        public var result: JSONValue?
+        public var error: SkillbusError?
+
+        public init(
+            id: String, skill: String, agent: String? = nil, status: InvocationStatus = .waiting, durationMs: Double = 0,
+            deduplicated: Bool = false, reusedFrom: String? = nil, result: JSONValue? = nil, error: SkillbusError? = nil
+        ) {
+            self.id = id
+            self.skill = skill
+            self.agent = agent
+            self.status = status
+            self.durationMs = durationMs
+            self.deduplicated = deduplicated
+            self.reusedFrom = reusedFrom
+            self.result = result
+            self.error = error
         }
-        document["status"] = error == nil ? "ok" : "error"
-        document["result"] = result
-        document["error"] = error?.json ?? .null
-        return .object(document)
     }
 
-    /// all: every result in agent order; first: the winner's; majority: the value most agents returned.
-    static func aggregate(
-        _ asked: [RoundInvocation], _ mode: RoundSpec.Aggregation, into document: inout [String: JSONValue]
-    ) -> (JSONValue, SkillbusError?) {
-        let succeeded = asked.filter { $0.status == "ok" }
-        switch mode {
-        case .all:
-            let result = JSONValue.array(
-                asked.map {
-                    [
-                        "agent": .string($0.id), "status": .string($0.status), "result": $0.result ?? .null,
-                        "error": $0.error ?? .null,
-                    ]
-                })
-            guard succeeded.count < asked.count else { return (result, nil) }
-            let failures = asked.filter { $0.status != "ok" }.map(\.id)
-            return (
-                result,
-                SkillbusError(
-                    .skillFailed,
-                    "\(failures.count) of \(asked.count) agent(s) failed: \(failures.joined(separator: ", "))",
-                    details: ["failed": .array(failures.map { .string($0) })])
-            )
-        case .first:
-            guard let winner = succeeded.first else {
-                return (.null, SkillbusError(.skillFailed, "none of the \(asked.count) agent(s) succeeded"))
-            }
-            document["agent"] = .string(winner.id)
-            return (winner.result ?? .null, nil)
-        case .majority:
-            // Results compared as canonical JSON: the serialized form sorts keys and spells numbers one way.
-            var votes: [[UInt8]: (value: JSONValue, agents: [String])] = [:]
-            for invocation in succeeded {
-                let value = invocation.result ?? .null
-                votes[value.serialized(), default: (value, [])].agents.append(invocation.id)
-            }
-            let split = votes.values.sorted {
-                $0.agents.count > $1.agents.count
-                    || ($0.agents.count == $1.agents.count && $0.agents.first! < $1.agents.first!)
-            }
-            let splitJSON = JSONValue.array(
+    public struct Summary: Sendable, Equatable {
+        public var invocations = 0
+        /// Invocations that ran on an agent themselves (not deduplicated, with an agent).
+        public var executions = 0
+        public var deduplicated = 0
+        /// Invocations that ended `error` (not pending, skipped or cancelled).
+        public var failed = 0
+        public var totalMs: Double = 0
+
+        public init() {}
+
+        init(_ invocations: [Invocation], totalMs: Double) {
+            self.invocations = invocations.count
+            executions = invocations.count { !$0.deduplicated && $0.agent != nil }
+            deduplicated = invocations.count(where: \.deduplicated)
+            failed = invocations.count { $0.status == .error }
+            self.totalMs = totalMs
+        }
+    }
+
+    /// A fan-out's `majority` vote.
+    public struct Vote: Sendable, Equatable {
+        /// How many agents were asked, including those that failed.
+        public var of: Int
+        /// How many returned the winning result; nil when none has a majority.
+        public var votes: Int?
+        /// One entry per distinct successful result, most votes first.
+        public var split: [Group]
+
+        public struct Group: Sendable, Equatable {
+            public var result: JSONValue
+            /// In agent order.
+            public var agents: [String]
+        }
+    }
+
+    public var round: String
+    /// `invoke`, `fanout` or `plan`; nil when the round was refused before its shape was known.
+    public var shape: String?
+    public var status: ReplyStatus
+    public var result: JSONValue
+    public var error: SkillbusError?
+    /// `invoke`: the agent that ran it; fan-out `first`: the winner.
+    public var agent: String?
+    public var vote: Vote?
+    public var durationMs: Double
+    public var invocations: [Invocation]
+    public var summary: Summary
+
+    public init(
+        round: String, shape: String?, status: ReplyStatus, result: JSONValue = .null, error: SkillbusError? = nil,
+        agent: String? = nil, vote: Vote? = nil, durationMs: Double = 0, invocations: [Invocation] = [],
+        summary: Summary = Summary()
+    ) {
+        self.round = round
+        self.shape = shape
+        self.status = status
+        self.result = result
+        self.error = error
+        self.agent = agent
+        self.vote = vote
+        self.durationMs = durationMs
+        self.invocations = invocations
+        self.summary = summary
+    }
+
+    /// A round refused before anything ran: status error, no invocations, all counts zero.
+    public static func refusal(round: String, shape: String?, _ error: SkillbusError) -> RoundDocument {
+        RoundDocument(round: round, shape: shape, status: .error, error: error)
+    }
+}
+
+// MARK: - JSON
+
+extension RoundDocument.Invocation {
+    public var json: JSONValue {
+        [
+            "id": .string(id), "skill": .string(skill), "agent": agent.map { .string($0) } ?? .null,
+            "status": .string(status.documentName), "durationMs": .number(durationMs),
+            "deduplicated": .bool(deduplicated), "reusedFrom": reusedFrom.map { .string($0) } ?? .null,
+            "result": result ?? .null, "error": error?.json ?? .null,
+        ]
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "invocation")
+        let statusName = try reader.string("status")
+        guard let status = InvocationStatus(documentName: statusName) else {
+            throw reader.problem("'status' '\(statusName)' is none of ok, error, cancelled, skipped, pending")
+        }
+        self.init(
+            id: try reader.string("id"), skill: try reader.string("skill"), agent: try reader.optionalString("agent"),
+            status: status, durationMs: try reader.number("durationMs"), deduplicated: try reader.bool("deduplicated"),
+            reusedFrom: try reader.optionalString("reusedFrom"), result: reader.optional("result"),
+            error: reader.optional("error").map(SkillbusError.init(json:)))
+    }
+}
+
+extension RoundDocument.Summary {
+    public var json: JSONValue {
+        [
+            "invocations": .number(Double(invocations)), "executions": .number(Double(executions)),
+            "deduplicated": .number(Double(deduplicated)), "failed": .number(Double(failed)),
+            "totalMs": .number(totalMs),
+        ]
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "summary")
+        invocations = try reader.int("invocations")
+        executions = try reader.int("executions")
+        deduplicated = try reader.int("deduplicated")
+        failed = try reader.int("failed")
+        totalMs = try reader.number("totalMs")
+    }
+}
+
+extension RoundDocument.Vote {
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "mode": "majority", "of": .number(Double(of)),
+            "split": .array(
                 split.map {
                     [
-                        "result": $0.value, "votes": .number(Double($0.agents.count)),
+                        "result": $0.result, "votes": .number(Double($0.agents.count)),
                         "agents": .array($0.agents.map { .string($0) }),
                     ]
-                })
-            var aggregate: [String: JSONValue] = [
-                "mode": "majority", "of": .number(Double(asked.count)), "split": splitJSON,
-            ]
-            defer { document["aggregate"] = .object(aggregate) }
-            guard let top = split.first, top.agents.count * 2 > asked.count else {
-                let description = split.map { "\($0.agents.count) for \($0.value.jsonString.prefix(60))" }.joined(
-                    separator: ", ")
-                return (
-                    .null,
-                    SkillbusError(
-                        .noMajority,
-                        "no result has a majority of the \(asked.count) agent(s): \(description.isEmpty ? "no successes" : description)",
-                        details: ["split": splitJSON])
-                )
-            }
-            aggregate["votes"] = .number(Double(top.agents.count))
-            return (top.value, nil)
+                }),
+        ]
+        if let votes { object["votes"] = .number(Double(votes)) }
+        return .object(object)
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "aggregate")
+        of = try reader.int("of")
+        votes = reader.optional("votes").flatMap(\.intValue)
+        var groups: [Group] = []
+        for item in try reader.array("split") {
+            let group = DocumentReader(item, "aggregate.split")
+            let agents = try group.array("agents").compactMap(\.stringValue)
+            groups.append(Group(result: group.optional("result") ?? .null, agents: agents))
+        }
+        split = groups
+    }
+}
+
+extension RoundDocument {
+    /// Compact JSON as PROTOCOL §2 writes it. `agent` is always there for `invoke`, and for other shapes
+    /// only when one is named; `aggregate` only for a majority vote.
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "round": .string(round), "shape": shape.map { .string($0) } ?? .null, "status": .string(status.rawValue),
+            "result": result, "error": error?.json ?? .null, "durationMs": .number(durationMs),
+            "invocations": .array(invocations.map(\.json)), "summary": summary.json,
+        ]
+        if shape == "invoke" || agent != nil { object["agent"] = agent.map { .string($0) } ?? .null }
+        if let vote { object["aggregate"] = vote.json }
+        return .object(object)
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "round document")
+        var invocations: [Invocation] = []
+        for item in try reader.array("invocations") { invocations.append(try Invocation(json: item)) }
+        self.init(
+            round: try reader.string("round"), shape: try reader.optionalString("shape"), status: try reader.oneOf("status"),
+            result: reader.optional("result") ?? .null, error: reader.optional("error").map(SkillbusError.init(json:)),
+            agent: try reader.optionalString("agent"), vote: try reader.optional("aggregate").map(Vote.init(json:)),
+            durationMs: try reader.number("durationMs"), invocations: invocations,
+            summary: try Summary(json: reader.optional("summary") ?? .null))
+    }
+
+    public init(parsing bytes: [UInt8]) throws(SkillbusError) {
+        do {
+            try self.init(json: try JSONValue(parsing: bytes))
+        } catch let error as SkillbusError {
+            throw error
+        } catch {
+            throw SkillbusError(.malformedMessage, "the round document is not JSON: \(error)")
         }
     }
 }

@@ -50,9 +50,17 @@ struct SlotTable<Value: Sendable>: Sendable {
 
     /// The value in an occupied slot (read in place: reading one field copies nothing else).
     subscript(slot: Int) -> Value {
-        _read { yield slots[slot].value! }
-        _modify { yield &slots[slot].value! }
+        _read {
+            guard let value = slots[slot].value else { preconditionFailure(Self.freeSlot) }
+            yield value
+        }
+        _modify {
+            guard slots[slot].value != nil else { preconditionFailure(Self.freeSlot) }
+            yield &slots[slot].value!
+        }
     }
+
+    private static var freeSlot: String { "a free slot was used: callers keep only the slots they were given" }
 
     /// Empties an occupied slot and returns its value; the slot number may be given to another key.
     @discardableResult
@@ -71,7 +79,7 @@ struct SlotTable<Value: Sendable>: Sendable {
             next = (next + 1) & mask
         }
         buckets[hole] = 0
-        let value = slots[slot].value!
+        guard let value = slots[slot].value else { preconditionFailure(Self.freeSlot) }
         slots[slot] = Slot(key: [], hash: 0, value: nil)
         freeSlots.append(slot)
         return value

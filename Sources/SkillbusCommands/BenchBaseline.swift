@@ -1,4 +1,5 @@
 import Foundation
+import Skillbus
 import SkillbusZMQ
 
 /// The baseline's broker: a plain ROUTER→DEALER `zmq_proxy`, nothing else.

@@ -1,0 +1,213 @@
+import Dispatch
+import Foundation
+import SkillbusZMQ
+
+/// The coordinator's thread: sockets, decoding, and carrying out the state machine's actions.
+final class CoordinatorLoop {
+    let router: ZMQSocket
+    let feed: ZMQSocket
+    let logger: Logger
+    let maxMessageBytes: Int
+    var state: CoordinatorState
+    /// Prefixes that feed subscribers asked for; events nobody wants are never built.
+    var subscriptions = Set<[UInt8]>()
+    var unroutable = 0
+    var rejected = 0
+    var refusalsLogged = 0
+    var refusalsSuppressed = 0
+    static let refusalsLoggedPerTick = 10
+
+    static let tickNanos: UInt64 = 100_000_000
+
+    init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
+        self.logger = logger
+        self.maxMessageBytes = configuration.maxMessageBytes
+        router = try ZMQSocket(context: context, type: .router)
+        try router.setRouterMandatory(true)
+        try router.setMaxMessageSize(Wire.hardCap(forLimit: configuration.maxMessageBytes))
+        try router.setSendHighWaterMark(100_000)
+        try router.setReceiveHighWaterMark(100_000)
+        try router.bind(configuration.bus)
+        feed = try ZMQSocket(context: context, type: .xpub)
+        try feed.setSendHighWaterMark(100_000)
+        try feed.bind(configuration.feed)
+        var settings = configuration.stateSettings
+        settings.feedEndpoint = feed.lastEndpoint
+        state = CoordinatorState(settings: settings)
+        state.publishesRequestEvents = false  // until a watcher subscribes to them
+    }
+
+    func close() {
+        router.close()
+        feed.close()
+        if unroutable > 0 || rejected > 0 {
+            logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
+        }
+    }
+
+    func run(control: Coordinator.Control) {
+        logger.info(
+            "bus on \(router.lastEndpoint), feed on \(feed.lastEndpoint), registry epoch \(state.ledger.epoch)")
+        var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
+        let items = [
+            PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
+        ]
+        while !control.stopping.load(ordering: .acquiring) {
+            var now = DispatchTime.now().uptimeNanoseconds
+            let timeoutMs = nextTick > now ? Int((nextTick - now) / 1_000_000) + 1 : 0
+            let ready: PollResult
+            do {
+                ready = try poll(items, timeoutMs: timeoutMs)
+            } catch {
+                // Nothing can be served without polling: say why the bus stops instead of vanishing.
+                logger.error("polling the bus and feed sockets failed, stopping: \(error)")
+                return
+            }
+            if ready.readable[2] { control.wakePipe.drain() }
+            if ready.readable[0] { drainBus() }
+            if ready.readable[1] { drainSubscriptions() }
+            now = DispatchTime.now().uptimeNanoseconds
+            if now >= nextTick {
+                perform(state.tick(now: now))
+                nextTick = now + Self.tickNanos
+                if refusalsSuppressed > 0 {
+                    logger.warning("refused \(refusalsSuppressed) more bad message(s) without logging each")
+                    refusalsSuppressed = 0
+                }
+                refusalsLogged = 0
+            }
+        }
+    }
+
+    private func drainBus() {
+        // Bounded batch so that ticks still run under a flood.
+        for _ in 0..<10_000 {
+            guard let message = try? router.receive(dontWait: true) else { return }
+            handle(message)
+        }
+    }
+
+    private func drainSubscriptions() {
+        while let message = try? feed.receive(dontWait: true) {
+            guard let frame = message.first, let kind = frame.first else { continue }
+            let prefix = Array(frame.dropFirst())
+            if kind == 1 { subscriptions.insert(prefix) } else if kind == 0 { subscriptions.remove(prefix) }
+        }
+        let requestTopics = Array("request.".utf8)
+        state.publishesRequestEvents = subscriptions.contains { prefix in
+            requestTopics.starts(with: prefix) || prefix.starts(with: requestTopics)
+        }
+    }
+
+    /// Takes the message over, so that dropping the routing id below moves frames instead of copying them.
+    private func handle(_ message: consuming Multipart) {
+        var body = message
+        let peer = PeerID(body.removeFirst())
+        let now = DispatchTime.now().uptimeNanoseconds
+        guard let header = body.first else {
+            return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
+        }
+        let size = body.reduce(0) { $0 + $1.count }
+        if size > maxMessageBytes {
+            return refuse(
+                peer, body,
+                SkillbusError(
+                    .messageTooLarge, "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes"))
+        }
+        do throws(SkillbusError) {
+            if header == Wire.clientHeaderBytes {
+                switch try ClientMessage.decode(body) {
+                case .invoke(let request):
+                    perform(state.handleInvoke(request, from: peer, now: now))
+                case .listSkills(let requestID):
+                    send(to: peer, BusToClientMessage.skills(requestID: requestID, catalog: state.catalog()).encoded())
+                case .snapshot(let requestID):
+                    perform(state.snapshot(requestID: requestID, for: peer))
+                case .round(let request):
+                    perform(state.handleRound(request, from: peer, now: now))
+                case .listAgents(let requestID):
+                    let listing = state.agentsListing(now: now)
+                    send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())
+                }
+            } else if header == Wire.workerHeaderBytes {
+                perform(state.handleWorker(try WorkerMessage.decode(body), from: peer, now: now))
+            } else {
+                let shown = String(decoding: header.prefix(32), as: UTF8.self)
+                throw SkillbusError(
+                    .unsupportedProtocol,
+                    "protocol '\(shown)' is not supported; this bus speaks \(Wire.clientHeader) (clients) and "
+                        + "\(Wire.workerHeader) (workers)")
+            }
+        } catch {
+            refuse(peer, body, error)
+        }
+    }
+
+    /// Answers a message the bus cannot accept, in the sender's own dialect where it can tell.
+    private func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
+        rejected += 1
+        // A flood of garbage must not become a flood of log lines: the first few per tick, then a count.
+        if refusalsLogged < Self.refusalsLoggedPerTick {
+            refusalsLogged += 1
+            logger.warning("refused a message from peer \(hex(peer)): \(error)")
+        } else {
+            refusalsSuppressed += 1
+        }
+        let header = body.first ?? []
+        // Another version of the worker protocol (SKB2W, say) is answered as a worker would expect.
+        let speaksWorker =
+            header.count == 5 && header.starts(with: Array("SKB".utf8)) && header.last == UInt8(ascii: "W")
+        if speaksWorker {
+            send(to: peer, BusToWorkerMessage.error(error).encoded())
+        } else {
+            let requestID = body.count > 2 ? String(validating: body[2].prefix(256), as: UTF8.self) ?? "" : ""
+            send(to: peer, BusToClientMessage.error(requestID: requestID, error).encoded())
+        }
+    }
+
+    private func perform(_ actions: [CoordinatorAction]) {
+        for action in actions {
+            switch action {
+            case .toClient(let peer, let message): send(to: peer, message.encoded())
+            case .toWorker(let peer, let message): send(to: peer, message.encoded())
+            case .publish(let event):
+                logEvent(event)
+                guard wants(event.topic) else { continue }
+                try? feed.send(event.encoded(), dontWait: true)
+            }
+        }
+    }
+
+    private func logEvent(_ event: FeedEvent) {
+        switch event {
+        case .agentJoined(let agent, let skills, let capacity):
+            logger.info("agent '\(agent)' joined with \(skills.count) skill(s), capacity \(capacity)")
+        case .agentLeft(let agent, let reason):
+            logger.info("agent '\(agent)' left: \(reason)")
+        case .registrationRefused(let agent, let error):
+            logger.warning("registration of '\(agent)' refused: \(error)")
+        default:
+            break
+        }
+    }
+
+    private func wants(_ topic: String) -> Bool {
+        guard !subscriptions.isEmpty else { return false }
+        let bytes = Array(topic.utf8)
+        return subscriptions.contains { bytes.starts(with: $0) }
+    }
+
+    private func send(to peer: PeerID, _ frames: Multipart) {
+        do {
+            try router.send(routingID: peer.bytes, frames, dontWait: true)
+        } catch {
+            // The peer vanished (or is hopelessly behind): count it and keep serving everyone else.
+            unroutable += 1
+            logger.debug("could not deliver to peer \(hex(peer)): \(error)")
+        }
+    }
+
+    private func hex(_ peer: PeerID) -> String {
+        peer.bytes.prefix(8).map { String(format: "%02x", $0) }.joined()
+    }
+}

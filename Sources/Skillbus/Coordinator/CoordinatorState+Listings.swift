@@ -1,0 +1,45 @@
+/// What clients can ask the bus about: the skill catalog (SKILLS), the registry snapshot (SNAPSHOT) and
+/// the live agents (AGENTS).
+extension CoordinatorState {
+    /// Every skill on offer with its descriptor and providers, each with capacity and current load.
+    public func catalog() -> SkillCatalog {
+        SkillCatalog(registry: ledger.registry) { name in
+            workers.peer(named: name).flatMap { workers[$0] }.map {
+                SkillCatalog.Provider(agent: $0.name, capacity: $0.capacity, inFlight: $0.inFlight)
+            }
+        }
+    }
+
+    /// The answer to SNAPSHOT: one ENTRY per agent, sorted by name, then the summary with the sequence.
+    public func snapshot(requestID: String, for client: PeerID) -> [CoordinatorAction] {
+        let entries = ledger.serializedEntries.sorted { $0.key < $1.key }
+        var actions = entries.map { _, entry in CoordinatorAction.toClient(client, .entry(requestID: requestID, entry: entry)) }
+        let summary: JSONValue = [
+            "epoch": .string(ledger.epoch), "seq": .number(Double(ledger.sequence)),
+            "agents": .number(Double(entries.count)), "heartbeatMs": .number(Double(settings.heartbeatMs)),
+        ]
+        actions.append(.toClient(client, .snapshot(requestID: requestID, summary: summary)))
+        return actions
+    }
+
+    /// Live agents with their skills, capacity, load, state, heartbeat age and replica position.
+    public mutating func agentsListing(now: UInt64) -> JSONValue {
+        let position = ledger.position()
+        let agents = workers.all.sorted { $0.name < $1.name }.map { worker -> JSONValue in
+            let ageMs = now > worker.lastHeard ? Double((now - worker.lastHeard) / 1_000_000) : 0
+            var entry: [String: JSONValue] = [
+                "agent": .string(worker.name), "capacity": .number(Double(worker.capacity)),
+                "inFlight": .number(Double(worker.inFlight)), "state": worker.state.json,
+                "skills": .array(worker.skills.keys.sorted().map { .string($0) }),
+                // Any message from the worker is a sign of life, not only HEARTBEAT.
+                "heartbeatMs": .number(Double(worker.heartbeatMs)), "lastHeartbeatAgeMs": .number(ageMs),
+                "registry": worker.registryPosition?.json ?? .null,
+            ]
+            if let replica = worker.registryPosition {
+                entry["registryInSync"] = .bool(replica == position)
+            }
+            return .object(entry)
+        }
+        return ["agents": .array(agents), "registry": position.json]
+    }
+}

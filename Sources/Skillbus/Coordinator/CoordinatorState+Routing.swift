@@ -1,0 +1,175 @@
+/// Routing: where an invocation goes (its target, the least loaded provider with a free slot, the
+/// bounded wait queue, or `busy`), what the worker is told, and how the outcome reaches whoever waits.
+extension CoordinatorState {
+    /// Sends a request to its target (a fan-out's agent), or to the least loaded provider with a free
+    /// slot; else it waits in the bounded queue, or is answered `busy`.
+    mutating func route(_ request: Request, now: UInt64) -> [CoordinatorAction] {
+        if let target = request.target {
+            guard let worker = workers[target] else {
+                return fail(
+                    request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
+                    executed: false, now: now)
+            }
+            if worker.hasFreeSlot { return dispatch(request, to: target, now: now) }
+            guard waiting.count < settings.queueLimit else {
+                let error = SkillbusError(
+                    .busy,
+                    "agent '\(worker.name)' is at capacity and the wait queue is full (\(settings.queueLimit) requests)"
+                )
+                return fail(request, error, agent: "", executed: false, now: now)
+            }
+            waiting.append(request, target: target)
+            return []
+        }
+        let candidates = workers.providers(of: request.skill)
+        guard !candidates.isEmpty else {
+            let offered = workers.offeredSkills
+            let list =
+                offered.isEmpty ? "no skills are offered right now" : "offered: " + offered.joined(separator: ", ")
+            let error = SkillbusError(
+                .unknownSkill, "no agent offers skill '\(request.skill)'; \(list)",
+                details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
+            return fail(request, error, agent: "", executed: false, now: now)
+        }
+        if let worker = workers.pickProvider(candidates) { return dispatch(request, to: worker, now: now) }
+        guard waiting.count < settings.queueLimit else {
+            let error = SkillbusError(
+                .busy,
+                "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity and the wait queue is "
+                    + "full (\(settings.queueLimit) requests)")
+            return fail(request, error, agent: "", executed: false, now: now)
+        }
+        waiting.append(request, skill: request.skill)
+        guard publishesRequestEvents, case .client = request.origin else { return [] }
+        return [
+            .publish(
+                .requestQueued(
+                    round: request.roundText, request: request.requestText, skill: request.skill,
+                    waiting: waiting.count))
+        ]
+    }
+
+    /// INVOKE to a worker with a free slot (the caller checked), and the feed event that says so.
+    mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        let invocationID = running.start(request, on: peer, workers: &workers)
+        let agent = workers[peer]?.name ?? ""
+        let remainingMs = request.deadline > now ? Int((request.deadline - now) / 1_000_000) : 0
+        let invocation = Invocation(
+            invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,
+            deadlineMs: max(1, remainingMs), parameters: request.parameters)
+        if case .step(let roundKey, let index) = request.origin, let run = rounds[roundKey] {
+            return [
+                .toWorker(peer, .invoke(invocation)),
+                .publish(
+                    .invocationDispatched(
+                        round: run.roundText, invocation: run.invocations[index].id, skill: request.skill,
+                        agent: agent, dispatch: invocationID)),
+            ]
+        }
+        guard publishesRequestEvents else { return [.toWorker(peer, .invoke(invocation))] }
+        return [
+            .toWorker(peer, .invoke(invocation)),
+            .publish(
+                .requestDispatched(
+                    round: request.roundText, request: request.requestText, skill: request.skill, agent: agent,
+                    invocation: invocationID)),
+        ]
+    }
+
+    /// Gives a worker with free slots the oldest requests waiting for it or for any of its skills.
+    mutating func dispatchWaiting(to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        // Called after every RESULT: with nothing waiting, look no further.
+        guard waiting.count > 0 else { return [] }
+        var actions: [CoordinatorAction] = []
+        while let worker = workers[peer], worker.hasFreeSlot, let request = waiting.next(for: worker) {
+            actions += dispatch(request, to: peer, now: now)
+        }
+        return actions
+    }
+
+    /// RESULT from a worker. An `ok` whose payload is no result form (PROTOCOL §5.5) is answered as the
+    /// error `malformed_result`: the caller must never take garbage for a result.
+    mutating func finish(
+        _ invocationID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        // A result for an unknown or foreign invocation is late or bogus: drop it, keep serving.
+        guard let entry = running.end(invocationID, from: peer, workers: &workers) else { return [] }
+        var actions: [CoordinatorAction] = []
+        if !entry.answered {
+            let agent = workers[peer]?.nameFrame ?? []
+            if status == .ok, let problem = SkillResult.problem(in: payload) {
+                let name = String(decoding: agent, as: UTF8.self)
+                let error = SkillbusError(
+                    .malformedResult,
+                    "agent '\(name)' answered '\(entry.request.skill)' with an ok RESULT that is not a result form: "
+                        + problem,
+                    details: ["agent": .string(name)])
+                actions = fail(entry.request, error, agent: name, now: now)
+            } else {
+                actions = reply(entry.request, status: status, agent: agent, payload: payload, now: now)
+            }
+        }
+        actions += dispatchWaiting(to: peer, now: now)
+        return actions
+    }
+
+    /// `executed`: whether the invocation reached an agent. Only then is the outcome kept for identical
+    /// invocations of the round; one that never ran (unknown skill, busy) may be tried again.
+    mutating func fail(
+        _ request: Request, _ error: SkillbusError, agent: String, executed: Bool = true, now: UInt64
+    ) -> [CoordinatorAction] {
+        reply(
+            request, status: .error, agent: Array(agent.utf8), payload: error.json.serialized(), executed: executed,
+            now: now)
+    }
+
+    /// The outcome goes to the request's origin and to every identical invocation that joined it.
+    mutating func reply(
+        _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], executed: Bool = true, now: UInt64
+    ) -> [CoordinatorAction] {
+        let micros = Int((now &- request.accepted) / 1000)
+        let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
+        var waiters = [request.origin]
+        if let id = request.shared {
+            waiters += singleFlight.finish(id, outcome: executed ? outcome : nil, now: now)
+        }
+        var actions: [CoordinatorAction] = []
+        for waiter in waiters {
+            switch waiter {
+            case .client(let client, let requestID):
+                actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: request.roundID)))
+                if rounds.runningCount > 0 {
+                    noteSubCallDone(roundID: request.roundID, requestID: requestID, outcome)
+                }
+            case .step(let round, let index):
+                actions += stepDone(round, index, outcome, deduplicated: waiter != request.origin, now: now)
+            }
+        }
+        guard publishesRequestEvents, case .client = request.origin else { return actions }
+        actions.append(
+            .publish(
+                .requestDone(
+                    round: request.roundText, request: request.requestText, skill: request.skill,
+                    agent: String(decoding: agent, as: UTF8.self), status: status, durationMicros: micros,
+                    payload: status == .error ? payload : [])))
+        return actions
+    }
+
+    /// An invocation identical to one of its round is not executed: a finished outcome is answered at
+    /// once; a running one will answer it with the rest.
+    func deduplicated(
+        _ request: InvokeRequest, finished: (client: PeerID, outcome: Outcome)?
+    ) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        if let (client, outcome) = finished {
+            actions.append(.toClient(client, outcome.reply(requestID: request.$requestID, roundID: request.$roundID)))
+        }
+        guard publishesRequestEvents else { return actions }
+        actions.append(
+            .publish(
+                .requestDeduplicated(
+                    round: request.roundID, request: request.requestID, skill: request.skill,
+                    finished: finished != nil)))
+        return actions
+    }
+}

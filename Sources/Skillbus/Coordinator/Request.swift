@@ -1,0 +1,28 @@
+extension CoordinatorState {
+    /// One invocation on its way through the bus: a client's REQUEST, or an invocation of a round.
+    struct Request: Sendable {
+        /// Who gets the outcome.
+        let origin: Waiter
+        /// For a fan-out: the one agent that must run it.
+        var target: PeerID?
+        /// Set when identical invocations of the round share this execution: the outcome goes to all of them.
+        var shared: SingleFlight.ExecutionID?
+        // Kept as they came off the wire: they go out again in INVOKE and REPLY unchanged.
+        let requestID: [UInt8]
+        let roundID: [UInt8]
+        let sessionID: [UInt8]
+        let skill: String
+        let parameters: [UInt8]
+        let accepted: UInt64
+        let deadline: UInt64
+
+        var requestText: String { String(decoding: requestID, as: UTF8.self) }
+        var roundText: String { String(decoding: roundID, as: UTF8.self) }
+        var timeoutMs: UInt64 { (deadline &- accepted) / 1_000_000 }
+
+        func isStep(of round: ByteKey) -> Bool {
+            if case .step(let key, _) = origin { return key == round }
+            return false
+        }
+    }
+}

@@ -1,0 +1,113 @@
+extension CoordinatorState {
+    /// One registered worker as the bus sees it.
+    public struct Worker: Sendable {
+        public let peer: PeerID
+        public let name: String
+        let nameFrame: [UInt8]
+        public let capacity: Int
+        public internal(set) var heartbeatMs: Int
+        public internal(set) var skills: [String: SkillDescriptor]
+        /// Invocations it runs now; `RunningInvocations` keeps it equal to its entries there.
+        public internal(set) var inFlight = 0
+        public internal(set) var lastHeard: UInt64
+        public internal(set) var state: AgentState = .idle
+        /// Where the worker's own registry replica stood at its last heartbeat.
+        public internal(set) var registryPosition: RegistryPosition?
+        /// The READY it registered with and its descriptors as offered (both updated by SKILLS), and the
+        /// WELCOME it got: a repeated READY that matches is only welcomed again.
+        var registration: Registration
+        var offers: [SkillOffer]
+        var welcome: Welcome
+
+        var hasFreeSlot: Bool { inFlight < capacity }
+    }
+}
+
+/// The registered workers, found by peer, by name and by skill. It owns what ties the three together:
+/// every worker's name leads back to its peer, a skill's provider list holds exactly the workers that
+/// offer it (in registration order), and no provider list is left empty.
+public struct WorkerTable: Sendable {
+    public typealias Worker = CoordinatorState.Worker
+
+    private var byPeer: [PeerID: Worker] = [:]
+    private var peerByName: [String: PeerID] = [:]
+    private var providers: [String: [PeerID]] = [:]
+    /// Where the round-robin among equally loaded providers goes next.
+    private var rotation = 0
+
+    public subscript(peer: PeerID) -> Worker? { byPeer[peer] }
+    public var isEmpty: Bool { byPeer.isEmpty }
+    public var count: Int { byPeer.count }
+    var all: Dictionary<PeerID, Worker>.Values { byPeer.values }
+    var peers: Dictionary<PeerID, Worker>.Keys { byPeer.keys }
+
+    func peer(named name: String) -> PeerID? { peerByName[name] }
+
+    /// The peers offering `skill`, in registration order; empty when nobody does.
+    func providers(of skill: String) -> [PeerID] { providers[skill] ?? [] }
+
+    func offers(_ skill: String) -> Bool { providers[skill] != nil }
+
+    /// Every skill some worker offers, sorted.
+    var offeredSkills: [String] { providers.keys.sorted() }
+
+    /// Adds a worker whose peer and name are both free (the caller removed any earlier holder).
+    mutating func insert(_ worker: Worker) {
+        guard byPeer[worker.peer] == nil, peerByName[worker.name] == nil else {
+            preconditionFailure("worker '\(worker.name)' inserted while its peer or name is still registered")
+        }
+        byPeer[worker.peer] = worker
+        peerByName[worker.name] = worker.peer
+        for identifier in worker.skills.keys { providers[identifier, default: []].append(worker.peer) }
+    }
+
+    /// Forgets a worker and its place among providers.
+    mutating func remove(_ peer: PeerID) -> Worker? {
+        guard let worker = byPeer.removeValue(forKey: peer) else { return nil }
+        peerByName[worker.name] = nil
+        withdraw(peer, from: worker.skills.keys)
+        return worker
+    }
+
+    /// Replaces a worker's skills; returns the identifiers it no longer offers.
+    mutating func setSkills(of peer: PeerID, to skills: [String: SkillDescriptor]) -> [String] {
+        guard let old = byPeer[peer]?.skills else { return [] }
+        let withdrawn = old.keys.filter { skills[$0] == nil }
+        withdraw(peer, from: withdrawn)
+        for identifier in skills.keys where old[identifier] == nil { providers[identifier, default: []].append(peer) }
+        update(peer) { $0.skills = skills }
+        return withdrawn
+    }
+
+    private mutating func withdraw(_ peer: PeerID, from identifiers: some Sequence<String>) {
+        for identifier in identifiers {
+            providers[identifier]?.removeAll { $0 == peer }
+            if providers[identifier]?.isEmpty == true { providers[identifier] = nil }
+        }
+    }
+
+    /// Changes fields of a worker other than its name, peer and skills, in place; nil when it is not registered.
+    @discardableResult
+    mutating func update<Result>(_ peer: PeerID, _ change: (inout Worker) -> Result) -> Result? {
+        guard let index = byPeer.index(forKey: peer) else { return nil }
+        return change(&byPeer.values[index])
+    }
+
+    /// Least in-flight first among providers with a free slot; ties go round-robin.
+    mutating func pickProvider(_ candidates: [PeerID]) -> PeerID? {
+        var best: PeerID?
+        var bestLoad = Int.max
+        let count = candidates.count
+        rotation &+= 1
+        for offset in 0..<count {
+            let peer = candidates[(rotation &+ offset) % count]
+            guard let worker = byPeer[peer], worker.hasFreeSlot else { continue }
+            if worker.inFlight < bestLoad {
+                best = peer
+                bestLoad = worker.inFlight
+                if bestLoad == 0 { break }
+            }
+        }
+        return best
+    }
+}

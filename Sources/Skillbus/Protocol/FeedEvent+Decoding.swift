@@ -1,0 +1,102 @@
+/// Reading feed events back: the one decoder for what `FeedEvent.encoded` publishes, used by every
+/// watcher that needs more than the raw JSON (a registry replica, for one).
+extension FeedEvent {
+    /// The event in a published message: frame 0 the topic, frame 1 its JSON body.
+    public init(message: [[UInt8]]) throws(SkillbusError) {
+        guard message.count == 2 else {
+            throw SkillbusError(.malformedMessage, "a feed message has 2 frames (topic, JSON), got \(message.count)")
+        }
+        let body: JSONValue
+        do {
+            body = try JSONValue(parsing: message[1])
+        } catch {
+            throw SkillbusError(.malformedMessage, "feed event body: \(error)")
+        }
+        try self.init(topic: String(decoding: message[0], as: UTF8.self), body: body)
+    }
+
+    /// The event with this topic and body; an unknown topic or a missing or mistyped field is named.
+    public init(topic: String, body: JSONValue) throws(SkillbusError) {
+        let field = DocumentReader(body, "feed event '\(topic)'")
+        func micros() throws(SkillbusError) -> Int { Int((try field.number("durationMs") * 1000).rounded()) }
+        func strings(_ key: String) throws(SkillbusError) -> [String] {
+            let list = try field.array(key)
+            let names = list.compactMap(\.stringValue)
+            guard names.count == list.count else { throw field.problem("'\(key)' must be an array of strings") }
+            return names
+        }
+        switch topic {
+        case "agent.joined":
+            self = .agentJoined(
+                agent: try field.string("agent"), skills: try strings("skills"), capacity: try field.int("capacity"))
+        case "agent.left":
+            self = .agentLeft(agent: try field.string("agent"), reason: try field.string("reason"))
+        case "agent.state":
+            self = .agentState(agent: try field.string("agent"), state: try AgentState(json: body))
+        case "agent.refused":
+            guard let error = field.optional("error") else { throw field.problem("'error' is missing") }
+            self = .registrationRefused(agent: try field.string("agent"), error: SkillbusError(json: error))
+        case "request.queued":
+            self = .requestQueued(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                waiting: try field.int("waiting"))
+        case "request.dispatched":
+            self = .requestDispatched(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"), invocation: try field.string("invocation"))
+        case "request.deduplicated":
+            let reused = try field.string("reused")
+            guard reused == "finished" || reused == "running" else {
+                throw field.problem("'reused' must be finished or running, got '\(reused)'")
+            }
+            self = .requestDeduplicated(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                finished: reused == "finished")
+        case "request.done":
+            let status: ReplyStatus = try field.oneOf("status")
+            self = .requestDone(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"), status: status, durationMicros: try micros(),
+                payload: status == .error ? (field.optional("error") ?? .null).serialized() : [])
+        case "round.accepted":
+            self = .roundAccepted(
+                round: try field.string("round"), shape: try field.string("shape"),
+                invocations: try strings("invocations"))
+        case "invocation.dispatched":
+            self = .invocationDispatched(
+                round: try field.string("round"), invocation: try field.string("invocation"),
+                skill: try field.string("skill"), agent: try field.string("agent"),
+                dispatch: try field.string("dispatch"))
+        case "invocation.deduplicated":
+            self = .invocationDeduplicated(
+                round: try field.string("round"), invocation: try field.string("invocation"),
+                reusing: try field.string("reusing"))
+        case "invocation.done":
+            let statusName = try field.string("status")
+            guard let status = InvocationStatus(documentName: statusName) else {
+                throw field.problem("'status' '\(statusName)' is no invocation status")
+            }
+            self = .invocationDone(
+                round: try field.string("round"), invocation: try field.string("invocation"),
+                skill: try field.string("skill"), agent: try field.string("agent"), status: status,
+                durationMicros: try micros(), deduplicated: try field.bool("deduplicated"))
+        case "invocation.cancelled":
+            self = .invocationCancelled(
+                round: try field.string("round"), invocation: try field.string("invocation"),
+                agent: try field.string("agent"))
+        case "round.done":
+            self = .roundDone(
+                round: try field.string("round"), status: try field.oneOf("status"),
+                summary: try RoundDocument.Summary(json: field.optional("summary") ?? .null))
+        case "registry.update":
+            self = .registryUpdate(try RegistryUpdate(json: body))
+        case "registry.heartbeat":
+            let sequence = try field.int("seq")
+            guard sequence >= 0 else { throw field.problem("'seq' must not be negative") }
+            self = .registryHeartbeat(
+                epoch: try field.string("epoch"), sequence: UInt64(sequence), intervalMs: try field.int("heartbeatMs"))
+        default:
+            throw SkillbusError(.malformedMessage, "unknown feed topic '\(topic.prefix(64))'")
+        }
+    }
+}

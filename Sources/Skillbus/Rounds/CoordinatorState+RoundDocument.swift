@@ -1,0 +1,95 @@
+/// The document that answers a ROUND, built from the round as it ended (PROTOCOL §5.14).
+extension CoordinatorState {
+    /// Status, result (aggregated for a fan-out), every invocation with its agent, status, duration and
+    /// whether it was deduplicated, and a summary.
+    func roundDocument(_ run: RoundRun, now: UInt64) -> RoundDocument {
+        let invocations = run.invocations.map(\.record)
+        let totalMs = Double((now &- run.accepted) / 1000) / 1000
+        var document = RoundDocument(
+            round: run.roundText, shape: run.spec.shape, status: .ok, durationMs: totalMs, invocations: invocations,
+            summary: RoundDocument.Summary(invocations, totalMs: totalMs))
+        // The round's own invocations; sub-calls come after them and never decide the outcome.
+        let asked = run.invocations.filter { $0.subCallRequest == nil }.map(\.record)
+        switch run.spec {
+        case .invoke:
+            let only = asked[0]
+            document.agent = only.agent
+            document.result = only.result ?? .null
+            if only.status != .ok {
+                document.error = only.error ?? SkillbusError(.internalError, "'\(only.id)' ended without an error")
+            }
+        case .fanout(_, _, _, let aggregation):
+            Self.aggregate(asked, aggregation, into: &document)
+        case .plan:
+            var results: [String: JSONValue] = [:]
+            for step in asked where step.status == .ok { results[step.id] = step.result ?? .null }
+            document.result = .object(results)
+            // The error that stopped the plan, not a step skipped because of it.
+            if let first = asked.first(where: \.status.isFailure) ?? asked.first(where: { $0.status != .ok }) {
+                let counted = asked.count(where: \.status.isFailure)
+                document.error = SkillbusError(
+                    first.error?.code ?? .internalError,
+                    "\(counted) of \(asked.count) step(s) failed; first: '\(first.id)' \(first.status.documentName)"
+                        + (first.error.map { ": \($0.message)" } ?? ""),
+                    details: ["step": .string(first.id)])
+            }
+        }
+        document.status = document.error == nil ? .ok : .error
+        return document
+    }
+
+    /// all: every result in agent order; first: the winner's; majority: the value most agents returned.
+    static func aggregate(
+        _ asked: [RoundDocument.Invocation], _ mode: RoundSpec.Aggregation, into document: inout RoundDocument
+    ) {
+        let succeeded = asked.filter { $0.status == .ok }
+        switch mode {
+        case .all:
+            document.result = .array(
+                asked.map {
+                    [
+                        "agent": .string($0.id), "status": .string($0.status.documentName),
+                        "result": $0.result ?? .null, "error": $0.error?.json ?? .null,
+                    ]
+                })
+            guard succeeded.count < asked.count else { return }
+            let failures = asked.filter { $0.status != .ok }.map(\.id)
+            document.error = SkillbusError(
+                .skillFailed, "\(failures.count) of \(asked.count) agent(s) failed: \(failures.joined(separator: ", "))",
+                details: ["failed": .array(failures.map { .string($0) })])
+        case .first:
+            guard let winner = succeeded.first else {
+                document.error = SkillbusError(.skillFailed, "none of the \(asked.count) agent(s) succeeded")
+                return
+            }
+            document.agent = winner.id
+            document.result = winner.result ?? .null
+        case .majority:
+            // Results compared as canonical JSON: the serialized form sorts keys and spells numbers one way.
+            var groups: [[UInt8]: RoundDocument.Vote.Group] = [:]
+            for invocation in succeeded {
+                let value = invocation.result ?? .null
+                groups[value.serialized(), default: .init(result: value, agents: [])].agents.append(invocation.id)
+            }
+            // Most votes first; equal votes by the name of each group's first agent (every group has one).
+            let split = groups.values.sorted {
+                $0.agents.count != $1.agents.count
+                    ? $0.agents.count > $1.agents.count : $0.agents.lexicographicallyPrecedes($1.agents)
+            }
+            var vote = RoundDocument.Vote(of: asked.count, votes: nil, split: split)
+            defer { document.vote = vote }
+            guard let top = split.first, top.agents.count * 2 > asked.count else {
+                let description = split.map { "\($0.agents.count) for \($0.result.jsonString.prefix(60))" }
+                    .joined(separator: ", ")
+                document.error = SkillbusError(
+                    .noMajority,
+                    "no result has a majority of the \(asked.count) agent(s): "
+                        + (description.isEmpty ? "no successes" : description),
+                    details: ["split": vote.json["split"] ?? []])
+                return
+            }
+            vote.votes = top.agents.count
+            document.result = top.result
+        }
+    }
+}

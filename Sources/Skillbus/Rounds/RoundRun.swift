@@ -1,0 +1,155 @@
+/// A round the bus runs for a client (ROUND): its invocations, their outcomes, and the document that
+/// answers it. Identical invocations go through the same single-flight as REQUESTs (`SingleFlight`).
+struct RoundRun: Sendable {
+    let id: [UInt8]
+    let session: [UInt8]
+    let spec: RoundSpec
+    /// The canonical body: the same round id with another body is refused.
+    let body: [UInt8]
+    let accepted: UInt64
+    let deadline: UInt64
+    /// Clients waiting for the document (the same round sent again while it runs joins).
+    var clients: [(client: PeerID, requestID: [UInt8])]
+    var invocations: [RoundInvocation]
+    /// The first invocation of the round with a given canonical key: whom an identical one reuses.
+    var firstByKey: [ByteKey: String] = [:]
+    /// Result forms of finished plan steps, by step id, for `$ref`.
+    var results: [String: JSONValue] = [:]
+    /// No new invocation starts (a plan stopped at a failure, or a fan-out's first success won).
+    var stopped = false
+    /// The serialized document, once the round has ended.
+    var document: [UInt8]?
+    var finishedAt: UInt64 = 0
+    var subCalls = 0
+
+    var isFinished: Bool { document != nil }
+    var roundText: String { String(decoding: id, as: UTF8.self) }
+}
+
+/// Where an invocation of a round stands, and how it ended.
+public enum InvocationStatus: String, Sendable, Equatable {
+    /// Not started: it waits for the steps it depends on.
+    case waiting
+    /// Routed: queued for a slot, on an agent, or sharing an identical invocation's execution.
+    case running
+    case ok
+    case error
+    case cancelled
+    /// It never ran: the round stopped, or a step it depends on did not succeed.
+    case skipped
+
+    var isDone: Bool { self != .waiting && self != .running }
+    /// Failed in a way the summary counts (a skipped one is not counted: it follows from another).
+    var isFailure: Bool { self == .error || self == .cancelled }
+
+    /// As the round document and the feed spell it: an invocation that has not ended is `pending`.
+    public var documentName: String { isDone ? rawValue : "pending" }
+
+    public init?(documentName: String) {
+        if documentName == "pending" {
+            self = .running
+        } else if let status = InvocationStatus(rawValue: documentName), status.isDone {
+            self = status
+        } else {
+            return nil
+        }
+    }
+}
+
+/// One invocation of a running round: what it asks for, and its entry in the round's document.
+struct RoundInvocation: Sendable {
+    let skill: String
+    /// Fan-out: the agent it must run on.
+    let target: String?
+    let parameters: JSONValue
+    let after: [String]
+    /// A client REQUEST made inside the round (a skill's sub-call), answered to that request id.
+    var subCallRequest: [UInt8]?
+    /// How it stands, as the document shows it.
+    var record: RoundDocument.Invocation
+
+    init(id: String, skill: String, target: String?, parameters: JSONValue, after: [String]) {
+        self.skill = skill
+        self.target = target
+        self.parameters = parameters
+        self.after = after
+        record = RoundDocument.Invocation(id: id, skill: skill)
+    }
+
+    var id: String { record.id }
+    var status: InvocationStatus { record.status }
+
+    /// Done, with how it ended: `ok` with its result, `cancelled`, or `error` with the error.
+    mutating func end(with outcome: Outcome) {
+        record.agent = outcome.agent.isEmpty ? nil : String(decoding: outcome.agent, as: UTF8.self)
+        record.durationMs = Double(outcome.durationMicros) / 1000
+        let payload = (try? JSONValue(parsing: outcome.payload)) ?? .null
+        if outcome.status == .ok {
+            record.status = .ok
+            record.result = payload
+        } else {
+            let error = SkillbusError(json: payload)
+            record.status = error.code == .cancelled ? .cancelled : .error
+            record.error = error
+        }
+    }
+}
+
+/// The rounds the bus runs or ran for clients, by round id. It owns the count of running rounds and the
+/// order in which finished ones are forgotten.
+struct RoundTable: Sendable {
+    private var runs: [ByteKey: RoundRun] = [:]
+    private var finishOrder = FinishOrder<ByteKey>()
+    /// Rounds not yet finished: only while there are any can a REQUEST be a sub-call listed in one.
+    private(set) var runningCount = 0
+
+    subscript(key: ByteKey) -> RoundRun? { runs[key] }
+
+    func isRunning(_ key: ByteKey) -> Bool { runs[key].map { !$0.isFinished } ?? false }
+
+    mutating func start(_ run: RoundRun, key: ByteKey) {
+        guard runs.updateValue(run, forKey: key) == nil else {
+            preconditionFailure("a round was started under a round id the table still holds")
+        }
+        runningCount += 1
+    }
+
+    /// Changes a running round in place; nil when the round is not running (finished, or forgotten).
+    @discardableResult
+    mutating func update<Result>(_ key: ByteKey, _ change: (inout RoundRun) -> Result) -> Result? {
+        guard let index = runs.index(forKey: key), !runs.values[index].isFinished else { return nil }
+        return change(&runs.values[index])
+    }
+
+    /// Changes a round that the caller knows is running (it holds the key of a step it just started).
+    @discardableResult
+    mutating func updateRunning<Result>(_ key: ByteKey, _ change: (inout RoundRun) -> Result) -> Result {
+        guard let result = update(key, change) else {
+            preconditionFailure("a running round's invocation referred to a round that is not running")
+        }
+        return result
+    }
+
+    /// The round ended: its document is kept for the same round id sent again.
+    mutating func finish(_ key: ByteKey, document: [UInt8], now: UInt64) {
+        updateRunning(key) { run in
+            run.document = document
+            run.finishedAt = now
+        }
+        finishOrder.append(key, at: now)
+        runningCount -= 1
+    }
+
+    /// Client: ask a running round to answer one more client too; false when it is not running.
+    mutating func join(_ key: ByteKey, client: PeerID, requestID: [UInt8]) -> Bool {
+        update(key) { $0.clients.append((client, requestID)) } != nil
+    }
+
+    /// Forgets finished rounds after the retention, and the oldest beyond `limit`.
+    mutating func evict(now: UInt64, retentionNanos: UInt64, limit: Int) {
+        while let (key, at) = finishOrder.oldest, at &+ retentionNanos <= now || finishOrder.count > limit {
+            finishOrder.removeOldest()
+            if runs[key]?.finishedAt == at { runs[key] = nil }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// The phases of one `skillbus bench` run, each measuring one part of `BenchReport`.
+struct Bench {
+    /// A coordinator with its echo workers, ready.
+    struct Cluster {
+        let bus: String
+        let feed: String
+        let coordinator: Child
+    }
+
+    let setup: BenchReport.Setup
+    let supervisor: Supervisor
+    let context: ZMQContext
+    /// With `--json`, progress notes stay off standard error.
+    let quiet: Bool
+
+    static let levels = [1, 64]
+    static let local = "tcp://127.0.0.1:*"
+
+    func note(_ text: String) { if !quiet { printError(text) } }
+
+    var echoLoad: LoadGenerator { .skillbusEcho(payloadBytes: setup.payloadBytes) }
+
+    func measure(_ load: LoadGenerator, _ endpoint: String, requests: Int, inFlight: Int) async throws -> LoadReport {
+        try await BenchCommand.measure(load, endpoint, context, requests: requests, inFlight: inFlight)
+    }
+
+    /// A coordinator and the echo workers; nil unless every worker registered within 30 s.
+    func startCluster(name: String, coordinatorOptions: [String] = []) async -> Cluster? {
+        let coordinator = supervisor.start(
+            name: "\(name)-coordinator",
+            arguments: ["coordinator", "--bus", Self.local, "--feed", Self.local, "--log-level", "warning"]
+                + coordinatorOptions,
+            quiet: true)
+        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
+            let feed = ready["feed"]
+        else { return nil }
+        for index in 0..<setup.workers {
+            _ = supervisor.start(
+                name: "\(name)-worker-\(index)",
+                arguments: [
+                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
+                    String(setup.capacity), "--log-level", "warning",
+                ], quiet: true)
+        }
+        let registered = await BenchCommand.waitForProviders(
+            bus: bus, skill: "echo", count: setup.workers, context: context)
+        return registered ? Cluster(bus: bus, feed: feed, coordinator: coordinator) : nil
+    }
+
+    /// The raw ROUTER→DEALER proxy and its echo workers; returns the proxy's client endpoint.
+    func startBaseline() async -> String? {
+        let proxy = supervisor.start(
+            name: "proxy",
+            arguments: [BaselineProxyCommand.spec.name, "--frontend", Self.local, "--backend", Self.local],
+            quiet: true)
+        guard let ready = await proxy.readyLine(timeout: .seconds(20)), let frontend = ready["frontend"],
+            let backend = ready["backend"]
+        else { return nil }
+        for index in 0..<setup.workers {
+            _ = supervisor.start(
+                name: "raw-\(index)", arguments: [BaselineWorkerCommand.spec.name, "--connect", backend], quiet: true)
+        }
+        return frontend
+    }
+
+    /// Echo on Skillbus and on the baseline at each level in flight, in alternation.
+    func echo(bus: String, baseline frontend: String) async throws -> (skillbus: [Int: LoadReport], baseline: [Int: LoadReport]) {
+        let baselineLoad = LoadGenerator.rawEcho(payloadBytes: setup.payloadBytes)
+        var skillbus: [Int: LoadReport] = [:]
+        var baseline: [Int: LoadReport] = [:]
+        // Warm both paths (and let every raw worker connect) before measuring anything.
+        _ = try await measure(echoLoad, bus, requests: min(2000, setup.requests), inFlight: 64)
+        _ = try await measure(baselineLoad, frontend, requests: min(2000, setup.requests), inFlight: 64)
+        for level in Self.levels {
+            let count = level == 1 ? min(setup.requests, 5000) : setup.requests
+            note("measuring \(count) requests at \(level) in flight…")
+            skillbus[level] = try await measure(echoLoad, bus, requests: count, inFlight: level)
+            baseline[level] = try await measure(baselineLoad, frontend, requests: count, inFlight: level)
+        }
+        return (skillbus, baseline)
+    }
+
+    /// The same load on a coordinator with and without single-flight, in alternation, each going first in
+    /// turn. The ratio is the median of seven pairs; the coordinators' CPU time per request says the same
+    /// more steadily.
+    func deduplicationCost(with main: Cluster, without plain: Cluster) async throws -> BenchReport.Deduplication {
+        var figures = BenchReport.Deduplication()
+        /// One measurement and the coordinator's CPU microseconds per request during it.
+        func timed(_ cluster: Cluster) async throws -> (LoadReport, Double) {
+            let before = BenchCommand.cpuSeconds(cluster.coordinator.pid)
+            let report = try await measure(echoLoad, cluster.bus, requests: setup.requests, inFlight: 64)
+            let cpu = BenchCommand.cpuSeconds(cluster.coordinator.pid) - before
+            return (report, cpu / Double(max(report.completed, 1)) * 1e6)
+        }
+        for pair in 1...7 {
+            note("deduplication: measuring with and without (pair \(pair) of 7)…")
+            let onFirst = pair % 2 == 1
+            let first = try await timed(onFirst ? main : plain)
+            let second = try await timed(onFirst ? plain : main)
+            let ((on, cpuOn), (off, cpuOff)) = onFirst ? (first, second) : (second, first)
+            figures.cpuWith.append(cpuOn)
+            figures.cpuWithout.append(cpuOff)
+            figures.ratios.append(BenchCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
+            let best = figures.best
+            figures.best = (
+                best.map { $0.with.tasksPerSecond >= on.tasksPerSecond ? $0.with : on } ?? on,
+                best.map { $0.without.tasksPerSecond >= off.tasksPerSecond ? $0.without : off } ?? off
+            )
+        }
+        // What remembering rounds costs in memory, after all those requests (up to the retention limit).
+        figures.residentMB = (
+            BenchCommand.residentMB(main.coordinator.pid), BenchCommand.residentMB(plain.coordinator.pid)
+        )
+        return figures
+    }
+
+    /// Whole rounds: one invocation, a fan-out to every echo worker, and a plan of 20 steps of which 10
+    /// repeat another.
+    func rounds(bus: String) async throws -> BenchReport.Rounds {
+        note("rounds: fan-out to \(setup.workers) agents and a 20-step plan with 10 duplicates…")
+        let count = min(setup.requests, 5000)
+        let single = try await measure(
+            .rounds(.invoke(skill: "echo", parameters: ["text": "x"])), bus, requests: count, inFlight: 16)
+        let fanout = try await measure(
+            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)), bus,
+            requests: count, inFlight: 16)
+        let steps = (0..<20).map { PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0 % 10)")]) }
+        let plan = try await measure(
+            .rounds(.plan(steps: steps, continueOnFailure: false)), bus, requests: min(setup.requests, 2000),
+            inFlight: 4)
+        return BenchReport.Rounds(single: single, fanout: fanout, plan: plan, fanoutAgents: setup.workers)
+    }
+
+    /// Routing with a small and a large registry (in alternation, best of two each: the machine's noise
+    /// hits both alike), a new replica's sync time, and kill -9 of a worker to the update in a replica.
+    func registry(
+        _ cluster: Cluster, agents: Int, skillsPerAgent: Int, snapshotRuns: Int, killRuns: Int
+    ) async throws -> BenchReport.RegistryFigures {
+        let (bus, feed) = (cluster.bus, cluster.feed)
+        var best: (small: LoadReport?, large: LoadReport?) = (nil, nil)
+        var large: RegisteredOnlyAgents?
+        for round in 1...2 {
+            note("registry: routing with 10 skills registered (round \(round) of 2)…")
+            let small = try await RegisteredOnlyAgents.start(bus: bus, context: context, agents: 1, skillsPerAgent: 9, prefix: "small")
+            await BenchCommand.waitForReplicasInSync(bus: bus, context: context)
+            let smallReport = try await measure(echoLoad, bus, requests: setup.requests, inFlight: 64)
+            await small.close()
+            note("registry: routing with \(agents * skillsPerAgent) skills over \(agents) agents (round \(round) of 2)…")
+            large = try await RegisteredOnlyAgents.start(
+                bus: bus, context: context, agents: agents, skillsPerAgent: skillsPerAgent, prefix: "large")
+            // Steady state: the workers' replicas have taken in the new registry before routing is timed.
+            await BenchCommand.waitForReplicasInSync(bus: bus, context: context)
+            let largeReport = try await measure(echoLoad, bus, requests: setup.requests, inFlight: 64)
+            if (best.small?.tasksPerSecond ?? -1) < smallReport.tasksPerSecond { best.small = smallReport }
+            if (best.large?.tasksPerSecond ?? -1) < largeReport.tasksPerSecond { best.large = largeReport }
+            if round < 2 { await large?.close() }  // the last round keeps them for the snapshot timings
+        }
+        guard let routingSmall = best.small, let routingLarge = best.large else {
+            preconditionFailure("both routing rounds ran, so both have a best report")
+        }
+        note("registry: timing \(snapshotRuns) new replica(s)…")
+        let snapshots = try await RegistryBench.snapshotTimes(
+            bus: bus, feed: feed, context: context, agents: agents, runs: snapshotRuns)
+        await large?.close()
+        note("registry: timing \(killRuns) kill -9 run(s) (about 3 s each)…")
+        let kills = try await RegistryBench.killTimes(
+            supervisor: supervisor, bus: bus, feed: feed, context: context, runs: killRuns)
+        return BenchReport.RegistryFigures(
+            agents: agents, skills: agents * skillsPerAgent, routingSmall: routingSmall, routingLarge: routingLarge,
+            newReplicaMs: snapshots.replica, rawSnapshotMs: snapshots.raw, killToReplicaMs: kills)
+    }
+}

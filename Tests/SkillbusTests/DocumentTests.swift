@@ -1,0 +1,148 @@
+import Testing
+
+@testable import Skillbus
+
+/// Each document has one type with one encoder and one decoder; what one side writes the other reads.
+@Suite("Documents: one type each, both ways")
+struct DocumentTests {
+    @Test("a round document survives its JSON form, the refusal too, and names what is wrong in a bad one")
+    func roundDocument() throws {
+        var document = RoundDocument(
+            round: "r1", shape: "fanout", status: .error, result: .null,
+            error: SkillbusError(.noMajority, "split", details: ["split": []]), durationMs: 1.5,
+            invocations: [
+                .init(id: "alpha", skill: "echo", agent: "alpha", status: .ok, durationMs: 0.25, result: ["type": "text", "text": "a"]),
+                .init(id: "beta", skill: "echo", agent: nil, status: .running),
+                .init(id: "sub-1", skill: "echo", agent: "beta", status: .cancelled, deduplicated: true, reusedFrom: "alpha",
+                      error: SkillbusError(.cancelled, "another agent answered first")),
+            ])
+        document.vote = RoundDocument.Vote(of: 3, votes: nil, split: [.init(result: ["type": "text", "text": "a"], agents: ["alpha"])])
+        document.summary = RoundDocument.Summary(document.invocations, totalMs: 1.5)
+        #expect(document.summary.executions == 1 && document.summary.deduplicated == 1 && document.summary.failed == 0)
+        let json = document.json
+        #expect(json["invocations"]?.arrayValue?[1]["status"] == "pending")
+        #expect(json["agent"] == nil)
+        #expect(try RoundDocument(parsing: json.serialized()) == document)
+
+        let refusal = RoundDocument.refusal(round: "r2", shape: nil, SkillbusError(.invalidRound, "no"))
+        #expect(try RoundDocument(json: refusal.json) == refusal)
+        #expect(refusal.json["summary"] == ["invocations": 0, "executions": 0, "deduplicated": 0, "failed": 0, "totalMs": 0])
+
+        var broken = json.objectValue ?? [:]
+        broken["invocations"] = [["id": "x", "skill": "echo", "status": "weird"]]
+        #expect(throws: SkillbusError.self) { try RoundDocument(json: .object(broken)) }
+        do {
+            _ = try RoundDocument(json: ["status": "ok"])
+            Issue.record("a document without invocations was accepted")
+        } catch {
+            #expect(error.code == .malformedMessage && error.message.contains("'invocations'"))
+        }
+    }
+
+    @Test("WELCOME and READY: what the bus writes the worker reads, and a bad registration names the field")
+    func workerBodies() throws {
+        let welcome = Welcome(
+            heartbeatMs: 500, accepted: ["echo"], refused: [SkillbusError(.schemaConflict, "no")], feed: "tcp://x:1",
+            epoch: "e")
+        #expect(try Welcome(json: welcome.json) == welcome)
+        #expect(throws: SkillbusError.self) { try Welcome(json: ["heartbeatMs": 500]) }
+
+        let descriptor = SkillDescriptor(identifier: "echo", displayName: "Echo", description: "", parameters: .init([]))
+        let registration = Registration(name: "alpha", capacity: 2, heartbeatMs: 250, skills: [descriptor])
+        let (decoded, offers) = try Registration.decode(registration.json)
+        #expect(decoded == registration && offers == [.parsed(descriptor)])
+        let (_, mixed) = try Registration.decode(["name": "a", "capacity": 1, "skills": [["identifier": "bad id"], ["identifier": "ok"]]])
+        #expect(mixed.count == 2 && mixed[1].descriptor?.identifier == "ok")
+        if case .invalid(let error) = mixed[0] { #expect(error.code == .invalidRegistration) } else { Issue.record("bad id parsed") }
+        for (body, field) in [
+            (["name": "a b", "capacity": 1, "skills": []] as JSONValue, "name"),
+            (["name": "a", "capacity": 0, "skills": []], "'capacity'"),
+            (["name": "a", "capacity": 1, "heartbeatMs": 5, "skills": []], "'heartbeatMs'"),
+            (["name": "a", "capacity": 1, "skills": "echo"], "'skills'"),
+        ] {
+            do {
+                _ = try Registration.decode(body)
+                Issue.record("accepted \(body.jsonString)")
+            } catch {
+                #expect(error.code == .invalidRegistration && error.message.contains(field))
+            }
+        }
+    }
+
+    @Test(
+        "an ok payload that is no result form is named for what is wrong",
+        arguments: [
+            ("not json", "not JSON"),
+            (#"[1]"#, "a JSON object is expected"),
+            (#"{"text":"x"}"#, "'type' is missing"),
+            (#"{"type":"picture"}"#, "unknown type 'picture'"),
+            (#"{"type":"text","text":5}"#, "'text', a string"),
+            (#"{"type":"json"}"#, "'json'"),
+            (#"{"type":"attachment","name":"a","mediaType":"t","base64":"%%"}"#, "'base64'"),
+        ])
+    func resultProblems(payload: String, problem: String) {
+        #expect(SkillResult.problem(in: Array(payload.utf8))?.contains(problem) == true)
+    }
+
+    @Test("every result form passes the check")
+    func resultForms() {
+        for form in [SkillResult.text("hi"), .json(["a": 1]), .attachment(.init(name: "a", mediaType: "t", bytes: [1, 2]))] {
+            #expect(SkillResult.problem(in: form.serialized()) == nil)
+        }
+    }
+}
+
+extension DocumentTests {
+    static let everyEvent: [FeedEvent] = [
+        .agentJoined(agent: "alpha", skills: ["echo"], capacity: 2), .agentLeft(agent: "alpha", reason: "gone"),
+        .agentState(agent: "alpha", state: .executingSkill("echo")), .agentState(agent: "a", state: .failed("x")),
+        .registrationRefused(agent: "beta", error: SkillbusError(.nameTaken, "taken")),
+        .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3),
+        .requestDispatched(round: "r", request: "q", skill: "echo", agent: "alpha", invocation: "i1"),
+        .requestDeduplicated(round: "r", request: "q", skill: "echo", finished: true),
+        .requestDone(
+            round: "r", request: "q", skill: "echo", agent: "alpha", status: .error, durationMicros: 1234,
+            payload: SkillbusError(.timeout, "late").json.serialized()),
+        .requestDone(round: "r", request: "q", skill: "echo", agent: "alpha", status: .ok, durationMicros: 5, payload: []),
+        .roundAccepted(round: "r", shape: "plan", invocations: ["a", "b"]),
+        .invocationDispatched(round: "r", invocation: "a", skill: "echo", agent: "alpha", dispatch: "i2"),
+        .invocationDeduplicated(round: "r", invocation: "b", reusing: "a"),
+        .invocationDone(
+            round: "r", invocation: "b", skill: "echo", agent: "", status: .skipped, durationMicros: 0,
+            deduplicated: false),
+        .invocationCancelled(round: "r", invocation: "b", agent: "beta"),
+        .roundDone(round: "r", status: .ok, summary: RoundDocument.Summary()),
+        .registryUpdate(
+            RegistryUpdate(
+                epoch: "e", sequence: 4, agent: "alpha", entry: Registry.Agent(name: "alpha", capacity: 1, skills: []),
+                provided: [], withdrawn: ["echo"], reason: "skills changed")),
+        .registryHeartbeat(epoch: "e", sequence: 4, intervalMs: 1000),
+    ]
+
+    @Test("every feed event reads back as the event that was published")
+    func feedEvents() throws {
+        for event in Self.everyEvent {
+            #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
+        }
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 16)
+    }
+
+    @Test("a feed message that is not an event is refused with what is wrong")
+    func badFeedEvents() {
+        let cases: [([[UInt8]], String)] = [
+            ([Array("agent.left".utf8)], "2 frames"),
+            ([Array("agent.left".utf8), Array("{".utf8)], "body"),
+            ([Array("agent.dance".utf8), Array("{}".utf8)], "unknown feed topic"),
+            ([Array("agent.left".utf8), Array(#"{"agent":"a"}"#.utf8)], "'reason'"),
+            ([Array("registry.heartbeat".utf8), Array(#"{"epoch":"e","seq":-1,"heartbeatMs":1}"#.utf8)], "'seq'"),
+        ]
+        for (message, problem) in cases {
+            do {
+                _ = try FeedEvent(message: message)
+                Issue.record("accepted \(message)")
+            } catch {
+                #expect(error.code == .malformedMessage && error.message.contains(problem), "\(error)")
+            }
+        }
+    }
+}
