@@ -95,7 +95,7 @@ public enum SendCommand: SkillbusCommand {
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         defer { client.close() }
-        let document: JSONValue
+        let document: RoundDocument
         do {
             document = try await client.round(
                 round, roundID: roundID, sessionID: arguments.value("--session") ?? "",
@@ -103,9 +103,9 @@ public enum SendCommand: SkillbusCommand {
         } catch {
             return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
         }
-        if json { print(document.jsonString) } else { render(document) }
-        guard document["status"] != "ok" else { return 0 }
-        return exitCode(for: SkillbusError(json: document["error"] ?? .null).code)
+        if json { print(document.json.jsonString) } else { render(document) }
+        guard let error = document.error else { return 0 }
+        return exitCode(for: error.code)
     }
 
     /// The round the arguments describe; a usage problem is an error naming it.
@@ -144,47 +144,36 @@ public enum SendCommand: SkillbusCommand {
     }
 
     /// The document for people: each invocation, then the result (or the error).
-    static func render(_ document: JSONValue) {
-        let invocations = document["invocations"]?.arrayValue ?? []
-        let round = document["round"]?.stringValue ?? ""
-        if document["shape"] != "invoke" && !invocations.isEmpty {
-            for invocation in invocations {
-                let agent = invocation["agent"]?.stringValue ?? "-"
+    static func render(_ document: RoundDocument) {
+        if document.shape != "invoke" {
+            for invocation in document.invocations {
                 var line =
-                    "\(invocation["status"]?.stringValue == "ok" ? "✓" : "✗") \(invocation["id"]?.stringValue ?? "?")"
-                    + " (\(invocation["skill"]?.stringValue ?? "?") on \(agent), "
-                    + String(format: "%.2f ms", invocation["durationMs"]?.doubleValue ?? 0) + ")"
-                if invocation["deduplicated"] == true {
-                    line += " deduplicated, reusing \(invocation["reusedFrom"]?.stringValue ?? "a running one")"
+                    "\(invocation.status == .ok ? "✓" : "✗") \(invocation.id) (\(invocation.skill) on "
+                    + "\(invocation.agent ?? "-"), " + String(format: "%.2f ms", invocation.durationMs) + ")"
+                if invocation.deduplicated {
+                    line += " deduplicated, reusing \(invocation.reusedFrom ?? "a running one")"
                 }
-                if invocation["status"]?.stringValue != "ok", let message = invocation["error"]?["message"]?.stringValue
-                {
-                    line += " \(invocation["status"]?.stringValue ?? ""): \(message)"
+                if invocation.status != .ok, let error = invocation.error {
+                    line += " \(invocation.status.documentName): \(error.message)"
                 }
                 printError(line)
             }
         }
-        if document["status"] == "ok" {
-            let result = document["result"] ?? .null
-            if let form = try? SkillResult(json: result) {
-                print(form.humanReadable)
-            } else {
-                print(result.prettyString())
-            }
-            let summary = document["summary"]
-            var line = "✓ round \(round)"
-            if let agent = document["agent"]?.stringValue { line += " on \(agent)" }
-            line += String(format: " in %.2f ms", document["durationMs"]?.doubleValue ?? 0)
-            if let votes = document["aggregate"]?["votes"]?.intValue {
-                line += ", \(votes) of \(document["aggregate"]?["of"]?.intValue ?? 0) agree"
-            }
-            line +=
-                "; \(summary?["executions"]?.intValue ?? 0) execution(s), \(summary?["deduplicated"]?.intValue ?? 0) deduplicated"
-            printError(line)
-        } else {
-            let error = SkillbusError(json: document["error"] ?? .null)
-            printError("✗ round \(round) failed: \(error.code): \(error.message)")
+        guard document.status == .ok else {
+            let error = document.error ?? SkillbusError(.internalError, "the round failed without an error")
+            return printError("✗ round \(document.round) failed: \(error.code): \(error.message)")
         }
+        if let form = try? SkillResult(json: document.result) {
+            print(form.humanReadable)
+        } else {
+            print(document.result.prettyString())
+        }
+        var line = "✓ round \(document.round)"
+        if let agent = document.agent { line += " on \(agent)" }
+        line += String(format: " in %.2f ms", document.durationMs)
+        if let vote = document.vote, let votes = vote.votes { line += ", \(votes) of \(vote.of) agree" }
+        line += "; \(document.summary.executions) execution(s), \(document.summary.deduplicated) deduplicated"
+        printError(line)
     }
 
     static func exitCode(for code: SkillbusError.Code) -> Int32 {
@@ -202,20 +191,13 @@ public enum SendCommand: SkillbusCommand {
         }
         let failure = failure as? SkillbusError ?? SkillbusError(.internalError, "\(failure)")
         if json {
-            let document: JSONValue = [
-                "round": .string(roundID), "status": "error", "agent": nil, "result": nil, "error": failure.json,
-                "durationMs": nil,
-            ]
-            print(document.jsonString)
+            // The document a refused round gets: nothing ran, and the error says why.
+            print(RoundDocument.refusal(round: roundID, shape: nil, failure).json.jsonString)
         } else {
             printError("error: \(failure.code): \(failure.message)")
         }
         return exitCode
     }
-}
-
-func milliseconds(_ micros: Int) -> String {
-    String(format: "%.2f ms", Double(micros) / 1000)
 }
 
 /// `skillbus feed`

@@ -28,8 +28,8 @@ public enum SkillsCommand: SkillbusCommand {
         let json = arguments.flag("--json")
         let signals = SignalWatcher()
         let context = try ZMQContext()
-        let client = try SkillbusClient(endpoint: bus, context: context)
-        let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context)
+        let client = try await SkillbusClient.connect(endpoint: bus, context: context)
+        let replica = try await RegistryReplica.connect(client: client, feedEndpoint: feed, context: context)
         defer {
             replica.close()
             client.close()
@@ -104,7 +104,7 @@ public enum AgentsCommand: SkillbusCommand {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
         let context = try ZMQContext()
-        let client = try SkillbusClient(endpoint: endpoint, context: context)
+        let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         defer { client.close() }
         let listing: JSONValue
         do {

@@ -52,7 +52,7 @@ public enum CoordinatorCommand: SkillbusCommand {
         let context = try ZMQContext()
         let coordinator: Coordinator
         do {
-            coordinator = try Coordinator(configuration: configuration, context: context, logger: logger)
+            coordinator = try await Coordinator.start(configuration: configuration, context: context, logger: logger)
         } catch {
             printError("error: cannot start the coordinator: \(error)")
             return 1

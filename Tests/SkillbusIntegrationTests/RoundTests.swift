@@ -145,19 +145,19 @@ struct RoundTests {
         let (_, skill, client, stop) = try await counterCluster()
         defer { stop() }
         let spec = RoundSpec.invoke(skill: "test.count", parameters: ["a": 3])
-        let documents = try await withThrowingTaskGroup(of: JSONValue.self) { group in
+        let documents = try await withThrowingTaskGroup(of: RoundDocument.self) { group in
             for _ in 0..<10 { group.addTask { try await client.round(spec, roundID: "same-round") } }
-            var all: [JSONValue] = []
+            var all: [RoundDocument] = []
             for try await document in group { all.append(document) }
             return all
         }
-        #expect(documents.count == 10 && Set(documents.map { $0.serialized() }).count == 1)
-        #expect(documents[0]["status"] == "ok")
+        #expect(documents.count == 10 && Set(documents.map { $0.json.serialized() }).count == 1)
+        #expect(documents[0].status == .ok)
         #expect(skill.executions.withLock { $0 } == 1)
         let later = try await client.round(spec, roundID: "same-round")
         #expect(later == documents[0])
         let conflict = try await client.round(.invoke(skill: "test.count", parameters: ["a": 4]), roundID: "same-round")
-        #expect(conflict["error"]?["code"] == "round_conflict")
+        #expect(conflict.error?.code == .roundConflict)
         #expect(skill.executions.withLock { $0 } == 1)
     }
 

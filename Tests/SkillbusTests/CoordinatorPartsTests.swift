@@ -116,7 +116,7 @@ struct CoordinatorPartsTests {
         // A finished round takes no more changes and no more clients.
         let joinedLate = table.join(ByteKey(Array("a".utf8)), client: [1], requestID: [3])
         #expect(!joinedLate)
-        let changed = table.update(ByteKey(Array("a".utf8))) { $0.stopped = true }
+        let changed: Void? = table.update(ByteKey(Array("a".utf8))) { $0.stopped = true }
         #expect(changed == nil)
         table.evict(now: 15, retentionNanos: 5, limit: 10)
         #expect(table[ByteKey(Array("a".utf8))] == nil && table[ByteKey(Array("b".utf8))] != nil)

@@ -115,7 +115,7 @@ public final class AgentWorker: Sendable {
         configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void,
         beforeWait: @Sendable () -> Void
     ) {
-        let maxBytes = Int64(options.maxMessageBytes) * 4 + 4096
+        let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
         let endpoint = options.coordinator
         return (
             { socket in

@@ -62,7 +62,7 @@ public final class SkillbusClient: Sendable {
     private static func handlers(
         _ endpoint: String, _ maxMessageBytes: Int, _ pending: PendingReplies, _ entries: SnapshotEntries
     ) -> (configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void) {
-        let maxBytes = Int64(maxMessageBytes) * 4 + 4096
+        let maxBytes = Wire.hardCap(forLimit: maxMessageBytes)
         return (
             { socket in
                 try socket.setMaxMessageSize(maxBytes)
@@ -185,7 +185,7 @@ public final class SkillbusClient: Sendable {
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
         timeout: Duration = .seconds(15)
-    ) async throws(SkillbusError) -> JSONValue {
+    ) async throws(SkillbusError) -> RoundDocument {
         let requestID = makeRequestID()
         let request = RoundRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID,
@@ -193,11 +193,7 @@ public final class SkillbusClient: Sendable {
             body: spec.json.serialized())
         switch try await exchange(.round(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
         case .round(_, _, let document):
-            do {
-                return try JSONValue(parsing: document)
-            } catch {
-                throw SkillbusError(.malformedMessage, "the round document is not JSON: \(error)")
-            }
+            return try RoundDocument(parsing: document)
         case .error(_, let error): throw error
         default: throw unreachable(after: timeout + .seconds(1))
         }

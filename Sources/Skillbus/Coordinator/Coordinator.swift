@@ -19,40 +19,61 @@ public final class Coordinator: Sendable {
         init(wakePipe: WakePipe) { self.wakePipe = wakePipe }
     }
 
-    /// Binds both sockets on the coordinator's thread and starts serving. Throws if a bind fails.
-    public init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
+    private init(configuration: CoordinatorConfiguration, control: Control, endpoints: (bus: String, feed: String)) {
         self.configuration = configuration
-        let control = Control(wakePipe: try WakePipe())
         self.control = control
+        busEndpoint = endpoints.bus
+        feedEndpoint = endpoints.feed
+    }
+
+    /// Binds both sockets on the coordinator's thread and starts serving; returns once both are bound,
+    /// without blocking the caller's thread (the coordinator's thread resumes it). Throws if a bind fails.
+    public static func start(
+        configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger
+    ) async throws -> Coordinator {
+        let control = Control(wakePipe: try WakePipe())
+        let endpoints = try await withCheckedThrowingContinuation { started in
+            launch(configuration, context, logger, control) { started.resume(with: $0) }
+        }
+        return Coordinator(configuration: configuration, control: control, endpoints: endpoints)
+    }
+
+    /// The synchronous form of `start`, for callers that are not async: it waits for the binds, so never
+    /// call it from Swift's cooperative thread pool.
+    public convenience init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
+        let control = Control(wakePipe: try WakePipe())
         let started = DispatchSemaphore(value: 0)
-        let startup = Mutex<Result<(String, String), any Error>>(.success(("", "")))
+        let startup = Mutex<Result<(bus: String, feed: String), any Error>>(.success(("", "")))
+        Self.launch(configuration, context, logger, control) { result in
+            startup.withLock { $0 = result }
+            started.signal()
+        }
+        started.wait()
+        self.init(configuration: configuration, control: control, endpoints: try startup.withLock { $0 }.get())
+    }
+
+    /// Starts the coordinator's thread; `started` hears from it once, when both sockets are bound or failed.
+    private static func launch(
+        _ configuration: CoordinatorConfiguration, _ context: ZMQContext, _ logger: Logger, _ control: Control,
+        started: @escaping @Sendable (Result<(bus: String, feed: String), any Error>) -> Void
+    ) {
         let thread = Thread {
             let loop: CoordinatorLoop
             do {
                 loop = try CoordinatorLoop(configuration: configuration, context: context, logger: logger)
-                startup.withLock { $0 = .success((loop.router.lastEndpoint, loop.feed.lastEndpoint)) }
             } catch {
-                startup.withLock { $0 = .failure(error) }
-                started.signal()
+                control.wakePipe.close()
                 control.exited.signal()
+                started(.failure(error))
                 return
             }
-            started.signal()
+            started(.success((loop.router.lastEndpoint, loop.feed.lastEndpoint)))
             loop.run(control: control)
             loop.close()
             control.exited.signal()
         }
         thread.name = "skillbus-coordinator"
         thread.start()
-        started.wait()
-        switch startup.withLock({ $0 }) {
-        case .success(let (bus, feed)):
-            busEndpoint = bus
-            feedEndpoint = feed
-        case .failure(let error):
-            control.wakePipe.close()
-            throw error
-        }
     }
 
     /// Returns when the coordinator has stopped. Cancelling the calling task stops it.

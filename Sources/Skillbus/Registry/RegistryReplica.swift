@@ -195,21 +195,17 @@ public final class RegistryReplica: Sendable {
         _ message: Multipart, shared: Shared, wakeup: Wakeup, logger: Logger?,
         dropUpdate: (@Sendable (RegistryUpdate) -> Bool)?
     ) {
-        guard message.count == 2, let body = try? JSONValue(parsing: message[1]) else {
-            logger?.warning("ignored a registry message that is not [topic, JSON]")
+        let event: FeedEvent
+        do {
+            event = try FeedEvent(message: message)
+        } catch {
+            // An update we cannot read leaves a hole in the sequence, which the next one reveals.
+            logger?.warning("ignored an unreadable registry message: \(error)")
             return
         }
         let outcome: ReplicaSync.Outcome
-        switch message[0] {
-        case Array("registry.update".utf8):
-            let update: RegistryUpdate
-            do {
-                update = try RegistryUpdate(json: body)
-            } catch {
-                // An update we cannot read leaves a hole in the sequence, which the next one reveals.
-                logger?.warning("ignored an unreadable registry update: \(error)")
-                return
-            }
+        switch event {
+        case .registryUpdate(let update):
             if dropUpdate?(update) == true { return }
             outcome = shared.state.withLock { state in
                 let outcome = state.sync.receive(update)
@@ -219,15 +215,10 @@ public final class RegistryReplica: Sendable {
                 }
                 return outcome
             }
-        case Array("registry.heartbeat".utf8):
-            guard let epoch = body["epoch"]?.stringValue, let sequence = body["seq"]?.intValue, sequence >= 0 else {
-                logger?.warning("ignored a registry heartbeat without 'epoch' and 'seq'")
-                return
-            }
+        case .registryHeartbeat(let epoch, let sequence, _):
             outcome = shared.state.withLock { state in
                 // A heartbeat while unsynced means the coordinator answers again: retry a failed snapshot now.
-                state.sync.isSynced
-                    ? state.sync.heartbeat(epoch: epoch, sequence: UInt64(sequence)) : .needsSnapshot("")
+                state.sync.isSynced ? state.sync.heartbeat(epoch: epoch, sequence: sequence) : .needsSnapshot("")
             }
         default:
             return
