@@ -1,6 +1,7 @@
 import Foundation
 import Skillbus
 import SkillbusZMQ
+import Synchronization
 import Testing
 
 @Suite("End to end: real coordinator and workers on 127.0.0.1", .serialized, .timeLimit(.minutes(2)))
@@ -314,4 +315,40 @@ func writeConfig(_ overrides: [String: JSONValue]) throws -> String {
     let path = NSTemporaryDirectory() + "skillbus-test-\(UUID().uuidString).json"
     try Data(JSONValue.object(object).jsonString.utf8).write(to: URL(fileURLWithPath: path))
     return path
+}
+
+/// Lines a test logger wrote.
+final class LogLines: Sendable {
+    let lines = Mutex<[String]>([])
+    var logger: Logger { Logger(label: "test", level: .info) { line in self.lines.withLock { $0.append(line) } } }
+}
+
+@Suite("Coordinator loop")
+struct CoordinatorLoopTests {
+    @Test("a failing poll ends the coordinator's loop with a line that says why")
+    func pollFailureIsLogged() async throws {
+        let context = try ZMQContext()
+        let log = LogLines()
+        var configuration = CoordinatorConfiguration()
+        configuration.bus = "tcp://127.0.0.1:*"
+        configuration.feed = "tcp://127.0.0.1:*"
+        let coordinator = try await Coordinator.start(configuration: configuration, context: context, logger: log.logger)
+        // Shutting the context down makes every zmq call, zmq_poll too, fail with ETERM.
+        context.shutdown()
+        let stopped = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await coordinator.run()
+                return true
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(10))
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        #expect(stopped)
+        #expect(log.lines.withLock { $0 }.contains { $0.contains("error") && $0.contains("polling the bus and feed sockets failed") })
+    }
 }
