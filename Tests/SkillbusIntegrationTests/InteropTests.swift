@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusZMQ
 import Synchronization
 import Testing
 
@@ -45,6 +46,16 @@ struct InteropTests {
         #expect(failCode == 1 && failed["error"]?["code"] == "skill_failed")
         let (invalidCode, invalid) = try await cluster.sendJSON(["py.reverse", "txt=x"])
         #expect(invalidCode == 2 && invalid["error"]?["code"] == "invalid_parameters")
+
+        // A worker that keeps no context answers questions about it `unsupported` (PROTOCOL §3.6).
+        let swiftClient = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
+        defer { swiftClient.close() }
+        do {
+            _ = try await swiftClient.query(.sessions, agent: "pyworker")
+            Issue.record("the Python worker answered a QUERY ok")
+        } catch {
+            #expect(error.code == .unsupported && error.message.contains("pyworker"))
+        }
 
         // The Python worker leaves cleanly on SIGTERM and the bus notices at once.
         worker.signal(SIGTERM)

@@ -97,6 +97,8 @@ extension DocumentTests {
         .agentJoined(agent: "alpha", skills: ["echo"], capacity: 2), .agentLeft(agent: "alpha", reason: "gone"),
         .agentState(agent: "alpha", state: .executingSkill("echo")), .agentState(agent: "a", state: .failed("x")),
         .registrationRefused(agent: "beta", error: SkillbusError(.nameTaken, "taken")),
+        .agentStorage(agent: "alpha", problem: SkillbusError(.storageUnavailable, "full")),
+        .agentStorage(agent: "alpha", problem: nil),
         .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3),
         .requestDispatched(round: "r", request: "q", skill: "echo", agent: "alpha", invocation: "i1"),
         .requestDeduplicated(round: "r", request: "q", skill: "echo", finished: true),
@@ -124,7 +126,7 @@ extension DocumentTests {
         for event in Self.everyEvent {
             #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
         }
-        #expect(Set(Self.everyEvent.map(\.topic)).count == 16)
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 17)
     }
 
     @Test("a feed message that is not an event is refused with what is wrong")

@@ -14,6 +14,10 @@ struct WireTests {
         for message in [
             ClientMessage.invoke(Self.request), .listSkills(requestID: "r-2"), .snapshot(requestID: "r-3"),
             .listAgents(requestID: "r-4"),
+            .query(QueryRequest(requestID: "r-5", agent: "alpha", timeoutMs: 500, query: .memory(.session("s")))),
+            .query(QueryRequest(requestID: "r-6", agent: "", query: .history(session: "s"))),
+            .query(QueryRequest(requestID: "r-7", agent: "beta", query: .memory(.agent))),
+            .query(QueryRequest(requestID: "r-8", agent: "beta", query: .sessions)),
         ] {
             let frames = message.encoded()
             #expect(frames[0] == Array("SKB1C".utf8))
@@ -27,6 +31,8 @@ struct WireTests {
     @Test("bus-to-client messages survive encode and decode")
     func busToClientRoundTrip() throws {
         let messages: [BusToClientMessage] = [
+            .answer(requestID: "r", agent: "alpha", .ok(["sessions": []])),
+            .answer(requestID: "r", agent: "", .error(SkillbusError(.unknownSession, "no such session"))),
             .reply(
                 InvokeReply(
                     requestID: "r", roundID: "x", status: .ok, agent: "alpha", durationMicros: 1234,
@@ -61,6 +67,10 @@ struct WireTests {
             .heartbeat(intervalMs: 250, registry: RegistryPosition(epoch: "e1", sequence: 7, digest: "00ff")),
             .heartbeat(intervalMs: nil, registry: RegistryPosition(epoch: "e1", sequence: 0, digest: "")),
             .skills([["identifier": "echo"]]), .disconnect,
+            .answer(queryID: "q1", .ok(["memory": []])),
+            .answer(queryID: "q2", .error(SkillbusError(.unsupported, "no store"))),
+            .context(AgentContextStatus(sessions: 2)),
+            .context(AgentContextStatus(sessions: 0, storageProblem: SkillbusError(.storageUnavailable, "full"))),
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
         let toWorker: [BusToWorkerMessage] = [
@@ -74,6 +84,7 @@ struct WireTests {
                     parameters: Array("{}".utf8))),
             .cancel(invocationID: "i1"), .heartbeat(intervalMs: nil), .heartbeat(intervalMs: 1000),
             .error(SkillbusError(.notRegistered, "send READY")),
+            .query(queryID: "q1", .history(session: "s")),
         ]
         for message in toWorker { #expect(try BusToWorkerMessage.decode(message.encoded()) == message) }
     }

@@ -428,7 +428,7 @@ class Worker:
             log(self.name, f"ignored message with header {frames[0][:8]!r}")
             return
         command, expected = frames[1], {b"WELCOME": 3, b"INVOKE": 8, b"CANCEL": 3,
-                                        b"HEARTBEAT": 2, b"ERROR": 3}.get(frames[1])
+                                        b"HEARTBEAT": 2, b"ERROR": 3, b"QUERY": 4}.get(frames[1])
         if expected is None or (len(frames) != expected and command != b"HEARTBEAT"):
             log(self.name, f"ignored malformed {command[:16]!r} with {len(frames)} frames")
             return
@@ -443,6 +443,10 @@ class Worker:
                 inv.cancel.set()
         elif command == b"ERROR":
             self.on_error(frames[2])
+        elif command == b"QUERY":
+            # This peer keeps no context store: every question about it is answered unsupported (§3.6).
+            self.send(b"ANSWER", frames[2], b"error", dump_json(
+                {"code": "unsupported", "message": f"agent '{self.name}' keeps no context store"}))
         # HEARTBEAT: last_heard was refreshed already.
 
     def on_welcome(self, body: bytes) -> None:

@@ -289,6 +289,9 @@ public final class AgentWorker: Sendable {
             } else {
                 logger.warning("coordinator: \(error)")
             }
+        case .query(let queryID, let query):
+            // A history is read from disk: off the socket's thread.
+            Task { self.socket.send(WorkerMessage.answer(queryID: queryID, await self.answer(query)).encoded()) }
         }
     }
 

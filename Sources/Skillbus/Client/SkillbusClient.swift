@@ -209,6 +209,23 @@ public final class SkillbusClient: Sendable {
         }
     }
 
+    /// Asks one agent about its context (its sessions, a session's history, its memory) through the bus;
+    /// `agent` empty asks the agent the query's session went to last. Returns the agent that answered and
+    /// its answer; throws the error the agent (or the bus) answered with.
+    public func query(
+        _ query: AgentQuery, agent: String = "", timeout: Duration = .seconds(5)
+    ) async throws(SkillbusError) -> (agent: String, answer: JSONValue) {
+        let requestID = makeRequestID()
+        let request = QueryRequest(
+            requestID: requestID, agent: agent, timeoutMs: max(1, Int(timeout / .milliseconds(1))), query: query)
+        // The bus answers `timeout` itself at the deadline; the extra second is for that answer to arrive.
+        switch try await exchange(.query(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
+        case .answer(_, let agent, .ok(let body)): return (agent, body)
+        case .answer(_, _, .error(let error)), .error(_, let error): throw error
+        default: throw unreachable(after: timeout + .seconds(1))
+        }
+    }
+
     /// The bus's catalog: every skill on offer with its schema and providers.
     public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> SkillCatalog {
         let requestID = makeRequestID()
@@ -285,7 +302,8 @@ public final class SkillbusClient: Sendable {
         let requestID: String
         switch decoded {
         case .reply(let reply): requestID = reply.requestID
-        case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _): requestID = id
+        case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _), .answer(let id, _, _):
+            requestID = id
         case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
         case .entry(let id, let entry):
             snapshotEntries.table.withLock { $0[id]?.append(entry) }

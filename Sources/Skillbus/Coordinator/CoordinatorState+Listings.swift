@@ -38,6 +38,10 @@ extension CoordinatorState {
             if let replica = worker.registryPosition {
                 entry["registryInSync"] = .bool(replica == position)
             }
+            if let context = worker.context {
+                entry["sessions"] = .number(Double(context.sessions))
+                entry["storage"] = context.storageProblem?.json ?? "ok"
+            }
             return .object(entry)
         }
         return ["agents": .array(agents), "registry": position.json]

@@ -126,6 +126,9 @@ extension CoordinatorState {
             let error = SkillbusError(.agentLost, "agent '\(worker.name)' left (\(reason)) before it ran this")
             actions += fail(request, error, agent: worker.name, executed: false, now: now)
         }
+        actions += failQueries(queries.removeAll(of: peer)) {
+            SkillbusError(.agentLost, "agent '\($0.agent)' left (\(reason)) before it answered the query")
+        }
         return actions
     }
 

@@ -4,6 +4,14 @@ extension CoordinatorState {
     /// Sends a request to its target (a fan-out's agent), or to the least loaded provider with a free
     /// slot; else it waits in the bounded queue, or is answered `busy`.
     mutating func route(_ request: Request, now: UInt64) -> [CoordinatorAction] {
+        var request = request
+        // A session's context lives on the agent that served it last: go back there while it is alive and
+        // offers the skill, busy or not. A fan-out's own target wins.
+        if request.target == nil, !request.sessionID.isEmpty, let name = affinity.agent(of: request.sessionID),
+            let peer = workers.peer(named: name), workers[peer]?.skills[request.skill] != nil
+        {
+            request.target = peer
+        }
         if let target = request.target {
             guard let worker = workers[target] else {
                 return fail(
@@ -53,6 +61,7 @@ extension CoordinatorState {
     mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         let invocationID = running.start(request, on: peer, workers: &workers)
         let agent = workers[peer]?.name ?? ""
+        if !request.sessionID.isEmpty { affinity.record(request.sessionID, agent: agent) }
         let remainingMs = request.deadline > now ? Int((request.deadline - now) / 1_000_000) : 0
         let invocation = Invocation(
             invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,

@@ -49,6 +49,8 @@ public struct CoordinatorState: Sendable {
         public var retainedRoundsLimit = 10_000
         /// Most steps a plan may have.
         public var planStepLimit = 1000
+        /// Most sessions whose agent the bus remembers; beyond it the least recently used is forgotten.
+        public var sessionAffinityLimit = 100_000
         public init() {}
     }
 
@@ -65,6 +67,10 @@ public struct CoordinatorState: Sendable {
     var rounds = RoundTable()
     /// Executions that identical invocations of a round share, running or finished.
     var singleFlight: SingleFlight
+    /// The agent each session went to last: its later invocations go there too.
+    var affinity: SessionAffinity
+    /// QUERYs waiting for their worker's ANSWER.
+    var queries = PendingQueries()
     var lastHeartbeatSent: UInt64 = 0
 
     /// Longest heartbeat interval a worker may announce (one hour).
@@ -78,6 +84,7 @@ public struct CoordinatorState: Sendable {
         self.settings = settings
         self.ledger = RegistryLedger(epoch: epoch)
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
+        self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
     }
 
     public static func makeEpoch() -> String {
@@ -168,6 +175,10 @@ public struct CoordinatorState: Sendable {
             return finish(invocationID, status: status, payload: payload, from: peer, now: now)
         case .disconnect:
             return remove(peer, reason: "disconnected", now: now)
+        case .answer(let queryID, let answer):
+            return relayAnswer(queryID, answer, from: peer)
+        case .context(let status):
+            return noteContext(status, from: peer)
         }
     }
 
@@ -211,6 +222,9 @@ public struct CoordinatorState: Sendable {
                 "'\(entry.request.skill)' on agent '\(agent)' did not finish within \(entry.request.timeoutMs) ms")
             actions += fail(entry.request, error, agent: agent, now: now)
             actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
+        }
+        actions += failQueries(queries.removeExpired(now: now)) {
+            SkillbusError(.timeout, "agent '\($0.agent)' did not answer the query in time")
         }
         for (skill, request) in waiting.removeExpiredBySkill(now: now) {
             let error = SkillbusError(

@@ -13,6 +13,8 @@ extension CoordinatorState {
         public internal(set) var state: AgentState = .idle
         /// Where the worker's own registry replica stood at its last heartbeat.
         public internal(set) var registryPosition: RegistryPosition?
+        /// Its last CONTEXT report; nil from a worker that keeps no context.
+        public internal(set) var context: AgentContextStatus?
         /// The READY it registered with and its descriptors as offered (both updated by SKILLS), and the
         /// WELCOME it got: a repeated READY that matches is only welcomed again.
         var registration: Registration

@@ -59,10 +59,28 @@ public struct RoundRequest: Sendable, Equatable {
     }
 }
 
+/// A client asks one agent, through the bus, about its context: its sessions, a session's history, or
+/// its memory (`AgentQuery`).
+public struct QueryRequest: Sendable, Equatable {
+    public var requestID: String
+    /// The agent to ask; empty: the agent the bus last sent the query's session to.
+    public var agent: String
+    /// Milliseconds the client will wait; nil takes the bus's default.
+    public var timeoutMs: Int?
+    public var query: AgentQuery
+
+    public init(requestID: String, agent: String, timeoutMs: Int? = nil, query: AgentQuery) {
+        self.requestID = requestID
+        self.agent = agent
+        self.timeoutMs = timeoutMs
+        self.query = query
+    }
+}
+
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round]
+    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round, .query]
 
     case invoke(InvokeRequest)
     /// A whole round: one invocation, a fan-out or a plan; answered by one ROUND document.
@@ -71,6 +89,7 @@ public enum ClientMessage: Sendable, Equatable {
     /// Asks for the whole registry: ENTRY messages, then SNAPSHOT with the sequence number.
     case snapshot(requestID: String)
     case listAgents(requestID: String)
+    case query(QueryRequest)
 
     public func encoded() -> Multipart {
         switch self {
@@ -90,6 +109,12 @@ public enum ClientMessage: Sendable, Equatable {
             [
                 Wire.clientHeaderBytes, Wire.Command.round.frame, request.$requestID, request.$roundID,
                 request.$sessionID, Wire.optionalDecimalFrame(request.timeoutMs), request.body,
+            ]
+        case .query(let request):
+            [
+                Wire.clientHeaderBytes, Wire.Command.query.frame, Array(request.requestID.utf8),
+                Array(request.agent.utf8), Wire.optionalDecimalFrame(request.timeoutMs),
+                request.query.json.serialized(),
             ]
         }
     }
@@ -123,6 +148,13 @@ public enum ClientMessage: Sendable, Equatable {
                 RoundRequest(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
                     try Wire.textFrame(message, 4, "session id"), timeoutMs: timeoutMs, body: message[6]))
+        case .query:
+            try Wire.expectFrames(message, 6, "QUERY")
+            let timeoutMs = try Wire.optionalDecimal(message, 4, "timeout", 1...Wire.maxTimeoutMs)
+            return .query(
+                QueryRequest(
+                    requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
+                    timeoutMs: timeoutMs, query: try AgentQuery(json: try Wire.json(message, 5, "query"))))
         default:
             throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
@@ -165,7 +197,7 @@ public struct InvokeReply: Sendable, Equatable {
 /// Messages the bus sends to a client.
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents, .round]
+    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer]
 
     case reply(InvokeReply)
     case skills(requestID: String, catalog: SkillCatalog)
@@ -177,6 +209,8 @@ public enum BusToClientMessage: Sendable, Equatable {
     case agents(requestID: String, listing: JSONValue)
     /// The document that answers a ROUND (JSON, as bytes).
     case round(requestID: [UInt8], roundID: [UInt8], document: [UInt8])
+    /// The answer to QUERY: from the agent that was asked (`agent`), or from the bus when it could not ask.
+    case answer(requestID: String, agent: String, AgentAnswer)
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
 
@@ -199,6 +233,9 @@ public enum BusToClientMessage: Sendable, Equatable {
             [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8), listing.serialized()]
         case .round(let requestID, let roundID, let document):
             [Wire.clientHeaderBytes, Wire.Command.round.frame, requestID, roundID, document]
+        case .answer(let requestID, let agent, let answer):
+            [Wire.clientHeaderBytes, Wire.Command.answer.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + answer.frames
         }
     }
 
@@ -242,6 +279,11 @@ public enum BusToClientMessage: Sendable, Equatable {
                 requestID: try Wire.textFrame(message, 2, "request id"),
                 roundID: try Wire.textFrame(message, 3, "round id"),
                 document: message[4])
+        case .answer:
+            try Wire.expectFrames(message, 6, "ANSWER")
+            return .answer(
+                requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
+                try AgentAnswer(frames: message, from: 4))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

@@ -36,6 +36,9 @@ extension FeedEvent {
         case "agent.refused":
             guard let error = field.optional("error") else { throw field.problem("'error' is missing") }
             self = .registrationRefused(agent: try field.string("agent"), error: SkillbusError(json: error))
+        case "agent.storage":
+            self = .agentStorage(
+                agent: try field.string("agent"), problem: field.optional("problem").map(SkillbusError.init(json:)))
         case "request.queued":
             self = .requestQueued(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),

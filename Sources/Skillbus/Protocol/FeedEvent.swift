@@ -7,6 +7,8 @@ public enum FeedEvent: Sendable, Equatable {
     case agentLeft(agent: String, reason: String)
     case agentState(agent: String, state: AgentState)
     case registrationRefused(agent: String, error: SkillbusError)
+    /// An agent's store stopped taking writes (`problem`), or took them again (nil).
+    case agentStorage(agent: String, problem: SkillbusError?)
     case requestQueued(round: String, request: String, skill: String, waiting: Int)
     case requestDispatched(round: String, request: String, skill: String, agent: String, invocation: String)
     /// An invocation identical to one its round already ran (`finished`) or runs: it is not executed again.
@@ -35,6 +37,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .agentLeft: "agent.left"
         case .agentState: "agent.state"
         case .registrationRefused: "agent.refused"
+        case .agentStorage: "agent.storage"
         case .requestQueued: "request.queued"
         case .requestDispatched: "request.dispatched"
         case .requestDeduplicated: "request.deduplicated"
@@ -66,6 +69,8 @@ public enum FeedEvent: Sendable, Equatable {
             return fields
         case .registrationRefused(let agent, let error):
             return ["agent": .string(agent), "error": error.json]
+        case .agentStorage(let agent, let problem):
+            return ["agent": .string(agent), "problem": problem?.json ?? .null]
         case .requestQueued(let round, let request, let skill, let waiting):
             return [
                 "round": .string(round), "request": .string(request), "skill": .string(skill),

@@ -47,6 +47,14 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let cancelled = Code("cancelled")
         /// A configuration file or option was refused; the message names the key.
         public static let invalidConfiguration = Code("invalid_configuration")
+        /// No live agent has this name.
+        public static let unknownAgent = Code("unknown_agent")
+        /// The agent holds no session with this id.
+        public static let unknownSession = Code("unknown_session")
+        /// An agent's store cannot take writes now (disk full, read-only, I/O error); reads still work.
+        public static let storageUnavailable = Code("storage_unavailable")
+        /// The peer does not support what was asked (a worker that keeps no context, say).
+        public static let unsupported = Code("unsupported")
         /// Something inside Skillbus went wrong.
         public static let internalError = Code("internal")
     }

@@ -73,6 +73,10 @@ public enum Wire {
     enum Command: Int, CaseIterable {
         case request, skills, reply, error, ready, result, state, heartbeat, disconnect, welcome, invoke, cancel
         case snapshot, entry, agents, round
+        /// A question for one agent about its context (sessions, history, memory), and its answer.
+        case query, answer
+        /// A worker's context in numbers: sessions held, and whether its store takes writes.
+        case context
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

@@ -5,7 +5,7 @@ import SkillbusZMQ
 /// Messages a worker sends to the bus.
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect, .skills]
+    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context]
 
     case ready(JSONValue)
     case result(invocationID: String, status: ReplyStatus, payload: [UInt8])
@@ -15,6 +15,11 @@ public enum WorkerMessage: Sendable, Equatable {
     case disconnect
     /// A registered worker's new skill list (a JSON array of descriptors), replacing the old one.
     case skills(JSONValue)
+
+    /// The answer to the bus's QUERY with this id.
+    case answer(queryID: String, AgentAnswer)
+    /// How many sessions the worker holds and whether its store takes writes; sent when either changes.
+    case context(AgentContextStatus)
 
     public func encoded() -> Multipart {
         switch self {
@@ -30,6 +35,10 @@ public enum WorkerMessage: Sendable, Equatable {
             ]
         case .disconnect: [Wire.workerHeaderBytes, Wire.Command.disconnect.frame]
         case .skills(let list): [Wire.workerHeaderBytes, Wire.Command.skills.frame, list.serialized()]
+        case .answer(let queryID, let answer):
+            [Wire.workerHeaderBytes, Wire.Command.answer.frame, Array(queryID.utf8)] + answer.frames
+        case .context(let status):
+            [Wire.workerHeaderBytes, Wire.Command.context.frame, status.json.serialized()]
         }
     }
 
@@ -66,6 +75,12 @@ public enum WorkerMessage: Sendable, Equatable {
         case .disconnect:
             try Wire.expectFrames(message, 2, "DISCONNECT")
             return .disconnect
+        case .answer:
+            try Wire.expectFrames(message, 5, "ANSWER")
+            return .answer(queryID: try Wire.text(message, 2, "query id"), try AgentAnswer(frames: message, from: 3))
+        case .context:
+            try Wire.expectFrames(message, 3, "CONTEXT")
+            return .context(try AgentContextStatus(json: try Wire.json(message, 2, "context")))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
@@ -106,7 +121,7 @@ public struct Invocation: Sendable, Equatable {
 /// Messages the bus sends to a worker.
 public enum BusToWorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error]
+    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error, .query]
 
     case welcome(Welcome)
     case invoke(Invocation)
@@ -114,6 +129,8 @@ public enum BusToWorkerMessage: Sendable, Equatable {
     /// `intervalMs`: the bus's heartbeat interval.
     case heartbeat(intervalMs: Int?)
     case error(SkillbusError)
+    /// A client's question about the worker's context; the worker answers ANSWER with the same id.
+    case query(queryID: String, AgentQuery)
 
     public func encoded() -> Multipart {
         switch self {
@@ -128,6 +145,8 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.Command.cancel.frame, Array(invocationID.utf8)]
         case .heartbeat(let intervalMs): Wire.heartbeat(intervalMs)
         case .error(let error): [Wire.workerHeaderBytes, Wire.Command.error.frame, error.json.serialized()]
+        case .query(let queryID, let query):
+            [Wire.workerHeaderBytes, Wire.Command.query.frame, Array(queryID.utf8), query.json.serialized()]
         }
     }
 
@@ -158,6 +177,10 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         case .error:
             try Wire.expectFrames(message, 3, "ERROR")
             return .error(SkillbusError(json: try Wire.json(message, 2, "error")))
+        case .query:
+            try Wire.expectFrames(message, 4, "QUERY")
+            return .query(
+                queryID: try Wire.text(message, 2, "query id"), try AgentQuery(json: try Wire.json(message, 3, "query")))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

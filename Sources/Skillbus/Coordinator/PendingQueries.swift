@@ -1,0 +1,45 @@
+/// QUERYs forwarded to workers and not yet answered, by the bus's query id. Each waits for one worker
+/// until its deadline.
+struct PendingQueries: Sendable {
+    struct Entry: Sendable {
+        let client: PeerID
+        let requestID: String
+        let worker: PeerID
+        let agent: String
+        let deadline: UInt64
+    }
+
+    private var entries: [String: Entry] = [:]
+    private var lastNumber: UInt64 = 0
+
+    var count: Int { entries.count }
+
+    /// Records a query on its way to `worker`; returns the id the worker must answer to.
+    mutating func add(_ entry: Entry) -> String {
+        lastNumber &+= 1
+        let queryID = "q" + String(lastNumber)
+        entries[queryID] = entry
+        return queryID
+    }
+
+    /// The worker answered: the entry, when the id is one it was asked.
+    mutating func answered(_ queryID: String, by worker: PeerID) -> Entry? {
+        guard let entry = entries[queryID], entry.worker == worker else { return nil }
+        entries[queryID] = nil
+        return entry
+    }
+
+    /// The queries `worker` will never answer now (it left).
+    mutating func removeAll(of worker: PeerID) -> [Entry] {
+        let gone = entries.filter { $0.value.worker == worker }
+        for queryID in gone.keys { entries[queryID] = nil }
+        return Array(gone.values)
+    }
+
+    mutating func removeExpired(now: UInt64) -> [Entry] {
+        guard !entries.isEmpty else { return [] }
+        let expired = entries.filter { $0.value.deadline <= now }
+        for queryID in expired.keys { entries[queryID] = nil }
+        return Array(expired.values)
+    }
+}

@@ -1,0 +1,95 @@
+import SkillbusZMQ
+
+/// Whose memory: the agent's own, or one session's.
+public enum MemoryScope: Sendable, Hashable {
+    case agent
+    case session(String)
+}
+
+/// What a client may ask an agent about its context (QUERY, PROTOCOL §3.6).
+public enum AgentQuery: Sendable, Equatable {
+    /// Every session the agent holds.
+    case sessions
+    /// One session's messages, in order.
+    case history(session: String)
+    /// The memory of one scope.
+    case memory(MemoryScope)
+
+    /// The session the query is about, if any: a QUERY naming no agent goes where that session lives.
+    public var session: String? {
+        switch self {
+        case .sessions, .memory(.agent): nil
+        case .history(let session), .memory(.session(let session)): session
+        }
+    }
+
+    public var json: JSONValue {
+        switch self {
+        case .sessions: ["query": "sessions"]
+        case .history(let session): ["query": "history", "session": .string(session)]
+        case .memory(.agent): ["query": "memory", "scope": "agent"]
+        case .memory(.session(let session)): ["query": "memory", "scope": "session", "session": .string(session)]
+        }
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "query")
+        switch try reader.string("query") {
+        case "sessions":
+            self = .sessions
+        case "history":
+            self = .history(session: try reader.string("session"))
+        case "memory":
+            switch try reader.string("scope") {
+            case "agent": self = .memory(.agent)
+            case "session": self = .memory(.session(try reader.string("session")))
+            case let other: throw reader.problem("'scope' must be agent or session, got '\(other.prefix(64))'")
+            }
+        case let other:
+            throw reader.problem("'query' must be sessions, history or memory, got '\(other.prefix(64))'")
+        }
+    }
+}
+
+/// How an agent (or the bus, when it could not ask one) answered a QUERY: status `ok` with the answer's
+/// JSON, or `error` with an error object.
+public enum AgentAnswer: Sendable, Equatable {
+    case ok(JSONValue)
+    case error(SkillbusError)
+
+    /// Two frames: status, then the JSON.
+    var frames: [[UInt8]] {
+        switch self {
+        case .ok(let body): [ReplyStatus.ok.frame, body.serialized()]
+        case .error(let error): [ReplyStatus.error.frame, error.json.serialized()]
+        }
+    }
+
+    init(frames message: Multipart, from index: Int) throws(SkillbusError) {
+        let status = try ReplyStatus(frame: message, index)
+        let body = try Wire.json(message, index + 1, "answer")
+        self = status == .ok ? .ok(body) : .error(SkillbusError(json: body))
+    }
+}
+
+/// A worker's context in numbers (CONTEXT frame 2): the sessions its store holds, and why writes fail
+/// when they do.
+public struct AgentContextStatus: Sendable, Equatable {
+    public var sessions: Int
+    /// Nil while the store takes writes.
+    public var storageProblem: SkillbusError?
+
+    public init(sessions: Int, storageProblem: SkillbusError? = nil) {
+        self.sessions = sessions
+        self.storageProblem = storageProblem
+    }
+
+    public var json: JSONValue { ["sessions": .number(Double(sessions)), "storage": storageProblem?.json ?? .null] }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "context")
+        let sessions = try reader.int("sessions")
+        guard sessions >= 0 else { throw reader.problem("'sessions' must not be negative") }
+        self.init(sessions: sessions, storageProblem: reader.optional("storage").map(SkillbusError.init(json:)))
+    }
+}
