@@ -7,7 +7,7 @@ public enum SkillbusCLI {
     public static var commands: [any SkillbusCommand.Type] {
         [
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
-            AgentsCommand.self,
+            AgentsCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
             UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }

@@ -1,0 +1,173 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// What the context commands share: asking agents through the bus, and printing the answer.
+enum ContextQuery {
+    static let timeoutOption = OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 5).")
+
+    /// Connects, runs `body`, and maps a failure to its exit code: 1 when an agent answered with an
+    /// error (unknown session, say), 3 when the bus could not be reached.
+    static func run(
+        _ arguments: ParsedArguments, _ spec: CommandSpec,
+        _ body: (SkillbusClient, Duration) async throws(SkillbusError) -> Void
+    ) async throws -> Int32 {
+        let endpoint = try Defaults.bus(arguments, spec)
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
+        let client = try await SkillbusClient.connect(endpoint: endpoint, context: try ZMQContext())
+        defer { client.close() }
+        do throws(SkillbusError) {
+            try await body(client, .seconds(timeout))
+            return 0
+        } catch {
+            printError("error: \(error.code): \(error.message)")
+            return error.code == .unreachable || error.code == .timeout ? 3 : 1
+        }
+    }
+
+    /// The names of the live agents, from AGENTS.
+    static func liveAgents(_ client: SkillbusClient, timeout: Duration) async throws(SkillbusError) -> [String] {
+        (try await client.agents(timeout: timeout)["agents"]?.arrayValue ?? []).compactMap { $0["agent"]?.stringValue }
+    }
+
+    static func table(_ rows: [[String]]) -> String {
+        guard let header = rows.first else { return "" }
+        let widths = header.indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+        return rows.map { row in
+            row.enumerated().map { $0 == row.count - 1 ? $1 : $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
+}
+
+/// `skillbus sessions`
+public enum SessionsCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "sessions",
+        abstract: "List the sessions every live agent holds (or one agent).",
+        discussion: """
+            Asks each live agent (or the one named) for its sessions: session id, turns, messages, last update.
+            An agent that keeps no context is listed as such. --json prints {"agents": [{"agent", "sessions"
+            | "error"}]} (PROTOCOL §5.17).
+
+            EXAMPLE: skillbus sessions --agent alpha
+            """,
+        options: [
+            OptionSpec("--agent", value: "NAME", help: "Only this agent."),
+            OptionSpec("--json", help: "Print the answers as JSON."),
+            coordinatorOption, ContextQuery.timeoutOption,
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        try await ContextQuery.run(arguments, spec) { client, timeout throws(SkillbusError) in
+            var agents = arguments.value("--agent").map { [$0] } ?? []
+            if agents.isEmpty { agents = try await ContextQuery.liveAgents(client, timeout: timeout) }
+            var answers: [JSONValue] = []
+            var rows = [["AGENT", "SESSION", "TURNS", "MESSAGES", "UPDATED"]]
+            var notes: [String] = []
+            for agent in agents {
+                do throws(SkillbusError) {
+                    let (_, answer) = try await client.query(.sessions, agent: agent, timeout: timeout)
+                    answers.append(["agent": .string(agent), "sessions": answer["sessions"] ?? []])
+                    for session in answer["sessions"]?.arrayValue ?? [] {
+                        rows.append(
+                            [agent] + ["session", "turns", "messages", "updated"].map { session[$0].map(Self.text) ?? "" })
+                    }
+                } catch {
+                    // One agent's refusal (no store, or it left) does not hide the others' sessions.
+                    guard agents.count > 1, error.code != .unreachable else { throw error }
+                    answers.append(["agent": .string(agent), "error": error.json])
+                    notes.append("\(agent): \(error.code): \(error.message)")
+                }
+            }
+            if arguments.flag("--json") {
+                print(JSONValue.object(["agents": .array(answers)]).jsonString)
+            } else {
+                print(rows.count == 1 ? "No sessions." : ContextQuery.table(rows))
+                for note in notes { printError(note) }
+            }
+        }
+    }
+
+    static func text(_ value: JSONValue) -> String { value.stringValue ?? value.jsonString }
+}
+
+/// `skillbus history`
+public enum HistoryCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "history",
+        abstract: "Print a session's messages in order, from the agent that holds it.",
+        discussion: """
+            Asks the agent the bus last sent the session to (or the one named with --agent) for the
+            session's history: every message with its role (user, agent, skillCall, skillResult) and time.
+
+            EXAMPLE: skillbus history s1 --json
+            """,
+        positionals: "SESSION",
+        options: [
+            OptionSpec("--agent", value: "NAME", help: "The agent that holds the session (default: the bus knows)."),
+            OptionSpec("--json", help: "Print the answer as JSON."),
+            coordinatorOption, ContextQuery.timeoutOption,
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard arguments.positionals.count == 1, let session = arguments.positionals.first else {
+            throw UsageError(spec, "give exactly one session id")
+        }
+        return try await ContextQuery.run(arguments, spec) { client, timeout throws(SkillbusError) in
+            let (agent, answer) = try await client.query(
+                .history(session: session), agent: arguments.value("--agent") ?? "", timeout: timeout)
+            if arguments.flag("--json") {
+                var object = answer.objectValue ?? [:]
+                object["agent"] = .string(agent)
+                return print(JSONValue.object(object).jsonString)
+            }
+            let messages = answer["messages"]?.arrayValue ?? []
+            print("session \(session) on \(agent): \(messages.count) message(s)")
+            for message in messages {
+                let role = message["role"]?.stringValue ?? "?"
+                let time = message["time"]?.stringValue ?? ""
+                print("\(time)  \(role.padding(toLength: 11, withPad: " ", startingAt: 0))  \((message["content"] ?? .null).jsonString)")
+            }
+        }
+    }
+}
+
+/// `skillbus memory`
+public enum MemoryCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "memory",
+        abstract: "Print an agent's memory: its own, or one session's.",
+        discussion: """
+            Asks the agent for every key and value of its memory in the agent's own scope, or with --session in
+            that session's scope. Skills write it (memory.set, or SkillExecutionContext.memory).
+
+            EXAMPLE: skillbus memory --agent alpha --session s1
+            """,
+        options: [
+            OptionSpec("--agent", value: "NAME", help: "The agent (required; with --session, default: the bus knows)."),
+            OptionSpec("--session", value: "ID", help: "The session's scope instead of the agent's."),
+            OptionSpec("--json", help: "Print the answer as JSON."),
+            coordinatorOption, ContextQuery.timeoutOption,
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let session = arguments.value("--session")
+        let agent = arguments.value("--agent") ?? ""
+        guard !agent.isEmpty || session != nil else { throw UsageError(spec, "option '--agent' is required") }
+        return try await ContextQuery.run(arguments, spec) { client, timeout throws(SkillbusError) in
+            let (holder, answer) = try await client.query(
+                .memory(session.map { .session($0) } ?? .agent), agent: agent, timeout: timeout)
+            if arguments.flag("--json") {
+                var object = answer.objectValue ?? [:]
+                object["agent"] = .string(holder)
+                return print(JSONValue.object(object).jsonString)
+            }
+            let entries = answer["memory"]?.arrayValue ?? []
+            print("memory of \(session.map { "session \($0)" } ?? "agent") on \(holder): \(entries.count) key(s)")
+            for entry in entries {
+                print("\(entry["key"]?.stringValue ?? "?") = \((entry["value"] ?? .null).jsonString)")
+            }
+        }
+    }
+}
