@@ -44,6 +44,7 @@ struct Bench {
                 arguments: [
                     "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
                     String(setup.capacity), "--log-level", "warning",
+                    "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",
                 ], quiet: true)
         }
         let registered = await BenchCommand.waitForProviders(

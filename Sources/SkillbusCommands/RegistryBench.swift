@@ -142,6 +142,7 @@ enum RegistryBench {
                 name: name,
                 arguments: [
                     "worker", "--name", name, "--coordinator", bus, "--skills", "echo", "--log-level", "error",
+                    "--data-dir", supervisor.directory + "/" + name,
                 ],
                 quiet: true)
             guard await replica.waitUntil(timeout: .seconds(30), { $0.agents[name] != nil }) else {

@@ -85,6 +85,9 @@ public enum WorkerCommand: SkillbusCommand {
             OptionSpec("--skills", value: "a,b,…", help: "Built-in skills to offer (default: all)."),
             OptionSpec("--capacity", value: "N", help: "Invocations run at once (default 4)."),
             OptionSpec("--sandbox", value: "DIR", help: "Directory file.read may read (default: current)."),
+            OptionSpec(
+                "--data-dir", value: "DIR",
+                help: "Where the agent keeps its sessions and memory (default \(DataDirectory.agents)/NAME)."),
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
             OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
             logLevelOption,
@@ -110,6 +113,7 @@ public enum WorkerCommand: SkillbusCommand {
             configuration.capacity = capacity
         }
         if let sandbox = arguments.value("--sandbox") { configuration.sandbox = sandbox }
+        if let directory = arguments.value("--data-dir") { configuration.dataDir = directory }
         if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec)
         {
             configuration.heartbeatMs = ms

@@ -40,16 +40,17 @@ public enum UpCommand: SkillbusCommand {
         }
         let bus = boundBus.replacingOccurrences(of: "0.0.0.0", with: "127.0.0.1")
         var workers = WorkerSet(supervisor: supervisor, bus: bus, configuredBus: cluster.coordinator.bus)
-        try await workers.apply(cluster.workers)
+        try await workers.apply(cluster)
         print(
             "skillbus up: coordinator on \(bus) (feed \(feed)), \(cluster.workers.count) worker(s). "
                 + "Try: skillbus send echo text=hello --coordinator \(bus)   ·   skillbus feed --feed \(feed)")
+        print("skillbus up: agents keep their context under \(cluster.dataRoot)")
         let reloader = FunctionService { [workers] in
             var workers = workers
             for await _ in hangups.signals {
                 do {
                     let reloaded = try ClusterConfiguration.load(path: configPath)
-                    try await workers.apply(reloaded.workers)
+                    try await workers.apply(reloaded)
                     print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
                 } catch {
                     printError("skillbus up: \(configPath) not reloaded, nothing changed: \(error)")
@@ -81,7 +82,9 @@ struct WorkerSet {
     }
 
     /// Starts new workers, stops removed ones, and hands changed ones their new config with a SIGHUP.
-    mutating func apply(_ workers: [WorkerConfiguration]) async throws {
+    /// Each worker keeps its context in its own directory under the cluster's data folder.
+    mutating func apply(_ cluster: ClusterConfiguration) async throws {
+        let workers = cluster.workers
         let wanted = Set(workers.map(\.name))
         for (name, entry) in running where !wanted.contains(name) {
             await entry.child.stop(grace: .seconds(5))
@@ -89,6 +92,7 @@ struct WorkerSet {
         }
         for var worker in workers {
             if worker.coordinator == configuredBus { worker.coordinator = bus }
+            if worker.dataDir == nil { worker.dataDir = DataDirectory.agent(worker.name, under: cluster.dataRoot) }
             if let current = running[worker.name] {
                 guard current.configuration != worker else { continue }
                 _ = try supervisor.write(worker.json, name: "worker-\(worker.name).json")
@@ -107,7 +111,8 @@ struct WorkerSet {
 /// Starts children, forwards their output with a name prefix, restarts crashed ones, stops them all.
 final class Supervisor: Sendable {
     private let executable: String
-    private let directory: String
+    /// A temporary folder of this run: the children's config files (and the bench's agent stores).
+    let directory: String
     private let children = Mutex<[Child]>([])
 
     init() throws {
@@ -338,8 +343,11 @@ extension WorkerConfiguration {
             "version": 1, "name": .string(name), "coordinator": .string(coordinator),
             "skills": .array(skills.map { .string($0) }), "capacity": .number(Double(capacity)),
             "heartbeatMs": .number(Double(heartbeatMs)), "maxMessageBytes": .number(Double(maxMessageBytes)),
+            "flushIntervalMs": .number(Double(flushIntervalMs)),
+            "maxMemoryValueBytes": .number(Double(maxMemoryValueBytes)),
         ]
         if let sandbox { object["sandbox"] = .string(sandbox) }
+        if let dataDir { object["dataDir"] = .string(dataDir) }
         if let feed { object["feed"] = .string(feed) }
         return .object(object)
     }

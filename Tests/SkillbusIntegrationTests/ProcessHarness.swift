@@ -20,6 +20,9 @@ struct TimedOut: Error, CustomStringConvertible {
 /// A real child process (`skillbus` unless told otherwise) whose output lines can be awaited with a deadline.
 final class SkillbusProcess: Sendable {
     let name: String
+    /// Where this process keeps agent stores (its own XDG_STATE_HOME) when the test named none: no two test
+    /// processes share one, and it is removed once the process is gone.
+    let ownedStateDirectory: String?
     private let process: Process
     private let state = Mutex(State())
 
@@ -48,6 +51,13 @@ final class SkillbusProcess: Sendable {
         env["SKILLBUS_COORDINATOR"] = nil
         env["SKILLBUS_FEED"] = nil
         for key in clearing { env[key] = nil }
+        if environment["XDG_STATE_HOME"] == nil {
+            let directory = NSTemporaryDirectory() + "skillbus-test-state-\(getpid())-\(UUID().uuidString.prefix(8))"
+            env["XDG_STATE_HOME"] = directory
+            ownedStateDirectory = directory
+        } else {
+            ownedStateDirectory = nil
+        }
         for (key, value) in environment { env[key] = value }
         process.environment = env
         if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
@@ -61,6 +71,7 @@ final class SkillbusProcess: Sendable {
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        if let ownedStateDirectory { try? FileManager.default.removeItem(atPath: ownedStateDirectory) }
     }
 
     var pid: Int32 { process.processIdentifier }

@@ -77,11 +77,19 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public var sandbox: String?
     public var heartbeatMs = 1000
     public var maxMessageBytes = 1 << 20
+    /// Where the agent keeps its context (sessions, history, memory); nil means
+    /// `DataDirectory.agent(name)`.
+    public var dataDir: String?
+    /// How often the agent's store commits its writes, at most (milliseconds).
+    public var flushIntervalMs = 300
+    /// The largest memory value (serialized JSON bytes).
+    public var maxMemoryValueBytes = 1 << 20
 
     public init() {}
 
     static let keys: Set<String> = [
-        "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes",
+        "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
+        "flushIntervalMs", "maxMemoryValueBytes",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -94,6 +102,10 @@ public struct WorkerConfiguration: Sendable, Equatable {
         heartbeatMs =
             try object.int("heartbeatMs", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs) ?? heartbeatMs
         maxMessageBytes = try object.int("maxMessageBytes", minimum: 256, maximum: 1 << 30) ?? maxMessageBytes
+        dataDir = try object.string("dataDir") ?? dataDir
+        flushIntervalMs = try object.int("flushIntervalMs", minimum: 1, maximum: 60_000) ?? flushIntervalMs
+        maxMemoryValueBytes =
+            try object.int("maxMemoryValueBytes", minimum: 16, maximum: 1 << 30) ?? maxMemoryValueBytes
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
             throw object.error(
@@ -108,16 +120,38 @@ public struct WorkerConfiguration: Sendable, Equatable {
     }
 }
 
+/// Where agents keep their context by default: `$XDG_STATE_HOME/skillbus/agents/<name>`, else
+/// `~/.local/state/skillbus/agents/<name>`.
+public enum DataDirectory {
+    /// The folder that holds every agent's directory.
+    public static var agents: String {
+        let environment = ProcessInfo.processInfo.environment
+        let state =
+            environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state"
+        return state + "/skillbus/agents"
+    }
+
+    public static func agent(_ name: String, under root: String = agents) -> String { root + "/" + name }
+}
+
 /// What `skillbus up` starts: one coordinator and its workers (`configs/local.json`).
 public struct ClusterConfiguration: Sendable, Equatable {
     public var coordinator = CoordinatorConfiguration()
     public var workers: [WorkerConfiguration] = []
+    /// The folder under which every worker without a `dataDir` of its own gets `<folder>/<name>`;
+    /// nil means `DataDirectory.agents`.
+    public var dataDir: String?
 
     public init() {}
 
+    /// The folder `up` puts its workers' data directories in.
+    public var dataRoot: String { dataDir ?? DataDirectory.agents }
+
     public static func load(path: String) throws(SkillbusError) -> ClusterConfiguration {
-        let root = try ConfigObject.load(path: path, allowed: ["version", "coordinator", "workers"])
+        let root = try ConfigObject.load(path: path, allowed: ["version", "coordinator", "workers", "dataDir"])
         var cluster = ClusterConfiguration()
+        cluster.dataDir = try root.string("dataDir")
         if let object = try root.object("coordinator", allowed: CoordinatorConfiguration.keys) {
             cluster.coordinator = try CoordinatorConfiguration(reading: object)
         }
