@@ -92,13 +92,18 @@ public enum SendCommand: SkillbusCommand {
         } catch {
             return report(failure: error, roundID: roundID, json: json, exitCode: 2)
         }
+        let session = arguments.value("--session") ?? ""
+        guard session.utf8.count <= Wire.maxSessionIDBytes else {
+            let error = UsageError(spec, "option '--session': at most \(Wire.maxSessionIDBytes) bytes, got \(session.utf8.count)")
+            return report(failure: error, roundID: roundID, json: json, exitCode: 2)
+        }
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         defer { client.close() }
         let document: RoundDocument
         do {
             document = try await client.round(
-                round, roundID: roundID, sessionID: arguments.value("--session") ?? "",
+                round, roundID: roundID, sessionID: session,
                 timeout: .seconds(timeout))
         } catch {
             return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))

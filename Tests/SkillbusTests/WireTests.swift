@@ -114,6 +114,16 @@ struct WireTests {
                 [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes),
                 "frame 6 (timeout) must be at least 1"
             ),
+            (
+                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [String(repeating: "s", count: 129)], ["echo"], [""], ["{}"]]
+                    .map(bytes), "frame 4 (session id) has 129 bytes; at most 128"
+            ),
+            (
+                [["SKB1C"], ["ROUND"], ["r"], ["round"], [String(repeating: "s", count: 200)], [""], ["{}"]].map(bytes),
+                "frame 4 (session id) has 200 bytes"
+            ),
+            ([["SKB1C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"gossip"}"#]].map(bytes), "'query' must be sessions"),
+            ([["SKB1C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"history"}"#]].map(bytes), "'session' is missing"),
         ])
     func malformedClient(frames: Multipart, reason: String) {
         #expect {

@@ -197,6 +197,8 @@ def json_type_name(value) -> str:
 
 def type_accepts(type_name: str, value) -> bool:
     actual = json_type_name(value)
+    if type_name == "any":
+        return actual != "null"
     if type_name == "number":
         return actual in ("integer", "number")
     return actual == type_name

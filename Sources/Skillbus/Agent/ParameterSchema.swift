@@ -1,12 +1,15 @@
 /// The JSON types a skill parameter may have.
 public enum ParameterType: String, Sendable, CaseIterable {
-    case string, integer, number, boolean, array, object
+    /// `any`: every JSON value but `null` (a memory value, say).
+    case string, integer, number, boolean, array, object, any
 
     /// Whether `value` is of this type. An integer is a whole number; any number is a `number`.
     public func accepts(_ value: JSONValue) -> Bool {
         switch (self, value) {
         case (.string, .string), (.boolean, .bool), (.array, .array), (.object, .object), (.number, .number):
             true
+        case (.any, let value):
+            value != .null
         case (.integer, .number(let number)):
             number.isWholeNumber
         default:

@@ -130,7 +130,7 @@ public enum ClientMessage: Sendable, Equatable {
             return .invoke(
                 InvokeRequest(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
-                    try Wire.textFrame(message, 4, "session id"), skill: skill, timeoutMs: timeoutMs,
+                    try Wire.sessionFrame(message, 4), skill: skill, timeoutMs: timeoutMs,
                     parameters: message[7]))
         case .skills:
             try Wire.expectFrames(message, 3, "SKILLS")
@@ -147,7 +147,7 @@ public enum ClientMessage: Sendable, Equatable {
             return .round(
                 RoundRequest(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
-                    try Wire.textFrame(message, 4, "session id"), timeoutMs: timeoutMs, body: message[6]))
+                    try Wire.sessionFrame(message, 4), timeoutMs: timeoutMs, body: message[6]))
         case .query:
             try Wire.expectFrames(message, 6, "QUERY")
             let timeoutMs = try Wire.optionalDecimal(message, 4, "timeout", 1...Wire.maxTimeoutMs)

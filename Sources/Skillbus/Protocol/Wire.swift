@@ -65,6 +65,19 @@ public enum Wire {
     /// `message_too_large`, and only a giant one costs the sender its connection.
     public static func hardCap(forLimit maxMessageBytes: Int) -> Int64 { Int64(maxMessageBytes) * 4 + 4096 }
 
+    /// The longest session id, in UTF-8 bytes.
+    public static let maxSessionIDBytes = 128
+
+    /// A session id frame: text of at most `maxSessionIDBytes` (empty: no session).
+    static func sessionFrame(_ message: Multipart, _ index: Int) throws(SkillbusError) -> [UInt8] {
+        let frame = try textFrame(message, index, "session id")
+        guard frame.count <= maxSessionIDBytes else {
+            throw SkillbusError(
+                .malformedMessage, "frame \(index) (session id) has \(frame.count) bytes; at most \(maxSessionIDBytes)")
+        }
+        return frame
+    }
+
     /// The longest timeout or deadline the wire accepts: one day, in milliseconds.
     public static let maxTimeoutMs = 86_400_000
 
