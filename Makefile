@@ -4,12 +4,17 @@ CONFIG ?= configs/local.json
 
 .PHONY: deps build release up test bench bench-test clean
 
-# libzmq's headers and pkg-config file (Debian's libzmq3-dev), installed only when missing.
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev),
+# each installed only when missing.
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libzmq3-dev pkg-config; }
+	@pkg-config --exists sqlite3 || { \
+		echo "installing libsqlite3-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsqlite3-dev pkg-config; }
 
 build: deps
 	$(SWIFT) build

@@ -15,8 +15,14 @@ let package = Package(
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"])]
         ),
+        // SQLite from Debian's libsqlite3-dev, found through pkg-config: the agents' context stores.
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
         .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ"]),
-        .target(name: "Skillbus", dependencies: ["SkillbusZMQ"]),
+        .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
         .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CZeroMQ"]),
         .testTarget(name: "SkillbusTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),

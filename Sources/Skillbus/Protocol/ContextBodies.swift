@@ -1,11 +1,5 @@
 import SkillbusZMQ
 
-/// Whose memory: the agent's own, or one session's.
-public enum MemoryScope: Sendable, Hashable {
-    case agent
-    case session(String)
-}
-
 /// What a client may ask an agent about its context (QUERY, PROTOCOL §3.6).
 public enum AgentQuery: Sendable, Equatable {
     /// Every session the agent holds.

@@ -51,10 +51,16 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let unknownAgent = Code("unknown_agent")
         /// The agent holds no session with this id.
         public static let unknownSession = Code("unknown_session")
-        /// An agent's store cannot take writes now (disk full, read-only, I/O error); reads still work.
-        public static let storageUnavailable = Code("storage_unavailable")
         /// The peer does not support what was asked (a worker that keeps no context, say).
         public static let unsupported = Code("unsupported")
+        /// An agent's store could not read or write its database (disk full, read-only, I/O error, closed).
+        /// `details` carries SQLite's result code (`sqlite_code`), its text and the statement; a write
+        /// refused with this code changed nothing.
+        public static let storageUnavailable = Code("storage_unavailable")
+        /// An agent's store refused to open its directory: another process (or this one) holds it, or the
+        /// database is newer than this build, corrupt, or no SQLite file. Nothing was changed or deleted;
+        /// the message says what to do.
+        public static let storeRefused = Code("store_refused")
         /// Something inside Skillbus went wrong.
         public static let internalError = Code("internal")
     }
