@@ -133,14 +133,26 @@ public enum WorkerCommand: SkillbusCommand {
         let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
         let signals = SignalWatcher()
         let context = try ZMQContext()
-        let worker = try await AgentWorker.connect(
-            options: AgentWorker.Options(
-                name: configuration.name, coordinator: configuration.coordinator, capacity: configuration.capacity,
-                heartbeatMs: configuration.heartbeatMs, maxMessageBytes: configuration.maxMessageBytes,
-                feed: configuration.feed),
-            skills: skills, context: context, logger: logger)
+        var storeOptions = AgentStore.Options()
+        storeOptions.flushIntervalMs = configuration.flushIntervalMs
+        storeOptions.maxValueBytes = configuration.maxMemoryValueBytes
+        let dataDirectory = configuration.dataDir ?? DataDirectory.agent(configuration.name)
+        let worker: AgentWorker
+        do {
+            worker = try await AgentWorker.connect(
+                options: AgentWorker.Options(
+                    name: configuration.name, coordinator: configuration.coordinator,
+                    capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
+                    maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
+                    dataDirectory: dataDirectory, store: storeOptions),
+                skills: skills, context: context, logger: logger)
+        } catch {
+            printError("error: agent '\(configuration.name)' cannot start: \(error)")
+            return 1
+        }
         logger.info(
-            "connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "))")
+            "connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "));"
+                + " context in \(dataDirectory)")
         let hangups = SignalWatcher([SIGHUP])
         let reloader = FunctionService {
             for await _ in hangups.signals { reload(arguments, worker: worker, logger: logger) }

@@ -156,14 +156,26 @@ public struct SkillExecutionContext: Sendable {
     public let caller: (any SkillCaller)?
     /// How many skill calls deep this invocation is (0 for one the bus sent).
     public let depth: Int
+    /// The agent's context store; nil on an agent that keeps none.
+    public let store: AgentStore?
+
+    /// The agent's memory; nil on an agent that keeps no context.
+    public var memory: SkillMemory? { store.map { SkillMemory(store: $0, sessionID: sessionID) } }
+
+    /// The session the invocation runs in; nil without a session or on an agent that keeps no context.
+    public var session: SkillSession? {
+        guard let store, !sessionID.isEmpty else { return nil }
+        return SkillSession(store: store, id: sessionID)
+    }
 
     /// Deeper sub-calls than this are refused: a skill that calls itself forever fails instead.
     public static let maxDepth = 8
 
     public init(
         roundID: String, sessionID: String, agentName: String, invocationID: String,
-        deadline: ContinuousClock.Instant, caller: (any SkillCaller)? = nil, depth: Int = 0
+        deadline: ContinuousClock.Instant, caller: (any SkillCaller)? = nil, depth: Int = 0, store: AgentStore? = nil
     ) {
+        self.store = store
         self.roundID = roundID
         self.sessionID = sessionID
         self.agentName = agentName
@@ -192,7 +204,7 @@ public struct SkillExecutionContext: Sendable {
     public func child(invoking skill: String) -> SkillExecutionContext {
         SkillExecutionContext(
             roundID: roundID, sessionID: sessionID, agentName: agentName, invocationID: invocationID + "/" + skill,
-            deadline: deadline, caller: caller, depth: depth + 1)
+            deadline: deadline, caller: caller, depth: depth + 1, store: store)
     }
 
     public var isCancelled: Bool { Task.isCancelled || ContinuousClock.now >= deadline }

@@ -18,10 +18,14 @@ public final class AgentWorker: Sendable {
         public var maxMessageBytes: Int
         /// The coordinator's feed, for the registry replica; nil takes the one WELCOME names.
         public var feed: String?
+        /// Where the agent keeps its context (sessions, history, memory); nil keeps none.
+        public var dataDirectory: String?
+        public var store: AgentStore.Options
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
-            maxMessageBytes: Int = 1 << 20, feed: String? = nil
+            maxMessageBytes: Int = 1 << 20, feed: String? = nil, dataDirectory: String? = nil,
+            store: AgentStore.Options = AgentStore.Options()
         ) {
             self.name = name
             self.coordinator = coordinator
@@ -29,17 +33,21 @@ public final class AgentWorker: Sendable {
             self.capacity = capacity
             self.heartbeatMs = heartbeatMs
             self.maxMessageBytes = maxMessageBytes
+            self.dataDirectory = dataDirectory
+            self.store = store
         }
     }
 
     public let options: Options
-    private let logger: Logger
-    private let socket: SocketLoop
+    let logger: Logger
+    let socket: SocketLoop
     /// Internal, not private, for the SkillCaller facet in AgentWorker+SkillCaller.swift.
     let state: Mutex<State>
     /// Client-side connection to the bus: registry snapshots and sub-calls to skills on other agents.
     let client: SkillbusClient
-    private let context: ZMQContext
+    let context: ZMQContext
+    /// The agent's own context, persisted in its data directory; nil when it keeps none.
+    public let store: AgentStore?
 
     struct State {
         var skills: [String: any AgentSkill]
@@ -60,13 +68,16 @@ public final class AgentWorker: Sendable {
         var retryDelayMs = 1000
         /// The skills changed after the last READY went out, while no WELCOME had come.
         var skillsChangedSinceReady = false
+        /// The CONTEXT last sent; nil after a WELCOME, so that the coordinator hears it again.
+        var reportedContext: AgentContextStatus?
     }
 
     private init(
         options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger, client: SkillbusClient,
-        socket: SocketLoop, owner: Owner
+        socket: SocketLoop, owner: Owner, store: AgentStore?
     ) {
         self.options = options
+        self.store = store
         self.logger = logger
         self.context = context
         self.client = client
@@ -80,6 +91,9 @@ public final class AgentWorker: Sendable {
     /// callers: it blocks the calling thread until the sockets' threads have connected. Async code uses
     /// `connect(options:skills:context:logger:)`.
     public convenience init(options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger) throws {
+        let store = try options.dataDirectory.map {
+            try AgentStore(directory: $0, agent: options.name, options: options.store)
+        }
         let client = try SkillbusClient(
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
         let owner = Owner()
@@ -89,13 +103,18 @@ public final class AgentWorker: Sendable {
             onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
         self.init(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
-            owner: owner)
+            owner: owner, store: store)
     }
 
     /// Connects to the coordinator, as `init` does, awaiting the sockets' threads instead of blocking.
     public static func connect(
         options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger
     ) async throws -> AgentWorker {
+        // The store first: a directory another agent holds refuses the start before anything connects.
+        var store: AgentStore?
+        if let directory = options.dataDirectory {
+            store = try await AgentStore.open(directory: directory, agent: options.name, options: options.store)
+        }
         let client = try await SkillbusClient.connect(
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
         let owner = Owner()
@@ -105,7 +124,7 @@ public final class AgentWorker: Sendable {
             onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
-            owner: owner)
+            owner: owner, store: store)
     }
 
     /// The worker socket's handlers. They need the worker, which does not exist yet: they reach it through
@@ -231,6 +250,8 @@ public final class AgentWorker: Sendable {
         await socket.stopAndWait()
         await state.withLock { $0.replica }?.closeAndWait()
         await client.closeAndWait()
+        // Last: every invocation has ended, so everything they wrote is committed before the lock goes.
+        await store?.close()
     }
 
     /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed. Built and
@@ -264,6 +285,7 @@ public final class AgentWorker: Sendable {
                 state.registered = true
                 state.retryDelayMs = 1000
                 state.reported = nil
+                state.reportedContext = nil
                 state.busHeartbeatMs = welcome.heartbeatMs
                 if state.skillsChangedSinceReady {
                     // The READY this welcomes carried an older list.
@@ -321,7 +343,7 @@ public final class AgentWorker: Sendable {
 
     /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
     private var runner: InvocationRunner {
-        InvocationRunner(agentName: options.name, caller: self) { identifier in
+        InvocationRunner(agentName: options.name, caller: self, store: store) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])
             }
@@ -341,53 +363,5 @@ public final class AgentWorker: Sendable {
             ).encoded())
         if let failure = outcome.failure { report(.failed(failure)) }
         if idle { report(.idle) }
-    }
-
-    /// Follows the registry from the feed WELCOME named, or the one the options name.
-    private func startReplica(welcomeFeed: String?) {
-        guard let feed = options.feed ?? welcomeFeed.map({ Endpoint.reachable($0, via: options.coordinator) }),
-            !feed.isEmpty
-        else {
-            logger.warning("the coordinator named no feed endpoint; this agent holds no registry replica")
-            return
-        }
-        do {
-            let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context, logger: logger)
-            let kept = state.withLock { state -> Bool in
-                guard state.replica == nil, !state.stopping else { return false }
-                state.replica = replica
-                return true
-            }
-            if kept { logger.info("following the registry on \(feed)") } else { replica.close() }
-        } catch {
-            logger.warning("cannot follow the registry on \(feed): \(error)")
-        }
-    }
-
-    /// Records a state change; `flushState` sends it. From another thread, wakes the I/O thread to do so.
-    private func report(_ newState: AgentState) {
-        state.withLock { state in
-            if case .failed = newState {
-                if state.failures.count < 16 { state.failures.append(newState) }
-            } else {
-                state.current = newState
-            }
-        }
-        socket.wake()
-    }
-
-    /// Runs on the I/O thread before it waits: sends the state if it differs from the one last sent.
-    private func flushState() {
-        let changes = state.withLock { state -> [AgentState] in
-            var changes = state.failures
-            state.failures.removeAll()
-            if let last = changes.last { state.reported = last }
-            if state.reported != state.current {
-                state.reported = state.current
-                changes.append(state.current)
-            }
-            return changes
-        }
-        for change in changes { socket.send(WorkerMessage.state(change).encoded()) }
     }
 }

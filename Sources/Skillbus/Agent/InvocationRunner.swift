@@ -20,10 +20,14 @@ struct InvocationRunner: Sendable {
     let lookup: Lookup
     /// Answers the skill's sub-calls (`SkillExecutionContext.invoke`); nil refuses them.
     let caller: (any SkillCaller)?
+    /// The agent's context: skills see it, and an invocation with a session is written into the
+    /// session's history (the call, then its result). Nil on an agent that keeps none.
+    let store: AgentStore?
 
-    init(agentName: String, caller: (any SkillCaller)?, lookup: @escaping Lookup) {
+    init(agentName: String, caller: (any SkillCaller)?, store: AgentStore? = nil, lookup: @escaping Lookup) {
         self.agentName = agentName
         self.caller = caller
+        self.store = store
         self.lookup = lookup
     }
 
@@ -44,17 +48,31 @@ struct InvocationRunner: Sendable {
             let context = SkillExecutionContext(
                 roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: agentName,
                 invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
-                caller: caller)
+                caller: caller, store: store)
+            record(.skillCall, ["skill": .string(skill.identifier), "params": .object(parameters)], of: invocation)
             do {
                 let result = try await Self.run(skill, parameters: parameters, context: context)
+                record(
+                    .skillResult, ["skill": .string(skill.identifier), "status": "ok", "result": result.json],
+                    of: invocation)
                 return Outcome(status: .ok, payload: result.serialized(), failure: nil)
             } catch {
                 failure = error.code == .cancelled ? "cancelled" : error.message
+                record(
+                    .skillResult, ["skill": .string(skill.identifier), "status": "error", "error": error.json],
+                    of: invocation)
                 throw error
             }
         } catch {
             return Outcome(status: .error, payload: error.json.serialized(), failure: failure)
         }
+    }
+
+    /// Writes one message into the invocation's session, if it has one and the agent keeps context. A
+    /// store that cannot take it now does not fail the invocation: the store reports the problem itself.
+    private func record(_ role: SessionMessage.Role, _ content: JSONValue, of invocation: Invocation) {
+        guard let store, !invocation.$sessionID.isEmpty else { return }
+        try? store.append(role, content, session: invocation.sessionID, round: invocation.roundID)
     }
 
     /// Finds the skill and validates the parameters; nothing runs when this throws. The checks and their

@@ -4,6 +4,7 @@ import Foundation
 public enum BuiltinSkills {
     public static let identifiers = [
         "echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read", "text.report",
+        "memory.set", "memory.get", "memory.list", "memory.delete",
     ]
 
     /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
@@ -22,6 +23,10 @@ public enum BuiltinSkills {
             case "file.read":
                 skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
             case "text.report": skills.append(TextReportSkill())
+            case "memory.set": skills.append(MemorySetSkill())
+            case "memory.get": skills.append(MemoryGetSkill())
+            case "memory.list": skills.append(MemoryListSkill())
+            case "memory.delete": skills.append(MemoryDeleteSkill())
             default:
                 throw SkillbusError(
                     .invalidConfiguration,

@@ -1,0 +1,52 @@
+/// What the agent tells the coordinator beyond RESULTs: its state (coalesced per I/O batch) and its
+/// context, and the registry replica it follows once welcomed.
+extension AgentWorker {
+    /// Follows the registry from the feed WELCOME named, or the one the options name.
+    func startReplica(welcomeFeed: String?) {
+        guard let feed = options.feed ?? welcomeFeed.map({ Endpoint.reachable($0, via: options.coordinator) }),
+            !feed.isEmpty
+        else {
+            logger.warning("the coordinator named no feed endpoint; this agent holds no registry replica")
+            return
+        }
+        do {
+            let replica = try RegistryReplica(client: client, feedEndpoint: feed, context: context, logger: logger)
+            let kept = state.withLock { state -> Bool in
+                guard state.replica == nil, !state.stopping else { return false }
+                state.replica = replica
+                return true
+            }
+            if kept { logger.info("following the registry on \(feed)") } else { replica.close() }
+        } catch {
+            logger.warning("cannot follow the registry on \(feed): \(error)")
+        }
+    }
+
+    /// Records a state change; `flushState` sends it. From another thread, wakes the I/O thread to do so.
+    func report(_ newState: AgentState) {
+        state.withLock { state in
+            if case .failed = newState {
+                if state.failures.count < 16 { state.failures.append(newState) }
+            } else {
+                state.current = newState
+            }
+        }
+        socket.wake()
+    }
+
+    /// Runs on the I/O thread before it waits: sends the state if it differs from the one last sent.
+    func flushState() {
+        let changes = state.withLock { state -> [AgentState] in
+            var changes = state.failures
+            state.failures.removeAll()
+            if let last = changes.last { state.reported = last }
+            if state.reported != state.current {
+                state.reported = state.current
+                changes.append(state.current)
+            }
+            return changes
+        }
+        for change in changes { socket.send(WorkerMessage.state(change).encoded()) }
+        if let context = contextChange() { socket.send(WorkerMessage.context(context).encoded()) }
+    }
+}
