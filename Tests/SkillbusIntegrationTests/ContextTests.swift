@@ -193,4 +193,91 @@ struct ContextTests {
         #expect(try await cluster.sendJSON(["memory.set", "key=fine", "value:=true"]).code == 0)
         #expect(try await cluster.sendJSON(["memory.get", "key=fine"]).document["result"]?["json"]?["value"] == true)
     }
+
+    /// Whether this process may mount a tmpfs (root with the capability): the full-disk test needs one.
+    static let canMount: Bool = {
+        let point = NSTemporaryDirectory() + "skillbus-mount-probe-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: point) }
+        guard mount(["-t", "tmpfs", "-o", "size=64k", "tmpfs", point]) else { return false }
+        return mount(["-l", point], command: "/bin/umount")
+    }()
+
+    @discardableResult
+    static func mount(_ arguments: [String], command: String = "/bin/mount") -> Bool {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: command)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return false }
+        process.waitUntilExit()
+        return process.terminationStatus == 0
+    }
+
+    @Test(
+        "a full disk: writes are refused storage_unavailable, AGENTS and the feed say so, reads go on, and all recovers",
+        .enabled(if: ContextTests.canMount, "needs root and a tmpfs mount"))
+    func fullDisk() async throws {
+        let point = temporaryDirectory("disk")
+        try FileManager.default.createDirectory(atPath: point, withIntermediateDirectories: true)
+        try #require(Self.mount(["-t", "tmpfs", "-o", "size=1m", "tmpfs", point]))
+        defer {
+            Self.mount(["-l", point], command: "/bin/umount")
+            try? FileManager.default.removeItem(atPath: point)
+        }
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let config = try workerConfig(name: "cramped", dataDir: point + "/agent", flushIntervalMs: 50)
+        _ = try await start(cluster, "cramped", ["--config", config])
+        let context = try ZMQContext()
+        let feed = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["agent.storage", "registry.heartbeat"], context: context)
+        defer { feed.close() }
+        var events = feed.events.makeAsyncIterator()
+        _ = try await events.next()  // the first registry heartbeat: the subscription is in place
+        func nextStorageEvent() async throws -> JSONValue? {
+            while let next = try await events.next() { if next.topic == "agent.storage" { return next.event } }
+            return nil
+        }
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        func set(_ key: String) async throws -> InvocationOutcome {
+            try await client.invoke(
+                "memory.set", parameters: ["key": .string(key), "value": .string(String(repeating: "v", count: 20_000))])
+        }
+        #expect(try await set("before").status == .ok)
+
+        // Fill what is left of the disk, then write until the store says it cannot commit.
+        let filler = point + "/filler"
+        FileManager.default.createFile(atPath: filler, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: filler))
+        let chunk = Data(repeating: 0, count: 4096)
+        for _ in 0..<256 { guard (try? handle.write(contentsOf: chunk)) != nil else { break } }
+        try? handle.close()
+        var refusal: SkillbusError?
+        for attempt in 0..<200 where refusal == nil {
+            let outcome = try await set("full-\(attempt)")
+            if outcome.status == .error { refusal = outcome.error }
+        }
+        #expect(refusal?.code == .storageUnavailable)
+        try await waitUntil("AGENTS to show the problem") {
+            try await cluster.agents()["agents"]?.arrayValue?.first?["storage"]?["code"] == "storage_unavailable"
+        }
+        let announced = try await nextStorageEvent()
+        #expect(announced?["agent"] == "cramped" && announced?["problem"]?["code"] == "storage_unavailable")
+        // Reads go on.
+        let read = try await client.invoke("memory.get", parameters: ["key": "before"])
+        #expect(read.status == .ok)
+
+        // Space again: the queued writes commit by themselves and writes are taken again.
+        try FileManager.default.removeItem(atPath: filler)
+        try await waitUntil("AGENTS to show the store writing again") {
+            try await cluster.agents()["agents"]?.arrayValue?.first?["storage"] == "ok"
+        }
+        let healed = try await nextStorageEvent()
+        #expect(healed?["agent"] == "cramped" && healed?["problem"] == .null)
+        #expect(try await set("after").status == .ok)
+    }
+
 }
