@@ -57,6 +57,46 @@ struct UpAndBenchTests {
         for child in children { #expect(kill(child, 0) != 0, "child \(child) still running") }
     }
 
+    @Test("a memory value set in a session through up is read back after Ctrl-C and a second up, from the same agent")
+    func upRemembers() async throws {
+        let state = NSTemporaryDirectory() + "skillbus-up-state-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: state) }
+        let config = try writeFile(
+            """
+            {"version": 1,
+             "coordinator": {"bus": "tcp://127.0.0.1:*", "feed": "tcp://127.0.0.1:*", "heartbeatMs": 200},
+             "workers": [{"name": "alpha", "skills": ["echo", "memory.set", "memory.get"], "heartbeatMs": 200}]}
+            """)
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        /// Starts up with the shared state folder; returns it and its bus once alpha has joined.
+        func startUp() async throws -> (SkillbusProcess, String) {
+            let up = try SkillbusProcess(["up", "--config", config], name: "up", environment: ["XDG_STATE_HOME": state])
+            let banner = try await up.waitForLine("the banner") { $0.hasPrefix("skillbus up: coordinator on ") }
+            let bus = String(banner.dropFirst("skillbus up: coordinator on ".count).prefix { $0 != " " })
+            try await up.waitForLine("alpha to join") { $0.hasPrefix("[coordinator]") && $0.contains("agent 'alpha' joined") }
+            return (up, bus)
+        }
+        let (first, bus) = try await startUp()
+        defer { first.signal(SIGKILL) }
+        #expect(first.output.contains("skillbus up: agents keep their context under \(state)/skillbus/agents"))
+        let (setCode, _) = try await runSkillbus(
+            ["send", "memory.set", "key=colour", "value=blue", "--session", "s1", "--coordinator", bus])
+        #expect(setCode == 0)
+        first.signal(SIGINT)  // Ctrl-C
+        #expect(try await first.waitForExit(timeout: .seconds(30)) == 0)
+
+        let (second, secondBus) = try await startUp()
+        defer { second.signal(SIGKILL) }
+        let (code, output) = try await runSkillbus(
+            ["send", "memory.get", "key=colour", "--session", "s1", "--coordinator", secondBus, "--json"])
+        let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
+        #expect(code == 0 && document["agent"] == "alpha" && document["result"]?["json"]?["value"] == "blue")
+        let (historyCode, history) = try await runSkillbus(["history", "s1", "--coordinator", secondBus])
+        #expect(historyCode == 0 && history.contains { $0.contains("session s1 on alpha: 4 message(s)") })
+        second.signal(SIGTERM)
+        #expect(try await second.waitForExit(timeout: .seconds(30)) == 0)
+    }
+
     @Test("up reloads its config on SIGHUP: changed skills, new and removed workers; a broken config changes nothing")
     func upReloads() async throws {
         func config(_ workers: String) -> String {
