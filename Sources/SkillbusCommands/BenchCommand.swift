@@ -26,6 +26,10 @@ public enum BenchCommand: SkillbusCommand {
             OptionSpec("--skills-per-agent", value: "N", help: "Skills each of them offers (default 100)."),
             OptionSpec("--snapshot-runs", value: "N", help: "New replicas timed (default 5)."),
             OptionSpec("--kill-runs", value: "N", help: "Workers killed with kill -9 and timed (default 3)."),
+            OptionSpec("--store-sessions", value: "N", help: "Sessions in the large agent store (default 1000)."),
+            OptionSpec(
+                "--store-messages", value: "N",
+                help: "Messages per session in it, besides one of 1,000 (default 99: about 100,000 in all)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
@@ -40,6 +44,8 @@ public enum BenchCommand: SkillbusCommand {
         let skillsPerAgent = try arguments.int("--skills-per-agent", minimum: 1, maximum: 10_000, in: spec) ?? 100
         let snapshotRuns = try arguments.int("--snapshot-runs", minimum: 1, maximum: 1000, in: spec) ?? 5
         let killRuns = try arguments.int("--kill-runs", minimum: 0, maximum: 100, in: spec) ?? 3
+        let contextSessions = try arguments.int("--store-sessions", minimum: 1, maximum: 100_000, in: spec) ?? 1000
+        let contextMessages = try arguments.int("--store-messages", minimum: 1, maximum: 10_000, in: spec) ?? 99
         let json = arguments.flag("--json")
 
         let supervisor = try Supervisor()
@@ -62,6 +68,8 @@ public enum BenchCommand: SkillbusCommand {
         let (skillbus, baseline) = try await bench.echo(bus: main.bus, baseline: frontend)
         let deduplication = try await bench.deduplicationCost(with: main, without: plain)
         let rounds = try await bench.rounds(bus: main.bus)
+        let contextFigures = try await bench.context(
+            main, sessions: contextSessions, messagesPerSession: contextMessages)
         let registry = try await bench.registry(
             main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
             killRuns: killRuns)
@@ -69,7 +77,7 @@ public enum BenchCommand: SkillbusCommand {
 
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
-            registry: registry)
+            registry: registry, context: contextFigures)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }
@@ -132,15 +140,17 @@ public enum BenchCommand: SkillbusCommand {
         }
     }
 
-    /// Asks the bus until `count` agents offer `skill`, for at most 30 s.
-    static func waitForProviders(bus: String, skill: String, count: Int, context: ZMQContext) async -> Bool {
+    /// Asks the bus until `count` agents offer `skill` (and `agent` among them, when named), for at most 30 s.
+    static func waitForProviders(
+        bus: String, skill: String, count: Int, agent: String? = nil, context: ZMQContext
+    ) async -> Bool {
         guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context) else { return false }
         defer { client.close() }
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
             if let catalog = try? await client.skills(timeout: .seconds(2)),
                 let entry = catalog.skills.first(where: { $0.descriptor.identifier == skill }),
-                entry.providers.count >= count
+                entry.providers.count >= count, agent.map({ name in entry.providers.contains { $0.agent == name } }) ?? true
             {
                 return true
             }

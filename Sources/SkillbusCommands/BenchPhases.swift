@@ -42,7 +42,8 @@ struct Bench {
             _ = supervisor.start(
                 name: "\(name)-worker-\(index)",
                 arguments: [
-                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo", "--capacity",
+                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get",
+                    "--capacity",
                     String(setup.capacity), "--log-level", "warning",
                     "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",
                 ], quiet: true)

@@ -50,6 +50,7 @@ struct BenchReport {
     var deduplication: Deduplication
     var rounds: Rounds
     var registry: RegistryFigures
+    var context: ContextFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -57,7 +58,7 @@ struct BenchReport {
     var failures: Int {
         levels.reduce(0) { $0 + (skillbus[$1]?.failed ?? 0) + (baseline[$1]?.failed ?? 0) }
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
-            + rounds.fanout.failed + rounds.plan.failed
+            + rounds.fanout.failed + rounds.plan.failed + context.failures
     }
 
     struct LevelRatios {
@@ -118,6 +119,7 @@ struct BenchReport {
                 "fanoutInvocationsVsSingleRatio": .number(rounds.fanoutInvocationsVsSingle),
                 "plan20Steps10Duplicates": rounds.plan.json, "planVsSingleP50Ratio": .number(rounds.planVsSingleP50),
             ],
+            "context": context.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -186,6 +188,8 @@ struct BenchReport {
             String(
                 format: "  coordinator memory (resident) %.0f MB with it, %.0f MB without", dedup.residentMB.with,
                 dedup.residentMB.without))
+        print("")
+        context.printText()
         print("")
         print("registry: \(registry.skills) skills over \(registry.agents) agents")
         print(

@@ -50,15 +50,31 @@ public struct LoadGenerator: Sendable {
 
     /// Skillbus requests for the `echo` skill with a text of `payloadBytes` bytes, each in a round of its own
     /// (a random round id: a reused one would be answered from the round's earlier outcome).
-    public static func skillbusEcho(payloadBytes: Int) -> LoadGenerator {
+    public static func skillbusEcho(payloadBytes: Int, session: String = "") -> LoadGenerator {
         let parameters = JSONValue.object(["text": .string(String(repeating: "x", count: payloadBytes))]).serialized()
-        return LoadGenerator(
+        return skillbus(session: session) { _ in ("echo", parameters) }
+    }
+
+    /// `memory.set` of a `payloadBytes` text, then `memory.get` of the same key, in turn (over 1,000 keys).
+    public static func skillbusMemory(payloadBytes: Int, session: String) -> LoadGenerator {
+        let value = JSONValue.string(String(repeating: "x", count: payloadBytes))
+        return skillbus(session: session) { id in
+            let key = JSONValue.string("k" + String(id / 2 % 1000))
+            return id % 2 == 0
+                ? ("memory.set", JSONValue.object(["key": key, "value": value]).serialized())
+                : ("memory.get", JSONValue.object(["key": key]).serialized())
+        }
+    }
+
+    /// REQUESTs of whatever skill and parameters `request` gives for each number, each in a round of its own.
+    static func skillbus(session: String, _ request: @escaping @Sendable (UInt64) -> (String, [UInt8])) -> LoadGenerator {
+        LoadGenerator(
             makeRequest: { id in
-                ClientMessage.invoke(
+                let (skill, parameters) = request(id)
+                return ClientMessage.invoke(
                     InvokeRequest(
                         requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        skill: "echo", timeoutMs: 15_000,
-                        parameters: parameters)
+                        sessionID: session, skill: skill, timeoutMs: 15_000, parameters: parameters)
                 ).encoded()
             },
             replyID: { message in

@@ -204,6 +204,16 @@ struct UpAndBenchTests {
                 #expect(deduplication?[figure]?[side]?.doubleValue != nil, "\(figure).\(side)")
             }
         }
+        let context = document["context"]
+        for series in ["echo", "echoInSession", "memorySetGet"] {
+            for level in ["inFlight1", "inFlight16"] {
+                #expect(context?[series]?[level]?["failed"] == 0, "context.\(series).\(level)")
+                #expect((context?[series]?[level]?["p50Ms"]?.doubleValue ?? 0) > 0, "context.\(series).\(level)")
+            }
+        }
+        let store = context?["store"]
+        #expect(store?["openMs"]?["runs"]?.arrayValue?.count == 3 && store?["history1000Ms"]?["median"] != nil)
+        #expect((store?["workerResidentMB"]?.doubleValue ?? 0) > 0 && (store?["emptyWorkerResidentMB"]?.doubleValue ?? 0) > 0)
         let rounds = document["rounds"]
         for key in ["singleInvocation", "fanout", "plan20Steps10Duplicates"] {
             #expect(rounds?[key]?["failed"] == 0, "rounds.\(key)")
@@ -229,7 +239,7 @@ struct UpAndBenchTests {
         let (code, output) = try await runSkillbus(
             [
                 "bench", "--workers", "1", "--requests", "10", "--registry-agents", "1", "--skills-per-agent", "1",
-                "--snapshot-runs", "1", "--kill-runs", "0", "--json",
+                "--snapshot-runs", "1", "--kill-runs", "0", "--store-sessions", "2", "--store-messages", "1", "--json",
             ], timeout: .seconds(120))
         #expect(code == 0, "\(output.suffix(20))")
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
@@ -245,7 +255,7 @@ struct UpAndBenchTests {
         let (code, output) = try await runSkillbus(
             [
                 "bench", "--workers", "1", "--requests", "200", "--registry-agents", "5", "--skills-per-agent", "20",
-                "--snapshot-runs", "2", "--kill-runs", "1", "--json",
+                "--snapshot-runs", "2", "--kill-runs", "1", "--store-sessions", "20", "--store-messages", "50", "--json",
             ], timeout: .seconds(120))
         #expect(code == 0)
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
