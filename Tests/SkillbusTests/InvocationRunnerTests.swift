@@ -142,7 +142,7 @@ struct InvocationRunnerTests {
 
     @Test("a cancelled skill ends as cancelled")
     func cancelled() async throws {
-        let started = FirstValue<Void>()
+        let started = OneShot<Void>()
         let waiting = ProbeSkill(identifier: "wait") { _, _ in
             started.offer(())
             try await Task.sleep(for: .seconds(3600))

@@ -101,7 +101,7 @@ struct ServiceGroupTests {
     @Test("a service that ignores cancellation is left behind after the grace period; the others stopped first")
     func gracePeriod() async throws {
         let journal = Journal()
-        let release = FirstValue<Void>()
+        let release = OneShot<Void>()
         let stubborn = Recorder(name: "a", journal: journal) { await release.value() }
         let group = ServiceGroup(
             services: [stubborn, Recorder(name: "b", journal: journal), Recorder(name: "c", journal: journal)],

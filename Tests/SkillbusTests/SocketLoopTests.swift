@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 
+@testable import Skillbus
 @testable import SkillbusZMQ
 
 @Suite("ZeroMQ layer")

@@ -68,7 +68,8 @@ public struct ServiceGroup: Sendable {
         var abandoned: [Int] = []
         for index in tasks.indices.reversed() {
             tasks[index].cancel()
-            if !(await Self.finishes(tasks[index], by: deadline)) {
+            let task = tasks[index]
+            if await withDeadline(deadline, { _ = await task.value }) == nil {
                 abandoned.insert(index, at: 0)
                 logger?.warning("\(type(of: services[index])) did not stop within \(gracePeriod); leaving it behind")
             }
@@ -77,63 +78,5 @@ public struct ServiceGroup: Sendable {
             if let error = await task.value, !(error is CancellationError) { throw error }
         }
         return Outcome(reason: reason, abandoned: abandoned)
-    }
-
-    /// Whether `task` ends before `deadline`. Waits even when the caller is cancelled (the shutdown runs
-    /// in a cancelled task when the group was cancelled): both waits are tasks of their own.
-    private static func finishes(_ task: Task<(any Error)?, Never>, by deadline: ContinuousClock.Instant) async -> Bool
-    {
-        let race = OneShot<Bool>()
-        let waiter = Task {
-            _ = await task.value
-            race.offer(true)
-        }
-        let timer = Task {
-            try? await Task.sleep(until: deadline)
-            race.offer(false)
-        }
-        let finished = await race.value()
-        timer.cancel()
-        if !finished { waiter.cancel() }
-        return finished
-    }
-}
-
-/// Holds the first value offered; later offers are ignored. One task awaits it.
-final class OneShot<Value: Sendable>: Sendable {
-    private enum State {
-        case empty
-        case waiting(CheckedContinuation<Value, Never>)
-        case done(Value)
-    }
-
-    private let state = Mutex(State.empty)
-
-    func offer(_ value: Value) {
-        let waiter = state.withLock { state -> CheckedContinuation<Value, Never>? in
-            switch state {
-            case .done: return nil
-            case .empty:
-                state = .done(value)
-                return nil
-            case .waiting(let waiter):
-                state = .done(value)
-                return waiter
-            }
-        }
-        waiter?.resume(returning: value)
-    }
-
-    /// The first value offered, as soon as there is one. Not ended by cancellation: whoever needs that
-    /// offers a value from a cancellation handler.
-    func value() async -> Value {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> Value? in
-                if case .done(let value) = state { return value }
-                state = .waiting(continuation)
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
     }
 }
