@@ -110,13 +110,31 @@ public enum HistoryCommand: SkillbusCommand {
             coordinatorOption, ContextQuery.timeoutOption,
         ])
 
+    /// The history from the named agent, or from the agent the bus last sent the session to; when the bus
+    /// knows of none (it restarted since, say), from the first live agent that holds it.
+    static func find(
+        _ session: String, _ client: SkillbusClient, agent: String?, _ timeout: Duration
+    ) async throws(SkillbusError) -> (agent: String, answer: JSONValue) {
+        do {
+            return try await client.query(.history(session: session), agent: agent ?? "", timeout: timeout)
+        } catch where error.code == .unknownSession && agent == nil {
+            for candidate in try await ContextQuery.liveAgents(client, timeout: timeout) {
+                if let found = try? await client.query(.history(session: session), agent: candidate, timeout: timeout) {
+                    return found
+                }
+            }
+            throw SkillbusError(
+                .unknownSession, "no live agent holds session '\(session.prefix(128))'",
+                details: ["session": .string(session)])
+        }
+    }
+
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         guard arguments.positionals.count == 1, let session = arguments.positionals.first else {
             throw UsageError(spec, "give exactly one session id")
         }
         return try await ContextQuery.run(arguments, spec) { client, timeout throws(SkillbusError) in
-            let (agent, answer) = try await client.query(
-                .history(session: session), agent: arguments.value("--agent") ?? "", timeout: timeout)
+            let (agent, answer) = try await Self.find(session, client, agent: arguments.value("--agent"), timeout)
             if arguments.flag("--json") {
                 var object = answer.objectValue ?? [:]
                 object["agent"] = .string(agent)

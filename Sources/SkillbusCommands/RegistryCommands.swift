@@ -126,7 +126,7 @@ public enum AgentsCommand: SkillbusCommand {
         let nameWidth = max(5, agents.map { $0["agent"]?.stringValue?.count ?? 0 }.max() ?? 0)
         lines.append(
             "AGENT".padding(toLength: nameWidth, withPad: " ", startingAt: 0)
-                + "  STATE                 LOAD     HEARTBEAT  REPLICA     SKILLS")
+                + "  STATE                 LOAD     HEARTBEAT  REPLICA     SESSIONS  SKILLS")
         for agent in agents {
             var state = agent["state"]?["state"]?.stringValue ?? "?"
             if let skill = agent["state"]?["skill"]?.stringValue { state += "(\(skill))" }
@@ -137,12 +137,16 @@ public enum AgentsCommand: SkillbusCommand {
                 replica = "seq \(seq) " + (agent["registryInSync"]?.boolValue == true ? "ok" : "behind")
             }
             let skills = agent["skills"]?.arrayValue?.compactMap(\.stringValue).joined(separator: ", ") ?? ""
+            // A store that cannot write is worth a look: say so beside the count.
+            var sessions = agent["sessions"]?.intValue.map(String.init) ?? "-"
+            if agent["storage"]?["code"] != nil { sessions += " (no writes)" }
             lines.append(
                 (agent["agent"]?.stringValue ?? "?").padding(toLength: nameWidth, withPad: " ", startingAt: 0) + "  "
                     + state.padding(toLength: 22, withPad: " ", startingAt: 0)
                     + load.padding(toLength: 9, withPad: " ", startingAt: 0)
                     + age.padding(toLength: 11, withPad: " ", startingAt: 0)
-                    + replica.padding(toLength: 12, withPad: " ", startingAt: 0) + skills)
+                    + replica.padding(toLength: 12, withPad: " ", startingAt: 0)
+                    + sessions.padding(toLength: 10, withPad: " ", startingAt: 0) + skills)
         }
         return lines.joined(separator: "\n")
     }

@@ -87,6 +87,9 @@ struct UpAndBenchTests {
 
         let (second, secondBus) = try await startUp()
         defer { second.signal(SIGKILL) }
+        // The new bus knows nothing of s1 yet: history finds the agent that holds it by asking.
+        let (earlyCode, early) = try await runSkillbus(["history", "s1", "--coordinator", secondBus])
+        #expect(earlyCode == 0 && early.contains { $0.contains("session s1 on alpha: 2 message(s)") })
         let (code, output) = try await runSkillbus(
             ["send", "memory.get", "key=colour", "--session", "s1", "--coordinator", secondBus, "--json"])
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
