@@ -141,6 +141,23 @@ struct ContextTests {
         #expect(try await cluster.sendJSON(["echo", "text=still here"]).code == 0)
     }
 
+    @Test("a data directory whose database is no SQLite file is refused with what to do, and left as it was")
+    func corruptStore() async throws {
+        let directory = temporaryDirectory("corrupt")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let garbage = Data("this is not a database, but it is somebody's file\n".utf8)
+        try garbage.write(to: URL(fileURLWithPath: directory + "/context.sqlite"))
+        let worker = try SkillbusProcess(
+            ["worker", "--name", "careful", "--coordinator", "tcp://127.0.0.1:1", "--data-dir", directory],
+            name: "careful")
+        #expect(try await worker.waitForExit() == 1)
+        await worker.waitForOutputEnd()
+        let said = worker.output.joined(separator: "\n")
+        #expect(said.contains("store_refused") && said.contains("move"), "\(said)")
+        #expect(FileManager.default.contents(atPath: directory + "/context.sqlite") == garbage)
+    }
+
     @Test("a session stays on the agent that holds it, and a second agent's memory is its own")
     func sessionAffinity() async throws {
         let cluster = try await TestCluster()
