@@ -29,12 +29,6 @@ public final class SignalWatcher: @unchecked Sendable {
             return source
         }
     }
-
-    /// Waits for the first signal.
-    public func next() async -> Int32? {
-        for await number in signals { return number }
-        return nil
-    }
 }
 
 /// A service made of a closure: a command's own loop (printing the feed, reloading on SIGHUP).

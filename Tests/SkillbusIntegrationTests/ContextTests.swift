@@ -162,8 +162,10 @@ struct ContextTests {
     func sessionAffinity() async throws {
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
-        for name in ["left", "right"] {
-            _ = try await start(cluster, name, ["--skills", Self.memorySkills, "--data-dir", temporaryDirectory(name)])
+        let directories = ["left", "right"].map { ($0, temporaryDirectory($0)) }
+        defer { for (_, directory) in directories { try? FileManager.default.removeItem(atPath: directory) } }
+        for (name, directory) in directories {
+            _ = try await start(cluster, name, ["--skills", Self.memorySkills, "--data-dir", directory])
         }
         let (_, set) = try await cluster.sendJSON(["memory.set", "key=k", "value=v", "--session", "sticky"])
         let holder = try #require(set["agent"]?.stringValue)
