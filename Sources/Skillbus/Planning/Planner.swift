@@ -1,0 +1,46 @@
+/// Decides an agent's turn one step at a time: call a skill (and see its result), or reply. The agent
+/// loop asks it again after every skill call until it replies or the turn runs out of steps. A Swift
+/// program embedding the library can bring its own; `RulesPlanner` needs nothing outside the process.
+public protocol Planner: Sendable {
+    func next(_ input: PlannerInput) async throws -> PlannerDecision
+}
+
+/// What a planner sees when it decides the next step of a turn.
+public struct PlannerInput: Sendable {
+    /// The user's message that started the turn.
+    public var message: String
+    /// The session before this turn, oldest first.
+    public var history: [SessionMessage]
+    /// This turn's skill calls so far, in order, with how each ended.
+    public var steps: [PlannerStep]
+    /// The skills the registry offers now.
+    public var skills: [SkillDescriptor]
+
+    public init(message: String, history: [SessionMessage] = [], steps: [PlannerStep] = [], skills: [SkillDescriptor]) {
+        self.message = message
+        self.history = history
+        self.steps = steps
+        self.skills = skills
+    }
+}
+
+/// One skill call of a turn and its outcome: the result form, or the error (for a choice the loop refused
+/// before it ran, such as invalid parameters, the error says so and the planner may choose again).
+public struct PlannerStep: Sendable, Equatable {
+    public var skill: String
+    public var parameters: [String: JSONValue]
+    public var outcome: Result<SkillResult, SkillbusError>
+
+    public init(skill: String, parameters: [String: JSONValue], outcome: Result<SkillResult, SkillbusError>) {
+        self.skill = skill
+        self.parameters = parameters
+        self.outcome = outcome
+    }
+}
+
+public enum PlannerDecision: Sendable, Equatable {
+    /// Run this skill with these parameters next.
+    case call(skill: String, parameters: [String: JSONValue])
+    /// The turn's answer to the user.
+    case reply(String)
+}

@@ -1,0 +1,166 @@
+import Foundation
+
+/// The planner that needs nothing outside the process: intents from configuration. Each rule is a regular
+/// expression with named groups, the skill to call with a parameter template that uses the groups, and a
+/// reply template that uses the result. Every rule whose expression matches the message fires, in the
+/// order given, one skill call each; then the replies of the rules that fired make the answer. A message
+/// no rule matches is answered with what the agent can do.
+public struct RulesPlanner: Planner {
+    public struct Rule: Sendable {
+        /// The regular expression, matched anywhere in the message, ignoring case.
+        public let intent: String
+        public let skill: String
+        /// A JSON object whose strings may hold `{group}`: each is replaced by that group's text.
+        public let parameters: [String: JSONValue]
+        /// `{group}`, `{result}` (the result for people), `{result.KEY.KEY}` (a field of a JSON result) and
+        /// `{error}` (the message, when the call failed).
+        public let reply: String
+        /// A message this rule answers, for the list of what the agent can do.
+        public let example: String?
+        private let expression: Expression
+
+        public init(
+            intent: String, skill: String, parameters: [String: JSONValue] = [:], reply: String,
+            example: String? = nil
+        ) throws(SkillbusError) {
+            do {
+                expression = Expression(try NSRegularExpression(pattern: intent, options: [.caseInsensitive]))
+            } catch {
+                throw SkillbusError(.invalidConfiguration, "intent '\(intent)' is not a regular expression: \(error)")
+            }
+            let groups = Self.groupNames(in: intent)
+            for name in Self.placeholders(in: .object(parameters)) where !groups.contains(name) {
+                throw SkillbusError(
+                    .invalidConfiguration,
+                    "the parameters of the rule for '\(skill)' use {\(name)}, which intent '\(intent)' has no group for")
+            }
+            self.intent = intent
+            self.skill = skill
+            self.parameters = parameters
+            self.reply = reply
+            self.example = example
+        }
+
+        /// The named groups' texts when the rule fires on `message`; nil when it does not.
+        func match(_ message: String) -> [String: String]? {
+            let range = NSRange(message.startIndex..., in: message)
+            guard let found = expression.value.firstMatch(in: message, range: range) else { return nil }
+            var groups: [String: String] = [:]
+            for name in Self.groupNames(in: intent) {
+                let group = found.range(withName: name)
+                if group.location != NSNotFound, let bounds = Range(group, in: message) {
+                    groups[name] = String(message[bounds])
+                }
+            }
+            return groups
+        }
+
+        static func groupNames(in pattern: String) -> Set<String> {
+            Set(
+                pattern.components(separatedBy: "(?<").dropFirst().compactMap { rest in
+                    let name = rest.prefix { $0.isLetter || $0.isNumber || $0 == "_" }
+                    return rest.dropFirst(name.count).first == ">" && !name.isEmpty ? String(name) : nil
+                })
+        }
+
+        static func placeholders(in value: JSONValue) -> [String] {
+            switch value {
+            case .string(let text): Template(text).names
+            case .array(let items): items.flatMap(placeholders)
+            case .object(let fields): fields.values.flatMap(placeholders)
+            default: []
+            }
+        }
+    }
+
+    /// NSRegularExpression is immutable and safe to use from any thread once made.
+    private struct Expression: @unchecked Sendable {
+        let value: NSRegularExpression
+        init(_ value: NSRegularExpression) { self.value = value }
+    }
+
+    public var rules: [Rule]
+
+    public init(rules: [Rule]) { self.rules = rules }
+
+    public func next(_ input: PlannerInput) async throws -> PlannerDecision {
+        let fired = rules.compactMap { rule in rule.match(input.message).map { (rule, $0) } }
+        guard !fired.isEmpty else { return .reply(capabilities) }
+        if input.steps.count < fired.count {
+            let (rule, groups) = fired[input.steps.count]
+            return .call(skill: rule.skill, parameters: Self.fill(.object(rule.parameters), groups).objectValue ?? [:])
+        }
+        let replies = zip(fired, input.steps).map { fired, step in Self.reply(fired.0.reply, fired.1, step.outcome) }
+        return .reply(replies.joined(separator: "\n"))
+    }
+
+    /// The answer to a message no rule understood.
+    var capabilities: String {
+        let examples = rules.map { rule in rule.example.map { "\"\($0)\" (\(rule.skill))" } ?? rule.skill }
+        guard !examples.isEmpty else { return "I did not understand that, and I know no intents." }
+        return "I did not understand that. I can answer: " + examples.joined(separator: ", ") + "."
+    }
+
+    static func fill(_ template: JSONValue, _ groups: [String: String]) -> JSONValue {
+        switch template {
+        case .string(let text): .string(Template(text).fill { groups[$0] })
+        case .array(let items): .array(items.map { fill($0, groups) })
+        case .object(let fields): .object(fields.mapValues { fill($0, groups) })
+        default: template
+        }
+    }
+
+    static func reply(
+        _ template: String, _ groups: [String: String], _ outcome: Result<SkillResult, SkillbusError>
+    ) -> String {
+        Template(template).fill { name in
+            if let group = groups[name] { return group }
+            switch (name, outcome) {
+            case ("error", .failure(let error)): return error.message
+            case ("result", .success(let result)): return result.humanReadable
+            case (_, .success(.json(let value))) where name.hasPrefix("result."):
+                let field = name.dropFirst("result.".count).split(separator: ".").reduce(value as JSONValue?) {
+                    $0?[String($1)]
+                }
+                return field.map { $0.stringValue ?? $0.jsonString }
+            case (_, .failure(let error)) where name.hasPrefix("result"):
+                return "(\(error.code): \(error.message))"
+            default: return nil
+            }
+        }
+    }
+}
+
+/// A text with `{name}` placeholders.
+struct Template {
+    let text: String
+
+    init(_ text: String) { self.text = text }
+
+    var names: [String] { parts.compactMap { if case .placeholder(let name) = $0 { name } else { nil } } }
+
+    /// The text with each placeholder replaced by its value; one without a value stays as written.
+    func fill(_ value: (String) -> String?) -> String {
+        parts.map { part in
+            switch part {
+            case .text(let text): text
+            case .placeholder(let name): value(name) ?? "{\(name)}"
+            }
+        }.joined()
+    }
+
+    private enum Part { case text(String), placeholder(String) }
+
+    private var parts: [Part] {
+        var parts: [Part] = []
+        var rest = Substring(text)
+        while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
+            parts.append(.text(String(rest[..<open])))
+            let name = rest[rest.index(after: open)..<close]
+            parts.append(name.isEmpty || name.contains("{") ? .text(String(rest[open...close])) : .placeholder(String(name)))
+            rest = rest[rest.index(after: close)...]
+        }
+        parts.append(.text(String(rest)))
+        return parts
+    }
+}
