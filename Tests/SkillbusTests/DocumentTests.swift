@@ -148,3 +148,22 @@ extension DocumentTests {
         }
     }
 }
+
+extension DocumentTests {
+    @Test("the bus's quick check of a text result agrees with the full reader, on every kind of string")
+    func quickTextCheck() {
+        let pieces = ["a", "é", "\\\"", "\\\\", "\\n", "\\u0041", "\\ud800", "\"", "\\", "\\x", "\u{01}", "日本", " "]
+        var generator = SystemRandomNumberGenerator()
+        var texts = pieces.map { [$0] }
+        for _ in 0..<3000 { texts.append((0..<Int.random(in: 0...6, using: &generator)).map { _ in pieces.randomElement()! }) }
+        for parts in texts {
+            let payload = Array(#"{"text":""#.utf8) + Array(parts.joined().utf8) + Array(#"","type":"text"}"#.utf8)
+            let full = (try? JSONValue(parsing: payload)).flatMap { try? SkillResult(json: $0) }
+            // Quick says yes only where the full reader does; the full check itself is the same answer either way.
+            if SkillResult.isWellFormedText(payload) { #expect(full != nil, "\(parts)") }
+            #expect((SkillResult.problem(in: payload) == nil) == (full != nil), "\(parts)")
+        }
+        #expect(SkillResult.isWellFormedText(SkillResult.text("plain \"quoted\" \\ text\n日本").serialized()))
+        #expect(!SkillResult.isWellFormedText(Array([0x7B, 0x22, 0x74, 0x65, 0x78, 0x74, 0x22, 0x3A, 0x22, 0xFF] + Array(#"","type":"text"}"#.utf8))))
+    }
+}

@@ -88,12 +88,45 @@ public enum SkillResult: Sendable, Equatable {
 
     /// Why `payload` is no result form, or nil when it is one (what the bus checks in an `ok` RESULT).
     static func problem(in payload: [UInt8]) -> String? {
+        // The common case, a text result as `serialized()` writes it, needs no JSON value built.
+        if isWellFormedText(payload) { return nil }
         do {
             if case .failure(let problem) = parse(try JSONValue(parsing: payload)) { return problem.reason }
             return nil
         } catch {
             return "not JSON (\(error))"
         }
+    }
+
+    private static let textHead = Array(#"{"text":""#.utf8)
+    private static let textTail = Array(#"","type":"text"}"#.utf8)
+    /// What may follow a backslash, `u` aside.
+    private static let simpleEscapes = Array(#""\/bfnrt"#.utf8)
+
+    /// Whether `payload` is exactly `{"text":"…","type":"text"}` around a string the strict reader takes:
+    /// no raw quote or control character, only valid escapes, valid UTF-8. False means "look closer", not
+    /// "invalid": anything else (a `\u` escape, other key orders, spaces) goes through the full reader.
+    static func isWellFormedText(_ payload: [UInt8]) -> Bool {
+        let (head, tail) = (textHead, textTail)
+        guard payload.count >= head.count + tail.count, payload.starts(with: head),
+            payload.suffix(tail.count).elementsEqual(tail)
+        else { return false }
+        let body = payload[head.count..<(payload.count - tail.count)]
+        var ascii = true
+        var index = body.startIndex
+        while index < body.endIndex {
+            let byte = body[index]
+            if byte == UInt8(ascii: "\\") {
+                let next = body.index(after: index)
+                guard next < body.endIndex, simpleEscapes.contains(body[next]) else { return false }
+                index = body.index(after: next)
+                continue
+            }
+            if byte == UInt8(ascii: "\"") || byte < 0x20 { return false }
+            if byte >= 0x80 { ascii = false }
+            index = body.index(after: index)
+        }
+        return ascii || String(validating: body, as: UTF8.self) != nil
     }
 
     struct Problem: Error, CustomStringConvertible {
