@@ -183,7 +183,11 @@ final class Child: Sendable {
         process.environment = environment
         process.terminationHandler = { [weak self] process in self?.exited(process) }
         do {
-            try LineReader.run(process, name: "skillbus-up-\(name)") { [weak self] line in self?.forward(line) }
+            try LineReader.run(process, name: "skillbus-up-\(name)") { [weak self] line in
+                self?.forward(line)
+            } onEnd: { [weak self] in
+                self?.outputEnded()
+            }
         } catch {
             emit("could not start: \(error)")
             return
@@ -245,22 +249,27 @@ final class Child: Sendable {
         }
     }
 
+    /// The child's output ended (it exited). Whoever waits for a ready line that never came learns now: a
+    /// bad config or a port in use is not cured by a restart. Not at the exit itself: the child's last
+    /// lines, which say why, may still be on their way through the pipes.
+    private func outputEnded() {
+        let readyWaiters = state.withLock { state in
+            defer { state.readyWaiters = [] }
+            return state.readyWaiters
+        }
+        for waiter in readyWaiters { waiter.resume(returning: nil) }
+    }
+
     private func exited(_ process: Process) {
-        let (stopping, delay, waiters, readyWaiters) = state.withLock { state in
+        let (stopping, delay, waiters) = state.withLock { state in
             state.process = nil
             if Date().timeIntervalSince(state.startedAt) > 30 { state.restartDelay = 0.5 }
             let delay = state.restartDelay
             if !state.stopping { state.restartDelay = min(state.restartDelay * 2, 30) }
-            defer {
-                state.exitWaiters = []
-                state.readyWaiters = []
-            }
-            return (state.stopping, delay, state.exitWaiters, state.readyWaiters)
+            defer { state.exitWaiters = [] }
+            return (state.stopping, delay, state.exitWaiters)
         }
         for waiter in waiters { waiter.resume() }
-        // Whoever waits for a ready line that never came learns at once: a bad config or a port in use
-        // is not cured by a restart.
-        for waiter in readyWaiters { waiter.resume(returning: nil) }
         let how =
             process.terminationReason == .uncaughtSignal
             ? "killed by signal \(process.terminationStatus)" : "exited with status \(process.terminationStatus)"
