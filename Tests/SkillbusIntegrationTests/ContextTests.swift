@@ -14,7 +14,7 @@ struct ContextTests {
         NSTemporaryDirectory() + "skillbus-context-\(label)-\(UUID().uuidString.prefix(8))"
     }
 
-    /// A worker config file: the flush window is only set there.
+    /// A worker config file beside `dataDir`, named after it and the flush window (which only a config sets).
     func workerConfig(name: String, dataDir: String, flushIntervalMs: Int, extra: JSONValue = [:]) throws -> String {
         var object: [String: JSONValue] = [
             "version": 1, "name": .string(name), "dataDir": .string(dataDir),
@@ -22,7 +22,7 @@ struct ContextTests {
             "skills": .array(Self.memorySkills.split(separator: ",").map { .string(String($0)) }),
         ]
         for (key, value) in extra.objectValue ?? [:] { object[key] = value }
-        let path = NSTemporaryDirectory() + "skillbus-context-\(name)-\(UUID().uuidString.prefix(8)).json"
+        let path = dataDir + "-\(flushIntervalMs).json"
         try Data(JSONValue.object(object).serialized()).write(to: URL(fileURLWithPath: path))
         return path
     }
@@ -102,7 +102,10 @@ struct ContextTests {
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
         let directory = temporaryDirectory("kill")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            for window in [50, 60_000] { try? FileManager.default.removeItem(atPath: directory + "-\(window).json") }
+        }
         let quick = try workerConfig(name: "crasher", dataDir: directory, flushIntervalMs: 50)
         let first = try await start(cluster, "crasher", ["--config", quick])
         #expect(try await cluster.sendJSON(["memory.set", "key=old", "value:=1"]).code == 0)
@@ -188,7 +191,10 @@ struct ContextTests {
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
         let directory = temporaryDirectory("bad")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        defer {
+            try? FileManager.default.removeItem(atPath: directory)
+            try? FileManager.default.removeItem(atPath: directory + "-300.json")
+        }
         let config = try workerConfig(
             name: "strict", dataDir: directory, flushIntervalMs: 300, extra: ["maxMemoryValueBytes": 64])
         _ = try await start(cluster, "strict", ["--config", config])
