@@ -189,3 +189,69 @@ public enum MemoryCommand: SkillbusCommand {
         }
     }
 }
+
+/// `skillbus ask`
+public enum AskCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "ask",
+        abstract: "Ask an agent: its planner decides which skills to call, and it answers.",
+        discussion: """
+            Sends MESSAGE for a turn: to the named agent, else the agent that holds the session, else the least
+            loaded agent with a planner. Prints the reply; on standard error each skill call of the turn and the
+            states it went through. --json prints the turn document (PROTOCOL §5.18). Exit codes as for send.
+
+            EXAMPLE: skillbus ask "what is (1+2)*3" --session s1
+            """,
+        positionals: "MESSAGE",
+        options: [
+            OptionSpec("--agent", value: "NAME", help: "The agent to ask."),
+            OptionSpec("--session", value: "ID", help: "The session the turn belongs to (default: none)."),
+            OptionSpec("--json", help: "Print the turn document as JSON."),
+            coordinatorOption,
+            OptionSpec("--timeout", value: "SECONDS", help: "How long the whole turn may take (default 30)."),
+        ])
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        guard !arguments.positionals.isEmpty else { throw UsageError(spec, "give the message to ask") }
+        let message = arguments.positionals.joined(separator: " ")
+        let session = arguments.value("--session") ?? ""
+        guard session.utf8.count <= Wire.maxSessionIDBytes else {
+            throw UsageError(spec, "option '--session': at most \(Wire.maxSessionIDBytes) bytes")
+        }
+        let endpoint = try Defaults.bus(arguments, spec)
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 30
+        let client = try await SkillbusClient.connect(endpoint: endpoint, context: try ZMQContext())
+        defer { client.close() }
+        let json = arguments.flag("--json")
+        do throws(SkillbusError) {
+            let (agent, document) = try await client.ask(
+                message, agent: arguments.value("--agent") ?? "", sessionID: session, timeout: .seconds(timeout))
+            if json { print(document.jsonString) } else { render(document, agent: agent) }
+            return 0
+        } catch {
+            // A turn that failed carries its document in the error's details.
+            let document = error.details?["turn"] != nil ? error.details : nil
+            if json {
+                print((document ?? error.json).jsonString)
+            } else if let document {
+                render(document, agent: document["agent"]?.stringValue ?? "")
+            }
+            printError("error: \(error.code): \(error.message)")
+            return SendCommand.exitCode(for: error.code)
+        }
+    }
+
+    /// The calls and states on standard error, the reply on standard output.
+    static func render(_ document: JSONValue, agent: String) {
+        for call in document["calls"]?.arrayValue ?? [] {
+            let ok = call["status"] == "ok"
+            let outcome = ok ? (call["result"] ?? .null).jsonString : call["error"]?["message"]?.stringValue ?? "?"
+            printError(
+                "\(ok ? "✓" : "✗") \(call["skill"]?.stringValue ?? "?") \((call["parameters"] ?? [:]).jsonString.prefix(80))"
+                    + " → \(outcome.prefix(120))")
+        }
+        let states = (document["states"]?.arrayValue ?? []).compactMap { $0["state"]?.stringValue }
+        printError("\(agent): " + states.joined(separator: " → "))
+        if let reply = document["reply"]?.stringValue { print(reply) }
+    }
+}

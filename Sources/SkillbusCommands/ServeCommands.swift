@@ -144,7 +144,8 @@ public enum WorkerCommand: SkillbusCommand {
                     name: configuration.name, coordinator: configuration.coordinator,
                     capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
                     maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
-                    dataDirectory: dataDirectory, store: storeOptions),
+                    dataDirectory: dataDirectory, store: storeOptions,
+                    planner: try configuration.planner.map(RulesPlanner.init(json:))),
                 skills: skills, context: context, logger: logger)
         } catch {
             printError("error: agent '\(configuration.name)' cannot start: \(error)")

@@ -357,6 +357,7 @@ extension WorkerConfiguration {
         ]
         if let sandbox { object["sandbox"] = .string(sandbox) }
         if let dataDir { object["dataDir"] = .string(dataDir) }
+        if let planner { object["planner"] = planner }
         if let feed { object["feed"] = .string(feed) }
         return .object(object)
     }

@@ -21,12 +21,17 @@ public final class AgentWorker: Sendable {
         /// Where the agent keeps its context (sessions, history, memory); nil keeps none.
         public var dataDirectory: String?
         public var store: AgentStore.Options
+        /// Decides the agent's turns (ASK); nil: the agent takes none.
+        public var planner: (any Planner)?
+        /// Skill calls a turn may make before it fails.
+        public var turnStepLimit = 8
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
             maxMessageBytes: Int = 1 << 20, feed: String? = nil, dataDirectory: String? = nil,
-            store: AgentStore.Options = AgentStore.Options()
+            store: AgentStore.Options = AgentStore.Options(), planner: (any Planner)? = nil
         ) {
+            self.planner = planner
             self.name = name
             self.coordinator = coordinator
             self.feed = feed
@@ -53,6 +58,8 @@ public final class AgentWorker: Sendable {
         var skills: [String: any AgentSkill]
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
+        /// Turns being taken, by turn id; cancelled at stop like invocations.
+        var turns: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
         /// so a burst of quick invocations costs one state message, not two per invocation. Nil after a
         /// WELCOME: a registration resets the coordinator's view to idle, so the current state goes again.
@@ -160,7 +167,8 @@ public final class AgentWorker: Sendable {
     private func registration(of skills: [String: any AgentSkill]) -> Registration {
         Registration(
             name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
-            skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier })
+            skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier },
+            planner: options.planner != nil)
     }
 
     private func skillsMessage(_ skills: [String: any AgentSkill]) -> Multipart {
@@ -220,7 +228,7 @@ public final class AgentWorker: Sendable {
                 let orphans = state.withLock { state in
                     state.registered = false
                     state.retryDelayMs = 1000
-                    return Array(state.running.values)
+                    return Array(state.running.values) + Array(state.turns.values)
                 }
                 for task in orphans { task.cancel() }
                 registered = false
@@ -241,7 +249,7 @@ public final class AgentWorker: Sendable {
         let tasks = state.withLock { state -> [Task<Void, Never>]? in
             guard !state.stopping else { return nil }
             state.stopping = true
-            return Array(state.running.values)
+            return Array(state.running.values) + Array(state.turns.values)
         }
         guard let tasks else { return }
         for task in tasks { task.cancel() }
@@ -311,6 +319,8 @@ public final class AgentWorker: Sendable {
             } else {
                 logger.warning("coordinator: \(error)")
             }
+        case .turn(let turn):
+            startTurn(turn)
         case .query(let queryID, let query):
             // A history is read from disk: off the socket's thread.
             Task { self.socket.send(WorkerMessage.answer(queryID: queryID, await self.answer(query)).encoded()) }

@@ -226,6 +226,24 @@ public final class SkillbusClient: Sendable {
         }
     }
 
+    /// Asks an agent to take a turn: it answers `message`, calling skills as its planner decides, in round
+    /// `roundID`. `agent` empty: the session's agent, else the least loaded agent with a planner. Returns
+    /// the agent and its turn document; throws the error the turn (or the bus) ended with.
+    public func ask(
+        _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
+        timeout: Duration = .seconds(30)
+    ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
+        let requestID = makeRequestID()
+        let request = AskRequest(
+            requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
+            timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message)
+        switch try await exchange(.ask(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
+        case .turn(_, let agent, .ok(let document)): return (agent, document)
+        case .turn(_, _, .error(let error)), .error(_, let error): throw error
+        default: throw unreachable(after: timeout + .seconds(1))
+        }
+    }
+
     /// The bus's catalog: every skill on offer with its schema and providers.
     public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> SkillCatalog {
         let requestID = makeRequestID()
@@ -302,7 +320,8 @@ public final class SkillbusClient: Sendable {
         let requestID: String
         switch decoded {
         case .reply(let reply): requestID = reply.requestID
-        case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _), .answer(let id, _, _):
+        case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _), .answer(let id, _, _),
+            .turn(let id, _, _):
             requestID = id
         case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
         case .entry(let id, let entry):

@@ -127,6 +127,8 @@ final class CoordinatorLoop {
                     perform(state.handleRound(request, from: peer, now: now))
                 case .query(let request):
                     perform(state.handleQuery(request, from: peer, now: now))
+                case .ask(let request):
+                    perform(state.handleAsk(request, from: peer, now: now))
                 case .listAgents(let requestID):
                     let listing = state.agentsListing(now: now)
                     send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())

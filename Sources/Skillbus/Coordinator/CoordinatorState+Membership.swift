@@ -129,6 +129,9 @@ extension CoordinatorState {
         actions += failQueries(queries.removeAll(of: peer)) {
             SkillbusError(.agentLost, "agent '\($0.agent)' left (\(reason)) before it answered the query")
         }
+        actions += failTurns(turns.removeAll(of: peer)) {
+            SkillbusError(.agentLost, "agent '\($0.agent)' left (\(reason)) before it ended the turn")
+        }
         return actions
     }
 

@@ -70,7 +70,9 @@ public struct CoordinatorState: Sendable {
     /// The agent each session went to last: its later invocations go there too.
     var affinity: SessionAffinity
     /// QUERYs waiting for their worker's ANSWER.
-    var queries = PendingQueries()
+    var queries = PendingQueries(prefix: "q")
+    /// Turns waiting for their agent's TURNEND.
+    var turns = PendingQueries(prefix: "t")
     var lastHeartbeatSent: UInt64 = 0
 
     /// Longest heartbeat interval a worker may announce (one hour).
@@ -179,6 +181,10 @@ public struct CoordinatorState: Sendable {
             return relayAnswer(queryID, answer, from: peer)
         case .context(let status):
             return noteContext(status, from: peer)
+        case .turnState(let state, let turn):
+            return noteTurnState(state, turn, from: peer)
+        case .turnEnd(let turnID, let answer):
+            return relayTurnEnd(turnID, answer, from: peer)
         }
     }
 
@@ -225,6 +231,9 @@ public struct CoordinatorState: Sendable {
         }
         actions += failQueries(queries.removeExpired(now: now)) {
             SkillbusError(.timeout, "agent '\($0.agent)' did not answer the query in time")
+        }
+        actions += failTurns(turns.removeExpired(now: now)) {
+            SkillbusError(.timeout, "agent '\($0.agent)' did not end the turn in time")
         }
         for (skill, request) in waiting.removeExpiredBySkill(now: now) {
             let error = SkillbusError(

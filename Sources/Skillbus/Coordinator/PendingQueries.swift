@@ -1,5 +1,5 @@
-/// QUERYs forwarded to workers and not yet answered, by the bus's query id. Each waits for one worker
-/// until its deadline.
+/// QUERYs (or turns) forwarded to workers and not yet answered, by the id the bus gave them. Each waits
+/// for one worker until its deadline.
 struct PendingQueries: Sendable {
     struct Entry: Sendable {
         let client: PeerID
@@ -11,13 +11,17 @@ struct PendingQueries: Sendable {
 
     private var entries: [String: Entry] = [:]
     private var lastNumber: UInt64 = 0
+    /// What the ids start with: `q` for queries, `t` for turns.
+    let prefix: String
+
+    init(prefix: String) { self.prefix = prefix }
 
     var count: Int { entries.count }
 
     /// Records a query on its way to `worker`; returns the id the worker must answer to.
     mutating func add(_ entry: Entry) -> String {
         lastNumber &+= 1
-        let queryID = "q" + String(lastNumber)
+        let queryID = prefix + String(lastNumber)
         entries[queryID] = entry
         return queryID
     }

@@ -83,6 +83,38 @@ public struct RulesPlanner: Planner {
 
     public init(rules: [Rule]) { self.rules = rules }
 
+    /// From configuration: `{"rules": [{"intent", "skill", "params", "reply", "example"}, …]}` (`params` and
+    /// `example` may be left out). An error names the rule and the key.
+    public init(json: JSONValue) throws(SkillbusError) {
+        guard let list = json["rules"]?.arrayValue, json.objectValue?.count == 1 else {
+            throw SkillbusError(.invalidConfiguration, "a rules planner is {\"rules\": [rule, …]}")
+        }
+        var rules: [Rule] = []
+        for (index, item) in list.enumerated() {
+            func problem(_ message: String) -> SkillbusError {
+                SkillbusError(.invalidConfiguration, "rules[\(index)]: \(message)")
+            }
+            let known: Set<String> = ["intent", "skill", "params", "reply", "example"]
+            guard let fields = item.objectValue else { throw problem("expected an object") }
+            if let unknown = fields.keys.sorted().first(where: { !known.contains($0) }) {
+                throw problem("unknown key '\(unknown)' (known: example, intent, params, reply, skill)")
+            }
+            guard let intent = fields["intent"]?.stringValue, let skill = fields["skill"]?.stringValue,
+                let reply = fields["reply"]?.stringValue
+            else { throw problem("'intent', 'skill' and 'reply' are strings, and required") }
+            guard let parameters = (fields["params"] ?? [:]).objectValue else { throw problem("'params' must be an object") }
+            do throws(SkillbusError) {
+                rules.append(
+                    try Rule(
+                        intent: intent, skill: skill, parameters: parameters, reply: reply,
+                        example: fields["example"]?.stringValue))
+            } catch {
+                throw problem(error.message)
+            }
+        }
+        self.init(rules: rules)
+    }
+
     public func next(_ input: PlannerInput) async throws -> PlannerDecision {
         let fired = rules.compactMap { rule in rule.match(input.message).map { (rule, $0) } }
         guard !fired.isEmpty else { return .reply(capabilities) }

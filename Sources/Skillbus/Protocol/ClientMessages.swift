@@ -80,7 +80,7 @@ public struct QueryRequest: Sendable, Equatable {
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round, .query]
+    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round, .query, .ask]
 
     case invoke(InvokeRequest)
     /// A whole round: one invocation, a fan-out or a plan; answered by one ROUND document.
@@ -90,6 +90,8 @@ public enum ClientMessage: Sendable, Equatable {
     case snapshot(requestID: String)
     case listAgents(requestID: String)
     case query(QueryRequest)
+    /// A message for an agent's turn; answered by one TURN.
+    case ask(AskRequest)
 
     public func encoded() -> Multipart {
         switch self {
@@ -115,6 +117,12 @@ public enum ClientMessage: Sendable, Equatable {
                 Wire.clientHeaderBytes, Wire.Command.query.frame, Array(request.requestID.utf8),
                 Array(request.agent.utf8), Wire.optionalDecimalFrame(request.timeoutMs),
                 request.query.json.serialized(),
+            ]
+        case .ask(let request):
+            [
+                Wire.clientHeaderBytes, Wire.Command.ask.frame, Array(request.requestID.utf8),
+                Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.agent.utf8),
+                Wire.optionalDecimalFrame(request.timeoutMs), Array(request.message.utf8),
             ]
         }
     }
@@ -155,6 +163,17 @@ public enum ClientMessage: Sendable, Equatable {
                 QueryRequest(
                     requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                     timeoutMs: timeoutMs, query: try AgentQuery(json: try Wire.json(message, 5, "query"))))
+        case .ask:
+            try Wire.expectFrames(message, 8, "ASK")
+            let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
+            let roundID = try Wire.text(message, 3, "round id")
+            guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "frame 3 (round id) is empty") }
+            return .ask(
+                AskRequest(
+                    requestID: try Wire.text(message, 2, "request id"), roundID: roundID,
+                    sessionID: String(decoding: try Wire.sessionFrame(message, 4), as: UTF8.self),
+                    agent: try Wire.text(message, 5, "agent"), timeoutMs: timeoutMs,
+                    message: try Wire.text(message, 7, "message")))
         default:
             throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
@@ -197,7 +216,9 @@ public struct InvokeReply: Sendable, Equatable {
 /// Messages the bus sends to a client.
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer]
+    static let commands: [Wire.Command] = [
+        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn,
+    ]
 
     case reply(InvokeReply)
     case skills(requestID: String, catalog: SkillCatalog)
@@ -211,6 +232,9 @@ public enum BusToClientMessage: Sendable, Equatable {
     case round(requestID: [UInt8], roundID: [UInt8], document: [UInt8])
     /// The answer to QUERY: from the agent that was asked (`agent`), or from the bus when it could not ask.
     case answer(requestID: String, agent: String, AgentAnswer)
+    /// How a turn ended: `ok` with its turn document, or `error` with an error object (its document, when
+    /// the agent made one, in the error's details).
+    case turn(requestID: String, agent: String, AgentAnswer)
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
 
@@ -235,6 +259,9 @@ public enum BusToClientMessage: Sendable, Equatable {
             [Wire.clientHeaderBytes, Wire.Command.round.frame, requestID, roundID, document]
         case .answer(let requestID, let agent, let answer):
             [Wire.clientHeaderBytes, Wire.Command.answer.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + answer.frames
+        case .turn(let requestID, let agent, let answer):
+            [Wire.clientHeaderBytes, Wire.Command.turn.frame, Array(requestID.utf8), Array(agent.utf8)]
                 + answer.frames
         }
     }
@@ -282,6 +309,11 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .answer:
             try Wire.expectFrames(message, 6, "ANSWER")
             return .answer(
+                requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
+                try AgentAnswer(frames: message, from: 4))
+        case .turn:
+            try Wire.expectFrames(message, 6, "TURN")
+            return .turn(
                 requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                 try AgentAnswer(frames: message, from: 4))
         default:

@@ -32,7 +32,13 @@ extension FeedEvent {
         case "agent.left":
             self = .agentLeft(agent: try field.string("agent"), reason: try field.string("reason"))
         case "agent.state":
-            self = .agentState(agent: try field.string("agent"), state: try AgentState(json: body))
+            if let turn = try field.optionalString("turn") {
+                self = .turnState(
+                    agent: try field.string("agent"), state: try AgentState(json: body),
+                    turn: TurnRef(session: try field.optionalString("session") ?? "", turn: turn))
+            } else {
+                self = .agentState(agent: try field.string("agent"), state: try AgentState(json: body))
+            }
         case "agent.refused":
             guard let error = field.optional("error") else { throw field.problem("'error' is missing") }
             self = .registrationRefused(agent: try field.string("agent"), error: SkillbusError(json: error))

@@ -6,6 +6,8 @@ public enum FeedEvent: Sendable, Equatable {
     case agentJoined(agent: String, skills: [String], capacity: Int)
     case agentLeft(agent: String, reason: String)
     case agentState(agent: String, state: AgentState)
+    /// A state of one turn, published as it happens (`agent.state` with `session` and `turn`).
+    case turnState(agent: String, state: AgentState, turn: TurnRef)
     case registrationRefused(agent: String, error: SkillbusError)
     /// An agent's store stopped taking writes (`problem`), or took them again (nil).
     case agentStorage(agent: String, problem: SkillbusError?)
@@ -35,7 +37,7 @@ public enum FeedEvent: Sendable, Equatable {
         switch self {
         case .agentJoined: "agent.joined"
         case .agentLeft: "agent.left"
-        case .agentState: "agent.state"
+        case .agentState, .turnState: "agent.state"
         case .registrationRefused: "agent.refused"
         case .agentStorage: "agent.storage"
         case .requestQueued: "request.queued"
@@ -65,6 +67,10 @@ public enum FeedEvent: Sendable, Equatable {
             return ["agent": .string(agent), "reason": .string(reason)]
         case .agentState(let agent, let state):
             var fields = state.json.objectValue ?? [:]
+            fields["agent"] = .string(agent)
+            return fields
+        case .turnState(let agent, let state, let turn):
+            var fields = state.json(in: turn).objectValue ?? [:]
             fields["agent"] = .string(agent)
             return fields
         case .registrationRefused(let agent, let error):

@@ -90,6 +90,9 @@ public enum Wire {
         case query, answer
         /// A worker's context in numbers: sessions held, and whether its store takes writes.
         case context
+        /// A turn: a client asks (ASK), the bus hands it to an agent (TURN), the agent ends it (TURNEND),
+        /// and the bus answers the client (TURN).
+        case ask, turn, turnend
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

@@ -5,12 +5,15 @@ public struct Registration: Sendable, Equatable {
     /// The worker's heartbeat interval; nil leaves the bus's own.
     public var heartbeatMs: Int?
     public var skills: [SkillDescriptor]
+    /// Whether the agent takes turns (TURN): it has a planner.
+    public var planner: Bool
 
-    public init(name: String, capacity: Int, heartbeatMs: Int?, skills: [SkillDescriptor]) {
+    public init(name: String, capacity: Int, heartbeatMs: Int?, skills: [SkillDescriptor], planner: Bool = false) {
         self.name = name
         self.capacity = capacity
         self.heartbeatMs = heartbeatMs
         self.skills = skills
+        self.planner = planner
     }
 
     public var json: JSONValue {
@@ -18,6 +21,7 @@ public struct Registration: Sendable, Equatable {
             "name": .string(name), "capacity": .number(Double(capacity)), "skills": .array(skills.map(\.json)),
         ]
         if let heartbeatMs { object["heartbeatMs"] = .number(Double(heartbeatMs)) }
+        if planner { object["planner"] = true }
         return .object(object)
     }
 
@@ -50,9 +54,17 @@ public struct Registration: Sendable, Equatable {
         guard let list = json["skills"]?.arrayValue else {
             throw SkillbusError(.invalidRegistration, "agent '\(name)': 'skills' must be an array")
         }
+        var planner = false
+        if let value = json["planner"] {
+            guard let flag = value.boolValue else {
+                throw SkillbusError(.invalidRegistration, "agent '\(name)': 'planner' must be true or false")
+            }
+            planner = flag
+        }
         let offers = list.map(SkillOffer.init(parsing:))
         let registration = Registration(
-            name: name, capacity: capacity, heartbeatMs: heartbeatMs, skills: offers.compactMap(\.descriptor))
+            name: name, capacity: capacity, heartbeatMs: heartbeatMs, skills: offers.compactMap(\.descriptor),
+            planner: planner)
         return (registration, offers)
     }
 }
@@ -137,6 +149,14 @@ public enum AgentState: Sendable, Equatable {
         case .executingSkill: "executingSkill"
         case .failed: "failed"
         }
+    }
+
+    /// The STATE body of a turn's state: `json` plus `session` and `turn`.
+    public func json(in turn: TurnRef) -> JSONValue {
+        var object = json.objectValue ?? [:]
+        object["session"] = .string(turn.session)
+        object["turn"] = .string(turn.turn)
+        return .object(object)
     }
 
     /// `{"state": name}` plus `skill` for executingSkill and `reason` for failed.

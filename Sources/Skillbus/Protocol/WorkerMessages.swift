@@ -5,11 +5,17 @@ import SkillbusZMQ
 /// Messages a worker sends to the bus.
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context]
+    static let commands: [Wire.Command] = [
+        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend,
+    ]
 
     case ready(JSONValue)
     case result(invocationID: String, status: ReplyStatus, payload: [UInt8])
     case state(AgentState)
+    /// A state of a turn: sent as it happens, never coalesced (STATE with `session` and `turn`).
+    case turnState(AgentState, TurnRef)
+    /// The turn with this id ended: `ok` with its document, or `error`.
+    case turnEnd(turnID: String, AgentAnswer)
     /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
     case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
@@ -27,6 +33,10 @@ public enum WorkerMessage: Sendable, Equatable {
         case .result(let invocationID, let status, let payload):
             [Wire.workerHeaderBytes, Wire.Command.result.frame, Array(invocationID.utf8), status.frame, payload]
         case .state(let state): [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json.serialized()]
+        case .turnState(let state, let turn):
+            [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json(in: turn).serialized()]
+        case .turnEnd(let turnID, let answer):
+            [Wire.workerHeaderBytes, Wire.Command.turnend.frame, Array(turnID.utf8)] + answer.frames
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -55,7 +65,10 @@ public enum WorkerMessage: Sendable, Equatable {
                 invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
         case .state:
             try Wire.expectFrames(message, 3, "STATE")
-            return .state(try AgentState(json: try Wire.json(message, 2, "state")))
+            let body = try Wire.json(message, 2, "state")
+            let state = try AgentState(json: body)
+            guard let turn = body["turn"]?.stringValue else { return .state(state) }
+            return .turnState(state, TurnRef(session: body["session"]?.stringValue ?? "", turn: turn))
         case .heartbeat:
             guard (2...4).contains(message.count) else {
                 throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 to 4 frames, got \(message.count)")
@@ -81,6 +94,9 @@ public enum WorkerMessage: Sendable, Equatable {
         case .context:
             try Wire.expectFrames(message, 3, "CONTEXT")
             return .context(try AgentContextStatus(json: try Wire.json(message, 2, "context")))
+        case .turnend:
+            try Wire.expectFrames(message, 5, "TURNEND")
+            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try AgentAnswer(frames: message, from: 3))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
@@ -121,7 +137,7 @@ public struct Invocation: Sendable, Equatable {
 /// Messages the bus sends to a worker.
 public enum BusToWorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error, .query]
+    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error, .query, .turn]
 
     case welcome(Welcome)
     case invoke(Invocation)
@@ -131,6 +147,8 @@ public enum BusToWorkerMessage: Sendable, Equatable {
     case error(SkillbusError)
     /// A client's question about the worker's context; the worker answers ANSWER with the same id.
     case query(queryID: String, AgentQuery)
+    /// Take a turn; the worker answers TURNEND with the same id.
+    case turn(TurnRequest)
 
     public func encoded() -> Multipart {
         switch self {
@@ -147,6 +165,11 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         case .error(let error): [Wire.workerHeaderBytes, Wire.Command.error.frame, error.json.serialized()]
         case .query(let queryID, let query):
             [Wire.workerHeaderBytes, Wire.Command.query.frame, Array(queryID.utf8), query.json.serialized()]
+        case .turn(let turn):
+            [
+                Wire.workerHeaderBytes, Wire.Command.turn.frame, Array(turn.turnID.utf8), Array(turn.roundID.utf8),
+                Array(turn.sessionID.utf8), Array(String(turn.deadlineMs).utf8), Array(turn.message.utf8),
+            ]
         }
     }
 
@@ -181,6 +204,14 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             try Wire.expectFrames(message, 4, "QUERY")
             return .query(
                 queryID: try Wire.text(message, 2, "query id"), try AgentQuery(json: try Wire.json(message, 3, "query")))
+        case .turn:
+            try Wire.expectFrames(message, 7, "TURN")
+            return .turn(
+                TurnRequest(
+                    turnID: try Wire.text(message, 2, "turn id"), roundID: try Wire.text(message, 3, "round id"),
+                    sessionID: try Wire.text(message, 4, "session id"),
+                    deadlineMs: try Wire.decimal(message, 5, "deadline", maximum: Wire.maxTimeoutMs),
+                    message: try Wire.text(message, 6, "message")))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

@@ -84,12 +84,14 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public var flushIntervalMs = 300
     /// The largest memory value (serialized JSON bytes).
     public var maxMemoryValueBytes = 1 << 20
+    /// The agent's planner, as configured (`{"rules": […]}`, see `RulesPlanner`); nil: it takes no turns.
+    public var planner: JSONValue?
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -106,6 +108,14 @@ public struct WorkerConfiguration: Sendable, Equatable {
         flushIntervalMs = try object.int("flushIntervalMs", minimum: 1, maximum: 60_000) ?? flushIntervalMs
         maxMemoryValueBytes =
             try object.int("maxMemoryValueBytes", minimum: 16, maximum: 1 << 30) ?? maxMemoryValueBytes
+        if let planner = object.values["planner"] {
+            do throws(SkillbusError) {
+                _ = try RulesPlanner(json: planner)
+            } catch {
+                throw object.error("planner", error.message)
+            }
+            self.planner = planner
+        }
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
             throw object.error(

@@ -1,0 +1,161 @@
+import Foundation
+
+/// The agent loop: a turn asks the planner for the next step with the session's history, the turn so far
+/// and the registry's skills; runs the skill it chose (validated against its schema, through the bus, as
+/// an invocation of the turn's round); and goes on until the planner replies, the turn runs out of steps,
+/// or its time. Every state goes to the coordinator as it happens.
+extension AgentWorker {
+    func startTurn(_ turn: TurnRequest) {
+        let refusal: SkillbusError? = state.withLock { state in
+            if state.stopping { return SkillbusError(.agentLost, "agent '\(options.name)' is shutting down") }
+            guard options.planner != nil else {
+                return SkillbusError(.unsupported, "agent '\(options.name)' has no planner: it takes no turns")
+            }
+            // Created under the lock so that the task cannot finish before it is recorded.
+            state.turns[turn.turnID] = Task {
+                let answer = await self.take(turn)
+                self.state.withLock { state in
+                    state.turns[turn.turnID] = nil
+                    // The turn's last state stands until the agent's own state is said again.
+                    state.reported = nil
+                }
+                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, answer).encoded())
+                self.socket.wake()
+            }
+            return nil
+        }
+        if let refusal { socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, .error(refusal)).encoded()) }
+    }
+
+    /// One turn, to its end: the turn document when the planner replied, an error (with the document in
+    /// its details) when it did not.
+    func take(_ turn: TurnRequest) async -> AgentAnswer {
+        guard let planner = options.planner else {
+            return .error(SkillbusError(.unsupported, "agent '\(options.name)' has no planner"))
+        }
+        var record = TurnRecord(turn: turn, agent: options.name)
+        let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
+        func enter(_ state: AgentState) {
+            record.states.append((state, Date()))
+            socket.send(WorkerMessage.turnState(state, ref).encoded())
+        }
+        func fail(_ error: SkillbusError) -> AgentAnswer {
+            enter(.failed(error.message))
+            var document = record.json(status: "error")
+            document["error"] = error.json
+            return .error(SkillbusError(error.code, error.message, details: .object(document)))
+        }
+        let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+        var history: [SessionMessage] = []
+        if let store, !turn.sessionID.isEmpty {
+            history = (try? await store.history(turn.sessionID)) ?? []
+            try? store.append(.user, .string(turn.message), session: turn.sessionID, round: turn.roundID)
+        }
+        var steps: [PlannerStep] = []
+        while true {
+            enter(.thinking)
+            guard !Task.isCancelled else { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+            let skills = state.withLock { $0.replica }?.registry.skills.values.map(\.descriptor) ?? []
+            let decision: PlannerDecision
+            do {
+                decision = try await planner.next(
+                    PlannerInput(message: turn.message, history: history, steps: steps, skills: skills))
+            } catch {
+                return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
+            }
+            switch decision {
+            case .reply(let text):
+                enter(.streaming)
+                record.reply = text
+                if !turn.sessionID.isEmpty {
+                    try? store?.append(.agent, .string(text), session: turn.sessionID, round: turn.roundID)
+                }
+                enter(.completed)
+                return .ok(.object(record.json(status: "ok")))
+            case .call(let skill, let parameters):
+                guard steps.count < options.turnStepLimit else {
+                    return fail(
+                        SkillbusError(
+                            .skillFailed, "the turn made \(steps.count) skill calls, its limit, without a reply"))
+                }
+                enter(.selectingSkill)
+                let step = await call(skill, parameters, in: turn, skills: skills, deadline: deadline) {
+                    enter(.executingSkill(skill))
+                }
+                steps.append(step)
+                record.calls.append(step)
+            }
+        }
+    }
+
+    /// Runs the planner's choice: refused before it runs when the registry knows the skill and the
+    /// parameters do not fit its schema (the planner hears why and may choose again), else through the bus.
+    private func call(
+        _ skill: String, _ parameters: [String: JSONValue], in turn: TurnRequest, skills: [SkillDescriptor],
+        deadline: ContinuousClock.Instant, starting: () -> Void
+    ) async -> PlannerStep {
+        if let descriptor = skills.first(where: { $0.identifier == skill }) {
+            do throws(SkillbusError) {
+                _ = try descriptor.parameters.validate(parameters, skill: skill)
+            } catch {
+                return PlannerStep(skill: skill, parameters: parameters, outcome: .failure(error))
+            }
+        }
+        starting()
+        let outcome: Result<SkillResult, SkillbusError>
+        do {
+            let answer = try await client.invoke(
+                skill, parameters: .object(parameters), roundID: turn.roundID, sessionID: turn.sessionID,
+                timeout: max(deadline - .now, .milliseconds(1)))
+            if let result = answer.result, answer.status == .ok {
+                outcome = .success(result)
+            } else {
+                outcome = .failure(answer.error ?? SkillbusError(.internalError, "'\(skill)' failed without an error"))
+            }
+        } catch {
+            outcome = .failure(error)
+        }
+        return PlannerStep(skill: skill, parameters: parameters, outcome: outcome)
+    }
+}
+
+/// What a turn did, for its document.
+struct TurnRecord {
+    let turn: TurnRequest
+    let agent: String
+    var states: [(AgentState, Date)] = []
+    var calls: [PlannerStep] = []
+    var reply: String?
+
+    init(turn: TurnRequest, agent: String) {
+        self.turn = turn
+        self.agent = agent
+    }
+
+    /// The turn document (PROTOCOL §5.18).
+    func json(status: String) -> [String: JSONValue] {
+        [
+            "turn": .string(turn.turnID), "round": .string(turn.roundID), "session": .string(turn.sessionID),
+            "agent": .string(agent), "status": .string(status), "reply": reply.map { .string($0) } ?? .null,
+            "states": .array(
+                states.map { state, time in
+                    var object = state.json.objectValue ?? [:]
+                    object["time"] = .string(FeedEvent.timestamp(time))
+                    return .object(object)
+                }),
+            "calls": .array(
+                calls.map { call in
+                    var object: [String: JSONValue] = ["skill": .string(call.skill), "parameters": .object(call.parameters)]
+                    switch call.outcome {
+                    case .success(let result):
+                        object["status"] = "ok"
+                        object["result"] = result.json
+                    case .failure(let error):
+                        object["status"] = "error"
+                        object["error"] = error.json
+                    }
+                    return .object(object)
+                }),
+        ]
+    }
+}

@@ -1,0 +1,72 @@
+/// Turns through the bus: ASK handed to an agent with a planner (named, the session's, or the least
+/// loaded), its states published as they happen, and its TURNEND relayed to the client that asked.
+extension CoordinatorState {
+    public mutating func handleAsk(_ request: AskRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
+        func refuse(_ agent: String, _ error: SkillbusError) -> [CoordinatorAction] {
+            [.toClient(client, .turn(requestID: request.requestID, agent: agent, .error(error)))]
+        }
+        let planners = workers.all.filter(\.registration.planner).map(\.peer)
+        let session = Array(request.sessionID.utf8)
+        let peer: PeerID
+        if !request.agent.isEmpty {
+            guard let named = workers.peer(named: request.agent) else {
+                return refuse(
+                    request.agent,
+                    SkillbusError(
+                        .unknownAgent, "no live agent is named '\(request.agent.prefix(128))'",
+                        details: ["agent": .string(request.agent)]))
+            }
+            guard planners.contains(named) else {
+                return refuse(
+                    request.agent, SkillbusError(.unsupported, "agent '\(request.agent)' has no planner: it takes no turns"))
+            }
+            peer = named
+        } else if !session.isEmpty, let holder = affinity.agent(of: session).flatMap(workers.peer(named:)),
+            planners.contains(holder)
+        {
+            peer = holder
+        } else if let chosen = workers.pickProvider(planners) ?? planners.first {
+            peer = chosen
+        } else {
+            return refuse("", SkillbusError(.unknownAgent, "no live agent has a planner to take the turn"))
+        }
+        let agent = workers[peer]?.name ?? ""
+        if !session.isEmpty { affinity.record(session, agent: agent) }
+        let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
+        let turnID = turns.add(
+            .init(
+                client: client, requestID: request.requestID, worker: peer, agent: agent,
+                deadline: now &+ UInt64(timeoutMs) * 1_000_000))
+        return [
+            .toWorker(
+                peer,
+                .turn(
+                    TurnRequest(
+                        turnID: turnID, roundID: request.roundID, sessionID: request.sessionID, deadlineMs: timeoutMs,
+                        message: request.message)))
+        ]
+    }
+
+    /// A turn's state: kept as the agent's state and published, every one (never coalesced).
+    mutating func noteTurnState(_ state: AgentState, _ turn: TurnRef, from peer: PeerID) -> [CoordinatorAction] {
+        guard let agent = workers.update(peer, { worker -> String in
+            worker.state = state
+            return worker.name
+        })
+        else { return [] }
+        return [.publish(.turnState(agent: agent, state: state, turn: turn))]
+    }
+
+    /// TURNEND: relayed to the client that asked; a late or foreign one is dropped.
+    mutating func relayTurnEnd(_ turnID: String, _ answer: AgentAnswer, from peer: PeerID) -> [CoordinatorAction] {
+        guard let entry = turns.answered(turnID, by: peer) else { return [] }
+        return [.toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, answer))]
+    }
+
+    /// Turns their agent will never end: it left, or their time ran out.
+    func failTurns(_ entries: [PendingQueries.Entry], _ error: (PendingQueries.Entry) -> SkillbusError)
+        -> [CoordinatorAction]
+    {
+        entries.map { .toClient($0.client, .turn(requestID: $0.requestID, agent: $0.agent, .error(error($0)))) }
+    }
+}

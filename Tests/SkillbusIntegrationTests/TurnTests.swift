@@ -1,0 +1,148 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+/// The agent loop with real processes: ASK to an agent whose planner calls skills through the bus, every
+/// state of the turn on the feed in order, and the turns that go wrong.
+@Suite("Agent turns", .serialized, .timeLimit(.minutes(3)))
+struct TurnTests {
+    static let rules: JSONValue = [
+        "rules": [
+            [
+                "intent": "what is (?<expression>[0-9][0-9+*/ ]*[0-9])", "skill": "math.eval",
+                "params": ["expression": "{expression}"], "reply": "{expression} is {result.value}",
+            ],
+            ["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"],
+        ]
+    ]
+
+    /// A coordinator, a worker with the rules planner and echo, and one with math.eval.
+    func cluster() async throws -> TestCluster {
+        let cluster = try await TestCluster()
+        let config = NSTemporaryDirectory() + "skillbus-turn-\(UUID().uuidString.prefix(8)).json"
+        try Data(
+            JSONValue.object(["version": 1, "name": "thinker", "skills": ["echo"], "planner": Self.rules]).serialized()
+        ).write(to: URL(fileURLWithPath: config))
+        try await cluster.startWorker("thinker", ["--config", config])
+        try? FileManager.default.removeItem(atPath: config)
+        try await cluster.startWorker("calc", ["--skills", "math.eval"])
+        return cluster
+    }
+
+    @Test("a two-skill turn: the reply, both calls, and every state on the feed in order")
+    func twoSkillTurn() async throws {
+        let cluster = try await cluster()
+        defer { cluster.terminate() }
+        let context = try ZMQContext()
+        let feed = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["agent.state", "registry.heartbeat"], context: context)
+        defer { feed.close() }
+        var events = feed.events.makeAsyncIterator()
+        _ = try await events.next()  // the subscription is in place
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+
+        let (agent, document) = try await client.ask("what is 6*7 and say hello", sessionID: "s1")
+        #expect(agent == "thinker" && document["status"] == "ok")
+        #expect(document["reply"] == "6*7 is 42\nhello!")
+        let calls = document["calls"]?.arrayValue ?? []
+        #expect(calls.map { $0["skill"]?.stringValue ?? "" } == ["math.eval", "echo"])
+        #expect(calls.allSatisfy { $0["status"] == "ok" })
+
+        let expected = [
+            "thinking", "selectingSkill", "executingSkill math.eval", "thinking", "selectingSkill",
+            "executingSkill echo", "thinking", "streaming", "completed",
+        ]
+        var seen: [String] = []
+        while seen.count < expected.count, let event = try await events.next() {
+            guard event.topic == "agent.state", event.event["turn"] == document["turn"] else { continue }
+            #expect(event.event["agent"] == "thinker" && event.event["session"] == "s1")
+            let state = event.event["state"]?.stringValue ?? "?"
+            seen.append(event.event["skill"]?.stringValue.map { "\(state) \($0)" } ?? state)
+        }
+        #expect(seen == expected)
+        #expect((document["states"]?.arrayValue ?? []).compactMap { $0["state"]?.stringValue }.count == expected.count)
+
+        // The session went to the agent's history: the user's message and the reply.
+        let (_, history) = try await client.query(.history(session: "s1"), agent: "thinker")
+        let roles = (history["messages"]?.arrayValue ?? []).compactMap { $0["role"]?.stringValue }
+        #expect(roles.first == "user" && roles.last == "agent")
+    }
+
+    @Test("skillbus ask prints the reply; a message no rule understands is answered with what the agent can do")
+    func askCommand() async throws {
+        let cluster = try await cluster()
+        defer { cluster.terminate() }
+        let (code, output) = try await runSkillbus(["ask", "say", "hi", "--coordinator", cluster.bus])
+        #expect(code == 0 && output.contains("hi!"))
+        let (unknownCode, unknown) = try await runSkillbus(["ask", "sing a song", "--json", "--coordinator", cluster.bus])
+        let document = try JSONValue(parsing: unknown.first { $0.hasPrefix("{") } ?? "")
+        #expect(unknownCode == 0 && document["reply"]?.stringValue?.contains("I can answer") == true)
+        #expect(document["calls"] == [])
+        // An agent without a planner takes no turns.
+        let (refusedCode, refused) = try await runSkillbus(["ask", "hello", "--agent", "calc", "--coordinator", cluster.bus])
+        #expect(refusedCode == 1 && refused.contains { $0.contains("unsupported") && $0.contains("planner") })
+    }
+
+    /// A planner scripted by the test, in an agent running in this process.
+    struct ScriptedPlanner: Planner {
+        let decide: @Sendable (PlannerInput) throws -> PlannerDecision
+        func next(_ input: PlannerInput) async throws -> PlannerDecision { try decide(input) }
+    }
+
+    func scripted(_ cluster: TestCluster, _ decide: @escaping @Sendable (PlannerInput) throws -> PlannerDecision)
+        async throws -> (AgentWorker, Task<Void, Never>)
+    {
+        let worker = try await AgentWorker.connect(
+            options: .init(name: "scripted", coordinator: cluster.bus, planner: ScriptedPlanner(decide: decide)),
+            skills: [], context: try ZMQContext(), logger: Logger(label: "scripted", level: .error))
+        let task = Task { await worker.run() }
+        try await cluster.coordinator.waitForLine("scripted to join") { $0.contains("agent 'scripted' joined") }
+        // Its replica must know math.eval's schema before the planner's choice is checked against it.
+        try await waitUntil("the replica to hold math.eval") { worker.replica?.registry.skills["math.eval"] != nil }
+        return (worker, task)
+    }
+
+    @Test("an invalid choice goes back to the planner, which corrects it; a planner error and the step limit fail the turn")
+    func plannerTrouble() async throws {
+        let cluster = try await cluster()
+        defer { cluster.terminate() }
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        let (worker, task) = try await scripted(cluster) { input in
+            switch input.message {
+            case "correct me":
+                // First a parameter math.eval does not take; after the refusal, the right one.
+                guard let last = input.steps.last else { return .call(skill: "math.eval", parameters: ["expr": "1+1"]) }
+                if case .failure(let error) = last.outcome, error.code == .invalidParameters {
+                    return .call(skill: "math.eval", parameters: ["expression": "1+1"])
+                }
+                return .reply("corrected after \(input.steps.count) steps")
+            case "break":
+                throw SkillbusError(.internalError, "the planner broke")
+            default:
+                return .call(skill: "echo", parameters: ["text": .string("again \(input.steps.count)")])
+            }
+        }
+        defer {
+            task.cancel()
+            Task { await worker.stop() }
+        }
+        let (_, corrected) = try await client.ask("correct me", agent: "scripted")
+        #expect(corrected["reply"] == "corrected after 2 steps")
+        #expect(corrected["calls"]?.arrayValue?.first?["error"]?["code"] == "invalid_parameters")
+
+        for (message, words) in [("break", "the planner broke"), ("loop forever", "limit")] {
+            do {
+                _ = try await client.ask(message, agent: "scripted")
+                Issue.record("'\(message)' ended ok")
+            } catch {
+                #expect(error.message.contains(words), "\(error)")
+                let states = (error.details?["states"]?.arrayValue ?? []).compactMap { $0["state"]?.stringValue }
+                #expect(states.last == "failed")
+            }
+        }
+    }
+}
