@@ -70,6 +70,7 @@ public enum BenchCommand: SkillbusCommand {
         let rounds = try await bench.rounds(bus: main.bus)
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
+        let turns = try await bench.turns(main)
         let registry = try await bench.registry(
             main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
             killRuns: killRuns)
@@ -77,7 +78,7 @@ public enum BenchCommand: SkillbusCommand {
 
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
-            registry: registry, context: contextFigures)
+            registry: registry, context: contextFigures, turns: turns)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }

@@ -51,6 +51,7 @@ struct BenchReport {
     var rounds: Rounds
     var registry: RegistryFigures
     var context: ContextFigures
+    var turns: TurnFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -58,7 +59,7 @@ struct BenchReport {
     var failures: Int {
         levels.reduce(0) { $0 + (skillbus[$1]?.failed ?? 0) + (baseline[$1]?.failed ?? 0) }
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
-            + rounds.fanout.failed + rounds.plan.failed + context.failures
+            + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
     }
 
     struct LevelRatios {
@@ -120,6 +121,7 @@ struct BenchReport {
                 "plan20Steps10Duplicates": rounds.plan.json, "planVsSingleP50Ratio": .number(rounds.planVsSingleP50),
             ],
             "context": context.json,
+            "turns": turns.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -190,6 +192,8 @@ struct BenchReport {
                 dedup.residentMB.without))
         print("")
         context.printText()
+        print("")
+        turns.printText()
         print("")
         print("registry: \(registry.skills) skills over \(registry.agents) agents")
         print(

@@ -85,6 +85,24 @@ public struct LoadGenerator: Sendable {
             })
     }
 
+    /// Turns (ASK) with `message`, each in a round of its own; a reply counts as ok when the turn ended ok.
+    public static func turns(_ message: String, agent: String) -> LoadGenerator {
+        LoadGenerator(
+            makeRequest: { id in
+                ClientMessage.ask(
+                    AskRequest(
+                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
+                        agent: agent, timeoutMs: 15_000, message: message)
+                ).encoded()
+            },
+            replyID: { message in
+                guard message.count == 6, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+                    return nil
+                }
+                return (id, message[4] == Array("ok".utf8))
+            })
+    }
+
     /// Whole rounds (ROUND) of `spec`, each under a new random round id; a reply counts as ok when the
     /// document's status is ok.
     public static func rounds(_ spec: RoundSpec) -> LoadGenerator {

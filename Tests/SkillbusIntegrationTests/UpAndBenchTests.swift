@@ -214,6 +214,9 @@ struct UpAndBenchTests {
                 #expect((context?[series]?[level]?["p50Ms"]?.doubleValue ?? 0) > 0, "context.\(series).\(level)")
             }
         }
+        for key in ["sendEcho", "turnWithOneCall"] {
+            #expect(document["turns"]?[key]?["failed"] == 0 && (document["turns"]?[key]?["p50Ms"]?.doubleValue ?? 0) > 0, "turns.\(key)")
+        }
         let store = context?["store"]
         #expect(store?["openMs"]?["runs"]?.arrayValue?.count == 3 && store?["history1000Ms"]?["median"] != nil)
         #expect((store?["workerResidentMB"]?.doubleValue ?? 0) > 0 && (store?["emptyWorkerResidentMB"]?.doubleValue ?? 0) > 0)
