@@ -55,6 +55,9 @@ extension AgentWorker {
         while true {
             enter(.thinking)
             guard !Task.isCancelled else { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+            guard ContinuousClock.now < deadline else {
+                return fail(SkillbusError(.timeout, "the turn ran out of time after \(steps.count) skill call(s)"))
+            }
             let skills = state.withLock { $0.replica }?.registry.skills.values.map(\.descriptor) ?? []
             let decision: PlannerDecision
             do {
