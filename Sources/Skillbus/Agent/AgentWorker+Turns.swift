@@ -8,12 +8,12 @@ extension AgentWorker {
     func startTurn(_ turn: TurnRequest) {
         let refusal: SkillbusError? = state.withLock { state in
             if state.stopping { return SkillbusError(.agentLost, "agent '\(options.name)' is shutting down") }
-            guard options.planner != nil else {
+            guard let planner = options.planner else {
                 return SkillbusError(.unsupported, "agent '\(options.name)' has no planner: it takes no turns")
             }
             // Created under the lock so that the task cannot finish before it is recorded.
             state.turns[turn.turnID] = Task {
-                let answer = await self.take(turn)
+                let answer = await self.take(turn, with: planner)
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
                     // The turn's last state stands until the agent's own state is said again.
@@ -29,10 +29,7 @@ extension AgentWorker {
 
     /// One turn, to its end: the turn document when the planner replied, an error (with the document in
     /// its details) when it did not.
-    func take(_ turn: TurnRequest) async -> AgentAnswer {
-        guard let planner = options.planner else {
-            return .error(SkillbusError(.unsupported, "agent '\(options.name)' has no planner"))
-        }
+    func take(_ turn: TurnRequest, with planner: any Planner) async -> AgentAnswer {
         var record = TurnRecord(turn: turn, agent: options.name)
         let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
         func enter(_ state: AgentState) {
@@ -51,18 +48,17 @@ extension AgentWorker {
             history = (try? await store.history(turn.sessionID)) ?? []
             try? store.append(.user, .string(turn.message), session: turn.sessionID, round: turn.roundID)
         }
-        var steps: [PlannerStep] = []
         while true {
             enter(.thinking)
             guard !Task.isCancelled else { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
             guard ContinuousClock.now < deadline else {
-                return fail(SkillbusError(.timeout, "the turn ran out of time after \(steps.count) skill call(s)"))
+                return fail(SkillbusError(.timeout, "the turn ran out of time after \(record.calls.count) skill call(s)"))
             }
             let skills = state.withLock { $0.replica }?.registry.skills.values.map(\.descriptor) ?? []
             let decision: PlannerDecision
             do {
                 decision = try await planner.next(
-                    PlannerInput(message: turn.message, history: history, steps: steps, skills: skills))
+                    PlannerInput(message: turn.message, history: history, steps: record.calls, skills: skills))
             } catch {
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
             }
@@ -76,16 +72,15 @@ extension AgentWorker {
                 enter(.completed)
                 return .ok(.object(record.json(status: "ok")))
             case .call(let skill, let parameters):
-                guard steps.count < options.turnStepLimit else {
+                guard record.calls.count < options.turnStepLimit else {
                     return fail(
                         SkillbusError(
-                            .skillFailed, "the turn made \(steps.count) skill calls, its limit, without a reply"))
+                            .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
                 }
                 enter(.selectingSkill)
                 let step = await call(skill, parameters, in: turn, skills: skills, deadline: deadline) {
                     enter(.executingSkill(skill))
                 }
-                steps.append(step)
                 record.calls.append(step)
             }
         }
