@@ -1,6 +1,7 @@
 import Foundation
 import Skillbus
 import SkillbusZMQ
+import Synchronization
 
 /// What the context commands share: asking agents through the bus, and printing the answer.
 enum ContextQuery {
@@ -223,10 +224,26 @@ public enum AskCommand: SkillbusCommand {
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: try ZMQContext())
         defer { client.close() }
         let json = arguments.flag("--json")
+        // Without --json the reply is printed as it streams in, and not again at the end.
+        let streamed = Mutex(false)
+        var onPiece: (@Sendable (String) -> Void)?
+        if !json {
+            onPiece = { piece in
+                streamed.withLock { $0 = true }
+                // Unbuffered, so each piece shows as it comes.
+                FileHandle.standardOutput.write(Data(piece.utf8))
+            }
+        }
         do throws(SkillbusError) {
             let (agent, document) = try await client.ask(
-                message, agent: arguments.value("--agent") ?? "", sessionID: session, timeout: .seconds(timeout))
-            if json { print(document.jsonString) } else { render(document, agent: agent) }
+                message, agent: arguments.value("--agent") ?? "", sessionID: session, timeout: .seconds(timeout),
+                onPiece: onPiece)
+            if json {
+                print(document.jsonString)
+            } else {
+                if streamed.withLock({ $0 }) { print("") }
+                render(document, agent: agent, printReply: !streamed.withLock { $0 })
+            }
             return 0
         } catch {
             // A turn that failed carries its document in the error's details.
@@ -242,7 +259,7 @@ public enum AskCommand: SkillbusCommand {
     }
 
     /// The calls and states on standard error, the reply on standard output.
-    static func render(_ document: JSONValue, agent: String) {
+    static func render(_ document: JSONValue, agent: String, printReply: Bool = true) {
         for call in document["calls"]?.arrayValue ?? [] {
             let ok = call["status"] == "ok"
             let outcome = ok ? (call["result"] ?? .null).jsonString : call["error"]?["message"]?.stringValue ?? "?"
@@ -252,6 +269,6 @@ public enum AskCommand: SkillbusCommand {
         }
         let states = (document["states"]?.arrayValue ?? []).compactMap { $0["state"]?.stringValue }
         printError("\(agent): " + states.joined(separator: " → "))
-        if let reply = document["reply"]?.stringValue { print(reply) }
+        if printReply, let reply = document["reply"]?.stringValue { print(reply) }
     }
 }

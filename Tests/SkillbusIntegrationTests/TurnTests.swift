@@ -122,6 +122,17 @@ struct TurnTests {
                 return .reply("corrected after \(input.steps.count) steps")
             case "break":
                 throw SkillbusError(.internalError, "the planner broke")
+            case "stream":
+                // Forty pieces: twenty at once, a pause, twenty more. They arrive in a few batches, not forty.
+                let (pieces, continuation) = AsyncThrowingStream.makeStream(of: String.self)
+                Task {
+                    for index in 0..<40 {
+                        continuation.yield("p\(index) ")
+                        if index == 19 { try? await Task.sleep(for: .milliseconds(60)) }
+                    }
+                    continuation.finish()
+                }
+                return .streamedReply(ReplyStream(pieces))
             default:
                 return .call(skill: "echo", parameters: ["text": .string("again \(input.steps.count)")])
             }
@@ -130,6 +141,13 @@ struct TurnTests {
             task.cancel()
             Task { await worker.stop() }
         }
+        let batches = Mutex<[String]>([])
+        let (_, streamed) = try await client.ask("stream", agent: "scripted") { piece in batches.withLock { $0.append(piece) } }
+        let whole = (0..<40).map { "p\($0) " }.joined()
+        #expect(streamed["reply"]?.stringValue == whole)
+        #expect(batches.withLock { $0.joined() } == whole)
+        #expect(batches.withLock { $0.count >= 2 && $0.count < 40 }, "\(batches.withLock { $0.count }) batches")
+
         let (_, corrected) = try await client.ask("correct me", agent: "scripted")
         #expect(corrected["reply"] == "corrected after 2 steps")
         #expect(corrected["calls"]?.arrayValue?.first?["error"]?["code"] == "invalid_parameters")

@@ -99,6 +99,8 @@ extension DocumentTests {
         .registrationRefused(agent: "beta", error: SkillbusError(.nameTaken, "taken")),
         .agentStorage(agent: "alpha", problem: SkillbusError(.storageUnavailable, "full")),
         .agentStorage(agent: "alpha", problem: nil),
+        .turnState(agent: "alpha", state: .thinking, turn: TurnRef(session: "s", turn: "t1")),
+        .turnStream(agent: "alpha", turn: "t1", text: "a piece"),
         .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3),
         .requestDispatched(round: "r", request: "q", skill: "echo", agent: "alpha", invocation: "i1"),
         .requestDeduplicated(round: "r", request: "q", skill: "echo", finished: true),
@@ -126,7 +128,7 @@ extension DocumentTests {
         for event in Self.everyEvent {
             #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
         }
-        #expect(Set(Self.everyEvent.map(\.topic)).count == 17)
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 18)
     }
 
     @Test("a feed message that is not an event is refused with what is wrong")

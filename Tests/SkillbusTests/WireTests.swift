@@ -18,6 +18,8 @@ struct WireTests {
             .query(QueryRequest(requestID: "r-6", agent: "", query: .history(session: "s"))),
             .query(QueryRequest(requestID: "r-7", agent: "beta", query: .memory(.agent))),
             .query(QueryRequest(requestID: "r-8", agent: "beta", query: .sessions)),
+            .ask(AskRequest(requestID: "r-9", roundID: "t", sessionID: "s", agent: "", timeoutMs: 900, message: "hi")),
+            .ask(AskRequest(requestID: "r-10", roundID: "t", agent: "alpha", message: "what is 6*7")),
         ] {
             let frames = message.encoded()
             #expect(frames[0] == Array("SKB1C".utf8))
@@ -32,6 +34,9 @@ struct WireTests {
     func busToClientRoundTrip() throws {
         let messages: [BusToClientMessage] = [
             .answer(requestID: "r", agent: "alpha", .ok(["sessions": []])),
+            .turn(requestID: "r", agent: "alpha", .ok(["reply": "42"])),
+            .turn(requestID: "r", agent: "", .error(SkillbusError(.unknownAgent, "none"))),
+            .stream(requestID: "r", text: "a piece "),
             .answer(requestID: "r", agent: "", .error(SkillbusError(.unknownSession, "no such session"))),
             .reply(
                 InvokeReply(
@@ -70,6 +75,9 @@ struct WireTests {
             .answer(queryID: "q1", .ok(["memory": []])),
             .answer(queryID: "q2", .error(SkillbusError(.unsupported, "no store"))),
             .context(AgentContextStatus(sessions: 2)),
+            .turnState(.executingSkill("echo"), TurnRef(session: "s", turn: "t1")),
+            .turnEnd(turnID: "t1", .ok(["reply": "hi"])),
+            .stream(turnID: "t1", text: "piece"),
             .context(AgentContextStatus(sessions: 0, storageProblem: SkillbusError(.storageUnavailable, "full"))),
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
@@ -85,6 +93,7 @@ struct WireTests {
             .cancel(invocationID: "i1"), .heartbeat(intervalMs: nil), .heartbeat(intervalMs: 1000),
             .error(SkillbusError(.notRegistered, "send READY")),
             .query(queryID: "q1", .history(session: "s")),
+            .turn(TurnRequest(turnID: "t1", roundID: "r", sessionID: "", deadlineMs: 500, message: "say hi")),
         ]
         for message in toWorker { #expect(try BusToWorkerMessage.decode(message.encoded()) == message) }
     }

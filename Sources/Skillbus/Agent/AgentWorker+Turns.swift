@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The agent loop: a turn asks the planner for the next step with the session's history, the turn so far
 /// and the registry's skills; runs the skill it chose (validated against its schema, through the bus, as
@@ -62,15 +63,25 @@ extension AgentWorker {
             } catch {
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
             }
-            switch decision {
-            case .reply(let text):
-                enter(.streaming)
+            func finish(_ text: String) -> AgentAnswer {
                 record.reply = text
                 if !turn.sessionID.isEmpty {
                     try? store?.append(.agent, .string(text), session: turn.sessionID, round: turn.roundID)
                 }
                 enter(.completed)
                 return .ok(.object(record.json(status: "ok")))
+            }
+            switch decision {
+            case .reply(let text):
+                enter(.streaming)
+                return finish(text)
+            case .streamedReply(let stream):
+                enter(.streaming)
+                do {
+                    return finish(try await forward(stream, of: turn))
+                } catch {
+                    return fail(SkillbusError(.skillFailed, "the planner's reply broke off: \(error)"))
+                }
             case .call(let skill, let parameters):
                 guard record.calls.count < options.turnStepLimit else {
                     return fail(
@@ -84,6 +95,36 @@ extension AgentWorker {
                 record.calls.append(step)
             }
         }
+    }
+
+    /// Sends a streamed reply on in batches, one every 25 ms at most (never one message per piece), and
+    /// returns it whole.
+    private func forward(_ reply: ReplyStream, of turn: TurnRequest) async throws -> String {
+        let batch = Mutex("")
+        let send = { @Sendable in
+            let text = batch.withLock { batch in
+                defer { batch = "" }
+                return batch
+            }
+            if !text.isEmpty { self.socket.send(WorkerMessage.stream(turnID: turn.turnID, text: text).encoded()) }
+        }
+        let flusher = Task {
+            while (try? await Task.sleep(for: .milliseconds(25))) != nil { send() }
+        }
+        var whole = ""
+        do {
+            for try await piece in reply.pieces {
+                whole += piece
+                batch.withLock { $0 += piece }
+            }
+        } catch {
+            flusher.cancel()
+            throw error
+        }
+        flusher.cancel()
+        await flusher.value
+        send()  // what came after the last batch
+        return whole
     }
 
     /// Runs the planner's choice: refused before it runs when the registry knows the skill and the

@@ -26,41 +26,41 @@ public final class SkillbusClient: Sendable {
     public let endpoint: String
     private let socket: SocketLoop
     private let pending: PendingReplies
-    /// ENTRY messages of snapshots being received, by request id; the SNAPSHOT that ends one resolves it.
-    private let snapshotEntries: SnapshotEntries
+    /// What arrives before the answer that ends a wait: ENTRY messages of snapshots, STREAM pieces of turns.
+    private let partials: PartialAnswers
     private let nextID = Atomic<UInt64>(0)
     private let idPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
 
-    private init(endpoint: String, pending: PendingReplies, snapshotEntries: SnapshotEntries, socket: SocketLoop) {
+    private init(endpoint: String, pending: PendingReplies, partials: PartialAnswers, socket: SocketLoop) {
         self.endpoint = endpoint
         self.pending = pending
-        self.snapshotEntries = snapshotEntries
+        self.partials = partials
         self.socket = socket
     }
 
     /// Connects to the bus at `endpoint`. The synchronous form, for synchronous callers: it blocks the
     /// calling thread until the socket's thread has connected. Async code uses `connect(endpoint:…)`.
     public convenience init(endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20) throws {
-        let (pending, entries) = (PendingReplies(), SnapshotEntries())
+        let (pending, entries) = (PendingReplies(), PartialAnswers())
         let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, pending, entries)
         let socket = try SocketLoop(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage)
-        self.init(endpoint: endpoint, pending: pending, snapshotEntries: entries, socket: socket)
+        self.init(endpoint: endpoint, pending: pending, partials: entries, socket: socket)
     }
 
     /// Connects to the bus at `endpoint`, awaiting the socket's thread instead of blocking.
     public static func connect(
         endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20
     ) async throws -> SkillbusClient {
-        let (pending, entries) = (PendingReplies(), SnapshotEntries())
+        let (pending, entries) = (PendingReplies(), PartialAnswers())
         let (configure, onMessage) = handlers(endpoint, maxMessageBytes, pending, entries)
         let socket = try await SocketLoop.start(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage)
-        return SkillbusClient(endpoint: endpoint, pending: pending, snapshotEntries: entries, socket: socket)
+        return SkillbusClient(endpoint: endpoint, pending: pending, partials: entries, socket: socket)
     }
 
     private static func handlers(
-        _ endpoint: String, _ maxMessageBytes: Int, _ pending: PendingReplies, _ entries: SnapshotEntries
+        _ endpoint: String, _ maxMessageBytes: Int, _ pending: PendingReplies, _ entries: PartialAnswers
     ) -> (configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void) {
         let maxBytes = Wire.hardCap(forLimit: maxMessageBytes)
         return (
@@ -68,7 +68,7 @@ public final class SkillbusClient: Sendable {
                 try socket.setMaxMessageSize(maxBytes)
                 try socket.connect(endpoint)
             },
-            { message in receive(message, pending: pending, snapshotEntries: entries) }
+            { message in receive(message, pending: pending, partials: entries) }
         )
     }
 
@@ -120,15 +120,15 @@ public final class SkillbusClient: Sendable {
     /// The whole registry as the bus holds it now, with its epoch and sequence number.
     public func snapshot(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> RegistrySnapshot {
         let requestID = makeRequestID()
-        snapshotEntries.table.withLock { $0[requestID] = [] }
+        partials.snapshotEntries.withLock { $0[requestID] = [] }
         let answer: BusToClientMessage?
         do {
             answer = try await exchange(.snapshot(requestID: requestID), requestID: requestID, waitFor: timeout)
         } catch {
-            snapshotEntries.table.withLock { _ = $0.removeValue(forKey: requestID) }
+            partials.snapshotEntries.withLock { _ = $0.removeValue(forKey: requestID) }
             throw error
         }
-        let entries = snapshotEntries.table.withLock { $0.removeValue(forKey: requestID) } ?? []
+        let entries = partials.snapshotEntries.withLock { $0.removeValue(forKey: requestID) } ?? []
         switch answer {
         case .snapshot(_, let summary):
             guard let epoch = summary["epoch"]?.stringValue, let sequence = summary["seq"]?.intValue, sequence >= 0,
@@ -229,11 +229,14 @@ public final class SkillbusClient: Sendable {
     /// Asks an agent to take a turn: it answers `message`, calling skills as its planner decides, in round
     /// `roundID`. `agent` empty: the session's agent, else the least loaded agent with a planner. Returns
     /// the agent and its turn document; throws the error the turn (or the bus) ended with.
+    /// `onPiece` hears the reply's pieces as they stream in (on the client's socket thread: keep it quick).
     public func ask(
         _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
-        timeout: Duration = .seconds(30)
+        timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil
     ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
         let requestID = makeRequestID()
+        if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
+        defer { partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) } }
         let request = AskRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message)
@@ -304,7 +307,7 @@ public final class SkillbusClient: Sendable {
 
     /// Runs on the socket's thread: hands each reply to the caller waiting for its request id. A reply
     /// that does not decode still ends its caller's wait, saying what was wrong, when its id is readable.
-    private static func receive(_ message: Multipart, pending: PendingReplies, snapshotEntries: SnapshotEntries) {
+    private static func receive(_ message: Multipart, pending: PendingReplies, partials: PartialAnswers) {
         let decoded: BusToClientMessage
         do {
             decoded = try BusToClientMessage.decode(message)
@@ -325,7 +328,10 @@ public final class SkillbusClient: Sendable {
             requestID = id
         case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
         case .entry(let id, let entry):
-            snapshotEntries.table.withLock { $0[id]?.append(entry) }
+            partials.snapshotEntries.withLock { $0[id]?.append(entry) }
+            return
+        case .stream(let id, let text):
+            partials.replyPieces.withLock { $0[id] }?(text)
             return
         }
         pending.finish(requestID, with: .message(decoded))
@@ -335,9 +341,12 @@ public final class SkillbusClient: Sendable {
     var waitingCallers: Int { pending.count }
 }
 
-/// ENTRY messages of snapshots being received, by request id.
-private final class SnapshotEntries: Sendable {
-    let table = Mutex<[String: [[UInt8]]]>([:])
+/// What arrives for a request before the answer that ends its wait, by request id.
+private final class PartialAnswers: Sendable {
+    /// ENTRY messages of snapshots being received.
+    let snapshotEntries = Mutex<[String: [[UInt8]]]>([:])
+    /// Who hears the STREAM pieces of a turn's reply.
+    let replyPieces = Mutex<[String: @Sendable (String) -> Void]>([:])
 }
 
 /// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.

@@ -57,6 +57,15 @@ extension CoordinatorState {
         return [.publish(.turnState(agent: agent, state: state, turn: turn))]
     }
 
+    /// A piece of a turn's reply: to the client that asked, and on the feed.
+    func relayStream(_ turnID: String, _ text: String, from peer: PeerID) -> [CoordinatorAction] {
+        guard let entry = turns.entry(turnID, of: peer) else { return [] }
+        return [
+            .toClient(entry.client, .stream(requestID: entry.requestID, text: text)),
+            .publish(.turnStream(agent: entry.agent, turn: turnID, text: text)),
+        ]
+    }
+
     /// TURNEND: relayed to the client that asked; a late or foreign one is dropped.
     mutating func relayTurnEnd(_ turnID: String, _ answer: AgentAnswer, from peer: PeerID) -> [CoordinatorAction] {
         guard let entry = turns.answered(turnID, by: peer) else { return [] }

@@ -185,6 +185,8 @@ public struct CoordinatorState: Sendable {
             return noteTurnState(state, turn, from: peer)
         case .turnEnd(let turnID, let answer):
             return relayTurnEnd(turnID, answer, from: peer)
+        case .stream(let turnID, let text):
+            return relayStream(turnID, text, from: peer)
         }
     }
 

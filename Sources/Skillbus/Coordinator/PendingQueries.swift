@@ -34,6 +34,12 @@ struct PendingQueries: Sendable {
     }
 
     /// The queries `worker` will never answer now (it left).
+    /// The entry `worker` is answering, which stays pending (a turn streaming its reply).
+    func entry(_ queryID: String, of worker: PeerID) -> Entry? {
+        guard let entry = entries[queryID], entry.worker == worker else { return nil }
+        return entry
+    }
+
     mutating func removeAll(of worker: PeerID) -> [Entry] {
         let gone = entries.filter { $0.value.worker == worker }
         for queryID in gone.keys { entries[queryID] = nil }

@@ -41,6 +41,21 @@ public struct PlannerStep: Sendable, Equatable {
 public enum PlannerDecision: Sendable, Equatable {
     /// Run this skill with these parameters next.
     case call(skill: String, parameters: [String: JSONValue])
-    /// The turn's answer to the user.
+    /// The turn's answer to the user, whole.
     case reply(String)
+    /// The turn's answer as it is produced, piece by piece (a model's tokens, say); the agent forwards
+    /// it in batches.
+    case streamedReply(ReplyStream)
+}
+
+/// A reply that arrives in pieces. Two are equal only when they are the same stream.
+public struct ReplyStream: Sendable, Equatable {
+    public let pieces: AsyncThrowingStream<String, any Error>
+    private let token = Token()
+
+    public init(_ pieces: AsyncThrowingStream<String, any Error>) { self.pieces = pieces }
+
+    public static func == (lhs: ReplyStream, rhs: ReplyStream) -> Bool { lhs.token === rhs.token }
+
+    private final class Token: Sendable {}
 }

@@ -217,7 +217,7 @@ public struct InvokeReply: Sendable, Equatable {
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn,
+        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream,
     ]
 
     case reply(InvokeReply)
@@ -235,6 +235,8 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// How a turn ended: `ok` with its turn document, or `error` with an error object (its document, when
     /// the agent made one, in the error's details).
     case turn(requestID: String, agent: String, AgentAnswer)
+    /// The next piece of the reply of the turn this ASK started; the TURN that ends it follows.
+    case stream(requestID: String, text: String)
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
 
@@ -263,6 +265,8 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .turn(let requestID, let agent, let answer):
             [Wire.clientHeaderBytes, Wire.Command.turn.frame, Array(requestID.utf8), Array(agent.utf8)]
                 + answer.frames
+        case .stream(let requestID, let text):
+            [Wire.clientHeaderBytes, Wire.Command.stream.frame, Array(requestID.utf8), Array(text.utf8)]
         }
     }
 
@@ -316,6 +320,9 @@ public enum BusToClientMessage: Sendable, Equatable {
             return .turn(
                 requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                 try AgentAnswer(frames: message, from: 4))
+        case .stream:
+            try Wire.expectFrames(message, 4, "STREAM")
+            return .stream(requestID: try Wire.text(message, 2, "request id"), text: try Wire.text(message, 3, "text"))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

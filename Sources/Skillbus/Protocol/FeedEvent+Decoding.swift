@@ -45,6 +45,8 @@ extension FeedEvent {
         case "agent.storage":
             self = .agentStorage(
                 agent: try field.string("agent"), problem: field.optional("problem").map(SkillbusError.init(json:)))
+        case "turn.stream":
+            self = .turnStream(agent: try field.string("agent"), turn: try field.string("turn"), text: try field.string("text"))
         case "request.queued":
             self = .requestQueued(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),

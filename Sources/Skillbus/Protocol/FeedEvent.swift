@@ -8,6 +8,8 @@ public enum FeedEvent: Sendable, Equatable {
     case agentState(agent: String, state: AgentState)
     /// A state of one turn, published as it happens (`agent.state` with `session` and `turn`).
     case turnState(agent: String, state: AgentState, turn: TurnRef)
+    /// A batch of a turn's reply as it streams.
+    case turnStream(agent: String, turn: String, text: String)
     case registrationRefused(agent: String, error: SkillbusError)
     /// An agent's store stopped taking writes (`problem`), or took them again (nil).
     case agentStorage(agent: String, problem: SkillbusError?)
@@ -38,6 +40,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .agentJoined: "agent.joined"
         case .agentLeft: "agent.left"
         case .agentState, .turnState: "agent.state"
+        case .turnStream: "turn.stream"
         case .registrationRefused: "agent.refused"
         case .agentStorage: "agent.storage"
         case .requestQueued: "request.queued"
@@ -69,6 +72,8 @@ public enum FeedEvent: Sendable, Equatable {
             var fields = state.json.objectValue ?? [:]
             fields["agent"] = .string(agent)
             return fields
+        case .turnStream(let agent, let turn, let text):
+            return ["agent": .string(agent), "turn": .string(turn), "text": .string(text)]
         case .turnState(let agent, let state, let turn):
             var fields = state.json(in: turn).objectValue ?? [:]
             fields["agent"] = .string(agent)

@@ -93,6 +93,8 @@ public enum Wire {
         /// A turn: a client asks (ASK), the bus hands it to an agent (TURN), the agent ends it (TURNEND),
         /// and the bus answers the client (TURN).
         case ask, turn, turnend
+        /// A piece of a turn's reply, as it streams (worker → bus → client).
+        case stream
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

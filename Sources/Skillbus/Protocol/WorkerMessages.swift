@@ -6,7 +6,7 @@ import SkillbusZMQ
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend,
+        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream,
     ]
 
     case ready(JSONValue)
@@ -16,6 +16,8 @@ public enum WorkerMessage: Sendable, Equatable {
     case turnState(AgentState, TurnRef)
     /// The turn with this id ended: `ok` with its document, or `error`.
     case turnEnd(turnID: String, AgentAnswer)
+    /// The next piece of the turn's reply (a batch of what the planner produced since the last one).
+    case stream(turnID: String, text: String)
     /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
     case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
@@ -37,6 +39,8 @@ public enum WorkerMessage: Sendable, Equatable {
             [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json(in: turn).serialized()]
         case .turnEnd(let turnID, let answer):
             [Wire.workerHeaderBytes, Wire.Command.turnend.frame, Array(turnID.utf8)] + answer.frames
+        case .stream(let turnID, let text):
+            [Wire.workerHeaderBytes, Wire.Command.stream.frame, Array(turnID.utf8), Array(text.utf8)]
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -97,6 +101,9 @@ public enum WorkerMessage: Sendable, Equatable {
         case .turnend:
             try Wire.expectFrames(message, 5, "TURNEND")
             return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try AgentAnswer(frames: message, from: 3))
+        case .stream:
+            try Wire.expectFrames(message, 4, "STREAM")
+            return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
