@@ -13,7 +13,8 @@ extension AgentWorker {
                 return SkillbusError(.unsupported, "agent '\(options.name)' has no planner: it takes no turns")
             }
             // Created under the lock so that the task cannot finish before it is recorded.
-            state.turns[turn.turnID] = Task {
+            let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
+            state.turns[turn.turnID] = Task(executorPreference: executor) {
                 let answer = await self.take(turn, with: planner)
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil

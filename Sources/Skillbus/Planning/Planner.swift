@@ -3,6 +3,13 @@
 /// program embedding the library can bring its own; `RulesPlanner` needs nothing outside the process.
 public protocol Planner: Sendable {
     func next(_ input: PlannerInput) async throws -> PlannerDecision
+    /// `.quick` for a planner that decides in microseconds or only awaits: its turns then run on the
+    /// agent's I/O thread, with no thread hop per state message (as a `.quick` skill does).
+    var executionStyle: SkillExecutionStyle { get }
+}
+
+extension Planner {
+    public var executionStyle: SkillExecutionStyle { .general }
 }
 
 /// What a planner sees when it decides the next step of a turn.

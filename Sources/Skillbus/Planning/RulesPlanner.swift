@@ -6,6 +6,9 @@ import Foundation
 /// order given, one skill call each; then the replies of the rules that fired make the answer. A message
 /// no rule matches is answered with what the agent can do.
 public struct RulesPlanner: Planner {
+    /// Matching a few expressions takes microseconds.
+    public var executionStyle: SkillExecutionStyle { .quick }
+
     public struct Rule: Sendable {
         /// The regular expression, matched anywhere in the message, ignoring case.
         public let intent: String
