@@ -234,10 +234,27 @@ public enum AskCommand: SkillbusCommand {
                 FileHandle.standardOutput.write(Data(piece.utf8))
             }
         }
+        // Ctrl-C (or SIGTERM) cancels the turn: the ask gives up, and the agent stops it.
+        let signals = SignalWatcher()
+        let agentName = arguments.value("--agent") ?? ""
+        let turn = Task { () async -> Result<(agent: String, document: JSONValue), SkillbusError> in
+            do throws(SkillbusError) {
+                return .success(
+                    try await client.ask(
+                        message, agent: agentName, sessionID: session, timeout: .seconds(timeout), onPiece: onPiece))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let watcher = Task {
+            for await _ in signals.signals {
+                turn.cancel()
+                break
+            }
+        }
+        defer { watcher.cancel() }
         do throws(SkillbusError) {
-            let (agent, document) = try await client.ask(
-                message, agent: arguments.value("--agent") ?? "", sessionID: session, timeout: .seconds(timeout),
-                onPiece: onPiece)
+            let (agent, document) = try await turn.value.get()
             if json {
                 print(document.jsonString)
             } else {

@@ -15,6 +15,7 @@ struct TurnTests {
                 "params": ["expression": "{expression}"], "reply": "{expression} is {result.value}",
             ],
             ["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"],
+            ["intent": "nap", "skill": "sleep", "params": ["ms": 20_000], "reply": "rested"],
         ]
     ]
 
@@ -27,7 +28,7 @@ struct TurnTests {
         ).write(to: URL(fileURLWithPath: config))
         try await cluster.startWorker("thinker", ["--config", config])
         try? FileManager.default.removeItem(atPath: config)
-        try await cluster.startWorker("calc", ["--skills", "math.eval"])
+        try await cluster.startWorker("calc", ["--skills", "math.eval,sleep"])
         return cluster
     }
 
@@ -163,4 +164,41 @@ struct TurnTests {
             }
         }
     }
+
+    @Test("Ctrl-C in skillbus ask cancels the turn: the running skill gets CANCEL and the turn ends failed(cancelled)")
+    func ctrlC() async throws {
+        let cluster = try await cluster()
+        defer { cluster.terminate() }
+        let context = try ZMQContext()
+        let feed = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["agent.state", "request.done", "registry.heartbeat"], context: context)
+        defer { feed.close() }
+        var events = feed.events.makeAsyncIterator()
+        _ = try await events.next()  // the subscription is in place
+        let ask = try SkillbusProcess(["ask", "nap", "--coordinator", cluster.bus], name: "ask")
+        defer { ask.signal(SIGKILL) }
+        var turn: JSONValue?
+        while turn == nil, let event = try await events.next() {
+            if event.topic == "agent.state", event.event["state"] == "executingSkill", event.event["skill"] == "sleep" {
+                turn = event.event["turn"]
+            }
+        }
+        ask.signal(SIGINT)
+        #expect(try await ask.waitForExit() == 1)
+        var failed = false
+        var sleepCancelled = false
+        while !(failed && sleepCancelled), let event = try await events.next() {
+            if event.topic == "agent.state", event.event["turn"] == turn, event.event["state"] == "failed" {
+                #expect(event.event["reason"]?.stringValue?.contains("cancelled") == true)
+                failed = true
+            }
+            if event.topic == "request.done", event.event["skill"] == "sleep" {
+                #expect(event.event["error"]?["code"] == "cancelled")
+                sleepCancelled = true
+            }
+        }
+        // The CANCEL reached the agent running the 20 s sleep: its slot is free long before the sleep's end.
+        try await waitUntil("calc's slot to be free", timeout: .seconds(10)) { try await cluster.inFlight(agent: "calc") == 0 }
+    }
+
 }

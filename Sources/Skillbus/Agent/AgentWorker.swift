@@ -307,8 +307,9 @@ public final class AgentWorker: Sendable {
             for refused in welcome.refused { logger.warning("skill refused: \(refused)") }
         case .invoke(let invocation):
             start(invocation)
-        case .cancel(let invocationID):
-            state.withLock { $0.running[invocationID] }?.cancel()
+        case .cancel(let id):
+            // An invocation's id, or a turn's: ids of the two never look alike (`i…`, `t…`).
+            state.withLock { $0.running[id] ?? $0.turns[id] }?.cancel()
         case .heartbeat(let intervalMs):
             if let intervalMs { state.withLock { $0.busHeartbeatMs = intervalMs } }
         case .error(let error):

@@ -230,17 +230,29 @@ public final class SkillbusClient: Sendable {
     /// `roundID`. `agent` empty: the session's agent, else the least loaded agent with a planner. Returns
     /// the agent and its turn document; throws the error the turn (or the bus) ended with.
     /// `onPiece` hears the reply's pieces as they stream in (on the client's socket thread: keep it quick).
+    /// A caller that is cancelled returns at once as `cancelled`, and the turn is cancelled on its agent.
     public func ask(
         _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
         timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil
     ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
         let requestID = makeRequestID()
-        if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
-        defer { partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) } }
         let request = AskRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message)
-        switch try await exchange(.ask(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
+        if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
+        defer { partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) } }
+        // A caller that gives up cancels the turn on its agent too.
+        let socket = self.socket
+        let outcome = await withTaskCancellationHandler { () async -> Result<BusToClientMessage?, SkillbusError> in
+            do throws(SkillbusError) {
+                return .success(try await exchange(.ask(request), requestID: requestID, waitFor: timeout + .seconds(1)))
+            } catch {
+                return .failure(error)
+            }
+        } onCancel: {
+            socket.send(ClientMessage.cancel(requestID: requestID).encoded())
+        }
+        switch try outcome.get() {
         case .turn(_, let agent, .ok(let document)): return (agent, document)
         case .turn(_, _, .error(let error)), .error(_, let error): throw error
         default: throw unreachable(after: timeout + .seconds(1))

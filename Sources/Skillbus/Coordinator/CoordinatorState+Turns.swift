@@ -36,7 +36,7 @@ extension CoordinatorState {
         let turnID = turns.add(
             .init(
                 client: client, requestID: request.requestID, worker: peer, agent: agent,
-                deadline: now &+ UInt64(timeoutMs) * 1_000_000))
+                deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: Array(request.roundID.utf8)))
         return [
             .toWorker(
                 peer,
@@ -45,6 +45,20 @@ extension CoordinatorState {
                         turnID: turnID, roundID: request.roundID, sessionID: request.sessionID, deadlineMs: timeoutMs,
                         message: request.message)))
         ]
+    }
+
+    /// The client gave up on its ASK (Ctrl-C): the agent is told to stop the turn, and the turn's running
+    /// invocations are cancelled (CANCEL to their workers) and answered `cancelled`. The agent's TURNEND
+    /// still answers the client. An ASK the bus does not hold (already ended) is ignored.
+    public mutating func handleCancel(requestID: String, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
+        guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else { return [] }
+        var actions: [CoordinatorAction] = [.toWorker(entry.worker, .cancel(invocationID: turnID))]
+        let cancelled = SkillbusError(.cancelled, "the turn that made this call was cancelled")
+        for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
+            actions.append(.toWorker(running.worker, .cancel(invocationID: invocationID)))
+            actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
+        }
+        return actions
     }
 
     /// A turn's state: kept as the agent's state and published, every one (never coalesced).

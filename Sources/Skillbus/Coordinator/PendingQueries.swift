@@ -7,6 +7,8 @@ struct PendingQueries: Sendable {
         let worker: PeerID
         let agent: String
         let deadline: UInt64
+        /// A turn's round: its invocations go when the turn is cancelled.
+        var round: [UInt8] = []
     }
 
     private var entries: [String: Entry] = [:]
@@ -31,6 +33,11 @@ struct PendingQueries: Sendable {
         guard let entry = entries[queryID], entry.worker == worker else { return nil }
         entries[queryID] = nil
         return entry
+    }
+
+    /// The id and entry of what `client` asked with `requestID`, if it still waits.
+    func find(client: PeerID, requestID: String) -> (id: String, entry: Entry)? {
+        entries.first { $0.value.client == client && $0.value.requestID == requestID }.map { ($0.key, $0.value) }
     }
 
     /// The queries `worker` will never answer now (it left).

@@ -80,7 +80,7 @@ public struct QueryRequest: Sendable, Equatable {
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round, .query, .ask]
+    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round, .query, .ask, .cancel]
 
     case invoke(InvokeRequest)
     /// A whole round: one invocation, a fan-out or a plan; answered by one ROUND document.
@@ -92,6 +92,8 @@ public enum ClientMessage: Sendable, Equatable {
     case query(QueryRequest)
     /// A message for an agent's turn; answered by one TURN.
     case ask(AskRequest)
+    /// The client gives up on the ASK with this request id: the turn is cancelled (its TURN still comes).
+    case cancel(requestID: String)
 
     public func encoded() -> Multipart {
         switch self {
@@ -124,6 +126,8 @@ public enum ClientMessage: Sendable, Equatable {
                 Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.agent.utf8),
                 Wire.optionalDecimalFrame(request.timeoutMs), Array(request.message.utf8),
             ]
+        case .cancel(let requestID):
+            [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8)]
         }
     }
 
@@ -174,6 +178,9 @@ public enum ClientMessage: Sendable, Equatable {
                     sessionID: String(decoding: try Wire.sessionFrame(message, 4), as: UTF8.self),
                     agent: try Wire.text(message, 5, "agent"), timeoutMs: timeoutMs,
                     message: try Wire.text(message, 7, "message")))
+        case .cancel:
+            try Wire.expectFrames(message, 3, "CANCEL")
+            return .cancel(requestID: try Wire.text(message, 2, "request id"))
         default:
             throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
