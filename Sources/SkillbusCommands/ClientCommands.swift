@@ -78,6 +78,7 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
             coordinatorOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
+            Approval.option,
             OptionSpec("--session", value: "ID", help: "Session id passed to the skills (default: none)."),
         ])
 
@@ -99,6 +100,7 @@ public enum SendCommand: SkillbusCommand {
         }
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
+        Approval.install(on: client, yes: arguments.flag("--yes"))
         defer { client.close() }
         let document: RoundDocument
         do {
@@ -183,7 +185,7 @@ public enum SendCommand: SkillbusCommand {
 
     static func exitCode(for code: SkillbusError.Code) -> Int32 {
         switch code {
-        case .invalidParameters, .unknownSkill, .invalidRound, .roundConflict: 2
+        case .invalidParameters, .unknownSkill, .invalidRound, .roundConflict, .confirmationRequired: 2
         case .unreachable, .timeout: 3
         default: 1
         }

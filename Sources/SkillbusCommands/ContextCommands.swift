@@ -207,6 +207,7 @@ public enum AskCommand: SkillbusCommand {
         options: [
             OptionSpec("--agent", value: "NAME", help: "The agent to ask."),
             OptionSpec("--session", value: "ID", help: "The session the turn belongs to (default: none)."),
+            Approval.option,
             OptionSpec("--json", help: "Print the turn document as JSON."),
             coordinatorOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole turn may take (default 30)."),
@@ -221,8 +222,19 @@ public enum AskCommand: SkillbusCommand {
         }
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 30
-        let client = try await SkillbusClient.connect(endpoint: endpoint, context: try ZMQContext())
-        defer { client.close() }
+        let context = try ZMQContext()
+        let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
+        Approval.install(on: client, yes: arguments.flag("--yes"))
+        let code = await run(arguments, client: client, message: message, session: session, timeout: timeout)
+        // Ending the context flushes what is still queued: after Ctrl-C, the turn's CANCEL.
+        client.close()
+        await context.terminate(within: .seconds(1))
+        return code
+    }
+
+    private static func run(
+        _ arguments: ParsedArguments, client: SkillbusClient, message: String, session: String, timeout: Double
+    ) async -> Int32 {
         let json = arguments.flag("--json")
         // Without --json the reply is printed as it streams in, and not again at the end.
         let streamed = Mutex(false)
@@ -287,5 +299,26 @@ public enum AskCommand: SkillbusCommand {
         let states = (document["states"]?.arrayValue ?? []).compactMap { $0["state"]?.stringValue }
         printError("\(agent): " + states.joined(separator: " → "))
         if printReply, let reply = document["reply"]?.stringValue { print(reply) }
+    }
+}
+
+/// How `send` and `ask` answer the bus when a skill needs confirmation: `--yes` approves in advance; on a
+/// terminal the user is asked; without one it is refused (and the command exits 2, confirmation_required).
+enum Approval {
+    static let option = OptionSpec("--yes", help: "Approve skills that need confirmation (file.write) without asking.")
+
+    static func install(on client: SkillbusClient, yes: Bool) {
+        client.onConfirmation { confirmation in
+            if yes { return true }
+            guard isatty(STDIN_FILENO) == 1 else { return false }
+            let parameters = (confirmation.parameters.objectValue ?? [:]).sorted { $0.key < $1.key }
+                .map { "\($0.key)=\($0.value.stringValue ?? $0.value.jsonString)" }.joined(separator: " ")
+            FileHandle.standardError.write(Data("run \(confirmation.skill) \(parameters)? [y/N] ".utf8))
+            // Reading the terminal blocks: on a thread of its own, never the cooperative pool.
+            let line = await withCheckedContinuation { continuation in
+                Thread.detachNewThread { continuation.resume(returning: readLine()) }
+            }
+            return ["y", "yes"].contains(line?.trimmingCharacters(in: .whitespaces).lowercased() ?? "")
+        }
     }
 }

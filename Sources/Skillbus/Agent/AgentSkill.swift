@@ -11,6 +11,8 @@ public protocol AgentSkill: Sendable {
     var defaultTimeoutMs: Int? { get }
     /// Where the agent runs it; `.general` by default.
     var executionStyle: SkillExecutionStyle { get }
+    /// Whether a client must approve each invocation before it runs; false by default.
+    var needsConfirmation: Bool { get }
     /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
 }
@@ -28,11 +30,13 @@ extension AgentSkill {
     /// `.general` unless a skill knows it is quick.
     public var executionStyle: SkillExecutionStyle { .general }
     public var defaultTimeoutMs: Int? { nil }
+    /// False unless a skill does something a user should approve first (it writes, deletes, spends).
+    public var needsConfirmation: Bool { false }
 
     public var descriptor: SkillDescriptor {
         SkillDescriptor(
             identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema,
-            defaultTimeoutMs: defaultTimeoutMs)
+            defaultTimeoutMs: defaultTimeoutMs, needsConfirmation: needsConfirmation)
     }
 }
 
@@ -257,11 +261,14 @@ public struct SkillDescriptor: Sendable, Equatable {
     public var defaultTimeoutMs: Int?
     /// Free-form metadata (tags, version, owner, …) that the registry keeps and passes on untouched.
     public var metadata: [String: JSONValue]
+    /// Before it runs, the client that asked must approve the invocation (PROTOCOL §3.8).
+    public var needsConfirmation: Bool
 
     public init(
         identifier: String, displayName: String, description: String, parameters: ParameterSchema,
-        defaultTimeoutMs: Int? = nil, metadata: [String: JSONValue] = [:]
+        defaultTimeoutMs: Int? = nil, metadata: [String: JSONValue] = [:], needsConfirmation: Bool = false
     ) {
+        self.needsConfirmation = needsConfirmation
         self.identifier = identifier
         self.displayName = displayName
         self.description = description
@@ -277,6 +284,7 @@ public struct SkillDescriptor: Sendable, Equatable {
         ]
         if let defaultTimeoutMs { object["defaultTimeoutMs"] = .number(Double(defaultTimeoutMs)) }
         if !metadata.isEmpty { object["metadata"] = .object(metadata) }
+        if needsConfirmation { object["confirm"] = true }
         return .object(object)
     }
 
@@ -312,10 +320,17 @@ public struct SkillDescriptor: Sendable, Equatable {
             }
             metadata = object
         }
+        var needsConfirmation = false
+        if let value = json["confirm"], value != .null {
+            guard let flag = value.boolValue else {
+                throw SkillbusError(.invalidRegistration, "skill '\(identifier)': 'confirm' must be true or false")
+            }
+            needsConfirmation = flag
+        }
         self.init(
             identifier: identifier, displayName: json["displayName"]?.stringValue ?? identifier,
             description: json["description"]?.stringValue ?? "", parameters: parameters,
-            defaultTimeoutMs: defaultTimeoutMs, metadata: metadata)
+            defaultTimeoutMs: defaultTimeoutMs, metadata: metadata, needsConfirmation: needsConfirmation)
     }
 
     public static func isValidIdentifier(_ identifier: String) -> Bool {

@@ -36,6 +36,14 @@ public final class SkillbusClient: Sendable {
         self.pending = pending
         self.partials = partials
         self.socket = socket
+        // Weak: the socket's handler holds `partials`, which would otherwise hold the socket in turn.
+        partials.reply.withLock { $0 = { [weak socket] message in socket?.send(message) } }
+    }
+
+    /// Decides whether invocations of skills that need confirmation, asked for by this client, may run
+    /// (PROTOCOL §3.8). Until one is set, every one is refused.
+    public func onConfirmation(_ decide: @escaping @Sendable (Confirmation) async -> Bool) {
+        partials.confirmer.withLock { $0 = decide }
     }
 
     /// Connects to the bus at `endpoint`. The synchronous form, for synchronous callers: it blocks the
@@ -66,6 +74,8 @@ public final class SkillbusClient: Sendable {
         return (
             { socket in
                 try socket.setMaxMessageSize(maxBytes)
+                // Long enough that a last message (a turn's CANCEL) is flushed when the context ends.
+                try socket.setLinger(ms: 200)
                 try socket.connect(endpoint)
             },
             { message in receive(message, pending: pending, partials: entries) }
@@ -230,7 +240,8 @@ public final class SkillbusClient: Sendable {
     /// `roundID`. `agent` empty: the session's agent, else the least loaded agent with a planner. Returns
     /// the agent and its turn document; throws the error the turn (or the bus) ended with.
     /// `onPiece` hears the reply's pieces as they stream in (on the client's socket thread: keep it quick).
-    /// A caller that is cancelled returns at once as `cancelled`, and the turn is cancelled on its agent.
+    /// A caller that is cancelled cancels the turn on its agent, and returns once the turn has ended
+    /// (as `cancelled`), 5 s after the cancellation at the latest.
     public func ask(
         _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
         timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil
@@ -241,16 +252,24 @@ public final class SkillbusClient: Sendable {
             timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message)
         if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
         defer { partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) } }
-        // A caller that gives up cancels the turn on its agent too.
+        // A caller that gives up cancels the turn on its agent, and then waits (5 s at most) for the turn's
+        // end, which says the agent has stopped: so the CANCEL is known to have arrived before it returns.
         let socket = self.socket
-        let outcome = await withTaskCancellationHandler { () async -> Result<BusToClientMessage?, SkillbusError> in
+        let wait = Task { () async -> Result<BusToClientMessage?, SkillbusError> in
             do throws(SkillbusError) {
                 return .success(try await exchange(.ask(request), requestID: requestID, waitFor: timeout + .seconds(1)))
             } catch {
                 return .failure(error)
             }
+        }
+        let outcome = await withTaskCancellationHandler {
+            await wait.value
         } onCancel: {
             socket.send(ClientMessage.cancel(requestID: requestID).encoded())
+            Task {
+                try? await Task.sleep(for: .seconds(5))
+                wait.cancel()
+            }
         }
         switch try outcome.get() {
         case .turn(_, let agent, .ok(let document)): return (agent, document)
@@ -345,6 +364,17 @@ public final class SkillbusClient: Sendable {
         case .stream(let id, let text):
             partials.replyPieces.withLock { $0[id] }?(text)
             return
+        case .confirm(let id, let confirmationID, let skill, let parameters):
+            let decide = partials.confirmer.withLock { $0 }
+            let send = partials.reply.withLock { $0 }
+            let asked = Confirmation(
+                requestID: id, skill: skill, parameters: (try? JSONValue(parsing: parameters)) ?? .null)
+            // Deciding may take a person: off the socket's thread.
+            Task {
+                let approved = await decide?(asked) ?? false
+                send?(ClientMessage.approve(confirmationID: confirmationID, approved: approved).encoded())
+            }
+            return
         }
         pending.finish(requestID, with: .message(decoded))
     }
@@ -359,6 +389,17 @@ private final class PartialAnswers: Sendable {
     let snapshotEntries = Mutex<[String: [[UInt8]]]>([:])
     /// Who hears the STREAM pieces of a turn's reply.
     let replyPieces = Mutex<[String: @Sendable (String) -> Void]>([:])
+    /// Who decides CONFIRMs, and how the answer goes back; without a decider every one is refused.
+    let confirmer = Mutex<(@Sendable (Confirmation) async -> Bool)?>(nil)
+    let reply = Mutex<(@Sendable (Multipart) -> Void)?>(nil)
+}
+
+/// The bus asks whether an invocation of a skill that needs confirmation may run.
+public struct Confirmation: Sendable, Equatable {
+    /// The request (REQUEST, ROUND or ASK) of this client that it belongs to.
+    public var requestID: String
+    public var skill: String
+    public var parameters: JSONValue
 }
 
 /// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.

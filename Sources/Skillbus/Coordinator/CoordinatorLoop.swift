@@ -131,6 +131,8 @@ final class CoordinatorLoop {
                     perform(state.handleAsk(request, from: peer, now: now))
                 case .cancel(let requestID):
                     perform(state.handleCancel(requestID: requestID, from: peer, now: now))
+                case .approve(let confirmationID, let approved):
+                    perform(state.handleApprove(confirmationID, approved: approved, from: peer, now: now))
                 case .listAgents(let requestID):
                     let listing = state.agentsListing(now: now)
                     send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())

@@ -4,6 +4,7 @@ extension CoordinatorState {
     /// Sends a request to its target (a fan-out's agent), or to the least loaded provider with a free
     /// slot; else it waits in the bounded queue, or is answered `busy`.
     mutating func route(_ request: Request, now: UInt64) -> [CoordinatorAction] {
+        if needsConfirmation(request) { return holdForConfirmation(request, now: now) }
         var request = request
         // A session's context lives on the agent that served it last: go back there while it is alive and
         // offers the skill, busy or not. A fan-out's own target wins.

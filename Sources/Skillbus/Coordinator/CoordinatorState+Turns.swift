@@ -52,6 +52,8 @@ extension CoordinatorState {
     /// still answers the client. An ASK the bus does not hold (already ended) is ignored.
     public mutating func handleCancel(requestID: String, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
         guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else { return [] }
+        // A call of the turn may still be on its way from the agent: it is refused when it comes.
+        cancelledTurnRounds.insert(ByteKey(entry.round))
         var actions: [CoordinatorAction] = [.toWorker(entry.worker, .cancel(invocationID: turnID))]
         let cancelled = SkillbusError(.cancelled, "the turn that made this call was cancelled")
         for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
@@ -83,13 +85,15 @@ extension CoordinatorState {
     /// TURNEND: relayed to the client that asked; a late or foreign one is dropped.
     mutating func relayTurnEnd(_ turnID: String, _ answer: AgentAnswer, from peer: PeerID) -> [CoordinatorAction] {
         guard let entry = turns.answered(turnID, by: peer) else { return [] }
+        cancelledTurnRounds.remove(ByteKey(entry.round))
         return [.toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, answer))]
     }
 
     /// Turns their agent will never end: it left, or their time ran out.
-    func failTurns(_ entries: [PendingQueries.Entry], _ error: (PendingQueries.Entry) -> SkillbusError)
+    mutating func failTurns(_ entries: [PendingQueries.Entry], _ error: (PendingQueries.Entry) -> SkillbusError)
         -> [CoordinatorAction]
     {
-        entries.map { .toClient($0.client, .turn(requestID: $0.requestID, agent: $0.agent, .error(error($0)))) }
+        for entry in entries { cancelledTurnRounds.remove(ByteKey(entry.round)) }
+        return entries.map { .toClient($0.client, .turn(requestID: $0.requestID, agent: $0.agent, .error(error($0)))) }
     }
 }

@@ -73,6 +73,11 @@ public struct CoordinatorState: Sendable {
     var queries = PendingQueries(prefix: "q")
     /// Turns waiting for their agent's TURNEND.
     var turns = PendingQueries(prefix: "t")
+    /// Rounds of cancelled turns that have not ended yet: a call of theirs still on its way is refused.
+    var cancelledTurnRounds: Set<ByteKey> = []
+    /// Invocations waiting for a client's approval, by confirmation id.
+    var confirmations: [String: PendingConfirmation] = [:]
+    var lastConfirmation: UInt64 = 0
     var lastHeartbeatSent: UInt64 = 0
 
     /// Longest heartbeat interval a worker may announce (one hour).
@@ -123,6 +128,10 @@ public struct CoordinatorState: Sendable {
             roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: now,
             deadline: now &+ UInt64(timeoutMs) * 1_000_000)
+        if !cancelledTurnRounds.isEmpty, cancelledTurnRounds.contains(ByteKey(request.$roundID)) {
+            let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
+            return fail(pending, error, agent: "", executed: false, now: now)
+        }
         let inRound = rounds.runningCount > 0
         if settings.deduplication {
             let admission = singleFlight.admit(
@@ -234,6 +243,7 @@ public struct CoordinatorState: Sendable {
         actions += failQueries(queries.removeExpired(now: now)) {
             SkillbusError(.timeout, "agent '\($0.agent)' did not answer the query in time")
         }
+        actions += expireConfirmations(now: now)
         actions += failTurns(turns.removeExpired(now: now)) {
             SkillbusError(.timeout, "agent '\($0.agent)' did not end the turn in time")
         }

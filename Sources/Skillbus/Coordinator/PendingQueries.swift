@@ -35,6 +35,9 @@ struct PendingQueries: Sendable {
         return entry
     }
 
+    /// The first entry that matches.
+    func first(where matches: (Entry) -> Bool) -> Entry? { entries.values.first(where: matches) }
+
     /// The id and entry of what `client` asked with `requestID`, if it still waits.
     func find(client: PeerID, requestID: String) -> (id: String, entry: Entry)? {
         entries.first { $0.value.client == client && $0.value.requestID == requestID }.map { ($0.key, $0.value) }

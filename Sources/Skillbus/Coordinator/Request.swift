@@ -7,6 +7,8 @@ extension CoordinatorState {
         var target: PeerID?
         /// Set when identical invocations of the round share this execution: the outcome goes to all of them.
         var shared: SingleFlight.ExecutionID?
+        /// The client approved it (for a skill that needs confirmation).
+        var confirmed = false
         // Kept as they came off the wire: they go out again in INVOKE and REPLY unchanged.
         let requestID: [UInt8]
         let roundID: [UInt8]

@@ -80,7 +80,9 @@ public struct QueryRequest: Sendable, Equatable {
 /// Messages a client sends to the bus.
 public enum ClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.request, .skills, .snapshot, .agents, .round, .query, .ask, .cancel]
+    static let commands: [Wire.Command] = [
+        .request, .skills, .snapshot, .agents, .round, .query, .ask, .cancel, .approve,
+    ]
 
     case invoke(InvokeRequest)
     /// A whole round: one invocation, a fan-out or a plan; answered by one ROUND document.
@@ -94,6 +96,8 @@ public enum ClientMessage: Sendable, Equatable {
     case ask(AskRequest)
     /// The client gives up on the ASK with this request id: the turn is cancelled (its TURN still comes).
     case cancel(requestID: String)
+    /// The answer to CONFIRM: whether the invocation may run.
+    case approve(confirmationID: String, approved: Bool)
 
     public func encoded() -> Multipart {
         switch self {
@@ -128,6 +132,11 @@ public enum ClientMessage: Sendable, Equatable {
             ]
         case .cancel(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8)]
+        case .approve(let confirmationID, let approved):
+            [
+                Wire.clientHeaderBytes, Wire.Command.approve.frame, Array(confirmationID.utf8),
+                Array((approved ? "yes" : "no").utf8),
+            ]
         }
     }
 
@@ -181,6 +190,13 @@ public enum ClientMessage: Sendable, Equatable {
         case .cancel:
             try Wire.expectFrames(message, 3, "CANCEL")
             return .cancel(requestID: try Wire.text(message, 2, "request id"))
+        case .approve:
+            try Wire.expectFrames(message, 4, "APPROVE")
+            let answer = try Wire.text(message, 3, "answer")
+            guard answer == "yes" || answer == "no" else {
+                throw SkillbusError(.malformedMessage, "frame 3 (answer) must be yes or no, got '\(answer.prefix(32))'")
+            }
+            return .approve(confirmationID: try Wire.text(message, 2, "confirmation id"), approved: answer == "yes")
         default:
             throw Wire.unknownCommand(message, role: "client", expected: commands)
         }
@@ -224,7 +240,7 @@ public struct InvokeReply: Sendable, Equatable {
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream,
+        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream, .confirm,
     ]
 
     case reply(InvokeReply)
@@ -244,6 +260,9 @@ public enum BusToClientMessage: Sendable, Equatable {
     case turn(requestID: String, agent: String, AgentAnswer)
     /// The next piece of the reply of the turn this ASK started; the TURN that ends it follows.
     case stream(requestID: String, text: String)
+    /// Asks the client that sent request `requestID` (or the ASK whose turn calls the skill) to approve
+    /// an invocation of a skill that needs confirmation; answered with APPROVE and `confirmationID`.
+    case confirm(requestID: String, confirmationID: String, skill: String, parameters: [UInt8])
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
 
@@ -274,6 +293,11 @@ public enum BusToClientMessage: Sendable, Equatable {
                 + answer.frames
         case .stream(let requestID, let text):
             [Wire.clientHeaderBytes, Wire.Command.stream.frame, Array(requestID.utf8), Array(text.utf8)]
+        case .confirm(let requestID, let confirmationID, let skill, let parameters):
+            [
+                Wire.clientHeaderBytes, Wire.Command.confirm.frame, Array(requestID.utf8), Array(confirmationID.utf8),
+                Array(skill.utf8), parameters,
+            ]
         }
     }
 
@@ -330,6 +354,12 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .stream:
             try Wire.expectFrames(message, 4, "STREAM")
             return .stream(requestID: try Wire.text(message, 2, "request id"), text: try Wire.text(message, 3, "text"))
+        case .confirm:
+            try Wire.expectFrames(message, 6, "CONFIRM")
+            return .confirm(
+                requestID: try Wire.text(message, 2, "request id"),
+                confirmationID: try Wire.text(message, 3, "confirmation id"), skill: try Wire.text(message, 4, "skill"),
+                parameters: message[5])
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

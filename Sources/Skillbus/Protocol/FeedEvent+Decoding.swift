@@ -45,6 +45,12 @@ extension FeedEvent {
         case "agent.storage":
             self = .agentStorage(
                 agent: try field.string("agent"), problem: field.optional("problem").map(SkillbusError.init(json:)))
+        case "invocation.pendingConfirmation":
+            self = .confirmationPending(
+                round: try field.string("round"), confirmation: try field.string("confirmation"),
+                skill: try field.string("skill"), parameters: field.optional("parameters") ?? .null)
+        case "invocation.confirmation":
+            self = .confirmationDone(confirmation: try field.string("confirmation"), approved: try field.bool("approved"))
         case "turn.stream":
             self = .turnStream(agent: try field.string("agent"), turn: try field.string("turn"), text: try field.string("text"))
         case "request.queued":

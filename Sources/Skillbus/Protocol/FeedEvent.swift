@@ -8,6 +8,10 @@ public enum FeedEvent: Sendable, Equatable {
     case agentState(agent: String, state: AgentState)
     /// A state of one turn, published as it happens (`agent.state` with `session` and `turn`).
     case turnState(agent: String, state: AgentState, turn: TurnRef)
+    /// An invocation of a skill that needs confirmation waits for the client's approval.
+    case confirmationPending(round: String, confirmation: String, skill: String, parameters: JSONValue)
+    /// The approval came (`approved`), was refused, or did not come in time.
+    case confirmationDone(confirmation: String, approved: Bool)
     /// A batch of a turn's reply as it streams.
     case turnStream(agent: String, turn: String, text: String)
     case registrationRefused(agent: String, error: SkillbusError)
@@ -41,6 +45,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .agentLeft: "agent.left"
         case .agentState, .turnState: "agent.state"
         case .turnStream: "turn.stream"
+        case .confirmationPending: "invocation.pendingConfirmation"
+        case .confirmationDone: "invocation.confirmation"
         case .registrationRefused: "agent.refused"
         case .agentStorage: "agent.storage"
         case .requestQueued: "request.queued"
@@ -72,6 +78,13 @@ public enum FeedEvent: Sendable, Equatable {
             var fields = state.json.objectValue ?? [:]
             fields["agent"] = .string(agent)
             return fields
+        case .confirmationPending(let round, let confirmation, let skill, let parameters):
+            return [
+                "round": .string(round), "confirmation": .string(confirmation), "skill": .string(skill),
+                "parameters": parameters,
+            ]
+        case .confirmationDone(let confirmation, let approved):
+            return ["confirmation": .string(confirmation), "approved": .bool(approved)]
         case .turnStream(let agent, let turn, let text):
             return ["agent": .string(agent), "turn": .string(turn), "text": .string(text)]
         case .turnState(let agent, let state, let turn):

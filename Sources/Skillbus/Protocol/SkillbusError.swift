@@ -47,6 +47,8 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let cancelled = Code("cancelled")
         /// A configuration file or option was refused; the message names the key.
         public static let invalidConfiguration = Code("invalid_configuration")
+        /// The skill needs the client's approval (PROTOCOL §3.8), which did not come: refused, or no answer.
+        public static let confirmationRequired = Code("confirmation_required")
         /// No live agent has this name.
         public static let unknownAgent = Code("unknown_agent")
         /// The agent holds no session with this id.

@@ -95,6 +95,8 @@ public enum Wire {
         case ask, turn, turnend
         /// A piece of a turn's reply, as it streams (worker → bus → client).
         case stream
+        /// The bus asks a client to approve an invocation (CONFIRM); the client answers (APPROVE).
+        case confirm, approve
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

@@ -4,7 +4,7 @@ import Foundation
 public enum BuiltinSkills {
     public static let identifiers = [
         "echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read", "text.report",
-        "memory.set", "memory.get", "memory.list", "memory.delete",
+        "memory.set", "memory.get", "memory.list", "memory.delete", "file.write",
     ]
 
     /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
@@ -27,6 +27,8 @@ public enum BuiltinSkills {
             case "memory.get": skills.append(MemoryGetSkill())
             case "memory.list": skills.append(MemoryListSkill())
             case "memory.delete": skills.append(MemoryDeleteSkill())
+            case "file.write":
+                skills.append(FileWriteSkill(sandbox: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
             default:
                 throw SkillbusError(
                     .invalidConfiguration,
@@ -151,6 +153,31 @@ public struct FileReadSkill: AgentSkill {
         let path = parameters["path"]?.stringValue ?? ""
         do {
             return .text(try reader.read(path))
+        } catch {
+            throw SkillbusError(.skillFailed, error.description)
+        }
+    }
+}
+
+/// Writes a text file inside the sandbox. It changes files, so every invocation waits for the client's
+/// approval first (`needsConfirmation`).
+public struct FileWriteSkill: AgentSkill {
+    public let sandbox: SandboxedFileReader
+    public init(sandbox: SandboxedFileReader) { self.sandbox = sandbox }
+    public let identifier = "file.write"
+    public let displayName = "Write file"
+    public let description = "Writes a UTF-8 text file inside the agent's sandbox directory, replacing it. Asks first."
+    public var needsConfirmation: Bool { true }
+    public let parameterSchema = ParameterSchema([
+        ParameterField("path", .string, description: "Path relative to the sandbox directory"),
+        ParameterField("text", .string, description: "The file's new contents"),
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let path = parameters["path"]?.stringValue ?? ""
+        do {
+            let bytes = try sandbox.write(parameters["text"]?.stringValue ?? "", to: path)
+            return .json(["path": .string(path), "bytes": .number(Double(bytes))])
         } catch {
             throw SkillbusError(.skillFailed, error.description)
         }

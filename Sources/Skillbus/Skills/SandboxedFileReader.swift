@@ -117,6 +117,59 @@ public struct SandboxedFileReader: Sendable {
     }
 }
 
+extension SandboxedFileReader {
+    /// Writes `text` to the file at `relativePath`, creating or replacing it. The file's folder must exist
+    /// inside the sandbox; a path that leaves the sandbox, a final symlink, or a directory is refused.
+    /// Returns the bytes written.
+    public func write(_ text: String, to relativePath: String) throws(SandboxError) -> Int {
+        func failure(_ kind: SandboxError.Kind, _ reason: String) -> SandboxError {
+            SandboxError(kind: kind, path: relativePath, message: "'\(relativePath)' \(reason)")
+        }
+        guard !relativePath.utf8.contains(0) else { throw failure(.notFound, "contains a NUL character") }
+        let bytes = Array(text.utf8)
+        guard bytes.count <= maxBytes else {
+            throw failure(.tooLarge, "would be \(bytes.count) bytes, which exceeds the limit of \(maxBytes) bytes")
+        }
+        guard case .success(let resolvedRoot) = resolve(root) else {
+            throw failure(.notFound, "cannot be written because the sandbox root '\(root)' is unusable")
+        }
+        let lexical = normalize(relativePath.hasPrefix("/") ? relativePath : resolvedRoot + "/" + relativePath)
+        let name = lexical.split(separator: "/").last.map(String.init) ?? ""
+        guard isInside(lexical, root: resolvedRoot), lexical != resolvedRoot, !name.isEmpty else {
+            throw failure(.escapesSandbox, "is outside the sandbox")
+        }
+        // The folder is resolved (symlinks and all) and must still be inside; the file itself is opened
+        // without following a symlink, so it cannot point elsewhere either.
+        let folder = String(lexical.dropLast(name.count + 1))
+        guard case .success(let resolvedFolder) = resolve(folder.isEmpty ? "/" : folder) else {
+            throw failure(.notFound, "cannot be written: its folder does not exist")
+        }
+        guard isInside(resolvedFolder, root: resolvedRoot) else {
+            throw failure(.escapesSandbox, "resolves to a location outside the sandbox")
+        }
+        let descriptor = open(resolvedFolder + "/" + name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else {
+            let code = errno
+            if code == ELOOP { throw failure(.escapesSandbox, "is a symlink, which file.write does not follow") }
+            if code == EISDIR { throw failure(.notAFile, "is a directory, not a file") }
+            throw failure(.unreadable, "cannot be written: \(describe(SystemError(code: code)))")
+        }
+        defer { close(descriptor) }
+        var written = 0
+        while written < bytes.count {
+            let count = bytes.withUnsafeBytes { buffer -> Int in
+                guard let base = buffer.baseAddress else { return 0 }
+                return Glibc.write(descriptor, base + written, bytes.count - written)
+            }
+            guard count > 0 else {
+                throw failure(.unreadable, "cannot be written: \(describe(SystemError(code: errno)))")
+            }
+            written += count
+        }
+        return written
+    }
+}
+
 // MARK: - Path helpers
 
 private struct SystemError: Error {
