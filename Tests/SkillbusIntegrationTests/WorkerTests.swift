@@ -34,17 +34,21 @@ struct WorkerTests {
         return ready[0]
     }
 
+    /// Agent "alpha" on the fake bus, running.
+    func start(on bus: FakeBus, skills: [any AgentSkill]) async throws -> (AgentWorker, Task<Void, Never>) {
+        let worker = try await AgentWorker.connect(
+            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50), skills: skills,
+            context: context, logger: logger)
+        return (worker, Task { await worker.run() })
+    }
+
     /// Rounds of concurrent adds and removes. After each round the bus sends an INVOKE; its RESULT is
     /// queued after every SKILLS of the round, so the last SKILLS before it must carry the final list.
     @Test("concurrent skill changes: the last SKILLS the bus sees is the worker's final list")
     func concurrentSkillChanges() async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
-        let worker = try await AgentWorker.connect(
-            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50),
-            skills: [Named(identifier: "s0")],
-            context: context, logger: logger)
-        let running = Task { await worker.run() }
+        let (worker, running) = try await start(on: bus, skills: [Named(identifier: "s0")])
         defer { running.cancel() }
         let peer = try await welcome(bus)
         _ = try await bus.next("HEARTBEAT")  // registered: changes go out as SKILLS from now on
@@ -89,11 +93,7 @@ struct WorkerTests {
     func changeBeforeWelcome() async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
-        let worker = try await AgentWorker.connect(
-            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50),
-            skills: [Named(identifier: "s0")],
-            context: context, logger: logger)
-        let running = Task { await worker.run() }
+        let (worker, running) = try await start(on: bus, skills: [Named(identifier: "s0")])
         let ready = try await bus.next("READY")
         worker.addSkill(Named(identifier: "s1"))  // READY carried only s0
         bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
@@ -108,10 +108,7 @@ struct WorkerTests {
     func stopDuringSubCall() async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
-        let worker = try await AgentWorker.connect(
-            options: .init(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50),
-            skills: [Relay()], context: context, logger: logger)
-        let running = Task { await worker.run() }
+        let (worker, running) = try await start(on: bus, skills: [Relay()])
         let peer = try await welcome(bus)
         let invocation = Invocation(
             invocationID: "inv-1", roundID: "r", sessionID: "", skill: "relay", deadlineMs: 600_000,
