@@ -45,14 +45,16 @@ public final class SocketLoop: Sendable {
     ///
     /// Inbound messages go to `messages`, or, when `onMessage` is given, straight to that handler on the
     /// owning thread (one hop less; the handler must be quick and must not block). `beforeWait` runs on
-    /// the owning thread each time the loop has drained its work and is about to wait.
+    /// the owning thread each time the loop has drained its work and is about to wait; it returns how long
+    /// the loop may wait at most before it runs again (nil: until a message or a wake-up comes), which is
+    /// how a loop keeps deadlines without a timer thread.
     public static func start(
         context: ZMQContext,
         type: ZMQSocketType,
         name: String,
         configure: @escaping @Sendable (ZMQSocket) throws -> Void,
         onMessage: (@Sendable (Multipart) -> Void)? = nil,
-        beforeWait: (@Sendable () -> Void)? = nil
+        beforeWait: (@Sendable () -> Duration?)? = nil
     ) async throws -> SocketLoop {
         let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
         let shared = Shared(wakePipe: try WakePipe())
@@ -74,7 +76,7 @@ public final class SocketLoop: Sendable {
         name: String,
         configure: @escaping @Sendable (ZMQSocket) throws -> Void,
         onMessage: (@Sendable (Multipart) -> Void)? = nil,
-        beforeWait: (@Sendable () -> Void)? = nil
+        beforeWait: (@Sendable () -> Duration?)? = nil
     ) throws {
         let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
         let shared = Shared(wakePipe: try WakePipe())
@@ -95,7 +97,7 @@ public final class SocketLoop: Sendable {
     private static func launch(
         shared: Shared, inbound: AsyncStream<Multipart>.Continuation, context: ZMQContext, type: ZMQSocketType,
         name: String, configure: @escaping @Sendable (ZMQSocket) throws -> Void,
-        onMessage: (@Sendable (Multipart) -> Void)?, beforeWait: (@Sendable () -> Void)?, started: @escaping Startup
+        onMessage: (@Sendable (Multipart) -> Void)?, beforeWait: (@Sendable () -> Duration?)?, started: @escaping Startup
     ) {
         let thread = Thread {
             shared.loopThread.store(UInt(pthread_self()), ordering: .releasing)
@@ -113,7 +115,7 @@ public final class SocketLoop: Sendable {
             }
             started(.success(socket.lastEndpoint))
             let deliver = onMessage ?? { inbound.yield($0) }
-            shared.run(socket: socket, deliver: deliver, beforeWait: beforeWait ?? {})
+            shared.run(socket: socket, deliver: deliver, beforeWait: beforeWait ?? { nil })
             socket.close()
         }
         thread.name = name
@@ -228,16 +230,26 @@ extension SocketLoop {
             DispatchQueue.global().async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
         }
 
-        func run(socket: ZMQSocket, deliver: (Multipart) -> Void, beforeWait: () -> Void) {
+        /// A wait limit as poll's timeout: whole milliseconds, rounded up so that a deadline has passed
+        /// when the loop wakes for it.
+        static func pollMilliseconds(_ limit: Duration) -> Int {
+            guard limit > .zero else { return 0 }
+            let (seconds, attoseconds) = limit.components
+            let milliseconds = seconds * 1000 + (attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+            return Int(clamping: min(milliseconds, Int64(Int32.max)))
+        }
+
+        func run(socket: ZMQSocket, deliver: (Multipart) -> Void, beforeWait: () -> Duration?) {
             var unsent: [Multipart] = []  // taken from the outbox, waiting for the socket to accept them
             var unsentStart = 0
             var moreWork = false
+            var waitLimitMs = -1
             while true {
                 let items = [
                     PollItem(.socket(socket), input: true, output: unsentStart < unsent.count),
                     PollItem(.fileDescriptor(wakePipe.readEnd)),
                 ]
-                guard let ready = try? poll(items, timeoutMs: moreWork ? 0 : -1) else { return }
+                guard let ready = try? poll(items, timeoutMs: moreWork ? 0 : waitLimitMs) else { return }
                 if ready.readable[1] { wakePipe.drain() }
                 // Receive everything queued, whatever woke us: one extra EAGAIN is cheaper than a missed message.
                 while true {
@@ -255,7 +267,7 @@ extension SocketLoop {
                     return box.jobs
                 }
                 for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
-                beforeWait()
+                waitLimitMs = beforeWait().map(Self.pollMilliseconds) ?? -1
                 let (batch, stopping, jobsLeft) = outbox.withLock { box in
                     defer {
                         box.pending.removeAll(keepingCapacity: true)

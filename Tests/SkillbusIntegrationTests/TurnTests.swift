@@ -16,6 +16,8 @@ struct TurnTests {
             ],
             ["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"],
             ["intent": "nap", "skill": "sleep", "params": ["ms": 20_000], "reply": "rested"],
+            // Fires with the one above it on "say twice": the same call twice in one turn.
+            ["intent": "say (?<word>\\w+) twice", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"],
         ]
     ]
 
@@ -70,6 +72,40 @@ struct TurnTests {
         let (_, history) = try await client.query(.history(session: "s1"), agent: "thinker")
         let roles = (history["messages"]?.arrayValue ?? []).compactMap { $0["role"]?.stringValue }
         #expect(roles.first == "user" && roles.last == "agent")
+    }
+
+    @Test("a call of a skill the agent offers runs on it with no pass through the bus, once per turn, and counts in the round")
+    func callRunsOnTheAgent() async throws {
+        let cluster = try await cluster()
+        defer { cluster.terminate() }
+        let context = try ZMQContext()
+        let feed = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["request.", "registry.heartbeat"], context: context)
+        defer { feed.close() }
+        var events = feed.events.makeAsyncIterator()
+        _ = try await events.next()  // the subscription is in place
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+
+        let (_, document) = try await client.ask("say hi twice", agent: "thinker")
+        #expect(document["reply"] == "hi!\nhi!")
+        #expect(document["calls"]?.arrayValue?.count == 2)
+        let round = try #require(document["round"]?.stringValue)
+        // The same call in the turn's round, sent by a client: the bus already holds its outcome, from the
+        // turn's own run on thinker, and answers it without running echo again.
+        let again = try await client.invoke("echo", parameters: ["text": "hi!"], roundID: round)
+        #expect(again.status == .ok && again.agent == "thinker" && again.result == .text("hi!"))
+        // On the feed: only that request, deduplicated; the turn's calls never went through the bus.
+        var topics: [String] = []
+        while let event = try await events.next() {
+            guard event.topic.hasPrefix("request."), event.event["round"]?.stringValue == round else { continue }
+            topics.append(event.topic)
+            if event.topic == "request.deduplicated" {
+                #expect(event.event["reused"] == "finished")
+                break
+            }
+        }
+        #expect(topics == ["request.deduplicated"])
     }
 
     @Test("skillbus ask prints the reply; a message no rule understands is answered with what the agent can do")

@@ -105,7 +105,10 @@ struct SocketLoopTests {
         let busy = Gate()
         let loop = try await SocketLoop.start(
             context: context, type: .dealer, name: "slow-stop", configure: { _ in },
-            beforeWait: { if busy.isOpen { handling.pass() } })
+            beforeWait: {
+                if busy.isOpen { handling.pass() }
+                return nil
+            })
         busy.open()
         loop.wake()
         let stopping = Task(executorPreference: host.executor) { await loop.stopAndWait() }

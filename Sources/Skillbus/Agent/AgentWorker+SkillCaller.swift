@@ -19,6 +19,7 @@ extension AgentWorker: SkillCaller {
         guard remaining > .milliseconds(1) else {
             throw SkillbusError(.timeout, "no time left to call '\(identifier)' before the deadline")
         }
+        giveBackRound(context.roundID)
         let outcome = try await client.invoke(
             identifier, parameters: parameters, roundID: context.roundID, sessionID: context.sessionID,
             timeout: remaining)

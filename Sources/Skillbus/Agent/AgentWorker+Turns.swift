@@ -14,10 +14,13 @@ extension AgentWorker {
             }
             // Created under the lock so that the task cannot finish before it is recorded.
             let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
+            if turn.leased { state.leases[turn.roundID] = turn.turnID }
             state.turns[turn.turnID] = Task(executorPreference: executor) {
                 let answer = await self.take(turn, with: planner)
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
+                    // TURNEND gives the round back.
+                    if state.leases[turn.roundID] == turn.turnID { state.leases[turn.roundID] = nil }
                     // The turn's last state stands until the agent's own state is said again.
                     state.reported = nil
                 }
@@ -45,6 +48,8 @@ extension AgentWorker {
             return .error(SkillbusError(error.code, error.message, details: .object(document)))
         }
         let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+        // Outcomes of the calls run on this agent under the turn's lease, by skill and parameters.
+        var ranHere: [[UInt8]: Result<SkillResult, SkillbusError>] = [:]
         var history: [SessionMessage] = []
         if let store, !turn.sessionID.isEmpty {
             history = (try? await store.history(turn.sessionID)) ?? []
@@ -90,9 +95,9 @@ extension AgentWorker {
                             .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
                 }
                 enter(.selectingSkill)
-                let step = await call(skill, parameters, in: turn, skills: skills, deadline: deadline) {
-                    enter(.executingSkill(skill))
-                }
+                let step = await call(
+                    skill, parameters, in: turn, skills: skills, deadline: deadline, ranHere: &ranHere
+                ) { enter(.executingSkill(skill)) }
                 record.calls.append(step)
             }
         }
@@ -132,16 +137,22 @@ extension AgentWorker {
     /// parameters do not fit its schema (the planner hears why and may choose again), else through the bus.
     private func call(
         _ skill: String, _ parameters: [String: JSONValue], in turn: TurnRequest, skills: [SkillDescriptor],
-        deadline: ContinuousClock.Instant, starting: () -> Void
+        deadline: ContinuousClock.Instant, ranHere: inout [[UInt8]: Result<SkillResult, SkillbusError>],
+        starting: () -> Void
     ) async -> PlannerStep {
+        var validated = parameters
         if let descriptor = skills.first(where: { $0.identifier == skill }) {
             do throws(SkillbusError) {
-                _ = try descriptor.parameters.validate(parameters, skill: skill)
+                validated = try descriptor.parameters.validate(parameters, skill: skill)
             } catch {
                 return PlannerStep(skill: skill, parameters: parameters, outcome: .failure(error))
             }
         }
         starting()
+        if let outcome = await runHere(skill, validated, in: turn, deadline: deadline, ranHere: &ranHere) {
+            return PlannerStep(skill: skill, parameters: parameters, outcome: outcome)
+        }
+        giveBackRound(turn.roundID)
         let outcome: Result<SkillResult, SkillbusError>
         do {
             let answer = try await client.invoke(

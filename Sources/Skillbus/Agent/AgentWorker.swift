@@ -77,6 +77,9 @@ public final class AgentWorker: Sendable {
         var skillsChangedSinceReady = false
         /// The CONTEXT last sent; nil after a WELCOME, so that the coordinator hears it again.
         var reportedContext: AgentContextStatus?
+        /// Rounds that turns of this agent hold (TURN's lease), round id → turn id, until given back.
+        var leases: [String: String] = [:]
+        var lastClaim: UInt64 = 0
     }
 
     private init(
@@ -139,7 +142,7 @@ public final class AgentWorker: Sendable {
     /// weak reference does not.)
     private static func handlers(_ options: Options, _ owner: Owner) -> (
         configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void,
-        beforeWait: @Sendable () -> Void
+        beforeWait: @Sendable () -> Duration?
     ) {
         let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
         let endpoint = options.coordinator
@@ -152,7 +155,10 @@ public final class AgentWorker: Sendable {
                 try socket.connect(endpoint)
             },
             { message in owner.worker.withLock { $0.value }?.receive(message) },
-            { owner.worker.withLock { $0.value }?.flushState() }
+            {
+                owner.worker.withLock { $0.value }?.flushState()
+                return nil
+            }
         )
     }
 
@@ -353,7 +359,7 @@ public final class AgentWorker: Sendable {
     }
 
     /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
-    private var runner: InvocationRunner {
+    var runner: InvocationRunner {
         InvocationRunner(agentName: options.name, caller: self, store: store) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])

@@ -20,7 +20,9 @@ public struct Confirmation: Sendable, Equatable {
     public var parameters: JSONValue
 }
 
-/// Callers waiting for a reply, by request id. Whoever removes an entry resumes it, exactly once.
+/// Callers waiting for a reply, by request id, each until its deadline. Whoever removes an entry resumes
+/// it, exactly once. The client's socket thread keeps the deadlines (`expire`, `untilNextDeadline`), so
+/// a request costs no timer task and no thread hop besides the socket's own.
 final class PendingReplies: Sendable {
     enum Answer: Sendable {
         case message(BusToClientMessage)
@@ -28,10 +30,18 @@ final class PendingReplies: Sendable {
         case cancelled
     }
 
+    private struct Waiter {
+        var continuation: CheckedContinuation<Answer, Never>
+        var deadline: ContinuousClock.Instant
+    }
+
     private struct Table {
-        var waiting: [String: CheckedContinuation<Answer, Never>] = [:]
-        /// Time-outs and cancellations that came before their caller was even registered.
+        var waiting: [String: Waiter] = [:]
+        /// Cancellations that came before their caller was even registered.
         var early: [String: Answer] = [:]
+        /// No waiter's deadline is earlier (it may be later than the earliest one left: that costs one
+        /// early look, never a missed deadline).
+        var earliest: ContinuousClock.Instant?
     }
 
     private let table = Mutex(Table())
@@ -39,29 +49,47 @@ final class PendingReplies: Sendable {
     /// Callers waiting, plus early answers not yet taken (none once every exchange is over).
     var count: Int { table.withLock { $0.waiting.count + $0.early.count } }
 
-    /// Registers a caller; one whose wait already ended (timed out, cancelled) is answered at once.
-    func add(_ requestID: String, _ continuation: CheckedContinuation<Answer, Never>) {
+    /// Registers a caller until `deadline`; one whose wait already ended (cancelled) is answered at once.
+    func add(_ requestID: String, until deadline: ContinuousClock.Instant, _ continuation: CheckedContinuation<Answer, Never>) {
         let early = table.withLock { table -> Answer? in
             if let early = table.early.removeValue(forKey: requestID) { return early }
-            table.waiting[requestID] = continuation
+            table.waiting[requestID] = Waiter(continuation: continuation, deadline: deadline)
+            table.earliest = min(table.earliest ?? deadline, deadline)
             return nil
         }
         if let early { continuation.resume(returning: early) }
     }
 
-    /// Ends a caller's wait with `answer`, if it still waits. A reply for nobody is dropped; a time-out
-    /// or a cancellation that overtook its caller's registration is kept for it.
+    /// Ends a caller's wait with `answer`, if it still waits. A reply for nobody is dropped; a
+    /// cancellation that overtook its caller's registration is kept for it.
     func finish(_ requestID: String, with answer: Answer) {
-        let continuation = table.withLock { table -> CheckedContinuation<Answer, Never>? in
-            if let continuation = table.waiting.removeValue(forKey: requestID) { return continuation }
+        let waiter = table.withLock { table -> Waiter? in
+            if let waiter = table.waiting.removeValue(forKey: requestID) { return waiter }
             if case .message = answer { return nil }
             if table.early[requestID] == nil { table.early[requestID] = answer }
             return nil
         }
-        continuation?.resume(returning: answer)
+        waiter?.continuation.resume(returning: answer)
     }
 
-    /// The exchange is over: drops a time-out or cancellation that raced with its answer.
+    /// Ends, as timed out, every wait whose deadline has come.
+    func expire(now: ContinuousClock.Instant = .now) {
+        let expired = table.withLock { table -> [Waiter] in
+            guard let earliest = table.earliest, earliest <= now else { return [] }
+            let due = table.waiting.filter { $0.value.deadline <= now }
+            for requestID in due.keys { table.waiting.removeValue(forKey: requestID) }
+            table.earliest = table.waiting.values.map(\.deadline).min()
+            return Array(due.values)
+        }
+        for waiter in expired { waiter.continuation.resume(returning: .timedOut) }
+    }
+
+    /// How long until the next deadline; nil when nobody waits.
+    func untilNextDeadline(now: ContinuousClock.Instant = .now) -> Duration? {
+        table.withLock { $0.earliest }.map { max($0 - now, .zero) }
+    }
+
+    /// The exchange is over: drops a cancellation that raced with its answer.
     func forget(_ requestID: String) {
         table.withLock { _ = $0.early.removeValue(forKey: requestID) }
     }

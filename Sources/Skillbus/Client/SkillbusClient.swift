@@ -52,7 +52,8 @@ public final class SkillbusClient: Sendable {
         let (pending, entries) = (PendingReplies(), PartialAnswers())
         let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, pending, entries)
         let socket = try SocketLoop(
-            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage)
+            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
+            beforeWait: Self.keepDeadlines(pending))
         self.init(endpoint: endpoint, pending: pending, partials: entries, socket: socket)
     }
 
@@ -63,8 +64,17 @@ public final class SkillbusClient: Sendable {
         let (pending, entries) = (PendingReplies(), PartialAnswers())
         let (configure, onMessage) = handlers(endpoint, maxMessageBytes, pending, entries)
         let socket = try await SocketLoop.start(
-            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage)
+            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
+            beforeWait: keepDeadlines(pending))
         return SkillbusClient(endpoint: endpoint, pending: pending, partials: entries, socket: socket)
+    }
+
+    /// Ends the waits whose time is up, and lets the socket's thread sleep until the next one's.
+    private static func keepDeadlines(_ pending: PendingReplies) -> @Sendable () -> Duration? {
+        {
+            pending.expire()
+            return pending.untilNextDeadline()
+        }
     }
 
     private static func handlers(
@@ -303,29 +313,14 @@ public final class SkillbusClient: Sendable {
     ) async throws(SkillbusError) -> BusToClientMessage? {
         let pending = self.pending
         let socket = self.socket
-        let answer = await withTaskGroup(of: PendingReplies.Answer?.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { continuation in
-                        pending.add(requestID, continuation)
-                        socket.send(message.encoded())
-                    }
-                } onCancel: {
-                    pending.finish(requestID, with: .cancelled)
-                }
+        let deadline = ContinuousClock.now + waitFor
+        let answer = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                pending.add(requestID, until: deadline, continuation)
+                socket.send(message.encoded())  // wakes the socket's thread, which then keeps the deadline too
             }
-            group.addTask {
-                // Cancelled once the answer is in (or the caller is); otherwise it ends the wait.
-                if (try? await Task.sleep(for: waitFor)) != nil { pending.finish(requestID, with: .timedOut) }
-                return nil
-            }
-            var answer = PendingReplies.Answer.cancelled
-            for await result in group {
-                guard let result else { continue }
-                answer = result
-                group.cancelAll()
-            }
-            return answer
+        } onCancel: {
+            pending.finish(requestID, with: .cancelled)
         }
         pending.forget(requestID)
         switch answer {

@@ -129,9 +129,13 @@ extension CoordinatorState {
         actions += failQueries(queries.removeAll(of: peer)) {
             SkillbusError(.agentLost, "agent '\($0.agent)' left (\(reason)) before it answered the query")
         }
-        actions += failTurns(turns.removeAll(of: peer)) {
+        actions += failTurns(turns.removeAll(of: peer), now: now) {
             SkillbusError(.agentLost, "agent '\($0.agent)' left (\(reason)) before it ended the turn")
         }
+        actions += dropClaims(
+            where: { $0.worker == peer },
+            SkillbusError(.agentLost, "agent '\(worker.name)' was lost while running a call of its turn (\(reason))"),
+            now: now)
         return actions
     }
 

@@ -54,9 +54,11 @@ extension CoordinatorState {
     }
 
     /// Queries a worker will never answer: it left, or their time ran out.
-    func failQueries(_ entries: [PendingQueries.Entry], _ error: (PendingQueries.Entry) -> SkillbusError)
-        -> [CoordinatorAction]
-    {
-        entries.map { .toClient($0.client, .answer(requestID: $0.requestID, agent: $0.agent, .error(error($0)))) }
+    func failQueries(
+        _ entries: [(id: String, entry: PendingQueries.Entry)], _ error: (PendingQueries.Entry) -> SkillbusError
+    ) -> [CoordinatorAction] {
+        entries.map { _, entry in
+            .toClient(entry.client, .answer(requestID: entry.requestID, agent: entry.agent, .error(error(entry))))
+        }
     }
 }

@@ -143,18 +143,7 @@ extension CoordinatorState {
         if let id = request.shared {
             waiters += singleFlight.finish(id, outcome: executed ? outcome : nil, now: now)
         }
-        var actions: [CoordinatorAction] = []
-        for waiter in waiters {
-            switch waiter {
-            case .client(let client, let requestID):
-                actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: request.roundID)))
-                if rounds.runningCount > 0 {
-                    noteSubCallDone(roundID: request.roundID, requestID: requestID, outcome)
-                }
-            case .step(let round, let index):
-                actions += stepDone(round, index, outcome, deduplicated: waiter != request.origin, now: now)
-            }
-        }
+        var actions = deliver(outcome, to: waiters, roundID: request.roundID, origin: request.origin, now: now)
         guard publishesRequestEvents, case .client = request.origin else { return actions }
         actions.append(
             .publish(
@@ -162,6 +151,25 @@ extension CoordinatorState {
                     round: request.roundText, request: request.requestText, skill: request.skill,
                     agent: String(decoding: agent, as: UTF8.self), status: status, durationMicros: micros,
                     payload: status == .error ? payload : [])))
+        return actions
+    }
+
+    /// Hands an outcome to everyone who waits for it: a client gets REPLY, a round's step moves on.
+    mutating func deliver(
+        _ outcome: Outcome, to waiters: [Waiter], roundID: [UInt8], origin: Waiter, now: UInt64
+    ) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        for waiter in waiters {
+            switch waiter {
+            case .client(let client, let requestID):
+                actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
+                if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
+            case .step(let round, let index):
+                actions += stepDone(round, index, outcome, deduplicated: waiter != origin, now: now)
+            case .claim:
+                break  // the agent that ran it has its outcome already
+            }
+        }
         return actions
     }
 

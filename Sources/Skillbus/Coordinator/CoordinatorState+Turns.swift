@@ -33,17 +33,20 @@ extension CoordinatorState {
         let agent = workers[peer]?.name ?? ""
         if !session.isEmpty { affinity.record(session, agent: agent) }
         let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
+        let round = Array(request.roundID.utf8)
+        let leased = mayLease(round)
         let turnID = turns.add(
             .init(
                 client: client, requestID: request.requestID, worker: peer, agent: agent,
-                deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: Array(request.roundID.utf8)))
+                deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: round))
+        if leased { leases[ByteKey(round)] = TurnLease(holder: peer, turnID: turnID) }
         return [
             .toWorker(
                 peer,
                 .turn(
                     TurnRequest(
                         turnID: turnID, roundID: request.roundID, sessionID: request.sessionID, deadlineMs: timeoutMs,
-                        message: request.message)))
+                        message: request.message, leased: leased)))
         ]
     }
 
@@ -83,17 +86,33 @@ extension CoordinatorState {
     }
 
     /// TURNEND: relayed to the client that asked; a late or foreign one is dropped.
-    mutating func relayTurnEnd(_ turnID: String, _ answer: AgentAnswer, from peer: PeerID) -> [CoordinatorAction] {
+    mutating func relayTurnEnd(
+        _ turnID: String, _ answer: AgentAnswer, from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
         guard let entry = turns.answered(turnID, by: peer) else { return [] }
-        cancelledTurnRounds.remove(ByteKey(entry.round))
         return [.toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, answer))]
+            + turnEnded(turnID, entry, now: now)
     }
 
     /// Turns their agent will never end: it left, or their time ran out.
-    mutating func failTurns(_ entries: [PendingQueries.Entry], _ error: (PendingQueries.Entry) -> SkillbusError)
-        -> [CoordinatorAction]
-    {
-        for entry in entries { cancelledTurnRounds.remove(ByteKey(entry.round)) }
-        return entries.map { .toClient($0.client, .turn(requestID: $0.requestID, agent: $0.agent, .error(error($0)))) }
+    mutating func failTurns(
+        _ entries: [(id: String, entry: PendingQueries.Entry)], now: UInt64,
+        _ error: (PendingQueries.Entry) -> SkillbusError
+    ) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        for (turnID, entry) in entries {
+            actions.append(
+                .toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, .error(error(entry)))))
+            actions += turnEnded(turnID, entry, now: now)
+        }
+        return actions
+    }
+
+    /// What a turn held goes with it: its round, and calls it never reported ended.
+    private mutating func turnEnded(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
+        cancelledTurnRounds.remove(ByteKey(entry.round))
+        let unreported = SkillbusError(.agentLost, "turn \(turnID) ended before it said how this call ended")
+        return dropClaims(where: { $0.turnID == turnID && $0.worker == entry.worker }, unreported, now: now)
+            + endLease(of: entry.round, turnID: turnID, now: now)
     }
 }

@@ -75,6 +75,10 @@ public struct CoordinatorState: Sendable {
     var turns = PendingQueries(prefix: "t")
     /// Rounds of cancelled turns that have not ended yet: a call of theirs still on its way is refused.
     var cancelledTurnRounds: Set<ByteKey> = []
+    /// Rounds held by the turn running in them, by round id (CoordinatorState+Leases).
+    var leases: [ByteKey: TurnLease] = [:]
+    /// Calls that turns run themselves and have not reported ended.
+    var claims: [ClaimKey: Claim] = [:]
     /// Invocations waiting for a client's approval, by confirmation id.
     var confirmations: [String: PendingConfirmation] = [:]
     var lastConfirmation: UInt64 = 0
@@ -122,12 +126,21 @@ public struct CoordinatorState: Sendable {
 
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
+        if !leases.isEmpty, parkIfLeased(request, from: client, now: now) { return [] }
+        return acceptInvoke(request, from: client, accepted: now, now: now)
+    }
+
+    /// A REQUEST the bus decides on now; its time counts from `accepted` (earlier when it waited for a
+    /// turn's round).
+    mutating func acceptInvoke(
+        _ request: InvokeRequest, from client: PeerID, accepted: UInt64, now: UInt64
+    ) -> [CoordinatorAction] {
         let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: request.skill)
         var pending = Request(
             origin: .client(client, requestID: request.$requestID), requestID: request.$requestID,
             roundID: request.$roundID,
-            sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: now,
-            deadline: now &+ UInt64(timeoutMs) * 1_000_000)
+            sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: accepted,
+            deadline: accepted &+ UInt64(timeoutMs) * 1_000_000)
         if !cancelledTurnRounds.isEmpty, cancelledTurnRounds.contains(ByteKey(request.$roundID)) {
             let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
             return fail(pending, error, agent: "", executed: false, now: now)
@@ -193,9 +206,15 @@ public struct CoordinatorState: Sendable {
         case .turnState(let state, let turn):
             return noteTurnState(state, turn, from: peer)
         case .turnEnd(let turnID, let answer):
-            return relayTurnEnd(turnID, answer, from: peer)
+            return relayTurnEnd(turnID, answer, from: peer, now: now)
         case .stream(let turnID, let text):
             return relayStream(turnID, text, from: peer)
+        case .claim(let turnID, let claimID, let skill, let parameters):
+            return noteClaim(turnID: turnID, claimID: claimID, skill: skill, parameters: parameters, from: peer, now: now)
+        case .called(let turnID, let claimID, let status, let payload):
+            return noteCalled(turnID: turnID, claimID: claimID, status: status, payload: payload, from: peer, now: now)
+        case .release(let turnID):
+            return noteRelease(turnID: turnID, from: peer, now: now)
         }
     }
 
@@ -244,9 +263,10 @@ public struct CoordinatorState: Sendable {
             SkillbusError(.timeout, "agent '\($0.agent)' did not answer the query in time")
         }
         actions += expireConfirmations(now: now)
-        actions += failTurns(turns.removeExpired(now: now)) {
+        actions += failTurns(turns.removeExpired(now: now), now: now) {
             SkillbusError(.timeout, "agent '\($0.agent)' did not end the turn in time")
         }
+        actions += expireParked(now: now)
         for (skill, request) in waiting.removeExpiredBySkill(now: now) {
             let error = SkillbusError(
                 .timeout, "no agent offering '\(skill)' had a free slot within \(request.timeoutMs) ms")

@@ -43,23 +43,25 @@ struct PendingQueries: Sendable {
         entries.first { $0.value.client == client && $0.value.requestID == requestID }.map { ($0.key, $0.value) }
     }
 
-    /// The queries `worker` will never answer now (it left).
     /// The entry `worker` is answering, which stays pending (a turn streaming its reply).
     func entry(_ queryID: String, of worker: PeerID) -> Entry? {
         guard let entry = entries[queryID], entry.worker == worker else { return nil }
         return entry
     }
 
-    mutating func removeAll(of worker: PeerID) -> [Entry] {
-        let gone = entries.filter { $0.value.worker == worker }
-        for queryID in gone.keys { entries[queryID] = nil }
-        return Array(gone.values)
+    /// The queries `worker` will never answer now (it left).
+    mutating func removeAll(of worker: PeerID) -> [(id: String, entry: Entry)] {
+        remove { $0.worker == worker }
     }
 
-    mutating func removeExpired(now: UInt64) -> [Entry] {
+    mutating func removeExpired(now: UInt64) -> [(id: String, entry: Entry)] {
         guard !entries.isEmpty else { return [] }
-        let expired = entries.filter { $0.value.deadline <= now }
-        for queryID in expired.keys { entries[queryID] = nil }
-        return Array(expired.values)
+        return remove { $0.deadline <= now }
+    }
+
+    private mutating func remove(where matches: (Entry) -> Bool) -> [(id: String, entry: Entry)] {
+        let gone = entries.filter { matches($0.value) }
+        for queryID in gone.keys { entries[queryID] = nil }
+        return gone.map { ($0.key, $0.value) }
     }
 }

@@ -21,6 +21,8 @@ public struct RulesPlanner: Planner {
         /// A message this rule answers, for the list of what the agent can do.
         public let example: String?
         private let expression: Expression
+        /// The intent's named groups, found once: a turn matches every rule at each of its steps.
+        private let groups: [String]
 
         public init(
             intent: String, skill: String, parameters: [String: JSONValue] = [:], reply: String,
@@ -32,6 +34,7 @@ public struct RulesPlanner: Planner {
                 throw SkillbusError(.invalidConfiguration, "intent '\(intent)' is not a regular expression: \(error)")
             }
             let groups = Self.groupNames(in: intent)
+            self.groups = groups.sorted()
             for name in Self.placeholders(in: .object(parameters)) where !groups.contains(name) {
                 throw SkillbusError(
                     .invalidConfiguration,
@@ -48,14 +51,14 @@ public struct RulesPlanner: Planner {
         func match(_ message: String) -> [String: String]? {
             let range = NSRange(message.startIndex..., in: message)
             guard let found = expression.value.firstMatch(in: message, range: range) else { return nil }
-            var groups: [String: String] = [:]
-            for name in Self.groupNames(in: intent) {
+            var texts: [String: String] = [:]
+            for name in groups {
                 let group = found.range(withName: name)
                 if group.location != NSNotFound, let bounds = Range(group, in: message) {
-                    groups[name] = String(message[bounds])
+                    texts[name] = String(message[bounds])
                 }
             }
-            return groups
+            return texts
         }
 
         static func groupNames(in pattern: String) -> Set<String> {

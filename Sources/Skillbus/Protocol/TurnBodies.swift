@@ -42,8 +42,14 @@ public struct TurnRequest: Sendable, Equatable {
     /// Milliseconds left for the whole turn when the bus sent it.
     public var deadlineMs: Int
     public var message: String
+    /// The round is the turn's own (nothing else ran in it): the agent may run calls itself, reporting
+    /// them with CLAIM and CALLED, until it sends RELEASE (PROTOCOL §4.2).
+    public var leased: Bool
 
-    public init(turnID: String, roundID: String, sessionID: String, deadlineMs: Int, message: String) {
+    public init(
+        turnID: String, roundID: String, sessionID: String, deadlineMs: Int, message: String, leased: Bool = false
+    ) {
+        self.leased = leased
         self.turnID = turnID
         self.roundID = roundID
         self.sessionID = sessionID

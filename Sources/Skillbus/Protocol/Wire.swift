@@ -97,6 +97,9 @@ public enum Wire {
         case stream
         /// The bus asks a client to approve an invocation (CONFIRM); the client answers (APPROVE).
         case confirm, approve
+        /// A turn that holds its round runs calls itself and reports them: one started (CLAIM), one ended
+        /// (CALLED); RELEASE gives the round back to the bus before a call goes through it.
+        case claim, called, release
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

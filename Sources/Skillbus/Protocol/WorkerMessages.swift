@@ -7,6 +7,7 @@ public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
         .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream,
+        .claim, .called, .release,
     ]
 
     case ready(JSONValue)
@@ -18,6 +19,14 @@ public enum WorkerMessage: Sendable, Equatable {
     case turnEnd(turnID: String, AgentAnswer)
     /// The next piece of the turn's reply (a batch of what the planner produced since the last one).
     case stream(turnID: String, text: String)
+    /// A turn that holds its round (TURN's lease) started running one of its calls itself: the bus counts
+    /// it among the round's executions, so an identical invocation joins it.
+    case claim(turnID: String, claimID: String, skill: String, parameters: [UInt8])
+    /// That call ended, as a RESULT would say.
+    case called(turnID: String, claimID: String, status: ReplyStatus, payload: [UInt8])
+    /// The turn gives its round back: from now on its calls, and the round's other invocations, go
+    /// through the bus.
+    case release(turnID: String)
     /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
     case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
@@ -41,6 +50,17 @@ public enum WorkerMessage: Sendable, Equatable {
             [Wire.workerHeaderBytes, Wire.Command.turnend.frame, Array(turnID.utf8)] + answer.frames
         case .stream(let turnID, let text):
             [Wire.workerHeaderBytes, Wire.Command.stream.frame, Array(turnID.utf8), Array(text.utf8)]
+        case .claim(let turnID, let claimID, let skill, let parameters):
+            [
+                Wire.workerHeaderBytes, Wire.Command.claim.frame, Array(turnID.utf8), Array(claimID.utf8),
+                Array(skill.utf8), parameters,
+            ]
+        case .called(let turnID, let claimID, let status, let payload):
+            [
+                Wire.workerHeaderBytes, Wire.Command.called.frame, Array(turnID.utf8), Array(claimID.utf8),
+                status.frame, payload,
+            ]
+        case .release(let turnID): [Wire.workerHeaderBytes, Wire.Command.release.frame, Array(turnID.utf8)]
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -104,6 +124,21 @@ public enum WorkerMessage: Sendable, Equatable {
         case .stream:
             try Wire.expectFrames(message, 4, "STREAM")
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
+        case .claim:
+            try Wire.expectFrames(message, 6, "CLAIM")
+            let skill = try Wire.text(message, 4, "skill")
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 4 (skill) is empty") }
+            return .claim(
+                turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
+                skill: skill, parameters: message[5])
+        case .called:
+            try Wire.expectFrames(message, 6, "CALLED")
+            return .called(
+                turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
+                status: try ReplyStatus(frame: message, 4), payload: message[5])
+        case .release:
+            try Wire.expectFrames(message, 3, "RELEASE")
+            return .release(turnID: try Wire.text(message, 2, "turn id"))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
@@ -176,6 +211,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             [
                 Wire.workerHeaderBytes, Wire.Command.turn.frame, Array(turn.turnID.utf8), Array(turn.roundID.utf8),
                 Array(turn.sessionID.utf8), Array(String(turn.deadlineMs).utf8), Array(turn.message.utf8),
+                turn.leased ? [UInt8(ascii: "1")] : [],
             ]
         }
     }
@@ -212,13 +248,16 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             return .query(
                 queryID: try Wire.text(message, 2, "query id"), try AgentQuery(json: try Wire.json(message, 3, "query")))
         case .turn:
-            try Wire.expectFrames(message, 7, "TURN")
+            try Wire.expectFrames(message, 8, "TURN")
+            guard message[7].isEmpty || message[7] == [UInt8(ascii: "1")] else {
+                throw SkillbusError(.malformedMessage, "frame 7 (lease) must be empty or '1'")
+            }
             return .turn(
                 TurnRequest(
                     turnID: try Wire.text(message, 2, "turn id"), roundID: try Wire.text(message, 3, "round id"),
                     sessionID: try Wire.text(message, 4, "session id"),
                     deadlineMs: try Wire.decimal(message, 5, "deadline", maximum: Wire.maxTimeoutMs),
-                    message: try Wire.text(message, 6, "message")))
+                    message: try Wire.text(message, 6, "message"), leased: !message[7].isEmpty))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

@@ -27,6 +27,11 @@ extension CoordinatorState {
         } catch {
             return refuse(error, shape: nil)
         }
+        if leases[roundKey] != nil {
+            let error = SkillbusError(
+                .roundConflict, "round '\(request.roundID)' belongs to a running turn; use a new round id")
+            return refuse(error, shape: spec.shape)
+        }
         let body = spec.json.serialized()
         if let existing = rounds[roundKey] {
             guard existing.body == body else {

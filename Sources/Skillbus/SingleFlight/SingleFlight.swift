@@ -68,6 +68,9 @@ struct SingleFlight: Sendable {
     /// Rounds remembered, running or finished.
     var count: Int { rounds.count }
 
+    /// Whether the round ran or runs anything this table remembers.
+    func knows(round roundID: [UInt8]) -> Bool { rounds.slot(of: roundID) != nil }
+
     /// Places an invocation among the identical ones of its round. `schema` gives a skill's parameters,
     /// for their defaults; `key`, when the caller already has it, is the invocation's canonical key;
     /// `waiter` is who gets the outcome should it join another.
@@ -202,10 +205,12 @@ struct ByteKey: Hashable, Sendable {
     }
 }
 
-/// Who waits for an invocation's outcome: a client's REQUEST, or a step of a round the bus runs.
+/// Who waits for an invocation's outcome: a client's REQUEST, a step of a round the bus runs, or a call a
+/// turn runs itself (CLAIM), whose agent needs no answer.
 enum Waiter: Sendable, Equatable {
     case client(PeerID, requestID: [UInt8])
     case step(round: ByteKey, index: Int)
+    case claim
 }
 
 /// How an execution ended, kept to answer identical invocations of its round.

@@ -1,0 +1,73 @@
+import Foundation
+
+/// A turn that holds its round (TURN's lease, PROTOCOL §4.2) runs a call of a skill this agent offers
+/// right here: CLAIM as it starts, CALLED as it ends, and no pass through the bus. Before anything of the
+/// round goes through the bus (a call of a skill offered elsewhere, or a skill's sub-call), RELEASE gives
+/// the round back, so the bus decides on it knowing every claim.
+extension AgentWorker {
+    /// The outcome of the call run here, or nil when it must go through the bus: the round is not held
+    /// (any more), this agent does not offer the skill, or the skill needs the user's confirmation (which
+    /// the bus asks for). `ranHere` holds the outcomes of the turn's calls run here so far: an identical
+    /// call gets its outcome again and does not run twice, as the bus's single-flight would do.
+    func runHere(
+        _ skill: String, _ parameters: [String: JSONValue], in turn: TurnRequest, deadline: ContinuousClock.Instant,
+        ranHere: inout [[UInt8]: Result<SkillResult, SkillbusError>]
+    ) async -> Result<SkillResult, SkillbusError>? {
+        let body = JSONValue.object(parameters).serialized()
+        let key = Array(skill.utf8) + [0] + body
+        if let earlier = ranHere[key], state.withLock({ $0.leases[turn.roundID] == turn.turnID }) { return earlier }
+        let claim = state.withLock { state -> (skill: any AgentSkill, id: String)? in
+            guard state.leases[turn.roundID] == turn.turnID, let found = state.skills[skill],
+                !found.descriptor.needsConfirmation
+            else { return nil }
+            state.lastClaim += 1
+            return (found, "c" + String(state.lastClaim))
+        }
+        guard let claim else { return nil }
+        socket.send(
+            WorkerMessage.claim(turnID: turn.turnID, claimID: claim.id, skill: skill, parameters: body).encoded())
+        let invocation = Invocation(
+            invocationID: claim.id, frames: Array(turn.roundID.utf8), Array(turn.sessionID.utf8), skill: skill,
+            deadlineMs: max(1, Int((deadline - .now) / .milliseconds(1))), parameters: body)
+        let outcome: InvocationRunner.Outcome
+        if claim.skill.executionStyle == .quick {
+            outcome = await runner.run(invocation)
+        } else {
+            // Off this thread, as the bus's invocations of such a skill run; the turn's cancel reaches it.
+            let running = Task { await self.runner.run(invocation) }
+            outcome = await withTaskCancellationHandler { await running.value } onCancel: { running.cancel() }
+        }
+        socket.send(
+            WorkerMessage.called(turnID: turn.turnID, claimID: claim.id, status: outcome.status, payload: outcome.payload)
+                .encoded())
+        let result = Self.decode(outcome, of: skill)
+        ranHere[key] = result
+        return result
+    }
+
+    private static func decode(_ outcome: InvocationRunner.Outcome, of skill: String) -> Result<SkillResult, SkillbusError> {
+        do throws(SkillbusError) {
+            let json: JSONValue
+            do {
+                json = try JSONValue(parsing: outcome.payload)
+            } catch {
+                throw SkillbusError(.malformedResult, "'\(skill)' answered something that is not JSON")
+            }
+            guard outcome.status == .ok else { return .failure(SkillbusError(json: json)) }
+            return .success(try SkillResult(json: json))
+        } catch {
+            return .failure(error)
+        }
+    }
+
+    /// Gives the round back to the bus if a turn of this agent holds it; anything of the round may then
+    /// go through the bus.
+    func giveBackRound(_ roundID: String) {
+        guard !roundID.isEmpty else { return }
+        // Sent under the lock: RELEASE leaves before anything the caller sends after it.
+        state.withLock { state in
+            guard let turnID = state.leases.removeValue(forKey: roundID) else { return }
+            socket.send(WorkerMessage.release(turnID: turnID).encoded())
+        }
+    }
+}

@@ -1,0 +1,143 @@
+/// A turn's lease on its round (PROTOCOL §4.2): when a turn starts in a round nothing has run in, the
+/// round is the turn's. Its agent may then run a call of a skill it offers itself, with no pass through
+/// the bus, and reports it: CLAIM as it starts (the bus enters it among the round's executions, so an
+/// identical invocation joins it) and CALLED as it ends. Any other invocation of the round waits until
+/// the turn gives the round back (RELEASE, sent before any call of the turn goes through the bus) or
+/// ends: so every invocation the bus decides on sees every claim before it. Two passes through the bus
+/// per call are saved; deduplication holds as it does for invocations the bus routes.
+extension CoordinatorState {
+    struct TurnLease: Sendable {
+        let holder: PeerID
+        let turnID: String
+        /// REQUESTs of the round that came while it was held, oldest first, with when they came.
+        var parked: [(request: InvokeRequest, client: PeerID, accepted: UInt64)] = []
+    }
+
+    struct ClaimKey: Hashable, Sendable {
+        let worker: PeerID
+        let turnID: String
+        let claimID: String
+    }
+
+    struct Claim: Sendable {
+        let execution: SingleFlight.ExecutionID
+        let round: [UInt8]
+        let accepted: UInt64
+    }
+
+    /// Whether a turn starting now in `round` may hold it: nothing ran or runs in it, and nothing holds it.
+    func mayLease(_ round: [UInt8]) -> Bool {
+        let key = ByteKey(round)
+        return settings.deduplication && !round.isEmpty && leases[key] == nil && rounds[key] == nil
+            && !singleFlight.knows(round: round)
+    }
+
+    /// A REQUEST of a round a turn holds waits for the round to come back. True when it was parked.
+    mutating func parkIfLeased(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> Bool {
+        let key = ByteKey(request.$roundID)
+        guard leases[key] != nil else { return false }
+        leases[key]?.parked.append((request, client, now))
+        return true
+    }
+
+    /// CLAIM: one of the turn's calls started on its agent. Ignored unless the turn holds its round.
+    mutating func noteClaim(
+        turnID: String, claimID: String, skill: String, parameters: [UInt8], from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        guard let turn = turns.entry(turnID, of: peer), leases[ByteKey(turn.round)]?.turnID == turnID else { return [] }
+        let admission = singleFlight.admit(
+            round: turn.round, skill: skill, parameters: parameters, waiter: .claim,
+            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+        // Only the holder adds to a held round, and it runs each call once: the claim is always the first.
+        if case .first(let execution) = admission {
+            claims[ClaimKey(worker: peer, turnID: turnID, claimID: claimID)] = Claim(
+                execution: execution, round: turn.round, accepted: now)
+        }
+        return []
+    }
+
+    /// CALLED: the call ended; whoever joined it gets its outcome.
+    mutating func noteCalled(
+        turnID: String, claimID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        guard let claim = claims.removeValue(forKey: ClaimKey(worker: peer, turnID: turnID, claimID: claimID)) else {
+            return []
+        }
+        let agent = workers[peer]?.nameFrame ?? []
+        var outcome = Outcome(
+            status: status, agent: agent, payload: payload, durationMicros: Int((now &- claim.accepted) / 1000))
+        if status == .ok, let problem = SkillResult.problem(in: payload) {
+            let error = SkillbusError(.malformedResult, "a turn's call ended ok with no result form: " + problem)
+            outcome = Outcome(
+                status: .error, agent: agent, payload: error.json.serialized(), durationMicros: outcome.durationMicros)
+        }
+        return settle(claim, outcome, now: now)
+    }
+
+    /// RELEASE: the turn gives its round back.
+    mutating func noteRelease(turnID: String, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        guard let turn = turns.entry(turnID, of: peer) else { return [] }
+        return endLease(of: turn.round, turnID: turnID, now: now)
+    }
+
+    /// The round comes back from the turn `turnID` (if it holds it): what waited for it is handled now.
+    mutating func endLease(of round: [UInt8], turnID: String, now: UInt64) -> [CoordinatorAction] {
+        let key = ByteKey(round)
+        guard let lease = leases[key], lease.turnID == turnID else { return [] }
+        leases[key] = nil
+        var actions: [CoordinatorAction] = []
+        for parked in lease.parked {
+            actions += acceptInvoke(parked.request, from: parked.client, accepted: parked.accepted, now: now)
+        }
+        return actions
+    }
+
+    /// Claims that will never be reported: their turn ended, or their agent left.
+    mutating func dropClaims(
+        where matches: (ClaimKey) -> Bool, _ error: SkillbusError, now: UInt64
+    ) -> [CoordinatorAction] {
+        guard !claims.isEmpty else { return [] }
+        var actions: [CoordinatorAction] = []
+        for (key, claim) in claims where matches(key) {
+            claims[key] = nil
+            let agent = workers[key.worker]?.nameFrame ?? []
+            let outcome = Outcome(
+                status: .error, agent: agent, payload: error.json.serialized(),
+                durationMicros: Int((now &- claim.accepted) / 1000))
+            actions += settle(claim, outcome, now: now)
+        }
+        return actions
+    }
+
+    /// Parked REQUESTs whose time ran out while their round was held.
+    mutating func expireParked(now: UInt64) -> [CoordinatorAction] {
+        guard !leases.isEmpty else { return [] }
+        var actions: [CoordinatorAction] = []
+        for (key, lease) in leases where !lease.parked.isEmpty {
+            var kept: [(request: InvokeRequest, client: PeerID, accepted: UInt64)] = []
+            for parked in lease.parked {
+                let timeoutMs = parked.request.timeoutMs ?? defaultTimeoutMs(skill: parked.request.skill)
+                if parked.accepted &+ UInt64(timeoutMs) * 1_000_000 > now {
+                    kept.append(parked)
+                    continue
+                }
+                let error = SkillbusError(
+                    .timeout, "'\(parked.request.skill)' waited \(timeoutMs) ms for its round, which a turn held")
+                let outcome = Outcome(
+                    status: .error, agent: [], payload: error.json.serialized(),
+                    durationMicros: Int((now &- parked.accepted) / 1000))
+                actions.append(
+                    .toClient(
+                        parked.client,
+                        outcome.reply(requestID: parked.request.$requestID, roundID: parked.request.$roundID)))
+            }
+            leases[key]?.parked = kept
+        }
+        return actions
+    }
+
+    private mutating func settle(_ claim: Claim, _ outcome: Outcome, now: UInt64) -> [CoordinatorAction] {
+        let waiters = singleFlight.finish(claim.execution, outcome: outcome, now: now)
+        return deliver(outcome, to: waiters, roundID: claim.round, origin: .claim, now: now)
+    }
+}
