@@ -305,7 +305,7 @@ final class ChatServer: Sendable {
 
     var baseURL: String { "http://127.0.0.1:\(port)/v1" }
 
-    /// Every request so far, in order: `{"path", "authorization", "body"}`.
+    /// Every request so far, in order: `{"path", "authorization", "body", "time"}` (Unix seconds).
     func requests() throws -> [JSONValue] {
         guard let data = FileManager.default.contents(atPath: directory + "/requests.jsonl") else { return [] }
         return try String(decoding: data, as: UTF8.self).split(separator: "\n").map {

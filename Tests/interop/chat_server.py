@@ -6,7 +6,7 @@
 Prints "listening PORT" once it serves on 127.0.0.1 (an ephemeral port). SCRIPT is
 {"model": NAME, "apiKey": KEY or null, "answers": [ANSWER, ...]}: the n-th POST to
 .../chat/completions gets the n-th answer. Every request is appended to LOG as one JSON line
-({"path", "authorization", "body"}) before it is answered, so the test can check what it sent.
+({"path", "authorization", "body", "time"}) before it is answered, so the test can check what it sent.
 
 An ANSWER is one of
   {"content": ["piece", ...], "delayMs": 50, "holdBeforeLast": PATH}
@@ -106,7 +106,8 @@ class Handler(BaseHTTPRequestHandler):
             number = server.count
             server.count += 1
             with open(server.log_path, "a") as log:
-                entry = {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body}
+                entry = {"path": self.path, "authorization": self.headers.get("Authorization"), "body": body,
+                         "time": time.time()}
                 log.write(json.dumps(entry) + "\n")
         script = server.script
         if not self.path.endswith("/chat/completions"):

@@ -68,8 +68,11 @@ public struct OpenAIPlanner: Planner {
             let decisions = try calls.map { call throws(ChatEndpointError) in
                 try Self.decision(for: call, skills: input.skills)
             }
+            guard let first = decisions.first else {
+                throw ChatEndpointError(.malformedResponse, "the endpoint's answer holds an empty list of tool calls")
+            }
             pending.remember(decisions, after: input)
-            return decisions[0]
+            return first
         }
     }
 
