@@ -67,7 +67,7 @@ actor ChatCompletionReader {
         do { bytes = try await call.next() } catch {
             throw Self.endpointError(error, endpoint, timeoutSeconds, reading: true)
         }
-        var found: [ServerSentEvents.Event]
+        let found: [ServerSentEvents.Event]
         if let bytes {
             found = events.receive(bytes)
         } else {
