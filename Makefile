@@ -4,8 +4,9 @@ CONFIG ?= configs/local.json
 
 .PHONY: deps build release up test bench bench-test clean
 
-# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev),
-# each installed only when missing.
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
+# libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
+# only when missing (libcurl4 is libcurl4t64 from Debian 13 on).
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
@@ -15,6 +16,10 @@ deps:
 		echo "installing libsqlite3-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsqlite3-dev pkg-config; }
+	@{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | grep 'libcurl\.so\.4 ' >/dev/null || { \
+		echo "installing libcurl4"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && { $$SUDO apt-get install -y -qq libcurl4 || $$SUDO apt-get install -y -qq libcurl4t64; }; }
 
 build: deps
 	$(SWIFT) build

@@ -145,7 +145,7 @@ public enum WorkerCommand: SkillbusCommand {
                     capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
                     maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
                     dataDirectory: dataDirectory, store: storeOptions,
-                    planner: try configuration.planner.map(RulesPlanner.init(json:))),
+                    planner: try configuration.planner.map { try ConfiguredPlanner.make($0) }),
                 skills: skills, context: context, logger: logger)
         } catch {
             printError("error: agent '\(configuration.name)' cannot start: \(error)")

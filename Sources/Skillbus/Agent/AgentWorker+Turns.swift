@@ -67,6 +67,8 @@ extension AgentWorker {
                 decision = try await planner.next(
                     PlannerInput(message: turn.message, history: history, steps: record.calls, skills: skills))
             } catch {
+                // A planner that was waiting for something when the turn was cancelled fails for that reason.
+                if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
             }
             func finish(_ text: String) -> AgentAnswer {
@@ -86,6 +88,7 @@ extension AgentWorker {
                 do {
                     return finish(try await forward(stream, of: turn))
                 } catch {
+                    if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
                     return fail(SkillbusError(.skillFailed, "the planner's reply broke off: \(error)"))
                 }
             case .call(let skill, let parameters):
@@ -99,6 +102,15 @@ extension AgentWorker {
                     skill, parameters, in: turn, skills: skills, deadline: deadline, ranHere: &ranHere
                 ) { enter(.executingSkill(skill)) }
                 record.calls.append(step)
+            case .invalidCall(let skill, let error):
+                // Recorded like a call the loop refused, so the planner hears why; it counts as a call.
+                guard record.calls.count < options.turnStepLimit else {
+                    return fail(
+                        SkillbusError(
+                            .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
+                }
+                enter(.selectingSkill)
+                record.calls.append(PlannerStep(skill: skill, parameters: [:], outcome: .failure(error)))
             }
         }
     }

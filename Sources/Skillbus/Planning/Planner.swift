@@ -48,6 +48,10 @@ public struct PlannerStep: Sendable, Equatable {
 public enum PlannerDecision: Sendable, Equatable {
     /// Run this skill with these parameters next.
     case call(skill: String, parameters: [String: JSONValue])
+    /// A call that cannot be made as chosen (a model's tool call whose arguments are no JSON object, say):
+    /// the loop records it as a failed step of `skill` with no parameters and this error, runs nothing, and
+    /// asks again, so that the planner sees why. It counts against the turn's step limit.
+    case invalidCall(skill: String, error: SkillbusError)
     /// The turn's answer to the user, whole.
     case reply(String)
     /// The turn's answer as it is produced, piece by piece (a model's tokens, say); the agent forwards

@@ -84,7 +84,8 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public var flushIntervalMs = 300
     /// The largest memory value (serialized JSON bytes).
     public var maxMemoryValueBytes = 1 << 20
-    /// The agent's planner, as configured (`{"rules": […]}`, see `RulesPlanner`); nil: it takes no turns.
+    /// The agent's planner, as configured (`{"rules": […]}` or `{"openai": {…}}`, see `ConfiguredPlanner`);
+    /// nil: it takes no turns.
     public var planner: JSONValue?
 
     public init() {}
@@ -110,7 +111,7 @@ public struct WorkerConfiguration: Sendable, Equatable {
             try object.int("maxMemoryValueBytes", minimum: 16, maximum: 1 << 30) ?? maxMemoryValueBytes
         if let planner = object.values["planner"] {
             do throws(SkillbusError) {
-                _ = try RulesPlanner(json: planner)
+                try ConfiguredPlanner.check(planner)
             } catch {
                 throw object.error("planner", error.message)
             }
