@@ -198,8 +198,8 @@ public enum AskCommand: SkillbusCommand {
         abstract: "Ask an agent: its planner decides which skills to call, and it answers.",
         discussion: """
             Sends MESSAGE for a turn: to the named agent, else the agent that holds the session, else the least
-            loaded agent with a planner. Prints the reply; on standard error each skill call of the turn and the
-            states it went through. --json prints the turn document (PROTOCOL §5.18). Exit codes as for send.
+            loaded agent with a planner. Prints the reply as it streams in; on standard error each skill call of the
+            turn and the states it went through (on a terminal, as they happen). --json prints the turn document (PROTOCOL §5.18). Exit codes as for send.
 
             EXAMPLE: skillbus ask "what is (1+2)*3" --session s1
             """,
@@ -236,16 +236,19 @@ public enum AskCommand: SkillbusCommand {
         _ arguments: ParsedArguments, client: SkillbusClient, message: String, session: String, timeout: Double
     ) async -> Int32 {
         let json = arguments.flag("--json")
-        // Without --json the reply is printed as it streams in, and not again at the end.
+        // Without --json the reply is printed as it streams in, and not again at the end; on a terminal the
+        // turn's states and calls are shown as they happen too.
         let streamed = Mutex(false)
+        let live = !json && isatty(STDERR_FILENO) != 0
+        let view = TurnView()
         var onPiece: (@Sendable (String) -> Void)?
         if !json {
             onPiece = { piece in
                 streamed.withLock { $0 = true }
-                // Unbuffered, so each piece shows as it comes.
-                FileHandle.standardOutput.write(Data(piece.utf8))
+                view.piece(piece)
             }
         }
+        let onProgress: (@Sendable (String, TurnProgress) -> Void)? = live ? view.show : nil
         // Ctrl-C (or SIGTERM) cancels the turn: the ask gives up, and the agent stops it.
         let signals = SignalWatcher()
         let agentName = arguments.value("--agent") ?? ""
@@ -253,7 +256,8 @@ public enum AskCommand: SkillbusCommand {
             do throws(SkillbusError) {
                 return .success(
                     try await client.ask(
-                        message, agent: agentName, sessionID: session, timeout: .seconds(timeout), onPiece: onPiece))
+                        message, agent: agentName, sessionID: session, timeout: .seconds(timeout), onPiece: onPiece,
+                        onProgress: onProgress))
             } catch {
                 return .failure(error)
             }
@@ -271,7 +275,11 @@ public enum AskCommand: SkillbusCommand {
                 print(document.jsonString)
             } else {
                 if streamed.withLock({ $0 }) { print("") }
-                render(document, agent: agent, printReply: !streamed.withLock { $0 })
+                if live {
+                    if !streamed.withLock({ $0 }), let reply = document["reply"]?.stringValue { print(reply) }
+                } else {
+                    render(document, agent: agent, printReply: !streamed.withLock { $0 })
+                }
             }
             return 0
         } catch {
@@ -279,7 +287,7 @@ public enum AskCommand: SkillbusCommand {
             let document = error.details?["turn"] != nil ? error.details : nil
             if json {
                 print((document ?? error.json).jsonString)
-            } else if let document {
+            } else if let document, !live {
                 render(document, agent: document["agent"]?.stringValue ?? "")
             }
             printError("error: \(error.code): \(error.message)")

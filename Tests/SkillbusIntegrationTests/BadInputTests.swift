@@ -235,7 +235,7 @@ struct BadInputTests {
         let ghost = try RawPeer(cluster.bus, context: context)
         ghost.socket.send(
             ClientMessage.invoke(
-                InvokeRequest(requestID: "g", roundID: "ghost", skill: "sleep", parameters: Array(#"{"ms":300}"#.utf8))
+                InvokeRequest(requestID: "g", roundID: "ghost", skill: "sleep", parameters: Array(#"{"ms":2000}"#.utf8))
             ).encoded())
         try await waitUntil("the ghost's sleep to run") {
             try await cluster.inFlight(agent: "alpha") == 1

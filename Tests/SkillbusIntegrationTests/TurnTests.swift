@@ -47,8 +47,29 @@ struct TurnTests {
         let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
         defer { client.close() }
 
-        let (agent, document) = try await client.ask("what is 6*7 and say hello", sessionID: "s1")
+        let followed = Mutex<[String]>([])
+        let follow: @Sendable (String, TurnProgress) -> Void = { agent, progress in
+            let line: String
+            switch progress {
+            case .state(let state, let parameters):
+                line = "\(agent) \(state.name)" + (parameters.map { " " + $0.jsonString } ?? "")
+            case .call(let call):
+                let status = (try? call.outcome.get()) == nil ? "error" : "ok"
+                line = "call \(call.skill) on \(call.agent) \(status)"
+            }
+            followed.withLock { $0.append(line) }
+        }
+        let (agent, document) = try await client.ask(
+            "what is 6*7 and say hello", sessionID: "s1", onProgress: follow)
         #expect(agent == "thinker" && document["status"] == "ok")
+        // The client that asked followed the turn as it ran: states, and each call with who ran it.
+        let expectedProgress: [String] = [
+            "thinker thinking", "thinker selectingSkill", #"thinker executingSkill {"expression":"6*7"}"#,
+            "call math.eval on calc ok", "thinker thinking", "thinker selectingSkill",
+            #"thinker executingSkill {"text":"hello!"}"#, "call echo on thinker ok", "thinker thinking",
+            "thinker streaming", "thinker completed",
+        ]
+        #expect(followed.withLock { $0 } == expectedProgress)
         #expect(document["reply"] == "6*7 is 42\nhello!")
         let calls = document["calls"]?.arrayValue ?? []
         #expect(calls.map { $0["skill"]?.stringValue ?? "" } == ["math.eval", "echo"])
@@ -118,6 +139,21 @@ struct TurnTests {
         let document = try JSONValue(parsing: unknown.first { $0.hasPrefix("{") } ?? "")
         #expect(unknownCode == 0 && document["reply"]?.stringValue?.contains("I can answer") == true)
         #expect(document["calls"] == [])
+        // At a terminal (a pseudo-terminal the helper opens), the turn shows as it runs.
+        let helper = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("interop/answer_prompt.py").path
+        let person = try SkillbusProcess(
+            [helper, "(no prompt)", "", skillbusBinary, "ask", "what is 6*7", "--coordinator", cluster.bus],
+            name: "person", executable: "/usr/bin/env", prefix: ["python3"])
+        #expect(try await person.waitForExit() == 0)
+        await person.waitForOutputEnd()
+        let shown = person.output.joined(separator: "\n")
+        for line in [
+            "thinker: thinking", "thinker: executingSkill math.eval expression=6*7",
+            "✓ math.eval expression=6*7 on calc,", "thinker: completed", "6*7 is 42",
+        ] {
+            #expect(shown.contains(line), "\(line) in \(shown)")
+        }
         // An agent without a planner takes no turns.
         let (refusedCode, refused) = try await runSkillbus(["ask", "hello", "--agent", "calc", "--coordinator", cluster.bus])
         #expect(refusedCode == 1 && refused.contains { $0.contains("unsupported") && $0.contains("planner") })

@@ -101,6 +101,15 @@ extension DocumentTests {
         .agentStorage(agent: "alpha", problem: nil),
         .turnState(agent: "alpha", state: .thinking, turn: TurnRef(session: "s", turn: "t1")),
         .turnStream(agent: "alpha", turn: "t1", text: "a piece"),
+        .turnState(
+            agent: "alpha", state: .executingSkill("echo"), turn: TurnRef(session: "", turn: "t1", parameters: ["a": 1])),
+        .turnCall(
+            agent: "alpha", turn: TurnRef(session: "s", turn: "t1"),
+            call: TurnCall(skill: "echo", parameters: ["text": "hi"], agent: "beta", durationMs: 1.5, outcome: .success(.text("hi")))),
+        .turnCall(
+            agent: "alpha", turn: TurnRef(session: "", turn: "t2"),
+            call: TurnCall(
+                skill: "x", parameters: [:], agent: "", durationMs: 0, outcome: .failure(SkillbusError(.unknownSkill, "no")))),
         .confirmationPending(round: "r", confirmation: "c1", skill: "file.write", parameters: ["path": "a"]),
         .confirmationDone(confirmation: "c1", approved: true),
         .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3),
@@ -130,7 +139,7 @@ extension DocumentTests {
         for event in Self.everyEvent {
             #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
         }
-        #expect(Set(Self.everyEvent.map(\.topic)).count == 20)
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 21)
     }
 
     @Test("a feed message that is not an event is refused with what is wrong")

@@ -130,6 +130,25 @@ struct TurnLeaseTests {
         #expect(document?["error"]?["code"] == "round_conflict")
     }
 
+    @Test("a cancelled turn's calls are refused: the one waiting for the round, and one that comes after its end")
+    func cancelledTurnCalls() throws {
+        var state = bus()
+        let turn = try #require(ask(&state, round: "r1"))
+        let agentClient: PeerID = [0xA2]
+        #expect(state.handleInvoke(request("call", round: "r1"), from: agentClient, now: 0).isEmpty)
+        let cancelled = state.handleCancel(requestID: "a1", from: client, now: 1 * Self.ms)
+        #expect((try? JSONValue(parsing: try #require(replies(cancelled).first).payload))?["code"] == "cancelled")
+        _ = state.handleWorker(.turnEnd(turnID: turn.turnID, .ok([:])), from: agent, now: 2 * Self.ms)
+        let late = replies(state.handleInvoke(request("late", round: "r1"), from: agentClient, now: 3 * Self.ms))
+        #expect((try? JSONValue(parsing: try #require(late.first).payload))?["code"] == "cancelled")
+        // Long after, the round id is an ordinary one again.
+        for peer in [agent, helper] {
+            _ = state.handleWorker(.heartbeat(intervalMs: nil, registry: nil), from: peer, now: 40_000 * Self.ms)
+        }
+        _ = state.tick(now: 40_000 * Self.ms)
+        #expect(invokes(state.handleInvoke(request("new", round: "r1"), from: other, now: 40_001 * Self.ms)) == 1)
+    }
+
     @Test("a claim whose agent is lost answers whoever joined it with agent_lost")
     func lostAgentFailsJoiners() throws {
         var state = bus()

@@ -20,6 +20,7 @@ struct WireTests {
             .query(QueryRequest(requestID: "r-8", agent: "beta", query: .sessions)),
             .ask(AskRequest(requestID: "r-9", roundID: "t", sessionID: "s", agent: "", timeoutMs: 900, message: "hi")),
             .ask(AskRequest(requestID: "r-10", roundID: "t", agent: "alpha", message: "what is 6*7")),
+            .ask(AskRequest(requestID: "r-11", roundID: "t", message: "follow me", progress: true)),
             .cancel(requestID: "r-10"), .approve(confirmationID: "c1", approved: true),
             .approve(confirmationID: "c2", approved: false),
         ] {
@@ -39,6 +40,11 @@ struct WireTests {
             .turn(requestID: "r", agent: "alpha", .ok(["reply": "42"])),
             .turn(requestID: "r", agent: "", .error(SkillbusError(.unknownAgent, "none"))),
             .stream(requestID: "r", text: "a piece "),
+            .progress(requestID: "r", agent: "alpha", .state(.thinking, parameters: nil)),
+            .progress(requestID: "r", agent: "alpha", .state(.executingSkill("echo"), parameters: ["text": "hi"])),
+            .progress(
+                requestID: "r", agent: "alpha",
+                .call(TurnCall(skill: "echo", parameters: [:], agent: "b", durationMs: 2, outcome: .success(.text("x"))))),
             .confirm(requestID: "r", confirmationID: "c1", skill: "file.write", parameters: Array(#"{"path":"a"}"#.utf8)),
             .answer(requestID: "r", agent: "", .error(SkillbusError(.unknownSession, "no such session"))),
             .reply(
@@ -81,6 +87,12 @@ struct WireTests {
             .turnState(.executingSkill("echo"), TurnRef(session: "s", turn: "t1")),
             .turnEnd(turnID: "t1", .ok(["reply": "hi"])),
             .stream(turnID: "t1", text: "piece"),
+            .turnState(.executingSkill("echo"), TurnRef(session: "", turn: "t1", parameters: ["text": "hi"])),
+            .step(
+                turnID: "t1",
+                TurnCall(
+                    skill: "echo", parameters: ["text": "hi"], agent: "alpha", durationMs: 0.25,
+                    outcome: .failure(SkillbusError(.timeout, "late")))),
             .context(AgentContextStatus(sessions: 0, storageProblem: SkillbusError(.storageUnavailable, "full"))),
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }

@@ -37,9 +37,16 @@ extension AgentWorker {
     func take(_ turn: TurnRequest, with planner: any Planner) async -> AgentAnswer {
         var record = TurnRecord(turn: turn, agent: options.name)
         let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
-        func enter(_ state: AgentState) {
+        func enter(_ state: AgentState, parameters: [String: JSONValue]? = nil) {
             record.states.append((state, Date()))
+            var ref = ref
+            ref.parameters = parameters.map(JSONValue.object)
             socket.send(WorkerMessage.turnState(state, ref).encoded())
+        }
+        func ended(_ call: TurnCall) {
+            record.calls.append(PlannerStep(skill: call.skill, parameters: call.parameters, outcome: call.outcome))
+            record.ran.append(call)
+            socket.send(WorkerMessage.step(turnID: turn.turnID, call).encoded())
         }
         func fail(_ error: SkillbusError) -> AgentAnswer {
             enter(.failed(error.message))
@@ -98,10 +105,10 @@ extension AgentWorker {
                             .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
                 }
                 enter(.selectingSkill)
-                let step = await call(
-                    skill, parameters, in: turn, skills: skills, deadline: deadline, ranHere: &ranHere
-                ) { enter(.executingSkill(skill)) }
-                record.calls.append(step)
+                ended(
+                    await call(skill, parameters, in: turn, skills: skills, deadline: deadline, ranHere: &ranHere) {
+                        enter(.executingSkill(skill), parameters: $0)
+                    })
             case .invalidCall(let skill, let error):
                 // Recorded like a call the loop refused, so the planner hears why; it counts as a call.
                 guard record.calls.count < options.turnStepLimit else {
@@ -110,7 +117,7 @@ extension AgentWorker {
                             .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
                 }
                 enter(.selectingSkill)
-                record.calls.append(PlannerStep(skill: skill, parameters: [:], outcome: .failure(error)))
+                ended(TurnCall(skill: skill, parameters: [:], agent: "", durationMs: 0, outcome: .failure(error)))
             }
         }
     }
@@ -146,39 +153,43 @@ extension AgentWorker {
     }
 
     /// Runs the planner's choice: refused before it runs when the registry knows the skill and the
-    /// parameters do not fit its schema (the planner hears why and may choose again), else through the bus.
+    /// parameters do not fit its schema (the planner hears why and may choose again); else on this agent
+    /// while the turn holds its round and the agent offers the skill, or through the bus. `starting`
+    /// hears the parameters (as validated) just before it runs.
     private func call(
         _ skill: String, _ parameters: [String: JSONValue], in turn: TurnRequest, skills: [SkillDescriptor],
         deadline: ContinuousClock.Instant, ranHere: inout [[UInt8]: Result<SkillResult, SkillbusError>],
-        starting: () -> Void
-    ) async -> PlannerStep {
+        starting: ([String: JSONValue]) -> Void
+    ) async -> TurnCall {
         var validated = parameters
         if let descriptor = skills.first(where: { $0.identifier == skill }) {
             do throws(SkillbusError) {
                 validated = try descriptor.parameters.validate(parameters, skill: skill)
             } catch {
-                return PlannerStep(skill: skill, parameters: parameters, outcome: .failure(error))
+                return TurnCall(skill: skill, parameters: parameters, agent: "", durationMs: 0, outcome: .failure(error))
             }
         }
-        starting()
+        starting(validated)
+        let started = ContinuousClock.now
+        func ended(_ outcome: Result<SkillResult, SkillbusError>, on agent: String) -> TurnCall {
+            TurnCall(
+                skill: skill, parameters: parameters, agent: agent,
+                durationMs: (ContinuousClock.now - started) / .milliseconds(1), outcome: outcome)
+        }
         if let outcome = await runHere(skill, validated, in: turn, deadline: deadline, ranHere: &ranHere) {
-            return PlannerStep(skill: skill, parameters: parameters, outcome: outcome)
+            return ended(outcome, on: options.name)
         }
         giveBackRound(turn.roundID)
-        let outcome: Result<SkillResult, SkillbusError>
         do {
             let answer = try await client.invoke(
                 skill, parameters: .object(parameters), roundID: turn.roundID, sessionID: turn.sessionID,
                 timeout: max(deadline - .now, .milliseconds(1)))
-            if let result = answer.result, answer.status == .ok {
-                outcome = .success(result)
-            } else {
-                outcome = .failure(answer.error ?? SkillbusError(.internalError, "'\(skill)' failed without an error"))
-            }
+            if let result = answer.result, answer.status == .ok { return ended(.success(result), on: answer.agent) }
+            let error = answer.error ?? SkillbusError(.internalError, "'\(skill)' failed without an error")
+            return ended(.failure(error), on: answer.agent)
         } catch {
-            outcome = .failure(error)
+            return ended(.failure(error), on: "")
         }
-        return PlannerStep(skill: skill, parameters: parameters, outcome: outcome)
     }
 }
 
@@ -187,7 +198,9 @@ struct TurnRecord {
     let turn: TurnRequest
     let agent: String
     var states: [(AgentState, Date)] = []
+    /// The calls as the planner sees them, and as they ran (with agent and duration).
     var calls: [PlannerStep] = []
+    var ran: [TurnCall] = []
     var reply: String?
 
     init(turn: TurnRequest, agent: String) {
@@ -206,19 +219,7 @@ struct TurnRecord {
                     object["time"] = .string(FeedEvent.timestamp(time))
                     return .object(object)
                 }),
-            "calls": .array(
-                calls.map { call in
-                    var object: [String: JSONValue] = ["skill": .string(call.skill), "parameters": .object(call.parameters)]
-                    switch call.outcome {
-                    case .success(let result):
-                        object["status"] = "ok"
-                        object["result"] = result.json
-                    case .failure(let error):
-                        object["status"] = "error"
-                        object["error"] = error.json
-                    }
-                    return .object(object)
-                }),
+            "calls": .array(ran.map(\.json)),
         ]
     }
 }

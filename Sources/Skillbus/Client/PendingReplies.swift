@@ -7,6 +7,8 @@ final class PartialAnswers: Sendable {
     let snapshotEntries = Mutex<[String: [[UInt8]]]>([:])
     /// Who hears the STREAM pieces of a turn's reply.
     let replyPieces = Mutex<[String: @Sendable (String) -> Void]>([:])
+    /// Who follows a turn's states and calls (PROGRESS).
+    let progress = Mutex<[String: @Sendable (String, TurnProgress) -> Void]>([:])
     /// Who decides CONFIRMs, and how the answer goes back; without a decider every one is refused.
     let confirmer = Mutex<(@Sendable (Confirmation) async -> Bool)?>(nil)
     let reply = Mutex<(@Sendable (Multipart) -> Void)?>(nil)

@@ -249,19 +249,25 @@ public final class SkillbusClient: Sendable {
     /// Asks an agent to take a turn: it answers `message`, calling skills as its planner decides, in round
     /// `roundID`. `agent` empty: the session's agent, else the least loaded agent with a planner. Returns
     /// the agent and its turn document; throws the error the turn (or the bus) ended with.
-    /// `onPiece` hears the reply's pieces as they stream in (on the client's socket thread: keep it quick).
+    /// `onPiece` hears the reply's pieces as they stream in, `onProgress` each state of the turn and each
+    /// call as it ends (both on the client's socket thread: keep them quick).
     /// A caller that is cancelled cancels the turn on its agent, and returns once the turn has ended
     /// (as `cancelled`), 5 s after the cancellation at the latest.
     public func ask(
         _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
-        timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil
+        timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil,
+        onProgress: (@Sendable (_ agent: String, TurnProgress) -> Void)? = nil
     ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
         let requestID = makeRequestID()
         let request = AskRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
-            timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message)
+            timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message, progress: onProgress != nil)
         if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
-        defer { partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) } }
+        if let onProgress { partials.progress.withLock { $0[requestID] = onProgress } }
+        defer {
+            partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) }
+            partials.progress.withLock { _ = $0.removeValue(forKey: requestID) }
+        }
         // A caller that gives up cancels the turn on its agent, and then waits (5 s at most) for the turn's
         // end, which says the agent has stopped: so the CANCEL is known to have arrived before it returns.
         let socket = self.socket
@@ -358,6 +364,9 @@ public final class SkillbusClient: Sendable {
             return
         case .stream(let id, let text):
             partials.replyPieces.withLock { $0[id] }?(text)
+            return
+        case .progress(let id, let agent, let progress):
+            partials.progress.withLock { $0[id] }?(agent, progress)
             return
         case .confirm(let id, let confirmationID, let skill, let parameters):
             let decide = partials.confirmer.withLock { $0 }

@@ -38,7 +38,8 @@ extension CoordinatorState {
         let turnID = turns.add(
             .init(
                 client: client, requestID: request.requestID, worker: peer, agent: agent,
-                deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: round))
+                deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: round, session: request.sessionID,
+                progress: request.progress))
         if leased { leases[ByteKey(round)] = TurnLease(holder: peer, turnID: turnID) }
         return [
             .toWorker(
@@ -56,8 +57,10 @@ extension CoordinatorState {
     public mutating func handleCancel(requestID: String, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
         guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else { return [] }
         // A call of the turn may still be on its way from the agent: it is refused when it comes.
-        cancelledTurnRounds.insert(ByteKey(entry.round))
-        var actions: [CoordinatorAction] = [.toWorker(entry.worker, .cancel(invocationID: turnID))]
+        cancelledTurnRounds[ByteKey(entry.round)] = .max
+        // The calls that waited for the round are the turn's own: refused now, as cancelled.
+        var actions = endLease(of: entry.round, turnID: turnID, now: now)
+        actions.append(.toWorker(entry.worker, .cancel(invocationID: turnID)))
         let cancelled = SkillbusError(.cancelled, "the turn that made this call was cancelled")
         for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
             actions.append(.toWorker(running.worker, .cancel(invocationID: invocationID)))
@@ -66,14 +69,32 @@ extension CoordinatorState {
         return actions
     }
 
-    /// A turn's state: kept as the agent's state and published, every one (never coalesced).
+    /// A turn's state: kept as the agent's state and published, every one (never coalesced); and to the
+    /// client, when it follows the turn.
     mutating func noteTurnState(_ state: AgentState, _ turn: TurnRef, from peer: PeerID) -> [CoordinatorAction] {
         guard let agent = workers.update(peer, { worker -> String in
             worker.state = state
             return worker.name
         })
         else { return [] }
-        return [.publish(.turnState(agent: agent, state: state, turn: turn))]
+        var actions: [CoordinatorAction] = [.publish(.turnState(agent: agent, state: state, turn: turn))]
+        if let entry = turns.entry(turn.turn, of: peer), entry.progress {
+            actions.append(
+                .toClient(entry.client, .progress(requestID: entry.requestID, agent: agent, .state(state, parameters: turn.parameters))))
+        }
+        return actions
+    }
+
+    /// STEP: a call of the turn ended; on the feed, and to the client when it follows the turn.
+    func noteStep(_ turnID: String, _ call: TurnCall, from peer: PeerID) -> [CoordinatorAction] {
+        guard let entry = turns.entry(turnID, of: peer) else { return [] }
+        var actions: [CoordinatorAction] = [
+            .publish(.turnCall(agent: entry.agent, turn: TurnRef(session: entry.session, turn: turnID), call: call))
+        ]
+        if entry.progress {
+            actions.append(.toClient(entry.client, .progress(requestID: entry.requestID, agent: entry.agent, .call(call))))
+        }
+        return actions
     }
 
     /// A piece of a turn's reply: to the client that asked, and on the feed.
@@ -110,7 +131,8 @@ extension CoordinatorState {
 
     /// What a turn held goes with it: its round, and calls it never reported ended.
     private mutating func turnEnded(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
-        cancelledTurnRounds.remove(ByteKey(entry.round))
+        let key = ByteKey(entry.round)
+        if cancelledTurnRounds[key] != nil { cancelledTurnRounds[key] = now &+ Self.cancelledRoundGraceNanos }
         let unreported = SkillbusError(.agentLost, "turn \(turnID) ended before it said how this call ended")
         return dropClaims(where: { $0.turnID == turnID && $0.worker == entry.worker }, unreported, now: now)
             + endLease(of: entry.round, turnID: turnID, now: now)

@@ -73,8 +73,12 @@ public struct CoordinatorState: Sendable {
     var queries = PendingQueries(prefix: "q")
     /// Turns waiting for their agent's TURNEND.
     var turns = PendingQueries(prefix: "t")
-    /// Rounds of cancelled turns that have not ended yet: a call of theirs still on its way is refused.
-    var cancelledTurnRounds: Set<ByteKey> = []
+    /// Rounds of cancelled turns, until a while after they ended (monotonic nanoseconds; `UInt64.max` while
+    /// the turn runs): a call of theirs still on its way is refused, even one that arrives after the turn's
+    /// end on another connection.
+    var cancelledTurnRounds: [ByteKey: UInt64] = [:]
+    /// How long a cancelled turn's round stays marked after the turn ended.
+    static let cancelledRoundGraceNanos: UInt64 = 30_000_000_000
     /// Rounds held by the turn running in them, by round id (CoordinatorState+Leases).
     var leases: [ByteKey: TurnLease] = [:]
     /// Calls that turns run themselves and have not reported ended.
@@ -141,7 +145,7 @@ public struct CoordinatorState: Sendable {
             roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: accepted,
             deadline: accepted &+ UInt64(timeoutMs) * 1_000_000)
-        if !cancelledTurnRounds.isEmpty, cancelledTurnRounds.contains(ByteKey(request.$roundID)) {
+        if !cancelledTurnRounds.isEmpty, cancelledTurnRounds[ByteKey(request.$roundID)] != nil {
             let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
             return fail(pending, error, agent: "", executed: false, now: now)
         }
@@ -215,6 +219,8 @@ public struct CoordinatorState: Sendable {
             return noteCalled(turnID: turnID, claimID: claimID, status: status, payload: payload, from: peer, now: now)
         case .release(let turnID):
             return noteRelease(turnID: turnID, from: peer, now: now)
+        case .step(let turnID, let call):
+            return noteStep(turnID, call, from: peer)
         }
     }
 
@@ -267,6 +273,7 @@ public struct CoordinatorState: Sendable {
             SkillbusError(.timeout, "agent '\($0.agent)' did not end the turn in time")
         }
         actions += expireParked(now: now)
+        if !cancelledTurnRounds.isEmpty { cancelledTurnRounds = cancelledTurnRounds.filter { $0.value > now } }
         for (skill, request) in waiting.removeExpiredBySkill(now: now) {
             let error = SkillbusError(
                 .timeout, "no agent offering '\(skill)' had a free slot within \(request.timeoutMs) ms")

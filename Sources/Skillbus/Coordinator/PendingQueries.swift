@@ -9,6 +9,10 @@ struct PendingQueries: Sendable {
         let deadline: UInt64
         /// A turn's round: its invocations go when the turn is cancelled.
         var round: [UInt8] = []
+        /// A turn's session, for its `turn.call` events.
+        var session = ""
+        /// The client follows the turn: its states and calls go to it as PROGRESS.
+        var progress = false
     }
 
     private var entries: [String: Entry] = [:]

@@ -129,7 +129,7 @@ public enum ClientMessage: Sendable, Equatable {
                 Wire.clientHeaderBytes, Wire.Command.ask.frame, Array(request.requestID.utf8),
                 Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.agent.utf8),
                 Wire.optionalDecimalFrame(request.timeoutMs), Array(request.message.utf8),
-            ]
+            ] + (request.progress ? [Array("progress".utf8)] : [])
         case .cancel(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8)]
         case .approve(let confirmationID, let approved):
@@ -177,7 +177,12 @@ public enum ClientMessage: Sendable, Equatable {
                     requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                     timeoutMs: timeoutMs, query: try AgentQuery(json: try Wire.json(message, 5, "query"))))
         case .ask:
-            try Wire.expectFrames(message, 8, "ASK")
+            guard message.count == 8 || message.count == 9 else {
+                throw SkillbusError(.malformedMessage, "ASK takes 8 or 9 frames, got \(message.count)")
+            }
+            guard message.count == 8 || message[8] == Array("progress".utf8) else {
+                throw SkillbusError(.malformedMessage, "frame 8 of ASK, when present, must be 'progress'")
+            }
             let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
             let roundID = try Wire.text(message, 3, "round id")
             guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "frame 3 (round id) is empty") }
@@ -186,7 +191,7 @@ public enum ClientMessage: Sendable, Equatable {
                     requestID: try Wire.text(message, 2, "request id"), roundID: roundID,
                     sessionID: String(decoding: try Wire.sessionFrame(message, 4), as: UTF8.self),
                     agent: try Wire.text(message, 5, "agent"), timeoutMs: timeoutMs,
-                    message: try Wire.text(message, 7, "message")))
+                    message: try Wire.text(message, 7, "message"), progress: message.count == 9))
         case .cancel:
             try Wire.expectFrames(message, 3, "CANCEL")
             return .cancel(requestID: try Wire.text(message, 2, "request id"))
@@ -240,7 +245,7 @@ public struct InvokeReply: Sendable, Equatable {
 public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream, .confirm,
+        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream, .confirm, .progress,
     ]
 
     case reply(InvokeReply)
@@ -260,6 +265,8 @@ public enum BusToClientMessage: Sendable, Equatable {
     case turn(requestID: String, agent: String, AgentAnswer)
     /// The next piece of the reply of the turn this ASK started; the TURN that ends it follows.
     case stream(requestID: String, text: String)
+    /// A state or an ended call of the turn this ASK started, when the ASK asked for them.
+    case progress(requestID: String, agent: String, TurnProgress)
     /// Asks the client that sent request `requestID` (or the ASK whose turn calls the skill) to approve
     /// an invocation of a skill that needs confirmation; answered with APPROVE and `confirmationID`.
     case confirm(requestID: String, confirmationID: String, skill: String, parameters: [UInt8])
@@ -293,6 +300,18 @@ public enum BusToClientMessage: Sendable, Equatable {
                 + answer.frames
         case .stream(let requestID, let text):
             [Wire.clientHeaderBytes, Wire.Command.stream.frame, Array(requestID.utf8), Array(text.utf8)]
+        case .progress(let requestID, let agent, .state(let state, let parameters)):
+            [
+                Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8),
+                Array("state".utf8),
+                state.json(in: TurnRef(session: "", turn: "", parameters: parameters)).serialized(),
+            ]
+        case .progress(let requestID, let agent, .call(let call)):
+            [
+                Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8),
+                Array("call".utf8),
+                call.json.serialized(),
+            ]
         case .confirm(let requestID, let confirmationID, let skill, let parameters):
             [
                 Wire.clientHeaderBytes, Wire.Command.confirm.frame, Array(requestID.utf8), Array(confirmationID.utf8),
@@ -354,6 +373,18 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .stream:
             try Wire.expectFrames(message, 4, "STREAM")
             return .stream(requestID: try Wire.text(message, 2, "request id"), text: try Wire.text(message, 3, "text"))
+        case .progress:
+            try Wire.expectFrames(message, 6, "PROGRESS")
+            let (requestID, agent) = (try Wire.text(message, 2, "request id"), try Wire.text(message, 3, "agent"))
+            let body = try Wire.json(message, 5, "progress")
+            switch try Wire.text(message, 4, "kind") {
+            case "state":
+                return .progress(
+                    requestID: requestID, agent: agent, .state(try AgentState(json: body), parameters: body["parameters"]))
+            case "call": return .progress(requestID: requestID, agent: agent, .call(try TurnCall(json: body)))
+            case let kind:
+                throw SkillbusError(.malformedMessage, "frame 4 (kind) must be state or call, not '\(kind.prefix(32))'")
+            }
         case .confirm:
             try Wire.expectFrames(message, 6, "CONFIRM")
             return .confirm(

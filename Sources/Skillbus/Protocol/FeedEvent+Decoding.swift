@@ -35,7 +35,9 @@ extension FeedEvent {
             if let turn = try field.optionalString("turn") {
                 self = .turnState(
                     agent: try field.string("agent"), state: try AgentState(json: body),
-                    turn: TurnRef(session: try field.optionalString("session") ?? "", turn: turn))
+                    turn: TurnRef(
+                        session: try field.optionalString("session") ?? "", turn: turn,
+                        parameters: field.optional("parameters")))
             } else {
                 self = .agentState(agent: try field.string("agent"), state: try AgentState(json: body))
             }
@@ -53,6 +55,11 @@ extension FeedEvent {
             self = .confirmationDone(confirmation: try field.string("confirmation"), approved: try field.bool("approved"))
         case "turn.stream":
             self = .turnStream(agent: try field.string("agent"), turn: try field.string("turn"), text: try field.string("text"))
+        case "turn.call":
+            self = .turnCall(
+                agent: try field.string("agent"),
+                turn: TurnRef(session: try field.optionalString("session") ?? "", turn: try field.string("turn")),
+                call: try TurnCall(json: field.optional("call") ?? .null))
         case "request.queued":
             self = .requestQueued(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),

@@ -14,6 +14,8 @@ public enum FeedEvent: Sendable, Equatable {
     case confirmationDone(confirmation: String, approved: Bool)
     /// A batch of a turn's reply as it streams.
     case turnStream(agent: String, turn: String, text: String)
+    /// A call of a turn ended.
+    case turnCall(agent: String, turn: TurnRef, call: TurnCall)
     case registrationRefused(agent: String, error: SkillbusError)
     /// An agent's store stopped taking writes (`problem`), or took them again (nil).
     case agentStorage(agent: String, problem: SkillbusError?)
@@ -45,6 +47,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .agentLeft: "agent.left"
         case .agentState, .turnState: "agent.state"
         case .turnStream: "turn.stream"
+        case .turnCall: "turn.call"
         case .confirmationPending: "invocation.pendingConfirmation"
         case .confirmationDone: "invocation.confirmation"
         case .registrationRefused: "agent.refused"
@@ -87,6 +90,10 @@ public enum FeedEvent: Sendable, Equatable {
             return ["confirmation": .string(confirmation), "approved": .bool(approved)]
         case .turnStream(let agent, let turn, let text):
             return ["agent": .string(agent), "turn": .string(turn), "text": .string(text)]
+        case .turnCall(let agent, let turn, let call):
+            return [
+                "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn), "call": call.json,
+            ]
         case .turnState(let agent, let state, let turn):
             var fields = state.json(in: turn).objectValue ?? [:]
             fields["agent"] = .string(agent)

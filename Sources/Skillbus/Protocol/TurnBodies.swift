@@ -2,11 +2,76 @@
 public struct TurnRef: Sendable, Equatable {
     public var session: String
     public var turn: String
+    /// With `executingSkill`: the parameters of the call that starts, for whoever draws it.
+    public var parameters: JSONValue?
 
-    public init(session: String, turn: String) {
+    public init(session: String, turn: String, parameters: JSONValue? = nil) {
         self.session = session
         self.turn = turn
+        self.parameters = parameters
     }
+}
+
+/// One skill call of a turn as it ended: the turn document's `calls` entries (§5.18), STEP, PROGRESS
+/// and `turn.call` on the feed.
+public struct TurnCall: Sendable, Equatable {
+    public var skill: String
+    public var parameters: [String: JSONValue]
+    /// The agent that ran it; empty when it never ran (its parameters were refused, say).
+    public var agent: String
+    public var durationMs: Double
+    public var outcome: Result<SkillResult, SkillbusError>
+
+    public init(
+        skill: String, parameters: [String: JSONValue], agent: String, durationMs: Double,
+        outcome: Result<SkillResult, SkillbusError>
+    ) {
+        self.skill = skill
+        self.parameters = parameters
+        self.agent = agent
+        self.durationMs = durationMs
+        self.outcome = outcome
+    }
+
+    public var json: JSONValue {
+        var object: [String: JSONValue] = [
+            "skill": .string(skill), "parameters": .object(parameters), "agent": .string(agent),
+            "durationMs": .number((durationMs * 1000).rounded() / 1000),
+        ]
+        switch outcome {
+        case .success(let result):
+            object["status"] = "ok"
+            object["result"] = result.json
+        case .failure(let error):
+            object["status"] = "error"
+            object["error"] = error.json
+        }
+        return .object(object)
+    }
+
+    public init(json: JSONValue) throws(SkillbusError) {
+        let reader = DocumentReader(json, "call")
+        let status = try reader.string("status")
+        let outcome: Result<SkillResult, SkillbusError>
+        switch status {
+        case "ok": outcome = .success(try SkillResult(json: reader.optional("result") ?? .null))
+        case "error": outcome = .failure(SkillbusError(json: reader.optional("error") ?? .null))
+        default: throw reader.problem("'status' must be ok or error, not '\(status)'")
+        }
+        guard let parameters = (reader.optional("parameters") ?? [:]).objectValue else {
+            throw reader.problem("'parameters' must be an object")
+        }
+        self.init(
+            skill: try reader.string("skill"), parameters: parameters, agent: try reader.optionalString("agent") ?? "",
+            durationMs: reader.optional("durationMs")?.doubleValue ?? 0, outcome: outcome)
+    }
+}
+
+/// What a client that asked for it hears while its turn runs (PROGRESS, §3.2): each state as it happens,
+/// and each call as it ends.
+public enum TurnProgress: Sendable, Equatable {
+    case state(AgentState, parameters: JSONValue?)
+    case call(TurnCall)
 }
 
 /// A client asks an agent to take a turn: answer `message`, calling skills as its planner decides
@@ -20,11 +85,14 @@ public struct AskRequest: Sendable, Equatable {
     public var agent: String
     public var timeoutMs: Int?
     public var message: String
+    /// The client wants the turn's states and calls as they happen (PROGRESS).
+    public var progress: Bool
 
     public init(
         requestID: String, roundID: String, sessionID: String = "", agent: String = "", timeoutMs: Int? = nil,
-        message: String
+        message: String, progress: Bool = false
     ) {
+        self.progress = progress
         self.requestID = requestID
         self.roundID = roundID
         self.sessionID = sessionID

@@ -100,6 +100,9 @@ public enum Wire {
         /// A turn that holds its round runs calls itself and reports them: one started (CLAIM), one ended
         /// (CALLED); RELEASE gives the round back to the bus before a call goes through it.
         case claim, called, release
+        /// A turn's call ended (worker → bus: STEP); a turn's state or call for the client that follows
+        /// it (bus → client: PROGRESS).
+        case step, progress
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

@@ -156,6 +156,7 @@ public enum AgentState: Sendable, Equatable {
         var object = json.objectValue ?? [:]
         object["session"] = .string(turn.session)
         object["turn"] = .string(turn.turn)
+        if let parameters = turn.parameters { object["parameters"] = parameters }
         return .object(object)
     }
 

@@ -7,7 +7,7 @@ public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
         .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream,
-        .claim, .called, .release,
+        .claim, .called, .release, .step,
     ]
 
     case ready(JSONValue)
@@ -24,6 +24,8 @@ public enum WorkerMessage: Sendable, Equatable {
     case claim(turnID: String, claimID: String, skill: String, parameters: [UInt8])
     /// That call ended, as a RESULT would say.
     case called(turnID: String, claimID: String, status: ReplyStatus, payload: [UInt8])
+    /// A call of the turn ended (wherever it ran), for the feed and for a client that follows the turn.
+    case step(turnID: String, TurnCall)
     /// The turn gives its round back: from now on its calls, and the round's other invocations, go
     /// through the bus.
     case release(turnID: String)
@@ -61,6 +63,8 @@ public enum WorkerMessage: Sendable, Equatable {
                 status.frame, payload,
             ]
         case .release(let turnID): [Wire.workerHeaderBytes, Wire.Command.release.frame, Array(turnID.utf8)]
+        case .step(let turnID, let call):
+            [Wire.workerHeaderBytes, Wire.Command.step.frame, Array(turnID.utf8), call.json.serialized()]
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -92,7 +96,8 @@ public enum WorkerMessage: Sendable, Equatable {
             let body = try Wire.json(message, 2, "state")
             let state = try AgentState(json: body)
             guard let turn = body["turn"]?.stringValue else { return .state(state) }
-            return .turnState(state, TurnRef(session: body["session"]?.stringValue ?? "", turn: turn))
+            return .turnState(
+                state, TurnRef(session: body["session"]?.stringValue ?? "", turn: turn, parameters: body["parameters"]))
         case .heartbeat:
             guard (2...4).contains(message.count) else {
                 throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 to 4 frames, got \(message.count)")
@@ -139,6 +144,9 @@ public enum WorkerMessage: Sendable, Equatable {
         case .release:
             try Wire.expectFrames(message, 3, "RELEASE")
             return .release(turnID: try Wire.text(message, 2, "turn id"))
+        case .step:
+            try Wire.expectFrames(message, 4, "STEP")
+            return .step(turnID: try Wire.text(message, 2, "turn id"), try TurnCall(json: try Wire.json(message, 3, "call")))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
