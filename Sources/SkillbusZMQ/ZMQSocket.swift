@@ -2,7 +2,7 @@ import CZeroMQ
 
 /// The socket types Skillbus uses.
 public enum ZMQSocketType: Sendable {
-    case router, dealer, pub, xpub, sub, pair
+    case router, dealer, pub, xpub, sub, pair, rep
 
     var rawValue: Int32 {
         switch self {
@@ -12,6 +12,7 @@ public enum ZMQSocketType: Sendable {
         case .xpub: ZMQ_XPUB
         case .sub: ZMQ_SUB
         case .pair: ZMQ_PAIR
+        case .rep: ZMQ_REP
         }
     }
 }
