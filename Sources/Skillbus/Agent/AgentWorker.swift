@@ -25,6 +25,8 @@ public final class AgentWorker: Sendable {
         public var planner: (any Planner)?
         /// Skill calls a turn may make before it fails.
         public var turnStepLimit = 8
+        /// CURVE keys for every socket the agent opens (bus, its client connection, the feed); nil: none.
+        public var credentials: CurveCredentials?
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
@@ -105,7 +107,8 @@ public final class AgentWorker: Sendable {
             try AgentStore(directory: $0, agent: options.name, options: options.store)
         }
         let client = try SkillbusClient(
-            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
+            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
+            credentials: options.credentials)
         let owner = Owner()
         let handlers = Self.handlers(options, owner)
         let socket = try SocketLoop(
@@ -126,7 +129,8 @@ public final class AgentWorker: Sendable {
             store = try await AgentStore.open(directory: directory, agent: options.name, options: options.store)
         }
         let client = try await SkillbusClient.connect(
-            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes)
+            endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
+            credentials: options.credentials)
         let owner = Owner()
         let handlers = handlers(options, owner)
         let socket = try await SocketLoop.start(
@@ -145,9 +149,10 @@ public final class AgentWorker: Sendable {
         beforeWait: @Sendable () -> Duration?
     ) {
         let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
-        let endpoint = options.coordinator
+        let (endpoint, credentials) = (options.coordinator, options.credentials)
         return (
             { socket in
+                if let credentials { try socket.useCurveClient(credentials) }
                 try socket.setMaxMessageSize(maxBytes)
                 try socket.setReconnectInterval(ms: 1000, maxMs: 32_000)
                 // Long enough to flush a DISCONNECT on the way out, short enough never to hang.

@@ -8,21 +8,30 @@ public final class FeedSubscriber: Sendable {
 
     /// Subscribes to `topics` (all when empty). The synchronous form, for synchronous callers: it blocks
     /// the calling thread until the socket's thread has connected. Async code uses `connect(…)`.
-    public convenience init(endpoint: String, topics: [String], context: ZMQContext) throws {
+    public convenience init(
+        endpoint: String, topics: [String], context: ZMQContext, credentials: CurveCredentials? = nil
+    ) throws {
         self.init(
             socket: try SocketLoop(
-                context: context, type: .sub, name: "skillbus-feed", configure: Self.configure(endpoint, topics)))
+                context: context, type: .sub, name: "skillbus-feed",
+                configure: Self.configure(endpoint, topics, credentials)))
     }
 
-    /// Subscribes, as `init` does, awaiting the socket's thread instead of blocking.
-    public static func connect(endpoint: String, topics: [String], context: ZMQContext) async throws -> FeedSubscriber {
+    /// Subscribes, as `init` does, awaiting the socket's thread instead of blocking. With `credentials`, over
+    /// CURVE (a feed with keys admits only the roles its coordinator lets read it).
+    public static func connect(
+        endpoint: String, topics: [String], context: ZMQContext, credentials: CurveCredentials? = nil
+    ) async throws -> FeedSubscriber {
         FeedSubscriber(
             socket: try await SocketLoop.start(
-                context: context, type: .sub, name: "skillbus-feed", configure: configure(endpoint, topics)))
+                context: context, type: .sub, name: "skillbus-feed", configure: configure(endpoint, topics, credentials)))
     }
 
-    private static func configure(_ endpoint: String, _ topics: [String]) -> @Sendable (ZMQSocket) throws -> Void {
+    private static func configure(
+        _ endpoint: String, _ topics: [String], _ credentials: CurveCredentials?
+    ) -> @Sendable (ZMQSocket) throws -> Void {
         { socket in
+            if let credentials { try socket.useCurveClient(credentials) }
             for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
             try socket.connect(endpoint)
         }

@@ -24,6 +24,8 @@ public struct InvocationOutcome: Sendable, Equatable {
 /// A client of the bus: sends invocations over one DEALER socket, many in flight at once.
 public final class SkillbusClient: Sendable {
     public let endpoint: String
+    /// The CURVE keys it connected with; a registry replica built on this client uses them for the feed.
+    public let credentials: CurveCredentials?
     private let socket: SocketLoop
     private let pending: PendingReplies
     /// What arrives before the answer that ends a wait: ENTRY messages of snapshots, STREAM pieces of turns.
@@ -31,8 +33,12 @@ public final class SkillbusClient: Sendable {
     private let nextID = Atomic<UInt64>(0)
     private let idPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
 
-    private init(endpoint: String, pending: PendingReplies, partials: PartialAnswers, socket: SocketLoop) {
+    private init(
+        endpoint: String, credentials: CurveCredentials?, pending: PendingReplies, partials: PartialAnswers,
+        socket: SocketLoop
+    ) {
         self.endpoint = endpoint
+        self.credentials = credentials
         self.pending = pending
         self.partials = partials
         self.socket = socket
@@ -48,25 +54,29 @@ public final class SkillbusClient: Sendable {
 
     /// Connects to the bus at `endpoint`. The synchronous form, for synchronous callers: it blocks the
     /// calling thread until the socket's thread has connected. Async code uses `connect(endpoint:…)`.
-    public convenience init(endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20) throws {
+    public convenience init(
+        endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20, credentials: CurveCredentials? = nil
+    ) throws {
         let (pending, entries) = (PendingReplies(), PartialAnswers())
-        let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, pending, entries)
+        let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, credentials, pending, entries)
         let socket = try SocketLoop(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
             beforeWait: Self.keepDeadlines(pending))
-        self.init(endpoint: endpoint, pending: pending, partials: entries, socket: socket)
+        self.init(endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
     }
 
-    /// Connects to the bus at `endpoint`, awaiting the socket's thread instead of blocking.
+    /// Connects to the bus at `endpoint`, awaiting the socket's thread instead of blocking. With
+    /// `credentials`, over CURVE: a bus with keys admits nobody without them (PROTOCOL §12).
     public static func connect(
-        endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20
+        endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20, credentials: CurveCredentials? = nil
     ) async throws -> SkillbusClient {
         let (pending, entries) = (PendingReplies(), PartialAnswers())
-        let (configure, onMessage) = handlers(endpoint, maxMessageBytes, pending, entries)
+        let (configure, onMessage) = handlers(endpoint, maxMessageBytes, credentials, pending, entries)
         let socket = try await SocketLoop.start(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
             beforeWait: keepDeadlines(pending))
-        return SkillbusClient(endpoint: endpoint, pending: pending, partials: entries, socket: socket)
+        return SkillbusClient(
+            endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
     }
 
     /// Ends the waits whose time is up, and lets the socket's thread sleep until the next one's.
@@ -78,7 +88,8 @@ public final class SkillbusClient: Sendable {
     }
 
     private static func handlers(
-        _ endpoint: String, _ maxMessageBytes: Int, _ pending: PendingReplies, _ entries: PartialAnswers
+        _ endpoint: String, _ maxMessageBytes: Int, _ credentials: CurveCredentials?, _ pending: PendingReplies,
+        _ entries: PartialAnswers
     ) -> (configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void) {
         let maxBytes = Wire.hardCap(forLimit: maxMessageBytes)
         return (
@@ -86,6 +97,7 @@ public final class SkillbusClient: Sendable {
                 try socket.setMaxMessageSize(maxBytes)
                 // Long enough that a last message (a turn's CANCEL) is flushed when the context ends.
                 try socket.setLinger(ms: 200)
+                if let credentials { try socket.useCurveClient(credentials) }
                 try socket.connect(endpoint)
             },
             { message in receive(message, pending: pending, partials: entries) }

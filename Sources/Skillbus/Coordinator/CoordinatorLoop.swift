@@ -6,6 +6,8 @@ import SkillbusZMQ
 final class CoordinatorLoop {
     let router: ZMQSocket
     let feed: ZMQSocket
+    /// Keys and roles, when the coordinator has them (BusGuard.swift); nil: every peer may do anything.
+    let busGuard: BusGuard?
     let logger: Logger
     let maxMessageBytes: Int
     var state: CoordinatorState
@@ -22,15 +24,31 @@ final class CoordinatorLoop {
     init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
         self.logger = logger
         self.maxMessageBytes = configuration.maxMessageBytes
-        router = try ZMQSocket(context: context, type: .router)
-        try router.setRouterMandatory(true)
-        try router.setMaxMessageSize(Wire.hardCap(forLimit: configuration.maxMessageBytes))
-        try router.setSendHighWaterMark(100_000)
-        try router.setReceiveHighWaterMark(100_000)
-        try router.bind(configuration.bus)
-        feed = try ZMQSocket(context: context, type: .xpub)
-        try feed.setSendHighWaterMark(100_000)
-        try feed.bind(configuration.feed)
+        if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
+        // The ZAP handler first: a CURVE socket accepts whoever comes while its context has none.
+        busGuard = try configuration.security.map { try BusGuard(security: $0, context: context, logger: logger) }
+        do {
+            router = try ZMQSocket(context: context, type: .router)
+            try router.setRouterMandatory(true)
+            try router.setMaxMessageSize(Wire.hardCap(forLimit: configuration.maxMessageBytes))
+            try router.setSendHighWaterMark(100_000)
+            try router.setReceiveHighWaterMark(100_000)
+            try busGuard?.protect(router, domain: AccessPolicy.busDomain, name: "bus", context: context)
+            try router.bind(configuration.bus)
+            feed = try ZMQSocket(context: context, type: .xpub)
+            try feed.setSendHighWaterMark(100_000)
+            try busGuard?.protect(feed, domain: AccessPolicy.feedDomain, name: "feed", context: context)
+            try feed.bind(configuration.feed)
+        } catch {
+            // The handler's thread holds a socket of the context: it must go, or ending the context hangs.
+            busGuard?.close()
+            throw error
+        }
+        if busGuard == nil && configuration.insecure {
+            logger.error(
+                "INSECURE: no keys, and --insecure: anyone who reaches \(configuration.bus) or \(configuration.feed) "
+                    + "may register any agent name, answer any request and read the whole feed")
+        }
         var settings = configuration.stateSettings
         settings.feedEndpoint = feed.lastEndpoint
         state = CoordinatorState(settings: settings)
@@ -40,6 +58,7 @@ final class CoordinatorLoop {
     func close() {
         router.close()
         feed.close()
+        busGuard?.close()
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
         }
@@ -51,7 +70,7 @@ final class CoordinatorLoop {
         var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
         let items = [
             PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
-        ]
+        ] + (busGuard?.pollItems ?? [])
         while !control.stopping.load(ordering: .acquiring) {
             var now = DispatchTime.now().uptimeNanoseconds
             let timeoutMs = nextTick > now ? Int((nextTick - now) / 1_000_000) + 1 : 0
@@ -66,9 +85,11 @@ final class CoordinatorLoop {
             if ready.readable[2] { control.wakePipe.drain() }
             if ready.readable[0] { drainBus() }
             if ready.readable[1] { drainSubscriptions() }
+            if ready.readable.dropFirst(3).contains(true) { busGuard?.drainMonitors() }
             now = DispatchTime.now().uptimeNanoseconds
             if now >= nextTick {
                 perform(state.tick(now: now))
+                if let busGuard { perform(busGuard.tick()) }
                 nextTick = now + Self.tickNanos
                 if refusalsSuppressed > 0 {
                     logger.warning("refused \(refusalsSuppressed) more bad message(s) without logging each")
@@ -82,8 +103,14 @@ final class CoordinatorLoop {
     private func drainBus() {
         // Bounded batch so that ticks still run under a flood.
         for _ in 0..<10_000 {
-            guard let message = try? router.receive(dontWait: true) else { return }
-            handle(message)
+            if busGuard != nil {
+                // With keys, each message says whose it is: the ZAP handler's user id for its connection.
+                guard let (message, userID) = try? router.receiveWithUserID(dontWait: true) else { return }
+                handle(message, userID: userID)
+            } else {
+                guard let message = try? router.receive(dontWait: true) else { return }
+                handle(message, userID: nil)
+            }
         }
     }
 
@@ -100,7 +127,7 @@ final class CoordinatorLoop {
     }
 
     /// Takes the message over, so that dropping the routing id below moves frames instead of copying them.
-    private func handle(_ message: consuming Multipart) {
+    private func handle(_ message: consuming Multipart, userID: String?) {
         var body = message
         let peer = PeerID(body.removeFirst())
         let now = DispatchTime.now().uptimeNanoseconds
@@ -116,6 +143,7 @@ final class CoordinatorLoop {
         }
         do throws(SkillbusError) {
             if header == Wire.clientHeaderBytes {
+                if let busGuard { try busGuard.admitClient(userID) }
                 switch try ClientMessage.decode(body) {
                 case .invoke(let request):
                     perform(state.handleInvoke(request, from: peer, now: now))
@@ -138,7 +166,11 @@ final class CoordinatorLoop {
                     send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())
                 }
             } else if header == Wire.workerHeaderBytes {
-                perform(state.handleWorker(try WorkerMessage.decode(body), from: peer, now: now))
+                let message = try WorkerMessage.decode(body)
+                if let refusal = busGuard?.policy.refusal(of: message, from: userID) {
+                    return refuseWorker(peer, body, message, refusal)
+                }
+                perform(state.handleWorker(message, from: peer, now: now))
             } else {
                 let shown = String(decoding: header.prefix(32), as: UTF8.self)
                 throw SkillbusError(
@@ -152,7 +184,7 @@ final class CoordinatorLoop {
     }
 
     /// Answers a message the bus cannot accept, in the sender's own dialect where it can tell.
-    private func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
+    func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
         rejected += 1
         // A flood of garbage must not become a flood of log lines: the first few per tick, then a count.
         if refusalsLogged < Self.refusalsLoggedPerTick {
@@ -173,7 +205,7 @@ final class CoordinatorLoop {
         }
     }
 
-    private func perform(_ actions: [CoordinatorAction]) {
+    func perform(_ actions: [CoordinatorAction]) {
         for action in actions {
             switch action {
             case .toClient(let peer, let message): send(to: peer, message.encoded())

@@ -119,6 +119,10 @@ extension FeedEvent {
             guard sequence >= 0 else { throw field.problem("'seq' must not be negative") }
             self = .registryHeartbeat(
                 epoch: try field.string("epoch"), sequence: UInt64(sequence), intervalMs: try field.int("heartbeatMs"))
+        case "security.refused":
+            self = .securityRefused(
+                socket: try field.string("socket"), address: try field.string("address"), key: try field.string("key"),
+                reason: try field.string("reason"), refused: try field.int("refused"))
         default:
             throw SkillbusError(.malformedMessage, "unknown feed topic '\(topic.prefix(64))'")
         }

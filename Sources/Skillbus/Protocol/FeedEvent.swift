@@ -39,6 +39,9 @@ public enum FeedEvent: Sendable, Equatable {
     case registryUpdate(RegistryUpdate)
     /// Once per heartbeat interval: where the registry stands, so an idle replica notices a lost update.
     case registryHeartbeat(epoch: String, sequence: UInt64, intervalMs: Int)
+    /// A connection the bus or feed socket refused (unknown key, a role the feed excludes, no keys at all);
+    /// `refused` counts every refusal since the coordinator started, published or not.
+    case securityRefused(socket: String, address: String, key: String, reason: String, refused: Int)
 
     /// Topics are dotted names; watchers subscribe by prefix (`agent.` gets every agent event).
     public var topic: String {
@@ -64,6 +67,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .roundDone: "round.done"
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
+        case .securityRefused: "security.refused"
         }
     }
 
@@ -153,6 +157,11 @@ public enum FeedEvent: Sendable, Equatable {
         case .registryHeartbeat(let epoch, let sequence, let intervalMs):
             return [
                 "epoch": .string(epoch), "seq": .number(Double(sequence)), "heartbeatMs": .number(Double(intervalMs)),
+            ]
+        case .securityRefused(let socket, let address, let key, let reason, let refused):
+            return [
+                "socket": .string(socket), "address": .string(address), "key": .string(key), "reason": .string(reason),
+                "refused": .number(Double(refused)),
             ]
         }
     }

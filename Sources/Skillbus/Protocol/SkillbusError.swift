@@ -29,6 +29,9 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let messageTooLarge = Code("message_too_large")
         /// Another live agent already uses this name.
         public static let nameTaken = Code("name_taken")
+        /// The peer's key may not do this: send worker messages (a key without the worker role), register
+        /// this agent name (a name another key owns, or none does), or read the feed (PROTOCOL §12).
+        public static let notAllowed = Code("not_allowed")
         /// A worker message came from a peer that has not registered (or was forgotten).
         public static let notRegistered = Code("not_registered")
         /// A registration was refused (bad name, bad skill schema).

@@ -41,9 +41,14 @@ public final class RegistryReplica: Sendable {
         let configure: @Sendable (ZMQSocket) throws -> Void
         let onMessage: @Sendable (Multipart) -> Void
 
-        init(feedEndpoint: String, logger: Logger?, dropUpdate: (@Sendable (RegistryUpdate) -> Bool)?) {
+        init(
+            feedEndpoint: String, credentials: CurveCredentials?, logger: Logger?,
+            dropUpdate: (@Sendable (RegistryUpdate) -> Bool)?
+        ) {
             let (shared, wakeup) = (self.shared, self.wakeup)
             configure = { socket in
+                // The feed of a bus with keys is CURVE too, and takes the keys the client took to the bus.
+                if let credentials { try socket.useCurveClient(credentials) }
                 try socket.subscribe("registry.")
                 try socket.connect(feedEndpoint)
             }
@@ -74,7 +79,8 @@ public final class RegistryReplica: Sendable {
         client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
         dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil
     ) throws {
-        let parts = Parts(feedEndpoint: feedEndpoint, logger: logger, dropUpdate: dropUpdate)
+        let parts = Parts(
+            feedEndpoint: feedEndpoint, credentials: client.credentials, logger: logger, dropUpdate: dropUpdate)
         let feed = try SocketLoop(
             context: context, type: .sub, name: "skillbus-replica", configure: parts.configure,
             onMessage: parts.onMessage)
@@ -95,7 +101,8 @@ public final class RegistryReplica: Sendable {
         client: SkillbusClient, feedEndpoint: String, context: ZMQContext, logger: Logger? = nil,
         dropUpdate: (@Sendable (RegistryUpdate) -> Bool)? = nil, snapshotTimeout: Duration
     ) async throws -> RegistryReplica {
-        let parts = Parts(feedEndpoint: feedEndpoint, logger: logger, dropUpdate: dropUpdate)
+        let parts = Parts(
+            feedEndpoint: feedEndpoint, credentials: client.credentials, logger: logger, dropUpdate: dropUpdate)
         let feed = try await SocketLoop.start(
             context: context, type: .sub, name: "skillbus-replica", configure: parts.configure,
             onMessage: parts.onMessage)

@@ -1,4 +1,5 @@
 import Foundation
+import SkillbusZMQ
 
 /// Settings of a coordinator (`configs/coordinator.json`). Absent keys keep their defaults.
 public struct CoordinatorConfiguration: Sendable, Equatable {
@@ -16,6 +17,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var retainedOutcomesLimit = 100_000
     public var retainedRoundsLimit = 10_000
     public var planStepLimit = 1000
+    /// Keys and roles (CURVE with a ZAP handler); nil: no keys, and loopback endpoints only.
+    public var security: CoordinatorSecurity?
+    /// Without keys, bind other than loopback anyway (`--insecure`; logged loudly).
+    public var insecure = false
 
     public init() {}
 
@@ -36,6 +41,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
+        "security", "insecure",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -55,6 +61,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         retainedRoundsLimit =
             try object.int("retainedRoundsLimit", minimum: 0, maximum: 10_000_000) ?? retainedRoundsLimit
         planStepLimit = try object.int("planStepLimit", minimum: 1, maximum: 1_000_000) ?? planStepLimit
+        if let section = try object.object("security", allowed: CoordinatorSecurity.fields) {
+            security = try CoordinatorSecurity(reading: section)
+        }
+        insecure = try object.bool("insecure") ?? insecure
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -87,12 +97,15 @@ public struct WorkerConfiguration: Sendable, Equatable {
     /// The agent's planner, as configured (`{"rules": […]}` or `{"openai": {…}}`, see `ConfiguredPlanner`);
     /// nil: it takes no turns.
     public var planner: JSONValue?
+    /// The coordinator's public key (the key or its file) and this worker's secret key file, for CURVE.
+    public var serverKey: String?
+    public var key: String?
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "serverKey", "key",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -109,6 +122,9 @@ public struct WorkerConfiguration: Sendable, Equatable {
         flushIntervalMs = try object.int("flushIntervalMs", minimum: 1, maximum: 60_000) ?? flushIntervalMs
         maxMemoryValueBytes =
             try object.int("maxMemoryValueBytes", minimum: 16, maximum: 1 << 30) ?? maxMemoryValueBytes
+        // Key files relative to the config file, as the coordinator's are; a server key may be the key itself.
+        serverKey = try object.string("serverKey").map { Curve.decode($0) != nil ? $0 : object.resolvedPath($0) }
+        key = try object.string("key").map(object.resolvedPath)
         if let planner = object.values["planner"] {
             do throws(SkillbusError) {
                 try ConfiguredPlanner.check(planner)
