@@ -71,6 +71,7 @@ public enum BenchCommand: SkillbusCommand {
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
         let turns = try await bench.turns(main)
+        let curve = try await bench.curve(plain: main)
         let registry = try await bench.registry(
             main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
             killRuns: killRuns)
@@ -78,7 +79,7 @@ public enum BenchCommand: SkillbusCommand {
 
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
-            registry: registry, context: contextFigures, turns: turns)
+            registry: registry, context: contextFigures, turns: turns, curve: curve)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }
@@ -89,7 +90,8 @@ public enum BenchCommand: SkillbusCommand {
 
     /// Runs the blocking load loop on a thread of its own, off the cooperative pool.
     static func measure(
-        _ load: LoadGenerator, _ endpoint: String, _ context: ZMQContext, requests: Int, inFlight: Int
+        _ load: LoadGenerator, _ endpoint: String, _ context: ZMQContext, requests: Int, inFlight: Int,
+        credentials: CurveCredentials? = nil
     ) async throws -> LoadReport {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
@@ -97,7 +99,7 @@ public enum BenchCommand: SkillbusCommand {
                     with: Result {
                         try load.run(
                             endpoint: endpoint, context: context, requests: requests, inFlight: inFlight,
-                            timeLimit: .seconds(60))
+                            timeLimit: .seconds(60), credentials: credentials)
                     })
             }
             thread.start()
@@ -143,9 +145,11 @@ public enum BenchCommand: SkillbusCommand {
 
     /// Asks the bus until `count` agents offer `skill` (and `agent` among them, when named), for at most 30 s.
     static func waitForProviders(
-        bus: String, skill: String, count: Int, agent: String? = nil, context: ZMQContext
+        bus: String, skill: String, count: Int, agent: String? = nil, context: ZMQContext,
+        credentials: CurveCredentials? = nil
     ) async -> Bool {
-        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context) else { return false }
+        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context, credentials: credentials)
+        else { return false }
         defer { client.close() }
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {

@@ -24,16 +24,20 @@ struct Bench {
 
     var echoLoad: LoadGenerator { .skillbusEcho(payloadBytes: setup.payloadBytes) }
 
-    func measure(_ load: LoadGenerator, _ endpoint: String, requests: Int, inFlight: Int) async throws -> LoadReport {
-        try await BenchCommand.measure(load, endpoint, context, requests: requests, inFlight: inFlight)
+    func measure(
+        _ load: LoadGenerator, _ endpoint: String, requests: Int, inFlight: Int, credentials: CurveCredentials? = nil
+    ) async throws -> LoadReport {
+        try await BenchCommand.measure(
+            load, endpoint, context, requests: requests, inFlight: inFlight, credentials: credentials)
     }
 
     /// A coordinator and the echo workers; nil unless every worker registered within 30 s.
-    func startCluster(name: String, coordinatorOptions: [String] = []) async -> Cluster? {
+    /// With `keys`, the coordinator's config gives it keys and each worker connects with its own.
+    func startCluster(name: String, coordinatorOptions: [String] = [], keys: BenchKeys? = nil) async -> Cluster? {
         let coordinator = supervisor.start(
             name: "\(name)-coordinator",
             arguments: ["coordinator", "--bus", Self.local, "--feed", Self.local, "--log-level", "warning"]
-                + coordinatorOptions,
+                + coordinatorOptions + (keys.map { ["--config", $0.coordinatorConfig] } ?? []),
             quiet: true)
         guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
             let feed = ready["feed"]
@@ -46,10 +50,10 @@ struct Bench {
                     "--capacity",
                     String(setup.capacity), "--log-level", "warning",
                     "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",
-                ], quiet: true)
+                ] + (keys?.workerArguments(index) ?? []), quiet: true)
         }
         let registered = await BenchCommand.waitForProviders(
-            bus: bus, skill: "echo", count: setup.workers, context: context)
+            bus: bus, skill: "echo", count: setup.workers, context: context, credentials: keys?.client)
         return registered ? Cluster(bus: bus, feed: feed, coordinator: coordinator) : nil
     }
 

@@ -76,7 +76,7 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
             OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
-            coordinatorOption,
+            coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             Approval.option,
             OptionSpec("--session", value: "ID", help: "Session id passed to the skills (default: none)."),
@@ -99,7 +99,8 @@ public enum SendCommand: SkillbusCommand {
             return report(failure: error, roundID: roundID, json: json, exitCode: 2)
         }
         let context = try ZMQContext()
-        let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
+        let client = try await SkillbusClient.connect(
+            endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
         Approval.install(on: client, yes: arguments.flag("--yes"))
         defer { client.close() }
         let document: RoundDocument
@@ -226,7 +227,7 @@ public enum FeedCommand: SkillbusCommand {
             OptionSpec("--json", help: "One JSON object per line."),
             OptionSpec(
                 "--topic", value: "PREFIX", help: "Only events whose topic starts with PREFIX.", repeatable: true),
-            feedOption,
+            feedOption, serverKeyOption, keyOption,
             OptionSpec("--count", value: "N", help: "Exit after N events."),
         ])
 
@@ -237,7 +238,8 @@ public enum FeedCommand: SkillbusCommand {
         let signals = SignalWatcher()
         let context = try ZMQContext()
         let subscriber = try await FeedSubscriber.connect(
-            endpoint: endpoint, topics: arguments.all("--topic"), context: context)
+            endpoint: endpoint, topics: arguments.all("--topic"), context: context,
+            credentials: try Defaults.credentials(arguments, spec))
         defer { subscriber.close() }
         let topics = arguments.all("--topic").isEmpty ? "all topics" : arguments.all("--topic").joined(separator: ", ")
         printError("watching \(endpoint) (\(topics)); events appear as they happen, Ctrl-C stops")

@@ -15,7 +15,8 @@ enum ContextQuery {
     ) async throws -> Int32 {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
-        let client = try await SkillbusClient.connect(endpoint: endpoint, context: try ZMQContext())
+        let client = try await SkillbusClient.connect(
+            endpoint: endpoint, context: try ZMQContext(), credentials: try Defaults.credentials(arguments, spec))
         defer { client.close() }
         do throws(SkillbusError) {
             try await body(client, .seconds(timeout))
@@ -56,7 +57,7 @@ public enum SessionsCommand: SkillbusCommand {
         options: [
             OptionSpec("--agent", value: "NAME", help: "Only this agent."),
             OptionSpec("--json", help: "Print the answers as JSON."),
-            coordinatorOption, ContextQuery.timeoutOption,
+            coordinatorOption, serverKeyOption, keyOption, ContextQuery.timeoutOption,
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
@@ -108,7 +109,7 @@ public enum HistoryCommand: SkillbusCommand {
         options: [
             OptionSpec("--agent", value: "NAME", help: "The agent that holds the session (default: the bus knows)."),
             OptionSpec("--json", help: "Print the answer as JSON."),
-            coordinatorOption, ContextQuery.timeoutOption,
+            coordinatorOption, serverKeyOption, keyOption, ContextQuery.timeoutOption,
         ])
 
     /// The history from the named agent, or from the agent the bus last sent the session to; when the bus
@@ -167,7 +168,7 @@ public enum MemoryCommand: SkillbusCommand {
             OptionSpec("--agent", value: "NAME", help: "The agent (required; with --session, default: the bus knows)."),
             OptionSpec("--session", value: "ID", help: "The session's scope instead of the agent's."),
             OptionSpec("--json", help: "Print the answer as JSON."),
-            coordinatorOption, ContextQuery.timeoutOption,
+            coordinatorOption, serverKeyOption, keyOption, ContextQuery.timeoutOption,
         ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
@@ -209,7 +210,7 @@ public enum AskCommand: SkillbusCommand {
             OptionSpec("--session", value: "ID", help: "The session the turn belongs to (default: none)."),
             Approval.option,
             OptionSpec("--json", help: "Print the turn document as JSON."),
-            coordinatorOption,
+            coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole turn may take (default 30)."),
         ])
 
@@ -223,7 +224,8 @@ public enum AskCommand: SkillbusCommand {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 30
         let context = try ZMQContext()
-        let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
+        let client = try await SkillbusClient.connect(
+            endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
         Approval.install(on: client, yes: arguments.flag("--yes"))
         let code = await run(arguments, client: client, message: message, session: session, timeout: timeout)
         // Ending the context flushes what is still queued: after Ctrl-C, the turn's CANCEL.

@@ -137,13 +137,16 @@ public struct LoadGenerator: Sendable {
     }
 
     /// Sends `requests` requests with `inFlight` outstanding at a time; stops early after `timeLimit`.
+    /// With `credentials`, over CURVE (for a coordinator with keys).
     public func run(
-        endpoint: String, context: ZMQContext, requests: Int, inFlight: Int, timeLimit: Duration
+        endpoint: String, context: ZMQContext, requests: Int, inFlight: Int, timeLimit: Duration,
+        credentials: CurveCredentials? = nil
     ) throws -> LoadReport {
         let socket = try ZMQSocket(context: context, type: .dealer)
         defer { socket.close() }
         try socket.setSendHighWaterMark(0)
         try socket.setReceiveHighWaterMark(0)
+        if let credentials { try socket.useCurveClient(credentials) }
         try socket.connect(endpoint)
         var sentAt = [UInt64](repeating: 0, count: requests)
         var latencies: [UInt64] = []

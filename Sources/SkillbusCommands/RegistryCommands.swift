@@ -16,7 +16,7 @@ public enum SkillsCommand: SkillbusCommand {
         options: [
             OptionSpec("--json", help: "Print the registry as JSON (one line per change with --watch)."),
             OptionSpec("--watch", help: "Keep following the registry and redraw on every change."),
-            coordinatorOption,
+            coordinatorOption, serverKeyOption, keyOption,
             feedOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long to wait for the snapshot (default 5)."),
         ])
@@ -28,7 +28,8 @@ public enum SkillsCommand: SkillbusCommand {
         let json = arguments.flag("--json")
         let signals = SignalWatcher()
         let context = try ZMQContext()
-        let client = try await SkillbusClient.connect(endpoint: bus, context: context)
+        let client = try await SkillbusClient.connect(
+            endpoint: bus, context: context, credentials: try Defaults.credentials(arguments, spec))
         let replica = try await RegistryReplica.connect(client: client, feedEndpoint: feed, context: context)
         defer {
             replica.close()
@@ -96,7 +97,7 @@ public enum AgentsCommand: SkillbusCommand {
         discussion: "EXAMPLE: skillbus agents --json",
         options: [
             OptionSpec("--json", help: "Print the listing as JSON."),
-            coordinatorOption,
+            coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long to wait (default 5)."),
         ])
 
@@ -104,7 +105,8 @@ public enum AgentsCommand: SkillbusCommand {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 5
         let context = try ZMQContext()
-        let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
+        let client = try await SkillbusClient.connect(
+            endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
         defer { client.close() }
         let listing: JSONValue
         do {

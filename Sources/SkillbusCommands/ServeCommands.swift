@@ -14,7 +14,12 @@ public enum CoordinatorCommand: SkillbusCommand {
             At start it restarts itself once (same process id) with glibc's malloc set to use transparent huge
             pages, which keeps remembered rounds cheap to reach; GLIBC_TUNABLES=glibc.malloc.hugetlb=0 opts out.
 
-            EXAMPLE: skillbus coordinator --bus tcp://0.0.0.0:5555 --feed tcp://0.0.0.0:5556
+            Without keys it binds loopback endpoints only (127.x, localhost, ::1, ipc, inproc): with a
+            "security" section in its config (its secret key, and every public key that may connect with its
+            role) the bus and the feed are CURVE sockets and it binds anywhere; --insecure binds anywhere
+            without keys, and says so loudly. See README "Keys and roles".
+
+            EXAMPLE: skillbus coordinator --config /etc/skillbus/coordinator.json --bus tcp://0.0.0.0:5555
             """,
         options: [
             OptionSpec("--bus", value: "ENDPOINT", help: "Bus endpoint to bind (default \(Defaults.bus))."),
@@ -23,6 +28,7 @@ public enum CoordinatorCommand: SkillbusCommand {
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval to workers (default 1000)."),
             OptionSpec("--max-message-bytes", value: "N", help: "Largest accepted message (default 1048576)."),
             OptionSpec("--no-dedup", help: "Execute identical invocations of a round each time (for measuring)."),
+            OptionSpec("--insecure", help: "Without keys, bind other than loopback anyway (anyone may connect)."),
             logLevelOption,
         ])
 
@@ -41,6 +47,8 @@ public enum CoordinatorCommand: SkillbusCommand {
             configuration.maxMessageBytes = bytes
         }
         if arguments.flag("--no-dedup") { configuration.deduplication = false }
+        if arguments.flag("--insecure") { configuration.insecure = true }
+        if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
         return configuration
     }
 
@@ -56,6 +64,15 @@ public enum CoordinatorCommand: SkillbusCommand {
         } catch {
             printError("error: cannot start the coordinator: \(error)")
             return 1
+        }
+        if let security = configuration.security {
+            let roles = AccessPolicy.Role.allCases.map { role in
+                "\(security.policy.keys.filter { $0.role == role }.count) \(role.rawValue)"
+            }
+            let readers = AccessPolicy.Role.allCases.filter(security.policy.feedRoles.contains).map(\.rawValue)
+            logger.info(
+                "keys: CURVE on bus and feed, server key \(security.keys.publicKey); \(roles.joined(separator: ", ")) "
+                    + "key(s); the feed admits \(readers.isEmpty ? "nobody" : readers.joined(separator: ", "))")
         }
         print("skillbus coordinator ready: bus=\(coordinator.busEndpoint) feed=\(coordinator.feedEndpoint)")
         try await runUntilStopped([coordinator], signals: signals, logger: logger) { signal in
@@ -90,6 +107,7 @@ public enum WorkerCommand: SkillbusCommand {
                 help: "Where the agent keeps its sessions and memory (default \(DataDirectory.agents)/NAME)."),
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
             OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
+            serverKeyOption, keyOption,
             logLevelOption,
         ])
 
@@ -137,16 +155,17 @@ public enum WorkerCommand: SkillbusCommand {
         storeOptions.flushIntervalMs = configuration.flushIntervalMs
         storeOptions.maxValueBytes = configuration.maxMemoryValueBytes
         let dataDirectory = configuration.dataDir ?? DataDirectory.agent(configuration.name)
+        var options = AgentWorker.Options(
+            name: configuration.name, coordinator: configuration.coordinator,
+            capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
+            maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
+            dataDirectory: dataDirectory, store: storeOptions,
+            planner: try configuration.planner.map { try ConfiguredPlanner.make($0) })
+        options.credentials = try Defaults.credentials(
+            arguments, spec, serverKey: configuration.serverKey, key: configuration.key)
         let worker: AgentWorker
         do {
-            worker = try await AgentWorker.connect(
-                options: AgentWorker.Options(
-                    name: configuration.name, coordinator: configuration.coordinator,
-                    capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
-                    maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
-                    dataDirectory: dataDirectory, store: storeOptions,
-                    planner: try configuration.planner.map { try ConfiguredPlanner.make($0) }),
-                skills: skills, context: context, logger: logger)
+            worker = try await AgentWorker.connect(options: options, skills: skills, context: context, logger: logger)
         } catch {
             printError("error: agent '\(configuration.name)' cannot start: \(error)")
             return 1

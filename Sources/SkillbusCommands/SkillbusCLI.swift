@@ -8,7 +8,7 @@ public enum SkillbusCLI {
         [
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
             AgentsCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
-            AskCommand.self,
+            AskCommand.self, KeygenCommand.self,
             UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }
@@ -90,6 +90,30 @@ enum Defaults {
         return bus
     }
 
+    /// The CURVE keys to connect with: `--server-key` and `--key`, else the config's, else
+    /// SKILLBUS_SERVER_KEY and SKILLBUS_KEY; nil when none of them names any. One without the other is a
+    /// usage error; a key file that cannot be used is refused (invalid_configuration, exit 2).
+    static func credentials(
+        _ arguments: ParsedArguments, _ spec: CommandSpec, serverKey configuredServerKey: String? = nil,
+        key configuredKey: String? = nil
+    ) throws -> CurveCredentials? {
+        let environment = ProcessInfo.processInfo.environment
+        func nonEmpty(_ value: String?) -> String? { value.flatMap { $0.isEmpty ? nil : $0 } }
+        let serverKey =
+            arguments.value("--server-key") ?? configuredServerKey ?? nonEmpty(environment["SKILLBUS_SERVER_KEY"])
+        let key = arguments.value("--key") ?? configuredKey ?? nonEmpty(environment["SKILLBUS_KEY"])
+        switch (serverKey, key) {
+        case (nil, nil):
+            return nil
+        case (let serverKey?, let key?):
+            return try KeyFiles.credentials(serverKey: serverKey, key: key)
+        case (nil, _?):
+            throw UsageError(spec, "a key needs the coordinator's public key too (--server-key or SKILLBUS_SERVER_KEY)")
+        case (_?, nil):
+            throw UsageError(spec, "a server key needs this side's own secret key too (--key or SKILLBUS_KEY)")
+        }
+    }
+
     static func feed(_ arguments: ParsedArguments, _ spec: CommandSpec) throws(UsageError) -> String {
         if let flag = try arguments.endpoint("--feed", in: spec) { return flag }
         if let value = environmentFeed {
@@ -115,3 +139,6 @@ extension Logger.Level {
 let logLevelOption = OptionSpec("--log-level", value: "LEVEL", help: "debug, info (default), warning or error.")
 let coordinatorOption = OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus)).")
 let feedOption = OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed)).")
+let serverKeyOption = OptionSpec(
+    "--server-key", value: "FILE", help: "The coordinator's public key, or its file (else SKILLBUS_SERVER_KEY).")
+let keyOption = OptionSpec("--key", value: "FILE", help: "This side's secret key file, NAME.key (else SKILLBUS_KEY).")

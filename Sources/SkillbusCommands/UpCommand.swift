@@ -16,13 +16,26 @@ public enum UpCommand: SkillbusCommand {
             SIGHUP (they offer the new skill list at once), new workers start, removed workers stop. A
             broken config changes nothing. Coordinator settings take effect only after a restart.
 
+            With --keys the bus and the feed use CURVE: up makes a key set in the data folder's keys/ (the
+            coordinator's, one per worker, and a client and an admin key; kept for later runs) and prints the
+            two variables a client needs.
+
             EXAMPLE: skillbus up --config configs/local.json
+                     skillbus up --keys
             """,
-        options: [OptionSpec("--config", value: "FILE", help: "Cluster config (default configs/local.json).")])
+        options: [
+            OptionSpec("--config", value: "FILE", help: "Cluster config (default configs/local.json)."),
+            OptionSpec("--keys", help: "Use CURVE keys (made in the data folder's keys/ on the first run)."),
+        ])
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let configPath = arguments.value("--config") ?? "configs/local.json"
-        let cluster = try ClusterConfiguration.load(path: configPath)
+        var cluster = try ClusterConfiguration.load(path: configPath)
+        if arguments.flag("--keys") && cluster.coordinator.security != nil {
+            throw UsageError(spec, "--keys: \(configPath) already gives the coordinator keys")
+        }
+        let localKeys = arguments.flag("--keys") ? try LocalKeys(directory: cluster.dataRoot + "/keys") : nil
+        if let localKeys { cluster = try localKeys.apply(to: cluster) }
         let signals = SignalWatcher()
         let hangups = SignalWatcher([SIGHUP])
         let supervisor = try Supervisor()
@@ -45,11 +58,15 @@ public enum UpCommand: SkillbusCommand {
             "skillbus up: coordinator on \(bus) (feed \(feed)), \(cluster.workers.count) worker(s). "
                 + "Try: skillbus send echo text=hello --coordinator \(bus)   ·   skillbus feed --feed \(feed)")
         print("skillbus up: agents keep their context under \(cluster.dataRoot)")
-        let reloader = FunctionService { [workers] in
+        if let localKeys {
+            print("skillbus up: keys in \(localKeys.directory); a client needs: export \(localKeys.environment)")
+        }
+        let reloader = FunctionService { [workers, localKeys] in
             var workers = workers
             for await _ in hangups.signals {
                 do {
-                    let reloaded = try ClusterConfiguration.load(path: configPath)
+                    var reloaded = try ClusterConfiguration.load(path: configPath)
+                    if let localKeys { reloaded = try localKeys.apply(to: reloaded) }
                     try await workers.apply(reloaded)
                     print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
                 } catch {
@@ -180,6 +197,9 @@ final class Child: Sendable {
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["SKILLBUS_SUPERVISOR_PID"] = String(getpid())
+        // A child takes its keys from the config it is given, never from the shell that started up.
+        environment["SKILLBUS_SERVER_KEY"] = nil
+        environment["SKILLBUS_KEY"] = nil
         process.environment = environment
         process.terminationHandler = { [weak self] process in self?.exited(process) }
         do {
@@ -333,7 +353,7 @@ final class Child: Sendable {
 extension CoordinatorConfiguration {
     /// The file form, `{"version": 1, …}`.
     public var json: JSONValue {
-        [
+        var object: [String: JSONValue] = [
             "version": 1, "bus": .string(bus), "feed": .string(feed), "heartbeatMs": .number(Double(heartbeatMs)),
             "missedHeartbeats": .number(Double(missedHeartbeats)),
             "defaultTimeoutMs": .number(Double(defaultTimeoutMs)),
@@ -343,6 +363,9 @@ extension CoordinatorConfiguration {
             "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
             "planStepLimit": .number(Double(planStepLimit)),
         ]
+        if let security { object["security"] = security.json }
+        if insecure { object["insecure"] = true }
+        return .object(object)
     }
 }
 
@@ -359,6 +382,8 @@ extension WorkerConfiguration {
         if let dataDir { object["dataDir"] = .string(dataDir) }
         if let planner { object["planner"] = planner }
         if let feed { object["feed"] = .string(feed) }
+        if let serverKey { object["serverKey"] = .string(serverKey) }
+        if let key { object["key"] = .string(key) }
         return .object(object)
     }
 }

@@ -238,6 +238,14 @@ struct UpAndBenchTests {
             #expect(registry?[key]?["failed"] == 0)
         }
         #expect(registry?["routingLargeVsSmallRatio"] != nil)
+        for level in ["inFlight1", "inFlight64"] {
+            let curve = document["curve"]?[level]
+            for side in ["plain", "curve"] {
+                #expect(curve?[side]?["failed"] == 0 && (curve?[side]?["p50Ms"]?.doubleValue ?? 0) > 0, "curve.\(level).\(side)")
+            }
+            #expect((curve?["throughputRatio"]?.doubleValue ?? 0) > 0 && (curve?["p50LatencyRatio"]?.doubleValue ?? 0) > 0)
+            #expect(curve?["throughputRatios"]?.arrayValue?.count == 3, "curve.\(level)")
+        }
     }
 
     @Test("bench smoke: the smallest sizes the options allow run both sides and print every key")
