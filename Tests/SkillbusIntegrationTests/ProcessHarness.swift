@@ -50,6 +50,8 @@ final class SkillbusProcess: Sendable {
         var env = ProcessInfo.processInfo.environment
         env["SKILLBUS_COORDINATOR"] = nil
         env["SKILLBUS_FEED"] = nil
+        env["SKILLBUS_SERVER_KEY"] = nil
+        env["SKILLBUS_KEY"] = nil
         for key in clearing { env[key] = nil }
         if environment["XDG_STATE_HOME"] == nil {
             let directory = NSTemporaryDirectory() + "skillbus-test-state-\(getpid())-\(UUID().uuidString.prefix(8))"

@@ -42,6 +42,9 @@ Four roles:
           ERROR, or an undecodable answer: nothing on stdout then, the reason on stderr), 3 no
           answer within timeout + 1 s.
 
+Keys (§12): when SKILLBUS_SERVER_KEY (the coordinator's public key, or its file) and SKILLBUS_KEY
+(this peer's secret key file, NAME.key) are set, every socket connects over CURVE.
+
 Section numbers (§) refer to docs/PROTOCOL.md.
 """
 from __future__ import annotations
@@ -68,6 +71,25 @@ CLIENT = b"SKB1C"
 WORKER = b"SKB1W"
 MAX_DEPTH = 128
 STATES = {"idle", "thinking", "selectingSkill", "executingSkill", "streaming", "completed", "failed"}
+
+
+def read_key(value: str) -> bytes:
+    """A Z85 key given as itself or as the path of a file holding it (one line, 40 characters)."""
+    if len(value) == 40 and not os.path.exists(value):
+        return value.encode()
+    with open(value, "rb") as handle:
+        return handle.read().strip()
+
+
+def secure(sock: zmq.Socket) -> zmq.Socket:
+    """CURVE client options from SKILLBUS_SERVER_KEY and SKILLBUS_KEY (§12.1), when both are set."""
+    server, own = os.environ.get("SKILLBUS_SERVER_KEY"), os.environ.get("SKILLBUS_KEY")
+    if server and own:
+        secret = read_key(own)
+        sock.curve_serverkey = read_key(server)
+        sock.curve_secretkey = secret
+        sock.curve_publickey = zmq.curve_public(secret)
+    return sock
 
 
 def log(role: str, text: str) -> None:
@@ -287,7 +309,7 @@ class Worker:
         self.skills = make_skills(reverse_delay)
 
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock = secure(self.ctx.socket(zmq.DEALER))
         self.sock.setsockopt(zmq.LINGER, 200)
         self.sock.setsockopt(zmq.RECONNECT_IVL, 1000)
         self.sock.setsockopt(zmq.RECONNECT_IVL_MAX, 32000)
@@ -584,7 +606,7 @@ def exchange(endpoint: str, frames: list[bytes], answers: dict[bytes, int],
     carrying that request id whose command is in `answers` (command -> frame count) or is an
     ERROR; None when nothing came within `wait_s`."""
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
+    sock = secure(ctx.socket(zmq.DEALER))
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
     rid = frames[2]
@@ -866,11 +888,11 @@ class Replica:
     def __init__(self, coordinator: str, feed: str):
         self.ctx = zmq.Context()
         # Rule 1: subscribe to the registry topics before the snapshot is asked for.
-        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub = secure(self.ctx.socket(zmq.SUB))
         self.sub.setsockopt(zmq.LINGER, 0)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"registry.")
         self.sub.connect(feed)
-        self.bus = self.ctx.socket(zmq.DEALER)
+        self.bus = secure(self.ctx.socket(zmq.DEALER))
         self.bus.setsockopt(zmq.LINGER, 0)
         self.bus.connect(coordinator)
         self.poller = zmq.Poller()
