@@ -155,16 +155,18 @@ public enum WorkerCommand: SkillbusCommand {
         storeOptions.flushIntervalMs = configuration.flushIntervalMs
         storeOptions.maxValueBytes = configuration.maxMemoryValueBytes
         let dataDirectory = configuration.dataDir ?? DataDirectory.agent(configuration.name)
-        var options = AgentWorker.Options(
-            name: configuration.name, coordinator: configuration.coordinator,
-            capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
-            maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
-            dataDirectory: dataDirectory, store: storeOptions,
-            planner: try configuration.planner.map { try ConfiguredPlanner.make($0) })
-        options.credentials = try Defaults.credentials(
+        // A key that cannot be used is a configuration error (exit 2), found before anything starts.
+        let credentials = try Defaults.credentials(
             arguments, spec, serverKey: configuration.serverKey, key: configuration.key)
         let worker: AgentWorker
         do {
+            var options = AgentWorker.Options(
+                name: configuration.name, coordinator: configuration.coordinator,
+                capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
+                maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
+                dataDirectory: dataDirectory, store: storeOptions,
+                planner: try configuration.planner.map { try ConfiguredPlanner.make($0) })
+            options.credentials = credentials
             worker = try await AgentWorker.connect(options: options, skills: skills, context: context, logger: logger)
         } catch {
             printError("error: agent '\(configuration.name)' cannot start: \(error)")
