@@ -79,6 +79,8 @@ public final class AgentWorker: Sendable {
         var reportedContext: AgentContextStatus?
         /// Rounds that turns of this agent hold (TURN's lease), round id → turn id, until given back.
         var leases: [String: String] = [:]
+        /// Calls running here under a lease, by round id and claim id: a CLAIM goes for each before RELEASE.
+        var runningHere: [String: [String: (skill: String, parameters: [UInt8])]] = [:]
         var lastClaim: UInt64 = 0
     }
 

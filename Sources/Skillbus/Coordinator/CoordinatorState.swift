@@ -215,8 +215,10 @@ public struct CoordinatorState: Sendable {
             return relayStream(turnID, text, from: peer)
         case .claim(let turnID, let claimID, let skill, let parameters):
             return noteClaim(turnID: turnID, claimID: claimID, skill: skill, parameters: parameters, from: peer, now: now)
-        case .called(let turnID, let claimID, let status, let payload):
-            return noteCalled(turnID: turnID, claimID: claimID, status: status, payload: payload, from: peer, now: now)
+        case .called(let turnID, let claimID, let skill, let parameters, let status, let payload):
+            return noteCalled(
+                turnID: turnID, claimID: claimID, skill: skill, parameters: parameters, status: status, payload: payload,
+                from: peer, now: now)
         case .release(let turnID):
             return noteRelease(turnID: turnID, from: peer, now: now)
         case .step(let turnID, let call):
