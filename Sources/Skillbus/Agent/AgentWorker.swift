@@ -69,6 +69,7 @@ public final class AgentWorker: Sendable {
         var failures: [AgentState] = []
         var registered = false
         var lastHeardFromBus: UInt64 = 0
+        var lastHeartbeatSent: UInt64 = 0
         var busHeartbeatMs: Int
         var stopping = false
         var lastRegistration: UInt64 = 0
@@ -158,8 +159,9 @@ public final class AgentWorker: Sendable {
             },
             { message in owner.worker.withLock { $0.value }?.receive(message) },
             {
-                owner.worker.withLock { $0.value }?.flushState()
-                return nil
+                guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
+                worker.flushState()
+                return worker.heartbeatIfDue()
             }
         )
     }
@@ -217,8 +219,9 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    /// Registers, then heartbeats until `stop()`. While not registered (refused, or the coordinator went
-    /// quiet) it asks again after 1 s, then twice as long each time up to 32 s.
+    /// Registers, then watches the registration until `stop()` (the socket's thread sends the heartbeats).
+    /// While not registered (refused, or the coordinator went quiet) it asks again after 1 s, then twice as
+    /// long each time up to 32 s.
     public func run() async {
         register()
         while !state.withLock({ $0.stopping }) {
@@ -241,12 +244,8 @@ public final class AgentWorker: Sendable {
                 for task in orphans { task.cancel() }
                 registered = false
             }
-            if registered {
-                let position = state.withLock { $0.replica }?.position
-                socket.send(WorkerMessage.heartbeat(intervalMs: options.heartbeatMs, registry: position).encoded())
-            } else {
-                register(ifDue: true)
-            }
+            // Heartbeats go from the socket's thread (heartbeatIfDue), which no skill can keep busy.
+            if !registered { register(ifDue: true) }
         }
         await stop()
     }
@@ -283,7 +282,7 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    private func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     /// Runs on the socket's thread: must stay quick.
     private func receive(_ message: Multipart) {

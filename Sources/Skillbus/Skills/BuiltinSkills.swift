@@ -105,12 +105,18 @@ public struct TextGrepSkill: AgentSkill {
     public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
         let pattern = parameters["pattern"]?.stringValue ?? ""
         do {
-            let matches = try TextGrep.matches(pattern: pattern, in: parameters["text"]?.stringValue ?? "")
+            // A pattern that backtracks for ever stops at the deadline or at CANCEL, not when it is done.
+            let matches = try TextGrep.matches(
+                pattern: pattern, in: parameters["text"]?.stringValue ?? "", shouldStop: { context.isCancelled })
             return .json([
                 "count": .number(Double(matches.count)),
                 "matches": .array(matches.map { ["line": .number(Double($0.lineNumber)), "text": .string($0.line)] }),
             ])
         } catch {
+            if error.stopped {
+                if Task.isCancelled { throw SkillbusError(.cancelled, error.description) }
+                throw SkillbusError(.timeout, error.description + ": its deadline passed")
+            }
             throw SkillbusError(.invalidParameters, error.description)
         }
     }
