@@ -342,6 +342,7 @@ extension CoordinatorConfiguration {
             "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
             "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
             "planStepLimit": .number(Double(planStepLimit)),
+            "maxOutputBytes": .number(Double(maxOutputBytes)), "maxRoundOutputBytes": .number(Double(maxRoundOutputBytes)),
         ]
     }
 }

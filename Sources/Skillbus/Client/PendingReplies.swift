@@ -7,6 +7,9 @@ final class PartialAnswers: Sendable {
     let snapshotEntries = Mutex<[String: [[UInt8]]]>([:])
     /// Who hears the STREAM pieces of a turn's reply.
     let replyPieces = Mutex<[String: @Sendable (String) -> Void]>([:])
+    /// Who hears the OUTPUT of a request's invocations: the round's invocation id (empty for a REQUEST)
+    /// and the batch.
+    let outputs = Mutex<[String: @Sendable (String, OutputBatch) -> Void]>([:])
     /// Who decides CONFIRMs, and how the answer goes back; without a decider every one is refused.
     let confirmer = Mutex<(@Sendable (Confirmation) async -> Bool)?>(nil)
     let reply = Mutex<(@Sendable (Multipart) -> Void)?>(nil)

@@ -51,6 +51,10 @@ public struct CoordinatorState: Sendable {
         public var planStepLimit = 1000
         /// Most sessions whose agent the bus remembers; beyond it the least recently used is forgotten.
         public var sessionAffinityLimit = 100_000
+        /// Most partial output the bus forwards for one invocation (bytes of parts); the rest is dropped.
+        public var maxOutputBytes = 4 << 20
+        /// Most partial output a round's document keeps, over all its invocations (bytes of parts).
+        public var maxRoundOutputBytes = 256 << 10
         public init() {}
     }
 
@@ -196,6 +200,8 @@ public struct CoordinatorState: Sendable {
             return relayTurnEnd(turnID, answer, from: peer)
         case .stream(let turnID, let text):
             return relayStream(turnID, text, from: peer)
+        case .output(let invocationID, let batch):
+            return relayOutput(invocationID, batch, from: peer)
         }
     }
 

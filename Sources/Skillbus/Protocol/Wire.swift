@@ -97,6 +97,8 @@ public enum Wire {
         case stream
         /// The bus asks a client to approve an invocation (CONFIRM); the client answers (APPROVE).
         case confirm, approve
+        /// Partial output of a running invocation (worker → bus → every client waiting for it).
+        case output
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

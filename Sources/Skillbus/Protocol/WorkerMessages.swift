@@ -6,7 +6,7 @@ import SkillbusZMQ
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream,
+        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream, .output,
     ]
 
     case ready(JSONValue)
@@ -18,6 +18,8 @@ public enum WorkerMessage: Sendable, Equatable {
     case turnEnd(turnID: String, AgentAnswer)
     /// The next piece of the turn's reply (a batch of what the planner produced since the last one).
     case stream(turnID: String, text: String)
+    /// Partial output of the running invocation with this id: the parts emitted since the last batch.
+    case output(invocationID: String, OutputBatch)
     /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
     case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
@@ -41,6 +43,8 @@ public enum WorkerMessage: Sendable, Equatable {
             [Wire.workerHeaderBytes, Wire.Command.turnend.frame, Array(turnID.utf8)] + answer.frames
         case .stream(let turnID, let text):
             [Wire.workerHeaderBytes, Wire.Command.stream.frame, Array(turnID.utf8), Array(text.utf8)]
+        case .output(let invocationID, let batch):
+            [Wire.workerHeaderBytes, Wire.Command.output.frame, Array(invocationID.utf8)] + batch.frames
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -104,6 +108,10 @@ public enum WorkerMessage: Sendable, Equatable {
         case .stream:
             try Wire.expectFrames(message, 4, "STREAM")
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
+        case .output:
+            try Wire.expectFrames(message, 5, "OUTPUT")
+            return .output(
+                invocationID: try Wire.text(message, 2, "invocation id"), try OutputBatch(frames: message, from: 3))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }

@@ -16,6 +16,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var retainedOutcomesLimit = 100_000
     public var retainedRoundsLimit = 10_000
     public var planStepLimit = 1000
+    /// Partial output the bus forwards per invocation, and keeps per round document (bytes of parts).
+    public var maxOutputBytes = 4 << 20
+    public var maxRoundOutputBytes = 256 << 10
 
     public init() {}
 
@@ -30,12 +33,15 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.retainedOutcomesLimit = retainedOutcomesLimit
         settings.retainedRoundsLimit = retainedRoundsLimit
         settings.planStepLimit = planStepLimit
+        settings.maxOutputBytes = maxOutputBytes
+        settings.maxRoundOutputBytes = maxRoundOutputBytes
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
+        "maxOutputBytes", "maxRoundOutputBytes",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -55,6 +61,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         retainedRoundsLimit =
             try object.int("retainedRoundsLimit", minimum: 0, maximum: 10_000_000) ?? retainedRoundsLimit
         planStepLimit = try object.int("planStepLimit", minimum: 1, maximum: 1_000_000) ?? planStepLimit
+        maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
+        maxRoundOutputBytes = try object.int("maxRoundOutputBytes", minimum: 0, maximum: 1 << 30) ?? maxRoundOutputBytes
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
