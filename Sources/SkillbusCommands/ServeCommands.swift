@@ -137,16 +137,16 @@ public enum WorkerCommand: SkillbusCommand {
         storeOptions.flushIntervalMs = configuration.flushIntervalMs
         storeOptions.maxValueBytes = configuration.maxMemoryValueBytes
         let dataDirectory = configuration.dataDir ?? DataDirectory.agent(configuration.name)
+        var options = AgentWorker.Options(
+            name: configuration.name, coordinator: configuration.coordinator,
+            capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
+            maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
+            dataDirectory: dataDirectory, store: storeOptions,
+            planner: try configuration.planner.map(RulesPlanner.init(json:)))
+        options.maxOutputBytes = configuration.maxOutputBytes
         let worker: AgentWorker
         do {
-            worker = try await AgentWorker.connect(
-                options: AgentWorker.Options(
-                    name: configuration.name, coordinator: configuration.coordinator,
-                    capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
-                    maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
-                    dataDirectory: dataDirectory, store: storeOptions,
-                    planner: try configuration.planner.map(RulesPlanner.init(json:))),
-                skills: skills, context: context, logger: logger)
+            worker = try await AgentWorker.connect(options: options, skills: skills, context: context, logger: logger)
         } catch {
             printError("error: agent '\(configuration.name)' cannot start: \(error)")
             return 1

@@ -355,6 +355,7 @@ extension WorkerConfiguration {
             "heartbeatMs": .number(Double(heartbeatMs)), "maxMessageBytes": .number(Double(maxMessageBytes)),
             "flushIntervalMs": .number(Double(flushIntervalMs)),
             "maxMemoryValueBytes": .number(Double(maxMemoryValueBytes)),
+            "maxOutputBytes": .number(Double(maxOutputBytes)),
         ]
         if let sandbox { object["sandbox"] = .string(sandbox) }
         if let dataDir { object["dataDir"] = .string(dataDir) }

@@ -25,6 +25,9 @@ public final class AgentWorker: Sendable {
         public var planner: (any Planner)?
         /// Skill calls a turn may make before it fails.
         public var turnStepLimit = 8
+        /// Partial output one invocation may emit (bytes of parts); past it the invocation fails with
+        /// `output_too_large`.
+        public var maxOutputBytes = 1 << 20
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
@@ -354,7 +357,11 @@ public final class AgentWorker: Sendable {
 
     /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
     private var runner: InvocationRunner {
-        InvocationRunner(agentName: options.name, caller: self, store: store) { identifier in
+        let output = SkillOutput.Route(
+            maxOutputBytes: options.maxOutputBytes, maxMessageBytes: options.maxMessageBytes,
+            send: { [socket] in socket.send($0) },
+            stop: { [weak self] id in self?.state.withLock { $0.running[id] }?.cancel() })
+        return InvocationRunner(agentName: options.name, caller: self, store: store, output: output) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])
             }

@@ -63,6 +63,8 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         /// database is newer than this build, corrupt, or no SQLite file. Nothing was changed or deleted;
         /// the message says what to do.
         public static let storeRefused = Code("store_refused")
+        /// A skill emitted more partial output than its agent allows (`maxOutputBytes`); it was stopped.
+        public static let outputTooLarge = Code("output_too_large")
         /// Something inside Skillbus went wrong.
         public static let internalError = Code("internal")
     }

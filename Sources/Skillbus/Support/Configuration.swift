@@ -94,12 +94,14 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public var maxMemoryValueBytes = 1 << 20
     /// The agent's planner, as configured (`{"rules": […]}`, see `RulesPlanner`); nil: it takes no turns.
     public var planner: JSONValue?
+    /// Partial output one invocation may emit (bytes); past it the invocation fails with `output_too_large`.
+    public var maxOutputBytes = 1 << 20
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "maxOutputBytes",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -116,6 +118,7 @@ public struct WorkerConfiguration: Sendable, Equatable {
         flushIntervalMs = try object.int("flushIntervalMs", minimum: 1, maximum: 60_000) ?? flushIntervalMs
         maxMemoryValueBytes =
             try object.int("maxMemoryValueBytes", minimum: 16, maximum: 1 << 30) ?? maxMemoryValueBytes
+        maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
         if let planner = object.values["planner"] {
             do throws(SkillbusError) {
                 _ = try RulesPlanner(json: planner)
