@@ -129,8 +129,7 @@ public enum WorkerCommand: SkillbusCommand {
         let logger = Logger(
             label: "worker \(configuration.name)",
             level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
-        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-        let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        let skills = try skills(of: configuration)
         let signals = SignalWatcher()
         let context = try ZMQContext()
         var storeOptions = AgentStore.Options()
@@ -168,6 +167,15 @@ public enum WorkerCommand: SkillbusCommand {
         return 0
     }
 
+    /// The built-ins a configuration names and its command skills, whose programs and working directories
+    /// must be found (an error names the config key).
+    public static func skills(of configuration: WorkerConfiguration) throws -> [any AgentSkill] {
+        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
+        var skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        for spec in configuration.commands { skills.append(try CommandSkill(spec: spec, sandbox: sandbox)) }
+        return skills
+    }
+
     /// SIGHUP: the config file's skill list (and sandbox) again; a broken file changes nothing.
     static func reload(_ arguments: ParsedArguments, worker: AgentWorker, logger: Logger) {
         guard arguments.value("--config") != nil else {
@@ -175,8 +183,7 @@ public enum WorkerCommand: SkillbusCommand {
         }
         do {
             let configuration = try configuration(arguments)
-            let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-            let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+            let skills = try skills(of: configuration)
             worker.setSkills(skills)
             logger.info("SIGHUP: now offering \(skills.map(\.identifier).sorted().joined(separator: ", "))")
             if configuration.capacity != worker.options.capacity || configuration.name != worker.options.name {

@@ -96,12 +96,14 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public var planner: JSONValue?
     /// Partial output one invocation may emit (bytes); past it the invocation fails with `output_too_large`.
     public var maxOutputBytes = 1 << 20
+    /// Skills run by a program (`commands`), besides the built-ins.
+    public var commands: [CommandSkillSpec] = []
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner", "maxOutputBytes",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "maxOutputBytes", "commands",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -133,6 +135,11 @@ public struct WorkerConfiguration: Sendable, Equatable {
                 "skills[\(index)]",
                 "unknown built-in skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
         }
+        for child in try object.objects("commands", allowed: CommandSkillSpec.keys) ?? [] {
+            commands.append(try CommandSkillSpec(reading: child))
+        }
+        try CommandSkillSpec.checkUnique(
+            commands, builtins: skills.isEmpty ? BuiltinSkills.identifiers : skills, in: object)
     }
 
     public static func load(path: String) throws(SkillbusError) -> WorkerConfiguration {
