@@ -20,7 +20,7 @@ struct SkillOutputTests {
                     guard case .output(_, let batch) = try? WorkerMessage.decode(message) else { return }
                     self.sent.withLock { $0.append((batch.first, batch.parts)) }
                 },
-                stop: { id in self.stopped.withLock { $0.append(id) } })
+                stop: { id in self.stopped.withLock { $0.append(id) } }, clock: OutputClock())
         }
 
         var batches: [(Int, [OutputPart])] { sent.withLock { $0 } }
@@ -38,29 +38,45 @@ struct SkillOutputTests {
         })
     }
 
-    @Test("parts emitted together go in one batch, the first at once, all before the result")
+    @Test("a skill that ends within the interval sends its parts in one batch, before the result")
     func batching() async throws {
         let wire = Wire()
         let skill = emitter { context in
-            try context.emit("first")  // nothing went out yet: at once
+            try context.emit("first")  // waits for the others to join it
             try context.emit("second")
             try context.emit(json: ["n": 3])
-            #expect(wire.batches.count == 1)
+            #expect(wire.batches.isEmpty)
             return .text("done")
         }
-        let runner = InvocationRunner(agentName: "a", skills: ["emitter": skill], output: wire.route())
+        let runner = InvocationRunner(
+            agentName: "a", skills: ["emitter": skill], output: wire.route(interval: .seconds(10)))
         let outcome = await runner.run(invocation())
         #expect(outcome.status == .ok)
         let batches = wire.batches
-        #expect(batches.map(\.0) == [0, 1])
+        #expect(batches.map(\.0) == [0])
         #expect(batches.flatMap(\.1) == [.text("first"), .text("second"), .json(["n": 3])])
+    }
+
+    @Test("the agent's clock sends a batch that waited while the skill runs on")
+    func waitingBatch() async throws {
+        let wire = Wire()
+        let skill = emitter { context in
+            try context.emit("early")
+            // Without another emit, the clock sends it within the interval.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while wire.batches.isEmpty && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+            try context.emit("late")
+            return .text("done")
+        }
+        let runner = InvocationRunner(agentName: "a", skills: ["emitter": skill], output: wire.route())
+        _ = await runner.run(invocation())
+        #expect(wire.batches.map(\.0) == [0, 1] && wire.batches.flatMap(\.1) == [.text("early"), .text("late")])
     }
 
     @Test("a skill that emits over time sends one batch per interval, not one per part")
     func overTime() async throws {
         let wire = Wire()
-        // Two bursts of twelve, 40 ms apart: whatever the timing, each burst's first part may go at once
-        // and the rest waits for one later batch (or the last one).
+        // Two bursts of twelve, 40 ms apart: whatever the timing, the parts go in at most three batches.
         let skill = emitter { context in
             for index in 0..<24 {
                 if index == 12 { try await Task.sleep(for: .milliseconds(40)) }
@@ -71,7 +87,7 @@ struct SkillOutputTests {
         let runner = InvocationRunner(agentName: "a", skills: ["emitter": skill], output: wire.route())
         _ = await runner.run(invocation())
         let batches = wire.batches
-        #expect(batches.count >= 2 && batches.count <= 4)
+        #expect(batches.count >= 1 && batches.count <= 3)
         #expect(batches.flatMap(\.1) == (0..<24).map { .text("line \($0)") })
         // Each batch says how many parts came before it.
         var count = 0

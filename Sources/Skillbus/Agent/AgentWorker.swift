@@ -56,6 +56,8 @@ public final class AgentWorker: Sendable {
     let context: ZMQContext
     /// The agent's own context, persisted in its data directory; nil when it keeps none.
     public let store: AgentStore?
+    /// Times the batches of partial output that must wait (`SkillOutput`).
+    let outputClock = OutputClock()
 
     struct State {
         var skills: [String: any AgentSkill]
@@ -360,7 +362,7 @@ public final class AgentWorker: Sendable {
         let output = SkillOutput.Route(
             maxOutputBytes: options.maxOutputBytes, maxMessageBytes: options.maxMessageBytes,
             send: { [socket] in socket.send($0) },
-            stop: { [weak self] id in self?.state.withLock { $0.running[id] }?.cancel() })
+            stop: { [weak self] id in self?.state.withLock { $0.running[id] }?.cancel() }, clock: outputClock)
         return InvocationRunner(agentName: options.name, caller: self, store: store, output: output) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])

@@ -2,10 +2,11 @@ import SkillbusZMQ
 import Synchronization
 
 /// Where one invocation's partial output goes (`SkillExecutionContext.emit`): OUTPUT messages to the bus,
-/// in batches. A batch goes at once when none went in the last `interval`, otherwise one `interval` after
-/// the previous one (so at most one per interval, however fast the skill emits), and the last one when
-/// the invocation ends, before its RESULT. Every send happens under the lock, so batches leave in order
-/// and none can follow the RESULT.
+/// in batches. The first part waits one `interval` for others to join it (a skill that ends sooner sends
+/// one batch, with its RESULT); after that a part goes at once when no batch went in the last `interval`,
+/// otherwise one `interval` after the previous batch — so at most one batch per interval, however fast the
+/// skill emits — and the last batch when the invocation ends, before its RESULT. Every send happens under
+/// the lock, so batches leave in order and none can follow the RESULT.
 ///
 /// Bounded: past `maxOutputBytes` an emit fails with `output_too_large`, the invocation is stopped, and its
 /// RESULT says so whatever the skill returns.
@@ -19,6 +20,8 @@ final class SkillOutput: Sendable {
         let send: @Sendable (Multipart) -> Void
         /// Stops the invocation with this id (the worker cancels its task) once its output overflowed.
         let stop: @Sendable (String) -> Void
+        /// The agent's one timer for batches that must wait.
+        let clock: OutputClock
     }
 
     private struct State {
@@ -76,7 +79,7 @@ final class SkillOutput: Sendable {
             state.pending.append(part)
             state.pendingBytes += bytes
             let now = ContinuousClock.now
-            let due = state.lastSent.map { $0 + route.interval } ?? now
+            let due = state.lastSent.map { $0 + route.interval } ?? now + route.interval
             if due <= now || state.pendingBytes >= eagerBytes {
                 flush(&state, at: now)
                 return .nothing
@@ -89,13 +92,7 @@ final class SkillOutput: Sendable {
         case .nothing:
             return
         case .schedule(let due):
-            Task {
-                try? await Task.sleep(until: due, clock: .continuous)
-                self.state.withLock { state in
-                    state.flushScheduled = false
-                    if !state.closed { self.flush(&state) }
-                }
-            }
+            route.clock.schedule(self, at: due)
         case .overflowed(let error, let first):
             if first { route.stop(invocationID) }
             throw error
@@ -105,10 +102,21 @@ final class SkillOutput: Sendable {
     /// The invocation ended: what is pending goes now, before the RESULT, and nothing after it. Returns the
     /// error that stopped it when its output overflowed.
     func close() -> SkillbusError? {
-        state.withLock { state in
+        let (overflow, scheduled) = state.withLock { state in
             flush(&state)
             state.closed = true
-            return state.overflow
+            return (state.overflow, state.flushScheduled)
+        }
+        // Only an invocation that emitted can have a batch waiting: the others never touch the clock.
+        if scheduled { route.clock.cancel(self) }
+        return overflow
+    }
+
+    /// The clock's call: the batch that waited goes now.
+    fileprivate func flushWaiting() {
+        state.withLock { state in
+            state.flushScheduled = false
+            if !state.closed { flush(&state) }
         }
     }
 
@@ -120,5 +128,53 @@ final class SkillOutput: Sendable {
         state.pending.removeAll(keepingCapacity: true)
         state.pendingBytes = 0
         state.lastSent = now
+    }
+}
+
+/// One timer for all of an agent's batches that must wait (`SkillOutput`): a single task that runs only
+/// while some batch waits, instead of a task and a timer for every invocation that emits.
+final class OutputClock: Sendable {
+    private struct State {
+        var waiting: [ObjectIdentifier: (output: SkillOutput, due: ContinuousClock.Instant)] = [:]
+        var ticking = false
+    }
+
+    private let state = Mutex(State())
+
+    init() {}
+
+    func schedule(_ output: SkillOutput, at due: ContinuousClock.Instant) {
+        let start = state.withLock { state -> Bool in
+            state.waiting[ObjectIdentifier(output)] = (output, due)
+            defer { state.ticking = true }
+            return !state.ticking
+        }
+        // Ends by itself once nothing waits: the next batch that must wait starts it again.
+        if start { Task { await self.tick() } }
+    }
+
+    func cancel(_ output: SkillOutput) {
+        state.withLock { _ = $0.waiting.removeValue(forKey: ObjectIdentifier(output)) }
+    }
+
+    private func tick() async {
+        while true {
+            let next = state.withLock { state -> ContinuousClock.Instant? in
+                guard let earliest = state.waiting.values.map(\.due).min() else {
+                    state.ticking = false
+                    return nil
+                }
+                return earliest
+            }
+            guard let next else { return }
+            try? await Task.sleep(until: next, clock: .continuous)
+            let due = state.withLock { state -> [SkillOutput] in
+                let now = ContinuousClock.now
+                let ready = state.waiting.filter { $0.value.due <= now }
+                for key in ready.keys { state.waiting[key] = nil }
+                return ready.values.map(\.output)
+            }
+            for output in due { output.flushWaiting() }
+        }
     }
 }
