@@ -56,8 +56,8 @@ public final class AgentWorker: Sendable {
     let context: ZMQContext
     /// The agent's own context, persisted in its data directory; nil when it keeps none.
     public let store: AgentStore?
-    /// Times the batches of partial output that must wait (`SkillOutput`).
-    let outputClock = OutputClock()
+    /// Where skills' partial output goes and how it is bounded; made once, not per invocation.
+    let outputRoute: SkillOutput.Route
 
     struct State {
         var skills: [String: any AgentSkill]
@@ -94,6 +94,10 @@ public final class AgentWorker: Sendable {
         self.context = context
         self.client = client
         self.socket = socket
+        outputRoute = SkillOutput.Route(
+            maxOutputBytes: options.maxOutputBytes, maxMessageBytes: options.maxMessageBytes,
+            send: { [socket] in socket.send($0) },
+            stop: { [owner] id in owner.worker.withLock { $0.value }?.cancelInvocation(id) }, clock: OutputClock())
         let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
         state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
@@ -358,12 +362,11 @@ public final class AgentWorker: Sendable {
     }
 
     /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
+    /// Cancels a running invocation (its output overflowed); one that has ended is left alone.
+    private func cancelInvocation(_ id: String) { state.withLock { $0.running[id] }?.cancel() }
+
     private var runner: InvocationRunner {
-        let output = SkillOutput.Route(
-            maxOutputBytes: options.maxOutputBytes, maxMessageBytes: options.maxMessageBytes,
-            send: { [socket] in socket.send($0) },
-            stop: { [weak self] id in self?.state.withLock { $0.running[id] }?.cancel() }, clock: outputClock)
-        return InvocationRunner(agentName: options.name, caller: self, store: store, output: output) { identifier in
+        InvocationRunner(agentName: options.name, caller: self, store: store, output: outputRoute) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])
             }
