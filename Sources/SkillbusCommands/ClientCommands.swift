@@ -235,7 +235,8 @@ public enum FeedCommand: SkillbusCommand {
         discussion: """
             Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
             Topics: agent.joined, agent.left, agent.state, agent.refused; round.accepted, round.done,
-            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled;
+            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled,
+            invocation.output (partial output as it streams);
             request.queued, request.dispatched, request.deduplicated, request.done; registry.update,
             registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
 
@@ -309,6 +310,12 @@ public enum FeedCommand: SkillbusCommand {
             }
             if topic == "invocation.cancelled" { detail += " cancelled" }
             detail += "  round \(round)"
+        case "invocation.output":
+            let parts = (event["parts"]?.arrayValue ?? []).compactMap { try? OutputPart(json: $0) }
+            detail =
+                "\(event["skill"]?.stringValue ?? "?") \(event["dispatch"]?.stringValue ?? "?") "
+                + "#\(event["first"]?.intValue ?? 0): " + parts.map(\.humanReadable).joined(separator: " | ")
+                + "  round \(round)"
         case "round.done":
             let summary = event["summary"]
             detail =

@@ -73,6 +73,8 @@ public enum WorkerCommand: SkillbusCommand {
         discussion: """
             Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
+            Its --config may also declare command skills ("commands"): programs in any language run as
+            skills, their output lines streamed (README, "Skills in any language").
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
 

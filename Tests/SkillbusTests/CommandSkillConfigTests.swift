@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Skillbus
+@testable import SkillbusCommands
 
 /// Command skills without running anything: placeholders become whole arguments, a declaration is checked
 /// when the config is read (every error naming its key), and the program and directory are found on disk.
@@ -167,5 +168,29 @@ struct CommandSkillConfigTests {
             try refusal(["workingDirectory": "out"], "workingDirectory: 'out' is outside the sandbox")
             try refusal(["workingDirectory": "missing"], "'missing' does not exist in the sandbox")
         }
+    }
+}
+
+@Suite("Partial output on the command line")
+struct OutputLineTests {
+    @Test("skillbus feed shows an invocation.output event as its parts")
+    func feedLine() throws {
+        let event = FeedEvent.invocationOutput(
+            round: "r1", skill: "sys.countdown", agent: "gamma", dispatch: "i7",
+            OutputBatch(first: 2, parts: [.text("1"), .json(["n": 0])]))
+        let body = try JSONValue(parsing: event.encoded()[1])
+        let line = FeedCommand.render(topic: event.topic, event: body)
+        #expect(line.contains("invocation.output") && line.contains("gamma"))
+        #expect(line.hasSuffix(#"sys.countdown i7 #2: 1 | {"n":0}  round r1"#))
+    }
+
+    @Test("a text result that only repeats the streamed lines is recognised, with or without a final line end")
+    func repeatedResult() {
+        let printer = OutputPrinter(mode: .silent)
+        #expect(!printer.alreadyShown(.text("a\nb\n"), of: "x"))
+        let lines = OutputPrinter(mode: .lines(labelled: false))
+        lines.receive("x", OutputBatch(first: 0, parts: [.text("a"), .text("b")]))
+        #expect(lines.alreadyShown(.text("a\nb\n"), of: "x") && lines.alreadyShown(.text("a\nb"), of: "x"))
+        #expect(!lines.alreadyShown(.text("a\nb\nc\n"), of: "x") && !lines.alreadyShown(.json([]), of: "x"))
     }
 }
