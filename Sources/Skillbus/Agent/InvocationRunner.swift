@@ -63,16 +63,15 @@ struct InvocationRunner: Sendable {
             }
             context.output = output
             record(.skillCall, ["skill": .string(skill.identifier), "params": .object(parameters)], of: invocation)
-            do {
-                var ended: Result<SkillResult, SkillbusError>
-                do {
-                    ended = .success(try await Self.run(skill, parameters: parameters, context: context))
-                } catch {
-                    ended = .failure(error)
-                }
+            do throws(SkillbusError) {
+                let result: SkillResult
                 // The last batch goes before the RESULT; output that overflowed fails it, whatever the skill did.
-                if let overflow = output?.close() { ended = .failure(overflow) }
-                let result = try ended.get()
+                do throws(SkillbusError) {
+                    result = try await Self.run(skill, parameters: parameters, context: context)
+                } catch {
+                    throw output?.close() ?? error
+                }
+                if let overflow = output?.close() { throw overflow }
                 record(
                     .skillResult, ["skill": .string(skill.identifier), "status": "ok", "result": result.json],
                     of: invocation)
