@@ -196,6 +196,20 @@ struct WireTests {
         }
     }
 
+    @Test("the bus forwards an OUTPUT's parts frame byte for byte, as the worker wrote it")
+    func outputForwardedUnchanged() throws {
+        let frame = Array(#" [ {"type": "text", "text": "a b"} , {"json": {"z": 1, "a": 2}, "type": "json"} ] "#.utf8)
+        let message = [Array("SKB1W".utf8), Array("OUTPUT".utf8), Array("i4".utf8), Array("3".utf8), frame]
+        guard case .output(let id, let batch) = try WorkerMessage.decode(message) else {
+            Issue.record("not an OUTPUT")
+            return
+        }
+        #expect(id == "i4" && batch.first == 3 && batch.parts == [.text("a b"), .json(["a": 2, "z": 1])])
+        #expect(batch.byteCount == frame.count + 1)
+        let forwarded = BusToClientMessage.output(requestID: Array("q".utf8), invocation: "", batch).encoded()
+        #expect(forwarded.last == frame)
+    }
+
     @Test("output parts: text is written as the general writer writes it")
     func outputParts() throws {
         for part in [OutputPart.text("say \"hi\"\n\u{1}é"), .json(["a": [1, 2]])] {

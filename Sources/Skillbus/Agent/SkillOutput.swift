@@ -26,6 +26,8 @@ final class SkillOutput: Sendable {
 
     private struct State {
         var pending: [OutputPart] = []
+        /// The pending parts as the wire writes them, comma-separated: each part is written once.
+        var written: [UInt8] = []
         var pendingBytes = 0
         /// Bytes emitted so far (each part's JSON plus one, as the bus counts them).
         var emitted = 0
@@ -54,7 +56,8 @@ final class SkillOutput: Sendable {
     private var eagerBytes: Int { min(64 << 10, batchLimit / 2) }
 
     func emit(_ part: OutputPart) throws(SkillbusError) {
-        let bytes = part.serialized().count + 1
+        let encoded = part.serialized()
+        let bytes = encoded.count + 1
         enum Next { case nothing, schedule(ContinuousClock.Instant), overflowed(SkillbusError, first: Bool) }
         let next = state.withLock { state -> Next in
             if let overflow = state.overflow { return .overflowed(overflow, first: false) }
@@ -77,6 +80,8 @@ final class SkillOutput: Sendable {
             if state.pendingBytes + bytes > batchLimit { flush(&state) }
             state.emitted += bytes
             state.pending.append(part)
+            if !state.written.isEmpty { state.written.append(UInt8(ascii: ",")) }
+            state.written.append(contentsOf: encoded)
             state.pendingBytes += bytes
             let now = ContinuousClock.now
             let due = state.lastSent.map { $0 + route.interval } ?? now + route.interval
@@ -122,10 +127,15 @@ final class SkillOutput: Sendable {
 
     private func flush(_ state: inout State, at now: ContinuousClock.Instant = .now) {
         guard !state.pending.isEmpty else { return }
-        let batch = OutputBatch(first: state.sent, parts: state.pending)
+        var frame: [UInt8] = [UInt8(ascii: "[")]
+        frame.reserveCapacity(state.written.count + 2)
+        frame.append(contentsOf: state.written)
+        frame.append(UInt8(ascii: "]"))
+        let batch = OutputBatch(first: state.sent, parts: state.pending, partsFrame: frame)
         route.send(WorkerMessage.output(invocationID: invocationID, batch).encoded())
         state.sent += state.pending.count
         state.pending.removeAll(keepingCapacity: true)
+        state.written.removeAll(keepingCapacity: true)
         state.pendingBytes = 0
         state.lastSent = now
     }

@@ -64,15 +64,32 @@ public struct OutputBatch: Sendable, Equatable {
     /// How many parts of the execution came before this batch: a waiter that joined late, or lost a batch
     /// at a high-water mark, sees the gap.
     public var first: Int
-    public var parts: [OutputPart]
+    public var parts: [OutputPart] {
+        didSet { received = nil }
+    }
+    /// The parts frame as it arrived (or as its maker wrote it): the bus forwards it as it is, and never
+    /// writes it again.
+    private var received: [UInt8]?
 
     public init(first: Int, parts: [OutputPart]) {
         self.first = first
         self.parts = parts
     }
 
+    /// A batch whose parts frame its maker already wrote (it must be exactly `parts`).
+    init(first: Int, parts: [OutputPart], partsFrame: [UInt8]) {
+        self.first = first
+        self.parts = parts
+        received = partsFrame
+    }
+
+    public static func == (left: OutputBatch, right: OutputBatch) -> Bool {
+        left.first == right.first && left.parts == right.parts
+    }
+
     /// The parts frame: a JSON array of part objects.
     var partsFrame: [UInt8] {
+        if let received { return received }
         var out: [UInt8] = [UInt8(ascii: "[")]
         for (index, part) in parts.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -92,10 +109,11 @@ public struct OutputBatch: Sendable, Equatable {
         parts.reserveCapacity(list.count)
         for item in list { parts.append(try OutputPart(json: item)) }
         self.parts = parts
+        received = message[index + 1]
     }
 
     var frames: Multipart { [Array(String(first).utf8), partsFrame] }
 
-    /// The parts' size as the wire carries them: what the limits on output count.
-    public var byteCount: Int { parts.reduce(2) { $0 + $1.serialized().count + 1 } }
+    /// The parts frame's size plus one: what the bus's limit on output counts.
+    public var byteCount: Int { (received?.count ?? partsFrame.count) + 1 }
 }
