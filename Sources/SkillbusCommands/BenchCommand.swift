@@ -71,6 +71,7 @@ public enum BenchCommand: SkillbusCommand {
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
         let turns = try await bench.turns(main)
+        let output = try await bench.output(bus: main.bus)
         let registry = try await bench.registry(
             main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
             killRuns: killRuns)
@@ -78,7 +79,7 @@ public enum BenchCommand: SkillbusCommand {
 
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
-            registry: registry, context: contextFigures, turns: turns)
+            registry: registry, context: contextFigures, turns: turns, output: output)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }

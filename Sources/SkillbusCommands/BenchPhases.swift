@@ -42,7 +42,7 @@ struct Bench {
             _ = supervisor.start(
                 name: "\(name)-worker-\(index)",
                 arguments: [
-                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get",
+                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get,text.lines",
                     "--capacity",
                     String(setup.capacity), "--log-level", "warning",
                     "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",

@@ -52,6 +52,7 @@ struct BenchReport {
     var registry: RegistryFigures
     var context: ContextFigures
     var turns: TurnFigures
+    var output: OutputFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -60,6 +61,7 @@ struct BenchReport {
         levels.reduce(0) { $0 + (skillbus[$1]?.failed ?? 0) + (baseline[$1]?.failed ?? 0) }
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
+            + output.failures
     }
 
     struct LevelRatios {
@@ -122,6 +124,7 @@ struct BenchReport {
             ],
             "context": context.json,
             "turns": turns.json,
+            "output": output.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -194,6 +197,8 @@ struct BenchReport {
         context.printText()
         print("")
         turns.printText()
+        print("")
+        output.printText()
         print("")
         print("registry: \(registry.skills) skills over \(registry.agents) agents")
         print(

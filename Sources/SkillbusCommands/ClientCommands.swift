@@ -61,16 +61,23 @@ public enum SendCommand: SkillbusCommand {
             majority (the result most agents returned). With --plan FILE the round runs a plan of steps
             (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
             the same --round-id again returns the stored result.
+            A skill's partial output (a command skill's lines, say) is printed as it arrives, each part on a
+            line (prefixed with its invocation for a fan-out or plan); a text result that only repeats it is
+            not printed again. --json prints the document at the end (each invocation's output is in it);
+            --stream prints one JSON object per line as events arrive: each batch of output, then the
+            document (PROTOCOL §5.20).
             Exit codes: 0 ok, 1 a skill failed (or no majority), 2 usage, invalid parameters or plan, unknown
             skill, 3 coordinator unreachable or timed out.
 
             EXAMPLE: skillbus send math.eval expression='(1 + 2) * 3'
                      skillbus send echo text=hi --all --aggregate majority
                      skillbus send --plan configs/plans/report.json --json
+                     skillbus send sys.countdown from:=3 --stream
             """,
         positionals: "[SKILL [key=value …] [key:=JSON …]]",
         options: [
             OptionSpec("--json", help: "Print the round's document: status, result, every invocation, summary."),
+            OptionSpec("--stream", help: "One JSON object per line: each batch of output as it arrives, then the document."),
             OptionSpec("--all", help: "Run SKILL on every agent that offers it."),
             OptionSpec("--agents", value: "a,b,…", help: "Run SKILL on these agents."),
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
@@ -85,32 +92,41 @@ public enum SendCommand: SkillbusCommand {
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
-        let json = arguments.flag("--json")
+        let stream = arguments.flag("--stream")
+        let json = arguments.flag("--json") || stream
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
         let round: RoundSpec
         do {
             round = try roundSpec(arguments)
         } catch {
-            return report(failure: error, roundID: roundID, json: json, exitCode: 2)
+            return report(failure: error, roundID: roundID, json: json, stream: stream, exitCode: 2)
         }
         let session = arguments.value("--session") ?? ""
         guard session.utf8.count <= Wire.maxSessionIDBytes else {
             let error = UsageError(spec, "option '--session': at most \(Wire.maxSessionIDBytes) bytes, got \(session.utf8.count)")
-            return report(failure: error, roundID: roundID, json: json, exitCode: 2)
+            return report(failure: error, roundID: roundID, json: json, stream: stream, exitCode: 2)
         }
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         Approval.install(on: client, yes: arguments.flag("--yes"))
         defer { client.close() }
+        let printer = OutputPrinter(
+            mode: stream ? .jsonLines : json ? .silent : .lines(labelled: round.shape != "invoke"))
         let document: RoundDocument
         do {
             document = try await client.round(
-                round, roundID: roundID, sessionID: session,
-                timeout: .seconds(timeout))
+                round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), onOutput: printer.receive)
         } catch {
-            return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
+            return report(
+                failure: error, roundID: roundID, json: json, stream: stream, exitCode: exitCode(for: error.code))
         }
-        if json { print(document.json.jsonString) } else { render(document) }
+        if stream {
+            OutputPrinter.finish(document)
+        } else if json {
+            print(document.json.jsonString)
+        } else {
+            render(document, printer: printer)
+        }
         guard let error = document.error else { return 0 }
         return exitCode(for: error.code)
     }
@@ -151,7 +167,7 @@ public enum SendCommand: SkillbusCommand {
     }
 
     /// The document for people: each invocation, then the result (or the error).
-    static func render(_ document: RoundDocument) {
+    static func render(_ document: RoundDocument, printer: OutputPrinter? = nil) {
         if document.shape != "invoke" {
             for invocation in document.invocations {
                 var line =
@@ -171,7 +187,8 @@ public enum SendCommand: SkillbusCommand {
             return printError("✗ round \(document.round) failed: \(error.code): \(error.message)")
         }
         if let form = try? SkillResult(json: document.result) {
-            print(form.humanReadable)
+            let only = document.invocations.first?.id ?? ""
+            if printer?.alreadyShown(form, of: only) != true { print(form.humanReadable) }
         } else {
             print(document.result.prettyString())
         }
@@ -191,7 +208,9 @@ public enum SendCommand: SkillbusCommand {
         }
     }
 
-    static func report(failure: any Error, roundID: String, json: Bool, exitCode: Int32) -> Int32 {
+    static func report(failure: any Error, roundID: String, json: Bool, stream: Bool = false, exitCode: Int32)
+        -> Int32
+    {
         if let usage = failure as? UsageError {
             printError(usage.description)
             return 2
@@ -199,7 +218,8 @@ public enum SendCommand: SkillbusCommand {
         let failure = failure as? SkillbusError ?? SkillbusError(.internalError, "\(failure)")
         if json {
             // The document a refused round gets: nothing ran, and the error says why.
-            print(RoundDocument.refusal(round: roundID, shape: nil, failure).json.jsonString)
+            let refusal = RoundDocument.refusal(round: roundID, shape: nil, failure)
+            if stream { OutputPrinter.finish(refusal) } else { print(refusal.json.jsonString) }
         } else {
             printError("error: \(failure.code): \(failure.message)")
         }
@@ -215,7 +235,8 @@ public enum FeedCommand: SkillbusCommand {
         discussion: """
             Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
             Topics: agent.joined, agent.left, agent.state, agent.refused; round.accepted, round.done,
-            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled;
+            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled,
+            invocation.output (partial output as it streams);
             request.queued, request.dispatched, request.deduplicated, request.done; registry.update,
             registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
 
@@ -289,6 +310,12 @@ public enum FeedCommand: SkillbusCommand {
             }
             if topic == "invocation.cancelled" { detail += " cancelled" }
             detail += "  round \(round)"
+        case "invocation.output":
+            let parts = (event["parts"]?.arrayValue ?? []).compactMap { try? OutputPart(json: $0) }
+            detail =
+                "\(event["skill"]?.stringValue ?? "?") \(event["dispatch"]?.stringValue ?? "?") "
+                + "#\(event["first"]?.intValue ?? 0): " + parts.map(\.humanReadable).joined(separator: " | ")
+                + "  round \(round)"
         case "round.done":
             let summary = event["summary"]
             detail =

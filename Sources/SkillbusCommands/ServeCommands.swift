@@ -73,6 +73,8 @@ public enum WorkerCommand: SkillbusCommand {
         discussion: """
             Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
+            Its --config may also declare command skills ("commands"): programs in any language run as
+            skills, their output lines streamed (README, "Skills in any language").
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
 
@@ -129,24 +131,24 @@ public enum WorkerCommand: SkillbusCommand {
         let logger = Logger(
             label: "worker \(configuration.name)",
             level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
-        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-        let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        let skills = try skills(of: configuration)
         let signals = SignalWatcher()
         let context = try ZMQContext()
         var storeOptions = AgentStore.Options()
         storeOptions.flushIntervalMs = configuration.flushIntervalMs
         storeOptions.maxValueBytes = configuration.maxMemoryValueBytes
         let dataDirectory = configuration.dataDir ?? DataDirectory.agent(configuration.name)
+        var options = AgentWorker.Options(
+            name: configuration.name, coordinator: configuration.coordinator,
+            capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
+            maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
+            dataDirectory: dataDirectory, store: storeOptions)
+        options.maxOutputBytes = configuration.maxOutputBytes
         let worker: AgentWorker
         do {
-            worker = try await AgentWorker.connect(
-                options: AgentWorker.Options(
-                    name: configuration.name, coordinator: configuration.coordinator,
-                    capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
-                    maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
-                    dataDirectory: dataDirectory, store: storeOptions,
-                    planner: try configuration.planner.map { try ConfiguredPlanner.make($0) }),
-                skills: skills, context: context, logger: logger)
+            // A planner that cannot be made (its key variable is unset, say) stops the start like a store would.
+            options.planner = try configuration.planner.map { try ConfiguredPlanner.make($0) }
+            worker = try await AgentWorker.connect(options: options, skills: skills, context: context, logger: logger)
         } catch {
             printError("error: agent '\(configuration.name)' cannot start: \(error)")
             return 1
@@ -168,6 +170,15 @@ public enum WorkerCommand: SkillbusCommand {
         return 0
     }
 
+    /// The built-ins a configuration names and its command skills, whose programs and working directories
+    /// must be found (an error names the config key).
+    public static func skills(of configuration: WorkerConfiguration) throws -> [any AgentSkill] {
+        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
+        var skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        for spec in configuration.commands { skills.append(try CommandSkill(spec: spec, sandbox: sandbox)) }
+        return skills
+    }
+
     /// SIGHUP: the config file's skill list (and sandbox) again; a broken file changes nothing.
     static func reload(_ arguments: ParsedArguments, worker: AgentWorker, logger: Logger) {
         guard arguments.value("--config") != nil else {
@@ -175,8 +186,7 @@ public enum WorkerCommand: SkillbusCommand {
         }
         do {
             let configuration = try configuration(arguments)
-            let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-            let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+            let skills = try skills(of: configuration)
             worker.setSkills(skills)
             logger.info("SIGHUP: now offering \(skills.map(\.identifier).sorted().joined(separator: ", "))")
             if configuration.capacity != worker.options.capacity || configuration.name != worker.options.name {

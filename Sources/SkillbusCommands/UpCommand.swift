@@ -23,6 +23,7 @@ public enum UpCommand: SkillbusCommand {
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let configPath = arguments.value("--config") ?? "configs/local.json"
         let cluster = try ClusterConfiguration.load(path: configPath)
+        try checkCommandSkills(cluster)
         let signals = SignalWatcher()
         let hangups = SignalWatcher([SIGHUP])
         let supervisor = try Supervisor()
@@ -50,6 +51,7 @@ public enum UpCommand: SkillbusCommand {
             for await _ in hangups.signals {
                 do {
                     let reloaded = try ClusterConfiguration.load(path: configPath)
+                    try checkCommandSkills(reloaded)
                     try await workers.apply(reloaded)
                     print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
                 } catch {
@@ -64,6 +66,16 @@ public enum UpCommand: SkillbusCommand {
         await supervisor.stopAll()
         print("skillbus up: stopped")
         return 0
+    }
+}
+
+extension UpCommand {
+    /// Every worker's command skills must find their programs and working directories before anything
+    /// starts: a mistake is reported once, naming the cluster file's key, not by a child that keeps failing.
+    static func checkCommandSkills(_ cluster: ClusterConfiguration) throws {
+        for worker in cluster.workers {
+            _ = try WorkerCommand.skills(of: worker)
+        }
     }
 }
 
@@ -342,6 +354,7 @@ extension CoordinatorConfiguration {
             "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
             "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
             "planStepLimit": .number(Double(planStepLimit)),
+            "maxOutputBytes": .number(Double(maxOutputBytes)), "maxRoundOutputBytes": .number(Double(maxRoundOutputBytes)),
         ]
     }
 }
@@ -354,11 +367,13 @@ extension WorkerConfiguration {
             "heartbeatMs": .number(Double(heartbeatMs)), "maxMessageBytes": .number(Double(maxMessageBytes)),
             "flushIntervalMs": .number(Double(flushIntervalMs)),
             "maxMemoryValueBytes": .number(Double(maxMemoryValueBytes)),
+            "maxOutputBytes": .number(Double(maxOutputBytes)),
         ]
         if let sandbox { object["sandbox"] = .string(sandbox) }
         if let dataDir { object["dataDir"] = .string(dataDir) }
         if let planner { object["planner"] = planner }
         if let feed { object["feed"] = .string(feed) }
+        if !commands.isEmpty { object["commands"] = .array(commands.map(\.json)) }
         return .object(object)
     }
 }

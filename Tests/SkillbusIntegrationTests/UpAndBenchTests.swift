@@ -217,6 +217,13 @@ struct UpAndBenchTests {
         for key in ["sendEcho", "turnWithOneCall"] {
             #expect(document["turns"]?[key]?["failed"] == 0 && (document["turns"]?[key]?["p50Ms"]?.doubleValue ?? 0) > 0, "turns.\(key)")
         }
+        for level in ["inFlight1", "inFlight64"] {
+            let figures = document["output"]?[level]
+            for key in ["echo", "textLines3Parts"] {
+                #expect(figures?[key]?["failed"] == 0 && (figures?[key]?["tasksPerSecond"]?.doubleValue ?? 0) > 0, "output.\(level).\(key)")
+            }
+            #expect(figures?["throughputRatio"]?.doubleValue != nil, "output.\(level).throughputRatio")
+        }
         let store = context?["store"]
         #expect(store?["openMs"]?["runs"]?.arrayValue?.count == 3 && store?["history1000Ms"]?["median"] != nil)
         #expect((store?["workerResidentMB"]?.doubleValue ?? 0) > 0 && (store?["emptyWorkerResidentMB"]?.doubleValue ?? 0) > 0)

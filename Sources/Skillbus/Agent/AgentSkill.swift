@@ -195,6 +195,8 @@ public struct SkillExecutionContext: Sendable {
     public let depth: Int
     /// The agent's context store; nil on an agent that keeps none.
     public let store: AgentStore?
+    /// Where `emit` sends partial output; nil outside an agent and in a sub-call run on the same agent.
+    var output: SkillOutput?
 
     /// The agent's memory; nil on an agent that keeps no context.
     public var memory: SkillMemory? { store.map { SkillMemory(store: $0, sessionID: sessionID) } }
@@ -236,6 +238,25 @@ public struct SkillExecutionContext: Sendable {
         try checkCancellation()
         return try await caller.call(skill, parameters: parameters, from: self)
     }
+
+    /// Sends a piece of partial output to whoever waits for this invocation (the client that asked,
+    /// identical requests that joined it, a round's clients), while the skill runs. The agent sends what
+    /// was emitted in batches (at most one every 25 ms, the last before the result), so emitting is cheap.
+    /// Throws `output_too_large` once the invocation emitted more than the agent's `maxOutputBytes`: the
+    /// invocation is then cancelled and fails with that error whatever the skill returns. Where nobody can
+    /// wait (outside an agent, or in a sub-call the agent runs itself) the part goes nowhere.
+    public func emit(_ part: OutputPart) throws(SkillbusError) {
+        try output?.emit(part)
+    }
+
+    /// Emits a line of text (see `emit(_:)` for parts).
+    public func emit(_ text: String) throws(SkillbusError) { try output?.emit(.text(text)) }
+
+    /// Emits a JSON value (see `emit(_:)` for parts).
+    public func emit(json value: JSONValue) throws(SkillbusError) { try output?.emit(.json(value)) }
+
+    /// How many bytes of output this invocation may emit; nil when its output goes nowhere.
+    public var outputLimitBytes: Int? { output?.route.maxOutputBytes }
 
     /// The context of a sub-call made from this one.
     public func child(invoking skill: String) -> SkillExecutionContext {

@@ -25,6 +25,9 @@ public final class AgentWorker: Sendable {
         public var planner: (any Planner)?
         /// Skill calls a turn may make before it fails.
         public var turnStepLimit = 8
+        /// Partial output one invocation may emit (bytes of parts); past it the invocation fails with
+        /// `output_too_large`.
+        public var maxOutputBytes = 1 << 20
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
@@ -53,6 +56,8 @@ public final class AgentWorker: Sendable {
     let context: ZMQContext
     /// The agent's own context, persisted in its data directory; nil when it keeps none.
     public let store: AgentStore?
+    /// Where skills' partial output goes and how it is bounded; made once, not per invocation.
+    let outputRoute: SkillOutput.Route
 
     struct State {
         var skills: [String: any AgentSkill]
@@ -95,6 +100,10 @@ public final class AgentWorker: Sendable {
         self.context = context
         self.client = client
         self.socket = socket
+        outputRoute = SkillOutput.Route(
+            maxOutputBytes: options.maxOutputBytes, maxMessageBytes: options.maxMessageBytes,
+            send: { [socket] in socket.send($0) },
+            stop: { [owner] id in owner.worker.withLock { $0.value }?.cancelInvocation(id) }, clock: OutputClock())
         let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
         state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
@@ -360,8 +369,11 @@ public final class AgentWorker: Sendable {
     }
 
     /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
+    /// Cancels a running invocation (its output overflowed); one that has ended is left alone.
+    private func cancelInvocation(_ id: String) { state.withLock { $0.running[id] }?.cancel() }
+
     var runner: InvocationRunner {
-        InvocationRunner(agentName: options.name, caller: self, store: store) { identifier in
+        InvocationRunner(agentName: options.name, caller: self, store: store, output: outputRoute) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])
             }

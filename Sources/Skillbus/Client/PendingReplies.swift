@@ -9,6 +9,9 @@ final class PartialAnswers: Sendable {
     let replyPieces = Mutex<[String: @Sendable (String) -> Void]>([:])
     /// Who follows a turn's states and calls (PROGRESS).
     let progress = Mutex<[String: @Sendable (String, TurnProgress) -> Void]>([:])
+    /// Who hears the OUTPUT of a request's invocations: the round's invocation id (empty for a REQUEST)
+    /// and the batch.
+    let outputs = Mutex<[String: @Sendable (String, OutputBatch) -> Void]>([:])
     /// Who decides CONFIRMs, and how the answer goes back; without a decider every one is refused.
     let confirmer = Mutex<(@Sendable (Confirmation) async -> Bool)?>(nil)
     let reply = Mutex<(@Sendable (Multipart) -> Void)?>(nil)

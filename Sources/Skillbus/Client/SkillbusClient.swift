@@ -102,12 +102,16 @@ public final class SkillbusClient: Sendable {
     func closeAndWait() async { await socket.stopAndWait() }
 
     /// Runs `skill` on some agent. Throws only when no answer came (`unreachable`) or the reply was bad;
-    /// a skill that failed comes back as an outcome with `status == .error`.
+    /// a skill that failed comes back as an outcome with `status == .error`. `onOutput` hears the skill's
+    /// partial output as it arrives, every batch before the outcome (on the client's socket thread: keep
+    /// it quick).
     public func invoke(
         _ skill: String, parameters: JSONValue = [:], roundID: String = UUID().uuidString.lowercased(),
-        sessionID: String = "", timeout: Duration = .seconds(15)
+        sessionID: String = "", timeout: Duration = .seconds(15), onOutput: (@Sendable (OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> InvocationOutcome {
         let requestID = makeRequestID()
+        if let onOutput { partials.outputs.withLock { $0[requestID] = { _, batch in onOutput(batch) } } }
+        defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
         let timeoutMs = Int(timeout / .milliseconds(1))
         let request = InvokeRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, skill: skill, timeoutMs: max(1, timeoutMs),
@@ -202,11 +206,15 @@ public final class SkillbusClient: Sendable {
 
     /// Runs a whole round (one invocation, a fan-out or a plan) and returns its document. A round that
     /// failed comes back as a document with `status: error`; this throws only when no answer came.
+    /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
+    /// the document, and the batch), all of it before the document (on the client's socket thread).
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15)
+        timeout: Duration = .seconds(15), onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> RoundDocument {
         let requestID = makeRequestID()
+        if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
+        defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
         let request = RoundRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))),
@@ -367,6 +375,10 @@ public final class SkillbusClient: Sendable {
             return
         case .progress(let id, let agent, let progress):
             partials.progress.withLock { $0[id] }?(agent, progress)
+            return
+        case .output(let id, let invocation, let batch):
+            let requestID = String(decoding: id, as: UTF8.self)
+            partials.outputs.withLock { $0[requestID] }?(invocation, batch)
             return
         case .confirm(let id, let confirmationID, let skill, let parameters):
             let decide = partials.confirmer.withLock { $0 }

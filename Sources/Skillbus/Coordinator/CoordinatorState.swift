@@ -51,6 +51,10 @@ public struct CoordinatorState: Sendable {
         public var planStepLimit = 1000
         /// Most sessions whose agent the bus remembers; beyond it the least recently used is forgotten.
         public var sessionAffinityLimit = 100_000
+        /// Most partial output the bus forwards for one invocation (bytes of parts); the rest is dropped.
+        public var maxOutputBytes = 4 << 20
+        /// Most partial output a round's document keeps, over all its invocations (bytes of parts).
+        public var maxRoundOutputBytes = 256 << 10
         public init() {}
     }
 
@@ -223,6 +227,8 @@ public struct CoordinatorState: Sendable {
             return noteRelease(turnID: turnID, from: peer, now: now)
         case .step(let turnID, let call):
             return noteStep(turnID, call, from: peer)
+        case .output(let invocationID, let batch):
+            return relayOutput(invocationID, batch, from: peer)
         }
     }
 

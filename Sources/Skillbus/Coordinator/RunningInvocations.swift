@@ -7,6 +7,8 @@ struct RunningInvocations: Sendable {
         /// The client was already answered (deadline passed, or cancelled); the slot stays taken until
         /// the worker reports.
         var answered = false
+        /// Partial output forwarded so far, in bytes: beyond the bus's limit the rest is dropped.
+        var outputBytes = 0
     }
 
     private var entries: [String: Entry] = [:]
@@ -31,6 +33,18 @@ struct RunningInvocations: Sendable {
         let entry = entries.remove(at: index).value
         workers.update(peer) { $0.inFlight -= 1 }
         return entry
+    }
+
+    /// OUTPUT for an invocation: the request it serves when the worker runs it, its caller still waits, and
+    /// the batch keeps its output within `limit` bytes (then the batch is counted); nil means drop it.
+    mutating func noteOutput(
+        _ invocationID: String, from peer: PeerID, bytes: Int, limit: Int
+    ) -> CoordinatorState.Request? {
+        guard let index = entries.index(forKey: invocationID), entries.values[index].worker == peer,
+            !entries.values[index].answered, entries.values[index].outputBytes + bytes <= limit
+        else { return nil }
+        entries.values[index].outputBytes += bytes
+        return entries.values[index].request
     }
 
     /// A worker left: its entries, which no longer hold any slot.

@@ -246,6 +246,7 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
         .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream, .confirm, .progress,
+        .output,
     ]
 
     case reply(InvokeReply)
@@ -272,6 +273,9 @@ public enum BusToClientMessage: Sendable, Equatable {
     case confirm(requestID: String, confirmationID: String, skill: String, parameters: [UInt8])
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
+    /// Partial output of an invocation this client's request `requestID` waits for; `invocation` names the
+    /// round's invocation (empty for a REQUEST). Its REPLY or ROUND follows.
+    case output(requestID: [UInt8], invocation: String, OutputBatch)
 
     public func encoded() -> Multipart {
         switch self {
@@ -317,6 +321,8 @@ public enum BusToClientMessage: Sendable, Equatable {
                 Wire.clientHeaderBytes, Wire.Command.confirm.frame, Array(requestID.utf8), Array(confirmationID.utf8),
                 Array(skill.utf8), parameters,
             ]
+        case .output(let requestID, let invocation, let batch):
+            [Wire.clientHeaderBytes, Wire.Command.output.frame, requestID, Array(invocation.utf8)] + batch.frames
         }
     }
 
@@ -391,6 +397,11 @@ public enum BusToClientMessage: Sendable, Equatable {
                 requestID: try Wire.text(message, 2, "request id"),
                 confirmationID: try Wire.text(message, 3, "confirmation id"), skill: try Wire.text(message, 4, "skill"),
                 parameters: message[5])
+        case .output:
+            try Wire.expectFrames(message, 6, "OUTPUT")
+            return .output(
+                requestID: try Wire.textFrame(message, 2, "request id"),
+                invocation: try Wire.text(message, 3, "invocation"), try OutputBatch(frames: message, from: 4))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

@@ -108,6 +108,12 @@ extension FeedEvent {
             self = .invocationCancelled(
                 round: try field.string("round"), invocation: try field.string("invocation"),
                 agent: try field.string("agent"))
+        case "invocation.output":
+            var parts: [OutputPart] = []
+            for item in try field.array("parts") { parts.append(try OutputPart(json: item)) }
+            self = .invocationOutput(
+                round: try field.string("round"), skill: try field.string("skill"), agent: try field.string("agent"),
+                dispatch: try field.string("dispatch"), OutputBatch(first: try field.int("first"), parts: parts))
         case "round.done":
             self = .roundDone(
                 round: try field.string("round"), status: try field.oneOf("status"),

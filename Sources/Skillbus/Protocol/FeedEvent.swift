@@ -34,6 +34,9 @@ public enum FeedEvent: Sendable, Equatable {
         round: String, invocation: String, skill: String, agent: String, status: InvocationStatus,
         durationMicros: Int, deduplicated: Bool)
     case invocationCancelled(round: String, invocation: String, agent: String)
+    /// Partial output of a running execution, once per OUTPUT whoever waits for it; `dispatch` is its
+    /// INVOKE's id, as `request.dispatched` and `invocation.dispatched` name it.
+    case invocationOutput(round: String, skill: String, agent: String, dispatch: String, OutputBatch)
     case roundDone(round: String, status: ReplyStatus, summary: RoundDocument.Summary)
     /// One change to the registry; sequenced, see `ReplicaSync`.
     case registryUpdate(RegistryUpdate)
@@ -61,6 +64,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .invocationDeduplicated: "invocation.deduplicated"
         case .invocationDone: "invocation.done"
         case .invocationCancelled: "invocation.cancelled"
+        case .invocationOutput: "invocation.output"
         case .roundDone: "round.done"
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
@@ -146,6 +150,11 @@ public enum FeedEvent: Sendable, Equatable {
             ]
         case .invocationCancelled(let round, let invocation, let agent):
             return ["round": .string(round), "invocation": .string(invocation), "agent": .string(agent)]
+        case .invocationOutput(let round, let skill, let agent, let dispatch, let batch):
+            return [
+                "round": .string(round), "skill": .string(skill), "agent": .string(agent), "dispatch": .string(dispatch),
+                "first": .number(Double(batch.first)), "parts": .array(batch.parts.map(\.json)),
+            ]
         case .roundDone(let round, let status, let summary):
             return ["round": .string(round), "status": .string(status.rawValue), "summary": summary.json]
         case .registryUpdate(let update):

@@ -103,6 +103,8 @@ public enum Wire {
         /// A turn's call ended (worker → bus: STEP); a turn's state or call for the client that follows
         /// it (bus → client: PROGRESS).
         case step, progress
+        /// Partial output of a running invocation (worker → bus → every client waiting for it).
+        case output
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

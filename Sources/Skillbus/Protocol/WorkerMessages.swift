@@ -6,7 +6,7 @@ import SkillbusZMQ
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream,
+        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream, .output,
         .claim, .called, .release, .step,
     ]
 
@@ -30,6 +30,8 @@ public enum WorkerMessage: Sendable, Equatable {
     /// The turn gives its round back: from now on its calls, and the round's other invocations, go
     /// through the bus.
     case release(turnID: String)
+    /// Partial output of the running invocation with this id: the parts emitted since the last batch.
+    case output(invocationID: String, OutputBatch)
     /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
     case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
@@ -66,6 +68,8 @@ public enum WorkerMessage: Sendable, Equatable {
         case .release(let turnID): [Wire.workerHeaderBytes, Wire.Command.release.frame, Array(turnID.utf8)]
         case .step(let turnID, let call):
             [Wire.workerHeaderBytes, Wire.Command.step.frame, Array(turnID.utf8), call.json.serialized()]
+        case .output(let invocationID, let batch):
+            [Wire.workerHeaderBytes, Wire.Command.output.frame, Array(invocationID.utf8)] + batch.frames
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -150,6 +154,10 @@ public enum WorkerMessage: Sendable, Equatable {
         case .step:
             try Wire.expectFrames(message, 4, "STEP")
             return .step(turnID: try Wire.text(message, 2, "turn id"), try TurnCall(json: try Wire.json(message, 3, "call")))
+        case .output:
+            try Wire.expectFrames(message, 5, "OUTPUT")
+            return .output(
+                invocationID: try Wire.text(message, 2, "invocation id"), try OutputBatch(frames: message, from: 3))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }

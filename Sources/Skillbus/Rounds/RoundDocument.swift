@@ -16,11 +16,20 @@ public struct RoundDocument: Sendable, Equatable {
         /// The result form when `ok`.
         public var result: JSONValue?
         public var error: SkillbusError?
+        /// The partial output it emitted while it ran, in order (PROTOCOL §3.9); for a deduplicated
+        /// invocation that reused one of this document, empty: see that one.
+        public var output: [OutputPart] = []
+        /// The document holds only the first parts of its output (the round's budget ran out, or some were
+        /// lost on the way).
+        public var outputTruncated = false
 
         public init(
             id: String, skill: String, agent: String? = nil, status: InvocationStatus = .waiting, durationMs: Double = 0,
-            deduplicated: Bool = false, reusedFrom: String? = nil, result: JSONValue? = nil, error: SkillbusError? = nil
+            deduplicated: Bool = false, reusedFrom: String? = nil, result: JSONValue? = nil, error: SkillbusError? = nil,
+            output: [OutputPart] = [], outputTruncated: Bool = false
         ) {
+            self.output = output
+            self.outputTruncated = outputTruncated
             self.id = id
             self.skill = skill
             self.agent = agent
@@ -108,13 +117,18 @@ public struct RoundDocument: Sendable, Equatable {
 // MARK: - JSON
 
 extension RoundDocument.Invocation {
+    /// `output` only when there is some, `outputTruncated` only when true: a round without partial output
+    /// has the document it always had.
     public var json: JSONValue {
-        [
+        var object: [String: JSONValue] = [
             "id": .string(id), "skill": .string(skill), "agent": agent.map { .string($0) } ?? .null,
             "status": .string(status.documentName), "durationMs": .number(durationMs),
             "deduplicated": .bool(deduplicated), "reusedFrom": reusedFrom.map { .string($0) } ?? .null,
             "result": result ?? .null, "error": error?.json ?? .null,
         ]
+        if !output.isEmpty { object["output"] = .array(output.map(\.json)) }
+        if outputTruncated { object["outputTruncated"] = true }
+        return .object(object)
     }
 
     public init(json: JSONValue) throws(SkillbusError) {
@@ -128,6 +142,11 @@ extension RoundDocument.Invocation {
             status: status, durationMs: try reader.number("durationMs"), deduplicated: try reader.bool("deduplicated"),
             reusedFrom: try reader.optionalString("reusedFrom"), result: reader.optional("result"),
             error: reader.optional("error").map(SkillbusError.init(json:)))
+        if let parts = reader.optional("output") {
+            guard let list = parts.arrayValue else { throw reader.problem("'output' must be an array of parts") }
+            for item in list { output.append(try OutputPart(json: item)) }
+        }
+        outputTruncated = reader.optional("outputTruncated")?.boolValue ?? false
     }
 }
 

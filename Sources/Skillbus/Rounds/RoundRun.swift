@@ -21,6 +21,8 @@ struct RoundRun: Sendable {
     var document: [UInt8]?
     var finishedAt: UInt64 = 0
     var subCalls = 0
+    /// Bytes of partial output its document keeps, over all invocations (bounded by the bus's setting).
+    var outputBytes = 0
 
     var isFinished: Bool { document != nil }
     var roundText: String { String(decoding: id, as: UTF8.self) }

@@ -134,6 +134,13 @@ struct SingleFlight: Sendable {
         return waiters
     }
 
+    /// Who joined a running execution so far (not the invocation that started it): its partial output goes
+    /// to them too.
+    func joiners(of id: ExecutionID) -> [Waiter] {
+        guard rounds.isOccupied(id.slot) else { return [] }
+        return rounds[id.slot][id.execution].joiners
+    }
+
     /// Returns the joiners, and whether nothing of the round runs any more.
     private static func finish(_ execution: Int, in round: inout Round, outcome: Outcome?) -> ([Waiter], Bool) {
         let waiters = round[execution].joiners

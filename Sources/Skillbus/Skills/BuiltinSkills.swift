@@ -4,7 +4,7 @@ import Foundation
 public enum BuiltinSkills {
     public static let identifiers = [
         "echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read", "text.report",
-        "memory.set", "memory.get", "memory.list", "memory.delete", "file.write",
+        "memory.set", "memory.get", "memory.list", "memory.delete", "file.write", "text.lines",
     ]
 
     /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
@@ -23,6 +23,7 @@ public enum BuiltinSkills {
             case "file.read":
                 skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
             case "text.report": skills.append(TextReportSkill())
+            case "text.lines": skills.append(TextLinesSkill())
             case "memory.set": skills.append(MemorySetSkill())
             case "memory.get": skills.append(MemoryGetSkill())
             case "memory.list": skills.append(MemoryListSkill())
@@ -69,6 +70,35 @@ public struct SleepSkill: AgentSkill {
         }
         try await Task.sleep(for: .milliseconds(ms))
         return .json(["sleptMs": .number(Double(ms))])
+    }
+}
+
+/// Streams a text line by line as partial output (`context.emit`), then returns how many lines it sent.
+/// It shows streamed output, and the bench measures it against `echo`.
+public struct TextLinesSkill: AgentSkill {
+    public init() {}
+    public var executionStyle: SkillExecutionStyle { .quick }
+    public let identifier = "text.lines"
+    public let displayName = "Text lines"
+    public let description =
+        "Sends each line of a text as partial output, one every delayMs (default 0, at most 60000), and returns the count."
+    public let parameterSchema = ParameterSchema([
+        ParameterField("text", .string, description: "Text to stream, line by line"),
+        ParameterField("delayMs", .integer, required: false, description: "Milliseconds between lines", default: 0),
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let delay = parameters["delayMs"]?.intValue ?? 0
+        guard (0...60_000).contains(delay) else {
+            throw SkillbusError(.invalidParameters, "parameter 'delayMs' must be between 0 and 60000, got \(delay)")
+        }
+        var lines = (parameters["text"]?.stringValue ?? "").split(separator: "\n", omittingEmptySubsequences: false)
+        if lines.last == "" { lines.removeLast() }
+        for (index, line) in lines.enumerated() {
+            if index > 0 && delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
+            try context.emit(String(line))
+        }
+        return .json(["lines": .number(Double(lines.count))])
     }
 }
 

@@ -16,6 +16,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var retainedOutcomesLimit = 100_000
     public var retainedRoundsLimit = 10_000
     public var planStepLimit = 1000
+    /// Partial output the bus forwards per invocation, and keeps per round document (bytes of parts).
+    public var maxOutputBytes = 4 << 20
+    public var maxRoundOutputBytes = 256 << 10
 
     public init() {}
 
@@ -30,12 +33,15 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.retainedOutcomesLimit = retainedOutcomesLimit
         settings.retainedRoundsLimit = retainedRoundsLimit
         settings.planStepLimit = planStepLimit
+        settings.maxOutputBytes = maxOutputBytes
+        settings.maxRoundOutputBytes = maxRoundOutputBytes
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
+        "maxOutputBytes", "maxRoundOutputBytes",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -55,6 +61,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         retainedRoundsLimit =
             try object.int("retainedRoundsLimit", minimum: 0, maximum: 10_000_000) ?? retainedRoundsLimit
         planStepLimit = try object.int("planStepLimit", minimum: 1, maximum: 1_000_000) ?? planStepLimit
+        maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
+        maxRoundOutputBytes = try object.int("maxRoundOutputBytes", minimum: 0, maximum: 1 << 30) ?? maxRoundOutputBytes
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -87,12 +95,16 @@ public struct WorkerConfiguration: Sendable, Equatable {
     /// The agent's planner, as configured (`{"rules": […]}` or `{"openai": {…}}`, see `ConfiguredPlanner`);
     /// nil: it takes no turns.
     public var planner: JSONValue?
+    /// Partial output one invocation may emit (bytes); past it the invocation fails with `output_too_large`.
+    public var maxOutputBytes = 1 << 20
+    /// Skills run by a program (`commands`), besides the built-ins.
+    public var commands: [CommandSkillSpec] = []
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "maxOutputBytes", "commands",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -109,6 +121,7 @@ public struct WorkerConfiguration: Sendable, Equatable {
         flushIntervalMs = try object.int("flushIntervalMs", minimum: 1, maximum: 60_000) ?? flushIntervalMs
         maxMemoryValueBytes =
             try object.int("maxMemoryValueBytes", minimum: 16, maximum: 1 << 30) ?? maxMemoryValueBytes
+        maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
         if let planner = object.values["planner"] {
             do throws(SkillbusError) {
                 try ConfiguredPlanner.check(planner)
@@ -123,6 +136,11 @@ public struct WorkerConfiguration: Sendable, Equatable {
                 "skills[\(index)]",
                 "unknown built-in skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
         }
+        for child in try object.objects("commands", allowed: CommandSkillSpec.keys) ?? [] {
+            commands.append(try CommandSkillSpec(reading: child))
+        }
+        try CommandSkillSpec.checkUnique(
+            commands, builtins: skills.isEmpty ? BuiltinSkills.identifiers : skills, in: object)
     }
 
     public static func load(path: String) throws(SkillbusError) -> WorkerConfiguration {
