@@ -75,8 +75,11 @@ public enum WorkerCommand: SkillbusCommand {
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
+            --policy overrides what a skill declares about retries and concurrency (a config's "policies"):
+            retry (an object, or null for none), idempotent, concurrency (how many run at once, or null).
 
             EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
+                     skillbus worker --name beta --skills sleep --policy 'sleep={"concurrency":1}'
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
@@ -90,6 +93,9 @@ public enum WorkerCommand: SkillbusCommand {
                 help: "Where the agent keeps its sessions and memory (default \(DataDirectory.agents)/NAME)."),
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
             OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
+            OptionSpec(
+                "--policy", value: "SKILL=JSON", help: "Override a skill's retry, idempotent or concurrency.",
+                repeatable: true),
             logLevelOption,
         ])
 
@@ -118,6 +124,19 @@ public enum WorkerCommand: SkillbusCommand {
         {
             configuration.heartbeatMs = ms
         }
+        for item in arguments.all("--policy") {
+            guard let equals = item.firstIndex(of: "="),
+                let json = try? JSONValue(parsing: String(item[item.index(after: equals)...]))
+            else {
+                throw UsageError(spec, "option '--policy': expected SKILL=JSON, e.g. sleep={\"concurrency\":1}, got '\(item)'")
+            }
+            let skill = String(item[..<equals])
+            do throws(SkillbusError) {
+                configuration.policies.overrides[skill] = try SkillPolicies.override(skill, json)
+            } catch {
+                throw UsageError(spec, "option '--policy': \(error.message)")
+            }
+        }
         guard SkillDescriptor.isValidIdentifier(configuration.name) else {
             throw UsageError(spec, "option '--name' is required: 1-128 of a-z A-Z 0-9 . _ -")
         }
@@ -130,7 +149,7 @@ public enum WorkerCommand: SkillbusCommand {
             label: "worker \(configuration.name)",
             level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
         let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-        let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        let skills = try configuration.policies.apply(to: BuiltinSkills.make(configuration.skills, sandbox: sandbox))
         let signals = SignalWatcher()
         let context = try ZMQContext()
         var storeOptions = AgentStore.Options()
@@ -176,7 +195,7 @@ public enum WorkerCommand: SkillbusCommand {
         do {
             let configuration = try configuration(arguments)
             let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-            let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+            let skills = try configuration.policies.apply(to: BuiltinSkills.make(configuration.skills, sandbox: sandbox))
             worker.setSkills(skills)
             logger.info("SIGHUP: now offering \(skills.map(\.identifier).sorted().joined(separator: ", "))")
             if configuration.capacity != worker.options.capacity || configuration.name != worker.options.name {

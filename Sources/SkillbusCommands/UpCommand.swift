@@ -359,6 +359,7 @@ extension WorkerConfiguration {
         if let dataDir { object["dataDir"] = .string(dataDir) }
         if let planner { object["planner"] = planner }
         if let feed { object["feed"] = .string(feed) }
+        if !policies.isEmpty { object["policies"] = policies.json }
         return .object(object)
     }
 }

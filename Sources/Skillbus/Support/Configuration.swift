@@ -87,12 +87,14 @@ public struct WorkerConfiguration: Sendable, Equatable {
     /// The agent's planner, as configured (`{"rules": […]}` or `{"openai": {…}}`, see `ConfiguredPlanner`);
     /// nil: it takes no turns.
     public var planner: JSONValue?
+    /// Overrides of the skills' own retry policy, idempotency and concurrency, by skill identifier.
+    public var policies = SkillPolicies()
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "policies",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -116,6 +118,13 @@ public struct WorkerConfiguration: Sendable, Equatable {
                 throw object.error("planner", error.message)
             }
             self.planner = planner
+        }
+        if let value = object.values["policies"] {
+            do throws(SkillbusError) {
+                policies = try SkillPolicies(json: value)
+            } catch {
+                throw object.error("policies", error.message)
+            }
         }
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
