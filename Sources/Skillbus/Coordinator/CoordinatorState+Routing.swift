@@ -19,7 +19,7 @@ extension CoordinatorState {
                     request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
                     executed: false, now: now)
             }
-            if worker.hasFreeSlot { return dispatch(request, to: target, now: now) }
+            if worker.canRun(request.skill) { return dispatch(request, to: target, now: now) }
             guard waiting.count < settings.queueLimit else {
                 let error = SkillbusError(
                     .busy,
@@ -40,7 +40,9 @@ extension CoordinatorState {
                 details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
             return fail(request, error, agent: "", executed: false, now: now)
         }
-        if let worker = workers.pickProvider(candidates) { return dispatch(request, to: worker, now: now) }
+        if let worker = workers.pickProvider(candidates, skill: request.skill) {
+            return dispatch(request, to: worker, now: now)
+        }
         guard waiting.count < settings.queueLimit else {
             let error = SkillbusError(
                 .busy,

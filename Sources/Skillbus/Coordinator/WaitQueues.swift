@@ -21,15 +21,15 @@ struct WaitQueues: Sendable {
     }
 
     /// The next request `worker` should run: one only it may run first, else the oldest waiting for any
-    /// of its skills.
+    /// of its skills — of a skill it can run now (below the skill's concurrency limit).
     mutating func next(for worker: CoordinatorState.Worker) -> Request? {
         guard count > 0 else { return nil }
-        if let request = Self.removeFirst(from: &byTarget, key: worker.peer) {
+        if let request = Self.removeFirst(from: &byTarget, key: worker.peer, where: worker.canRun) {
             count -= 1
             return request
         }
         var oldest: (skill: String, accepted: UInt64)?
-        for skill in worker.skills.keys {
+        for skill in worker.skills.keys where worker.limits.isEmpty || worker.canRun(skill) {
             guard let head = bySkill[skill]?.first else { continue }
             if let current = oldest, current.accepted <= head.accepted { continue }
             oldest = (skill, head.accepted)
@@ -83,6 +83,19 @@ struct WaitQueues: Sendable {
     private static func removeFirst<Key: Hashable>(from queues: inout [Key: [Request]], key: Key) -> Request? {
         guard let index = queues.index(forKey: key) else { return nil }
         let request = queues.values[index].removeFirst()
+        if queues.values[index].isEmpty { queues.remove(at: index) }
+        return request
+    }
+
+    /// The oldest request under `key` whose skill `runnable` accepts (a fan-out's invocations may be of a
+    /// skill at its limit while the next one is not).
+    private static func removeFirst<Key: Hashable>(
+        from queues: inout [Key: [Request]], key: Key, where runnable: (String) -> Bool
+    ) -> Request? {
+        guard let index = queues.index(forKey: key),
+            let position = queues.values[index].firstIndex(where: { runnable($0.skill) })
+        else { return nil }
+        let request = queues.values[index].remove(at: position)
         if queues.values[index].isEmpty { queues.remove(at: index) }
         return request
     }
