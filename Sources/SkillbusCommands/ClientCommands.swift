@@ -60,7 +60,8 @@ public enum SendCommand: SkillbusCommand {
             all (every result, in agent order), first (the first success; the rest are cancelled), or
             majority (the result most agents returned). With --plan FILE the round runs a plan of steps
             (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
-            the same --round-id again returns the stored result.
+            the same --round-id again returns the stored result. Ctrl-C cancels the round on the bus: its running
+            invocations get CANCEL, and the document printed says cancelled (see also skillbus cancel).
             Exit codes: 0 ok, 1 a skill failed (or no majority), 2 usage, invalid parameters or plan, unknown
             skill, 3 coordinator unreachable or timed out.
 
@@ -101,13 +102,40 @@ public enum SendCommand: SkillbusCommand {
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         Approval.install(on: client, yes: arguments.flag("--yes"))
-        defer { client.close() }
+        let code = await send(
+            round, client: client, roundID: roundID, session: session, timeout: timeout, json: json)
+        // Ending the context flushes what is still queued: after Ctrl-C, the round's CANCEL.
+        client.close()
+        await context.terminate(within: .seconds(1))
+        return code
+    }
+
+    /// Sends the round and prints its document. Ctrl-C (or SIGTERM) cancels the round on the bus, whose
+    /// document then says `cancelled`.
+    static func send(
+        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, json: Bool
+    ) async -> Int32 {
+        let signals = SignalWatcher()
+        let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
+            do throws(SkillbusError) {
+                return .success(
+                    try await client.round(
+                        round, roundID: roundID, sessionID: session, timeout: .seconds(timeout)))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let watcher = Task {
+            for await _ in signals.signals {
+                sending.cancel()
+                break
+            }
+        }
+        defer { watcher.cancel() }
         let document: RoundDocument
-        do {
-            document = try await client.round(
-                round, roundID: roundID, sessionID: session,
-                timeout: .seconds(timeout))
-        } catch {
+        switch await sending.value {
+        case .success(let answer): document = answer
+        case .failure(let error):
             return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
         }
         if json { print(document.json.jsonString) } else { render(document) }
@@ -215,9 +243,9 @@ public enum FeedCommand: SkillbusCommand {
         discussion: """
             Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
             Topics: agent.joined, agent.left, agent.state, agent.refused; round.accepted, round.done,
-            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled;
-            request.queued, request.dispatched, request.deduplicated, request.done; registry.update,
-            registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
+            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled,
+            invocation.cancelIgnored; request.queued, request.dispatched, request.deduplicated, request.done,
+            request.cancelled; registry.update, registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
 
             EXAMPLE: skillbus feed --topic agent.state
                      skillbus feed --json | jq .
@@ -287,7 +315,7 @@ public enum FeedCommand: SkillbusCommand {
             if let reused = event["reusing"]?.stringValue {
                 detail += " reusing \(reused.isEmpty ? "a running one" : reused)"
             }
-            if topic == "invocation.cancelled" { detail += " cancelled" }
+            if topic == "invocation.cancelled" { detail += " cancelled (\(event["reason"]?.stringValue ?? "?"))" }
             detail += "  round \(round)"
         case "round.done":
             let summary = event["summary"]

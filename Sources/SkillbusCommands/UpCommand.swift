@@ -341,7 +341,7 @@ extension CoordinatorConfiguration {
             "deduplication": .bool(deduplication), "roundRetentionMs": .number(Double(roundRetentionMs)),
             "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
             "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
-            "planStepLimit": .number(Double(planStepLimit)),
+            "planStepLimit": .number(Double(planStepLimit)), "cancelGraceMs": .number(Double(cancelGraceMs)),
         ]
     }
 }

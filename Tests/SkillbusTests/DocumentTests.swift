@@ -116,7 +116,9 @@ extension DocumentTests {
         .invocationDone(
             round: "r", invocation: "b", skill: "echo", agent: "", status: .skipped, durationMicros: 0,
             deduplicated: false),
-        .invocationCancelled(round: "r", invocation: "b", agent: "beta"),
+        .invocationCancelled(round: "r", invocation: "b", agent: "beta", reason: "lost race"),
+        .requestCancelled(round: "r", request: "q", skill: "sleep", agent: "alpha", reason: "client"),
+        .cancelIgnored(round: "r", request: "q", skill: "sleep", agent: "alpha", invocation: "i3", waitedMs: 2001),
         .roundDone(round: "r", status: .ok, summary: RoundDocument.Summary()),
         .registryUpdate(
             RegistryUpdate(
@@ -130,7 +132,7 @@ extension DocumentTests {
         for event in Self.everyEvent {
             #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
         }
-        #expect(Set(Self.everyEvent.map(\.topic)).count == 20)
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 22)
     }
 
     @Test("a feed message that is not an event is refused with what is wrong")

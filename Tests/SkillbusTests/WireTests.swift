@@ -20,7 +20,8 @@ struct WireTests {
             .query(QueryRequest(requestID: "r-8", agent: "beta", query: .sessions)),
             .ask(AskRequest(requestID: "r-9", roundID: "t", sessionID: "s", agent: "", timeoutMs: 900, message: "hi")),
             .ask(AskRequest(requestID: "r-10", roundID: "t", agent: "alpha", message: "what is 6*7")),
-            .cancel(requestID: "r-10"), .approve(confirmationID: "c1", approved: true),
+            .cancel(requestID: "r-10"), .cancelRound(requestID: "r-11", roundID: "3f0c"),
+            .approve(confirmationID: "c1", approved: true),
             .approve(confirmationID: "c2", approved: false),
         ] {
             let frames = message.encoded()
@@ -39,6 +40,7 @@ struct WireTests {
             .turn(requestID: "r", agent: "alpha", .ok(["reply": "42"])),
             .turn(requestID: "r", agent: "", .error(SkillbusError(.unknownAgent, "none"))),
             .stream(requestID: "r", text: "a piece "),
+            .cancelled(requestID: "r", summary: ["round": "x", "requests": 1, "rounds": 0, "turns": 0, "stopped": 1]),
             .confirm(requestID: "r", confirmationID: "c1", skill: "file.write", parameters: Array(#"{"path":"a"}"#.utf8)),
             .answer(requestID: "r", agent: "", .error(SkillbusError(.unknownSession, "no such session"))),
             .reply(

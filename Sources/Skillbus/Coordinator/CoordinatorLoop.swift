@@ -131,6 +131,8 @@ final class CoordinatorLoop {
                     perform(state.handleAsk(request, from: peer, now: now))
                 case .cancel(let requestID):
                     perform(state.handleCancel(requestID: requestID, from: peer, now: now))
+                case .cancelRound(let requestID, let roundID):
+                    perform(state.handleCancelRound(requestID: requestID, roundID: roundID, from: peer, now: now))
                 case .approve(let confirmationID, let approved):
                     perform(state.handleApprove(confirmationID, approved: approved, from: peer, now: now))
                 case .listAgents(let requestID):

@@ -145,8 +145,10 @@ extension CoordinatorState {
         if let id = request.shared {
             waiters += singleFlight.finish(id, outcome: executed ? outcome : nil, now: now)
         }
+        // A client that gave up was answered when it did (CoordinatorState+Cancel).
+        let originWithdrawn = !withdrawn.isEmpty && withdrawn.contains(request.origin)
         var actions = deliver(outcome, to: waiters, roundID: request.roundID, origin: request.origin, now: now)
-        guard publishesRequestEvents, case .client = request.origin else { return actions }
+        guard publishesRequestEvents, !originWithdrawn, case .client = request.origin else { return actions }
         actions.append(
             .publish(
                 .requestDone(
@@ -162,8 +164,10 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         for waiter in waiters {
+            if !withdrawn.isEmpty, withdrawn.remove(waiter) != nil { continue }
             switch waiter {
             case .client(let client, let requestID):
+                if !joinedClients.isEmpty { joinedClients[waiter] = nil }
                 actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
                 if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
             case .step(let round, let index):

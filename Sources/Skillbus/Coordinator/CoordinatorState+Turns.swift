@@ -54,13 +54,21 @@ extension CoordinatorState {
     /// invocations are cancelled (CANCEL to their workers) and answered `cancelled`. The agent's TURNEND
     /// still answers the client. An ASK the bus does not hold (already ended) is ignored.
     public mutating func handleCancel(requestID: String, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
-        guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else { return [] }
+        guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else {
+            // Not an ASK: a REQUEST or a ROUND of this client (CoordinatorState+Cancel).
+            return cancelWait(requestID: Array(requestID.utf8), from: client, now: now)
+        }
+        return cancelTurn(turnID, entry, now: now)
+    }
+
+    /// The turn stops on its agent, and its round's running invocations are cancelled and answered.
+    mutating func cancelTurn(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
         // A call of the turn may still be on its way from the agent: it is refused when it comes.
         cancelledTurnRounds.insert(ByteKey(entry.round))
         var actions: [CoordinatorAction] = [.toWorker(entry.worker, .cancel(invocationID: turnID))]
         let cancelled = SkillbusError(.cancelled, "the turn that made this call was cancelled")
         for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
-            actions.append(.toWorker(running.worker, .cancel(invocationID: invocationID)))
+            actions += sendCancel(invocationID, running, reason: .client, now: now)
             actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
         }
         return actions

@@ -51,6 +51,8 @@ public struct CoordinatorState: Sendable {
         public var planStepLimit = 1000
         /// Most sessions whose agent the bus remembers; beyond it the least recently used is forgotten.
         public var sessionAffinityLimit = 100_000
+        /// How long an agent may take to answer CANCEL before its skill is reported as ignoring it.
+        public var cancelGraceMs = 2000
         public init() {}
     }
 
@@ -83,6 +85,13 @@ public struct CoordinatorState: Sendable {
     var confirmations: [String: PendingConfirmation] = [:]
     var lastConfirmation: UInt64 = 0
     var lastHeartbeatSent: UInt64 = 0
+    /// Waiters that gave up on an execution that goes on for others: its outcome passes them by
+    /// (CoordinatorState+Cancel).
+    var withdrawn: Set<Waiter> = []
+    /// Clients' REQUESTs that joined an identical execution, with it and its round, until answered.
+    var joinedClients: [Waiter: (execution: SingleFlight.ExecutionID, round: [UInt8])] = [:]
+    /// CANCELs sent and not yet answered by a RESULT, oldest first, to report the skills that ignore them.
+    var cancelWatch = FinishOrder<WatchedCancel>()
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -153,8 +162,9 @@ public struct CoordinatorState: Sendable {
                 schema: { ledger.registry.skills[$0]?.descriptor.parameters })
             switch admission {
             case .first(let execution): pending.shared = execution
-            case .joined:
+            case .joined(let execution):
                 if inRound { noteSubCall(request, deduplicated: true) }
+                joinedClients[.client(client, requestID: request.$requestID)] = (execution, request.$roundID)
                 return deduplicated(request, finished: nil)
             case .finished(let outcome):
                 if inRound {
@@ -256,9 +266,10 @@ public struct CoordinatorState: Sendable {
             let error = SkillbusError(
                 .timeout,
                 "'\(entry.request.skill)' on agent '\(agent)' did not finish within \(entry.request.timeoutMs) ms")
+            actions += sendCancel(invocationID, entry, reason: .deadline, now: now)
             actions += fail(entry.request, error, agent: agent, now: now)
-            actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
         }
+        actions += reportIgnoredCancels(now: now)
         actions += failQueries(queries.removeExpired(now: now)) {
             SkillbusError(.timeout, "agent '\($0.agent)' did not answer the query in time")
         }

@@ -51,6 +51,24 @@ struct RunningInvocations: Sendable {
         return answered
     }
 
+    subscript(invocationID: String) -> Entry? { entries[invocationID] }
+
+    /// The first unanswered entry that matches, with its invocation id.
+    func firstUnanswered(where matches: (Entry) -> Bool) -> (invocationID: String, entry: Entry)? {
+        entries.first { !$0.value.answered && matches($0.value) }.map { ($0.key, $0.value) }
+    }
+
+    func forEachUnanswered(_ body: (Entry) -> Void) {
+        for entry in entries.values where !entry.answered { body(entry) }
+    }
+
+    /// Marks one unanswered entry answered (its slot stays taken until the worker reports) and returns it.
+    mutating func markAnswered(_ invocationID: String) -> Entry? {
+        guard let index = entries.index(forKey: invocationID), !entries.values[index].answered else { return nil }
+        entries.values[index].answered = true
+        return entries.values[index]
+    }
+
     /// Answered entries whose worker stayed silent for `grace` past the deadline: the INVOKE or its RESULT
     /// was lost, or the worker ignores CANCEL. They are forgotten and their slots given back; returns
     /// the workers that have a slot free again.

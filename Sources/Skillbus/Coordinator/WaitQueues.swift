@@ -66,6 +66,34 @@ struct WaitQueues: Sendable {
         return removed
     }
 
+    /// The first waiting request that matches, in either kind of queue.
+    func first(where matches: (Request) -> Bool) -> Request? {
+        guard count > 0 else { return nil }
+        for queue in bySkill.values { if let request = queue.first(where: matches) { return request } }
+        for queue in byTarget.values { if let request = queue.first(where: matches) { return request } }
+        return nil
+    }
+
+    func forEach(_ body: (Request) -> Void) {
+        for queue in bySkill.values { queue.forEach(body) }
+        for queue in byTarget.values { queue.forEach(body) }
+    }
+
+    /// Takes every waiting request that matches, from both kinds of queue.
+    mutating func remove(where matches: (Request) -> Bool) -> [Request] {
+        guard count > 0 else { return [] }
+        var removed: [Request] = []
+        for (skill, queue) in bySkill {
+            let (taken, kept) = queue.split(by: matches)
+            guard !taken.isEmpty else { continue }
+            bySkill[skill] = kept.isEmpty ? nil : kept
+            count -= taken.count
+            removed += taken
+        }
+        // removeTargeted keeps the count itself.
+        return removed + removeTargeted(where: matches).map(\.request)
+    }
+
     /// Takes the requests waiting by skill whose deadline has passed, with their skill.
     mutating func removeExpiredBySkill(now: UInt64) -> [(skill: String, request: Request)] {
         guard count > 0 else { return [] }

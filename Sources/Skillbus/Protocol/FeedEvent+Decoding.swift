@@ -100,7 +100,16 @@ extension FeedEvent {
         case "invocation.cancelled":
             self = .invocationCancelled(
                 round: try field.string("round"), invocation: try field.string("invocation"),
-                agent: try field.string("agent"))
+                agent: try field.string("agent"), reason: try field.string("reason"))
+        case "request.cancelled":
+            self = .requestCancelled(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"), reason: try field.string("reason"))
+        case "invocation.cancelIgnored":
+            self = .cancelIgnored(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"), invocation: try field.string("invocation"),
+                waitedMs: try field.int("waitedMs"))
         case "round.done":
             self = .roundDone(
                 round: try field.string("round"), status: try field.oneOf("status"),

@@ -31,7 +31,14 @@ public enum FeedEvent: Sendable, Equatable {
     case invocationDone(
         round: String, invocation: String, skill: String, agent: String, status: InvocationStatus,
         durationMicros: Int, deduplicated: Bool)
-    case invocationCancelled(round: String, invocation: String, agent: String)
+    /// The bus stopped one of a round's invocations: CANCEL to its agent, or taken out of a queue.
+    /// `reason`: `lost race`, `client` or `deadline`.
+    case invocationCancelled(round: String, invocation: String, agent: String, reason: String)
+    /// The bus stopped a REQUEST's execution (CANCEL to its agent, or out of a queue): `client` or `deadline`.
+    case requestCancelled(round: String, request: String, skill: String, agent: String, reason: String)
+    /// An agent sent no RESULT within the grace period after CANCEL: its skill seems to ignore cancellation.
+    /// `request`: the REQUEST's request id or the round invocation's id; `invocation`: the INVOKE's `i<N>`.
+    case cancelIgnored(round: String, request: String, skill: String, agent: String, invocation: String, waitedMs: Int)
     case roundDone(round: String, status: ReplyStatus, summary: RoundDocument.Summary)
     /// One change to the registry; sequenced, see `ReplicaSync`.
     case registryUpdate(RegistryUpdate)
@@ -58,6 +65,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .invocationDeduplicated: "invocation.deduplicated"
         case .invocationDone: "invocation.done"
         case .invocationCancelled: "invocation.cancelled"
+        case .requestCancelled: "request.cancelled"
+        case .cancelIgnored: "invocation.cancelIgnored"
         case .roundDone: "round.done"
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
@@ -137,8 +146,21 @@ public enum FeedEvent: Sendable, Equatable {
                 "durationMs": .number(Double(micros) / 1000),
                 "deduplicated": .bool(deduplicated),
             ]
-        case .invocationCancelled(let round, let invocation, let agent):
-            return ["round": .string(round), "invocation": .string(invocation), "agent": .string(agent)]
+        case .invocationCancelled(let round, let invocation, let agent, let reason):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "agent": .string(agent),
+                "reason": .string(reason),
+            ]
+        case .requestCancelled(let round, let request, let skill, let agent, let reason):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+                "reason": .string(reason),
+            ]
+        case .cancelIgnored(let round, let request, let skill, let agent, let invocation, let waitedMs):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+                "invocation": .string(invocation), "waitedMs": .number(Double(waitedMs)),
+            ]
         case .roundDone(let round, let status, let summary):
             return ["round": .string(round), "status": .string(status.rawValue), "summary": summary.json]
         case .registryUpdate(let update):

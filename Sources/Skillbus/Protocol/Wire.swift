@@ -100,6 +100,8 @@ public enum Wire {
         /// A turn that holds its round runs calls itself and reports them: one started (CLAIM), one ended
         /// (CALLED); RELEASE gives the round back to the bus before a call goes through it.
         case claim, called, release
+        /// The answer to a CANCEL that names a round: what the bus stopped.
+        case cancelled
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

@@ -198,10 +198,11 @@ extension CoordinatorState {
                 round: run.roundText, invocation: invocation.id, reusing: reusable ?? "")
             switch admission {
             case .first(let execution): request.shared = execution
-            case .joined:
+            case .joined(let execution):
                 rounds.updateRunning(roundKey) { run in
                     run.invocations[index].record.deduplicated = true
                     run.invocations[index].record.reusedFrom = reusable
+                    run.invocations[index].joined = execution
                 }
                 return [.publish(reused)]
             case .finished(let outcome):
@@ -253,17 +254,12 @@ extension CoordinatorState {
     /// `first`: the others are cancelled, running or still waiting for a slot.
     mutating func cancelLosers(_ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
         guard let run = rounds[roundKey] else { return [] }
-        let cancelled = SkillbusError(.cancelled, "another agent answered first")
+        let cancelled = Self.cancelledError("another agent answered first", .lostRace)
         var actions: [CoordinatorAction] = []
         for (invocationID, entry) in running.answer(where: { $0.request.isStep(of: roundKey) }) {
-            guard case .step(_, let index) = entry.request.origin else { continue }
-            let agent = workers[entry.worker]?.name ?? ""
             // Announced before its outcome, so the feed reads: cancelled, then done, then the round.
-            actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
-            actions.append(
-                .publish(
-                    .invocationCancelled(round: run.roundText, invocation: run.invocations[index].id, agent: agent)))
-            actions += fail(entry.request, cancelled, agent: agent, now: now)
+            actions += sendCancel(invocationID, entry, reason: .lostRace, now: now)
+            actions += fail(entry.request, cancelled, agent: workers[entry.worker]?.name ?? "", now: now)
         }
         for (target, request) in waiting.removeTargeted(where: { $0.isStep(of: roundKey) }) {
             if case .step(_, let index) = request.origin {
@@ -271,7 +267,7 @@ extension CoordinatorState {
                     .publish(
                         .invocationCancelled(
                             round: run.roundText, invocation: run.invocations[index].id,
-                            agent: workers[target]?.name ?? "")))
+                            agent: workers[target]?.name ?? "", reason: CancelReason.lostRace.rawValue)))
             }
             actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
@@ -284,6 +280,8 @@ extension CoordinatorState {
         let document = roundDocument(run, now: now)
         let bytes = document.json.serialized()
         rounds.finish(roundKey, document: bytes, now: now)
+        // A cancelled round is no answer to keep: the same round sent again runs (what succeeded is reused).
+        if run.cancelled != nil { rounds.forget(roundKey) }
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }

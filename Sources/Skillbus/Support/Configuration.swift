@@ -16,6 +16,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var retainedOutcomesLimit = 100_000
     public var retainedRoundsLimit = 10_000
     public var planStepLimit = 1000
+    /// How long an agent may take to answer CANCEL before the feed says it ignores it.
+    public var cancelGraceMs = 2000
 
     public init() {}
 
@@ -30,12 +32,14 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.retainedOutcomesLimit = retainedOutcomesLimit
         settings.retainedRoundsLimit = retainedRoundsLimit
         settings.planStepLimit = planStepLimit
+        settings.cancelGraceMs = cancelGraceMs
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
+        "cancelGraceMs",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -55,6 +59,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         retainedRoundsLimit =
             try object.int("retainedRoundsLimit", minimum: 0, maximum: 10_000_000) ?? retainedRoundsLimit
         planStepLimit = try object.int("planStepLimit", minimum: 1, maximum: 1_000_000) ?? planStepLimit
+        cancelGraceMs = try object.int("cancelGraceMs", minimum: 1, maximum: 3_600_000) ?? cancelGraceMs
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
