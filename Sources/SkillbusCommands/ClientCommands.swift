@@ -60,7 +60,9 @@ public enum SendCommand: SkillbusCommand {
             all (every result, in agent order), first (the first success; the rest are cancelled), or
             majority (the result most agents returned). With --plan FILE the round runs a plan of steps
             (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
-            the same --round-id again returns the stored result. Ctrl-C cancels the round on the bus: its running
+            the same --round-id again returns the stored result (not a failure that may be retried: that runs
+            again). Skills that declare a retry policy are retried on another agent when they fail retryably
+            (agent_lost, timeout of idempotent skills, the codes they list); --retries N overrides. Ctrl-C cancels the round on the bus: its running
             invocations get CANCEL, and the document printed says cancelled (see also skillbus cancel).
             Exit codes: 0 ok, 1 a skill failed (or no majority), 2 usage, invalid parameters or plan, unknown
             skill, 3 coordinator unreachable or timed out.
@@ -77,6 +79,9 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
             OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
+            OptionSpec(
+                "--retries", value: "N",
+                help: "Retry each invocation up to N times (0-10) instead of as its skill declares; 0 never."),
             coordinatorOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             Approval.option,
@@ -87,6 +92,7 @@ public enum SendCommand: SkillbusCommand {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
         let json = arguments.flag("--json")
+        let retries = try arguments.int("--retries", minimum: 0, maximum: RetryPolicy.maxRetries, in: spec)
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
         let round: RoundSpec
         do {
@@ -103,7 +109,7 @@ public enum SendCommand: SkillbusCommand {
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         Approval.install(on: client, yes: arguments.flag("--yes"))
         let code = await send(
-            round, client: client, roundID: roundID, session: session, timeout: timeout, json: json)
+            round, client: client, roundID: roundID, session: session, timeout: timeout, retries: retries, json: json)
         // Ending the context flushes what is still queued: after Ctrl-C, the round's CANCEL.
         client.close()
         await context.terminate(within: .seconds(1))
@@ -113,14 +119,15 @@ public enum SendCommand: SkillbusCommand {
     /// Sends the round and prints its document. Ctrl-C (or SIGTERM) cancels the round on the bus, whose
     /// document then says `cancelled`.
     static func send(
-        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, json: Bool
+        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, retries: Int?,
+        json: Bool
     ) async -> Int32 {
         let signals = SignalWatcher()
         let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
             do throws(SkillbusError) {
                 return .success(
                     try await client.round(
-                        round, roundID: roundID, sessionID: session, timeout: .seconds(timeout)))
+                        round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), retries: retries))
             } catch {
                 return .failure(error)
             }
@@ -180,6 +187,12 @@ public enum SendCommand: SkillbusCommand {
 
     /// The document for people: each invocation, then the result (or the error).
     static func render(_ document: RoundDocument) {
+        if document.shape == "invoke", let only = document.invocations.first, only.attempts.count > 1 {
+            printError(
+                "↻ \(only.attempts.count) attempts: "
+                    + only.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                    .joined(separator: ", "))
+        }
         if document.shape != "invoke" {
             for invocation in document.invocations {
                 var line =
@@ -190,6 +203,11 @@ public enum SendCommand: SkillbusCommand {
                 }
                 if invocation.status != .ok, let error = invocation.error {
                     line += " \(invocation.status.documentName): \(error.message)"
+                }
+                if invocation.attempts.count > 1 {
+                    line += " after \(invocation.attempts.count) attempts ("
+                        + invocation.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                        .joined(separator: ", ") + ")"
                 }
                 printError(line)
             }

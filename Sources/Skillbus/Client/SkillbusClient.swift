@@ -204,15 +204,17 @@ public final class SkillbusClient: Sendable {
 
     /// Runs a whole round (one invocation, a fan-out or a plan) and returns its document. A round that
     /// failed comes back as a document with `status: error`; this throws only when no answer came.
+    /// `retries`, when given, is how many times the bus may retry each invocation instead of what its skill
+    /// declares (0: never), within the skill's rules of what is retryable (PROTOCOL §4.12).
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15)
+        timeout: Duration = .seconds(15), retries: Int? = nil
     ) async throws(SkillbusError) -> RoundDocument {
         let requestID = makeRequestID()
         let request = RoundRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))),
-            body: spec.json.serialized())
+            body: spec.body(retries: retries).serialized())
         let answer = try await exchange(
             .round(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
         switch answer {

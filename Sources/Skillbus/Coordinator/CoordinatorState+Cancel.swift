@@ -39,6 +39,8 @@ extension CoordinatorState {
         case running(invocationID: String)
         case waiting
         case confirming(id: String)
+        /// Between two attempts (CoordinatorState+Retries).
+        case backingOff
     }
 
     static func cancelledError(_ message: String, _ reason: CancelReason) -> SkillbusError {
@@ -88,6 +90,7 @@ extension CoordinatorState {
         }
         running.forEachUnanswered { note($0.request) }
         waiting.forEach(note)
+        retryQueue.forEach(note)
         for pending in confirmations.values { note(pending.request) }
         waiters += joinedClients.filter { $0.value.round == round }.map(\.key)
         for waiter in waiters {
@@ -161,6 +164,7 @@ extension CoordinatorState {
             return (entry.request, .running(invocationID: invocationID))
         }
         if let request = waiting.first(where: matches) { return (request, .waiting) }
+        if let request = retryQueue.first(where: matches) { return (request, .backingOff) }
         if let (id, pending) = confirmations.first(where: { matches($0.value.request) }) {
             return (pending.request, .confirming(id: id))
         }
@@ -208,6 +212,9 @@ extension CoordinatorState {
         case .confirming(let id):
             confirmations[id] = nil
             actions.append(.publish(.confirmationDone(confirmation: id, approved: false)))
+        case .backingOff:
+            _ = retryQueue.remove { $0.origin == request.origin }
+            actions += cancelledEvent(request, agent: "", reason: reason)
         }
         tally.stopped += 1
         guard let id = request.shared else { return actions }

@@ -92,6 +92,15 @@ public struct CoordinatorState: Sendable {
     var joinedClients: [Waiter: (execution: SingleFlight.ExecutionID, round: [UInt8])] = [:]
     /// CANCELs sent and not yet answered by a RESULT, oldest first, to report the skills that ignore them.
     var cancelWatch = FinishOrder<WatchedCancel>()
+    /// Attempts waiting out their backoff (CoordinatorState+Retries).
+    var retryQueue = RetryQueue()
+    /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
+    var attemptTimeouts: [String: Int] = [:]
+    /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
+    /// judged by their own descriptor.
+    var departingSkills: [String: SkillDescriptor] = [:]
+    /// Where the retry jitter's numbers come from.
+    var jitterState: UInt64
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -105,6 +114,7 @@ public struct CoordinatorState: Sendable {
         self.ledger = RegistryLedger(epoch: epoch)
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
+        self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 
     public static func makeEpoch() -> String {
@@ -115,6 +125,8 @@ public struct CoordinatorState: Sendable {
     public var runningCount: Int { running.count }
     /// Requests waiting for a free slot, over all queues.
     public var waitingCount: Int { waiting.count }
+    /// Attempts waiting out their backoff before they are retried.
+    public var retryingCount: Int { retryQueue.count }
     /// Invocations the coordinator keeps for single-flight: running or finished.
     public var sharedExecutionCount: Int { singleFlight.count }
 
@@ -232,7 +244,7 @@ public struct CoordinatorState: Sendable {
 
     /// Heartbeats out, dead workers out, expired requests answered. Call it a few times a second.
     public mutating func tick(now: UInt64) -> [CoordinatorAction] {
-        var actions: [CoordinatorAction] = []
+        var actions = fireTimers(now: now)
         singleFlight.evict(now: now)
         rounds.evict(
             now: now, retentionNanos: UInt64(settings.roundRetentionMs) * 1_000_000,
@@ -261,11 +273,17 @@ public struct CoordinatorState: Sendable {
         for peer in running.abandon(now: now, grace: Self.abandonAfterNanos, workers: &workers) {
             actions += dispatchWaiting(to: peer, now: now)
         }
-        for (invocationID, entry) in running.answer(where: { $0.request.deadline <= now }) {
+        for (invocationID, entry) in running.answer(where: { $0.request.attemptEnds <= now }) {
             let agent = workers[entry.worker]?.name ?? ""
-            let error = SkillbusError(
-                .timeout,
-                "'\(entry.request.skill)' on agent '\(agent)' did not finish within \(entry.request.timeoutMs) ms")
+            let request = entry.request
+            let error =
+                request.deadline <= now
+                ? SkillbusError(
+                    .timeout, "'\(request.skill)' on agent '\(agent)' did not finish within \(request.timeoutMs) ms")
+                : SkillbusError(
+                    .timeout,
+                    "attempt \(request.attempt) of '\(request.skill)' on agent '\(agent)' did not finish within its "
+                        + "\((request.attemptDeadline &- request.attemptStarted) / 1_000_000) ms")
             actions += sendCancel(invocationID, entry, reason: .deadline, now: now)
             actions += fail(entry.request, error, agent: agent, now: now)
         }

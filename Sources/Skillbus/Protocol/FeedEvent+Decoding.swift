@@ -105,6 +105,20 @@ extension FeedEvent {
             self = .requestCancelled(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
                 agent: try field.string("agent"), reason: try field.string("reason"))
+        case "request.retrying", "invocation.retrying":
+            guard let error = field.optional("error") else { throw field.problem("'error' is missing") }
+            let backoff = Int((try field.number("backoffMs") * 1000).rounded())
+            if topic == "request.retrying" {
+                self = .requestRetrying(
+                    round: try field.string("round"), request: try field.string("request"),
+                    skill: try field.string("skill"), agent: try field.string("agent"), attempt: try field.int("attempt"),
+                    error: SkillbusError(json: error), backoffMicros: backoff)
+            } else {
+                self = .invocationRetrying(
+                    round: try field.string("round"), invocation: try field.string("invocation"),
+                    skill: try field.string("skill"), agent: try field.string("agent"), attempt: try field.int("attempt"),
+                    error: SkillbusError(json: error), backoffMicros: backoff)
+            }
         case "invocation.cancelIgnored":
             self = .cancelIgnored(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),

@@ -36,6 +36,14 @@ public enum FeedEvent: Sendable, Equatable {
     case invocationCancelled(round: String, invocation: String, agent: String, reason: String)
     /// The bus stopped a REQUEST's execution (CANCEL to its agent, or out of a queue): `client` or `deadline`.
     case requestCancelled(round: String, request: String, skill: String, agent: String, reason: String)
+    /// A REQUEST's attempt `attempt` failed with a retryable `error` on `agent`; the next comes after `backoffMicros`.
+    case requestRetrying(
+        round: String, request: String, skill: String, agent: String, attempt: Int, error: SkillbusError,
+        backoffMicros: Int)
+    /// The same for one of a round's own invocations.
+    case invocationRetrying(
+        round: String, invocation: String, skill: String, agent: String, attempt: Int, error: SkillbusError,
+        backoffMicros: Int)
     /// An agent sent no RESULT within the grace period after CANCEL: its skill seems to ignore cancellation.
     /// `request`: the REQUEST's request id or the round invocation's id; `invocation`: the INVOKE's `i<N>`.
     case cancelIgnored(round: String, request: String, skill: String, agent: String, invocation: String, waitedMs: Int)
@@ -66,6 +74,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .invocationDone: "invocation.done"
         case .invocationCancelled: "invocation.cancelled"
         case .requestCancelled: "request.cancelled"
+        case .requestRetrying: "request.retrying"
+        case .invocationRetrying: "invocation.retrying"
         case .cancelIgnored: "invocation.cancelIgnored"
         case .roundDone: "round.done"
         case .registryUpdate: "registry.update"
@@ -155,6 +165,17 @@ public enum FeedEvent: Sendable, Equatable {
             return [
                 "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
                 "reason": .string(reason),
+            ]
+        case .requestRetrying(let round, let request, let skill, let agent, let attempt, let error, let micros):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+                "attempt": .number(Double(attempt)), "error": error.json, "backoffMs": .number(Double(micros) / 1000),
+            ]
+        case .invocationRetrying(let round, let invocation, let skill, let agent, let attempt, let error, let micros):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
+                "agent": .string(agent), "attempt": .number(Double(attempt)), "error": error.json,
+                "backoffMs": .number(Double(micros) / 1000),
             ]
         case .cancelIgnored(let round, let request, let skill, let agent, let invocation, let waitedMs):
             return [

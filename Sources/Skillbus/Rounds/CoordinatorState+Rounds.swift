@@ -15,6 +15,7 @@ extension CoordinatorState {
             ]
         }
         let spec: RoundSpec
+        let retries: Int?
         do throws(SkillbusError) {
             let body: JSONValue
             do {
@@ -23,6 +24,7 @@ extension CoordinatorState {
                 throw SkillbusError(.invalidRound, "the round body is not JSON: \(error)")
             }
             spec = try RoundSpec(json: body, stepLimit: settings.planStepLimit)
+            retries = try RoundSpec.retries(in: body)
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
             return refuse(error, shape: nil)
@@ -56,12 +58,12 @@ extension CoordinatorState {
             return refuse(error, shape: spec.shape)
         }
         let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: spec.skill)
-        rounds.start(
-            RoundRun(
-                id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
-                deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
-                invocations: invocations),
-            key: roundKey)
+        var run = RoundRun(
+            id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
+            deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
+            invocations: invocations)
+        run.retries = retries
+        rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = [
             .publish(
                 .roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id)))
@@ -190,6 +192,7 @@ extension CoordinatorState {
             origin: .step(round: roundKey, index: index), requestID: Array(invocation.id.utf8), roundID: run.id,
             sessionID: run.session, skill: invocation.skill, parameters: bytes, accepted: now, deadline: run.deadline)
         if let target = invocation.target { request.target = workers.peer(named: target) }
+        request.retries = run.retries
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,
@@ -280,8 +283,14 @@ extension CoordinatorState {
         let document = roundDocument(run, now: now)
         let bytes = document.json.serialized()
         rounds.finish(roundKey, document: bytes, now: now)
-        // A cancelled round is no answer to keep: the same round sent again runs (what succeeded is reused).
-        if run.cancelled != nil { rounds.forget(roundKey) }
+        // A cancelled round, or one that failed in a way that may be tried again, is no answer to keep: the
+        // same round sent again runs (what succeeded is reused through single-flight).
+        let retryable = run.invocations.contains { invocation in
+            guard invocation.subCallRequest == nil, invocation.status == .error, let error = invocation.record.error
+            else { return false }
+            return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
+        }
+        if run.cancelled != nil || retryable { rounds.forget(roundKey) }
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }

@@ -23,6 +23,8 @@ struct RoundRun: Sendable {
     var subCalls = 0
     /// Set when a client cancelled the round: the document's error.
     var cancelled: SkillbusError?
+    /// Retries the client asked for (the body's `retries`); nil: each skill's own policy.
+    var retries: Int?
 
     var isFinished: Bool { document != nil }
     var roundText: String { String(decoding: id, as: UTF8.self) }
