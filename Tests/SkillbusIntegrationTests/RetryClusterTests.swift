@@ -130,4 +130,43 @@ struct RetryClusterTests {
         let (code, again) = try await cluster.sendJSON(["sleep", "ms:=3000", "--round-id", round])
         #expect(code == 0 && again["status"] == "ok", "\(again)")
     }
+
+    @Test("a backoff of 1 s ends on time, not at the next 100 ms tick: the retry's INVOKE comes 1 s after the failure")
+    func backoffOnTime() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        // A worker of the test's own whose skill fails once with a code its policy retries.
+        let worker = try RawPeer(cluster.bus, context: try ZMQContext())
+        defer { worker.close() }
+        let skill: JSONValue = [
+            "identifier": "flaky", "retry": ["backoffMs": 1000, "jitter": 0, "on": ["upstream_down"]],
+        ]
+        _ = try await worker.exchange(
+            [Array("SKB1W".utf8), Array("READY".utf8),
+             (["name": "flaky", "capacity": 1, "heartbeatMs": 60_000, "skills": [skill]] as JSONValue).serialized()])
+        func nextInvoke() async throws -> Multipart {
+            while true {
+                let message = try await worker.next(timeout: .seconds(10))
+                if message.count == 8, String(decoding: message[1], as: UTF8.self) == "INVOKE" { return message }
+            }
+        }
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        let call = Task { try await client.invoke("flaky", timeout: .seconds(10)) }
+        let first = try await nextInvoke()
+        let failedAt = ContinuousClock.now
+        worker.socket.send(
+            [Array("SKB1W".utf8), Array("RESULT".utf8), first[2], Array("error".utf8),
+             Array(#"{"code":"upstream_down","message":"try later"}"#.utf8)])
+        let second = try await nextInvoke()
+        let waited = ContinuousClock.now - failedAt
+        worker.socket.send(
+            [Array("SKB1W".utf8), Array("RESULT".utf8), second[2], Array("ok".utf8),
+             Array(#"{"text":"fine","type":"text"}"#.utf8)])
+        #expect(try await call.value.result == .text("fine"))
+        #expect(second[2] != first[2])
+        let ms = Double(waited / .microseconds(1)) / 1000
+        print(String(format: "a 1 s backoff: the retry's INVOKE came %.1f ms after the failed RESULT was sent", ms))
+        #expect(ms >= 1000 && ms < 1090, "\(ms) ms")
+    }
 }
