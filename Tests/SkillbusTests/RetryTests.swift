@@ -206,4 +206,24 @@ struct RetryTests {
             return (try? JSONValue(parsing: bytes))?["error"]?["code"] == "invalid_round"
         })
     }
+
+    @Test("a fan-out loser waiting out its backoff when another agent wins is cancelled, not run")
+    func loserBackingOff() throws {
+        var state = state()
+        let body: JSONValue = ["fanout": ["skill": "flaky", "aggregate": "first"]]
+        let sent = invocations(
+            state.handleRound(RoundRequest(requestID: "q", roundID: "F", timeoutMs: 10_000, body: body.serialized()), from: client, now: 0))
+        let (loser, winner) = (sent[0], sent[1])
+        _ = state.handleWorker(
+            .result(invocationID: loser.invocation.invocationID, status: .error, payload: error("upstream_down")),
+            from: loser.peer, now: 1)
+        #expect(state.retryingCount == 1)
+        let won = state.handleWorker(
+            .result(invocationID: winner.invocation.invocationID, status: .ok, payload: Self.ok), from: winner.peer, now: 2)
+        #expect(state.retryingCount == 0 && invocations(state.fireTimers(now: 100 * Self.ms)).isEmpty)
+        let document = try #require(
+            won.compactMap { if case .toClient(_, .round(_, _, let bytes)) = $0 { try? RoundDocument(parsing: bytes) } else { nil } }.first)
+        #expect(document.status == .ok)
+        #expect(document.invocations.map(\.status).sorted { $0.rawValue < $1.rawValue } == [.cancelled, .ok])
+    }
 }

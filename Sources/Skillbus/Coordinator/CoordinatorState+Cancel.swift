@@ -128,7 +128,15 @@ extension CoordinatorState {
                 + answerCancelled(waiter, request, error, agent: agent, now: now)
         }
         // It joined an identical execution.
-        if let id = joinedExecution(of: waiter), let (request, place) = findExecution({ $0.shared == id }) {
+        if let id = joinedExecution(of: waiter) {
+            guard let (request, place) = findExecution({ $0.shared == id }) else {
+                // A call a turn runs itself (CLAIM): the bus cannot stop it, but this waiter is done with it.
+                guard case .client(let client, let requestID) = waiter, let joined = joinedClients[waiter] else { return nil }
+                joinedClients[waiter] = nil
+                withdrawn.insert(waiter)
+                let outcome = Outcome(status: .error, agent: [], payload: error.json.serialized(), durationMicros: 0)
+                return [.toClient(client, outcome.reply(requestID: requestID, roundID: joined.round))]
+            }
             var actions = answerCancelled(waiter, request, error, agent: agentName(at: place), now: now)
             withdrawn.insert(waiter)
             if !withdrawn.contains(request.origin) || isWanted(id, besides: waiter) { return actions }

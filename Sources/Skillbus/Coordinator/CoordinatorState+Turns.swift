@@ -66,10 +66,16 @@ extension CoordinatorState {
         // A call of the turn may still be on its way from the agent: it is refused when it comes.
         cancelledTurnRounds.insert(ByteKey(entry.round))
         var actions: [CoordinatorAction] = [.toWorker(entry.worker, .cancel(invocationID: turnID))]
-        let cancelled = SkillbusError(.cancelled, "the turn that made this call was cancelled")
+        let cancelled = Self.cancelledError("the turn that made this call was cancelled", .client)
         for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
             actions += sendCancel(invocationID, running, reason: .client, now: now)
             actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
+        }
+        // Calls that wait for a slot or for their next attempt would otherwise still run.
+        let round = entry.round
+        for request in waiting.remove(where: { $0.roundID == round }) + retryQueue.remove(where: { $0.roundID == round }) {
+            actions += cancelledEvent(request, agent: "", reason: .client)
+            actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
         return actions
     }

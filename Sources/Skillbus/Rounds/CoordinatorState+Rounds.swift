@@ -264,6 +264,11 @@ extension CoordinatorState {
             actions += sendCancel(invocationID, entry, reason: .lostRace, now: now)
             actions += fail(entry.request, cancelled, agent: workers[entry.worker]?.name ?? "", now: now)
         }
+        // A loser waiting out a retry's backoff never runs.
+        for request in retryQueue.remove(where: { $0.isStep(of: roundKey) }) {
+            actions += cancelledEvent(request, agent: "", reason: .lostRace)
+            actions += fail(request, cancelled, agent: "", executed: false, now: now)
+        }
         for (target, request) in waiting.removeTargeted(where: { $0.isStep(of: roundKey) }) {
             if case .step(_, let index) = request.origin {
                 actions.append(
