@@ -52,6 +52,7 @@ struct BenchReport {
     var registry: RegistryFigures
     var context: ContextFigures
     var turns: TurnFigures
+    var retries: RetryFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -60,6 +61,7 @@ struct BenchReport {
         levels.reduce(0) { $0 + (skillbus[$1]?.failed ?? 0) + (baseline[$1]?.failed ?? 0) }
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
+            + retries.failures
     }
 
     struct LevelRatios {
@@ -122,6 +124,7 @@ struct BenchReport {
             ],
             "context": context.json,
             "turns": turns.json,
+            "retries": retries.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -190,6 +193,8 @@ struct BenchReport {
             String(
                 format: "  coordinator memory (resident) %.0f MB with it, %.0f MB without", dedup.residentMB.with,
                 dedup.residentMB.without))
+        print("")
+        retries.printText()
         print("")
         context.printText()
         print("")

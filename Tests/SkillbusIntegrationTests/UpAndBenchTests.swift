@@ -207,6 +207,12 @@ struct UpAndBenchTests {
                 #expect(deduplication?[figure]?[side]?.doubleValue != nil, "\(figure).\(side)")
             }
         }
+        let retries = document["retries"]
+        #expect(retries?["throughputRatios"]?.arrayValue?.count == 5 && retries?["throughputRatio"]?.doubleValue != nil)
+        for side in ["armed", "plain"] {
+            #expect(retries?[side]?["failed"] == 0, "retries.\(side)")
+            #expect(retries?["coordinatorCpuMicrosPerRequest"]?[side]?.doubleValue != nil, "retries cpu \(side)")
+        }
         let context = document["context"]
         for series in ["echo", "echoInSession", "memorySetGet"] {
             for level in ["inFlight1", "inFlight16"] {
