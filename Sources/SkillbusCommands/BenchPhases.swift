@@ -29,7 +29,9 @@ struct Bench {
     }
 
     /// A coordinator and the echo workers; nil unless every worker registered within 30 s.
-    func startCluster(name: String, coordinatorOptions: [String] = []) async -> Cluster? {
+    func startCluster(
+        name: String, coordinatorOptions: [String] = [], workerOptions: [String] = Bench.armedEcho
+    ) async -> Cluster? {
         let coordinator = supervisor.start(
             name: "\(name)-coordinator",
             arguments: ["coordinator", "--bus", Self.local, "--feed", Self.local, "--log-level", "warning"]
@@ -46,7 +48,7 @@ struct Bench {
                     "--capacity",
                     String(setup.capacity), "--log-level", "warning",
                     "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",
-                ], quiet: true)
+                ] + workerOptions, quiet: true)
         }
         let registered = await BenchCommand.waitForProviders(
             bus: bus, skill: "echo", count: setup.workers, context: context)

@@ -53,6 +53,7 @@ struct BenchReport {
     var context: ContextFigures
     var turns: TurnFigures
     var output: OutputFigures
+    var retries: RetryFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -62,6 +63,7 @@ struct BenchReport {
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + output.failures
+            + retries.failures
     }
 
     struct LevelRatios {
@@ -125,6 +127,7 @@ struct BenchReport {
             "context": context.json,
             "turns": turns.json,
             "output": output.json,
+            "retries": retries.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -193,6 +196,8 @@ struct BenchReport {
             String(
                 format: "  coordinator memory (resident) %.0f MB with it, %.0f MB without", dedup.residentMB.with,
                 dedup.residentMB.without))
+        print("")
+        retries.printText()
         print("")
         context.printText()
         print("")

@@ -60,7 +60,11 @@ public enum SendCommand: SkillbusCommand {
             all (every result, in agent order), first (the first success; the rest are cancelled), or
             majority (the result most agents returned). With --plan FILE the round runs a plan of steps
             (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
-            the same --round-id again returns the stored result.
+            the same --round-id again returns the stored result (not a failure that may be retried: that runs
+            again). Skills that declare a retry policy are retried on another agent when they fail retryably
+            (agent_lost, timeout of idempotent skills, the codes they list); --retries N overrides. Ctrl-C cancels
+            the round on the bus: its running invocations get CANCEL, and the document printed says cancelled
+            (see also skillbus cancel).
             A skill's partial output (a command skill's lines, say) is printed as it arrives, each part on a
             line (prefixed with its invocation for a fan-out or plan); a text result that only repeats it is
             not printed again. --json prints the document at the end (each invocation's output is in it);
@@ -83,6 +87,9 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
             OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
+            OptionSpec(
+                "--retries", value: "N",
+                help: "Retry each invocation up to N times (0-10) instead of as its skill declares; 0 never."),
             coordinatorOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             Approval.option,
@@ -94,6 +101,7 @@ public enum SendCommand: SkillbusCommand {
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
         let stream = arguments.flag("--stream")
         let json = arguments.flag("--json") || stream
+        let retries = try arguments.int("--retries", minimum: 0, maximum: RetryPolicy.maxRetries, in: spec)
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
         let round: RoundSpec
         do {
@@ -109,14 +117,45 @@ public enum SendCommand: SkillbusCommand {
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: endpoint, context: context)
         Approval.install(on: client, yes: arguments.flag("--yes"))
-        defer { client.close() }
         let printer = OutputPrinter(
             mode: stream ? .jsonLines : json ? .silent : .lines(labelled: round.shape != "invoke"))
+        let code = await send(
+            round, client: client, roundID: roundID, session: session, timeout: timeout, retries: retries,
+            printer: printer, json: json, stream: stream)
+        // Ending the context flushes what is still queued: after Ctrl-C, the round's CANCEL.
+        client.close()
+        await context.terminate(within: .seconds(1))
+        return code
+    }
+
+    /// Sends the round and prints its document (and its output as it comes, through `printer`). Ctrl-C (or
+    /// SIGTERM) cancels the round on the bus, whose document then says `cancelled`.
+    static func send(
+        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, retries: Int?,
+        printer: OutputPrinter, json: Bool, stream: Bool
+    ) async -> Int32 {
+        let signals = SignalWatcher()
+        let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
+            do throws(SkillbusError) {
+                return .success(
+                    try await client.round(
+                        round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), retries: retries,
+                        onOutput: printer.receive))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let watcher = Task {
+            for await _ in signals.signals {
+                sending.cancel()
+                break
+            }
+        }
+        defer { watcher.cancel() }
         let document: RoundDocument
-        do {
-            document = try await client.round(
-                round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), onOutput: printer.receive)
-        } catch {
+        switch await sending.value {
+        case .success(let answer): document = answer
+        case .failure(let error):
             return report(
                 failure: error, roundID: roundID, json: json, stream: stream, exitCode: exitCode(for: error.code))
         }
@@ -168,6 +207,12 @@ public enum SendCommand: SkillbusCommand {
 
     /// The document for people: each invocation, then the result (or the error).
     static func render(_ document: RoundDocument, printer: OutputPrinter? = nil) {
+        if document.shape == "invoke", let only = document.invocations.first, only.attempts.count > 1 {
+            printError(
+                "↻ \(only.attempts.count) attempts: "
+                    + only.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                    .joined(separator: ", "))
+        }
         if document.shape != "invoke" {
             for invocation in document.invocations {
                 var line =
@@ -178,6 +223,11 @@ public enum SendCommand: SkillbusCommand {
                 }
                 if invocation.status != .ok, let error = invocation.error {
                     line += " \(invocation.status.documentName): \(error.message)"
+                }
+                if invocation.attempts.count > 1 {
+                    line += " after \(invocation.attempts.count) attempts ("
+                        + invocation.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                        .joined(separator: ", ") + ")"
                 }
                 printError(line)
             }
@@ -236,8 +286,8 @@ public enum FeedCommand: SkillbusCommand {
             Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
             Topics: agent.joined, agent.left, agent.state, agent.refused; round.accepted, round.done,
             invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled,
-            invocation.output (partial output as it streams);
-            request.queued, request.dispatched, request.deduplicated, request.done; registry.update,
+            invocation.output (partial output as it streams), invocation.cancelIgnored; request.queued,
+            request.dispatched, request.deduplicated, request.done, request.cancelled; registry.update,
             registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
 
             EXAMPLE: skillbus feed --topic agent.state
@@ -308,7 +358,7 @@ public enum FeedCommand: SkillbusCommand {
             if let reused = event["reusing"]?.stringValue {
                 detail += " reusing \(reused.isEmpty ? "a running one" : reused)"
             }
-            if topic == "invocation.cancelled" { detail += " cancelled" }
+            if topic == "invocation.cancelled" { detail += " cancelled (\(event["reason"]?.stringValue ?? "?"))" }
             detail += "  round \(round)"
         case "invocation.output":
             let parts = (event["parts"]?.arrayValue ?? []).compactMap { try? OutputPart(json: $0) }

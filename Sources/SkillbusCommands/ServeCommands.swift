@@ -77,8 +77,11 @@ public enum WorkerCommand: SkillbusCommand {
             skills, their output lines streamed (README, "Skills in any language").
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
+            --policy overrides what a skill declares about retries and concurrency (a config's "policies"):
+            retry (an object, or null for none), idempotent, concurrency (how many run at once, or null).
 
             EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
+                     skillbus worker --name beta --skills sleep --policy 'sleep={"concurrency":1}'
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
@@ -92,6 +95,9 @@ public enum WorkerCommand: SkillbusCommand {
                 help: "Where the agent keeps its sessions and memory (default \(DataDirectory.agents)/NAME)."),
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
             OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
+            OptionSpec(
+                "--policy", value: "SKILL=JSON", help: "Override a skill's retry, idempotent or concurrency.",
+                repeatable: true),
             logLevelOption,
         ])
 
@@ -119,6 +125,19 @@ public enum WorkerCommand: SkillbusCommand {
         if let ms = try arguments.int("--heartbeat-ms", minimum: 10, maximum: CoordinatorState.maxHeartbeatMs, in: spec)
         {
             configuration.heartbeatMs = ms
+        }
+        for item in arguments.all("--policy") {
+            guard let equals = item.firstIndex(of: "="),
+                let json = try? JSONValue(parsing: String(item[item.index(after: equals)...]))
+            else {
+                throw UsageError(spec, "option '--policy': expected SKILL=JSON, e.g. sleep={\"concurrency\":1}, got '\(item)'")
+            }
+            let skill = String(item[..<equals])
+            do throws(SkillbusError) {
+                configuration.policies.overrides[skill] = try SkillPolicies.override(skill, json)
+            } catch {
+                throw UsageError(spec, "option '--policy': \(error.message)")
+            }
         }
         guard SkillDescriptor.isValidIdentifier(configuration.name) else {
             throw UsageError(spec, "option '--name' is required: 1-128 of a-z A-Z 0-9 . _ -")
@@ -171,12 +190,12 @@ public enum WorkerCommand: SkillbusCommand {
     }
 
     /// The built-ins a configuration names and its command skills, whose programs and working directories
-    /// must be found (an error names the config key).
+    /// must be found (an error names the config key), with the config's policies applied.
     public static func skills(of configuration: WorkerConfiguration) throws -> [any AgentSkill] {
         let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
         var skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
         for spec in configuration.commands { skills.append(try CommandSkill(spec: spec, sandbox: sandbox)) }
-        return skills
+        return try configuration.policies.apply(to: skills)
     }
 
     /// SIGHUP: the config file's skill list (and sandbox) again; a broken file changes nothing.

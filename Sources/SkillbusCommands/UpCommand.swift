@@ -353,7 +353,7 @@ extension CoordinatorConfiguration {
             "deduplication": .bool(deduplication), "roundRetentionMs": .number(Double(roundRetentionMs)),
             "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
             "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
-            "planStepLimit": .number(Double(planStepLimit)),
+            "planStepLimit": .number(Double(planStepLimit)), "cancelGraceMs": .number(Double(cancelGraceMs)),
             "maxOutputBytes": .number(Double(maxOutputBytes)), "maxRoundOutputBytes": .number(Double(maxRoundOutputBytes)),
         ]
     }
@@ -374,6 +374,7 @@ extension WorkerConfiguration {
         if let planner { object["planner"] = planner }
         if let feed { object["feed"] = .string(feed) }
         if !commands.isEmpty { object["commands"] = .array(commands.map(\.json)) }
+        if !policies.isEmpty { object["policies"] = policies.json }
         return .object(object)
     }
 }

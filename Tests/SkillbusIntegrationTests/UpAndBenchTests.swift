@@ -43,8 +43,8 @@ struct UpAndBenchTests {
         try await waitUntil("alpha to rejoin", timeout: .seconds(30)) {
             up.output.filter { $0.hasPrefix("[coordinator]") && $0.contains("agent 'alpha' joined") }.count >= 2
         }
-        let (again, _) = try await runSkillbus(["send", "echo", "text=back", "--coordinator", bus])
-        #expect(again == 0)
+        let (again, said) = try await runSkillbus(["send", "echo", "text=back", "--coordinator", bus])
+        #expect(again == 0, "\(said)")
 
         // SIGTERM: every child stops, then up itself, cleanly.
         let children = up.output.compactMap { line -> Int32? in
@@ -206,6 +206,12 @@ struct UpAndBenchTests {
             for side in ["with", "without"] {
                 #expect(deduplication?[figure]?[side]?.doubleValue != nil, "\(figure).\(side)")
             }
+        }
+        let retries = document["retries"]
+        #expect(retries?["throughputRatios"]?.arrayValue?.count == 5 && retries?["throughputRatio"]?.doubleValue != nil)
+        for side in ["armed", "plain"] {
+            #expect(retries?[side]?["failed"] == 0, "retries.\(side)")
+            #expect(retries?["coordinatorCpuMicrosPerRequest"]?[side]?.doubleValue != nil, "retries cpu \(side)")
         }
         let context = document["context"]
         for series in ["echo", "echoInSession", "memorySetGet"] {

@@ -21,7 +21,8 @@ struct WireTests {
             .ask(AskRequest(requestID: "r-9", roundID: "t", sessionID: "s", agent: "", timeoutMs: 900, message: "hi")),
             .ask(AskRequest(requestID: "r-10", roundID: "t", agent: "alpha", message: "what is 6*7")),
             .ask(AskRequest(requestID: "r-11", roundID: "t", message: "follow me", progress: true)),
-            .cancel(requestID: "r-10"), .approve(confirmationID: "c1", approved: true),
+            .cancel(requestID: "r-10"), .cancelRound(requestID: "r-11", roundID: "3f0c"),
+            .approve(confirmationID: "c1", approved: true),
             .approve(confirmationID: "c2", approved: false),
         ] {
             let frames = message.encoded()
@@ -45,6 +46,7 @@ struct WireTests {
             .progress(
                 requestID: "r", agent: "alpha",
                 .call(TurnCall(skill: "echo", parameters: [:], agent: "b", durationMs: 2, outcome: .success(.text("x"))))),
+            .cancelled(requestID: "r", summary: ["round": "x", "requests": 1, "rounds": 0, "turns": 0, "stopped": 1]),
             .confirm(requestID: "r", confirmationID: "c1", skill: "file.write", parameters: Array(#"{"path":"a"}"#.utf8)),
             .answer(requestID: "r", agent: "", .error(SkillbusError(.unknownSession, "no such session"))),
             .reply(

@@ -63,6 +63,8 @@ public final class AgentWorker: Sendable {
         var skills: [String: any AgentSkill]
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
+        /// How many run now of each skill with a concurrency limit, by identifier.
+        var limitedRunning: [String: Int] = [:]
         /// Turns being taken, by turn id; cancelled at stop like invocations.
         var turns: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
@@ -350,8 +352,17 @@ public final class AgentWorker: Sendable {
             if state.running.count >= options.capacity {
                 return SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))")
             }
+            let skill = state.skills[invocation.skill]
+            // The limit holds whoever sends the INVOKE: a bus that does not know it gets `busy`.
+            if let limit = skill?.concurrencyLimit {
+                guard state.limitedRunning[invocation.skill, default: 0] < limit else {
+                    return SkillbusError(
+                        .busy, "agent '\(options.name)' is at the concurrency limit of '\(invocation.skill)' (\(limit))")
+                }
+                state.limitedRunning[invocation.skill, default: 0] += 1
+            }
             // Created under the lock so that the task cannot finish before it is recorded.
-            if state.skills[invocation.skill]?.executionStyle == .quick {
+            if skill?.executionStyle == .quick {
                 state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
                     await self.execute(invocation)
                 }
@@ -385,6 +396,9 @@ public final class AgentWorker: Sendable {
         // Free the slot before the coordinator can hear of it, or its next dispatch could find us "full".
         let idle = state.withLock { state -> Bool in
             state.running[invocation.invocationID] = nil
+            if let count = state.limitedRunning[invocation.skill] {
+                state.limitedRunning[invocation.skill] = count > 1 ? count - 1 : nil
+            }
             return state.running.isEmpty
         }
         socket.send(

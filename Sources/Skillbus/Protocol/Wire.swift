@@ -105,6 +105,8 @@ public enum Wire {
         case step, progress
         /// Partial output of a running invocation (worker → bus → every client waiting for it).
         case output
+        /// The answer to a CANCEL that names a round: what the bus stopped.
+        case cancelled
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

@@ -43,6 +43,8 @@ public enum BuiltinSkills {
 /// Returns its text unchanged.
 public struct EchoSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "echo"
     public let displayName = "Echo"
@@ -57,6 +59,8 @@ public struct EchoSkill: AgentSkill {
 /// Waits, then says how long it waited. For testing timeouts, capacity and cancellation.
 public struct SleepSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "sleep"
     public let displayName = "Sleep"
@@ -105,6 +109,8 @@ public struct TextLinesSkill: AgentSkill {
 /// Counts lines, words and characters and lists the most frequent words.
 public struct TextStatsSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "text.stats"
     public let displayName = "Text statistics"
     public let description = "Counts lines, words and characters of a text and lists its five most frequent words."
@@ -124,6 +130,8 @@ public struct TextStatsSkill: AgentSkill {
 /// Lines of a text that match a regular expression, with their line numbers.
 public struct TextGrepSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "text.grep"
     public let displayName = "Text grep"
     public let description = "Finds the lines of a text that match a regular expression, with 1-based line numbers."
@@ -155,6 +163,8 @@ public struct TextGrepSkill: AgentSkill {
 /// Evaluates arithmetic with its own parser: + - * / ^, parentheses, unary minus, decimals.
 public struct MathEvalSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "math.eval"
     public let displayName = "Math evaluation"
@@ -178,6 +188,8 @@ public struct MathEvalSkill: AgentSkill {
 public struct FileReadSkill: AgentSkill {
     public let reader: SandboxedFileReader
     public init(reader: SandboxedFileReader) { self.reader = reader }
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "file.read"
     public let displayName = "Read file"
     public let description = "Reads a UTF-8 text file inside the agent's sandbox directory (size-limited)."
@@ -204,6 +216,8 @@ public struct FileWriteSkill: AgentSkill {
     public let displayName = "Write file"
     public let description = "Writes a UTF-8 text file inside the agent's sandbox directory, replacing it. Asks first."
     public var needsConfirmation: Bool { true }
+    /// One write at a time on an agent: two writes of one file must not interleave.
+    public var concurrencyLimit: Int? { 1 }
     public let parameterSchema = ParameterSchema([
         ParameterField("path", .string, description: "Path relative to the sandbox directory"),
         ParameterField("text", .string, description: "The file's new contents"),
@@ -224,6 +238,8 @@ public struct FileWriteSkill: AgentSkill {
 /// those run (this agent or another), in the caller's round.
 public struct TextReportSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "text.report"
     public let displayName = "Text report"
     public let description = "Reads a file (file.read) and reports its statistics (text.stats), on any agents."

@@ -19,6 +19,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     /// Partial output the bus forwards per invocation, and keeps per round document (bytes of parts).
     public var maxOutputBytes = 4 << 20
     public var maxRoundOutputBytes = 256 << 10
+    /// How long an agent may take to answer CANCEL before the feed says it ignores it.
+    public var cancelGraceMs = 2000
 
     public init() {}
 
@@ -35,13 +37,14 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.planStepLimit = planStepLimit
         settings.maxOutputBytes = maxOutputBytes
         settings.maxRoundOutputBytes = maxRoundOutputBytes
+        settings.cancelGraceMs = cancelGraceMs
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
-        "maxOutputBytes", "maxRoundOutputBytes",
+        "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -63,6 +66,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         planStepLimit = try object.int("planStepLimit", minimum: 1, maximum: 1_000_000) ?? planStepLimit
         maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
         maxRoundOutputBytes = try object.int("maxRoundOutputBytes", minimum: 0, maximum: 1 << 30) ?? maxRoundOutputBytes
+        cancelGraceMs = try object.int("cancelGraceMs", minimum: 1, maximum: 3_600_000) ?? cancelGraceMs
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -99,12 +103,14 @@ public struct WorkerConfiguration: Sendable, Equatable {
     public var maxOutputBytes = 1 << 20
     /// Skills run by a program (`commands`), besides the built-ins.
     public var commands: [CommandSkillSpec] = []
+    /// Overrides of the skills' own retry policy, idempotency and concurrency, by skill identifier.
+    public var policies = SkillPolicies()
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner", "maxOutputBytes", "commands",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "maxOutputBytes", "commands", "policies",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -129,6 +135,13 @@ public struct WorkerConfiguration: Sendable, Equatable {
                 throw object.error("planner", error.message)
             }
             self.planner = planner
+        }
+        if let value = object.values["policies"] {
+            do throws(SkillbusError) {
+                policies = try SkillPolicies(json: value)
+            } catch {
+                throw object.error("policies", error.message)
+            }
         }
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
