@@ -12,6 +12,8 @@ public enum BenchCommand: SkillbusCommand {
             Starts a coordinator with N workers (child processes on 127.0.0.1) and, beside it, a raw baseline:
             the same client and worker sockets through a plain ROUTER→DEALER proxy with no Skillbus logic.
             Measures each at 1 and at 64 requests in flight, in alternation, and prints both and their ratio.
+            Its echo workers arm retries (idempotent, a retry policy with an attempt timeout); a third coordinator
+            whose workers give echo no policy measures what that costs, in alternation, as a ratio.
             Absolute numbers depend on the machine; the ratio is the figure to compare.
 
             EXAMPLE: skillbus bench --workers 4 --json
@@ -51,9 +53,11 @@ public enum BenchCommand: SkillbusCommand {
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
         let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
-        bench.note("starting a coordinator and \(setup.workers) worker(s), and a second pair without deduplication…")
+        bench.note(
+            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries…")
         guard let main = await bench.startCluster(name: "main"),
-            let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"])
+            let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"]),
+            let unarmed = await bench.startCluster(name: "noretry", workerOptions: Bench.plainEcho)
         else {
             printError("error: a coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
@@ -67,11 +71,13 @@ public enum BenchCommand: SkillbusCommand {
         }
         let (skillbus, baseline) = try await bench.echo(bus: main.bus, baseline: frontend)
         let deduplication = try await bench.deduplicationCost(with: main, without: plain)
+        let retries = try await bench.retryCost(armed: main, plain: unarmed)
         let rounds = try await bench.rounds(bus: main.bus)
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
         let turns = try await bench.turns(main)
         let curve = try await bench.curve(plain: main)
+        let output = try await bench.output(bus: main.bus)
         let registry = try await bench.registry(
             main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
             killRuns: killRuns)
@@ -79,7 +85,8 @@ public enum BenchCommand: SkillbusCommand {
 
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
-            registry: registry, context: contextFigures, turns: turns, curve: curve)
+            registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
+            curve: curve)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }

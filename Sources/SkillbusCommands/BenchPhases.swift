@@ -33,7 +33,10 @@ struct Bench {
 
     /// A coordinator and the echo workers; nil unless every worker registered within 30 s.
     /// With `keys`, the coordinator's config gives it keys and each worker connects with its own.
-    func startCluster(name: String, coordinatorOptions: [String] = [], keys: BenchKeys? = nil) async -> Cluster? {
+    func startCluster(
+        name: String, coordinatorOptions: [String] = [], workerOptions: [String] = Bench.armedEcho,
+        keys: BenchKeys? = nil
+    ) async -> Cluster? {
         let coordinator = supervisor.start(
             name: "\(name)-coordinator",
             arguments: ["coordinator", "--bus", Self.local, "--feed", Self.local, "--log-level", "warning"]
@@ -46,11 +49,11 @@ struct Bench {
             _ = supervisor.start(
                 name: "\(name)-worker-\(index)",
                 arguments: [
-                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get",
+                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get,text.lines",
                     "--capacity",
                     String(setup.capacity), "--log-level", "warning",
                     "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",
-                ] + (keys?.workerArguments(index) ?? []), quiet: true)
+                ] + workerOptions + (keys?.workerArguments(index) ?? []), quiet: true)
         }
         let registered = await BenchCommand.waitForProviders(
             bus: bus, skill: "echo", count: setup.workers, context: context, credentials: keys?.client)

@@ -52,6 +52,8 @@ struct BenchReport {
     var registry: RegistryFigures
     var context: ContextFigures
     var turns: TurnFigures
+    var output: OutputFigures
+    var retries: RetryFigures
     var curve: CurveFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
@@ -62,6 +64,8 @@ struct BenchReport {
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + curve.failures
+            + output.failures
+            + retries.failures
     }
 
     struct LevelRatios {
@@ -125,6 +129,8 @@ struct BenchReport {
             "context": context.json,
             "turns": turns.json,
             "curve": curve.json,
+            "output": output.json,
+            "retries": retries.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -194,11 +200,15 @@ struct BenchReport {
                 format: "  coordinator memory (resident) %.0f MB with it, %.0f MB without", dedup.residentMB.with,
                 dedup.residentMB.without))
         print("")
+        retries.printText()
+        print("")
         context.printText()
         print("")
         turns.printText()
         print("")
         curve.printText()
+        print("")
+        output.printText()
         print("")
         print("registry: \(registry.skills) skills over \(registry.agents) agents")
         print(

@@ -60,22 +60,36 @@ public enum SendCommand: SkillbusCommand {
             all (every result, in agent order), first (the first success; the rest are cancelled), or
             majority (the result most agents returned). With --plan FILE the round runs a plan of steps
             (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
-            the same --round-id again returns the stored result.
+            the same --round-id again returns the stored result (not a failure that may be retried: that runs
+            again). Skills that declare a retry policy are retried on another agent when they fail retryably
+            (agent_lost, timeout of idempotent skills, the codes they list); --retries N overrides. Ctrl-C cancels
+            the round on the bus: its running invocations get CANCEL, and the document printed says cancelled
+            (see also skillbus cancel).
+            A skill's partial output (a command skill's lines, say) is printed as it arrives, each part on a
+            line (prefixed with its invocation for a fan-out or plan); a text result that only repeats it is
+            not printed again. --json prints the document at the end (each invocation's output is in it);
+            --stream prints one JSON object per line as events arrive: each batch of output, then the
+            document (PROTOCOL §5.20).
             Exit codes: 0 ok, 1 a skill failed (or no majority), 2 usage, invalid parameters or plan, unknown
             skill, 3 coordinator unreachable or timed out.
 
             EXAMPLE: skillbus send math.eval expression='(1 + 2) * 3'
                      skillbus send echo text=hi --all --aggregate majority
                      skillbus send --plan configs/plans/report.json --json
+                     skillbus send sys.countdown from:=3 --stream
             """,
         positionals: "[SKILL [key=value …] [key:=JSON …]]",
         options: [
             OptionSpec("--json", help: "Print the round's document: status, result, every invocation, summary."),
+            OptionSpec("--stream", help: "One JSON object per line: each batch of output as it arrives, then the document."),
             OptionSpec("--all", help: "Run SKILL on every agent that offers it."),
             OptionSpec("--agents", value: "a,b,…", help: "Run SKILL on these agents."),
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
             OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
+            OptionSpec(
+                "--retries", value: "N",
+                help: "Retry each invocation up to N times (0-10) instead of as its skill declares; 0 never."),
             coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             Approval.option,
@@ -85,33 +99,74 @@ public enum SendCommand: SkillbusCommand {
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
-        let json = arguments.flag("--json")
+        let stream = arguments.flag("--stream")
+        let json = arguments.flag("--json") || stream
+        let retries = try arguments.int("--retries", minimum: 0, maximum: RetryPolicy.maxRetries, in: spec)
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
         let round: RoundSpec
         do {
             round = try roundSpec(arguments)
         } catch {
-            return report(failure: error, roundID: roundID, json: json, exitCode: 2)
+            return report(failure: error, roundID: roundID, json: json, stream: stream, exitCode: 2)
         }
         let session = arguments.value("--session") ?? ""
         guard session.utf8.count <= Wire.maxSessionIDBytes else {
             let error = UsageError(spec, "option '--session': at most \(Wire.maxSessionIDBytes) bytes, got \(session.utf8.count)")
-            return report(failure: error, roundID: roundID, json: json, exitCode: 2)
+            return report(failure: error, roundID: roundID, json: json, stream: stream, exitCode: 2)
         }
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(
             endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
         Approval.install(on: client, yes: arguments.flag("--yes"))
-        defer { client.close() }
-        let document: RoundDocument
-        do {
-            document = try await client.round(
-                round, roundID: roundID, sessionID: session,
-                timeout: .seconds(timeout))
-        } catch {
-            return report(failure: error, roundID: roundID, json: json, exitCode: exitCode(for: error.code))
+        let printer = OutputPrinter(
+            mode: stream ? .jsonLines : json ? .silent : .lines(labelled: round.shape != "invoke"))
+        let code = await send(
+            round, client: client, roundID: roundID, session: session, timeout: timeout, retries: retries,
+            printer: printer, json: json, stream: stream)
+        // Ending the context flushes what is still queued: after Ctrl-C, the round's CANCEL.
+        client.close()
+        await context.terminate(within: .seconds(1))
+        return code
+    }
+
+    /// Sends the round and prints its document (and its output as it comes, through `printer`). Ctrl-C (or
+    /// SIGTERM) cancels the round on the bus, whose document then says `cancelled`.
+    static func send(
+        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, retries: Int?,
+        printer: OutputPrinter, json: Bool, stream: Bool
+    ) async -> Int32 {
+        let signals = SignalWatcher()
+        let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
+            do throws(SkillbusError) {
+                return .success(
+                    try await client.round(
+                        round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), retries: retries,
+                        onOutput: printer.receive))
+            } catch {
+                return .failure(error)
+            }
         }
-        if json { print(document.json.jsonString) } else { render(document) }
+        let watcher = Task {
+            for await _ in signals.signals {
+                sending.cancel()
+                break
+            }
+        }
+        defer { watcher.cancel() }
+        let document: RoundDocument
+        switch await sending.value {
+        case .success(let answer): document = answer
+        case .failure(let error):
+            return report(
+                failure: error, roundID: roundID, json: json, stream: stream, exitCode: exitCode(for: error.code))
+        }
+        if stream {
+            OutputPrinter.finish(document)
+        } else if json {
+            print(document.json.jsonString)
+        } else {
+            render(document, printer: printer)
+        }
         guard let error = document.error else { return 0 }
         return exitCode(for: error.code)
     }
@@ -152,7 +207,13 @@ public enum SendCommand: SkillbusCommand {
     }
 
     /// The document for people: each invocation, then the result (or the error).
-    static func render(_ document: RoundDocument) {
+    static func render(_ document: RoundDocument, printer: OutputPrinter? = nil) {
+        if document.shape == "invoke", let only = document.invocations.first, only.attempts.count > 1 {
+            printError(
+                "↻ \(only.attempts.count) attempts: "
+                    + only.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                    .joined(separator: ", "))
+        }
         if document.shape != "invoke" {
             for invocation in document.invocations {
                 var line =
@@ -164,6 +225,11 @@ public enum SendCommand: SkillbusCommand {
                 if invocation.status != .ok, let error = invocation.error {
                     line += " \(invocation.status.documentName): \(error.message)"
                 }
+                if invocation.attempts.count > 1 {
+                    line += " after \(invocation.attempts.count) attempts ("
+                        + invocation.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                        .joined(separator: ", ") + ")"
+                }
                 printError(line)
             }
         }
@@ -172,7 +238,8 @@ public enum SendCommand: SkillbusCommand {
             return printError("✗ round \(document.round) failed: \(error.code): \(error.message)")
         }
         if let form = try? SkillResult(json: document.result) {
-            print(form.humanReadable)
+            let only = document.invocations.first?.id ?? ""
+            if printer?.alreadyShown(form, of: only) != true { print(form.humanReadable) }
         } else {
             print(document.result.prettyString())
         }
@@ -192,7 +259,9 @@ public enum SendCommand: SkillbusCommand {
         }
     }
 
-    static func report(failure: any Error, roundID: String, json: Bool, exitCode: Int32) -> Int32 {
+    static func report(failure: any Error, roundID: String, json: Bool, stream: Bool = false, exitCode: Int32)
+        -> Int32
+    {
         if let usage = failure as? UsageError {
             printError(usage.description)
             return 2
@@ -200,7 +269,8 @@ public enum SendCommand: SkillbusCommand {
         let failure = failure as? SkillbusError ?? SkillbusError(.internalError, "\(failure)")
         if json {
             // The document a refused round gets: nothing ran, and the error says why.
-            print(RoundDocument.refusal(round: roundID, shape: nil, failure).json.jsonString)
+            let refusal = RoundDocument.refusal(round: roundID, shape: nil, failure)
+            if stream { OutputPrinter.finish(refusal) } else { print(refusal.json.jsonString) }
         } else {
             printError("error: \(failure.code): \(failure.message)")
         }
@@ -216,8 +286,9 @@ public enum FeedCommand: SkillbusCommand {
         discussion: """
             Subscribes to the coordinator's feed and prints one line per event: time, event, agent, details.
             Topics: agent.joined, agent.left, agent.state, agent.refused; round.accepted, round.done,
-            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled;
-            request.queued, request.dispatched, request.deduplicated, request.done; registry.update,
+            invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled,
+            invocation.output (partial output as it streams), invocation.cancelIgnored; request.queued,
+            request.dispatched, request.deduplicated, request.done, request.cancelled; registry.update,
             registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
 
             EXAMPLE: skillbus feed --topic agent.state
@@ -289,8 +360,14 @@ public enum FeedCommand: SkillbusCommand {
             if let reused = event["reusing"]?.stringValue {
                 detail += " reusing \(reused.isEmpty ? "a running one" : reused)"
             }
-            if topic == "invocation.cancelled" { detail += " cancelled" }
+            if topic == "invocation.cancelled" { detail += " cancelled (\(event["reason"]?.stringValue ?? "?"))" }
             detail += "  round \(round)"
+        case "invocation.output":
+            let parts = (event["parts"]?.arrayValue ?? []).compactMap { try? OutputPart(json: $0) }
+            detail =
+                "\(event["skill"]?.stringValue ?? "?") \(event["dispatch"]?.stringValue ?? "?") "
+                + "#\(event["first"]?.intValue ?? 0): " + parts.map(\.humanReadable).joined(separator: " | ")
+                + "  round \(round)"
         case "round.done":
             let summary = event["summary"]
             detail =

@@ -90,10 +90,15 @@ public enum WorkerCommand: SkillbusCommand {
         discussion: """
             Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
+            Its --config may also declare command skills ("commands"): programs in any language run as
+            skills, their output lines streamed (README, "Skills in any language").
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
+            --policy overrides what a skill declares about retries and concurrency (a config's "policies"):
+            retry (an object, or null for none), idempotent, concurrency (how many run at once, or null).
 
             EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
+                     skillbus worker --name beta --skills sleep --policy 'sleep={"concurrency":1}'
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
@@ -108,6 +113,9 @@ public enum WorkerCommand: SkillbusCommand {
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
             OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
             serverKeyOption, keyOption,
+            OptionSpec(
+                "--policy", value: "SKILL=JSON", help: "Override a skill's retry, idempotent or concurrency.",
+                repeatable: true),
             logLevelOption,
         ])
 
@@ -136,6 +144,19 @@ public enum WorkerCommand: SkillbusCommand {
         {
             configuration.heartbeatMs = ms
         }
+        for item in arguments.all("--policy") {
+            guard let equals = item.firstIndex(of: "="),
+                let json = try? JSONValue(parsing: String(item[item.index(after: equals)...]))
+            else {
+                throw UsageError(spec, "option '--policy': expected SKILL=JSON, e.g. sleep={\"concurrency\":1}, got '\(item)'")
+            }
+            let skill = String(item[..<equals])
+            do throws(SkillbusError) {
+                configuration.policies.overrides[skill] = try SkillPolicies.override(skill, json)
+            } catch {
+                throw UsageError(spec, "option '--policy': \(error.message)")
+            }
+        }
         guard SkillDescriptor.isValidIdentifier(configuration.name) else {
             throw UsageError(spec, "option '--name' is required: 1-128 of a-z A-Z 0-9 . _ -")
         }
@@ -147,8 +168,7 @@ public enum WorkerCommand: SkillbusCommand {
         let logger = Logger(
             label: "worker \(configuration.name)",
             level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
-        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-        let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        let skills = try skills(of: configuration)
         let signals = SignalWatcher()
         let context = try ZMQContext()
         var storeOptions = AgentStore.Options()
@@ -158,14 +178,16 @@ public enum WorkerCommand: SkillbusCommand {
         // A key that cannot be used is a configuration error (exit 2), found before anything starts.
         let credentials = try Defaults.credentials(
             arguments, spec, serverKey: configuration.serverKey, key: configuration.key)
+        var options = AgentWorker.Options(
+            name: configuration.name, coordinator: configuration.coordinator,
+            capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
+            maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
+            dataDirectory: dataDirectory, store: storeOptions)
+        options.maxOutputBytes = configuration.maxOutputBytes
         let worker: AgentWorker
         do {
-            var options = AgentWorker.Options(
-                name: configuration.name, coordinator: configuration.coordinator,
-                capacity: configuration.capacity, heartbeatMs: configuration.heartbeatMs,
-                maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
-                dataDirectory: dataDirectory, store: storeOptions,
-                planner: try configuration.planner.map { try ConfiguredPlanner.make($0) })
+            // A planner that cannot be made (its key variable is unset, say) stops the start like a store would.
+            options.planner = try configuration.planner.map { try ConfiguredPlanner.make($0) }
             options.credentials = credentials
             worker = try await AgentWorker.connect(options: options, skills: skills, context: context, logger: logger)
         } catch {
@@ -189,6 +211,15 @@ public enum WorkerCommand: SkillbusCommand {
         return 0
     }
 
+    /// The built-ins a configuration names and its command skills, whose programs and working directories
+    /// must be found (an error names the config key), with the config's policies applied.
+    public static func skills(of configuration: WorkerConfiguration) throws -> [any AgentSkill] {
+        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
+        var skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        for spec in configuration.commands { skills.append(try CommandSkill(spec: spec, sandbox: sandbox)) }
+        return try configuration.policies.apply(to: skills)
+    }
+
     /// SIGHUP: the config file's skill list (and sandbox) again; a broken file changes nothing.
     static func reload(_ arguments: ParsedArguments, worker: AgentWorker, logger: Logger) {
         guard arguments.value("--config") != nil else {
@@ -196,8 +227,7 @@ public enum WorkerCommand: SkillbusCommand {
         }
         do {
             let configuration = try configuration(arguments)
-            let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
-            let skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+            let skills = try skills(of: configuration)
             worker.setSkills(skills)
             logger.info("SIGHUP: now offering \(skills.map(\.identifier).sorted().joined(separator: ", "))")
             if configuration.capacity != worker.options.capacity || configuration.name != worker.options.name {

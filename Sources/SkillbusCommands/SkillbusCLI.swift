@@ -8,7 +8,7 @@ public enum SkillbusCLI {
         [
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
             AgentsCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
-            AskCommand.self, KeygenCommand.self,
+            AskCommand.self, CancelCommand.self, KeygenCommand.self,
             UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }

@@ -36,6 +36,7 @@ public enum UpCommand: SkillbusCommand {
         }
         let localKeys = arguments.flag("--keys") ? try LocalKeys(directory: cluster.dataRoot + "/keys") : nil
         if let localKeys { cluster = try localKeys.apply(to: cluster) }
+        try checkCommandSkills(cluster)
         let signals = SignalWatcher()
         let hangups = SignalWatcher([SIGHUP])
         let supervisor = try Supervisor()
@@ -67,6 +68,7 @@ public enum UpCommand: SkillbusCommand {
                 do {
                     var reloaded = try ClusterConfiguration.load(path: configPath)
                     if let localKeys { reloaded = try localKeys.apply(to: reloaded) }
+                    try checkCommandSkills(reloaded)
                     try await workers.apply(reloaded)
                     print("skillbus up: reloaded \(configPath): \(reloaded.workers.count) worker(s)")
                 } catch {
@@ -81,6 +83,16 @@ public enum UpCommand: SkillbusCommand {
         await supervisor.stopAll()
         print("skillbus up: stopped")
         return 0
+    }
+}
+
+extension UpCommand {
+    /// Every worker's command skills must find their programs and working directories before anything
+    /// starts: a mistake is reported once, naming the cluster file's key, not by a child that keeps failing.
+    static func checkCommandSkills(_ cluster: ClusterConfiguration) throws {
+        for worker in cluster.workers {
+            _ = try WorkerCommand.skills(of: worker)
+        }
     }
 }
 
@@ -361,7 +373,8 @@ extension CoordinatorConfiguration {
             "deduplication": .bool(deduplication), "roundRetentionMs": .number(Double(roundRetentionMs)),
             "retainedOutcomesLimit": .number(Double(retainedOutcomesLimit)),
             "retainedRoundsLimit": .number(Double(retainedRoundsLimit)),
-            "planStepLimit": .number(Double(planStepLimit)),
+            "planStepLimit": .number(Double(planStepLimit)), "cancelGraceMs": .number(Double(cancelGraceMs)),
+            "maxOutputBytes": .number(Double(maxOutputBytes)), "maxRoundOutputBytes": .number(Double(maxRoundOutputBytes)),
         ]
         if let security { object["security"] = security.json }
         if insecure { object["insecure"] = true }
@@ -377,6 +390,7 @@ extension WorkerConfiguration {
             "heartbeatMs": .number(Double(heartbeatMs)), "maxMessageBytes": .number(Double(maxMessageBytes)),
             "flushIntervalMs": .number(Double(flushIntervalMs)),
             "maxMemoryValueBytes": .number(Double(maxMemoryValueBytes)),
+            "maxOutputBytes": .number(Double(maxOutputBytes)),
         ]
         if let sandbox { object["sandbox"] = .string(sandbox) }
         if let dataDir { object["dataDir"] = .string(dataDir) }
@@ -384,6 +398,8 @@ extension WorkerConfiguration {
         if let feed { object["feed"] = .string(feed) }
         if let serverKey { object["serverKey"] = .string(serverKey) }
         if let key { object["key"] = .string(key) }
+        if !commands.isEmpty { object["commands"] = .array(commands.map(\.json)) }
+        if !policies.isEmpty { object["policies"] = policies.json }
         return .object(object)
     }
 }

@@ -51,7 +51,7 @@ struct ClientTests {
     /// Nobody listens on port 1; a long timeout that no test may wait for.
     static let deadEndpoint = "tcp://127.0.0.1:1"
 
-    @Test("a call to a dead coordinator that is cancelled ends at once as cancelled and leaves no entry")
+    @Test("a cancelled call to a dead coordinator waits for the CANCEL's answer 1 s at most, ends cancelled, leaves no entry")
     func cancelledCall() async throws {
         let client = try await SkillbusClient.connect(endpoint: Self.deadEndpoint, context: context)
         defer { client.close() }
@@ -59,9 +59,40 @@ struct ClientTests {
             await failure { _ = try await client.invoke("echo", parameters: ["text": "hello"], timeout: .seconds(600)) }
         }
         try await waitUntil("the call to wait for its reply") { client.waitingCallers == 1 }
+        let cancelled = ContinuousClock.now
         call.cancel()
         let error = await withDeadline(.seconds(10)) { await call.value }
         #expect(error??.code == .cancelled)
+        #expect(ContinuousClock.now - cancelled < .seconds(8))
+        #expect(client.waitingCallers == 0)
+    }
+
+    @Test("a cancelled REQUEST and ROUND send CANCEL with their request id, and return what the bus answers")
+    func cancelTellsTheBus() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let client = try await SkillbusClient.connect(endpoint: bus.endpoint, context: context)
+        defer { client.close() }
+        let call = Task { try await client.invoke("sleep", parameters: ["ms": 60_000], timeout: .seconds(600)) }
+        let request = try await bus.next("REQUEST")
+        call.cancel()
+        let cancel = try await bus.next("CANCEL")
+        #expect(cancel.count == 4 && cancel[3] == request[3])
+        let error = Array(#"{"code":"cancelled","details":{"reason":"client"},"message":"cancelled by its client"}"#.utf8)
+        bus.send(
+            [request[0], Array("SKB1C".utf8), Array("REPLY".utf8), request[3], request[4], Array("error".utf8),
+             Array("alpha".utf8), Array("12".utf8), error])
+        let outcome = try await call.value
+        #expect(outcome.status == .error && outcome.error?.code == .cancelled && outcome.agent == "alpha")
+
+        let round = Task { try await client.round(.invoke(skill: "sleep", parameters: ["ms": 60_000]), timeout: .seconds(600)) }
+        let sent = try await bus.next("ROUND")
+        round.cancel()
+        let roundCancel = try await bus.next("CANCEL")
+        #expect(roundCancel[3] == sent[3])
+        let document = RoundDocument.refusal(round: "x", shape: "invoke", SkillbusError(.cancelled, "cancelled"))
+        bus.send([sent[0], Array("SKB1C".utf8), Array("ROUND".utf8), sent[3], sent[4], document.json.serialized()])
+        #expect(try await round.value.error?.code == .cancelled)
         #expect(client.waitingCallers == 0)
     }
 

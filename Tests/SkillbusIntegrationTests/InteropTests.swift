@@ -47,6 +47,13 @@ struct InteropTests {
         let (invalidCode, invalid) = try await cluster.sendJSON(["py.reverse", "txt=x"])
         #expect(invalidCode == 2 && invalid["error"]?["code"] == "invalid_parameters")
 
+        // Partial output from the Python worker (OUTPUT, PROTOCOL §4.1), before its result.
+        let (countCode, counted) = try await cluster.sendJSON(["py.count", "n:=3"])
+        #expect(countCode == 0 && counted["result"]?["text"] == "counted to 3")
+        #expect(
+            counted["invocations"]?.arrayValue?.first?["output"]
+                == [["text": "1", "type": "text"], ["text": "2", "type": "text"], ["text": "3", "type": "text"]])
+
         // A worker that keeps no context answers questions about it `unsupported` (PROTOCOL §3.6).
         let swiftClient = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
         defer { swiftClient.close() }

@@ -129,6 +129,54 @@ struct TurnTests {
         #expect(topics == ["request.deduplicated"])
     }
 
+    @Test("a call running on the agent whose sub-call goes through the bus is claimed before the round goes back")
+    func claimBeforeRelease() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let sandbox = NSTemporaryDirectory() + "skillbus-turn-sandbox-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: sandbox, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: sandbox) }
+        try Data("one two three".utf8).write(to: URL(fileURLWithPath: sandbox + "/notes.txt"))
+        let config = NSTemporaryDirectory() + "skillbus-turn-\(UUID().uuidString.prefix(8)).json"
+        let rules: JSONValue = [
+            "rules": [["intent": "report (?<path>\\S+)", "skill": "text.report", "params": ["path": "{path}"], "reply": "{result}"]]
+        ]
+        try Data(
+            JSONValue.object(["version": 1, "name": "thinker", "skills": ["text.report", "text.stats"], "planner": rules])
+                .serialized()
+        ).write(to: URL(fileURLWithPath: config))
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await cluster.startWorker("thinker", ["--config", config])
+        try await cluster.startWorker("reader", ["--skills", "file.read", "--sandbox", sandbox])
+        let context = try ZMQContext()
+        let feed = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["request.", "registry.heartbeat"], context: context)
+        defer { feed.close() }
+        var events = feed.events.makeAsyncIterator()
+        _ = try await events.next()  // the subscription is in place
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        let (_, document) = try await client.ask("report notes.txt", agent: "thinker")
+        #expect(document["status"] == "ok")
+        let round = try #require(document["round"]?.stringValue)
+        // text.report ran on thinker and read the file through the bus: the round went back to the bus while
+        // it ran, and its CLAIM made it an execution of the round. Both calls are now reused, not run again.
+        for skill in ["text.report", "file.read"] {
+            let again = try await client.invoke(skill, parameters: ["path": "notes.txt"], roundID: round)
+            #expect(again.status == .ok && again.agent == (skill == "file.read" ? "reader" : "thinker"))
+        }
+        // On the feed: the turn's file.read went through the bus once; text.report never did; both repeats
+        // were answered from the round.
+        var dispatched: [String] = []
+        var reused: [String] = []
+        while reused.count < 2, let event = try await events.next() {
+            guard event.event["round"]?.stringValue == round, let skill = event.event["skill"]?.stringValue else { continue }
+            if event.topic == "request.dispatched" { dispatched.append(skill) }
+            if event.topic == "request.deduplicated", event.event["reused"] == "finished" { reused.append(skill) }
+        }
+        #expect(dispatched == ["file.read"] && reused == ["text.report", "file.read"])
+    }
+
     @Test("skillbus ask prints the reply; a message no rule understands is answered with what the agent can do")
     func askCommand() async throws {
         let cluster = try await cluster()

@@ -43,8 +43,8 @@ struct UpAndBenchTests {
         try await waitUntil("alpha to rejoin", timeout: .seconds(30)) {
             up.output.filter { $0.hasPrefix("[coordinator]") && $0.contains("agent 'alpha' joined") }.count >= 2
         }
-        let (again, _) = try await runSkillbus(["send", "echo", "text=back", "--coordinator", bus])
-        #expect(again == 0)
+        let (again, said) = try await runSkillbus(["send", "echo", "text=back", "--coordinator", bus])
+        #expect(again == 0, "\(said)")
 
         // SIGTERM: every child stops, then up itself, cleanly.
         let children = up.output.compactMap { line -> Int32? in
@@ -207,6 +207,12 @@ struct UpAndBenchTests {
                 #expect(deduplication?[figure]?[side]?.doubleValue != nil, "\(figure).\(side)")
             }
         }
+        let retries = document["retries"]
+        #expect(retries?["throughputRatios"]?.arrayValue?.count == 5 && retries?["throughputRatio"]?.doubleValue != nil)
+        for side in ["armed", "plain"] {
+            #expect(retries?[side]?["failed"] == 0, "retries.\(side)")
+            #expect(retries?["coordinatorCpuMicrosPerRequest"]?[side]?.doubleValue != nil, "retries cpu \(side)")
+        }
         let context = document["context"]
         for series in ["echo", "echoInSession", "memorySetGet"] {
             for level in ["inFlight1", "inFlight16"] {
@@ -216,6 +222,13 @@ struct UpAndBenchTests {
         }
         for key in ["sendEcho", "turnWithOneCall"] {
             #expect(document["turns"]?[key]?["failed"] == 0 && (document["turns"]?[key]?["p50Ms"]?.doubleValue ?? 0) > 0, "turns.\(key)")
+        }
+        for level in ["inFlight1", "inFlight64"] {
+            let figures = document["output"]?[level]
+            for key in ["echo", "textLines3Parts"] {
+                #expect(figures?[key]?["failed"] == 0 && (figures?[key]?["tasksPerSecond"]?.doubleValue ?? 0) > 0, "output.\(level).\(key)")
+            }
+            #expect(figures?["throughputRatio"]?.doubleValue != nil, "output.\(level).throughputRatio")
         }
         let store = context?["store"]
         #expect(store?["openMs"]?["runs"]?.arrayValue?.count == 3 && store?["history1000Ms"]?["median"] != nil)

@@ -41,7 +41,7 @@ struct WorkerErrorTests {
                         "--capacity", "1", "--reverse-delay", "60",
                     ], name: "pyworker", executable: "/usr/bin/env", prefix: ["python3"])
             }, name: "pyworker", textSkill: "py.reverse", slowSkill: "py.reverse", slowParameters: #"{"text":"abc"}"#,
-            offers: "py.fail, py.reverse"),
+            offers: "py.count, py.fail, py.reverse"),
     ]
 
     /// The test's side of one worker: the ROUTER it registered with and what came from it.

@@ -11,7 +11,12 @@ struct DocumentTests {
             round: "r1", shape: "fanout", status: .error, result: .null,
             error: SkillbusError(.noMajority, "split", details: ["split": []]), durationMs: 1.5,
             invocations: [
-                .init(id: "alpha", skill: "echo", agent: "alpha", status: .ok, durationMs: 0.25, result: ["type": "text", "text": "a"]),
+                .init(
+                    id: "alpha", skill: "echo", agent: "alpha", status: .ok, durationMs: 0.25, result: ["type": "text", "text": "a"],
+                    attempts: [
+                        .init(agent: "gamma", status: .error, durationMs: 0.125, error: SkillbusError(.agentLost, "gone")),
+                        .init(agent: "alpha", status: .ok, durationMs: 0.05),
+                    ]),
                 .init(id: "beta", skill: "echo", agent: nil, status: .running),
                 .init(id: "sub-1", skill: "echo", agent: "beta", status: .cancelled, deduplicated: true, reusedFrom: "alpha",
                       error: SkillbusError(.cancelled, "another agent answered first")),
@@ -21,6 +26,8 @@ struct DocumentTests {
         #expect(document.summary.executions == 1 && document.summary.deduplicated == 1 && document.summary.failed == 0)
         let json = document.json
         #expect(json["invocations"]?.arrayValue?[1]["status"] == "pending")
+        #expect(json["invocations"]?.arrayValue?[0]["attempts"]?.arrayValue?.count == 2)
+        #expect(json["invocations"]?.arrayValue?[1]["attempts"] == nil)  // only for an invocation that was retried
         #expect(json["agent"] == nil)
         #expect(try RoundDocument(parsing: json.serialized()) == document)
 
@@ -125,7 +132,18 @@ extension DocumentTests {
         .invocationDone(
             round: "r", invocation: "b", skill: "echo", agent: "", status: .skipped, durationMicros: 0,
             deduplicated: false),
-        .invocationCancelled(round: "r", invocation: "b", agent: "beta"),
+        .invocationCancelled(round: "r", invocation: "b", agent: "beta", reason: "lost race"),
+        .requestCancelled(round: "r", request: "q", skill: "sleep", agent: "alpha", reason: "client"),
+        .cancelIgnored(round: "r", request: "q", skill: "sleep", agent: "alpha", invocation: "i3", waitedMs: 2001),
+        .requestRetrying(
+            round: "r", request: "q", skill: "echo", agent: "alpha", attempt: 1,
+            error: SkillbusError(.agentLost, "gone"), backoffMicros: 104_250),
+        .invocationRetrying(
+            round: "r", invocation: "a", skill: "echo", agent: "", attempt: 2,
+            error: SkillbusError(.timeout, "late", details: ["reason": "deadline"]), backoffMicros: 200_000),
+        .invocationOutput(
+            round: "r", skill: "text.lines", agent: "alpha", dispatch: "i3",
+            OutputBatch(first: 4, parts: [.text("line"), .json(["n": 1])])),
         .roundDone(round: "r", status: .ok, summary: RoundDocument.Summary()),
         .registryUpdate(
             RegistryUpdate(
@@ -140,7 +158,7 @@ extension DocumentTests {
         for event in Self.everyEvent {
             #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
         }
-        #expect(Set(Self.everyEvent.map(\.topic)).count == 22)
+        #expect(Set(Self.everyEvent.map(\.topic)).count == 27)
     }
 
     @Test("a feed message that is not an event is refused with what is wrong")

@@ -179,7 +179,7 @@ struct RoundEngineTests {
         // Each loser: cancelled, then done (cancelled); the round last.
         let order = won.compactMap { action -> String? in
             switch action {
-            case .publish(.invocationCancelled(_, let id, _)): "announced \(id)"
+            case .publish(.invocationCancelled(_, let id, _, _)): "announced \(id)"
             case .publish(.invocationDone(_, let id, _, _, let status, _, _)): "\(status) \(id)"
             case .publish(.roundDone): "round"
             default: nil

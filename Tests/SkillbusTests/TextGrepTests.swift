@@ -68,4 +68,20 @@ struct TextGrepTests {
             #expect(error.description == error.message)
         }
     }
+
+    @Test("a pattern that backtracks for ever is stopped soon after the caller says so")
+    func catastrophicPatternStops() throws {
+        let start = ContinuousClock.now
+        let stopAt = start + .milliseconds(50)
+        do {
+            _ = try TextGrep.matches(
+                pattern: "(a+)+$", in: String(repeating: "a", count: 40) + "b", shouldStop: { .now >= stopAt })
+            Issue.record("the search ended by itself")
+        } catch {
+            #expect(error.stopped && error.message.contains("stopped at line 1"))
+        }
+        // Within a few milliseconds on a quiet machine; the bound leaves room for a loaded one.
+        let late = ContinuousClock.now - stopAt
+        #expect(late < .seconds(1), "stopped \(late) after it was asked to")
+    }
 }

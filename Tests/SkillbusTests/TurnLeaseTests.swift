@@ -12,6 +12,7 @@ struct TurnLeaseTests {
     let other: PeerID = [0xC2]
     let agent: PeerID = [0xA1]
     let helper: PeerID = [0xB1]
+    let hi = Array(#"{"text":"hi"}"#.utf8)
 
     /// A bus with a planner agent `alpha` (offering echo) and a plain agent `beta` (echo too).
     func bus() -> CoordinatorState {
@@ -80,21 +81,19 @@ struct TurnLeaseTests {
         #expect(replies(released).isEmpty)  // the claim still runs
         let result = Array(#"{"text":"hi","type":"text"}"#.utf8)
         let called = state.handleWorker(
-            .called(turnID: turn.turnID, claimID: "c1", status: .ok, payload: result), from: agent, now: 4 * Self.ms)
+            .called(turnID: turn.turnID, claimID: "c1", skill: "echo", parameters: hi, status: .ok, payload: result), from: agent, now: 4 * Self.ms)
         let reply = try #require(replies(called).first)
         #expect(reply.requestID == "r" && reply.status == .ok && reply.payload == result && reply.agent == "alpha")
     }
 
-    @Test("after the turn ends, an identical REQUEST of its round reuses a call it ran itself")
+    @Test("after the turn ends, an identical REQUEST of its round reuses a call it ran itself (CALLED alone)")
     func finishedClaimIsReused() throws {
         var state = bus()
         let turn = try #require(ask(&state, round: "r1"))
         let result = Array(#"{"text":"hi","type":"text"}"#.utf8)
+        // A call that ended while the turn held its round needs no CLAIM: CALLED enters it, ended.
         _ = state.handleWorker(
-            .claim(turnID: turn.turnID, claimID: "c1", skill: "echo", parameters: Array(#"{"text":"hi"}"#.utf8)),
-            from: agent, now: 0)
-        _ = state.handleWorker(
-            .called(turnID: turn.turnID, claimID: "c1", status: .ok, payload: result), from: agent, now: 1 * Self.ms)
+            .called(turnID: turn.turnID, claimID: "c1", skill: "echo", parameters: hi, status: .ok, payload: result), from: agent, now: 1 * Self.ms)
         _ = state.handleWorker(.turnEnd(turnID: turn.turnID, .ok([:])), from: agent, now: 2 * Self.ms)
         let again = state.handleInvoke(request("r", round: "r1"), from: other, now: 3 * Self.ms)
         #expect(invokes(again) == 0)
@@ -168,7 +167,7 @@ struct TurnLeaseTests {
     func wire() throws {
         let messages: [WorkerMessage] = [
             .claim(turnID: "t1", claimID: "c1", skill: "echo", parameters: Array("{}".utf8)),
-            .called(turnID: "t1", claimID: "c1", status: .error, payload: Array("{}".utf8)),
+            .called(turnID: "t1", claimID: "c1", skill: "echo", parameters: [], status: .error, payload: Array("{}".utf8)),
             .release(turnID: "t1"),
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }

@@ -21,7 +21,8 @@ struct WireTests {
             .ask(AskRequest(requestID: "r-9", roundID: "t", sessionID: "s", agent: "", timeoutMs: 900, message: "hi")),
             .ask(AskRequest(requestID: "r-10", roundID: "t", agent: "alpha", message: "what is 6*7")),
             .ask(AskRequest(requestID: "r-11", roundID: "t", message: "follow me", progress: true)),
-            .cancel(requestID: "r-10"), .approve(confirmationID: "c1", approved: true),
+            .cancel(requestID: "r-10"), .cancelRound(requestID: "r-11", roundID: "3f0c"),
+            .approve(confirmationID: "c1", approved: true),
             .approve(confirmationID: "c2", approved: false),
         ] {
             let frames = message.encoded()
@@ -45,6 +46,7 @@ struct WireTests {
             .progress(
                 requestID: "r", agent: "alpha",
                 .call(TurnCall(skill: "echo", parameters: [:], agent: "b", durationMs: 2, outcome: .success(.text("x"))))),
+            .cancelled(requestID: "r", summary: ["round": "x", "requests": 1, "rounds": 0, "turns": 0, "stopped": 1]),
             .confirm(requestID: "r", confirmationID: "c1", skill: "file.write", parameters: Array(#"{"path":"a"}"#.utf8)),
             .answer(requestID: "r", agent: "", .error(SkillbusError(.unknownSession, "no such session"))),
             .reply(
@@ -67,6 +69,10 @@ struct WireTests {
             .entry(requestID: "s", entry: Array(#"{"agent":"alpha","capacity":1,"skills":[]}"#.utf8)),
             .snapshot(requestID: "s", summary: ["epoch": "e", "seq": 3, "agents": 1]),
             .agents(requestID: "a", listing: ["agents": []]),
+            .output(requestID: Array("r".utf8), invocation: "", OutputBatch(first: 0, parts: [.text("3")])),
+            .output(
+                requestID: Array("r".utf8), invocation: "step-1",
+                OutputBatch(first: 7, parts: [.text("two\nlines \"quoted\""), .json(["done": 0.5])])),
         ]
         for message in messages { #expect(try BusToClientMessage.decode(message.encoded()) == message) }
     }
@@ -93,6 +99,7 @@ struct WireTests {
                 TurnCall(
                     skill: "echo", parameters: ["text": "hi"], agent: "alpha", durationMs: 0.25,
                     outcome: .failure(SkillbusError(.timeout, "late")))),
+            .output(invocationID: "i9", OutputBatch(first: 2, parts: [.text("a"), .json([1, "b"]), .text("")])),
             .context(AgentContextStatus(sessions: 0, storageProblem: SkillbusError(.storageUnavailable, "full"))),
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
@@ -181,6 +188,51 @@ struct WireTests {
         #expect(throws: SkillbusError.self) {
             try WorkerMessage.decode([Array("SKB1W".utf8), Array("SKILLS".utf8), Array("[".utf8)])
         }
+    }
+
+    @Test(
+        "an OUTPUT needs a part count and a non-empty array of text or json parts",
+        arguments: [
+            (["i1", "x", #"[{"type":"text","text":"a"}]"#], "frame 3 (first part)"),
+            (["i1", "0", "[]"], "non-empty JSON array"),
+            (["i1", "0", #"{"type":"text","text":"a"}"#], "non-empty JSON array"),
+            (["i1", "0", #"[{"type":"text","text":1}]"#], "'text', a string"),
+            (["i1", "0", #"[{"type":"picture"}]"#], "'type' text or json"),
+            (["i1", "0", #"["a"]"#], "must be a JSON object"),
+            (["i1", "0"], "OUTPUT takes 5 frames"),
+        ])
+    func malformedOutput(frames: [String], reason: String) {
+        #expect {
+            try WorkerMessage.decode([Array("SKB1W".utf8), Array("OUTPUT".utf8)] + frames.map { Array($0.utf8) })
+        } throws: { error in
+            guard let error = error as? SkillbusError else { return false }
+            return error.code == .malformedMessage && error.message.contains(reason)
+        }
+    }
+
+    @Test("the bus forwards an OUTPUT's parts frame byte for byte, as the worker wrote it")
+    func outputForwardedUnchanged() throws {
+        let frame = Array(#" [ {"type": "text", "text": "a b"} , {"json": {"z": 1, "a": 2}, "type": "json"} ] "#.utf8)
+        let message = [Array("SKB1W".utf8), Array("OUTPUT".utf8), Array("i4".utf8), Array("3".utf8), frame]
+        guard case .output(let id, let batch) = try WorkerMessage.decode(message) else {
+            Issue.record("not an OUTPUT")
+            return
+        }
+        #expect(id == "i4" && batch.first == 3 && batch.parts == [.text("a b"), .json(["a": 2, "z": 1])])
+        #expect(batch.byteCount == frame.count + 1)
+        let forwarded = BusToClientMessage.output(requestID: Array("q".utf8), invocation: "", batch).encoded()
+        #expect(forwarded.last == frame)
+    }
+
+    @Test("output parts: text is written as the general writer writes it")
+    func outputParts() throws {
+        for part in [OutputPart.text("say \"hi\"\n\u{1}é"), .json(["a": [1, 2]])] {
+            #expect(part.serialized() == part.json.serialized())
+            #expect(try OutputPart(json: part.json) == part)
+        }
+        let batch = OutputBatch(first: 0, parts: [.text("a"), .text("b")])
+        #expect(batch.partsFrame == JSONValue.array(batch.parts.map(\.json)).serialized())
+        #expect(batch.byteCount == batch.partsFrame.count + 1)
     }
 
     @Test("results have three JSON forms")

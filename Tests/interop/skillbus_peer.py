@@ -4,8 +4,9 @@
 Four roles:
 
   worker  python3 skillbus_peer.py worker --coordinator tcp://127.0.0.1:5555 --name py-worker
-          Registers `py.reverse` (text -> reversed text) and `py.fail` (always fails with
-          `skill_failed`), heartbeats, serves INVOKE with RESULT, honours CANCEL, reports STATE,
+          Registers `py.reverse` (text -> reversed text), `py.fail` (always fails with
+          `skill_failed`) and `py.count` (emits 1 … n as partial output: one OUTPUT before its
+          RESULT), heartbeats, serves INVOKE with RESULT, honours CANCEL, reports STATE,
           re-registers when the bus forgets it, and on SIGTERM/SIGINT cancels what runs, sends
           DISCONNECT and exits 0. Prints `python worker ready` once the first WELCOME arrived.
 
@@ -269,6 +270,10 @@ class Invocation:
         self.skill = skill
         self.deadline = time.monotonic() + deadline_ms / 1000  # informative only (§4.9)
         self.cancel = threading.Event()
+        self.parts: list[dict] = []  # partial output (§3.9, §5.19), sent as one OUTPUT before the RESULT
+
+    def emit(self, text: str) -> None:
+        self.parts.append({"type": "text", "text": text})
 
 
 SKILL_DESCRIPTORS = [
@@ -278,6 +283,10 @@ SKILL_DESCRIPTORS = [
                      "description": "Text to reverse"}]},
     {"identifier": "py.fail", "displayName": "Fail (Python)",
      "description": "Always fails with skill_failed.", "parameters": []},
+    {"identifier": "py.count", "displayName": "Count (Python)",
+     "description": "Emits 1 … n as partial output, then says how far it counted.",
+     "parameters": [{"name": "n", "type": "integer", "required": True,
+                     "description": "How far to count"}]},
 ]
 
 
@@ -291,7 +300,13 @@ def make_skills(reverse_delay: float):
     def fail(params: dict, inv: Invocation) -> dict:
         raise SkillError("skill_failed", "py.fail always fails")
 
-    return {"py.reverse": reverse, "py.fail": fail}
+    def count(params: dict, inv: Invocation) -> dict:
+        n = int(params["n"])
+        for i in range(1, n + 1):
+            inv.emit(str(i))
+        return {"type": "text", "text": f"counted to {n}"}
+
+    return {"py.reverse": reverse, "py.fail": fail, "py.count": count}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -575,6 +590,9 @@ class Worker:
     def finish(self, inv: Invocation, status: str, payload: dict, failure: str | None) -> None:
         """Order on the wire: RESULT → (STATE failed) → (STATE idle) (§4.10)."""
         self.running.pop(inv.id, None)
+        if inv.parts:
+            # OUTPUT: invocation id, how many parts came before (none: this is the only batch), parts (§4.1).
+            self.send(b"OUTPUT", inv.id, b"0", dump_json(inv.parts))
         self.send_result(inv.id, status, payload)
         if failure is not None:
             self.send_state({"reason": failure, "state": "failed"})

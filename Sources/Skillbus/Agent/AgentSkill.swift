@@ -13,6 +13,14 @@ public protocol AgentSkill: Sendable {
     var executionStyle: SkillExecutionStyle { get }
     /// Whether a client must approve each invocation before it runs; false by default.
     var needsConfirmation: Bool { get }
+    /// How the bus retries a failed invocation (PROTOCOL §5.2.1); nil (the default): it does not.
+    var retryPolicy: RetryPolicy? { get }
+    /// Whether running it twice does no more than running it once, so that a lost or timed-out attempt
+    /// may be tried again; false by default.
+    var isIdempotent: Bool { get }
+    /// How many invocations may run at once on one agent (1: not reentrant); nil (the default): any number
+    /// up to the agent's capacity.
+    var concurrencyLimit: Int? { get }
     /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
 }
@@ -32,11 +40,15 @@ extension AgentSkill {
     public var defaultTimeoutMs: Int? { nil }
     /// False unless a skill does something a user should approve first (it writes, deletes, spends).
     public var needsConfirmation: Bool { false }
+    public var retryPolicy: RetryPolicy? { nil }
+    public var isIdempotent: Bool { false }
+    public var concurrencyLimit: Int? { nil }
 
     public var descriptor: SkillDescriptor {
         SkillDescriptor(
             identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema,
-            defaultTimeoutMs: defaultTimeoutMs, needsConfirmation: needsConfirmation)
+            defaultTimeoutMs: defaultTimeoutMs, needsConfirmation: needsConfirmation, retry: retryPolicy,
+            idempotent: isIdempotent, concurrency: concurrencyLimit)
     }
 }
 
@@ -195,6 +207,8 @@ public struct SkillExecutionContext: Sendable {
     public let depth: Int
     /// The agent's context store; nil on an agent that keeps none.
     public let store: AgentStore?
+    /// Where `emit` sends partial output; nil outside an agent and in a sub-call run on the same agent.
+    var output: SkillOutput?
 
     /// The agent's memory; nil on an agent that keeps no context.
     public var memory: SkillMemory? { store.map { SkillMemory(store: $0, sessionID: sessionID) } }
@@ -237,6 +251,25 @@ public struct SkillExecutionContext: Sendable {
         return try await caller.call(skill, parameters: parameters, from: self)
     }
 
+    /// Sends a piece of partial output to whoever waits for this invocation (the client that asked,
+    /// identical requests that joined it, a round's clients), while the skill runs. The agent sends what
+    /// was emitted in batches (at most one every 25 ms, the last before the result), so emitting is cheap.
+    /// Throws `output_too_large` once the invocation emitted more than the agent's `maxOutputBytes`: the
+    /// invocation is then cancelled and fails with that error whatever the skill returns. Where nobody can
+    /// wait (outside an agent, or in a sub-call the agent runs itself) the part goes nowhere.
+    public func emit(_ part: OutputPart) throws(SkillbusError) {
+        try output?.emit(part)
+    }
+
+    /// Emits a line of text (see `emit(_:)` for parts).
+    public func emit(_ text: String) throws(SkillbusError) { try output?.emit(.text(text)) }
+
+    /// Emits a JSON value (see `emit(_:)` for parts).
+    public func emit(json value: JSONValue) throws(SkillbusError) { try output?.emit(.json(value)) }
+
+    /// How many bytes of output this invocation may emit; nil when its output goes nowhere.
+    public var outputLimitBytes: Int? { output?.route.maxOutputBytes }
+
     /// The context of a sub-call made from this one.
     public func child(invoking skill: String) -> SkillExecutionContext {
         SkillExecutionContext(
@@ -263,12 +296,22 @@ public struct SkillDescriptor: Sendable, Equatable {
     public var metadata: [String: JSONValue]
     /// Before it runs, the client that asked must approve the invocation (PROTOCOL §3.8).
     public var needsConfirmation: Bool
+    /// How the bus retries a failed invocation (PROTOCOL §5.2.1); nil: it does not.
+    public var retry: RetryPolicy?
+    /// Running it twice does no more than running it once: a lost or timed-out attempt may be repeated.
+    public var idempotent: Bool
+    /// Invocations that may run at once on one agent; nil: up to the agent's capacity.
+    public var concurrency: Int?
 
     public init(
         identifier: String, displayName: String, description: String, parameters: ParameterSchema,
-        defaultTimeoutMs: Int? = nil, metadata: [String: JSONValue] = [:], needsConfirmation: Bool = false
+        defaultTimeoutMs: Int? = nil, metadata: [String: JSONValue] = [:], needsConfirmation: Bool = false,
+        retry: RetryPolicy? = nil, idempotent: Bool = false, concurrency: Int? = nil
     ) {
         self.needsConfirmation = needsConfirmation
+        self.retry = retry
+        self.idempotent = idempotent
+        self.concurrency = concurrency
         self.identifier = identifier
         self.displayName = displayName
         self.description = description
@@ -285,6 +328,9 @@ public struct SkillDescriptor: Sendable, Equatable {
         if let defaultTimeoutMs { object["defaultTimeoutMs"] = .number(Double(defaultTimeoutMs)) }
         if !metadata.isEmpty { object["metadata"] = .object(metadata) }
         if needsConfirmation { object["confirm"] = true }
+        if let retry { object["retry"] = retry.json }
+        if idempotent { object["idempotent"] = true }
+        if let concurrency { object["concurrency"] = .number(Double(concurrency)) }
         return .object(object)
     }
 
@@ -327,10 +373,12 @@ public struct SkillDescriptor: Sendable, Equatable {
             }
             needsConfirmation = flag
         }
+        let (retry, idempotent, concurrency) = try Self.policies(json, identifier)
         self.init(
             identifier: identifier, displayName: json["displayName"]?.stringValue ?? identifier,
             description: json["description"]?.stringValue ?? "", parameters: parameters,
-            defaultTimeoutMs: defaultTimeoutMs, metadata: metadata, needsConfirmation: needsConfirmation)
+            defaultTimeoutMs: defaultTimeoutMs, metadata: metadata, needsConfirmation: needsConfirmation,
+            retry: retry, idempotent: idempotent, concurrency: concurrency)
     }
 
     public static func isValidIdentifier(_ identifier: String) -> Bool {

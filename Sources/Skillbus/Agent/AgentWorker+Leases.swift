@@ -1,9 +1,10 @@
 import Foundation
 
-/// A turn that holds its round (TURN's lease, PROTOCOL §4.2) runs a call of a skill this agent offers
-/// right here: CLAIM as it starts, CALLED as it ends, and no pass through the bus. Before anything of the
-/// round goes through the bus (a call of a skill offered elsewhere, or a skill's sub-call), RELEASE gives
-/// the round back, so the bus decides on it knowing every claim.
+/// A turn that holds its round (TURN's lease, PROTOCOL §3.7) runs a call of a skill this agent offers
+/// right here, with no pass through the bus, and reports it with CALLED as it ends. Before anything of
+/// the round goes through the bus (a call of a skill offered elsewhere, or a skill's sub-call), RELEASE
+/// gives the round back, after a CLAIM for each call still running here: so the bus decides on the
+/// round's other invocations knowing every call the turn made.
 extension AgentWorker {
     /// The outcome of the call run here, or nil when it must go through the bus: the round is not held
     /// (any more), this agent does not offer the skill, or the skill needs the user's confirmation (which
@@ -21,11 +22,11 @@ extension AgentWorker {
                 !found.descriptor.needsConfirmation
             else { return nil }
             state.lastClaim += 1
-            return (found, "c" + String(state.lastClaim))
+            let id = "c" + String(state.lastClaim)
+            state.runningHere[turn.roundID, default: [:]][id] = (skill, body)
+            return (found, id)
         }
         guard let claim else { return nil }
-        socket.send(
-            WorkerMessage.claim(turnID: turn.turnID, claimID: claim.id, skill: skill, parameters: body).encoded())
         let invocation = Invocation(
             invocationID: claim.id, frames: Array(turn.roundID.utf8), Array(turn.sessionID.utf8), skill: skill,
             deadlineMs: max(1, Int((deadline - .now) / .milliseconds(1))), parameters: body)
@@ -37,9 +38,17 @@ extension AgentWorker {
             let running = Task { await self.runner.run(invocation) }
             outcome = await withTaskCancellationHandler { await running.value } onCancel: { running.cancel() }
         }
-        socket.send(
-            WorkerMessage.called(turnID: turn.turnID, claimID: claim.id, status: outcome.status, payload: outcome.payload)
-                .encoded())
+        // Under the lock, as giveBackRound sends its CLAIMs: CALLED goes either before them or after this
+        // call's CLAIM, never in between.
+        state.withLock { state in
+            state.runningHere[turn.roundID]?[claim.id] = nil
+            if state.runningHere[turn.roundID]?.isEmpty == true { state.runningHere[turn.roundID] = nil }
+            socket.send(
+                WorkerMessage.called(
+                    turnID: turn.turnID, claimID: claim.id, skill: skill, parameters: body, status: outcome.status,
+                    payload: outcome.payload
+                ).encoded())
+        }
         let result = Self.decode(outcome, of: skill)
         ranHere[key] = result
         return result
@@ -67,6 +76,11 @@ extension AgentWorker {
         // Sent under the lock: RELEASE leaves before anything the caller sends after it.
         state.withLock { state in
             guard let turnID = state.leases.removeValue(forKey: roundID) else { return }
+            for (claimID, call) in state.runningHere[roundID] ?? [:] {
+                socket.send(
+                    WorkerMessage.claim(turnID: turnID, claimID: claimID, skill: call.skill, parameters: call.parameters)
+                        .encoded())
+            }
             socket.send(WorkerMessage.release(turnID: turnID).encoded())
         }
     }

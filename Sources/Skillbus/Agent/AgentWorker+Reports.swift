@@ -35,6 +35,26 @@ extension AgentWorker {
     }
 
     /// Runs on the I/O thread before it waits: sends the state if it differs from the one last sent.
+    /// Sends HEARTBEAT when one is due, on the socket's thread: skills that keep every thread of the pool
+    /// busy cannot delay it, so the bus never takes a busy agent for a dead one. Returns how long until the
+    /// next one; nil while not registered (the WELCOME that registers wakes the loop).
+    func heartbeatIfDue() -> Duration? {
+        let now = now()
+        let interval = UInt64(options.heartbeatMs) * 1_000_000
+        let plan = state.withLock { state -> (send: Bool, next: UInt64)? in
+            guard state.registered, !state.stopping else { return nil }
+            let send = now &- state.lastHeartbeatSent >= interval
+            if send { state.lastHeartbeatSent = now }
+            return (send, state.lastHeartbeatSent &+ interval)
+        }
+        guard let plan else { return nil }
+        if plan.send {
+            let position = state.withLock { $0.replica }?.position
+            socket.send(WorkerMessage.heartbeat(intervalMs: options.heartbeatMs, registry: position).encoded())
+        }
+        return .nanoseconds(Int64(plan.next &- now))
+    }
+
     func flushState() {
         let changes = state.withLock { state -> [AgentState] in
             var changes = state.failures

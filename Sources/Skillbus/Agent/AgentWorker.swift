@@ -27,6 +27,9 @@ public final class AgentWorker: Sendable {
         public var turnStepLimit = 8
         /// CURVE keys for every socket the agent opens (bus, its client connection, the feed); nil: none.
         public var credentials: CurveCredentials?
+        /// Partial output one invocation may emit (bytes of parts); past it the invocation fails with
+        /// `output_too_large`.
+        public var maxOutputBytes = 1 << 20
 
         public init(
             name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
@@ -55,11 +58,15 @@ public final class AgentWorker: Sendable {
     let context: ZMQContext
     /// The agent's own context, persisted in its data directory; nil when it keeps none.
     public let store: AgentStore?
+    /// Where skills' partial output goes and how it is bounded; made once, not per invocation.
+    let outputRoute: SkillOutput.Route
 
     struct State {
         var skills: [String: any AgentSkill]
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
+        /// How many run now of each skill with a concurrency limit, by identifier.
+        var limitedRunning: [String: Int] = [:]
         /// Turns being taken, by turn id; cancelled at stop like invocations.
         var turns: [String: Task<Void, Never>] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
@@ -71,6 +78,7 @@ public final class AgentWorker: Sendable {
         var failures: [AgentState] = []
         var registered = false
         var lastHeardFromBus: UInt64 = 0
+        var lastHeartbeatSent: UInt64 = 0
         var busHeartbeatMs: Int
         var stopping = false
         var lastRegistration: UInt64 = 0
@@ -81,6 +89,8 @@ public final class AgentWorker: Sendable {
         var reportedContext: AgentContextStatus?
         /// Rounds that turns of this agent hold (TURN's lease), round id → turn id, until given back.
         var leases: [String: String] = [:]
+        /// Calls running here under a lease, by round id and claim id: a CLAIM goes for each before RELEASE.
+        var runningHere: [String: [String: (skill: String, parameters: [UInt8])]] = [:]
         var lastClaim: UInt64 = 0
     }
 
@@ -94,6 +104,10 @@ public final class AgentWorker: Sendable {
         self.context = context
         self.client = client
         self.socket = socket
+        outputRoute = SkillOutput.Route(
+            maxOutputBytes: options.maxOutputBytes, maxMessageBytes: options.maxMessageBytes,
+            send: { [socket] in socket.send($0) },
+            stop: { [owner] id in owner.worker.withLock { $0.value }?.cancelInvocation(id) }, clock: OutputClock())
         let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
         state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
@@ -161,8 +175,9 @@ public final class AgentWorker: Sendable {
             },
             { message in owner.worker.withLock { $0.value }?.receive(message) },
             {
-                owner.worker.withLock { $0.value }?.flushState()
-                return nil
+                guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
+                worker.flushState()
+                return worker.heartbeatIfDue()
             }
         )
     }
@@ -220,8 +235,9 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    /// Registers, then heartbeats until `stop()`. While not registered (refused, or the coordinator went
-    /// quiet) it asks again after 1 s, then twice as long each time up to 32 s.
+    /// Registers, then watches the registration until `stop()` (the socket's thread sends the heartbeats).
+    /// While not registered (refused, or the coordinator went quiet) it asks again after 1 s, then twice as
+    /// long each time up to 32 s.
     public func run() async {
         register()
         while !state.withLock({ $0.stopping }) {
@@ -244,12 +260,8 @@ public final class AgentWorker: Sendable {
                 for task in orphans { task.cancel() }
                 registered = false
             }
-            if registered {
-                let position = state.withLock { $0.replica }?.position
-                socket.send(WorkerMessage.heartbeat(intervalMs: options.heartbeatMs, registry: position).encoded())
-            } else {
-                register(ifDue: true)
-            }
+            // Heartbeats go from the socket's thread (heartbeatIfDue), which no skill can keep busy.
+            if !registered { register(ifDue: true) }
         }
         await stop()
     }
@@ -286,7 +298,7 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    private func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+    func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     /// Runs on the socket's thread: must stay quick.
     private func receive(_ message: Multipart) {
@@ -345,8 +357,17 @@ public final class AgentWorker: Sendable {
             if state.running.count >= options.capacity {
                 return SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))")
             }
+            let skill = state.skills[invocation.skill]
+            // The limit holds whoever sends the INVOKE: a bus that does not know it gets `busy`.
+            if let limit = skill?.concurrencyLimit {
+                guard state.limitedRunning[invocation.skill, default: 0] < limit else {
+                    return SkillbusError(
+                        .busy, "agent '\(options.name)' is at the concurrency limit of '\(invocation.skill)' (\(limit))")
+                }
+                state.limitedRunning[invocation.skill, default: 0] += 1
+            }
             // Created under the lock so that the task cannot finish before it is recorded.
-            if state.skills[invocation.skill]?.executionStyle == .quick {
+            if skill?.executionStyle == .quick {
                 state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
                     await self.execute(invocation)
                 }
@@ -364,8 +385,11 @@ public final class AgentWorker: Sendable {
     }
 
     /// The execution path, over this agent's skills as they are when an invocation looks its skill up.
+    /// Cancels a running invocation (its output overflowed); one that has ended is left alone.
+    private func cancelInvocation(_ id: String) { state.withLock { $0.running[id] }?.cancel() }
+
     var runner: InvocationRunner {
-        InvocationRunner(agentName: options.name, caller: self, store: store) { identifier in
+        InvocationRunner(agentName: options.name, caller: self, store: store, output: outputRoute) { identifier in
             self.state.withLock { state in
                 (state.skills[identifier], state.skills[identifier] == nil ? state.skills.keys.sorted() : [])
             }
@@ -377,6 +401,9 @@ public final class AgentWorker: Sendable {
         // Free the slot before the coordinator can hear of it, or its next dispatch could find us "full".
         let idle = state.withLock { state -> Bool in
             state.running[invocation.invocationID] = nil
+            if let count = state.limitedRunning[invocation.skill] {
+                state.limitedRunning[invocation.skill] = count > 1 ? count - 1 : nil
+            }
             return state.running.isEmpty
         }
         socket.send(

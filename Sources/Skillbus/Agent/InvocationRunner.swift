@@ -23,17 +23,26 @@ struct InvocationRunner: Sendable {
     /// The agent's context: skills see it, and an invocation with a session is written into the
     /// session's history (the call, then its result). Nil on an agent that keeps none.
     let store: AgentStore?
+    /// Where a skill's partial output goes, and its bounds; nil: `emit` goes nowhere.
+    let output: SkillOutput.Route?
 
-    init(agentName: String, caller: (any SkillCaller)?, store: AgentStore? = nil, lookup: @escaping Lookup) {
+    init(
+        agentName: String, caller: (any SkillCaller)?, store: AgentStore? = nil, output: SkillOutput.Route? = nil,
+        lookup: @escaping Lookup
+    ) {
         self.agentName = agentName
         self.caller = caller
         self.store = store
+        self.output = output
         self.lookup = lookup
     }
 
     /// A runner over a fixed set of skills.
-    init(agentName: String, skills: [String: any AgentSkill], caller: (any SkillCaller)? = nil) {
-        self.init(agentName: agentName, caller: caller) { identifier in
+    init(
+        agentName: String, skills: [String: any AgentSkill], caller: (any SkillCaller)? = nil,
+        output: SkillOutput.Route? = nil
+    ) {
+        self.init(agentName: agentName, caller: caller, output: output) { identifier in
             (skills[identifier], skills[identifier] == nil ? skills.keys.sorted() : [])
         }
     }
@@ -45,13 +54,24 @@ struct InvocationRunner: Sendable {
         do throws(SkillbusError) {
             let (skill, parameters) = try prepare(invocation)
             starting(skill.identifier)
-            let context = SkillExecutionContext(
+            var context = SkillExecutionContext(
                 roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: agentName,
                 invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
                 caller: caller, store: store)
+            let output = self.output.map {
+                SkillOutput(invocationID: invocation.invocationID, skill: skill.identifier, route: $0)
+            }
+            context.output = output
             record(.skillCall, ["skill": .string(skill.identifier), "params": .object(parameters)], of: invocation)
-            do {
-                let result = try await Self.run(skill, parameters: parameters, context: context)
+            do throws(SkillbusError) {
+                let result: SkillResult
+                // The last batch goes before the RESULT; output that overflowed fails it, whatever the skill did.
+                do throws(SkillbusError) {
+                    result = try await Self.run(skill, parameters: parameters, context: context)
+                } catch {
+                    throw output?.close() ?? error
+                }
+                if let overflow = output?.close() { throw overflow }
                 record(
                     .skillResult, ["skill": .string(skill.identifier), "status": "ok", "result": result.json],
                     of: invocation)

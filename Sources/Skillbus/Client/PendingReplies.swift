@@ -9,6 +9,9 @@ final class PartialAnswers: Sendable {
     let replyPieces = Mutex<[String: @Sendable (String) -> Void]>([:])
     /// Who follows a turn's states and calls (PROGRESS).
     let progress = Mutex<[String: @Sendable (String, TurnProgress) -> Void]>([:])
+    /// Who hears the OUTPUT of a request's invocations: the round's invocation id (empty for a REQUEST)
+    /// and the batch.
+    let outputs = Mutex<[String: @Sendable (String, OutputBatch) -> Void]>([:])
     /// Who decides CONFIRMs, and how the answer goes back; without a decider every one is refused.
     let confirmer = Mutex<(@Sendable (Confirmation) async -> Bool)?>(nil)
     let reply = Mutex<(@Sendable (Multipart) -> Void)?>(nil)
@@ -35,6 +38,8 @@ final class PendingReplies: Sendable {
     private struct Waiter {
         var continuation: CheckedContinuation<Answer, Never>
         var deadline: ContinuousClock.Instant
+        /// Its caller gave up and waits only for the answer to its CANCEL: running out is `cancelled`.
+        var gaveUp = false
     }
 
     private struct Table {
@@ -52,14 +57,33 @@ final class PendingReplies: Sendable {
     var count: Int { table.withLock { $0.waiting.count + $0.early.count } }
 
     /// Registers a caller until `deadline`; one whose wait already ended (cancelled) is answered at once.
-    func add(_ requestID: String, until deadline: ContinuousClock.Instant, _ continuation: CheckedContinuation<Answer, Never>) {
+    /// Returns whether it waits (false: it was answered at once).
+    @discardableResult
+    func add(
+        _ requestID: String, until deadline: ContinuousClock.Instant, _ continuation: CheckedContinuation<Answer, Never>
+    ) -> Bool {
         let early = table.withLock { table -> Answer? in
             if let early = table.early.removeValue(forKey: requestID) { return early }
             table.waiting[requestID] = Waiter(continuation: continuation, deadline: deadline)
             table.earliest = min(table.earliest ?? deadline, deadline)
             return nil
         }
-        if let early { continuation.resume(returning: early) }
+        guard let early else { return true }
+        continuation.resume(returning: early)
+        return false
+    }
+
+    /// The caller gave up and told the bus: it waits for the bus's answer for `grace` more at most, and
+    /// then ends as cancelled. False when it was not waiting yet (then nothing was sent to cancel).
+    func giveUp(_ requestID: String, within grace: Duration) -> Bool {
+        table.withLock { table in
+            guard var waiter = table.waiting[requestID] else { return false }
+            waiter.gaveUp = true
+            waiter.deadline = min(waiter.deadline, .now + grace)
+            table.waiting[requestID] = waiter
+            table.earliest = min(table.earliest ?? waiter.deadline, waiter.deadline)
+            return true
+        }
     }
 
     /// Ends a caller's wait with `answer`, if it still waits. A reply for nobody is dropped; a
@@ -83,7 +107,7 @@ final class PendingReplies: Sendable {
             table.earliest = table.waiting.values.map(\.deadline).min()
             return Array(due.values)
         }
-        for waiter in expired { waiter.continuation.resume(returning: .timedOut) }
+        for waiter in expired { waiter.continuation.resume(returning: waiter.gaveUp ? .cancelled : .timedOut) }
     }
 
     /// How long until the next deadline; nil when nobody waits.

@@ -114,18 +114,24 @@ public final class SkillbusClient: Sendable {
     func closeAndWait() async { await socket.stopAndWait() }
 
     /// Runs `skill` on some agent. Throws only when no answer came (`unreachable`) or the reply was bad;
-    /// a skill that failed comes back as an outcome with `status == .error`.
+    /// a skill that failed comes back as an outcome with `status == .error`. `onOutput` hears the skill's
+    /// partial output as it arrives, every batch before the outcome (on the client's socket thread: keep
+    /// it quick).
     public func invoke(
         _ skill: String, parameters: JSONValue = [:], roundID: String = UUID().uuidString.lowercased(),
-        sessionID: String = "", timeout: Duration = .seconds(15)
+        sessionID: String = "", timeout: Duration = .seconds(15), onOutput: (@Sendable (OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> InvocationOutcome {
         let requestID = makeRequestID()
+        if let onOutput { partials.outputs.withLock { $0[requestID] = { _, batch in onOutput(batch) } } }
+        defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
         let timeoutMs = Int(timeout / .milliseconds(1))
         let request = InvokeRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, skill: skill, timeoutMs: max(1, timeoutMs),
             parameters: parameters.serialized())
         // The bus answers `timeout` itself at the deadline; the extra second is for that answer to arrive.
-        let answer = try await exchange(.invoke(request), requestID: requestID, waitFor: timeout + .seconds(1))
+        // A caller that gives up cancels the request on the bus, whose answer (`cancelled`) ends the wait.
+        let answer = try await exchange(
+            .invoke(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
         switch answer {
         case .reply(let reply):
             var outcome = InvocationOutcome(
@@ -214,20 +220,41 @@ public final class SkillbusClient: Sendable {
 
     /// Runs a whole round (one invocation, a fan-out or a plan) and returns its document. A round that
     /// failed comes back as a document with `status: error`; this throws only when no answer came.
+    /// `retries`, when given, is how many times the bus may retry each invocation instead of what its skill
+    /// declares (0: never), within the skill's rules of what is retryable (PROTOCOL §4.13).
+    /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
+    /// the document, and the batch), all of it before the document (on the client's socket thread).
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15)
+        timeout: Duration = .seconds(15), retries: Int? = nil, onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> RoundDocument {
         let requestID = makeRequestID()
+        if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
+        defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
         let request = RoundRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))),
-            body: spec.json.serialized())
-        switch try await exchange(.round(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
+            body: spec.body(retries: retries).serialized())
+        let answer = try await exchange(
+            .round(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
+        switch answer {
         case .round(_, _, let document):
             return try RoundDocument(parsing: document)
         case .error(_, let error): throw error
         default: throw unreachable(after: timeout + .seconds(1))
+        }
+    }
+
+    /// Cancels everything of round `roundID` on the bus, whoever asked for it: the ROUND, its REQUESTs and
+    /// its turn (PROTOCOL §3.10). Returns what the bus stopped: `{"round", "requests", "rounds", "turns",
+    /// "stopped"}`, all zero when nothing of the round was running.
+    public func cancelRound(_ roundID: String, timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
+        let requestID = makeRequestID()
+        let message = ClientMessage.cancelRound(requestID: requestID, roundID: roundID)
+        switch try await exchange(message, requestID: requestID, waitFor: timeout) {
+        case .cancelled(_, let summary): return summary
+        case .error(_, let error): throw error
+        default: throw unreachable(after: timeout)
         }
     }
 
@@ -324,21 +351,31 @@ public final class SkillbusClient: Sendable {
         SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
     }
 
+    /// How long a caller that gave up on a REQUEST or ROUND waits for the bus's `cancelled` answer.
+    static let cancelGrace: Duration = .seconds(1)
+
     /// Sends `message` and waits for the reply with `requestID`; nil when none came within `waitFor`.
     /// A cancelled caller returns at once with `cancelled`; its entry goes, so a late reply is dropped.
+    /// With `cancelsOnBus`, it tells the bus (CANCEL) and waits for the bus's answer instead, for
+    /// `cancelGrace` at most.
     private func exchange(
-        _ message: ClientMessage, requestID: String, waitFor: Duration
+        _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false
     ) async throws(SkillbusError) -> BusToClientMessage? {
         let pending = self.pending
         let socket = self.socket
         let deadline = ContinuousClock.now + waitFor
         let answer = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                pending.add(requestID, until: deadline, continuation)
+                // Already cancelled: answered at once, and nothing need go to the bus.
+                guard pending.add(requestID, until: deadline, continuation) else { return }
                 socket.send(message.encoded())  // wakes the socket's thread, which then keeps the deadline too
             }
         } onCancel: {
-            pending.finish(requestID, with: .cancelled)
+            if cancelsOnBus, pending.giveUp(requestID, within: Self.cancelGrace) {
+                socket.send(ClientMessage.cancel(requestID: requestID).encoded())
+            } else {
+                pending.finish(requestID, with: .cancelled)
+            }
         }
         pending.forget(requestID)
         switch answer {
@@ -368,7 +405,7 @@ public final class SkillbusClient: Sendable {
         switch decoded {
         case .reply(let reply): requestID = reply.requestID
         case .skills(let id, _), .error(let id, _), .snapshot(let id, _), .agents(let id, _), .answer(let id, _, _),
-            .turn(let id, _, _):
+            .turn(let id, _, _), .cancelled(let id, _):
             requestID = id
         case .round(let id, _, _): requestID = String(decoding: id, as: UTF8.self)
         case .entry(let id, let entry):
@@ -379,6 +416,10 @@ public final class SkillbusClient: Sendable {
             return
         case .progress(let id, let agent, let progress):
             partials.progress.withLock { $0[id] }?(agent, progress)
+            return
+        case .output(let id, let invocation, let batch):
+            let requestID = String(decoding: id, as: UTF8.self)
+            partials.outputs.withLock { $0[requestID] }?(invocation, batch)
             return
         case .confirm(let id, let confirmationID, let skill, let parameters):
             let decide = partials.confirmer.withLock { $0 }

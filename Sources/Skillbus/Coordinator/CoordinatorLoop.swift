@@ -73,7 +73,9 @@ final class CoordinatorLoop {
         ] + (busGuard?.pollItems ?? [])
         while !control.stopping.load(ordering: .acquiring) {
             var now = DispatchTime.now().uptimeNanoseconds
-            let timeoutMs = nextTick > now ? Int((nextTick - now) / 1_000_000) + 1 : 0
+            // A retry's backoff ends when it ends, not at the next tick.
+            let wake = state.nextTimer.map { min($0, nextTick) } ?? nextTick
+            let timeoutMs = wake > now ? Int((wake - now) / 1_000_000) + 1 : 0
             let ready: PollResult
             do {
                 ready = try poll(items, timeoutMs: timeoutMs)
@@ -87,6 +89,7 @@ final class CoordinatorLoop {
             if ready.readable[1] { drainSubscriptions() }
             if ready.readable.dropFirst(3).contains(true) { busGuard?.drainMonitors() }
             now = DispatchTime.now().uptimeNanoseconds
+            if let due = state.nextTimer, due <= now, now < nextTick { perform(state.fireTimers(now: now)) }
             if now >= nextTick {
                 perform(state.tick(now: now))
                 if let busGuard { perform(busGuard.tick()) }
@@ -159,6 +162,8 @@ final class CoordinatorLoop {
                     perform(state.handleAsk(request, from: peer, now: now))
                 case .cancel(let requestID):
                     perform(state.handleCancel(requestID: requestID, from: peer, now: now))
+                case .cancelRound(let requestID, let roundID):
+                    perform(state.handleCancelRound(requestID: requestID, roundID: roundID, from: peer, now: now))
                 case .approve(let confirmationID, let approved):
                     perform(state.handleApprove(confirmationID, approved: approved, from: peer, now: now))
                 case .listAgents(let requestID):

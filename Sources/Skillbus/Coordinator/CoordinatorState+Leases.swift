@@ -1,10 +1,11 @@
-/// A turn's lease on its round (PROTOCOL §4.2): when a turn starts in a round nothing has run in, the
+/// A turn's lease on its round (PROTOCOL §3.7): when a turn starts in a round nothing has run in, the
 /// round is the turn's. Its agent may then run a call of a skill it offers itself, with no pass through
-/// the bus, and reports it: CLAIM as it starts (the bus enters it among the round's executions, so an
-/// identical invocation joins it) and CALLED as it ends. Any other invocation of the round waits until
-/// the turn gives the round back (RELEASE, sent before any call of the turn goes through the bus) or
-/// ends: so every invocation the bus decides on sees every claim before it. Two passes through the bus
-/// per call are saved; deduplication holds as it does for invocations the bus routes.
+/// the bus, and reports it with CALLED as it ends (and, for a call still running when the round goes
+/// back, CLAIM before RELEASE), which enters it among the round's executions, so an identical invocation
+/// reuses or joins it. Any other invocation of the round waits until the turn gives the round back
+/// (RELEASE, sent before any call of the turn goes through the bus) or ends: so every invocation the bus
+/// decides on sees every call of the turn before it. Two passes through the bus per call are saved;
+/// deduplication holds as it does for invocations the bus routes.
 extension CoordinatorState {
     struct TurnLease: Sendable {
         let holder: PeerID
@@ -40,29 +41,39 @@ extension CoordinatorState {
         return true
     }
 
-    /// CLAIM: one of the turn's calls started on its agent. Ignored unless the turn holds its round.
+    /// CLAIM: one of the turn's calls runs on its agent. Ignored unless the turn holds its round.
     mutating func noteClaim(
         turnID: String, claimID: String, skill: String, parameters: [UInt8], from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
-        guard let turn = turns.entry(turnID, of: peer), leases[ByteKey(turn.round)]?.turnID == turnID else { return [] }
-        let admission = singleFlight.admit(
-            round: turn.round, skill: skill, parameters: parameters, waiter: .claim,
-            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
-        // Only the holder adds to a held round, and it runs each call once: the claim is always the first.
-        if case .first(let execution) = admission {
-            claims[ClaimKey(worker: peer, turnID: turnID, claimID: claimID)] = Claim(
-                execution: execution, round: turn.round, accepted: now)
+        if let claim = enter(turnID, skill, parameters, from: peer, now: now) {
+            claims[ClaimKey(worker: peer, turnID: turnID, claimID: claimID)] = claim
         }
         return []
     }
 
-    /// CALLED: the call ended; whoever joined it gets its outcome.
+    /// The turn's call as an execution of its round, when the turn holds the round.
+    private mutating func enter(
+        _ turnID: String, _ skill: String, _ parameters: [UInt8], from peer: PeerID, now: UInt64
+    ) -> Claim? {
+        guard let turn = turns.entry(turnID, of: peer), leases[ByteKey(turn.round)]?.turnID == turnID else { return nil }
+        let admission = singleFlight.admit(
+            round: turn.round, skill: skill, parameters: parameters, waiter: .claim,
+            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+        // Only the holder adds to a held round, and it runs each call once: its call is always the first.
+        guard case .first(let execution) = admission else { return nil }
+        return Claim(execution: execution, round: turn.round, accepted: now)
+    }
+
+    /// CALLED: the call ended; whoever joined it gets its outcome. One with no CLAIM before it ended while
+    /// the turn held its round: it enters the round as an execution that has ended.
     mutating func noteCalled(
-        turnID: String, claimID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
+        turnID: String, claimID: String, skill: String, parameters: [UInt8], status: ReplyStatus, payload: [UInt8],
+        from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
-        guard let claim = claims.removeValue(forKey: ClaimKey(worker: peer, turnID: turnID, claimID: claimID)) else {
-            return []
-        }
+        guard
+            let claim = claims.removeValue(forKey: ClaimKey(worker: peer, turnID: turnID, claimID: claimID))
+                ?? enter(turnID, skill, parameters, from: peer, now: now)
+        else { return [] }
         let agent = workers[peer]?.nameFrame ?? []
         var outcome = Outcome(
             status: status, agent: agent, payload: payload, durationMicros: Int((now &- claim.accepted) / 1000))

@@ -9,6 +9,7 @@ extension CoordinatorState {
         // A session's context lives on the agent that served it last: go back there while it is alive and
         // offers the skill, busy or not. A fan-out's own target wins.
         if request.target == nil, !request.sessionID.isEmpty, let name = affinity.agent(of: request.sessionID),
+            request.avoid.isEmpty || !request.avoid.contains(name),
             let peer = workers.peer(named: name), workers[peer]?.skills[request.skill] != nil
         {
             request.target = peer
@@ -19,7 +20,7 @@ extension CoordinatorState {
                     request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
                     executed: false, now: now)
             }
-            if worker.hasFreeSlot { return dispatch(request, to: target, now: now) }
+            if worker.canRun(request.skill) { return dispatch(request, to: target, now: now) }
             guard waiting.count < settings.queueLimit else {
                 let error = SkillbusError(
                     .busy,
@@ -30,7 +31,12 @@ extension CoordinatorState {
             waiting.append(request, target: target)
             return []
         }
-        let candidates = workers.providers(of: request.skill)
+        var candidates = workers.providers(of: request.skill)
+        if !request.avoid.isEmpty {
+            // A retry goes to an agent an earlier attempt did not fail on, when there is one.
+            let others = candidates.filter { peer in !request.avoid.contains(workers[peer]?.name ?? "") }
+            if !others.isEmpty { candidates = others }
+        }
         guard !candidates.isEmpty else {
             let offered = workers.offeredSkills
             let list =
@@ -40,7 +46,9 @@ extension CoordinatorState {
                 details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
             return fail(request, error, agent: "", executed: false, now: now)
         }
-        if let worker = workers.pickProvider(candidates) { return dispatch(request, to: worker, now: now) }
+        if let worker = workers.pickProvider(candidates, skill: request.skill) {
+            return dispatch(request, to: worker, now: now)
+        }
         guard waiting.count < settings.queueLimit else {
             let error = SkillbusError(
                 .busy,
@@ -60,10 +68,16 @@ extension CoordinatorState {
 
     /// INVOKE to a worker with a free slot (the caller checked), and the feed event that says so.
     mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        var request = request
+        request.attemptStarted = now
+        if !attemptTimeouts.isEmpty, let ms = attemptTimeouts[request.skill] {
+            request.attemptDeadline = now &+ UInt64(ms) * 1_000_000
+        }
         let invocationID = running.start(request, on: peer, workers: &workers)
         let agent = workers[peer]?.name ?? ""
         if !request.sessionID.isEmpty { affinity.record(request.sessionID, agent: agent) }
-        let remainingMs = request.deadline > now ? Int((request.deadline - now) / 1_000_000) : 0
+        let ends = request.attemptEnds
+        let remainingMs = ends > now ? Int((ends - now) / 1_000_000) : 0
         let invocation = Invocation(
             invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,
             deadlineMs: max(1, remainingMs), parameters: request.parameters)
@@ -137,14 +151,24 @@ extension CoordinatorState {
     mutating func reply(
         _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], executed: Bool = true, now: UInt64
     ) -> [CoordinatorAction] {
+        var keep = executed
+        if status == .error {
+            // A retryable failure may be tried again (then nobody hears of it yet), and is never kept.
+            let decision = retryDecision(request, agent: agent, payload: payload, now: now)
+            if let retrying = decision.retry { return retrying }
+            keep = keep && decision.keep
+        }
+        if request.attempt > 1 { recordLastAttempt(request, status: status, agent: agent, payload: payload, now: now) }
         let micros = Int((now &- request.accepted) / 1000)
         let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
         var waiters = [request.origin]
         if let id = request.shared {
-            waiters += singleFlight.finish(id, outcome: executed ? outcome : nil, now: now)
+            waiters += singleFlight.finish(id, outcome: keep ? outcome : nil, now: now)
         }
+        // A client that gave up was answered when it did (CoordinatorState+Cancel).
+        let originWithdrawn = !withdrawn.isEmpty && withdrawn.contains(request.origin)
         var actions = deliver(outcome, to: waiters, roundID: request.roundID, origin: request.origin, now: now)
-        guard publishesRequestEvents, case .client = request.origin else { return actions }
+        guard publishesRequestEvents, !originWithdrawn, case .client = request.origin else { return actions }
         actions.append(
             .publish(
                 .requestDone(
@@ -160,8 +184,10 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         for waiter in waiters {
+            if !withdrawn.isEmpty, withdrawn.remove(waiter) != nil { continue }
             switch waiter {
             case .client(let client, let requestID):
+                if !joinedClients.isEmpty { joinedClients[waiter] = nil }
                 actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
                 if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
             case .step(let round, let index):

@@ -55,16 +55,30 @@ extension CoordinatorState {
     /// invocations are cancelled (CANCEL to their workers) and answered `cancelled`. The agent's TURNEND
     /// still answers the client. An ASK the bus does not hold (already ended) is ignored.
     public mutating func handleCancel(requestID: String, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
-        guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else { return [] }
+        guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else {
+            // Not an ASK: a REQUEST or a ROUND of this client (CoordinatorState+Cancel).
+            return cancelWait(requestID: Array(requestID.utf8), from: client, now: now)
+        }
+        return cancelTurn(turnID, entry, now: now)
+    }
+
+    /// The turn stops on its agent, and its round's running invocations are cancelled and answered.
+    mutating func cancelTurn(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
         // A call of the turn may still be on its way from the agent: it is refused when it comes.
         cancelledTurnRounds[ByteKey(entry.round)] = .max
         // The calls that waited for the round are the turn's own: refused now, as cancelled.
         var actions = endLease(of: entry.round, turnID: turnID, now: now)
         actions.append(.toWorker(entry.worker, .cancel(invocationID: turnID)))
-        let cancelled = SkillbusError(.cancelled, "the turn that made this call was cancelled")
+        let cancelled = Self.cancelledError("the turn that made this call was cancelled", .client)
         for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
-            actions.append(.toWorker(running.worker, .cancel(invocationID: invocationID)))
+            actions += sendCancel(invocationID, running, reason: .client, now: now)
             actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
+        }
+        // Calls that wait for a slot or for their next attempt would otherwise still run.
+        let round = entry.round
+        for request in waiting.remove(where: { $0.roundID == round }) + retryQueue.remove(where: { $0.roundID == round }) {
+            actions += cancelledEvent(request, agent: "", reason: .client)
+            actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
         return actions
     }

@@ -51,6 +51,12 @@ public struct CoordinatorState: Sendable {
         public var planStepLimit = 1000
         /// Most sessions whose agent the bus remembers; beyond it the least recently used is forgotten.
         public var sessionAffinityLimit = 100_000
+        /// Most partial output the bus forwards for one invocation (bytes of parts); the rest is dropped.
+        public var maxOutputBytes = 4 << 20
+        /// Most partial output a round's document keeps, over all its invocations (bytes of parts).
+        public var maxRoundOutputBytes = 256 << 10
+        /// How long an agent may take to answer CANCEL before its skill is reported as ignoring it.
+        public var cancelGraceMs = 2000
         public init() {}
     }
 
@@ -87,6 +93,22 @@ public struct CoordinatorState: Sendable {
     var confirmations: [String: PendingConfirmation] = [:]
     var lastConfirmation: UInt64 = 0
     var lastHeartbeatSent: UInt64 = 0
+    /// Waiters that gave up on an execution that goes on for others: its outcome passes them by
+    /// (CoordinatorState+Cancel).
+    var withdrawn: Set<Waiter> = []
+    /// Clients' REQUESTs that joined an identical execution, with it and its round, until answered.
+    var joinedClients: [Waiter: (execution: SingleFlight.ExecutionID, round: [UInt8])] = [:]
+    /// CANCELs sent and not yet answered by a RESULT, oldest first, to report the skills that ignore them.
+    var cancelWatch = FinishOrder<WatchedCancel>()
+    /// Attempts waiting out their backoff (CoordinatorState+Retries).
+    var retryQueue = RetryQueue()
+    /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
+    var attemptTimeouts: [String: Int] = [:]
+    /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
+    /// judged by their own descriptor.
+    var departingSkills: [String: SkillDescriptor] = [:]
+    /// Where the retry jitter's numbers come from.
+    var jitterState: UInt64
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -100,6 +122,7 @@ public struct CoordinatorState: Sendable {
         self.ledger = RegistryLedger(epoch: epoch)
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
+        self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 
     public static func makeEpoch() -> String {
@@ -110,6 +133,8 @@ public struct CoordinatorState: Sendable {
     public var runningCount: Int { running.count }
     /// Requests waiting for a free slot, over all queues.
     public var waitingCount: Int { waiting.count }
+    /// Attempts waiting out their backoff before they are retried.
+    public var retryingCount: Int { retryQueue.count }
     /// Invocations the coordinator keeps for single-flight: running or finished.
     public var sharedExecutionCount: Int { singleFlight.count }
 
@@ -157,8 +182,9 @@ public struct CoordinatorState: Sendable {
                 schema: { ledger.registry.skills[$0]?.descriptor.parameters })
             switch admission {
             case .first(let execution): pending.shared = execution
-            case .joined:
+            case .joined(let execution):
                 if inRound { noteSubCall(request, deduplicated: true) }
+                joinedClients[.client(client, requestID: request.$requestID)] = (execution, request.$roundID)
                 return deduplicated(request, finished: nil)
             case .finished(let outcome):
                 if inRound {
@@ -215,12 +241,16 @@ public struct CoordinatorState: Sendable {
             return relayStream(turnID, text, from: peer)
         case .claim(let turnID, let claimID, let skill, let parameters):
             return noteClaim(turnID: turnID, claimID: claimID, skill: skill, parameters: parameters, from: peer, now: now)
-        case .called(let turnID, let claimID, let status, let payload):
-            return noteCalled(turnID: turnID, claimID: claimID, status: status, payload: payload, from: peer, now: now)
+        case .called(let turnID, let claimID, let skill, let parameters, let status, let payload):
+            return noteCalled(
+                turnID: turnID, claimID: claimID, skill: skill, parameters: parameters, status: status, payload: payload,
+                from: peer, now: now)
         case .release(let turnID):
             return noteRelease(turnID: turnID, from: peer, now: now)
         case .step(let turnID, let call):
             return noteStep(turnID, call, from: peer)
+        case .output(let invocationID, let batch):
+            return relayOutput(invocationID, batch, from: peer)
         }
     }
 
@@ -228,7 +258,7 @@ public struct CoordinatorState: Sendable {
 
     /// Heartbeats out, dead workers out, expired requests answered. Call it a few times a second.
     public mutating func tick(now: UInt64) -> [CoordinatorAction] {
-        var actions: [CoordinatorAction] = []
+        var actions = fireTimers(now: now)
         singleFlight.evict(now: now)
         rounds.evict(
             now: now, retentionNanos: UInt64(settings.roundRetentionMs) * 1_000_000,
@@ -257,14 +287,21 @@ public struct CoordinatorState: Sendable {
         for peer in running.abandon(now: now, grace: Self.abandonAfterNanos, workers: &workers) {
             actions += dispatchWaiting(to: peer, now: now)
         }
-        for (invocationID, entry) in running.answer(where: { $0.request.deadline <= now }) {
+        for (invocationID, entry) in running.answer(where: { $0.request.attemptEnds <= now }) {
             let agent = workers[entry.worker]?.name ?? ""
-            let error = SkillbusError(
-                .timeout,
-                "'\(entry.request.skill)' on agent '\(agent)' did not finish within \(entry.request.timeoutMs) ms")
+            let request = entry.request
+            let error =
+                request.deadline <= now
+                ? SkillbusError(
+                    .timeout, "'\(request.skill)' on agent '\(agent)' did not finish within \(request.timeoutMs) ms")
+                : SkillbusError(
+                    .timeout,
+                    "attempt \(request.attempt) of '\(request.skill)' on agent '\(agent)' did not finish within its "
+                        + "\((request.attemptDeadline &- request.attemptStarted) / 1_000_000) ms")
+            actions += sendCancel(invocationID, entry, reason: .deadline, now: now)
             actions += fail(entry.request, error, agent: agent, now: now)
-            actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
         }
+        actions += reportIgnoredCancels(now: now)
         actions += failQueries(queries.removeExpired(now: now)) {
             SkillbusError(.timeout, "agent '\($0.agent)' did not answer the query in time")
         }

@@ -42,6 +42,11 @@ struct PendingQueries: Sendable {
     /// The first entry that matches.
     func first(where matches: (Entry) -> Bool) -> Entry? { entries.values.first(where: matches) }
 
+    /// The id and entry of the first that matches.
+    func find(where matches: (Entry) -> Bool) -> (id: String, entry: Entry)? {
+        entries.first { matches($0.value) }.map { ($0.key, $0.value) }
+    }
+
     /// The id and entry of what `client` asked with `requestID`, if it still waits.
     func find(client: PeerID, requestID: String) -> (id: String, entry: Entry)? {
         entries.first { $0.value.client == client && $0.value.requestID == requestID }.map { ($0.key, $0.value) }

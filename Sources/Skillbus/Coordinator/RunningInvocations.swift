@@ -1,5 +1,6 @@
 /// Invocations sent to workers and not yet reported back, by invocation id. Every start takes a slot
-/// of its worker and every end gives it back, so a worker's `inFlight` always equals its entries here.
+/// of its worker and every end gives it back, so a worker's `inFlight` always equals its entries here,
+/// and its count of a skill with a concurrency limit its entries of that skill.
 struct RunningInvocations: Sendable {
     struct Entry: Sendable {
         let request: CoordinatorState.Request
@@ -7,6 +8,8 @@ struct RunningInvocations: Sendable {
         /// The client was already answered (deadline passed, or cancelled); the slot stays taken until
         /// the worker reports.
         var answered = false
+        /// Partial output forwarded so far, in bytes: beyond the bus's limit the rest is dropped.
+        var outputBytes = 0
     }
 
     private var entries: [String: Entry] = [:]
@@ -16,7 +19,7 @@ struct RunningInvocations: Sendable {
 
     /// Records the invocation and takes a slot on its worker; returns the invocation id for INVOKE.
     mutating func start(_ request: CoordinatorState.Request, on peer: PeerID, workers: inout WorkerTable) -> String {
-        guard workers.update(peer, { $0.inFlight += 1 }) != nil else {
+        guard workers.update(peer, { $0.takeSlot(request.skill) }) != nil else {
             preconditionFailure("an invocation was started on a worker that is not registered")
         }
         lastNumber &+= 1
@@ -29,8 +32,20 @@ struct RunningInvocations: Sendable {
     mutating func end(_ invocationID: String, from peer: PeerID, workers: inout WorkerTable) -> Entry? {
         guard let index = entries.index(forKey: invocationID), entries.values[index].worker == peer else { return nil }
         let entry = entries.remove(at: index).value
-        workers.update(peer) { $0.inFlight -= 1 }
+        workers.update(peer) { $0.giveSlot(entry.request.skill) }
         return entry
+    }
+
+    /// OUTPUT for an invocation: the request it serves when the worker runs it, its caller still waits, and
+    /// the batch keeps its output within `limit` bytes (then the batch is counted); nil means drop it.
+    mutating func noteOutput(
+        _ invocationID: String, from peer: PeerID, bytes: Int, limit: Int
+    ) -> CoordinatorState.Request? {
+        guard let index = entries.index(forKey: invocationID), entries.values[index].worker == peer,
+            !entries.values[index].answered, entries.values[index].outputBytes + bytes <= limit
+        else { return nil }
+        entries.values[index].outputBytes += bytes
+        return entries.values[index].request
     }
 
     /// A worker left: its entries, which no longer hold any slot.
@@ -50,6 +65,24 @@ struct RunningInvocations: Sendable {
         return answered
     }
 
+    subscript(invocationID: String) -> Entry? { entries[invocationID] }
+
+    /// The first unanswered entry that matches, with its invocation id.
+    func firstUnanswered(where matches: (Entry) -> Bool) -> (invocationID: String, entry: Entry)? {
+        entries.first { !$0.value.answered && matches($0.value) }.map { ($0.key, $0.value) }
+    }
+
+    func forEachUnanswered(_ body: (Entry) -> Void) {
+        for entry in entries.values where !entry.answered { body(entry) }
+    }
+
+    /// Marks one unanswered entry answered (its slot stays taken until the worker reports) and returns it.
+    mutating func markAnswered(_ invocationID: String) -> Entry? {
+        guard let index = entries.index(forKey: invocationID), !entries.values[index].answered else { return nil }
+        entries.values[index].answered = true
+        return entries.values[index]
+    }
+
     /// Answered entries whose worker stayed silent for `grace` past the deadline: the INVOKE or its RESULT
     /// was lost, or the worker ignores CANCEL. They are forgotten and their slots given back; returns
     /// the workers that have a slot free again.
@@ -58,7 +91,7 @@ struct RunningInvocations: Sendable {
         var freed: [PeerID] = []
         for (invocationID, entry) in stale {
             entries[invocationID] = nil
-            if workers.update(entry.worker, { $0.inFlight -= 1 }) != nil { freed.append(entry.worker) }
+            if workers.update(entry.worker, { $0.giveSlot(entry.request.skill) }) != nil { freed.append(entry.worker) }
         }
         return freed
     }

@@ -21,15 +21,15 @@ struct WaitQueues: Sendable {
     }
 
     /// The next request `worker` should run: one only it may run first, else the oldest waiting for any
-    /// of its skills.
+    /// of its skills — of a skill it can run now (below the skill's concurrency limit).
     mutating func next(for worker: CoordinatorState.Worker) -> Request? {
         guard count > 0 else { return nil }
-        if let request = Self.removeFirst(from: &byTarget, key: worker.peer) {
+        if let request = Self.removeFirst(from: &byTarget, key: worker.peer, where: worker.canRun) {
             count -= 1
             return request
         }
         var oldest: (skill: String, accepted: UInt64)?
-        for skill in worker.skills.keys {
+        for skill in worker.skills.keys where worker.limits.isEmpty || worker.canRun(skill) {
             guard let head = bySkill[skill]?.first else { continue }
             if let current = oldest, current.accepted <= head.accepted { continue }
             oldest = (skill, head.accepted)
@@ -66,6 +66,34 @@ struct WaitQueues: Sendable {
         return removed
     }
 
+    /// The first waiting request that matches, in either kind of queue.
+    func first(where matches: (Request) -> Bool) -> Request? {
+        guard count > 0 else { return nil }
+        for queue in bySkill.values { if let request = queue.first(where: matches) { return request } }
+        for queue in byTarget.values { if let request = queue.first(where: matches) { return request } }
+        return nil
+    }
+
+    func forEach(_ body: (Request) -> Void) {
+        for queue in bySkill.values { queue.forEach(body) }
+        for queue in byTarget.values { queue.forEach(body) }
+    }
+
+    /// Takes every waiting request that matches, from both kinds of queue.
+    mutating func remove(where matches: (Request) -> Bool) -> [Request] {
+        guard count > 0 else { return [] }
+        var removed: [Request] = []
+        for (skill, queue) in bySkill {
+            let (taken, kept) = queue.split(by: matches)
+            guard !taken.isEmpty else { continue }
+            bySkill[skill] = kept.isEmpty ? nil : kept
+            count -= taken.count
+            removed += taken
+        }
+        // removeTargeted keeps the count itself.
+        return removed + removeTargeted(where: matches).map(\.request)
+    }
+
     /// Takes the requests waiting by skill whose deadline has passed, with their skill.
     mutating func removeExpiredBySkill(now: UInt64) -> [(skill: String, request: Request)] {
         guard count > 0 else { return [] }
@@ -83,6 +111,19 @@ struct WaitQueues: Sendable {
     private static func removeFirst<Key: Hashable>(from queues: inout [Key: [Request]], key: Key) -> Request? {
         guard let index = queues.index(forKey: key) else { return nil }
         let request = queues.values[index].removeFirst()
+        if queues.values[index].isEmpty { queues.remove(at: index) }
+        return request
+    }
+
+    /// The oldest request under `key` whose skill `runnable` accepts (a fan-out's invocations may be of a
+    /// skill at its limit while the next one is not).
+    private static func removeFirst<Key: Hashable>(
+        from queues: inout [Key: [Request]], key: Key, where runnable: (String) -> Bool
+    ) -> Request? {
+        guard let index = queues.index(forKey: key),
+            let position = queues.values[index].firstIndex(where: { runnable($0.skill) })
+        else { return nil }
+        let request = queues.values[index].remove(at: position)
         if queues.values[index].isEmpty { queues.remove(at: index) }
         return request
     }

@@ -20,8 +20,32 @@ extension CoordinatorState {
         var registration: Registration
         var offers: [SkillOffer]
         var welcome: Welcome
+        /// The skills it offers whose descriptor bounds how many run at once (`concurrency`), and how many of
+        /// each run now; `RunningInvocations` keeps the counts equal to its entries of those skills.
+        var limits: [String: Int] = [:]
+        var limitedInFlight: [String: Int] = [:]
 
         var hasFreeSlot: Bool { inFlight < capacity }
+
+        /// A free slot, and the skill below its own limit here.
+        func canRun(_ skill: String) -> Bool {
+            guard inFlight < capacity else { return false }
+            guard !limits.isEmpty, let limit = limits[skill] else { return true }
+            return limitedInFlight[skill, default: 0] < limit
+        }
+
+        mutating func takeSlot(_ skill: String) {
+            inFlight += 1
+            if !limits.isEmpty, limits[skill] != nil { limitedInFlight[skill, default: 0] += 1 }
+        }
+
+        mutating func giveSlot(_ skill: String) {
+            inFlight -= 1
+            // Also for a skill whose limit went with a SKILLS since: the count is what runs.
+            if !limitedInFlight.isEmpty, let count = limitedInFlight[skill] {
+                limitedInFlight[skill] = count > 1 ? count - 1 : nil
+            }
+        }
     }
 }
 
@@ -58,6 +82,8 @@ public struct WorkerTable: Sendable {
         guard byPeer[worker.peer] == nil, peerByName[worker.name] == nil else {
             preconditionFailure("worker '\(worker.name)' inserted while its peer or name is still registered")
         }
+        var worker = worker
+        worker.limits = worker.skills.compactMapValues(\.concurrency)
         byPeer[worker.peer] = worker
         peerByName[worker.name] = worker.peer
         for identifier in worker.skills.keys { providers[identifier, default: []].append(worker.peer) }
@@ -77,7 +103,10 @@ public struct WorkerTable: Sendable {
         let withdrawn = old.keys.filter { skills[$0] == nil }
         withdraw(peer, from: withdrawn)
         for identifier in skills.keys where old[identifier] == nil { providers[identifier, default: []].append(peer) }
-        update(peer) { $0.skills = skills }
+        update(peer) { worker in
+            worker.skills = skills
+            worker.limits = skills.compactMapValues(\.concurrency)
+        }
         return withdrawn
     }
 
@@ -95,15 +124,16 @@ public struct WorkerTable: Sendable {
         return change(&byPeer.values[index])
     }
 
-    /// Least in-flight first among providers with a free slot; ties go round-robin.
-    mutating func pickProvider(_ candidates: [PeerID]) -> PeerID? {
+    /// Least in-flight first among providers with a free slot (for `skill`, when given: below its limit
+    /// too); ties go round-robin.
+    mutating func pickProvider(_ candidates: [PeerID], skill: String? = nil) -> PeerID? {
         var best: PeerID?
         var bestLoad = Int.max
         let count = candidates.count
         rotation &+= 1
         for offset in 0..<count {
             let peer = candidates[(rotation &+ offset) % count]
-            guard let worker = byPeer[peer], worker.hasFreeSlot else { continue }
+            guard let worker = byPeer[peer], skill.map(worker.canRun) ?? worker.hasFreeSlot else { continue }
             if worker.inFlight < bestLoad {
                 best = peer
                 bestLoad = worker.inFlight

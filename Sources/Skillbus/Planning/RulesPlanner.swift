@@ -20,6 +20,8 @@ public struct RulesPlanner: Planner {
         public let reply: String
         /// A message this rule answers, for the list of what the agent can do.
         public let example: String?
+        /// The reply, its placeholders found once: every turn the rule fires in fills it.
+        let replyTemplate: Template
         private let expression: Expression
         /// The intent's named groups, found once: a turn matches every rule at each of its steps.
         private let groups: [String]
@@ -44,6 +46,7 @@ public struct RulesPlanner: Planner {
             self.skill = skill
             self.parameters = parameters
             self.reply = reply
+            self.replyTemplate = Template(reply)
             self.example = example
         }
 
@@ -128,7 +131,9 @@ public struct RulesPlanner: Planner {
             let (rule, groups) = fired[input.steps.count]
             return .call(skill: rule.skill, parameters: Self.fill(.object(rule.parameters), groups).objectValue ?? [:])
         }
-        let replies = zip(fired, input.steps).map { fired, step in Self.reply(fired.0.reply, fired.1, step.outcome) }
+        let replies = zip(fired, input.steps).map { fired, step in
+            Self.reply(fired.0.replyTemplate, fired.1, step.outcome)
+        }
         return .reply(replies.joined(separator: "\n"))
     }
 
@@ -149,9 +154,9 @@ public struct RulesPlanner: Planner {
     }
 
     static func reply(
-        _ template: String, _ groups: [String: String], _ outcome: Result<SkillResult, SkillbusError>
+        _ template: Template, _ groups: [String: String], _ outcome: Result<SkillResult, SkillbusError>
     ) -> String {
-        Template(template).fill { name in
+        template.fill { name in
             if let group = groups[name] { return group }
             switch (name, outcome) {
             case ("error", .failure(let error)): return error.message
@@ -169,11 +174,11 @@ public struct RulesPlanner: Planner {
     }
 }
 
-/// A text with `{name}` placeholders.
-struct Template {
-    let text: String
+/// A text with `{name}` placeholders, split into its parts once.
+struct Template: Sendable {
+    private let parts: [Part]
 
-    init(_ text: String) { self.text = text }
+    init(_ text: String) { parts = Self.parts(of: text) }
 
     var names: [String] { parts.compactMap { if case .placeholder(let name) = $0 { name } else { nil } } }
 
@@ -187,9 +192,9 @@ struct Template {
         }.joined()
     }
 
-    private enum Part { case text(String), placeholder(String) }
+    private enum Part: Sendable { case text(String), placeholder(String) }
 
-    private var parts: [Part] {
+    private static func parts(of text: String) -> [Part] {
         var parts: [Part] = []
         var rest = Substring(text)
         while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {

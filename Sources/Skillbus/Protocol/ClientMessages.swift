@@ -94,8 +94,11 @@ public enum ClientMessage: Sendable, Equatable {
     case query(QueryRequest)
     /// A message for an agent's turn; answered by one TURN.
     case ask(AskRequest)
-    /// The client gives up on the ASK with this request id: the turn is cancelled (its TURN still comes).
+    /// The client gives up on its REQUEST, ROUND or ASK with this request id; its answer still comes, as
+    /// `cancelled` (PROTOCOL §3.10).
     case cancel(requestID: String)
+    /// Everything of round `roundID` is cancelled, whoever asked for it; answered by CANCELLED.
+    case cancelRound(requestID: String, roundID: String)
     /// The answer to CONFIRM: whether the invocation may run.
     case approve(confirmationID: String, approved: Bool)
 
@@ -132,6 +135,8 @@ public enum ClientMessage: Sendable, Equatable {
             ] + (request.progress ? [Array("progress".utf8)] : [])
         case .cancel(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8)]
+        case .cancelRound(let requestID, let roundID):
+            [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8), Array(roundID.utf8)]
         case .approve(let confirmationID, let approved):
             [
                 Wire.clientHeaderBytes, Wire.Command.approve.frame, Array(confirmationID.utf8),
@@ -193,8 +198,15 @@ public enum ClientMessage: Sendable, Equatable {
                     agent: try Wire.text(message, 5, "agent"), timeoutMs: timeoutMs,
                     message: try Wire.text(message, 7, "message"), progress: message.count == 9))
         case .cancel:
-            try Wire.expectFrames(message, 3, "CANCEL")
-            return .cancel(requestID: try Wire.text(message, 2, "request id"))
+            // 3 frames: one of this client's requests; 4: a whole round, by its id.
+            guard message.count == 3 || message.count == 4 else {
+                throw SkillbusError(.malformedMessage, "CANCEL takes 3 or 4 frames, got \(message.count)")
+            }
+            let requestID = try Wire.text(message, 2, "request id")
+            guard message.count == 4 else { return .cancel(requestID: requestID) }
+            let roundID = try Wire.text(message, 3, "round id")
+            guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "frame 3 (round id) is empty") }
+            return .cancelRound(requestID: requestID, roundID: roundID)
         case .approve:
             try Wire.expectFrames(message, 4, "APPROVE")
             let answer = try Wire.text(message, 3, "answer")
@@ -246,6 +258,7 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
         .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream, .confirm, .progress,
+        .output, .cancelled,
     ]
 
     case reply(InvokeReply)
@@ -272,6 +285,11 @@ public enum BusToClientMessage: Sendable, Equatable {
     case confirm(requestID: String, confirmationID: String, skill: String, parameters: [UInt8])
     /// The bus could not accept a message; `requestID` is empty when it could not be read.
     case error(requestID: String, SkillbusError)
+    /// Partial output of an invocation this client's request `requestID` waits for; `invocation` names the
+    /// round's invocation (empty for a REQUEST). Its REPLY or ROUND follows.
+    case output(requestID: [UInt8], invocation: String, OutputBatch)
+    /// What a CANCEL naming a round stopped: `{"round", "requests", "rounds", "turns", "stopped"}`.
+    case cancelled(requestID: String, summary: JSONValue)
 
     public func encoded() -> Multipart {
         switch self {
@@ -317,6 +335,10 @@ public enum BusToClientMessage: Sendable, Equatable {
                 Wire.clientHeaderBytes, Wire.Command.confirm.frame, Array(requestID.utf8), Array(confirmationID.utf8),
                 Array(skill.utf8), parameters,
             ]
+        case .output(let requestID, let invocation, let batch):
+            [Wire.clientHeaderBytes, Wire.Command.output.frame, requestID, Array(invocation.utf8)] + batch.frames
+        case .cancelled(let requestID, let summary):
+            [Wire.clientHeaderBytes, Wire.Command.cancelled.frame, Array(requestID.utf8), summary.serialized()]
         }
     }
 
@@ -391,6 +413,15 @@ public enum BusToClientMessage: Sendable, Equatable {
                 requestID: try Wire.text(message, 2, "request id"),
                 confirmationID: try Wire.text(message, 3, "confirmation id"), skill: try Wire.text(message, 4, "skill"),
                 parameters: message[5])
+        case .output:
+            try Wire.expectFrames(message, 6, "OUTPUT")
+            return .output(
+                requestID: try Wire.textFrame(message, 2, "request id"),
+                invocation: try Wire.text(message, 3, "invocation"), try OutputBatch(frames: message, from: 4))
+        case .cancelled:
+            try Wire.expectFrames(message, 4, "CANCELLED")
+            return .cancelled(
+                requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

@@ -107,7 +107,36 @@ extension FeedEvent {
         case "invocation.cancelled":
             self = .invocationCancelled(
                 round: try field.string("round"), invocation: try field.string("invocation"),
-                agent: try field.string("agent"))
+                agent: try field.string("agent"), reason: try field.string("reason"))
+        case "invocation.output":
+            var parts: [OutputPart] = []
+            for item in try field.array("parts") { parts.append(try OutputPart(json: item)) }
+            self = .invocationOutput(
+                round: try field.string("round"), skill: try field.string("skill"), agent: try field.string("agent"),
+                dispatch: try field.string("dispatch"), OutputBatch(first: try field.int("first"), parts: parts))
+        case "request.cancelled":
+            self = .requestCancelled(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"), reason: try field.string("reason"))
+        case "request.retrying", "invocation.retrying":
+            guard let error = field.optional("error") else { throw field.problem("'error' is missing") }
+            let backoff = Int((try field.number("backoffMs") * 1000).rounded())
+            if topic == "request.retrying" {
+                self = .requestRetrying(
+                    round: try field.string("round"), request: try field.string("request"),
+                    skill: try field.string("skill"), agent: try field.string("agent"), attempt: try field.int("attempt"),
+                    error: SkillbusError(json: error), backoffMicros: backoff)
+            } else {
+                self = .invocationRetrying(
+                    round: try field.string("round"), invocation: try field.string("invocation"),
+                    skill: try field.string("skill"), agent: try field.string("agent"), attempt: try field.int("attempt"),
+                    error: SkillbusError(json: error), backoffMicros: backoff)
+            }
+        case "invocation.cancelIgnored":
+            self = .cancelIgnored(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"), invocation: try field.string("invocation"),
+                waitedMs: try field.int("waitedMs"))
         case "round.done":
             self = .roundDone(
                 round: try field.string("round"), status: try field.oneOf("status"),

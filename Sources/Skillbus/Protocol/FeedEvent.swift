@@ -33,7 +33,25 @@ public enum FeedEvent: Sendable, Equatable {
     case invocationDone(
         round: String, invocation: String, skill: String, agent: String, status: InvocationStatus,
         durationMicros: Int, deduplicated: Bool)
-    case invocationCancelled(round: String, invocation: String, agent: String)
+    /// The bus stopped one of a round's invocations: CANCEL to its agent, or taken out of a queue.
+    /// `reason`: `lost race`, `client` or `deadline`.
+    case invocationCancelled(round: String, invocation: String, agent: String, reason: String)
+    /// The bus stopped a REQUEST's execution (CANCEL to its agent, or out of a queue): `client` or `deadline`.
+    case requestCancelled(round: String, request: String, skill: String, agent: String, reason: String)
+    /// A REQUEST's attempt `attempt` failed with a retryable `error` on `agent`; the next comes after `backoffMicros`.
+    case requestRetrying(
+        round: String, request: String, skill: String, agent: String, attempt: Int, error: SkillbusError,
+        backoffMicros: Int)
+    /// The same for one of a round's own invocations.
+    case invocationRetrying(
+        round: String, invocation: String, skill: String, agent: String, attempt: Int, error: SkillbusError,
+        backoffMicros: Int)
+    /// An agent sent no RESULT within the grace period after CANCEL: its skill seems to ignore cancellation.
+    /// `request`: the REQUEST's request id or the round invocation's id; `invocation`: the INVOKE's `i<N>`.
+    case cancelIgnored(round: String, request: String, skill: String, agent: String, invocation: String, waitedMs: Int)
+    /// Partial output of a running execution, once per OUTPUT whoever waits for it; `dispatch` is its
+    /// INVOKE's id, as `request.dispatched` and `invocation.dispatched` name it.
+    case invocationOutput(round: String, skill: String, agent: String, dispatch: String, OutputBatch)
     case roundDone(round: String, status: ReplyStatus, summary: RoundDocument.Summary)
     /// One change to the registry; sequenced, see `ReplicaSync`.
     case registryUpdate(RegistryUpdate)
@@ -64,6 +82,11 @@ public enum FeedEvent: Sendable, Equatable {
         case .invocationDeduplicated: "invocation.deduplicated"
         case .invocationDone: "invocation.done"
         case .invocationCancelled: "invocation.cancelled"
+        case .invocationOutput: "invocation.output"
+        case .requestCancelled: "request.cancelled"
+        case .requestRetrying: "request.retrying"
+        case .invocationRetrying: "invocation.retrying"
+        case .cancelIgnored: "invocation.cancelIgnored"
         case .roundDone: "round.done"
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
@@ -148,8 +171,37 @@ public enum FeedEvent: Sendable, Equatable {
                 "durationMs": .number(Double(micros) / 1000),
                 "deduplicated": .bool(deduplicated),
             ]
-        case .invocationCancelled(let round, let invocation, let agent):
-            return ["round": .string(round), "invocation": .string(invocation), "agent": .string(agent)]
+        case .invocationCancelled(let round, let invocation, let agent, let reason):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "agent": .string(agent),
+                "reason": .string(reason),
+            ]
+        case .requestCancelled(let round, let request, let skill, let agent, let reason):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+                "reason": .string(reason),
+            ]
+        case .requestRetrying(let round, let request, let skill, let agent, let attempt, let error, let micros):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+                "attempt": .number(Double(attempt)), "error": error.json, "backoffMs": .number(Double(micros) / 1000),
+            ]
+        case .invocationRetrying(let round, let invocation, let skill, let agent, let attempt, let error, let micros):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
+                "agent": .string(agent), "attempt": .number(Double(attempt)), "error": error.json,
+                "backoffMs": .number(Double(micros) / 1000),
+            ]
+        case .cancelIgnored(let round, let request, let skill, let agent, let invocation, let waitedMs):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+                "invocation": .string(invocation), "waitedMs": .number(Double(waitedMs)),
+            ]
+        case .invocationOutput(let round, let skill, let agent, let dispatch, let batch):
+            return [
+                "round": .string(round), "skill": .string(skill), "agent": .string(agent), "dispatch": .string(dispatch),
+                "first": .number(Double(batch.first)), "parts": .array(batch.parts.map(\.json)),
+            ]
         case .roundDone(let round, let status, let summary):
             return ["round": .string(round), "status": .string(status.rawValue), "summary": summary.json]
         case .registryUpdate(let update):

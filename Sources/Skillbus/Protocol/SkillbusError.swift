@@ -66,6 +66,12 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         /// database is newer than this build, corrupt, or no SQLite file. Nothing was changed or deleted;
         /// the message says what to do.
         public static let storeRefused = Code("store_refused")
+        /// A skill emitted more partial output than its agent allows (`maxOutputBytes`); it was stopped.
+        public static let outputTooLarge = Code("output_too_large")
+        /// A command skill's program failed: it could not start, exited with a non-zero code or was killed by
+        /// a signal, or printed no valid JSON where its result is JSON. `details` has `exitCode` (or `signal`)
+        /// and the last lines of its standard error (`stderr`).
+        public static let commandFailed = Code("command_failed")
         /// Something inside Skillbus went wrong.
         public static let internalError = Code("internal")
     }

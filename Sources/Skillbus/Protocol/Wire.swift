@@ -103,6 +103,10 @@ public enum Wire {
         /// A turn's call ended (worker → bus: STEP); a turn's state or call for the client that follows
         /// it (bus → client: PROGRESS).
         case step, progress
+        /// Partial output of a running invocation (worker → bus → every client waiting for it).
+        case output
+        /// The answer to a CANCEL that names a round: what the bus stopped.
+        case cancelled
 
         /// As it travels: the case name in capitals, `REQUEST`.
         var name: String { String(describing: self).uppercased() }

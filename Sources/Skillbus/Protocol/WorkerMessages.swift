@@ -6,7 +6,7 @@ import SkillbusZMQ
 public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
-        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream,
+        .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream, .output,
         .claim, .called, .release, .step,
     ]
 
@@ -19,16 +19,19 @@ public enum WorkerMessage: Sendable, Equatable {
     case turnEnd(turnID: String, AgentAnswer)
     /// The next piece of the turn's reply (a batch of what the planner produced since the last one).
     case stream(turnID: String, text: String)
-    /// A turn that holds its round (TURN's lease) started running one of its calls itself: the bus counts
-    /// it among the round's executions, so an identical invocation joins it.
+    /// A turn that holds its round (TURN's lease) is running one of its calls itself, and gives the round
+    /// back before it ends: the bus counts it among the round's executions, so an identical invocation
+    /// joins it.
     case claim(turnID: String, claimID: String, skill: String, parameters: [UInt8])
-    /// That call ended, as a RESULT would say.
-    case called(turnID: String, claimID: String, status: ReplyStatus, payload: [UInt8])
+    /// A call the turn ran itself ended, as a RESULT would say (after its CLAIM, if it had one).
+    case called(turnID: String, claimID: String, skill: String, parameters: [UInt8], status: ReplyStatus, payload: [UInt8])
     /// A call of the turn ended (wherever it ran), for the feed and for a client that follows the turn.
     case step(turnID: String, TurnCall)
     /// The turn gives its round back: from now on its calls, and the round's other invocations, go
     /// through the bus.
     case release(turnID: String)
+    /// Partial output of the running invocation with this id: the parts emitted since the last batch.
+    case output(invocationID: String, OutputBatch)
     /// `intervalMs`: the sender's heartbeat interval. `registry`: where the worker's replica stands.
     case heartbeat(intervalMs: Int?, registry: RegistryPosition?)
     case disconnect
@@ -57,14 +60,16 @@ public enum WorkerMessage: Sendable, Equatable {
                 Wire.workerHeaderBytes, Wire.Command.claim.frame, Array(turnID.utf8), Array(claimID.utf8),
                 Array(skill.utf8), parameters,
             ]
-        case .called(let turnID, let claimID, let status, let payload):
+        case .called(let turnID, let claimID, let skill, let parameters, let status, let payload):
             [
                 Wire.workerHeaderBytes, Wire.Command.called.frame, Array(turnID.utf8), Array(claimID.utf8),
-                status.frame, payload,
+                Array(skill.utf8), parameters, status.frame, payload,
             ]
         case .release(let turnID): [Wire.workerHeaderBytes, Wire.Command.release.frame, Array(turnID.utf8)]
         case .step(let turnID, let call):
             [Wire.workerHeaderBytes, Wire.Command.step.frame, Array(turnID.utf8), call.json.serialized()]
+        case .output(let invocationID, let batch):
+            [Wire.workerHeaderBytes, Wire.Command.output.frame, Array(invocationID.utf8)] + batch.frames
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
@@ -137,16 +142,22 @@ public enum WorkerMessage: Sendable, Equatable {
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
                 skill: skill, parameters: message[5])
         case .called:
-            try Wire.expectFrames(message, 6, "CALLED")
+            try Wire.expectFrames(message, 8, "CALLED")
+            let skill = try Wire.text(message, 4, "skill")
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 4 (skill) is empty") }
             return .called(
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
-                status: try ReplyStatus(frame: message, 4), payload: message[5])
+                skill: skill, parameters: message[5], status: try ReplyStatus(frame: message, 6), payload: message[7])
         case .release:
             try Wire.expectFrames(message, 3, "RELEASE")
             return .release(turnID: try Wire.text(message, 2, "turn id"))
         case .step:
             try Wire.expectFrames(message, 4, "STEP")
             return .step(turnID: try Wire.text(message, 2, "turn id"), try TurnCall(json: try Wire.json(message, 3, "call")))
+        case .output:
+            try Wire.expectFrames(message, 5, "OUTPUT")
+            return .output(
+                invocationID: try Wire.text(message, 2, "invocation id"), try OutputBatch(frames: message, from: 3))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }

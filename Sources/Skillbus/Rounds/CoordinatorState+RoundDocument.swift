@@ -34,6 +34,7 @@ extension CoordinatorState {
                     details: ["step": .string(first.id)])
             }
         }
+        if let cancelled = run.cancelled { document.error = cancelled }
         document.status = document.error == nil ? .ok : .error
         return document
     }

@@ -15,6 +15,7 @@ extension CoordinatorState {
             ]
         }
         let spec: RoundSpec
+        let retries: Int?
         do throws(SkillbusError) {
             let body: JSONValue
             do {
@@ -23,6 +24,7 @@ extension CoordinatorState {
                 throw SkillbusError(.invalidRound, "the round body is not JSON: \(error)")
             }
             spec = try RoundSpec(json: body, stepLimit: settings.planStepLimit)
+            retries = try RoundSpec.retries(in: body)
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
             return refuse(error, shape: nil)
@@ -56,12 +58,12 @@ extension CoordinatorState {
             return refuse(error, shape: spec.shape)
         }
         let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: spec.skill)
-        rounds.start(
-            RoundRun(
-                id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
-                deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
-                invocations: invocations),
-            key: roundKey)
+        var run = RoundRun(
+            id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
+            deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
+            invocations: invocations)
+        run.retries = retries
+        rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = [
             .publish(
                 .roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id)))
@@ -190,6 +192,7 @@ extension CoordinatorState {
             origin: .step(round: roundKey, index: index), requestID: Array(invocation.id.utf8), roundID: run.id,
             sessionID: run.session, skill: invocation.skill, parameters: bytes, accepted: now, deadline: run.deadline)
         if let target = invocation.target { request.target = workers.peer(named: target) }
+        request.retries = run.retries
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,
@@ -198,10 +201,11 @@ extension CoordinatorState {
                 round: run.roundText, invocation: invocation.id, reusing: reusable ?? "")
             switch admission {
             case .first(let execution): request.shared = execution
-            case .joined:
+            case .joined(let execution):
                 rounds.updateRunning(roundKey) { run in
                     run.invocations[index].record.deduplicated = true
                     run.invocations[index].record.reusedFrom = reusable
+                    run.invocations[index].joined = execution
                 }
                 return [.publish(reused)]
             case .finished(let outcome):
@@ -253,17 +257,17 @@ extension CoordinatorState {
     /// `first`: the others are cancelled, running or still waiting for a slot.
     mutating func cancelLosers(_ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
         guard let run = rounds[roundKey] else { return [] }
-        let cancelled = SkillbusError(.cancelled, "another agent answered first")
+        let cancelled = Self.cancelledError("another agent answered first", .lostRace)
         var actions: [CoordinatorAction] = []
         for (invocationID, entry) in running.answer(where: { $0.request.isStep(of: roundKey) }) {
-            guard case .step(_, let index) = entry.request.origin else { continue }
-            let agent = workers[entry.worker]?.name ?? ""
             // Announced before its outcome, so the feed reads: cancelled, then done, then the round.
-            actions.append(.toWorker(entry.worker, .cancel(invocationID: invocationID)))
-            actions.append(
-                .publish(
-                    .invocationCancelled(round: run.roundText, invocation: run.invocations[index].id, agent: agent)))
-            actions += fail(entry.request, cancelled, agent: agent, now: now)
+            actions += sendCancel(invocationID, entry, reason: .lostRace, now: now)
+            actions += fail(entry.request, cancelled, agent: workers[entry.worker]?.name ?? "", now: now)
+        }
+        // A loser waiting out a retry's backoff never runs.
+        for request in retryQueue.remove(where: { $0.isStep(of: roundKey) }) {
+            actions += cancelledEvent(request, agent: "", reason: .lostRace)
+            actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
         for (target, request) in waiting.removeTargeted(where: { $0.isStep(of: roundKey) }) {
             if case .step(_, let index) = request.origin {
@@ -271,7 +275,7 @@ extension CoordinatorState {
                     .publish(
                         .invocationCancelled(
                             round: run.roundText, invocation: run.invocations[index].id,
-                            agent: workers[target]?.name ?? "")))
+                            agent: workers[target]?.name ?? "", reason: CancelReason.lostRace.rawValue)))
             }
             actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
@@ -284,6 +288,14 @@ extension CoordinatorState {
         let document = roundDocument(run, now: now)
         let bytes = document.json.serialized()
         rounds.finish(roundKey, document: bytes, now: now)
+        // A cancelled round, or one that failed in a way that may be tried again, is no answer to keep: the
+        // same round sent again runs (what succeeded is reused through single-flight).
+        let retryable = run.invocations.contains { invocation in
+            guard invocation.subCallRequest == nil, invocation.status == .error, let error = invocation.record.error
+            else { return false }
+            return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
+        }
+        if run.cancelled != nil || retryable { rounds.forget(roundKey) }
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }

@@ -16,11 +16,24 @@ public struct RoundDocument: Sendable, Equatable {
         /// The result form when `ok`.
         public var result: JSONValue?
         public var error: SkillbusError?
+        /// The partial output it emitted while it ran, in order (PROTOCOL §3.9); for a deduplicated
+        /// invocation that reused one of this document, empty: see that one.
+        public var output: [OutputPart] = []
+        /// The document holds only the first parts of its output (the round's budget ran out, or some were
+        /// lost on the way).
+        public var outputTruncated = false
+        /// Every attempt, in order, when the bus retried it (the last one's outcome is the invocation's);
+        /// empty when it ran once.
+        public var attempts: [Attempt] = []
 
         public init(
             id: String, skill: String, agent: String? = nil, status: InvocationStatus = .waiting, durationMs: Double = 0,
-            deduplicated: Bool = false, reusedFrom: String? = nil, result: JSONValue? = nil, error: SkillbusError? = nil
+            deduplicated: Bool = false, reusedFrom: String? = nil, result: JSONValue? = nil, error: SkillbusError? = nil,
+            output: [OutputPart] = [], outputTruncated: Bool = false, attempts: [Attempt] = []
         ) {
+            self.output = output
+            self.outputTruncated = outputTruncated
+            self.attempts = attempts
             self.id = id
             self.skill = skill
             self.agent = agent
@@ -30,6 +43,41 @@ public struct RoundDocument: Sendable, Equatable {
             self.reusedFrom = reusedFrom
             self.result = result
             self.error = error
+        }
+    }
+
+    /// One attempt of a retried invocation: the agent it went to and how it ended there.
+    public struct Attempt: Sendable, Equatable {
+        public var agent: String?
+        /// `ok`, `error` or `cancelled`.
+        public var status: InvocationStatus
+        /// From the attempt's dispatch (or, for the first, its start) to its end.
+        public var durationMs: Double
+        public var error: SkillbusError?
+
+        public init(agent: String?, status: InvocationStatus, durationMs: Double, error: SkillbusError? = nil) {
+            self.agent = agent
+            self.status = status
+            self.durationMs = durationMs
+            self.error = error
+        }
+
+        public var json: JSONValue {
+            [
+                "agent": agent.map { .string($0) } ?? .null, "status": .string(status.documentName),
+                "durationMs": .number(durationMs), "error": error?.json ?? .null,
+            ]
+        }
+
+        public init(json: JSONValue) throws(SkillbusError) {
+            let reader = DocumentReader(json, "attempt")
+            let name = try reader.string("status")
+            guard let status = InvocationStatus(documentName: name) else {
+                throw reader.problem("'status' '\(name)' is no invocation status")
+            }
+            self.init(
+                agent: try reader.optionalString("agent"), status: status, durationMs: try reader.number("durationMs"),
+                error: reader.optional("error").map(SkillbusError.init(json:)))
         }
     }
 
@@ -108,13 +156,19 @@ public struct RoundDocument: Sendable, Equatable {
 // MARK: - JSON
 
 extension RoundDocument.Invocation {
+    /// `output` only when there is some, `outputTruncated` only when true: a round without partial output
+    /// has the document it always had.
     public var json: JSONValue {
-        [
+        var object: [String: JSONValue] = [
             "id": .string(id), "skill": .string(skill), "agent": agent.map { .string($0) } ?? .null,
             "status": .string(status.documentName), "durationMs": .number(durationMs),
             "deduplicated": .bool(deduplicated), "reusedFrom": reusedFrom.map { .string($0) } ?? .null,
             "result": result ?? .null, "error": error?.json ?? .null,
         ]
+        if !output.isEmpty { object["output"] = .array(output.map(\.json)) }
+        if outputTruncated { object["outputTruncated"] = true }
+        if !attempts.isEmpty { object["attempts"] = .array(attempts.map(\.json)) }
+        return .object(object)
     }
 
     public init(json: JSONValue) throws(SkillbusError) {
@@ -127,7 +181,13 @@ extension RoundDocument.Invocation {
             id: try reader.string("id"), skill: try reader.string("skill"), agent: try reader.optionalString("agent"),
             status: status, durationMs: try reader.number("durationMs"), deduplicated: try reader.bool("deduplicated"),
             reusedFrom: try reader.optionalString("reusedFrom"), result: reader.optional("result"),
-            error: reader.optional("error").map(SkillbusError.init(json:)))
+            error: reader.optional("error").map(SkillbusError.init(json:)),
+            attempts: try (reader.optional("attempts")?.arrayValue ?? []).map(RoundDocument.Attempt.init(json:)))
+        if let parts = reader.optional("output") {
+            guard let list = parts.arrayValue else { throw reader.problem("'output' must be an array of parts") }
+            for item in list { output.append(try OutputPart(json: item)) }
+        }
+        outputTruncated = reader.optional("outputTruncated")?.boolValue ?? false
     }
 }
 

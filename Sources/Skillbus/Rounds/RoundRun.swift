@@ -21,6 +21,12 @@ struct RoundRun: Sendable {
     var document: [UInt8]?
     var finishedAt: UInt64 = 0
     var subCalls = 0
+    /// Bytes of partial output its document keeps, over all invocations (bounded by the bus's setting).
+    var outputBytes = 0
+    /// Set when a client cancelled the round: the document's error.
+    var cancelled: SkillbusError?
+    /// Retries the client asked for (the body's `retries`); nil: each skill's own policy.
+    var retries: Int?
 
     var isFinished: Bool { document != nil }
     var roundText: String { String(decoding: id, as: UTF8.self) }
@@ -65,6 +71,8 @@ struct RoundInvocation: Sendable {
     let after: [String]
     /// A client REQUEST made inside the round (a skill's sub-call), answered to that request id.
     var subCallRequest: [UInt8]?
+    /// The execution it joined, while it waits for an identical invocation's outcome.
+    var joined: SingleFlight.ExecutionID?
     /// How it stands, as the document shows it.
     var record: RoundDocument.Invocation
 
@@ -138,6 +146,18 @@ struct RoundTable: Sendable {
         }
         finishOrder.append(key, at: now)
         runningCount -= 1
+    }
+
+    /// The running round that `client` waits for with `requestID`.
+    func running(client: PeerID, requestID: [UInt8]) -> ByteKey? {
+        runs.first { !$0.value.isFinished && $0.value.clients.contains { $0 == (client, requestID) } }?.key
+    }
+
+    /// Drops a finished round at once: its document is not kept (it was cancelled, or failed in a way that
+    /// may be tried again), so the same round id runs anew.
+    mutating func forget(_ key: ByteKey) {
+        guard runs[key]?.isFinished == true else { return }
+        runs[key] = nil
     }
 
     /// Client: ask a running round to answer one more client too; false when it is not running.

@@ -271,3 +271,25 @@ extension JSONValue {
         }
     }
 }
+
+extension RoundSpec {
+    /// The retries a body asks for (PROTOCOL §3.5.1): `retries` in its shape's object, from 0 to
+    /// `RetryPolicy.maxRetries`; nil when absent. Like the timeout, not part of the body a round is compared by.
+    static func retries(in body: JSONValue) throws(SkillbusError) -> Int? {
+        guard let shape = body.objectValue?.values.first, let value = shape["retries"], value != .null else { return nil }
+        guard let retries = value.intValue, (0...RetryPolicy.maxRetries).contains(retries) else {
+            throw SkillbusError(.invalidRound, "'retries' must be an integer from 0 to \(RetryPolicy.maxRetries)")
+        }
+        return retries
+    }
+
+    /// The body to send, with `retries` when the client asks for a number of its own.
+    public func body(retries: Int?) -> JSONValue {
+        guard let retries, case .object(var object) = json, let (shape, value) = object.first,
+            var fields = value.objectValue
+        else { return json }
+        fields["retries"] = .number(Double(retries))
+        object[shape] = .object(fields)
+        return .object(object)
+    }
+}

@@ -7,7 +7,7 @@
 /// common round of a single invocation costs no parsing, and one table entry.
 struct SingleFlight: Sendable {
     /// One execution of a round, as `finish` wants it back.
-    struct ExecutionID: Equatable, Sendable {
+    struct ExecutionID: Hashable, Sendable {
         /// Where the round is kept: the same until it is forgotten, and then only after all ran.
         let slot: Int
         /// Which execution of the round.
@@ -18,7 +18,7 @@ struct SingleFlight: Sendable {
         /// The first of its kind: execute it, and `finish` it when it ends.
         case first(ExecutionID)
         /// Joined a running execution; `finish` will hand its outcome to this waiter too.
-        case joined
+        case joined(ExecutionID)
         /// An identical invocation already finished: here is its outcome.
         case finished(Outcome)
         /// Not shared (no round id, or parameters that are not a JSON object).
@@ -106,7 +106,7 @@ struct SingleFlight: Sendable {
         if let number = round.byKey[key] {
             if let outcome = round[number].outcome { return .finished(outcome) }
             round[number].joiners.append(waiter)
-            return .joined
+            return .joined(ExecutionID(slot: slot, execution: number))
         }
         round.others.append(Execution())
         round.byKey[key] = round.others.count
@@ -132,6 +132,13 @@ struct SingleFlight: Sendable {
         }
         evict(now: now)
         return waiters
+    }
+
+    /// Who joined a running execution so far (not the invocation that started it): its partial output goes
+    /// to them too.
+    func joiners(of id: ExecutionID) -> [Waiter] {
+        guard rounds.isOccupied(id.slot) else { return [] }
+        return rounds[id.slot][id.execution].joiners
     }
 
     /// Returns the joiners, and whether nothing of the round runs any more.
@@ -207,7 +214,7 @@ struct ByteKey: Hashable, Sendable {
 
 /// Who waits for an invocation's outcome: a client's REQUEST, a step of a round the bus runs, or a call a
 /// turn runs itself (CLAIM), whose agent needs no answer.
-enum Waiter: Sendable, Equatable {
+enum Waiter: Sendable, Hashable {
     case client(PeerID, requestID: [UInt8])
     case step(round: ByteKey, index: Int)
     case claim

@@ -4,7 +4,7 @@ import Foundation
 public enum BuiltinSkills {
     public static let identifiers = [
         "echo", "sleep", "text.stats", "text.grep", "math.eval", "file.read", "text.report",
-        "memory.set", "memory.get", "memory.list", "memory.delete", "file.write",
+        "memory.set", "memory.get", "memory.list", "memory.delete", "file.write", "text.lines",
     ]
 
     /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
@@ -23,6 +23,7 @@ public enum BuiltinSkills {
             case "file.read":
                 skills.append(FileReadSkill(reader: SandboxedFileReader(root: sandbox, maxBytes: maxFileBytes)))
             case "text.report": skills.append(TextReportSkill())
+            case "text.lines": skills.append(TextLinesSkill())
             case "memory.set": skills.append(MemorySetSkill())
             case "memory.get": skills.append(MemoryGetSkill())
             case "memory.list": skills.append(MemoryListSkill())
@@ -42,6 +43,8 @@ public enum BuiltinSkills {
 /// Returns its text unchanged.
 public struct EchoSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "echo"
     public let displayName = "Echo"
@@ -56,6 +59,8 @@ public struct EchoSkill: AgentSkill {
 /// Waits, then says how long it waited. For testing timeouts, capacity and cancellation.
 public struct SleepSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "sleep"
     public let displayName = "Sleep"
@@ -72,9 +77,40 @@ public struct SleepSkill: AgentSkill {
     }
 }
 
+/// Streams a text line by line as partial output (`context.emit`), then returns how many lines it sent.
+/// It shows streamed output, and the bench measures it against `echo`.
+public struct TextLinesSkill: AgentSkill {
+    public init() {}
+    public var executionStyle: SkillExecutionStyle { .quick }
+    public let identifier = "text.lines"
+    public let displayName = "Text lines"
+    public let description =
+        "Sends each line of a text as partial output, one every delayMs (default 0, at most 60000), and returns the count."
+    public let parameterSchema = ParameterSchema([
+        ParameterField("text", .string, description: "Text to stream, line by line"),
+        ParameterField("delayMs", .integer, required: false, description: "Milliseconds between lines", default: 0),
+    ])
+
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        let delay = parameters["delayMs"]?.intValue ?? 0
+        guard (0...60_000).contains(delay) else {
+            throw SkillbusError(.invalidParameters, "parameter 'delayMs' must be between 0 and 60000, got \(delay)")
+        }
+        var lines = (parameters["text"]?.stringValue ?? "").split(separator: "\n", omittingEmptySubsequences: false)
+        if lines.last == "" { lines.removeLast() }
+        for (index, line) in lines.enumerated() {
+            if index > 0 && delay > 0 { try await Task.sleep(for: .milliseconds(delay)) }
+            try context.emit(String(line))
+        }
+        return .json(["lines": .number(Double(lines.count))])
+    }
+}
+
 /// Counts lines, words and characters and lists the most frequent words.
 public struct TextStatsSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "text.stats"
     public let displayName = "Text statistics"
     public let description = "Counts lines, words and characters of a text and lists its five most frequent words."
@@ -94,6 +130,8 @@ public struct TextStatsSkill: AgentSkill {
 /// Lines of a text that match a regular expression, with their line numbers.
 public struct TextGrepSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "text.grep"
     public let displayName = "Text grep"
     public let description = "Finds the lines of a text that match a regular expression, with 1-based line numbers."
@@ -105,12 +143,18 @@ public struct TextGrepSkill: AgentSkill {
     public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
         let pattern = parameters["pattern"]?.stringValue ?? ""
         do {
-            let matches = try TextGrep.matches(pattern: pattern, in: parameters["text"]?.stringValue ?? "")
+            // A pattern that backtracks for ever stops at the deadline or at CANCEL, not when it is done.
+            let matches = try TextGrep.matches(
+                pattern: pattern, in: parameters["text"]?.stringValue ?? "", shouldStop: { context.isCancelled })
             return .json([
                 "count": .number(Double(matches.count)),
                 "matches": .array(matches.map { ["line": .number(Double($0.lineNumber)), "text": .string($0.line)] }),
             ])
         } catch {
+            if error.stopped {
+                if Task.isCancelled { throw SkillbusError(.cancelled, error.description) }
+                throw SkillbusError(.timeout, error.description + ": its deadline passed")
+            }
             throw SkillbusError(.invalidParameters, error.description)
         }
     }
@@ -119,6 +163,8 @@ public struct TextGrepSkill: AgentSkill {
 /// Evaluates arithmetic with its own parser: + - * / ^, parentheses, unary minus, decimals.
 public struct MathEvalSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "math.eval"
     public let displayName = "Math evaluation"
@@ -142,6 +188,8 @@ public struct MathEvalSkill: AgentSkill {
 public struct FileReadSkill: AgentSkill {
     public let reader: SandboxedFileReader
     public init(reader: SandboxedFileReader) { self.reader = reader }
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "file.read"
     public let displayName = "Read file"
     public let description = "Reads a UTF-8 text file inside the agent's sandbox directory (size-limited)."
@@ -168,6 +216,8 @@ public struct FileWriteSkill: AgentSkill {
     public let displayName = "Write file"
     public let description = "Writes a UTF-8 text file inside the agent's sandbox directory, replacing it. Asks first."
     public var needsConfirmation: Bool { true }
+    /// One write at a time on an agent: two writes of one file must not interleave.
+    public var concurrencyLimit: Int? { 1 }
     public let parameterSchema = ParameterSchema([
         ParameterField("path", .string, description: "Path relative to the sandbox directory"),
         ParameterField("text", .string, description: "The file's new contents"),
@@ -188,6 +238,8 @@ public struct FileWriteSkill: AgentSkill {
 /// those run (this agent or another), in the caller's round.
 public struct TextReportSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public let identifier = "text.report"
     public let displayName = "Text report"
     public let description = "Reads a file (file.read) and reports its statistics (text.stats), on any agents."

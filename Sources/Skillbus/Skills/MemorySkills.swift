@@ -45,6 +45,8 @@ public struct MemorySetSkill: AgentSkill {
 /// Reads the value stored under a key.
 public struct MemoryGetSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "memory.get"
     public let displayName = "Recall"
@@ -66,6 +68,8 @@ public struct MemoryGetSkill: AgentSkill {
 /// Lists the keys (with their values) that start with a prefix.
 public struct MemoryListSkill: AgentSkill {
     public init() {}
+    public var isIdempotent: Bool { true }
+    public var retryPolicy: RetryPolicy? { RetryPolicy() }
     public var executionStyle: SkillExecutionStyle { .quick }
     public let identifier = "memory.list"
     public let displayName = "List memory"

@@ -13,14 +13,17 @@ public struct GrepMatch: Sendable, Equatable {
     }
 }
 
-/// The grep pattern is not a valid regular expression.
+/// The grep pattern is not a valid regular expression, or the search was stopped.
 public struct TextGrepError: Error, Sendable, Equatable, CustomStringConvertible {
     public let pattern: String
     public let message: String
+    /// The caller's `shouldStop` ended the search (its deadline passed, or it was cancelled).
+    public let stopped: Bool
 
-    public init(pattern: String, message: String) {
+    public init(pattern: String, message: String, stopped: Bool = false) {
         self.pattern = pattern
         self.message = message
+        self.stopped = stopped
     }
 
     public var description: String {
@@ -33,11 +36,14 @@ public enum TextGrep {
     /// Returns the lines of `text` that contain a match for `pattern`, stopping after `maxMatches`.
     ///
     /// Lines are split on "\n" with a trailing "\r" removed; a final newline does not start an extra
-    /// empty line. Patterns use ICU syntax as implemented by `NSRegularExpression`.
+    /// empty line. Patterns use ICU syntax as implemented by `NSRegularExpression`. `shouldStop` is asked
+    /// while a match runs (ICU reports progress every fraction of a millisecond), so a pattern that
+    /// backtracks catastrophically is stopped as soon as it says so, with an error.
     public static func matches(
         pattern: String,
         in text: String,
-        maxMatches: Int = 10_000
+        maxMatches: Int = 10_000,
+        shouldStop: () -> Bool = { false }
     ) throws(TextGrepError) -> [GrepMatch] {
         let regex: NSRegularExpression
         do {
@@ -54,7 +60,25 @@ public enum TextGrep {
         var results: [GrepMatch] = []
         for (offset, line) in lines(of: text).enumerated() {
             let range = NSRange(line.startIndex..<line.endIndex, in: line)
-            guard regex.firstMatch(in: line, range: range) != nil else {
+            var matched = false
+            var stopped = false
+            withoutActuallyEscaping(shouldStop) { shouldStop in
+                regex.enumerateMatches(in: line, options: [.reportProgress], range: range) { match, _, stop in
+                    if match != nil {
+                        matched = true
+                        stop.pointee = true
+                    } else if shouldStop() {
+                        stopped = true
+                        stop.pointee = true
+                    }
+                }
+            }
+            if stopped {
+                throw TextGrepError(
+                    pattern: pattern, message: "the search for '\(pattern)' was stopped at line \(offset + 1)",
+                    stopped: true)
+            }
+            guard matched else {
                 continue
             }
             results.append(GrepMatch(lineNumber: offset + 1, line: line))

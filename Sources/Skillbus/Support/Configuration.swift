@@ -21,6 +21,11 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var security: CoordinatorSecurity?
     /// Without keys, bind other than loopback anyway (`--insecure`; logged loudly).
     public var insecure = false
+    /// Partial output the bus forwards per invocation, and keeps per round document (bytes of parts).
+    public var maxOutputBytes = 4 << 20
+    public var maxRoundOutputBytes = 256 << 10
+    /// How long an agent may take to answer CANCEL before the feed says it ignores it.
+    public var cancelGraceMs = 2000
 
     public init() {}
 
@@ -35,6 +40,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.retainedOutcomesLimit = retainedOutcomesLimit
         settings.retainedRoundsLimit = retainedRoundsLimit
         settings.planStepLimit = planStepLimit
+        settings.maxOutputBytes = maxOutputBytes
+        settings.maxRoundOutputBytes = maxRoundOutputBytes
+        settings.cancelGraceMs = cancelGraceMs
         return settings
     }
 
@@ -42,6 +50,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "security", "insecure",
+        "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -65,6 +74,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
             security = try CoordinatorSecurity(reading: section)
         }
         insecure = try object.bool("insecure") ?? insecure
+        maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
+        maxRoundOutputBytes = try object.int("maxRoundOutputBytes", minimum: 0, maximum: 1 << 30) ?? maxRoundOutputBytes
+        cancelGraceMs = try object.int("cancelGraceMs", minimum: 1, maximum: 3_600_000) ?? cancelGraceMs
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -100,12 +112,19 @@ public struct WorkerConfiguration: Sendable, Equatable {
     /// The coordinator's public key (the key or its file) and this worker's secret key file, for CURVE.
     public var serverKey: String?
     public var key: String?
+    /// Partial output one invocation may emit (bytes); past it the invocation fails with `output_too_large`.
+    public var maxOutputBytes = 1 << 20
+    /// Skills run by a program (`commands`), besides the built-ins.
+    public var commands: [CommandSkillSpec] = []
+    /// Overrides of the skills' own retry policy, idempotency and concurrency, by skill identifier.
+    public var policies = SkillPolicies()
 
     public init() {}
 
     static let keys: Set<String> = [
         "name", "coordinator", "feed", "skills", "capacity", "sandbox", "heartbeatMs", "maxMessageBytes", "dataDir",
-        "flushIntervalMs", "maxMemoryValueBytes", "planner", "serverKey", "key",
+        "flushIntervalMs", "maxMemoryValueBytes", "planner", "serverKey", "key", "maxOutputBytes", "commands",
+        "policies",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -125,6 +144,7 @@ public struct WorkerConfiguration: Sendable, Equatable {
         // Key files relative to the config file, as the coordinator's are; a server key may be the key itself.
         serverKey = try object.string("serverKey").map { Curve.decode($0) != nil ? $0 : object.resolvedPath($0) }
         key = try object.string("key").map(object.resolvedPath)
+        maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
         if let planner = object.values["planner"] {
             do throws(SkillbusError) {
                 try ConfiguredPlanner.check(planner)
@@ -133,12 +153,24 @@ public struct WorkerConfiguration: Sendable, Equatable {
             }
             self.planner = planner
         }
+        if let value = object.values["policies"] {
+            do throws(SkillbusError) {
+                policies = try SkillPolicies(json: value)
+            } catch {
+                throw object.error("policies", error.message)
+            }
+        }
         let known = Set(BuiltinSkills.identifiers)
         for (index, skill) in skills.enumerated() where !known.contains(skill) {
             throw object.error(
                 "skills[\(index)]",
                 "unknown built-in skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))")
         }
+        for child in try object.objects("commands", allowed: CommandSkillSpec.keys) ?? [] {
+            commands.append(try CommandSkillSpec(reading: child))
+        }
+        try CommandSkillSpec.checkUnique(
+            commands, builtins: skills.isEmpty ? BuiltinSkills.identifiers : skills, in: object)
     }
 
     public static func load(path: String) throws(SkillbusError) -> WorkerConfiguration {

@@ -1,0 +1,351 @@
+/// Cancellation (PROTOCOL §3.10). A client gives up on one of its REQUESTs or ROUNDs (CANCEL with its
+/// request id; an ASK is CoordinatorState+Turns), or on everything of a round (CANCEL with a round id).
+/// Whoever gives up is answered `cancelled` at once. An execution that identical invocations share
+/// (single-flight) is stopped only when none of them still wants it: until then the ones that gave up are
+/// `withdrawn`, and its outcome passes them by. Stopping means CANCEL to its agent, or out of its queue;
+/// a stopped execution's outcome is not kept, so an identical invocation later runs again.
+extension CoordinatorState {
+    /// Why the bus stopped an invocation, as the feed and the error's `details.reason` say.
+    enum CancelReason: String, Sendable {
+        case client
+        case deadline
+        case lostRace = "lost race"
+    }
+
+    /// A CANCEL sent, watched until its RESULT comes.
+    struct WatchedCancel: Sendable {
+        let invocationID: String
+        let worker: PeerID
+    }
+
+    /// What a CANCEL naming a round stopped: the CANCELLED answer.
+    struct CancelTally {
+        var requests = 0
+        var rounds = 0
+        var turns = 0
+        /// Executions stopped: CANCEL sent to their agent, or taken out of a queue.
+        var stopped = 0
+
+        func json(round: String) -> JSONValue {
+            [
+                "round": .string(round), "requests": .number(Double(requests)), "rounds": .number(Double(rounds)),
+                "turns": .number(Double(turns)), "stopped": .number(Double(stopped)),
+            ]
+        }
+    }
+
+    /// Where an execution the bus decides on stands.
+    enum Place {
+        case running(invocationID: String)
+        case waiting
+        case confirming(id: String)
+        /// Between two attempts (CoordinatorState+Retries).
+        case backingOff
+    }
+
+    static func cancelledError(_ message: String, _ reason: CancelReason) -> SkillbusError {
+        SkillbusError(.cancelled, message, details: ["reason": .string(reason.rawValue)])
+    }
+
+    // MARK: Clients
+
+    /// CANCEL with a request id that is no ASK: the client's REQUEST, or its ROUND.
+    mutating func cancelWait(requestID: [UInt8], from client: PeerID, now: UInt64) -> [CoordinatorAction] {
+        var tally = CancelTally()
+        let text = String(decoding: requestID, as: UTF8.self)
+        let error = Self.cancelledError("request '\(text)' was cancelled by its client", .client)
+        if let actions = withdraw(.client(client, requestID: requestID), error, reason: .client, now: now, &tally) {
+            return actions
+        }
+        guard let key = rounds.running(client: client, requestID: requestID), let run = rounds[key] else { return [] }
+        guard run.clients.count > 1 else {
+            let error = Self.cancelledError("round '\(run.roundText)' was cancelled by its client", .client)
+            return cancelRun(key, error, now: now, &tally)
+        }
+        // Others wait for the same round: it goes on for them, and this client's wait ends here.
+        rounds.update(key) { $0.clients.removeAll { $0.client == client && $0.requestID == requestID } }
+        var document = roundDocument(run, now: now)
+        document.status = .error
+        document.error = Self.cancelledError(
+            "this client stopped waiting; round '\(run.roundText)' goes on for \(run.clients.count - 1) other(s)",
+            .client)
+        return [.toClient(client, .round(requestID: requestID, roundID: run.id, document: document.json.serialized()))]
+    }
+
+    /// CANCEL with a round id: the ROUND, every REQUEST and the turn of that round, whoever sent them.
+    public mutating func handleCancelRound(
+        requestID: String, roundID: String, from client: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        let round = Array(roundID.utf8)
+        let key = ByteKey(round)
+        var tally = CancelTally()
+        let error = Self.cancelledError("round '\(roundID)' was cancelled by a client", .client)
+        // The ROUND first: stopped, so that nothing of it starts while the rest goes.
+        var actions = rounds.isRunning(key) ? cancelRun(key, error, now: now, &tally) : []
+        var waiters: [Waiter] = []
+        func note(_ request: Request) {
+            if case .client = request.origin, request.roundID == round, !waiters.contains(request.origin) {
+                waiters.append(request.origin)
+            }
+        }
+        running.forEachUnanswered { note($0.request) }
+        waiting.forEach(note)
+        retryQueue.forEach(note)
+        for pending in confirmations.values { note(pending.request) }
+        waiters += joinedClients.filter { $0.value.round == round }.map(\.key)
+        for waiter in waiters {
+            actions += withdraw(waiter, error, reason: .client, now: now, &tally) ?? []
+        }
+        actions += cancelParked(round: round, error, now: now, &tally)
+        if let (turnID, entry) = turns.find(where: { $0.round == round }) {
+            tally.turns += 1
+            actions += cancelTurn(turnID, entry, now: now)
+        }
+        actions.append(.toClient(client, .cancelled(requestID: requestID, summary: tally.json(round: roundID))))
+        return actions
+    }
+
+    // MARK: One waiter
+
+    /// `waiter` gives up: it is answered with `error` now, and the execution it waits for is stopped unless
+    /// another waiter still wants it. Nil when the bus holds nothing `waiter` waits for.
+    mutating func withdraw(
+        _ waiter: Waiter, _ error: SkillbusError, reason: CancelReason, now: UInt64, _ tally: inout CancelTally
+    ) -> [CoordinatorAction]? {
+        if case .client = waiter, findExecution({ $0.origin == waiter }) != nil || joinedClients[waiter] != nil {
+            tally.requests += 1
+        }
+        // It started an execution: running, waiting for a slot, or for an approval.
+        if let (request, place) = findExecution({ $0.origin == waiter }) {
+            let agent = agentName(at: place)
+            if let id = request.shared, isWanted(id, besides: waiter) {
+                let actions = answerCancelled(waiter, request, error, agent: agent, now: now)
+                withdrawn.insert(waiter)
+                return actions
+            }
+            // Stopped first, so that the feed reads: cancelled, then done.
+            return stop(request, at: place, reason: reason, now: now, &tally)
+                + answerCancelled(waiter, request, error, agent: agent, now: now)
+        }
+        // It joined an identical execution.
+        if let id = joinedExecution(of: waiter) {
+            guard let (request, place) = findExecution({ $0.shared == id }) else {
+                // A call a turn runs itself (CLAIM): the bus cannot stop it, but this waiter is done with it.
+                guard case .client(let client, let requestID) = waiter, let joined = joinedClients[waiter] else { return nil }
+                joinedClients[waiter] = nil
+                withdrawn.insert(waiter)
+                let outcome = Outcome(status: .error, agent: [], payload: error.json.serialized(), durationMicros: 0)
+                return [.toClient(client, outcome.reply(requestID: requestID, roundID: joined.round))]
+            }
+            var actions = answerCancelled(waiter, request, error, agent: agentName(at: place), now: now)
+            withdrawn.insert(waiter)
+            if !withdrawn.contains(request.origin) || isWanted(id, besides: waiter) { return actions }
+            withdrawn.remove(request.origin)
+            actions += stop(request, at: place, reason: reason, now: now, &tally)
+            return actions
+        }
+        guard case .client = waiter else { return nil }
+        let parked = cancelParked(where: { .client($1, requestID: $0.$requestID) == waiter }, error, now: now, &tally)
+        return parked.isEmpty ? nil : parked
+    }
+
+    /// Whether a waiter of execution `id` other than `waiter` has not given up.
+    func isWanted(_ id: SingleFlight.ExecutionID, besides waiter: Waiter) -> Bool {
+        singleFlight.joiners(of: id).contains { $0 != waiter && !withdrawn.contains($0) }
+    }
+
+    func joinedExecution(of waiter: Waiter) -> SingleFlight.ExecutionID? {
+        switch waiter {
+        case .client: return joinedClients[waiter]?.execution
+        case .step(let round, let index):
+            guard let run = rounds[round], run.invocations.indices.contains(index),
+                run.invocations[index].status == .running
+            else { return nil }
+            return run.invocations[index].joined
+        case .claim: return nil
+        }
+    }
+
+    /// The execution that `matches` picks (by its request), where it stands.
+    func findExecution(_ matches: (Request) -> Bool) -> (request: Request, place: Place)? {
+        if let (invocationID, entry) = running.firstUnanswered(where: { matches($0.request) }) {
+            return (entry.request, .running(invocationID: invocationID))
+        }
+        if let request = waiting.first(where: matches) { return (request, .waiting) }
+        if let request = retryQueue.first(where: matches) { return (request, .backingOff) }
+        if let (id, pending) = confirmations.first(where: { matches($0.value.request) }) {
+            return (pending.request, .confirming(id: id))
+        }
+        return nil
+    }
+
+    func agentName(at place: Place) -> [UInt8] {
+        guard case .running(let invocationID) = place, let entry = running[invocationID] else { return [] }
+        return workers[entry.worker]?.nameFrame ?? []
+    }
+
+    /// The cancelled outcome, to `waiter` alone: a REPLY (and `request.done`), or its round's step ends.
+    mutating func answerCancelled(
+        _ waiter: Waiter, _ request: Request, _ error: SkillbusError, agent: [UInt8], now: UInt64
+    ) -> [CoordinatorAction] {
+        let outcome = Outcome(
+            status: .error, agent: agent, payload: error.json.serialized(),
+            durationMicros: Int((now &- request.accepted) / 1000))
+        var actions = deliver(outcome, to: [waiter], roundID: request.roundID, origin: waiter, now: now)
+        if publishesRequestEvents, case .client(_, let requestID) = waiter {
+            actions.append(
+                .publish(
+                    .requestDone(
+                        round: request.roundText, request: String(decoding: requestID, as: UTF8.self),
+                        skill: request.skill, agent: String(decoding: agent, as: UTF8.self), status: .error,
+                        durationMicros: outcome.durationMicros, payload: outcome.payload)))
+        }
+        return actions
+    }
+
+    /// Stops an execution nobody wants any more. Its outcome is not kept; whoever had joined it gave up
+    /// already and was answered then.
+    mutating func stop(
+        _ request: Request, at place: Place, reason: CancelReason, now: UInt64, _ tally: inout CancelTally
+    ) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        switch place {
+        case .running(let invocationID):
+            if let entry = running.markAnswered(invocationID) {
+                actions += sendCancel(invocationID, entry, reason: reason, now: now)
+            }
+        case .waiting:
+            _ = waiting.remove { $0.origin == request.origin }
+            actions += cancelledEvent(request, agent: "", reason: reason)
+        case .confirming(let id):
+            confirmations[id] = nil
+            actions.append(.publish(.confirmationDone(confirmation: id, approved: false)))
+        case .backingOff:
+            _ = retryQueue.remove { $0.origin == request.origin }
+            actions += cancelledEvent(request, agent: "", reason: reason)
+        }
+        tally.stopped += 1
+        guard let id = request.shared else { return actions }
+        let outcome = Outcome(
+            status: .error, agent: [], payload: Self.cancelledError("stopped", reason).json.serialized(),
+            durationMicros: Int((now &- request.accepted) / 1000))
+        // Everyone who joined has given up; should one not have, it is answered like the others.
+        actions += deliver(
+            outcome, to: singleFlight.finish(id, outcome: nil, now: now), roundID: request.roundID,
+            origin: request.origin, now: now)
+        return actions
+    }
+
+    /// CANCEL to the agent running `entry` (already answered), announced on the feed and watched: an agent
+    /// that does not report within the grace period is said to ignore it.
+    mutating func sendCancel(
+        _ invocationID: String, _ entry: RunningInvocations.Entry, reason: CancelReason, now: UInt64
+    ) -> [CoordinatorAction] {
+        cancelWatch.append(WatchedCancel(invocationID: invocationID, worker: entry.worker), at: now)
+        return [.toWorker(entry.worker, .cancel(invocationID: invocationID))]
+            + cancelledEvent(entry.request, agent: workers[entry.worker]?.name ?? "", reason: reason)
+    }
+
+    func cancelledEvent(_ request: Request, agent: String, reason: CancelReason) -> [CoordinatorAction] {
+        switch request.origin {
+        case .step(let round, let index):
+            guard let run = rounds[round], run.invocations.indices.contains(index) else { return [] }
+            return [
+                .publish(
+                    .invocationCancelled(
+                        round: run.roundText, invocation: run.invocations[index].id, agent: agent,
+                        reason: reason.rawValue))
+            ]
+        case .client:
+            guard publishesRequestEvents else { return [] }
+            return [
+                .publish(
+                    .requestCancelled(
+                        round: request.roundText, request: request.requestText, skill: request.skill, agent: agent,
+                        reason: reason.rawValue))
+            ]
+        case .claim:
+            return []
+        }
+    }
+
+    /// CANCELs the grace period has passed for whose RESULT has not come: reported once each.
+    mutating func reportIgnoredCancels(now: UInt64) -> [CoordinatorAction] {
+        let grace = UInt64(settings.cancelGraceMs) * 1_000_000
+        var actions: [CoordinatorAction] = []
+        while let (watched, at) = cancelWatch.oldest, at &+ grace <= now {
+            cancelWatch.removeOldest()
+            guard let entry = running[watched.invocationID], entry.worker == watched.worker else { continue }
+            let request = entry.request
+            var id = request.requestText
+            if case .step(let round, let index) = request.origin, let run = rounds[round],
+                run.invocations.indices.contains(index)
+            {
+                id = run.invocations[index].id
+            }
+            actions.append(
+                .publish(
+                    .cancelIgnored(
+                        round: request.roundText, request: id, skill: request.skill,
+                        agent: workers[entry.worker]?.name ?? "", invocation: watched.invocationID,
+                        waitedMs: Int((now &- at) / 1_000_000))))
+        }
+        return actions
+    }
+
+    // MARK: Rounds and leases
+
+    /// A ROUND stops: no step starts any more, and each running one gives up (its execution stops unless an
+    /// identical REQUEST still wants it). The document says `cancelled` and is not kept.
+    mutating func cancelRun(
+        _ key: ByteKey, _ error: SkillbusError, now: UInt64, _ tally: inout CancelTally
+    ) -> [CoordinatorAction] {
+        guard let run = rounds[key], !run.isFinished else { return [] }
+        rounds.updateRunning(key) { run in
+            run.stopped = true
+            run.cancelled = error
+        }
+        tally.rounds += 1
+        let reason = (error.details?["reason"]?.stringValue).flatMap(CancelReason.init(rawValue:)) ?? .client
+        let stepError = Self.cancelledError("the round was cancelled", reason)
+        var actions: [CoordinatorAction] = []
+        for index in run.invocations.indices where run.invocations[index].subCallRequest == nil {
+            guard rounds[key]?.invocations[index].status == .running else { continue }
+            actions += withdraw(.step(round: key, index: index), stepError, reason: reason, now: now, &tally) ?? []
+        }
+        return actions + advance(key, now: now)
+    }
+
+    /// REQUESTs parked behind a turn's lease that `matches` picks (by request and client): answered
+    /// `cancelled`, never run.
+    mutating func cancelParked(
+        where matches: (InvokeRequest, PeerID) -> Bool, _ error: SkillbusError, now: UInt64,
+        _ tally: inout CancelTally
+    ) -> [CoordinatorAction] {
+        guard !leases.isEmpty else { return [] }
+        var actions: [CoordinatorAction] = []
+        for (key, lease) in leases where !lease.parked.isEmpty {
+            let (gone, kept) = lease.parked.split { matches($0.request, $0.client) }
+            guard !gone.isEmpty else { continue }
+            leases[key]?.parked = kept
+            tally.requests += gone.count
+            for parked in gone {
+                let outcome = Outcome(
+                    status: .error, agent: [], payload: error.json.serialized(),
+                    durationMicros: Int((now &- parked.accepted) / 1000))
+                actions.append(
+                    .toClient(
+                        parked.client,
+                        outcome.reply(requestID: parked.request.$requestID, roundID: parked.request.$roundID)))
+            }
+        }
+        return actions
+    }
+
+    /// Every REQUEST parked behind the lease of `round`.
+    mutating func cancelParked(
+        round: [UInt8], _ error: SkillbusError, now: UInt64, _ tally: inout CancelTally
+    ) -> [CoordinatorAction] {
+        cancelParked(where: { request, _ in request.$roundID == round }, error, now: now, &tally)
+    }
+}

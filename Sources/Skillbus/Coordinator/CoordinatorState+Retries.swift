@@ -1,0 +1,160 @@
+/// Retries (PROTOCOL §4.13). A failed attempt whose failure is retryable for its skill (§5.2.1) goes back
+/// to the bus after a backoff — on another agent when one is free — while the skill's policy (or the
+/// round's `retries`) allows more attempts and the deadline leaves time. Until the last attempt, nobody
+/// waiting for it hears anything; single-flight keeps its joiners attached to it. A retryable failure is
+/// never kept as the answer for identical invocations, even when it is the last one.
+extension CoordinatorState {
+    /// When the loop must call `fireTimers` next, besides its regular tick: the next retry due.
+    public var nextTimer: UInt64? { retryQueue.nextDue }
+
+    /// Attempts whose backoff is over go on their way. The loop calls it when `nextTimer` comes, so that
+    /// a retry is not up to a tick late.
+    public mutating func fireTimers(now: UInt64) -> [CoordinatorAction] {
+        guard let due = retryQueue.nextDue, due <= now else { return [] }
+        var actions: [CoordinatorAction] = []
+        for request in retryQueue.removeDue(now: now) { actions += route(request, now: now) }
+        return actions
+    }
+
+    /// The descriptor that decides about retries for `skill`, when it declares anything about them.
+    /// A worker that is being removed has taken the skill out of the registry already: its own copy counts.
+    func retryDescriptor(of skill: String) -> SkillDescriptor? {
+        guard let descriptor = ledger.registry.skills[skill]?.descriptor ?? departingSkills[skill],
+            descriptor.idempotent || descriptor.retry != nil
+        else { return nil }
+        return descriptor
+    }
+
+    /// What `reply` does with an error outcome: `retry` the actions that queue the next attempt, or nil when
+    /// this failure is the answer; `keep` whether single-flight may keep it for identical invocations.
+    mutating func retryDecision(
+        _ request: Request, agent: [UInt8], payload: [UInt8], now: UInt64
+    ) -> (retry: [CoordinatorAction]?, keep: Bool) {
+        guard let descriptor = retryDescriptor(of: request.skill) else { return (nil, true) }
+        let error = SkillbusError(json: (try? JSONValue(parsing: payload)) ?? .null)
+        guard descriptor.isRetryable(error.code.rawValue) else { return (nil, true) }
+        return (retry(request, error, descriptor, agent: agent, now: now), false)
+    }
+
+    /// Queues the next attempt of `request`, or nil when none may follow.
+    private mutating func retry(
+        _ request: Request, _ error: SkillbusError, _ descriptor: SkillDescriptor, agent: [UInt8], now: UInt64
+    ) -> [CoordinatorAction]? {
+        let policy = descriptor.retry ?? RetryPolicy()
+        let attempts: Int
+        if let retries = request.retries {
+            attempts = retries + 1
+        } else {
+            guard descriptor.retry != nil else { return nil }  // idempotent but not opted in
+            attempts = policy.attempts
+        }
+        guard request.attempt < attempts else { return nil }
+        var next = request
+        if let target = request.target {
+            if isFanout(request) {
+                // A fan-out's invocation runs on its agent or nowhere.
+                guard workers[target] != nil else { return nil }
+            } else {
+                next.target = nil  // the session's agent: routing looks again
+            }
+        }
+        // Nobody to try again on: the failure stands, unless the skill retries that too.
+        guard workers.offers(request.skill) || descriptor.isRetryable(SkillbusError.Code.unknownSkill.rawValue) else {
+            return nil
+        }
+        let wait = policy.backoffNanos(retry: request.attempt, random: nextJitter())
+        let due = now &+ wait
+        guard due < request.deadline else { return nil }
+        next.attempt += 1
+        next.attemptDeadline = 0
+        let name = String(decoding: agent, as: UTF8.self)
+        if !name.isEmpty, !next.avoid.contains(name) { next.avoid.append(name) }
+        recordAttempt(request, status: .error, agent: agent, error: error, now: now)
+        retryQueue.append(next, due: due)
+        return retryingEvent(request, agent: name, error: error, backoffMicros: Int(wait / 1000))
+    }
+
+    func isFanout(_ request: Request) -> Bool {
+        guard case .step(let round, let index) = request.origin, let run = rounds[round],
+            run.invocations.indices.contains(index)
+        else { return false }
+        return run.invocations[index].target != nil
+    }
+
+    func retryingEvent(
+        _ request: Request, agent: String, error: SkillbusError, backoffMicros: Int
+    ) -> [CoordinatorAction] {
+        switch request.origin {
+        case .step(let round, let index):
+            guard let run = rounds[round], run.invocations.indices.contains(index) else { return [] }
+            return [
+                .publish(
+                    .invocationRetrying(
+                        round: run.roundText, invocation: run.invocations[index].id, skill: request.skill,
+                        agent: agent, attempt: request.attempt, error: error, backoffMicros: backoffMicros))
+            ]
+        case .client:
+            guard publishesRequestEvents else { return [] }
+            return [
+                .publish(
+                    .requestRetrying(
+                        round: request.roundText, request: request.requestText, skill: request.skill, agent: agent,
+                        attempt: request.attempt, error: error, backoffMicros: backoffMicros))
+            ]
+        case .claim:
+            return []
+        }
+    }
+
+    /// Writes one attempt into the round document of the invocation (a step, or a sub-call REQUEST).
+    mutating func recordAttempt(
+        _ request: Request, status: InvocationStatus, agent: [UInt8], error: SkillbusError?, now: UInt64
+    ) {
+        guard rounds.runningCount > 0 else { return }
+        let started = request.attemptStarted != 0 ? request.attemptStarted : request.accepted
+        let attempt = RoundDocument.Attempt(
+            agent: agent.isEmpty ? nil : String(decoding: agent, as: UTF8.self), status: status,
+            durationMs: Double((now &- started) / 1000) / 1000, error: error)
+        switch request.origin {
+        case .step(let round, let index):
+            rounds.update(round) { run in
+                guard run.invocations.indices.contains(index), !run.invocations[index].status.isDone else { return }
+                run.invocations[index].record.attempts.append(attempt)
+            }
+        case .client(_, let requestID):
+            rounds.update(ByteKey(request.roundID)) { run in
+                let index = run.invocations.firstIndex { $0.subCallRequest == requestID && !$0.status.isDone }
+                if let index { run.invocations[index].record.attempts.append(attempt) }
+            }
+        case .claim:
+            break
+        }
+    }
+
+    /// The last attempt of a retried invocation, as it ended.
+    mutating func recordLastAttempt(
+        _ request: Request, status: ReplyStatus, agent: [UInt8], payload: [UInt8], now: UInt64
+    ) {
+        guard status == .error else { return recordAttempt(request, status: .ok, agent: agent, error: nil, now: now) }
+        let error = SkillbusError(json: (try? JSONValue(parsing: payload)) ?? .null)
+        recordAttempt(request, status: error.code == .cancelled ? .cancelled : .error, agent: agent, error: error, now: now)
+    }
+
+    /// Skills whose attempts have a timeout of their own, for `dispatch`: updated whenever the registry's
+    /// entries for `identifiers` may have changed.
+    mutating func refreshAttemptTimeouts(_ identifiers: some Sequence<String>) {
+        for identifier in identifiers {
+            attemptTimeouts[identifier] = ledger.registry.skills[identifier]?.descriptor.retry?.attemptTimeoutMs
+        }
+    }
+
+    /// A number from 0 to 1 for a backoff's jitter (SplitMix64: fast, and repeatable from the epoch).
+    mutating func nextJitter() -> Double {
+        jitterState &+= 0x9E37_79B9_7F4A_7C15
+        var value = jitterState
+        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
+        value ^= value >> 31
+        return Double(value >> 11) / Double(1 << 53)
+    }
+}
