@@ -11,7 +11,8 @@ public enum CancelCommand: SkillbusCommand {
             Sends CANCEL with the round id (PROTOCOL §3.10). Running invocations of the round get CANCEL on their
             agents, waiting ones are dropped, and whoever waits for them is answered 'cancelled' (reason client);
             a turn in the round stops. Prints what was stopped. Ctrl-C in send or ask cancels only its own wait.
-            Exit codes: 0 something was cancelled, 1 nothing of the round was running, 3 coordinator unreachable.
+            Exit codes: 0 something was cancelled, 1 nothing of the round was running, 2 refused (on a bus with
+            keys only an admin key cancels a round by id), 3 coordinator unreachable.
 
             EXAMPLE: skillbus cancel 3f0c3a9e-5a55-4c7e-9d1e-0b8f0f7d2a11
             """,
@@ -36,7 +37,7 @@ public enum CancelCommand: SkillbusCommand {
             summary = try await client.cancelRound(roundID, timeout: .seconds(timeout))
         } catch {
             printError("error: \(error.code): \(error.message)")
-            return 3
+            return error.code == .notAllowed ? 2 : 3
         }
         let count = { (key: String) in summary[key]?.intValue ?? 0 }
         let found = count("requests") + count("rounds") + count("turns") > 0

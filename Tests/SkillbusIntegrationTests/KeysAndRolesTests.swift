@@ -141,7 +141,7 @@ struct KeysAndRolesTests {
         #expect(document["invocations"]?.arrayValue?.first?["agent"] == "w1")
     }
 
-    @Test("the feed with a client key is refused when its roles exclude clients; an admin key reads it")
+    @Test("the feed refuses a client key when its roles exclude clients; only an admin key cancels a round by id")
     func feedRoles() async throws {
         let keyed = try await KeyedCluster()
         defer { keyed.terminate() }
@@ -156,6 +156,11 @@ struct KeysAndRolesTests {
             environment: keyed.environment("ops"))
         #expect(try await admin.waitForExit() == 0)
         #expect(client.output.allSatisfy { !$0.contains("registry.heartbeat") })
+        // A round-wide cancel is an admin's: a client key is refused, the admin key is answered.
+        let (refused, lines) = try await runSkillbus(["cancel", "some-round", "--coordinator", keyed.bus] + keyed.keys("alice"))
+        #expect(refused == 2 && lines.contains { $0.contains("not_allowed") })
+        let (answered, _) = try await runSkillbus(["cancel", "some-round", "--coordinator", keyed.bus] + keyed.keys("ops"))
+        #expect(answered == 1)
     }
 
     @Test("without keys a non-loopback bind is refused; --insecure binds and says so loudly")

@@ -106,6 +106,22 @@ struct SecurityTests {
         #expect(policy.refusal(of: ready("w1"), from: "nobody")?.code == .notAllowed)
     }
 
+    @Test("client messages are every key's, but only an admin key cancels a round by id")
+    func clientMessages() throws {
+        let policy = try AccessPolicy(keys: [
+            try key("w1", .worker, agents: ["w1"]), try key("alice", .client), try key("ops", .admin),
+        ])
+        for name in ["w1", "alice", "ops"] {
+            #expect(policy.refusal(of: ClientMessage.listSkills(requestID: "r"), from: name) == nil)
+            #expect(policy.refusal(of: ClientMessage.cancel(requestID: "r"), from: name) == nil)
+        }
+        #expect(policy.refusal(of: ClientMessage.cancelRound(requestID: "r", roundID: "x"), from: "ops") == nil)
+        for name in ["w1", "alice"] {
+            #expect(policy.refusal(of: ClientMessage.cancelRound(requestID: "r", roundID: "x"), from: name)?.code == .notAllowed)
+        }
+        #expect(policy.refusal(of: ClientMessage.listSkills(requestID: "r"), from: "nobody")?.code == .notAllowed)
+    }
+
     @Test(
         "without keys only loopback binds",
         arguments: [

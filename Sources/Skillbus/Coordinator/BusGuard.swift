@@ -117,15 +117,6 @@ final class BusGuard {
     }
 }
 
-extension BusGuard {
-    /// Client messages are every known key's (PROTOCOL §12.3); a connection always has one once CURVE is on.
-    func admitClient(_ userID: String?) throws(SkillbusError) {
-        guard let userID, policy.key(named: userID) != nil else {
-            throw SkillbusError(.notAllowed, "this connection has no key the bus knows")
-        }
-    }
-}
-
 extension CoordinatorLoop {
     /// A worker message the peer's key may not send: refused in the worker dialect, and a READY also on
     /// the feed as `agent.refused`, as every refused registration is.

@@ -146,8 +146,9 @@ final class CoordinatorLoop {
         }
         do throws(SkillbusError) {
             if header == Wire.clientHeaderBytes {
-                if let busGuard { try busGuard.admitClient(userID) }
-                switch try ClientMessage.decode(body) {
+                let message = try ClientMessage.decode(body)
+                if let refusal = busGuard?.policy.refusal(of: message, from: userID) { throw refusal }
+                switch message {
                 case .invoke(let request):
                     perform(state.handleInvoke(request, from: peer, now: now))
                 case .listSkills(let requestID):

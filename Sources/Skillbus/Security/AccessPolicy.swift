@@ -92,8 +92,24 @@ public struct AccessPolicy: Sendable, Equatable {
         }
     }
 
-    /// Why the key behind `userID` may not send this worker message, or nil when it may. Client messages
-    /// are every role's; worker messages only a worker key's, and READY only with one of its names.
+    /// Why the key behind `userID` may not send this client message, or nil when it may: every role may
+    /// send every client message about its own requests; cancelling a whole round by id, whoever sent it,
+    /// is an admin key's.
+    public func refusal(of message: ClientMessage, from userID: String?) -> SkillbusError? {
+        guard let key = userID.flatMap(key(named:)) else {
+            return SkillbusError(.notAllowed, "this connection has no key the bus knows")
+        }
+        if case .cancelRound = message, key.role != .admin {
+            return SkillbusError(
+                .notAllowed,
+                "key '\(key.name)' (\(key.role.rawValue)) may not cancel a round by id; an admin key may, "
+                    + "and any key may cancel its own requests")
+        }
+        return nil
+    }
+
+    /// Why the key behind `userID` may not send this worker message, or nil when it may. Worker messages
+    /// are only a worker key's, and READY only with one of its names.
     public func refusal(of message: WorkerMessage, from userID: String?) -> SkillbusError? {
         guard let key = userID.flatMap(key(named:)) else {
             return SkillbusError(.notAllowed, "this connection has no key the bus knows")
