@@ -275,7 +275,7 @@ struct ContextTests {
 
         // Fill what is left of the disk, then write until the store says it cannot commit.
         let filler = point + "/filler"
-        FileManager.default.createFile(atPath: filler, contents: nil)
+        #expect(FileManager.default.createFile(atPath: filler, contents: nil))
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: filler))
         let chunk = Data(repeating: 0, count: 4096)
         for _ in 0..<256 { guard (try? handle.write(contentsOf: chunk)) != nil else { break } }
