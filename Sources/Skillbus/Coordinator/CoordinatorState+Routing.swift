@@ -21,13 +21,7 @@ extension CoordinatorState {
                     executed: false, now: now)
             }
             if worker.canRun(request.skill) { return dispatch(request, to: target, now: now) }
-            guard waiting.count < settings.queueLimit else {
-                let error = SkillbusError(
-                    .busy,
-                    "agent '\(worker.name)' is at capacity and the wait queue is full (\(settings.queueLimit) requests)"
-                )
-                return fail(request, error, agent: "", executed: false, now: now)
-            }
+            if let refusal = queueRefusal(request, "agent '\(worker.name)' is at capacity", now: now) { return refusal }
             waiting.append(request, target: target)
             return []
         }
@@ -49,13 +43,8 @@ extension CoordinatorState {
         if let worker = workers.pickProvider(candidates, skill: request.skill) {
             return dispatch(request, to: worker, now: now)
         }
-        guard waiting.count < settings.queueLimit else {
-            let error = SkillbusError(
-                .busy,
-                "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity and the wait queue is "
-                    + "full (\(settings.queueLimit) requests)")
-            return fail(request, error, agent: "", executed: false, now: now)
-        }
+        let reason = "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity"
+        if let refusal = queueRefusal(request, reason, now: now) { return refusal }
         waiting.append(request, skill: request.skill)
         guard publishesRequestEvents, case .client = request.origin else { return [] }
         return [
@@ -64,6 +53,21 @@ extension CoordinatorState {
                     round: request.roundText, request: request.requestText, skill: request.skill,
                     waiting: waiting.count))
         ]
+    }
+
+    /// `busy` when `request` may not wait: the queue is full, or its client holds its share of it already.
+    private mutating func queueRefusal(_ request: Request, _ reason: String, now: UInt64) -> [CoordinatorAction]? {
+        let message: String
+        if waiting.count >= settings.queueLimit {
+            message = reason + " and the wait queue is full (\(settings.queueLimit) requests)"
+        } else if let client = request.client, waiting.count(of: client) >= settings.clientQueueLimit {
+            message =
+                reason + " and this client holds its share of the wait queue already (\(settings.clientQueueLimit) "
+                + "of \(settings.queueLimit) requests)"
+        } else {
+            return nil
+        }
+        return fail(request, SkillbusError(.busy, message), agent: "", executed: false, now: now)
     }
 
     /// INVOKE to a worker with a free slot (the caller checked), and the feed event that says so.
@@ -105,7 +109,10 @@ extension CoordinatorState {
         // Called after every RESULT: with nothing waiting, look no further.
         guard waiting.count > 0 else { return [] }
         var actions: [CoordinatorAction] = []
-        while let worker = workers[peer], worker.hasFreeSlot, let request = waiting.next(for: worker) {
+        let promotion = UInt64(settings.priorityPromotionMs) * 1_000_000
+        while let worker = workers[peer], worker.hasFreeSlot,
+            let request = waiting.next(for: worker, now: now, promotionNanos: promotion)
+        {
             actions += dispatch(request, to: peer, now: now)
         }
         return actions

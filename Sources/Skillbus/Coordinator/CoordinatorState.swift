@@ -57,7 +57,17 @@ public struct CoordinatorState: Sendable {
         public var maxRoundOutputBytes = 256 << 10
         /// How long an agent may take to answer CANCEL before its skill is reported as ignoring it.
         public var cancelGraceMs = 2000
+        /// A waiting request is promoted one priority class for each this long it waits (0: never).
+        public var priorityPromotionMs = 5000
+        /// Most of the wait queue one client connection may hold, as a fraction of `queueLimit` (at least one
+        /// request): one client's flood cannot take every slot.
+        public var clientQueueShare = 0.25
         public init() {}
+
+        /// How many waiting requests one client may hold.
+        var clientQueueLimit: Int {
+            clientQueueShare >= 1 ? queueLimit : max(1, Int(Double(queueLimit) * clientQueueShare))
+        }
     }
 
     public let settings: Settings
@@ -170,6 +180,7 @@ public struct CoordinatorState: Sendable {
             roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: accepted,
             deadline: accepted &+ UInt64(timeoutMs) * 1_000_000)
+        pending.client = client
         if !cancelledTurnRounds.isEmpty, cancelledTurnRounds[ByteKey(request.$roundID)] != nil {
             let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
             return fail(pending, error, agent: "", executed: false, now: now)

@@ -21,6 +21,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var maxRoundOutputBytes = 256 << 10
     /// How long an agent may take to answer CANCEL before the feed says it ignores it.
     public var cancelGraceMs = 2000
+    /// Priorities and the wait queue (PROTOCOL §4.14).
+    public var priorityPromotionMs = 5000
+    public var clientQueueShare = 0.25
 
     public init() {}
 
@@ -38,13 +41,15 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.maxOutputBytes = maxOutputBytes
         settings.maxRoundOutputBytes = maxRoundOutputBytes
         settings.cancelGraceMs = cancelGraceMs
+        settings.priorityPromotionMs = priorityPromotionMs
+        settings.clientQueueShare = clientQueueShare
         return settings
     }
 
     static let keys: Set<String> = [
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
-        "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs",
+        "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -67,6 +72,9 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
         maxRoundOutputBytes = try object.int("maxRoundOutputBytes", minimum: 0, maximum: 1 << 30) ?? maxRoundOutputBytes
         cancelGraceMs = try object.int("cancelGraceMs", minimum: 1, maximum: 3_600_000) ?? cancelGraceMs
+        priorityPromotionMs =
+            try object.int("priorityPromotionMs", minimum: 0, maximum: 86_400_000) ?? priorityPromotionMs
+        clientQueueShare = try object.fraction("clientQueueShare") ?? clientQueueShare
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -266,6 +274,14 @@ struct ConfigObject {
         guard (minimum...maximum).contains(number) else {
             throw error(key, "must be from \(minimum) to \(maximum), got \(number)")
         }
+        return number
+    }
+
+    /// A number above 0 and at most 1.
+    func fraction(_ key: String) throws(SkillbusError) -> Double? {
+        guard let value = values[key] else { return nil }
+        guard case .number(let number) = value else { throw error(key, "expected a number, got \(value.typeName)") }
+        guard number > 0, number <= 1 else { throw error(key, "must be above 0 and at most 1, got \(number)") }
         return number
     }
 

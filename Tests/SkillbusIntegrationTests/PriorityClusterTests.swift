@@ -1,0 +1,85 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+/// Priorities and each client's share of the wait queue, with real processes: an agent of capacity 1
+/// serves what waits by priority, and one client cannot fill the whole queue.
+@Suite("Priorities and the client's share", .serialized, .timeLimit(.minutes(2)))
+struct PriorityClusterTests {
+    func sleep(_ ms: Int, tag: String) throws -> RoundSpec {
+        // The tag only names the round in a failure; the bus keeps rounds apart by their ids.
+        _ = tag
+        return try RoundSpec(json: ["invoke": ["skill": "sleep", "params": ["ms": .number(Double(ms))]]], stepLimit: 10)
+    }
+
+    @Test("low, normal and high wait behind a running sleep: served high, normal, low; send --priority works")
+    func order() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("single", ["--skills", "sleep,echo", "--capacity", "1"])
+        let context = try ZMQContext()
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+
+        let blocker = Task { try await client.round(try sleep(1500, tag: "blocker"), timeout: .seconds(20)) }
+        try await waitUntil("the blocker to run") { try await cluster.inFlight(agent: "single") == 1 }
+        var tasks: [Task<(String, ContinuousClock.Instant), any Error>] = []
+        for (tag, priority) in [("low", InvocationPriority.low), ("normal", .normal), ("high", .high)] {
+            let spec = try sleep(50, tag: tag)
+            tasks.append(
+                Task {
+                    let document = try await client.round(spec, timeout: .seconds(20), priority: priority)
+                    #expect(document.json["status"] == "ok")
+                    return (tag, ContinuousClock.now)
+                })
+            // Each waits before the next is sent, so that age alone would give the opposite order.
+            let expected = tasks.count
+            try await waitUntil("\(tag) to wait") {
+                try await cluster.agents()["waiting"]?.intValue == expected
+            }
+        }
+        _ = try await blocker.value
+        var finished: [(String, ContinuousClock.Instant)] = []
+        for task in tasks { finished.append(try await task.value) }
+        #expect(finished.sorted { $0.1 < $1.1 }.map(\.0) == ["high", "normal", "low"])
+
+        let (code, document) = try await cluster.sendJSON(["echo", "text=hi", "--priority", "high"])
+        #expect(code == 0 && document["status"] == "ok")
+        let (badCode, _) = try await cluster.send(["echo", "text=hi", "--priority", "urgent"])
+        #expect(badCode == 2)
+    }
+
+    @Test("a flooding client gets busy past its share while another client still gets a place")
+    func share() async throws {
+        let config = try writeConfig(["queueLimit": 4, "clientQueueShare": 0.5])
+        let cluster = try await TestCluster(coordinatorArguments: ["--config", config])
+        defer { cluster.terminate() }
+        try await cluster.startWorker("single", ["--skills", "sleep", "--capacity", "1"])
+        let context = try ZMQContext()
+        let flooder = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { flooder.close() }
+        let other = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { other.close() }
+
+        // One runs and two wait: the flooder's share of a queue of 4 is 2.
+        var floods: [Task<InvocationOutcome, any Error>] = []
+        for index in 0..<3 {
+            floods.append(
+                Task { try await flooder.invoke("sleep", parameters: ["ms": 300]) })
+            try await waitUntil("flood \(index) to be placed") {
+                let listing = try await cluster.agents()
+                return listing["waiting"]?.intValue == index
+                    && listing["agents"]?.arrayValue?.first?["inFlight"]?.intValue == 1
+            }
+        }
+        let refused = try await flooder.invoke("sleep", parameters: ["ms": 300])
+        #expect(refused.status == .error)
+        #expect(refused.error?.code == .busy && refused.error?.message.contains("share") == true, "\(refused)")
+        // The other client is served in its turn.
+        let served = try await other.invoke("sleep", parameters: ["ms": 10], timeout: .seconds(10))
+        #expect(served.status == .ok)
+        for flood in floods { #expect(try await flood.value.status == .ok) }
+    }
+}
