@@ -6,7 +6,7 @@ import Testing
 
 /// Priorities and each client's share of the wait queue, with real processes: an agent of capacity 1
 /// serves what waits by priority, and one client cannot fill the whole queue.
-@Suite("Priorities and the client's share", .serialized, .timeLimit(.minutes(2)))
+@Suite("Priorities, the client's share and rate limits", .serialized, .timeLimit(.minutes(2)))
 struct PriorityClusterTests {
     func sleep(_ ms: Int, tag: String) throws -> RoundSpec {
         // The tag only names the round in a failure; the bus keeps rounds apart by their ids.
@@ -81,5 +81,25 @@ struct PriorityClusterTests {
         let served = try await other.invoke("sleep", parameters: ["ms": 10], timeout: .seconds(10))
         #expect(served.status == .ok)
         for flood in floods { #expect(try await flood.value.status == .ok) }
+    }
+
+    @Test("echo limited to 20/s with a burst of 1: ten at once are all served, at the rate, none busy")
+    func rateLimit() async throws {
+        let config = try writeConfig(["rateLimits": ["skills": ["echo": ["perSecond": 20, "burst": 1]]]])
+        let cluster = try await TestCluster(coordinatorArguments: ["--config", config])
+        defer { cluster.terminate() }
+        try await cluster.startWorker("fast", ["--skills", "echo", "--capacity", "16"])
+        let context = try ZMQContext()
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        let started = ContinuousClock.now
+        let calls = (0..<10).map { index in
+            Task { try await client.invoke("echo", parameters: ["text": .string("n\(index)")], timeout: .seconds(10)) }
+        }
+        for call in calls { #expect(try await call.value.status == .ok) }
+        let elapsed = ContinuousClock.now - started
+        // One at once, then one per 50 ms: the tenth goes out 450 ms after the first.
+        #expect(elapsed >= .milliseconds(440) && elapsed < .seconds(5), "ten at 20/s took \(elapsed)")
+        print("rate limit 20/s, burst 1: ten echoes took \(elapsed)")
     }
 }

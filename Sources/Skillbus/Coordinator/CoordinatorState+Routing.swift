@@ -20,7 +20,9 @@ extension CoordinatorState {
                     request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
                     executed: false, now: now)
             }
-            if worker.canRun(request.skill) { return dispatch(request, to: target, now: now) }
+            if worker.canRun(request.skill), !rateLimiter.isActive || rateLimiter.ready(request, now: now) {
+                return dispatch(request, to: target, now: now)
+            }
             if let refusal = queueRefusal(request, "agent '\(worker.name)' is at capacity", now: now) { return refusal }
             waiting.append(request, target: target)
             return []
@@ -40,10 +42,14 @@ extension CoordinatorState {
                 details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
             return fail(request, error, agent: "", executed: false, now: now)
         }
-        if let worker = workers.pickProvider(candidates, skill: request.skill) {
+        let limited = rateLimiter.isActive && !rateReady(request, now: now)
+        if !limited, let worker = workers.pickProvider(candidates, skill: request.skill) {
             return dispatch(request, to: worker, now: now)
         }
-        let reason = "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity"
+        let reason =
+            limited
+            ? "'\(request.skill)' is over its rate limit"
+            : "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity"
         if let refusal = queueRefusal(request, reason, now: now) { return refusal }
         waiting.append(request, skill: request.skill)
         guard publishesRequestEvents, case .client = request.origin else { return [] }
@@ -53,6 +59,13 @@ extension CoordinatorState {
                     round: request.roundText, request: request.requestText, skill: request.skill,
                     waiting: waiting.count))
         ]
+    }
+
+    /// Whether a rate limit lets `request` go now: a token is there, and no request of a rate-limited skill
+    /// waits for one before it (it would take the token they wait for).
+    private func rateReady(_ request: Request, now: UInt64) -> Bool {
+        guard rateLimiter.ready(request, now: now) else { return false }
+        return !rateLimiter.hasLimit(skill: request.skill) || !waiting.isWaiting(skill: request.skill)
     }
 
     /// `busy` when `request` may not wait: the queue is full, or its client holds its share of it already.
@@ -77,6 +90,7 @@ extension CoordinatorState {
         if !attemptTimeouts.isEmpty, let ms = attemptTimeouts[request.skill] {
             request.attemptDeadline = now &+ UInt64(ms) * 1_000_000
         }
+        if rateLimiter.isActive { rateLimiter.take(request, now: now) }
         let invocationID = running.start(request, on: peer, workers: &workers)
         let agent = workers[peer]?.name ?? ""
         if !request.sessionID.isEmpty { affinity.record(request.sessionID, agent: agent) }
@@ -110,11 +124,28 @@ extension CoordinatorState {
         guard waiting.count > 0 else { return [] }
         var actions: [CoordinatorAction] = []
         let promotion = UInt64(settings.priorityPromotionMs) * 1_000_000
-        while let worker = workers[peer], worker.hasFreeSlot,
-            let request = waiting.next(for: worker, now: now, promotionNanos: promotion)
+        while let worker = workers[peer], worker.hasFreeSlot, let request = nextWaiting(for: worker, now: now, promotion)
         {
             actions += dispatch(request, to: peer, now: now)
         }
+        return actions
+    }
+
+    /// The waiting request `worker` takes next; under rate limits, only one whose buckets hold a token.
+    private mutating func nextWaiting(for worker: Worker, now: UInt64, _ promotion: UInt64) -> Request? {
+        guard rateLimiter.isActive else { return waiting.next(for: worker, now: now, promotionNanos: promotion) }
+        // A copy for the closure, gone before `dispatch` takes a token (so the buckets are not copied).
+        let limiter = rateLimiter
+        return waiting.next(for: worker, now: now, promotionNanos: promotion) { limiter.ready($0, now: now) }
+    }
+
+    /// Requests that waited for a rate limit's token go to every worker with a free slot.
+    mutating func dispatchRateLimited(now: UInt64) -> [CoordinatorAction] {
+        guard rateLimiter.isActive else { return [] }
+        rateLimiter.refill(now: now)
+        guard waiting.count > 0 else { return [] }
+        var actions: [CoordinatorAction] = []
+        for worker in workers.all where worker.hasFreeSlot { actions += dispatchWaiting(to: worker.peer, now: now) }
         return actions
     }
 

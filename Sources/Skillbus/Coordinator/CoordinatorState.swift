@@ -62,6 +62,9 @@ public struct CoordinatorState: Sendable {
         /// Most of the wait queue one client connection may hold, as a fraction of `queueLimit` (at least one
         /// request): one client's flood cannot take every slot.
         public var clientQueueShare = 0.25
+        /// Requests per second (with a burst) that a skill, or each client connection, may have dispatched;
+        /// beyond it they wait in the queue (PROTOCOL §4.15).
+        public var rateLimits = RateLimits()
         public init() {}
 
         /// How many waiting requests one client may hold.
@@ -117,6 +120,8 @@ public struct CoordinatorState: Sendable {
     /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
     /// judged by their own descriptor.
     var departingSkills: [String: SkillDescriptor] = [:]
+    /// The token buckets of `settings.rateLimits`.
+    var rateLimiter: RateLimiter
     /// Where the retry jitter's numbers come from.
     var jitterState: UInt64
 
@@ -132,6 +137,7 @@ public struct CoordinatorState: Sendable {
         self.ledger = RegistryLedger(epoch: epoch)
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
+        self.rateLimiter = RateLimiter(settings.rateLimits)
         self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 

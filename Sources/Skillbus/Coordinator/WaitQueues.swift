@@ -18,6 +18,11 @@ struct WaitQueues: Sendable {
     private var byClient: [PeerID: Int] = [:]
     private(set) var count = 0
 
+    /// Whether any request waits for `skill` (by skill, not for an agent).
+    func isWaiting(skill: String) -> Bool {
+        InvocationPriority.allCases.contains { bySkill[Lane(skill: skill, priority: $0)] != nil }
+    }
+
     /// How many of `client`'s requests wait.
     func count(of client: PeerID) -> Int { byClient[client] ?? 0 }
 

@@ -24,6 +24,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     /// Priorities and the wait queue (PROTOCOL §4.14).
     public var priorityPromotionMs = 5000
     public var clientQueueShare = 0.25
+    /// Rate limits per skill and per client connection (PROTOCOL §4.15).
+    public var rateLimits = RateLimits()
 
     public init() {}
 
@@ -43,6 +45,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.cancelGraceMs = cancelGraceMs
         settings.priorityPromotionMs = priorityPromotionMs
         settings.clientQueueShare = clientQueueShare
+        settings.rateLimits = rateLimits
         return settings
     }
 
@@ -50,6 +53,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
+        "rateLimits",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -75,6 +79,18 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         priorityPromotionMs =
             try object.int("priorityPromotionMs", minimum: 0, maximum: 86_400_000) ?? priorityPromotionMs
         clientQueueShare = try object.fraction("clientQueueShare") ?? clientQueueShare
+        if let limits = try object.object("rateLimits", allowed: ["skills", "clients"]) {
+            if let skills = limits.values["skills"] {
+                guard let entries = skills.objectValue else {
+                    throw limits.error("skills", "expected an object of skill identifiers, got \(skills.typeName)")
+                }
+                let table = ConfigObject(file: limits.file, path: limits.keyPath("skills"), values: entries)
+                for skill in entries.keys.sorted() {
+                    rateLimits.skills[skill] = try table.rateLimit(skill)
+                }
+            }
+            rateLimits.perClient = try limits.rateLimit("clients")
+        }
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -275,6 +291,16 @@ struct ConfigObject {
             throw error(key, "must be from \(minimum) to \(maximum), got \(number)")
         }
         return number
+    }
+
+    /// `{"perSecond": R, "burst": B}`: R above 0 (at most a million), B from 1 (default: 1).
+    func rateLimit(_ key: String) throws(SkillbusError) -> RateLimit? {
+        guard let limit = try object(key, allowed: ["perSecond", "burst"]) else { return nil }
+        guard case .number(let rate)? = limit.values["perSecond"], rate > 0, rate <= 1_000_000 else {
+            throw limit.error("perSecond", "required: a number above 0 and at most 1000000")
+        }
+        let burst = try limit.int("burst", minimum: 1, maximum: 1_000_000) ?? 1
+        return RateLimit(perSecond: rate, burst: burst)
     }
 
     /// A number above 0 and at most 1.
