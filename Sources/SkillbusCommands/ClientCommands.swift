@@ -64,7 +64,9 @@ public enum SendCommand: SkillbusCommand {
             again). Skills that declare a retry policy are retried on another agent when they fail retryably
             (agent_lost, timeout of idempotent skills, the codes they list); --retries N overrides.
             --priority high|normal|low orders the round's invocations among those waiting for a free agent
-            (a low one waiting long is promoted, so it is served in the end). Ctrl-C cancels
+            (a low one waiting long is promoted, so it is served in the end). A skill that declares itself
+            pure with a cache lifetime is answered from the bus's cache when it ran with the same parameters
+            within that lifetime (the document says "cached": true); --no-cache runs it anyway. Ctrl-C cancels
             the round on the bus: its running invocations get CANCEL, and the document printed says cancelled
             (see also skillbus cancel).
             A skill's partial output (a command skill's lines, say) is printed as it arrives, each part on a
@@ -94,6 +96,7 @@ public enum SendCommand: SkillbusCommand {
                 help: "Retry each invocation up to N times (0-10) instead of as its skill declares; 0 never."),
             OptionSpec(
                 "--priority", value: "LEVEL", help: "high, normal or low: the order among waiting invocations."),
+            OptionSpec("--no-cache", help: "Run pure skills even when the bus's result cache holds the answer."),
             coordinatorOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             Approval.option,
@@ -132,7 +135,7 @@ public enum SendCommand: SkillbusCommand {
             mode: stream ? .jsonLines : json ? .silent : .lines(labelled: round.shape != "invoke"))
         let code = await send(
             round, client: client, roundID: roundID, session: session, timeout: timeout, retries: retries,
-            priority: priority, printer: printer, json: json, stream: stream)
+            priority: priority, noCache: arguments.flag("--no-cache"), printer: printer, json: json, stream: stream)
         // Ending the context flushes what is still queued: after Ctrl-C, the round's CANCEL.
         client.close()
         await context.terminate(within: .seconds(1))
@@ -143,7 +146,7 @@ public enum SendCommand: SkillbusCommand {
     /// SIGTERM) cancels the round on the bus, whose document then says `cancelled`.
     static func send(
         _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, retries: Int?,
-        priority: InvocationPriority = .normal, printer: OutputPrinter, json: Bool, stream: Bool
+        priority: InvocationPriority = .normal, noCache: Bool = false, printer: OutputPrinter, json: Bool, stream: Bool
     ) async -> Int32 {
         let signals = SignalWatcher()
         let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
@@ -151,7 +154,7 @@ public enum SendCommand: SkillbusCommand {
                 return .success(
                     try await client.round(
                         round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), retries: retries,
-                        priority: priority,
+                        priority: priority, noCache: noCache,
                         onOutput: printer.receive))
             } catch {
                 return .failure(error)

@@ -46,6 +46,7 @@ extension CoordinatorState {
         }
         return [
             "agents": .array(agents), "registry": position.json, "waiting": .number(Double(waiting.count)),
+            "cache": cache.json,
         ]
     }
 }

@@ -146,11 +146,13 @@ extension CoordinatorState {
         recordAttempt(request, status: error.code == .cancelled ? .cancelled : .error, agent: agent, error: error, now: now)
     }
 
-    /// Skills whose attempts have a timeout of their own, for `dispatch`: updated whenever the registry's
-    /// entries for `identifiers` may have changed.
+    /// Skills whose attempts have a timeout of their own, for `dispatch`, and skills with a cache lifetime:
+    /// updated whenever the registry's entries for `identifiers` may have changed.
     mutating func refreshAttemptTimeouts(_ identifiers: some Sequence<String>) {
         for identifier in identifiers {
-            attemptTimeouts[identifier] = ledger.registry.skills[identifier]?.descriptor.retry?.attemptTimeoutMs
+            let descriptor = ledger.registry.skills[identifier]?.descriptor
+            attemptTimeouts[identifier] = descriptor?.retry?.attemptTimeoutMs
+            cacheLifetimes[identifier] = descriptor.flatMap { $0.pure ? $0.cacheMs : nil }
         }
     }
 

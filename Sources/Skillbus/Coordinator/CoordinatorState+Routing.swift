@@ -199,6 +199,7 @@ extension CoordinatorState {
         if request.attempt > 1 { recordLastAttempt(request, status: status, agent: agent, payload: payload, now: now) }
         let micros = Int((now &- request.accepted) / 1000)
         let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
+        if status == .ok, let key = request.cacheKey { storeInCache(key, request.skill, outcome, now: now) }
         var waiters = [request.origin]
         if let id = request.shared {
             waiters += singleFlight.finish(id, outcome: keep ? outcome : nil, now: now)

@@ -65,6 +65,8 @@ public struct CoordinatorState: Sendable {
         /// Requests per second (with a burst) that a skill, or each client connection, may have dispatched;
         /// beyond it they wait in the queue (PROTOCOL §4.15).
         public var rateLimits = RateLimits()
+        /// Most bytes the result cache of pure skills holds (PROTOCOL §4.16); 0 turns it off.
+        public var cacheBytesLimit = 64 << 20
         public init() {}
 
         /// How many waiting requests one client may hold.
@@ -120,6 +122,10 @@ public struct CoordinatorState: Sendable {
     /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
     /// judged by their own descriptor.
     var departingSkills: [String: SkillDescriptor] = [:]
+    /// Outcomes of pure skills kept across rounds (CoordinatorState+Cache).
+    var cache: ResultCache
+    /// Pure skills with a cache lifetime, by identifier: only their invocations look in the cache.
+    var cacheLifetimes: [String: Int] = [:]
     /// The token buckets of `settings.rateLimits`.
     var rateLimiter: RateLimiter
     /// Where the retry jitter's numbers come from.
@@ -138,6 +144,7 @@ public struct CoordinatorState: Sendable {
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
         self.rateLimiter = RateLimiter(settings.rateLimits)
+        self.cache = ResultCache(limitBytes: settings.cacheBytesLimit)
         self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 
@@ -153,6 +160,8 @@ public struct CoordinatorState: Sendable {
     public var retryingCount: Int { retryQueue.count }
     /// Invocations the coordinator keeps for single-flight: running or finished.
     public var sharedExecutionCount: Int { singleFlight.count }
+    /// Entries and bytes in the result cache.
+    public var cacheCount: (entries: Int, bytes: Int) { (cache.count, cache.bytes) }
 
     /// The timeout of a REQUEST or ROUND sent without one: its skill's own `defaultTimeoutMs` if it has one,
     /// else the bus default. A plan (no one skill; each step may have another) gets the bus default.
@@ -192,6 +201,11 @@ public struct CoordinatorState: Sendable {
             return fail(pending, error, agent: "", executed: false, now: now)
         }
         let inRound = rounds.runningCount > 0
+        if !cacheLifetimes.isEmpty, let lifetime = cacheLifetimes[request.skill] {
+            let answer = answerFromCache(
+                request, &pending, lifetimeMs: lifetime, client: client, inRound: inRound, now: now)
+            if let answer { return answer }
+        }
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: request.$roundID, skill: request.skill, parameters: request.parameters,

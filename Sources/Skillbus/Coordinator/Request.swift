@@ -18,6 +18,8 @@ extension CoordinatorState {
         /// The client connection it came from (a round's invocations: the round's), for its share of the wait
         /// queue and its rate limit; nil for calls no client made.
         var client: PeerID?
+        /// Set for a pure skill with a cache lifetime: its `ok` outcome is stored under this key (§4.16).
+        var cacheKey: ByteKey?
         /// Agents an earlier attempt failed on: a retry goes elsewhere when another provider is free.
         var avoid: [String] = []
         /// When the current attempt was sent to its agent.

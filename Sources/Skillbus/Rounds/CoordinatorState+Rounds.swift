@@ -17,6 +17,7 @@ extension CoordinatorState {
         let spec: RoundSpec
         let retries: Int?
         let priority: InvocationPriority
+        let noCache: Bool
         do throws(SkillbusError) {
             let body: JSONValue
             do {
@@ -27,6 +28,7 @@ extension CoordinatorState {
             spec = try RoundSpec(json: body, stepLimit: settings.planStepLimit)
             retries = try RoundSpec.retries(in: body)
             priority = try RoundSpec.priority(in: body)
+            noCache = try RoundSpec.noCache(in: body)
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
             return refuse(error, shape: nil)
@@ -66,6 +68,7 @@ extension CoordinatorState {
             invocations: invocations)
         run.retries = retries
         run.priority = priority
+        run.noCache = noCache
         rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = [
             .publish(
@@ -198,6 +201,9 @@ extension CoordinatorState {
         request.retries = run.retries
         request.priority = run.priority
         request.client = run.clients.first?.0
+        if let answer = answerStepFromCache(roundKey, index, &request, key: key, noCache: run.noCache, now: now) {
+            return answer
+        }
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,

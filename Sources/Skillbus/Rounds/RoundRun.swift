@@ -29,6 +29,8 @@ struct RoundRun: Sendable {
     var retries: Int?
     /// The body's `priority`, for each of its invocations.
     var priority = InvocationPriority.normal
+    /// The body's `noCache`: its invocations run even when the cache holds their answer.
+    var noCache = false
 
     var isFinished: Bool { document != nil }
     var roundText: String { String(decoding: id, as: UTF8.self) }

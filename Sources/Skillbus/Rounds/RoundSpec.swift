@@ -295,14 +295,24 @@ extension RoundSpec {
         return priority
     }
 
-    /// The body to send, with `retries` when the client asks for a number of its own, and `priority` when
-    /// not normal.
-    public func body(retries: Int?, priority: InvocationPriority = .normal) -> JSONValue {
-        guard retries != nil || priority != .normal, case .object(var object) = json,
+    /// Whether a body bypasses the result cache (PROTOCOL §3.5.1): `noCache` true; false when absent.
+    static func noCache(in body: JSONValue) throws(SkillbusError) -> Bool {
+        guard let shape = body.objectValue?.values.first, let value = shape["noCache"], value != .null else {
+            return false
+        }
+        guard let flag = value.boolValue else { throw SkillbusError(.invalidRound, "'noCache' must be true or false") }
+        return flag
+    }
+
+    /// The body to send, with `retries` when the client asks for a number of its own, `priority` when not
+    /// normal, and `noCache` when set.
+    public func body(retries: Int?, priority: InvocationPriority = .normal, noCache: Bool = false) -> JSONValue {
+        guard retries != nil || priority != .normal || noCache, case .object(var object) = json,
             let (shape, value) = object.first, var fields = value.objectValue
         else { return json }
         if let retries { fields["retries"] = .number(Double(retries)) }
         if priority != .normal { fields["priority"] = .string(priority.name) }
+        if noCache { fields["noCache"] = true }
         object[shape] = .object(fields)
         return .object(object)
     }

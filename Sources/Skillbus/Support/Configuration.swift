@@ -26,6 +26,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var clientQueueShare = 0.25
     /// Rate limits per skill and per client connection (PROTOCOL §4.15).
     public var rateLimits = RateLimits()
+    /// The result cache's budget (PROTOCOL §4.16); 0 turns it off.
+    public var cacheBytesLimit = 64 << 20
 
     public init() {}
 
@@ -46,6 +48,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.priorityPromotionMs = priorityPromotionMs
         settings.clientQueueShare = clientQueueShare
         settings.rateLimits = rateLimits
+        settings.cacheBytesLimit = cacheBytesLimit
         return settings
     }
 
@@ -53,7 +56,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
-        "rateLimits",
+        "rateLimits", "cacheBytesLimit",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -79,6 +82,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         priorityPromotionMs =
             try object.int("priorityPromotionMs", minimum: 0, maximum: 86_400_000) ?? priorityPromotionMs
         clientQueueShare = try object.fraction("clientQueueShare") ?? clientQueueShare
+        cacheBytesLimit = try object.int("cacheBytesLimit", minimum: 0, maximum: 1 << 40) ?? cacheBytesLimit
         if let limits = try object.object("rateLimits", allowed: ["skills", "clients"]) {
             if let skills = limits.values["skills"] {
                 guard let entries = skills.objectValue else {
