@@ -54,6 +54,7 @@ struct BenchReport {
     var turns: TurnFigures
     var output: OutputFigures
     var retries: RetryFigures
+    var priorityCache: PriorityCacheFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -63,7 +64,7 @@ struct BenchReport {
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + output.failures
-            + retries.failures
+            + retries.failures + priorityCache.failures
     }
 
     struct LevelRatios {
@@ -128,6 +129,7 @@ struct BenchReport {
             "turns": turns.json,
             "output": output.json,
             "retries": retries.json,
+            "priorityCache": priorityCache.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -198,6 +200,8 @@ struct BenchReport {
                 dedup.residentMB.without))
         print("")
         retries.printText()
+        print("")
+        priorityCache.printText()
         print("")
         context.printText()
         print("")

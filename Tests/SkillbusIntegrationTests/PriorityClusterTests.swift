@@ -23,24 +23,29 @@ struct PriorityClusterTests {
         let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
         defer { client.close() }
 
-        let blocker = Task { try await client.round(try sleep(1500, tag: "blocker"), timeout: .seconds(20)) }
-        try await waitUntil("the blocker to run") { try await cluster.inFlight(agent: "single") == 1 }
+        // The blocker holds the only slot until all three wait; then it is cancelled and frees it.
+        let blockerSpec = try sleep(60_000, tag: "blocker")
+        let blocker = Task { try await client.round(blockerSpec, roundID: "blocker", timeout: .seconds(90)) }
+        try await waitUntil("the blocker to run", timeout: .seconds(60)) {
+            try await client.agents()["agents"]?.arrayValue?.first?["inFlight"]?.intValue == 1
+        }
         var tasks: [Task<(String, ContinuousClock.Instant), any Error>] = []
         for (tag, priority) in [("low", InvocationPriority.low), ("normal", .normal), ("high", .high)] {
             let spec = try sleep(50, tag: tag)
             tasks.append(
                 Task {
-                    let document = try await client.round(spec, timeout: .seconds(20), priority: priority)
+                    let document = try await client.round(spec, timeout: .seconds(60), priority: priority)
                     #expect(document.json["status"] == "ok")
                     return (tag, ContinuousClock.now)
                 })
             // Each waits before the next is sent, so that age alone would give the opposite order.
             let expected = tasks.count
-            try await waitUntil("\(tag) to wait") {
-                try await cluster.agents()["waiting"]?.intValue == expected
+            try await waitUntil("\(tag) to wait", timeout: .seconds(60)) {
+                try await client.agents()["waiting"]?.intValue == expected
             }
         }
-        _ = try await blocker.value
+        _ = try await client.cancelRound("blocker")
+        #expect(try await blocker.value.json["status"] != "ok")  // cancelled
         var finished: [(String, ContinuousClock.Instant)] = []
         for task in tasks { finished.append(try await task.value) }
         #expect(finished.sorted { $0.1 < $1.1 }.map(\.0) == ["high", "normal", "low"])
