@@ -48,11 +48,12 @@ struct PriorityCacheFigures {
 }
 
 extension LoadGenerator {
-    /// `echo` REQUESTs whose text ends in the request number: no two are identical, so a cache never hits.
+    /// `echo` REQUESTs whose text ends in a random number: no two are identical (request numbers repeat
+    /// from one run to the next), so a cache never hits.
     static func skillbusUniqueEcho(payloadBytes: Int) -> LoadGenerator {
         let text = String(repeating: "x", count: payloadBytes)
-        return skillbus(session: "") { id in
-            ("echo", JSONValue.object(["text": .string(text + String(id))]).serialized())
+        return skillbus(session: "") { _ in
+            ("echo", JSONValue.object(["text": .string(text + String(UInt64.random(in: 0...UInt64.max), radix: 36))]).serialized())
         }
     }
 

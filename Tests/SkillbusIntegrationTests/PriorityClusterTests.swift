@@ -68,22 +68,22 @@ struct PriorityClusterTests {
         let other = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
         defer { other.close() }
 
-        // One runs and two wait: the flooder's share of a queue of 4 is 2.
+        // One runs and two wait: the flooder's share of a queue of 4 is 2. Each sleep is long enough for the
+        // next to be sent while it holds the slot.
         var floods: [Task<InvocationOutcome, any Error>] = []
         for index in 0..<3 {
-            floods.append(
-                Task { try await flooder.invoke("sleep", parameters: ["ms": 300]) })
+            floods.append(Task { try await flooder.invoke("sleep", parameters: ["ms": 2000], timeout: .seconds(30)) })
             try await waitUntil("flood \(index) to be placed") {
-                let listing = try await cluster.agents()
+                let listing = try await other.agents()
                 return listing["waiting"]?.intValue == index
                     && listing["agents"]?.arrayValue?.first?["inFlight"]?.intValue == 1
             }
         }
-        let refused = try await flooder.invoke("sleep", parameters: ["ms": 300])
+        let refused = try await flooder.invoke("sleep", parameters: ["ms": 2000])
         #expect(refused.status == .error)
         #expect(refused.error?.code == .busy && refused.error?.message.contains("share") == true, "\(refused)")
-        // The other client is served in its turn.
-        let served = try await other.invoke("sleep", parameters: ["ms": 10], timeout: .seconds(10))
+        // The other client gets a place, and is served in its turn.
+        let served = try await other.invoke("sleep", parameters: ["ms": 10], timeout: .seconds(30))
         #expect(served.status == .ok)
         for flood in floods { #expect(try await flood.value.status == .ok) }
     }

@@ -209,6 +209,7 @@ public struct CoordinatorState: Sendable {
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: request.$roundID, skill: request.skill, parameters: request.parameters,
+                key: pending.cacheKey,  // the cache's key is the same: computed once
                 waiter: .client(client, requestID: request.$requestID),
                 schema: { ledger.registry.skills[$0]?.descriptor.parameters })
             switch admission {
