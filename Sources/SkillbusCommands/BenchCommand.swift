@@ -13,7 +13,9 @@ public enum BenchCommand: SkillbusCommand {
             the same client and worker sockets through a plain ROUTER→DEALER proxy with no Skillbus logic.
             Measures each at 1 and at 64 requests in flight, in alternation, and prints both and their ratio.
             Its echo workers arm retries (idempotent, a retry policy with an attempt timeout); a third coordinator
-            whose workers give echo no policy measures what that costs, in alternation, as a ratio.
+            whose workers give echo no policy measures what that costs, in alternation, as a ratio. A fourth, whose
+            echo is pure with a cache lifetime, measures the cache's miss path against the main one, and rounds
+            with priorities are measured against rounds without, both as ratios of the same run.
             Absolute numbers depend on the machine; the ratio is the figure to compare.
 
             EXAMPLE: skillbus bench --workers 4 --json
@@ -54,10 +56,11 @@ public enum BenchCommand: SkillbusCommand {
         defer { supervisor.cleanUp() }
         let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
         bench.note(
-            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries…")
+            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache…")
         guard let main = await bench.startCluster(name: "main"),
             let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"]),
-            let unarmed = await bench.startCluster(name: "noretry", workerOptions: Bench.plainEcho)
+            let unarmed = await bench.startCluster(name: "noretry", workerOptions: Bench.plainEcho),
+            let cached = await bench.startCluster(name: "cache", workerOptions: Bench.cachedEcho)
         else {
             printError("error: a coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
@@ -72,6 +75,7 @@ public enum BenchCommand: SkillbusCommand {
         let (skillbus, baseline) = try await bench.echo(bus: main.bus, baseline: frontend)
         let deduplication = try await bench.deduplicationCost(with: main, without: plain)
         let retries = try await bench.retryCost(armed: main, plain: unarmed)
+        let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
         let rounds = try await bench.rounds(bus: main.bus)
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
@@ -86,7 +90,7 @@ public enum BenchCommand: SkillbusCommand {
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
             registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
-            curve: curve)
+            curve: curve, priorityCache: priorityCache)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }

@@ -55,6 +55,7 @@ struct BenchReport {
     var output: OutputFigures
     var retries: RetryFigures
     var curve: CurveFigures
+    var priorityCache: PriorityCacheFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -65,7 +66,7 @@ struct BenchReport {
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + curve.failures
             + output.failures
-            + retries.failures
+            + retries.failures + priorityCache.failures
     }
 
     struct LevelRatios {
@@ -131,6 +132,7 @@ struct BenchReport {
             "curve": curve.json,
             "output": output.json,
             "retries": retries.json,
+            "priorityCache": priorityCache.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -201,6 +203,8 @@ struct BenchReport {
                 dedup.residentMB.without))
         print("")
         retries.printText()
+        print("")
+        priorityCache.printText()
         print("")
         context.printText()
         print("")

@@ -62,7 +62,11 @@ public enum SendCommand: SkillbusCommand {
             (see configs/plans/). Within a round the same skill with the same parameters runs once; sending
             the same --round-id again returns the stored result (not a failure that may be retried: that runs
             again). Skills that declare a retry policy are retried on another agent when they fail retryably
-            (agent_lost, timeout of idempotent skills, the codes they list); --retries N overrides. Ctrl-C cancels
+            (agent_lost, timeout of idempotent skills, the codes they list); --retries N overrides.
+            --priority high|normal|low orders the round's invocations among those waiting for a free agent
+            (a low one waiting long is promoted, so it is served in the end). A skill that declares itself
+            pure with a cache lifetime is answered from the bus's cache when it ran with the same parameters
+            within that lifetime (the document says "cached": true); --no-cache runs it anyway. Ctrl-C cancels
             the round on the bus: its running invocations get CANCEL, and the document printed says cancelled
             (see also skillbus cancel).
             A skill's partial output (a command skill's lines, say) is printed as it arrives, each part on a
@@ -90,6 +94,9 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec(
                 "--retries", value: "N",
                 help: "Retry each invocation up to N times (0-10) instead of as its skill declares; 0 never."),
+            OptionSpec(
+                "--priority", value: "LEVEL", help: "high, normal or low: the order among waiting invocations."),
+            OptionSpec("--no-cache", help: "Run pure skills even when the bus's result cache holds the answer."),
             coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--round-id", value: "ID", help: "Round id (default: a new UUID)."),
             Approval.option,
@@ -102,6 +109,13 @@ public enum SendCommand: SkillbusCommand {
         let stream = arguments.flag("--stream")
         let json = arguments.flag("--json") || stream
         let retries = try arguments.int("--retries", minimum: 0, maximum: RetryPolicy.maxRetries, in: spec)
+        var priority = InvocationPriority.normal
+        if let name = arguments.value("--priority") {
+            guard let level = InvocationPriority(name: name) else {
+                throw UsageError(spec, "option '--priority': expected high, normal or low, got '\(name)'")
+            }
+            priority = level
+        }
         let roundID = arguments.value("--round-id") ?? UUID().uuidString.lowercased()
         let round: RoundSpec
         do {
@@ -122,7 +136,7 @@ public enum SendCommand: SkillbusCommand {
             mode: stream ? .jsonLines : json ? .silent : .lines(labelled: round.shape != "invoke"))
         let code = await send(
             round, client: client, roundID: roundID, session: session, timeout: timeout, retries: retries,
-            printer: printer, json: json, stream: stream)
+            priority: priority, noCache: arguments.flag("--no-cache"), printer: printer, json: json, stream: stream)
         // Ending the context flushes what is still queued: after Ctrl-C, the round's CANCEL.
         client.close()
         await context.terminate(within: .seconds(1))
@@ -133,7 +147,7 @@ public enum SendCommand: SkillbusCommand {
     /// SIGTERM) cancels the round on the bus, whose document then says `cancelled`.
     static func send(
         _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, retries: Int?,
-        printer: OutputPrinter, json: Bool, stream: Bool
+        priority: InvocationPriority = .normal, noCache: Bool = false, printer: OutputPrinter, json: Bool, stream: Bool
     ) async -> Int32 {
         let signals = SignalWatcher()
         let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
@@ -141,6 +155,7 @@ public enum SendCommand: SkillbusCommand {
                 return .success(
                     try await client.round(
                         round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), retries: retries,
+                        priority: priority, noCache: noCache,
                         onOutput: printer.receive))
             } catch {
                 return .failure(error)

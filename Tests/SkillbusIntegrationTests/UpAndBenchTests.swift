@@ -213,6 +213,14 @@ struct UpAndBenchTests {
             #expect(retries?[side]?["failed"] == 0, "retries.\(side)")
             #expect(retries?["coordinatorCpuMicrosPerRequest"]?[side]?.doubleValue != nil, "retries cpu \(side)")
         }
+        let priorityCache = document["priorityCache"]
+        for key in ["priorityThroughputRatios", "cacheThroughputRatios"] {
+            #expect(priorityCache?[key]?.arrayValue?.count == 5, "priorityCache.\(key)")
+        }
+        for side in ["prioritizedRounds", "plainRounds", "cacheArmedMiss", "plainEcho"] {
+            #expect(priorityCache?[side]?["failed"] == 0, "priorityCache.\(side)")
+        }
+        #expect((priorityCache?["cacheEntries"]?.intValue ?? 0) > 0, "priorityCache.cacheEntries")
         let context = document["context"]
         for series in ["echo", "echoInSession", "memorySetGet"] {
             for level in ["inFlight1", "inFlight16"] {

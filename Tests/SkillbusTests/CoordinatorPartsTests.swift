@@ -89,7 +89,7 @@ struct CoordinatorPartsTests {
         queues.append(request("bound", accepted: 9), target: alpha)
         queues.append(request("other", accepted: 0), skill: "math")
         #expect(queues.count == 4)
-        let order = (0..<4).compactMap { _ in queues.next(for: alphaWorker) }.map(\.requestText)
+        let order = (0..<4).compactMap { _ in queues.next(for: alphaWorker, now: 10, promotionNanos: 0) }.map(\.requestText)
         #expect(order == ["bound", "early-sleep", "late-echo"])
         #expect(queues.count == 1)
         #expect(queues.removeExpiredBySkill(now: 99).isEmpty)

@@ -214,6 +214,7 @@ struct RoundEngineTests {
     func fanoutQueueLimit() {
         var settings = CoordinatorState.Settings()
         settings.queueLimit = 2
+        settings.clientQueueShare = 1  // one client fills the queue here
         var state = state(agents: ["alpha"], capacity: 1, settings: settings)
         let body: JSONValue = ["fanout": ["skill": "echo", "params": ["text": "hi"], "agents": ["alpha"]]]
         let running = invocations(state.handleRound(round(body, id: "R0"), from: client, now: 0))

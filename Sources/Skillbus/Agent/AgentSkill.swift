@@ -21,6 +21,9 @@ public protocol AgentSkill: Sendable {
     /// How many invocations may run at once on one agent (1: not reentrant); nil (the default): any number
     /// up to the agent's capacity.
     var concurrencyLimit: Int? { get }
+    /// Its result depends only on its parameters, so the bus may answer from its cache for `cacheMs`.
+    var isPure: Bool { get }
+    var cacheMs: Int? { get }
     /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
 }
@@ -43,12 +46,14 @@ extension AgentSkill {
     public var retryPolicy: RetryPolicy? { nil }
     public var isIdempotent: Bool { false }
     public var concurrencyLimit: Int? { nil }
+    public var isPure: Bool { false }
+    public var cacheMs: Int? { nil }
 
     public var descriptor: SkillDescriptor {
         SkillDescriptor(
             identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema,
             defaultTimeoutMs: defaultTimeoutMs, needsConfirmation: needsConfirmation, retry: retryPolicy,
-            idempotent: isIdempotent, concurrency: concurrencyLimit)
+            idempotent: isIdempotent, concurrency: concurrencyLimit, pure: isPure, cacheMs: cacheMs)
     }
 }
 
@@ -302,12 +307,19 @@ public struct SkillDescriptor: Sendable, Equatable {
     public var idempotent: Bool
     /// Invocations that may run at once on one agent; nil: up to the agent's capacity.
     public var concurrency: Int?
+    /// Its result depends on its parameters alone (PROTOCOL §5.2.2); with `cacheMs`, how long the bus may
+    /// answer an identical invocation from its cache.
+    public var pure: Bool
+    public var cacheMs: Int?
 
     public init(
         identifier: String, displayName: String, description: String, parameters: ParameterSchema,
         defaultTimeoutMs: Int? = nil, metadata: [String: JSONValue] = [:], needsConfirmation: Bool = false,
-        retry: RetryPolicy? = nil, idempotent: Bool = false, concurrency: Int? = nil
+        retry: RetryPolicy? = nil, idempotent: Bool = false, concurrency: Int? = nil, pure: Bool = false,
+        cacheMs: Int? = nil
     ) {
+        self.pure = pure
+        self.cacheMs = cacheMs
         self.needsConfirmation = needsConfirmation
         self.retry = retry
         self.idempotent = idempotent
@@ -331,6 +343,8 @@ public struct SkillDescriptor: Sendable, Equatable {
         if let retry { object["retry"] = retry.json }
         if idempotent { object["idempotent"] = true }
         if let concurrency { object["concurrency"] = .number(Double(concurrency)) }
+        if pure { object["pure"] = true }
+        if let cacheMs { object["cacheMs"] = .number(Double(cacheMs)) }
         return .object(object)
     }
 
@@ -374,11 +388,12 @@ public struct SkillDescriptor: Sendable, Equatable {
             needsConfirmation = flag
         }
         let (retry, idempotent, concurrency) = try Self.policies(json, identifier)
+        let (pure, cacheMs) = try Self.cachePolicy(json, identifier)
         self.init(
             identifier: identifier, displayName: json["displayName"]?.stringValue ?? identifier,
             description: json["description"]?.stringValue ?? "", parameters: parameters,
             defaultTimeoutMs: defaultTimeoutMs, metadata: metadata, needsConfirmation: needsConfirmation,
-            retry: retry, idempotent: idempotent, concurrency: concurrency)
+            retry: retry, idempotent: idempotent, concurrency: concurrency, pure: pure, cacheMs: cacheMs)
     }
 
     public static func isValidIdentifier(_ identifier: String) -> Bool {

@@ -222,11 +222,14 @@ public final class SkillbusClient: Sendable {
     /// failed comes back as a document with `status: error`; this throws only when no answer came.
     /// `retries`, when given, is how many times the bus may retry each invocation instead of what its skill
     /// declares (0: never), within the skill's rules of what is retryable (PROTOCOL §4.13).
+    /// `priority` places its invocations in the bus's wait queue (PROTOCOL §4.14); `noCache` runs them even
+    /// when the bus's result cache holds their answer (§4.16).
     /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
     /// the document, and the batch), all of it before the document (on the client's socket thread).
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15), retries: Int? = nil, onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
+        timeout: Duration = .seconds(15), retries: Int? = nil, priority: InvocationPriority = .normal, noCache: Bool = false,
+        onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> RoundDocument {
         let requestID = makeRequestID()
         if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
@@ -234,7 +237,7 @@ public final class SkillbusClient: Sendable {
         let request = RoundRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))),
-            body: spec.body(retries: retries).serialized())
+            body: spec.body(retries: retries, priority: priority, noCache: noCache).serialized())
         let answer = try await exchange(
             .round(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
         switch answer {

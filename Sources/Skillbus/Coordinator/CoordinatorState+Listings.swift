@@ -44,6 +44,9 @@ extension CoordinatorState {
             }
             return .object(entry)
         }
-        return ["agents": .array(agents), "registry": position.json]
+        return [
+            "agents": .array(agents), "registry": position.json, "waiting": .number(Double(waiting.count)),
+            "cache": cache.json,
+        ]
     }
 }

@@ -4,14 +4,20 @@
 /// waiting for it hears anything; single-flight keeps its joiners attached to it. A retryable failure is
 /// never kept as the answer for identical invocations, even when it is the last one.
 extension CoordinatorState {
-    /// When the loop must call `fireTimers` next, besides its regular tick: the next retry due.
-    public var nextTimer: UInt64? { retryQueue.nextDue }
+    /// When the loop must call `fireTimers` next, besides its regular tick: the next retry due, or while
+    /// requests wait, the next token of an empty rate-limit bucket (PROTOCOL §4.15).
+    public var nextTimer: UInt64? {
+        guard rateLimiter.isActive, waiting.count > 0, let token = rateLimiter.nextToken else {
+            return retryQueue.nextDue
+        }
+        return min(retryQueue.nextDue ?? token, token)
+    }
 
-    /// Attempts whose backoff is over go on their way. The loop calls it when `nextTimer` comes, so that
-    /// a retry is not up to a tick late.
+    /// Attempts whose backoff is over go on their way, and requests that waited for a rate limit's token.
+    /// The loop calls it when `nextTimer` comes, so that neither is up to a tick late.
     public mutating func fireTimers(now: UInt64) -> [CoordinatorAction] {
-        guard let due = retryQueue.nextDue, due <= now else { return [] }
-        var actions: [CoordinatorAction] = []
+        var actions = dispatchRateLimited(now: now)
+        guard let due = retryQueue.nextDue, due <= now else { return actions }
         for request in retryQueue.removeDue(now: now) { actions += route(request, now: now) }
         return actions
     }
@@ -140,11 +146,13 @@ extension CoordinatorState {
         recordAttempt(request, status: error.code == .cancelled ? .cancelled : .error, agent: agent, error: error, now: now)
     }
 
-    /// Skills whose attempts have a timeout of their own, for `dispatch`: updated whenever the registry's
-    /// entries for `identifiers` may have changed.
+    /// Skills whose attempts have a timeout of their own, for `dispatch`, and skills with a cache lifetime:
+    /// updated whenever the registry's entries for `identifiers` may have changed.
     mutating func refreshAttemptTimeouts(_ identifiers: some Sequence<String>) {
         for identifier in identifiers {
-            attemptTimeouts[identifier] = ledger.registry.skills[identifier]?.descriptor.retry?.attemptTimeoutMs
+            let descriptor = ledger.registry.skills[identifier]?.descriptor
+            attemptTimeouts[identifier] = descriptor?.retry?.attemptTimeoutMs
+            cacheLifetimes[identifier] = descriptor.flatMap { $0.pure ? $0.cacheMs : nil }
         }
     }
 

@@ -20,14 +20,10 @@ extension CoordinatorState {
                     request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
                     executed: false, now: now)
             }
-            if worker.canRun(request.skill) { return dispatch(request, to: target, now: now) }
-            guard waiting.count < settings.queueLimit else {
-                let error = SkillbusError(
-                    .busy,
-                    "agent '\(worker.name)' is at capacity and the wait queue is full (\(settings.queueLimit) requests)"
-                )
-                return fail(request, error, agent: "", executed: false, now: now)
+            if worker.canRun(request.skill), !rateLimiter.isActive || rateLimiter.ready(request, now: now) {
+                return dispatch(request, to: target, now: now)
             }
+            if let refusal = queueRefusal(request, "agent '\(worker.name)' is at capacity", now: now) { return refusal }
             waiting.append(request, target: target)
             return []
         }
@@ -46,16 +42,15 @@ extension CoordinatorState {
                 details: ["skill": .string(request.skill), "offered": .array(offered.map { .string($0) })])
             return fail(request, error, agent: "", executed: false, now: now)
         }
-        if let worker = workers.pickProvider(candidates, skill: request.skill) {
+        let limited = rateLimiter.isActive && !rateReady(request, now: now)
+        if !limited, let worker = workers.pickProvider(candidates, skill: request.skill) {
             return dispatch(request, to: worker, now: now)
         }
-        guard waiting.count < settings.queueLimit else {
-            let error = SkillbusError(
-                .busy,
-                "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity and the wait queue is "
-                    + "full (\(settings.queueLimit) requests)")
-            return fail(request, error, agent: "", executed: false, now: now)
-        }
+        let reason =
+            limited
+            ? "'\(request.skill)' is over its rate limit"
+            : "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity"
+        if let refusal = queueRefusal(request, reason, now: now) { return refusal }
         waiting.append(request, skill: request.skill)
         guard publishesRequestEvents, case .client = request.origin else { return [] }
         return [
@@ -66,6 +61,28 @@ extension CoordinatorState {
         ]
     }
 
+    /// Whether a rate limit lets `request` go now: a token is there, and no request of a rate-limited skill
+    /// waits for one before it (it would take the token they wait for).
+    private func rateReady(_ request: Request, now: UInt64) -> Bool {
+        guard rateLimiter.ready(request, now: now) else { return false }
+        return !rateLimiter.hasLimit(skill: request.skill) || !waiting.isWaiting(skill: request.skill)
+    }
+
+    /// `busy` when `request` may not wait: the queue is full, or its client holds its share of it already.
+    private mutating func queueRefusal(_ request: Request, _ reason: String, now: UInt64) -> [CoordinatorAction]? {
+        let message: String
+        if waiting.count >= settings.queueLimit {
+            message = reason + " and the wait queue is full (\(settings.queueLimit) requests)"
+        } else if let client = request.client, waiting.count(of: client) >= settings.clientQueueLimit {
+            message =
+                reason + " and this client holds its share of the wait queue already (\(settings.clientQueueLimit) "
+                + "of \(settings.queueLimit) requests)"
+        } else {
+            return nil
+        }
+        return fail(request, SkillbusError(.busy, message), agent: "", executed: false, now: now)
+    }
+
     /// INVOKE to a worker with a free slot (the caller checked), and the feed event that says so.
     mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         var request = request
@@ -73,6 +90,7 @@ extension CoordinatorState {
         if !attemptTimeouts.isEmpty, let ms = attemptTimeouts[request.skill] {
             request.attemptDeadline = now &+ UInt64(ms) * 1_000_000
         }
+        if rateLimiter.isActive { rateLimiter.take(request, now: now) }
         let invocationID = running.start(request, on: peer, workers: &workers)
         let agent = workers[peer]?.name ?? ""
         if !request.sessionID.isEmpty { affinity.record(request.sessionID, agent: agent) }
@@ -105,9 +123,29 @@ extension CoordinatorState {
         // Called after every RESULT: with nothing waiting, look no further.
         guard waiting.count > 0 else { return [] }
         var actions: [CoordinatorAction] = []
-        while let worker = workers[peer], worker.hasFreeSlot, let request = waiting.next(for: worker) {
+        let promotion = UInt64(settings.priorityPromotionMs) * 1_000_000
+        while let worker = workers[peer], worker.hasFreeSlot, let request = nextWaiting(for: worker, now: now, promotion)
+        {
             actions += dispatch(request, to: peer, now: now)
         }
+        return actions
+    }
+
+    /// The waiting request `worker` takes next; under rate limits, only one whose buckets hold a token.
+    private mutating func nextWaiting(for worker: Worker, now: UInt64, _ promotion: UInt64) -> Request? {
+        guard rateLimiter.isActive else { return waiting.next(for: worker, now: now, promotionNanos: promotion) }
+        // A copy for the closure, gone before `dispatch` takes a token (so the buckets are not copied).
+        let limiter = rateLimiter
+        return waiting.next(for: worker, now: now, promotionNanos: promotion) { limiter.ready($0, now: now) }
+    }
+
+    /// Requests that waited for a rate limit's token go to every worker with a free slot.
+    mutating func dispatchRateLimited(now: UInt64) -> [CoordinatorAction] {
+        guard rateLimiter.isActive else { return [] }
+        rateLimiter.refill(now: now)
+        guard waiting.count > 0 else { return [] }
+        var actions: [CoordinatorAction] = []
+        for worker in workers.all where worker.hasFreeSlot { actions += dispatchWaiting(to: worker.peer, now: now) }
         return actions
     }
 
@@ -161,6 +199,7 @@ extension CoordinatorState {
         if request.attempt > 1 { recordLastAttempt(request, status: status, agent: agent, payload: payload, now: now) }
         let micros = Int((now &- request.accepted) / 1000)
         let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
+        if status == .ok, let key = request.cacheKey { storeInCache(key, request.skill, outcome, now: now) }
         var waiters = [request.origin]
         if let id = request.shared {
             waiters += singleFlight.finish(id, outcome: keep ? outcome : nil, now: now)

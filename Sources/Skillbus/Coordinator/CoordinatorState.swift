@@ -57,7 +57,22 @@ public struct CoordinatorState: Sendable {
         public var maxRoundOutputBytes = 256 << 10
         /// How long an agent may take to answer CANCEL before its skill is reported as ignoring it.
         public var cancelGraceMs = 2000
+        /// A waiting request is promoted one priority class for each this long it waits (0: never).
+        public var priorityPromotionMs = 5000
+        /// Most of the wait queue one client connection may hold, as a fraction of `queueLimit` (at least one
+        /// request): one client's flood cannot take every slot.
+        public var clientQueueShare = 0.25
+        /// Requests per second (with a burst) that a skill, or each client connection, may have dispatched;
+        /// beyond it they wait in the queue (PROTOCOL §4.15).
+        public var rateLimits = RateLimits()
+        /// Most bytes the result cache of pure skills holds (PROTOCOL §4.16); 0 turns it off.
+        public var cacheBytesLimit = 64 << 20
         public init() {}
+
+        /// How many waiting requests one client may hold.
+        var clientQueueLimit: Int {
+            clientQueueShare >= 1 ? queueLimit : max(1, Int(Double(queueLimit) * clientQueueShare))
+        }
     }
 
     public let settings: Settings
@@ -107,6 +122,12 @@ public struct CoordinatorState: Sendable {
     /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
     /// judged by their own descriptor.
     var departingSkills: [String: SkillDescriptor] = [:]
+    /// Outcomes of pure skills kept across rounds (CoordinatorState+Cache).
+    var cache: ResultCache
+    /// Pure skills with a cache lifetime, by identifier: only their invocations look in the cache.
+    var cacheLifetimes: [String: Int] = [:]
+    /// The token buckets of `settings.rateLimits`.
+    var rateLimiter: RateLimiter
     /// Where the retry jitter's numbers come from.
     var jitterState: UInt64
 
@@ -122,6 +143,8 @@ public struct CoordinatorState: Sendable {
         self.ledger = RegistryLedger(epoch: epoch)
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
+        self.rateLimiter = RateLimiter(settings.rateLimits)
+        self.cache = ResultCache(limitBytes: settings.cacheBytesLimit)
         self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 
@@ -137,6 +160,8 @@ public struct CoordinatorState: Sendable {
     public var retryingCount: Int { retryQueue.count }
     /// Invocations the coordinator keeps for single-flight: running or finished.
     public var sharedExecutionCount: Int { singleFlight.count }
+    /// Entries and bytes in the result cache.
+    public var cacheCount: (entries: Int, bytes: Int) { (cache.count, cache.bytes) }
 
     /// The timeout of a REQUEST or ROUND sent without one: its skill's own `defaultTimeoutMs` if it has one,
     /// else the bus default. A plan (no one skill; each step may have another) gets the bus default.
@@ -170,14 +195,21 @@ public struct CoordinatorState: Sendable {
             roundID: request.$roundID,
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: accepted,
             deadline: accepted &+ UInt64(timeoutMs) * 1_000_000)
+        pending.client = client
         if !cancelledTurnRounds.isEmpty, cancelledTurnRounds[ByteKey(request.$roundID)] != nil {
             let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
             return fail(pending, error, agent: "", executed: false, now: now)
         }
         let inRound = rounds.runningCount > 0
+        if !cacheLifetimes.isEmpty, let lifetime = cacheLifetimes[request.skill] {
+            let answer = answerFromCache(
+                request, &pending, lifetimeMs: lifetime, client: client, inRound: inRound, now: now)
+            if let answer { return answer }
+        }
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: request.$roundID, skill: request.skill, parameters: request.parameters,
+                key: pending.cacheKey,  // the cache's key is the same: computed once
                 waiter: .client(client, requestID: request.$requestID),
                 schema: { ledger.registry.skills[$0]?.descriptor.parameters })
             switch admission {

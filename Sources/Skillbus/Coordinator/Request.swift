@@ -13,6 +13,13 @@ extension CoordinatorState {
         var attempt = 1
         /// Retries the client asked for (a round's `retries`); nil: as the skill's policy says.
         var retries: Int?
+        /// Where it stands in the wait queue (PROTOCOL §4.14).
+        var priority = InvocationPriority.normal
+        /// The client connection it came from (a round's invocations: the round's), for its share of the wait
+        /// queue and its rate limit; nil for calls no client made.
+        var client: PeerID?
+        /// Set for a pure skill with a cache lifetime: its `ok` outcome is stored under this key (§4.16).
+        var cacheKey: ByteKey?
         /// Agents an earlier attempt failed on: a retry goes elsewhere when another provider is free.
         var avoid: [String] = []
         /// When the current attempt was sent to its agent.

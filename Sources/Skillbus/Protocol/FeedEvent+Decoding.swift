@@ -91,6 +91,14 @@ extension FeedEvent {
                 round: try field.string("round"), invocation: try field.string("invocation"),
                 skill: try field.string("skill"), agent: try field.string("agent"),
                 dispatch: try field.string("dispatch"))
+        case "request.cached":
+            self = .requestCached(
+                round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
+                agent: try field.string("agent"))
+        case "invocation.cached":
+            self = .invocationCached(
+                round: try field.string("round"), invocation: try field.string("invocation"),
+                skill: try field.string("skill"), agent: try field.string("agent"))
         case "invocation.deduplicated":
             self = .invocationDeduplicated(
                 round: try field.string("round"), invocation: try field.string("invocation"),

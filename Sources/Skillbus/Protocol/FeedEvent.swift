@@ -30,6 +30,9 @@ public enum FeedEvent: Sendable, Equatable {
     /// `dispatch`: the INVOKE's invocation id (`i<N>`), as the worker sees it.
     case invocationDispatched(round: String, invocation: String, skill: String, agent: String, dispatch: String)
     case invocationDeduplicated(round: String, invocation: String, reusing: String)
+    /// Answered from the result cache (PROTOCOL §4.16), without running: `agent` ran it when it was stored.
+    case requestCached(round: String, request: String, skill: String, agent: String)
+    case invocationCached(round: String, invocation: String, skill: String, agent: String)
     case invocationDone(
         round: String, invocation: String, skill: String, agent: String, status: InvocationStatus,
         durationMicros: Int, deduplicated: Bool)
@@ -80,6 +83,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .roundAccepted: "round.accepted"
         case .invocationDispatched: "invocation.dispatched"
         case .invocationDeduplicated: "invocation.deduplicated"
+        case .requestCached: "request.cached"
+        case .invocationCached: "invocation.cached"
         case .invocationDone: "invocation.done"
         case .invocationCancelled: "invocation.cancelled"
         case .invocationOutput: "invocation.output"
@@ -138,6 +143,15 @@ public enum FeedEvent: Sendable, Equatable {
             return [
                 "round": .string(round), "request": .string(request), "skill": .string(skill),
                 "agent": .string(agent), "invocation": .string(invocation),
+            ]
+        case .requestCached(let round, let request, let skill, let agent):
+            return [
+                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
+            ]
+        case .invocationCached(let round, let invocation, let skill, let agent):
+            return [
+                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
+                "agent": .string(agent),
             ]
         case .requestDeduplicated(let round, let request, let skill, let finished):
             return [

@@ -16,6 +16,8 @@ extension CoordinatorState {
         }
         let spec: RoundSpec
         let retries: Int?
+        let priority: InvocationPriority
+        let noCache: Bool
         do throws(SkillbusError) {
             let body: JSONValue
             do {
@@ -25,6 +27,8 @@ extension CoordinatorState {
             }
             spec = try RoundSpec(json: body, stepLimit: settings.planStepLimit)
             retries = try RoundSpec.retries(in: body)
+            priority = try RoundSpec.priority(in: body)
+            noCache = try RoundSpec.noCache(in: body)
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
             return refuse(error, shape: nil)
@@ -63,6 +67,8 @@ extension CoordinatorState {
             deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
             invocations: invocations)
         run.retries = retries
+        run.priority = priority
+        run.noCache = noCache
         rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = [
             .publish(
@@ -193,6 +199,11 @@ extension CoordinatorState {
             sessionID: run.session, skill: invocation.skill, parameters: bytes, accepted: now, deadline: run.deadline)
         if let target = invocation.target { request.target = workers.peer(named: target) }
         request.retries = run.retries
+        request.priority = run.priority
+        request.client = run.clients.first?.0
+        if let answer = answerStepFromCache(roundKey, index, &request, key: key, noCache: run.noCache, now: now) {
+            return answer
+        }
         if settings.deduplication {
             let admission = singleFlight.admit(
                 round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,

@@ -25,6 +25,8 @@ public struct RoundDocument: Sendable, Equatable {
         /// Every attempt, in order, when the bus retried it (the last one's outcome is the invocation's);
         /// empty when it ran once.
         public var attempts: [Attempt] = []
+        /// Answered from the bus's result cache (PROTOCOL §4.16): it did not run in this round.
+        public var cached = false
 
         public init(
             id: String, skill: String, agent: String? = nil, status: InvocationStatus = .waiting, durationMs: Double = 0,
@@ -94,7 +96,7 @@ public struct RoundDocument: Sendable, Equatable {
 
         init(_ invocations: [Invocation], totalMs: Double) {
             self.invocations = invocations.count
-            executions = invocations.count { !$0.deduplicated && $0.agent != nil }
+            executions = invocations.count { !$0.deduplicated && !$0.cached && $0.agent != nil }
             deduplicated = invocations.count(where: \.deduplicated)
             failed = invocations.count { $0.status == .error }
             self.totalMs = totalMs
@@ -168,6 +170,7 @@ extension RoundDocument.Invocation {
         if !output.isEmpty { object["output"] = .array(output.map(\.json)) }
         if outputTruncated { object["outputTruncated"] = true }
         if !attempts.isEmpty { object["attempts"] = .array(attempts.map(\.json)) }
+        if cached { object["cached"] = true }
         return .object(object)
     }
 
@@ -188,6 +191,7 @@ extension RoundDocument.Invocation {
             for item in list { output.append(try OutputPart(json: item)) }
         }
         outputTruncated = reader.optional("outputTruncated")?.boolValue ?? false
+        cached = reader.optional("cached")?.boolValue ?? false
     }
 }
 

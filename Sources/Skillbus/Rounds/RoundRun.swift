@@ -27,6 +27,10 @@ struct RoundRun: Sendable {
     var cancelled: SkillbusError?
     /// Retries the client asked for (the body's `retries`); nil: each skill's own policy.
     var retries: Int?
+    /// The body's `priority`, for each of its invocations.
+    var priority = InvocationPriority.normal
+    /// The body's `noCache`: its invocations run even when the cache holds their answer.
+    var noCache = false
 
     var isFinished: Bool { document != nil }
     var roundText: String { String(decoding: id, as: UTF8.self) }

@@ -283,12 +283,36 @@ extension RoundSpec {
         return retries
     }
 
-    /// The body to send, with `retries` when the client asks for a number of its own.
-    public func body(retries: Int?) -> JSONValue {
-        guard let retries, case .object(var object) = json, let (shape, value) = object.first,
-            var fields = value.objectValue
+    /// The priority a body asks for (PROTOCOL §3.5.1): `priority` in its shape's object, `high`, `normal` or
+    /// `low`; normal when absent. Not part of the body a round is compared by.
+    static func priority(in body: JSONValue) throws(SkillbusError) -> InvocationPriority {
+        guard let shape = body.objectValue?.values.first, let value = shape["priority"], value != .null else {
+            return .normal
+        }
+        guard let name = value.stringValue, let priority = InvocationPriority(name: name) else {
+            throw SkillbusError(.invalidRound, "'priority' must be high, normal or low")
+        }
+        return priority
+    }
+
+    /// Whether a body bypasses the result cache (PROTOCOL §3.5.1): `noCache` true; false when absent.
+    static func noCache(in body: JSONValue) throws(SkillbusError) -> Bool {
+        guard let shape = body.objectValue?.values.first, let value = shape["noCache"], value != .null else {
+            return false
+        }
+        guard let flag = value.boolValue else { throw SkillbusError(.invalidRound, "'noCache' must be true or false") }
+        return flag
+    }
+
+    /// The body to send, with `retries` when the client asks for a number of its own, `priority` when not
+    /// normal, and `noCache` when set.
+    public func body(retries: Int?, priority: InvocationPriority = .normal, noCache: Bool = false) -> JSONValue {
+        guard retries != nil || priority != .normal || noCache, case .object(var object) = json,
+            let (shape, value) = object.first, var fields = value.objectValue
         else { return json }
-        fields["retries"] = .number(Double(retries))
+        if let retries { fields["retries"] = .number(Double(retries)) }
+        if priority != .normal { fields["priority"] = .string(priority.name) }
+        if noCache { fields["noCache"] = true }
         object[shape] = .object(fields)
         return .object(object)
     }

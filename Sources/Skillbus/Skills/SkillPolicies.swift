@@ -11,11 +11,19 @@ public struct SkillPolicies: Sendable, Equatable {
         public var idempotent: Bool?
         /// `.some(nil)`: no limit; nil: the skill's own.
         public var concurrency: Int??
+        public var pure: Bool?
+        /// `.some(nil)`: no caching; nil: the skill's own.
+        public var cacheMs: Int??
 
-        public init(retry: RetryPolicy?? = nil, idempotent: Bool? = nil, concurrency: Int?? = nil) {
+        public init(
+            retry: RetryPolicy?? = nil, idempotent: Bool? = nil, concurrency: Int?? = nil, pure: Bool? = nil,
+            cacheMs: Int?? = nil
+        ) {
             self.retry = retry
             self.idempotent = idempotent
             self.concurrency = concurrency
+            self.pure = pure
+            self.cacheMs = cacheMs
         }
     }
 
@@ -25,7 +33,7 @@ public struct SkillPolicies: Sendable, Equatable {
 
     public var isEmpty: Bool { overrides.isEmpty }
 
-    static let keys: Set<String> = ["retry", "idempotent", "concurrency"]
+    static let keys: Set<String> = ["retry", "idempotent", "concurrency", "pure", "cacheMs"]
 
     /// Reads `{"skill": {"retry": …, "idempotent": …, "concurrency": …}, …}`; errors name the skill and key.
     public init(json: JSONValue) throws(SkillbusError) {
@@ -46,7 +54,7 @@ public struct SkillPolicies: Sendable, Equatable {
         }
         guard let fields = value.objectValue else { throw refuse("expected an object with retry, idempotent, concurrency") }
         if let unknown = fields.keys.sorted().first(where: { !keys.contains($0) }) {
-            throw refuse("unknown key '\(unknown)' (expected retry, idempotent, concurrency)")
+            throw refuse("unknown key '\(unknown)' (expected retry, idempotent, concurrency, pure, cacheMs)")
         }
         var override = Override()
         do throws(SkillbusError) {
@@ -67,6 +75,20 @@ public struct SkillPolicies: Sendable, Equatable {
                     override.concurrency = value
                 }
             }
+            if let flag = fields["pure"] {
+                guard let value = flag.boolValue else { throw refuse("'pure' must be true or false") }
+                override.pure = value
+            }
+            if let lifetime = fields["cacheMs"] {
+                if lifetime == .null {
+                    override.cacheMs = .some(nil)
+                } else {
+                    guard let value = lifetime.intValue, (1...SkillDescriptor.maxCacheMs).contains(value) else {
+                        throw refuse("'cacheMs' must be an integer from 1 to \(SkillDescriptor.maxCacheMs), or null")
+                    }
+                    override.cacheMs = value
+                }
+            }
         } catch where error.code == .invalidRegistration {
             throw refuse(error.message)
         }
@@ -85,7 +107,8 @@ public struct SkillPolicies: Sendable, Equatable {
             let overridden = PolicyOverriddenSkill(
                 base: skill, retryPolicy: override.retry ?? skill.retryPolicy,
                 isIdempotent: override.idempotent ?? skill.isIdempotent,
-                concurrencyLimit: override.concurrency ?? skill.concurrencyLimit)
+                concurrencyLimit: override.concurrency ?? skill.concurrencyLimit, isPure: override.pure ?? skill.isPure,
+                cacheMs: override.cacheMs ?? skill.cacheMs)
             do throws(SkillbusError) {
                 _ = try SkillDescriptor(json: overridden.descriptor.json)
             } catch {
@@ -106,17 +129,21 @@ public struct SkillPolicies: Sendable, Equatable {
                 if let concurrency = override.concurrency {
                     object["concurrency"] = concurrency.map { .number(Double($0)) } ?? .null
                 }
+                if let pure = override.pure { object["pure"] = .bool(pure) }
+                if let cacheMs = override.cacheMs { object["cacheMs"] = cacheMs.map { .number(Double($0)) } ?? .null }
                 return .object(object)
             })
     }
 }
 
-/// A skill as it is, but for the retry, idempotency and concurrency a worker's policies gave it.
+/// A skill as it is, but for the retry, idempotency, concurrency and caching a worker's policies gave it.
 struct PolicyOverriddenSkill: AgentSkill {
     let base: any AgentSkill
     let retryPolicy: RetryPolicy?
     let isIdempotent: Bool
     let concurrencyLimit: Int?
+    let isPure: Bool
+    let cacheMs: Int?
 
     var identifier: String { base.identifier }
     var displayName: String { base.displayName }

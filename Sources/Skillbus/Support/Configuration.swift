@@ -26,6 +26,13 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var maxRoundOutputBytes = 256 << 10
     /// How long an agent may take to answer CANCEL before the feed says it ignores it.
     public var cancelGraceMs = 2000
+    /// Priorities and the wait queue (PROTOCOL §4.14).
+    public var priorityPromotionMs = 5000
+    public var clientQueueShare = 0.25
+    /// Rate limits per skill and per client connection (PROTOCOL §4.15).
+    public var rateLimits = RateLimits()
+    /// The result cache's budget (PROTOCOL §4.16); 0 turns it off.
+    public var cacheBytesLimit = 64 << 20
 
     public init() {}
 
@@ -43,6 +50,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.maxOutputBytes = maxOutputBytes
         settings.maxRoundOutputBytes = maxRoundOutputBytes
         settings.cancelGraceMs = cancelGraceMs
+        settings.priorityPromotionMs = priorityPromotionMs
+        settings.clientQueueShare = clientQueueShare
+        settings.rateLimits = rateLimits
+        settings.cacheBytesLimit = cacheBytesLimit
         return settings
     }
 
@@ -50,7 +61,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "bus", "feed", "heartbeatMs", "missedHeartbeats", "defaultTimeoutMs", "queueLimit", "maxMessageBytes",
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "security", "insecure",
-        "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs",
+        "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
+        "rateLimits", "cacheBytesLimit",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -77,6 +89,22 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         maxOutputBytes = try object.int("maxOutputBytes", minimum: 0, maximum: 1 << 34) ?? maxOutputBytes
         maxRoundOutputBytes = try object.int("maxRoundOutputBytes", minimum: 0, maximum: 1 << 30) ?? maxRoundOutputBytes
         cancelGraceMs = try object.int("cancelGraceMs", minimum: 1, maximum: 3_600_000) ?? cancelGraceMs
+        priorityPromotionMs =
+            try object.int("priorityPromotionMs", minimum: 0, maximum: 86_400_000) ?? priorityPromotionMs
+        clientQueueShare = try object.fraction("clientQueueShare") ?? clientQueueShare
+        cacheBytesLimit = try object.int("cacheBytesLimit", minimum: 0, maximum: 1 << 40) ?? cacheBytesLimit
+        if let limits = try object.object("rateLimits", allowed: ["skills", "clients"]) {
+            if let skills = limits.values["skills"] {
+                guard let entries = skills.objectValue else {
+                    throw limits.error("skills", "expected an object of skill identifiers, got \(skills.typeName)")
+                }
+                let table = ConfigObject(file: limits.file, path: limits.keyPath("skills"), values: entries)
+                for skill in entries.keys.sorted() {
+                    rateLimits.skills[skill] = try table.rateLimit(skill)
+                }
+            }
+            rateLimits.perClient = try limits.rateLimit("clients")
+        }
     }
 
     /// Reads a `{"version": 1, …}` coordinator file.
@@ -283,6 +311,24 @@ struct ConfigObject {
         guard (minimum...maximum).contains(number) else {
             throw error(key, "must be from \(minimum) to \(maximum), got \(number)")
         }
+        return number
+    }
+
+    /// `{"perSecond": R, "burst": B}`: R above 0 (at most a million), B from 1 (default: 1).
+    func rateLimit(_ key: String) throws(SkillbusError) -> RateLimit? {
+        guard let limit = try object(key, allowed: ["perSecond", "burst"]) else { return nil }
+        guard case .number(let rate)? = limit.values["perSecond"], rate > 0, rate <= 1_000_000 else {
+            throw limit.error("perSecond", "required: a number above 0 and at most 1000000")
+        }
+        let burst = try limit.int("burst", minimum: 1, maximum: 1_000_000) ?? 1
+        return RateLimit(perSecond: rate, burst: burst)
+    }
+
+    /// A number above 0 and at most 1.
+    func fraction(_ key: String) throws(SkillbusError) -> Double? {
+        guard let value = values[key] else { return nil }
+        guard case .number(let number) = value else { throw error(key, "expected a number, got \(value.typeName)") }
+        guard number > 0, number <= 1 else { throw error(key, "must be above 0 and at most 1, got \(number)") }
         return number
     }
 
