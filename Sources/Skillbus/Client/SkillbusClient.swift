@@ -26,10 +26,10 @@ public final class SkillbusClient: Sendable {
     public let endpoint: String
     /// The CURVE keys it connected with; a registry replica built on this client uses them for the feed.
     public let credentials: CurveCredentials?
-    private let socket: SocketLoop
+    let socket: SocketLoop
     private let pending: PendingReplies
     /// What arrives before the answer that ends a wait: ENTRY messages of snapshots, STREAM pieces of turns.
-    private let partials: PartialAnswers
+    let partials: PartialAnswers
     private let nextID = Atomic<UInt64>(0)
     private let idPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
 
@@ -261,81 +261,6 @@ public final class SkillbusClient: Sendable {
         }
     }
 
-    /// Live agents with skills, capacity, load, state and heartbeat age (the `skillbus agents` listing).
-    public func agents(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
-        let requestID = makeRequestID()
-        switch try await exchange(.listAgents(requestID: requestID), requestID: requestID, waitFor: timeout) {
-        case .agents(_, let listing): return listing
-        case .error(_, let error): throw error
-        default: throw unreachable(after: timeout)
-        }
-    }
-
-    /// Asks one agent about its context (its sessions, a session's history, its memory) through the bus;
-    /// `agent` empty asks the agent the query's session went to last. Returns the agent that answered and
-    /// its answer; throws the error the agent (or the bus) answered with.
-    public func query(
-        _ query: AgentQuery, agent: String = "", timeout: Duration = .seconds(5)
-    ) async throws(SkillbusError) -> (agent: String, answer: JSONValue) {
-        let requestID = makeRequestID()
-        let request = QueryRequest(
-            requestID: requestID, agent: agent, timeoutMs: max(1, Int(timeout / .milliseconds(1))), query: query)
-        // The bus answers `timeout` itself at the deadline; the extra second is for that answer to arrive.
-        switch try await exchange(.query(request), requestID: requestID, waitFor: timeout + .seconds(1)) {
-        case .answer(_, let agent, .ok(let body)): return (agent, body)
-        case .answer(_, _, .error(let error)), .error(_, let error): throw error
-        default: throw unreachable(after: timeout + .seconds(1))
-        }
-    }
-
-    /// Asks an agent to take a turn: it answers `message`, calling skills as its planner decides, in round
-    /// `roundID`. `agent` empty: the session's agent, else the least loaded agent with a planner. Returns
-    /// the agent and its turn document; throws the error the turn (or the bus) ended with.
-    /// `onPiece` hears the reply's pieces as they stream in, `onProgress` each state of the turn and each
-    /// call as it ends (both on the client's socket thread: keep them quick).
-    /// A caller that is cancelled cancels the turn on its agent, and returns once the turn has ended
-    /// (as `cancelled`), 5 s after the cancellation at the latest.
-    public func ask(
-        _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
-        timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil,
-        onProgress: (@Sendable (_ agent: String, TurnProgress) -> Void)? = nil
-    ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
-        let requestID = makeRequestID()
-        let request = AskRequest(
-            requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
-            timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message, progress: onProgress != nil)
-        if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
-        if let onProgress { partials.progress.withLock { $0[requestID] = onProgress } }
-        defer {
-            partials.replyPieces.withLock { _ = $0.removeValue(forKey: requestID) }
-            partials.progress.withLock { _ = $0.removeValue(forKey: requestID) }
-        }
-        // A caller that gives up cancels the turn on its agent, and then waits (5 s at most) for the turn's
-        // end, which says the agent has stopped: so the CANCEL is known to have arrived before it returns.
-        let socket = self.socket
-        let wait = Task { () async -> Result<BusToClientMessage?, SkillbusError> in
-            do throws(SkillbusError) {
-                return .success(try await exchange(.ask(request), requestID: requestID, waitFor: timeout + .seconds(1)))
-            } catch {
-                return .failure(error)
-            }
-        }
-        let outcome = await withTaskCancellationHandler {
-            await wait.value
-        } onCancel: {
-            socket.send(ClientMessage.cancel(requestID: requestID).encoded())
-            Task {
-                try? await Task.sleep(for: .seconds(5))
-                wait.cancel()
-            }
-        }
-        switch try outcome.get() {
-        case .turn(_, let agent, .ok(let document)): return (agent, document)
-        case .turn(_, _, .error(let error)), .error(_, let error): throw error
-        default: throw unreachable(after: timeout + .seconds(1))
-        }
-    }
-
     /// The bus's catalog: every skill on offer with its schema and providers.
     public func skills(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> SkillCatalog {
         let requestID = makeRequestID()
@@ -346,11 +271,22 @@ public final class SkillbusClient: Sendable {
         }
     }
 
-    private func makeRequestID() -> String {
+    /// Live agents with skills, capacity, load, state and heartbeat age (the `skillbus agents` listing).
+    public func agents(timeout: Duration = .seconds(5)) async throws(SkillbusError) -> JSONValue {
+        let requestID = makeRequestID()
+        switch try await exchange(.listAgents(requestID: requestID), requestID: requestID, waitFor: timeout) {
+        case .agents(_, let listing): return listing
+        case .error(_, let error): throw error
+        default: throw unreachable(after: timeout)
+        }
+    }
+
+
+    func makeRequestID() -> String {
         idPrefix + "-" + String(nextID.add(1, ordering: .relaxed).newValue)
     }
 
-    private func unreachable(after wait: Duration) -> SkillbusError {
+    func unreachable(after wait: Duration) -> SkillbusError {
         SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
     }
 
@@ -361,7 +297,7 @@ public final class SkillbusClient: Sendable {
     /// A cancelled caller returns at once with `cancelled`; its entry goes, so a late reply is dropped.
     /// With `cancelsOnBus`, it tells the bus (CANCEL) and waits for the bus's answer instead, for
     /// `cancelGrace` at most.
-    private func exchange(
+    func exchange(
         _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false
     ) async throws(SkillbusError) -> BusToClientMessage? {
         let pending = self.pending
