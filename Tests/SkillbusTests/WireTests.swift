@@ -34,6 +34,17 @@ struct WireTests {
         #expect(try ClientMessage.decode(ClientMessage.invoke(noTimeout).encoded()) == .invoke(noTimeout))
     }
 
+    @Test("the bus relays a turn's answer as it came, and the client reads it as the TURN it is")
+    func relayedTurn() throws {
+        let answer = AgentAnswer.ok(["reply": "42", "calls": []])
+        let relayed = BusToClientMessage.relayedTurn(requestID: "r", agent: "alpha", RelayedAnswer(answer))
+        #expect(relayed.encoded() == BusToClientMessage.turn(requestID: "r", agent: "alpha", answer).encoded())
+        #expect(try BusToClientMessage.decode(relayed.encoded()) == .turn(requestID: "r", agent: "alpha", answer))
+        // A TURNEND whose answer frame is empty is refused, naming the frame.
+        let empty: Multipart = [Array("SKB1W".utf8), Array("TURNEND".utf8), Array("t1".utf8), Array("ok".utf8), []]
+        #expect(throws: SkillbusError.self) { try WorkerMessage.decode(empty) }
+    }
+
     @Test("bus-to-client messages survive encode and decode")
     func busToClientRoundTrip() throws {
         let messages: [BusToClientMessage] = [

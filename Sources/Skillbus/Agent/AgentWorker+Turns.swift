@@ -24,7 +24,7 @@ extension AgentWorker {
                     // The turn's last state stands until the agent's own state is said again.
                     state.reported = nil
                 }
-                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, answer).encoded())
+                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, RelayedAnswer(answer)).encoded())
                 self.socket.wake()
             }
             return nil

@@ -353,6 +353,8 @@ public final class SkillbusClient: Sendable {
         case .stream(let id, let text):
             partials.replyPieces.withLock { $0[id] }?(text)
             return
+        case .relayedTurn:
+            return  // what the bus sends; decoding reads it as `turn`
         case .progress(let id, let agent, let progress):
             partials.progress.withLock { $0[id] }?(agent, progress)
             return

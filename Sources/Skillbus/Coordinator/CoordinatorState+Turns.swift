@@ -122,10 +122,10 @@ extension CoordinatorState {
 
     /// TURNEND: relayed to the client that asked; a late or foreign one is dropped.
     mutating func relayTurnEnd(
-        _ turnID: String, _ answer: AgentAnswer, from peer: PeerID, now: UInt64
+        _ turnID: String, _ answer: RelayedAnswer, from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         guard let entry = turns.answered(turnID, by: peer) else { return [] }
-        return [.toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, answer))]
+        return [.toClient(entry.client, .relayedTurn(requestID: entry.requestID, agent: entry.agent, answer))]
             + turnEnded(turnID, entry, now: now)
     }
 

@@ -276,6 +276,8 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// How a turn ended: `ok` with its turn document, or `error` with an error object (its document, when
     /// the agent made one, in the error's details).
     case turn(requestID: String, agent: String, AgentAnswer)
+    /// The same TURN as the bus sends it: the agent's answer relayed as it came (read as `turn`).
+    case relayedTurn(requestID: String, agent: String, RelayedAnswer)
     /// The next piece of the reply of the turn this ASK started; the TURN that ends it follows.
     case stream(requestID: String, text: String)
     /// A state or an ended call of the turn this ASK started, when the ASK asked for them.
@@ -314,6 +316,9 @@ public enum BusToClientMessage: Sendable, Equatable {
             [Wire.clientHeaderBytes, Wire.Command.answer.frame, Array(requestID.utf8), Array(agent.utf8)]
                 + answer.frames
         case .turn(let requestID, let agent, let answer):
+            [Wire.clientHeaderBytes, Wire.Command.turn.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + answer.frames
+        case .relayedTurn(let requestID, let agent, let answer):
             [Wire.clientHeaderBytes, Wire.Command.turn.frame, Array(requestID.utf8), Array(agent.utf8)]
                 + answer.frames
         case .stream(let requestID, let text):

@@ -51,6 +51,8 @@ public enum AgentAnswer: Sendable, Equatable {
     case ok(JSONValue)
     case error(SkillbusError)
 
+    var isOK: Bool { if case .ok = self { true } else { false } }
+
     /// Two frames: status, then the JSON.
     var frames: [[UInt8]] {
         switch self {
@@ -63,6 +65,30 @@ public enum AgentAnswer: Sendable, Equatable {
         let status = try ReplyStatus(frame: message, index)
         let body = try Wire.json(message, index + 1, "answer")
         self = status == .ok ? .ok(body) : .error(SkillbusError(json: body))
+    }
+}
+
+/// An answer as it travels (status frame and JSON body), for the bus to relay byte for byte: a turn's
+/// document is read by the client that asked, and never parsed on the way.
+public struct RelayedAnswer: Sendable, Equatable {
+    public let status: ReplyStatus
+    public let body: [UInt8]
+
+    public init(_ answer: AgentAnswer) {
+        let frames = answer.frames
+        status = answer.isOK ? .ok : .error
+        body = frames[1]
+    }
+
+    public static func ok(_ body: JSONValue) -> RelayedAnswer { RelayedAnswer(.ok(body)) }
+    public static func error(_ error: SkillbusError) -> RelayedAnswer { RelayedAnswer(.error(error)) }
+
+    var frames: [[UInt8]] { [status.frame, body] }
+
+    init(frames message: Multipart, from index: Int) throws(SkillbusError) {
+        status = try ReplyStatus(frame: message, index)
+        body = message[index + 1]
+        guard !body.isEmpty else { throw SkillbusError(.malformedMessage, "frame \(index + 1) (answer) is empty") }
     }
 }
 

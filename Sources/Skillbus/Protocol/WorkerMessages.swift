@@ -16,7 +16,7 @@ public enum WorkerMessage: Sendable, Equatable {
     /// A state of a turn: sent as it happens, never coalesced (STATE with `session` and `turn`).
     case turnState(AgentState, TurnRef)
     /// The turn with this id ended: `ok` with its document, or `error`.
-    case turnEnd(turnID: String, AgentAnswer)
+    case turnEnd(turnID: String, RelayedAnswer)
     /// The next piece of the turn's reply (a batch of what the planner produced since the last one).
     case stream(turnID: String, text: String)
     /// A turn that holds its round (TURN's lease) is running one of its calls itself, and gives the round
@@ -130,7 +130,7 @@ public enum WorkerMessage: Sendable, Equatable {
             return .context(try AgentContextStatus(json: try Wire.json(message, 2, "context")))
         case .turnend:
             try Wire.expectFrames(message, 5, "TURNEND")
-            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try AgentAnswer(frames: message, from: 3))
+            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try RelayedAnswer(frames: message, from: 3))
         case .stream:
             try Wire.expectFrames(message, 4, "STREAM")
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
