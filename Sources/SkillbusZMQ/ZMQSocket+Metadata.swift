@@ -5,28 +5,12 @@ extension ZMQSocket {
     /// given by the ZAP handler (nil on a connection without one). `receive` stays the path for sockets
     /// that do not authenticate: it reads no metadata at all.
     public func receiveWithUserID(dontWait: Bool = false) throws(ZMQError) -> (message: Multipart, userID: String?)? {
-        var frames: Multipart = []
         var userID: String?
-        var message = zmq_msg_t()
-        zmq_msg_init(&message)
-        defer { zmq_msg_close(&message) }
-        repeat {
-            let rc = zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0)
-            if rc < 0 {
-                let error = ZMQError.last("zmq_msg_recv")
-                if error.wouldBlock && frames.isEmpty { return nil }
-                throw error
-            }
+        let frames = try receiveParts(dontWait: dontWait) { message in
             // Every part read from a connection carries its metadata; a ROUTER's routing-id part may not.
             if userID == nil, let value = zmq_msg_gets(&message, "User-Id") { userID = String(cString: value) }
-            let size = zmq_msg_size(&message)
-            if let data = zmq_msg_data(&message), size > 0 {
-                frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
-            } else {
-                frames.append([])
-            }
-        } while zmq_msg_more(&message) == 1
-        return (frames, userID)
+        }
+        return frames.map { ($0, userID) }
     }
 
     /// Publishes this socket's handshake failures on a PAIR socket bound at `endpoint` (inproc), which

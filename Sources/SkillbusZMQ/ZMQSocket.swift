@@ -128,6 +128,13 @@ public final class ZMQSocket {
     /// Receives one whole multipart message, or nil when `dontWait` is set and nothing is queued.
     /// Uses zmq_msg_t so that no frame is ever truncated to a buffer size.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> Multipart? {
+        try receiveParts(dontWait: dontWait) { _ in }
+    }
+
+    /// The receive loop `receive` and `receiveWithUserID` share; `inspect` sees each part before it is
+    /// copied out (its metadata, say).
+    @inline(__always)
+    func receiveParts(dontWait: Bool, _ inspect: (inout zmq_msg_t) -> Void) throws(ZMQError) -> Multipart? {
         var frames: Multipart = []
         var message = zmq_msg_t()
         zmq_msg_init(&message)
@@ -139,6 +146,7 @@ public final class ZMQSocket {
                 if error.wouldBlock && frames.isEmpty { return nil }
                 throw error
             }
+            inspect(&message)
             let size = zmq_msg_size(&message)
             if let data = zmq_msg_data(&message), size > 0 {
                 frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
