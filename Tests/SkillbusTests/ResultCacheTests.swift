@@ -36,6 +36,33 @@ struct ResultCacheTests {
         #expect(cache.count == 2)
     }
 
+    @Test("10,000 random stores and lookups evict exactly what a plain LRU list would")
+    func lruAgainstAList() {
+        let size = 2 + 10 + 5 + ResultCache.entryOverhead
+        var cache = ResultCache(limitBytes: 40 * size)
+        var recent: [Int] = []  // least recently used first
+        var generator = SplitMix(seed: 7)
+        for step in 0..<10_000 {
+            let number = Int(generator.next() % 64)
+            let key = ByteKey([UInt8(number), 0])
+            if generator.next() % 2 == 0 {
+                cache.store(key, outcome(String(repeating: "z", count: 10)), lifetimeMs: 1_000_000, now: UInt64(step))
+                recent.removeAll { $0 == number }
+                recent.append(number)
+                if recent.count > 40 { recent.removeFirst() }
+            } else {
+                let hit = cache.lookup(key, now: UInt64(step)) != nil
+                #expect(hit == recent.contains(number), "step \(step), key \(number)")
+                if hit {
+                    recent.removeAll { $0 == number }
+                    recent.append(number)
+                }
+            }
+            #expect(cache.count == recent.count)
+        }
+        #expect(cache.bytes == recent.count * size)
+    }
+
     func state(pure: Bool = true) -> CoordinatorState {
         var state = CoordinatorState(epoch: "e1")
         var skill: [String: JSONValue] = ["identifier": "echo", "parameters": [["name": "text", "type": "string"]]]

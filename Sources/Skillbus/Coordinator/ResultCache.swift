@@ -10,10 +10,12 @@ struct ResultCache: Sendable {
     }
 
     private var entries: [ByteKey: Entry] = [:]
-    /// Use stamp → key, oldest first from `oldest`: a stamp whose key was used again since is gone.
-    private var order: [UInt64: ByteKey] = [:]
-    private var oldest: UInt64 = 0
-    private var nextStamp: UInt64 = 0
+    /// Keys by use stamp, oldest first: `uses[i]` holds stamp `firstStamp + i`, nil once its key was used
+    /// again or removed. An array rather than a second hash table: stamps only grow.
+    private var uses: [ByteKey?] = []
+    private var firstStamp: UInt64 = 0
+    /// Index in `uses` of the least recently used key (every slot before it is nil).
+    private var oldest = 0
     let limitBytes: Int
     private(set) var bytes = 0
     private(set) var hits = 0
@@ -37,11 +39,8 @@ struct ResultCache: Sendable {
             misses += 1
             return nil
         }
-        order[entries.values[index].used] = nil
-        let stamp = stamp()
-        entries.values[index].used = stamp
-        order[stamp] = key
-        skipGoneStamps()
+        forgetUse(entries.values[index].used)
+        entries.values[index].used = use(key)
         hits += 1
         return entries.values[index].outcome
     }
@@ -51,31 +50,39 @@ struct ResultCache: Sendable {
     mutating func store(_ key: ByteKey, _ outcome: Outcome, lifetimeMs: Int, now: UInt64) {
         let size = key.bytes.count + outcome.payload.count + outcome.agent.count + Self.entryOverhead
         guard outcome.status == .ok, size <= limitBytes else { return }
-        remove(key)
-        let stamp = stamp()
-        entries[key] = Entry(
-            outcome: outcome, expires: now &+ UInt64(lifetimeMs) * 1_000_000, bytes: size, used: stamp)
-        order[stamp] = key
+        let entry = Entry(
+            outcome: outcome, expires: now &+ UInt64(lifetimeMs) * 1_000_000, bytes: size, used: use(key))
+        // One hash lookup: replace whatever was stored under the key.
+        if let replaced = entries.updateValue(entry, forKey: key) {
+            forgetUse(replaced.used)
+            bytes -= replaced.bytes
+        }
         bytes += size
-        // `oldest` is always a live stamp (or the next one to be given): its key is the least recently used.
-        while bytes > limitBytes, let victim = order[oldest] { remove(victim) }
+        while bytes > limitBytes, oldest < uses.count, let victim = uses[oldest] { remove(victim) }
     }
 
-    private mutating func stamp() -> UInt64 {
-        defer { nextStamp += 1 }
-        return nextStamp
+    /// A new use of `key`: its stamp.
+    private mutating func use(_ key: ByteKey) -> UInt64 {
+        uses.append(key)
+        return firstStamp + UInt64(uses.count - 1)
     }
 
     private mutating func remove(_ key: ByteKey) {
         guard let entry = entries.removeValue(forKey: key) else { return }
-        order[entry.used] = nil
+        forgetUse(entry.used)
         bytes -= entry.bytes
-        skipGoneStamps()
     }
 
-    /// Moves `oldest` past stamps whose key was used again or removed: each stamp is passed once.
-    private mutating func skipGoneStamps() {
-        while oldest < nextStamp, order[oldest] == nil { oldest += 1 }
+    /// Clears a stamp, then moves `oldest` past cleared ones (each is passed once) and now and then drops
+    /// the cleared head of the array, so it never shifts on every use.
+    private mutating func forgetUse(_ stamp: UInt64) {
+        uses[Int(stamp - firstStamp)] = nil
+        while oldest < uses.count, uses[oldest] == nil { oldest += 1 }
+        if oldest > 1024 && oldest * 2 > uses.count {
+            uses.removeFirst(oldest)
+            firstStamp += UInt64(oldest)
+            oldest = 0
+        }
     }
 
     /// Entries, bytes, budget, hits and misses, for the agents listing and the bench.

@@ -171,12 +171,16 @@ struct SingleFlight: Sendable {
     /// Skill and parameters in canonical form: schema defaults applied, keys sorted, numbers in one
     /// spelling (`1`, `1.0` and `1e0` are one number). Nil when the parameters are not a JSON object.
     static func canonicalKey(skill: String, parameters: [UInt8], schema: (String) -> ParameterSchema?) -> ByteKey? {
-        guard var object = try? JSONValue(parsing: parameters).objectValue else { return nil }
-        for field in schema(skill)?.fields ?? [] where object[field.name] == nil {
-            if let value = field.defaultValue { object[field.name] = value }
-        }
+        let fields = schema(skill)?.fields ?? []
         var key = Array(skill.utf8)
         key.append(0)
+        // Most parameters are read straight from their bytes; the general path takes the rest.
+        let defaults = fields.compactMap { field in field.defaultValue.map { (field.name, $0) } }
+        if let canonical = CanonicalJSON.object(parameters, defaults: defaults, after: key) {
+            return ByteKey(canonical)
+        }
+        guard var object = try? JSONValue(parsing: parameters).objectValue else { return nil }
+        for (name, value) in defaults where object[name] == nil { object[name] = value }
         JSONValue.object(object).write(to: &key)
         return ByteKey(key)
     }

@@ -1,0 +1,251 @@
+/// The canonical form of a JSON text read straight from its bytes, without building a `JSONValue`: the
+/// same bytes `JSONValue(parsing:).write(to:)` gives (compact, object keys sorted, numbers in one
+/// spelling), for the texts clients usually send. It copies what is already canonical (strings without
+/// escapes, integers) and reorders an object's members only when they are out of order.
+///
+/// Anything it does not handle itself — escapes, keys beyond ASCII, `-0`, invalid JSON — makes it give up
+/// (nil); the caller then takes the general path, so the two never disagree.
+struct CanonicalJSON {
+    private let bytes: [UInt8]
+    private var index = 0
+    private var depth = 0
+    private var out: [UInt8] = []
+    private static let maxDepth = 128
+
+    private init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// Appends the canonical form of `bytes`, a JSON object, to `prefix`, adding each of `defaults` (name,
+    /// value) the object has no member for. Nil when the fast path cannot tell.
+    static func object(_ bytes: [UInt8], defaults: [(String, JSONValue)], after prefix: [UInt8]) -> [UInt8]? {
+        var reader = CanonicalJSON(bytes)
+        reader.out = prefix
+        reader.out.reserveCapacity(prefix.count + bytes.count + 8)
+        reader.skipWhitespace()
+        guard reader.peek == UInt8(ascii: "{"), reader.object(defaults: defaults) else { return nil }
+        reader.skipWhitespace()
+        guard reader.index == bytes.count else { return nil }
+        return reader.out
+    }
+
+    private var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
+
+    private mutating func skipWhitespace() {
+        while let byte = peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
+    }
+
+    private mutating func value() -> Bool {
+        guard let next = peek else { return false }
+        switch next {
+        case UInt8(ascii: "{"): return object(defaults: [])
+        case UInt8(ascii: "["): return array()
+        case UInt8(ascii: "\""): return string()
+        case UInt8(ascii: "t"): return word("true")
+        case UInt8(ascii: "f"): return word("false")
+        case UInt8(ascii: "n"): return word("null")
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return number()
+        default: return false
+        }
+    }
+
+    private mutating func word(_ word: StaticString) -> Bool {
+        let count = word.utf8CodeUnitCount
+        guard index + count <= bytes.count else { return false }
+        for offset in 0..<count where bytes[index + offset] != word.utf8Start[offset] { return false }
+        out.append(contentsOf: bytes[index..<index + count])
+        index += count
+        return true
+    }
+
+    /// A string without escapes or control characters, copied as it is (after checking its UTF-8).
+    private mutating func string() -> Bool {
+        let start = index
+        index += 1
+        var ascii = true
+        while let byte = peek {
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                guard ascii || String(validating: bytes[start + 1..<index - 1], as: UTF8.self) != nil else {
+                    return false
+                }
+                out.append(contentsOf: bytes[start..<index])
+                return true
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { return false }
+            if byte >= 0x80 { ascii = false }
+            index += 1
+        }
+        return false
+    }
+
+    /// An integer of up to 15 digits is its own canonical spelling; any other number is parsed and written
+    /// as `JSONValue` writes it.
+    private mutating func number() -> Bool {
+        let start = index
+        if peek == UInt8(ascii: "-") { index += 1 }
+        let digitsStart = index
+        guard let first = peek, isDigit(first) else { return false }
+        if first == UInt8(ascii: "0") {
+            index += 1
+        } else {
+            while let byte = peek, isDigit(byte) { index += 1 }
+        }
+        var integer = true
+        if peek == UInt8(ascii: ".") {
+            integer = false
+            index += 1
+            guard let byte = peek, isDigit(byte) else { return false }
+            while let byte = peek, isDigit(byte) { index += 1 }
+        }
+        if peek == UInt8(ascii: "e") || peek == UInt8(ascii: "E") {
+            integer = false
+            index += 1
+            if peek == UInt8(ascii: "+") || peek == UInt8(ascii: "-") { index += 1 }
+            guard let byte = peek, isDigit(byte) else { return false }
+            while let byte = peek, isDigit(byte) { index += 1 }
+        }
+        if integer && index - digitsStart <= 15 {
+            // "-0" is the number 0.
+            guard !(start != digitsStart && bytes[digitsStart] == UInt8(ascii: "0")) else { return false }
+            out.append(contentsOf: bytes[start..<index])
+            return true
+        }
+        guard let value = Double(String(decoding: bytes[start..<index], as: UTF8.self)), value.isFinite else {
+            return false
+        }
+        JSONValue.writeNumber(value, to: &out)
+        return true
+    }
+
+    private func isDigit(_ byte: UInt8) -> Bool { byte >= 48 && byte <= 57 }
+
+    private mutating func enter() -> Bool {
+        depth += 1
+        return depth <= Self.maxDepth
+    }
+
+    private mutating func array() -> Bool {
+        guard enter() else { return false }
+        index += 1
+        out.append(UInt8(ascii: "["))
+        skipWhitespace()
+        if peek == UInt8(ascii: "]") {
+            index += 1
+        } else {
+            while true {
+                skipWhitespace()
+                guard value() else { return false }
+                skipWhitespace()
+                if peek == UInt8(ascii: ",") {
+                    index += 1
+                    out.append(UInt8(ascii: ","))
+                } else if peek == UInt8(ascii: "]") {
+                    index += 1
+                    break
+                } else {
+                    return false
+                }
+            }
+        }
+        out.append(UInt8(ascii: "]"))
+        depth -= 1
+        return true
+    }
+
+    /// Where one member stands in `out`: its key (quotes included) from `start` to `keyEnd`, then `:` and
+    /// its value up to `end`.
+    private struct Member {
+        var start: Int
+        var keyEnd: Int
+        var end: Int
+    }
+
+    private mutating func object(defaults: [(String, JSONValue)]) -> Bool {
+        guard enter() else { return false }
+        index += 1
+        let objectStart = out.count
+        out.append(UInt8(ascii: "{"))
+        var members: [Member] = []
+        skipWhitespace()
+        if peek == UInt8(ascii: "}") {
+            index += 1
+        } else {
+            while true {
+                skipWhitespace()
+                let start = out.count
+                // Keys beyond ASCII sort as Swift strings do (and may be equal under Unicode rules): not here.
+                guard peek == UInt8(ascii: "\""), string(), out[start..<out.count].allSatisfy({ $0 < 0x80 }) else {
+                    return false
+                }
+                let keyEnd = out.count
+                skipWhitespace()
+                guard peek == UInt8(ascii: ":") else { return false }
+                index += 1
+                out.append(UInt8(ascii: ":"))
+                skipWhitespace()
+                guard value() else { return false }
+                members.append(Member(start: start, keyEnd: keyEnd, end: out.count))
+                skipWhitespace()
+                if peek == UInt8(ascii: ",") {
+                    index += 1
+                    out.append(UInt8(ascii: ","))
+                } else if peek == UInt8(ascii: "}") {
+                    index += 1
+                    break
+                } else {
+                    return false
+                }
+            }
+        }
+        for (name, value) in defaults
+        where !members.contains(where: { keyEquals($0, name) }) {
+            guard name.utf8.allSatisfy({ $0 < 0x80 && $0 >= 0x20 && $0 != 34 && $0 != 92 }) else { return false }
+            if !members.isEmpty { out.append(UInt8(ascii: ",")) }
+            let start = out.count
+            JSONValue.writeString(name, to: &out)
+            let keyEnd = out.count
+            out.append(UInt8(ascii: ":"))
+            value.write(to: &out)
+            members.append(Member(start: start, keyEnd: keyEnd, end: out.count))
+        }
+        guard sortMembers(&members, objectStart: objectStart) else { return false }
+        out.append(UInt8(ascii: "}"))
+        depth -= 1
+        return true
+    }
+
+    private func keyEquals(_ member: Member, _ name: String) -> Bool {
+        let key = out[member.start + 1..<member.keyEnd - 1]
+        return key.elementsEqual(name.utf8)
+    }
+
+    private func keyLess(_ left: Member, _ right: Member) -> Bool {
+        out[left.start + 1..<left.keyEnd - 1].lexicographicallyPrecedes(out[right.start + 1..<right.keyEnd - 1])
+    }
+
+    /// Puts the members in key order (only when they are not already); false on a duplicate key, which
+    /// the parser refuses.
+    private mutating func sortMembers(_ members: inout [Member], objectStart: Int) -> Bool {
+        var sorted = true
+        for position in members.indices.dropFirst() {
+            let previous = members[position - 1]
+            let member = members[position]
+            if !keyLess(previous, member) {
+                guard keyLess(member, previous) else { return false }
+                sorted = false
+            }
+        }
+        if sorted { return true }
+        members.sort(by: keyLess)
+        for position in members.indices.dropFirst() where !keyLess(members[position - 1], members[position]) {
+            return false
+        }
+        var rebuilt: [UInt8] = []
+        rebuilt.reserveCapacity(out.count - objectStart)
+        for (position, member) in members.enumerated() {
+            if position > 0 { rebuilt.append(UInt8(ascii: ",")) }
+            rebuilt.append(contentsOf: out[member.start..<member.end])
+        }
+        out.replaceSubrange(objectStart + 1..<out.count, with: rebuilt)
+        return true
+    }
+}
