@@ -31,6 +31,15 @@ struct Bench {
             load, endpoint, context, requests: requests, inFlight: inFlight, credentials: credentials)
     }
 
+    /// One measurement at 64 in flight and the coordinator's CPU microseconds per request during it (its
+    /// threads' exact run time, steadier on a shared machine than throughput).
+    func measureWithCPU(_ load: LoadGenerator, on cluster: Cluster) async throws -> (LoadReport, Double) {
+        let before = BenchCommand.cpuSeconds(cluster.coordinator.pid)
+        let report = try await measure(load, cluster.bus, requests: setup.requests, inFlight: 64)
+        let cpu = BenchCommand.cpuSeconds(cluster.coordinator.pid) - before
+        return (report, cpu / Double(max(report.completed, 1)) * 1e6)
+    }
+
     /// A coordinator and the echo workers; nil unless every worker registered within 30 s.
     /// With `keys`, the coordinator's config gives it keys and each worker connects with its own.
     func startCluster(
@@ -98,12 +107,8 @@ struct Bench {
     /// more steadily.
     func deduplicationCost(with main: Cluster, without plain: Cluster) async throws -> BenchReport.Deduplication {
         var figures = BenchReport.Deduplication()
-        /// One measurement and the coordinator's CPU microseconds per request during it.
         func timed(_ cluster: Cluster) async throws -> (LoadReport, Double) {
-            let before = BenchCommand.cpuSeconds(cluster.coordinator.pid)
-            let report = try await measure(echoLoad, cluster.bus, requests: setup.requests, inFlight: 64)
-            let cpu = BenchCommand.cpuSeconds(cluster.coordinator.pid) - before
-            return (report, cpu / Double(max(report.completed, 1)) * 1e6)
+            try await measureWithCPU(echoLoad, on: cluster)
         }
         for pair in 1...7 {
             note("deduplication: measuring with and without (pair \(pair) of 7)…")

@@ -9,6 +9,9 @@ import SkillbusZMQ
 struct PriorityCacheFigures {
     var priorityRatios: [Double] = []
     var cacheRatios: [Double] = []
+    /// The coordinators' CPU microseconds per request, cache armed (all misses) and plain.
+    var cpuArmed: [Double] = []
+    var cpuPlain: [Double] = []
     var best: (prioritized: LoadReport, plainRounds: LoadReport, cached: LoadReport, plainEcho: LoadReport)?
     /// The armed coordinator's cache after the run (AGENTS).
     var cacheEntries = 0
@@ -23,6 +26,7 @@ struct PriorityCacheFigures {
             "cacheArmedMiss": best?.cached.json ?? .null, "plainEcho": best?.plainEcho.json ?? .null,
             "cacheThroughputRatio": .number(cacheRatios.median),
             "cacheThroughputRatios": .array(cacheRatios.map { .number($0) }),
+            "coordinatorCpuMicrosPerRequest": ["cacheArmed": .number(cpuArmed.median), "plain": .number(cpuPlain.median)],
             "cacheEntries": .number(Double(cacheEntries)), "cacheBytes": .number(Double(cacheBytes)),
         ]
     }
@@ -41,6 +45,10 @@ struct PriorityCacheFigures {
                 format: "  best %.0f rounds/s prioritized, %.0f plain; %.0f tasks/s cache armed, %.0f plain",
                 best?.prioritized.tasksPerSecond ?? 0, best?.plainRounds.tasksPerSecond ?? 0,
                 best?.cached.tasksPerSecond ?? 0, best?.plainEcho.tasksPerSecond ?? 0))
+        print(
+            String(
+                format: "  coordinator CPU %.1f us/request cache armed, %.1f plain (%.2fx)", cpuArmed.median,
+                cpuPlain.median, BenchCommand.ratio(cpuArmed.median, cpuPlain.median)))
         print(
             String(
                 format: "  cache after the run: %d entries, %.1f MB", cacheEntries, Double(cacheBytes) / 1_048_576))
@@ -99,9 +107,7 @@ extension Bench {
         for pair in 1...5 {
             note("priorities and cache: measuring (pair \(pair) of 5)…")
             let onFirst = pair % 2 == 1
-            func pairOf(_ on: () async throws -> LoadReport, _ off: () async throws -> LoadReport) async throws
-                -> (LoadReport, LoadReport)
-            {
+            func pairOf<T>(_ on: () async throws -> T, _ off: () async throws -> T) async throws -> (T, T) {
                 if onFirst {
                     let first = try await on()
                     return (first, try await off())
@@ -112,9 +118,10 @@ extension Bench {
             let (withPriorities, withoutPriorities) = try await pairOf(
                 { try await measure(prioritized, main.bus, requests: setup.requests, inFlight: 64) },
                 { try await measure(plainRounds, main.bus, requests: setup.requests, inFlight: 64) })
-            let (armed, plain) = try await pairOf(
-                { try await measure(unique, cached.bus, requests: setup.requests, inFlight: 64) },
-                { try await measure(unique, main.bus, requests: setup.requests, inFlight: 64) })
+            let ((armed, cpuArmed), (plain, cpuPlain)) = try await pairOf(
+                { try await measureWithCPU(unique, on: cached) }, { try await measureWithCPU(unique, on: main) })
+            figures.cpuArmed.append(cpuArmed)
+            figures.cpuPlain.append(cpuPlain)
             figures.failures += withPriorities.failed + withoutPriorities.failed + armed.failed + plain.failed
             figures.priorityRatios.append(
                 BenchCommand.ratio(withPriorities.tasksPerSecond, withoutPriorities.tasksPerSecond))

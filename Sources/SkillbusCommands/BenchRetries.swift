@@ -45,10 +45,7 @@ extension Bench {
     func retryCost(armed: Cluster, plain: Cluster) async throws -> RetryFigures {
         var figures = RetryFigures()
         func timed(_ cluster: Cluster) async throws -> (LoadReport, Double) {
-            let before = BenchCommand.cpuSeconds(cluster.coordinator.pid)
-            let report = try await measure(echoLoad, cluster.bus, requests: setup.requests, inFlight: 64)
-            let cpu = BenchCommand.cpuSeconds(cluster.coordinator.pid) - before
-            return (report, cpu / Double(max(report.completed, 1)) * 1e6)
+            try await measureWithCPU(echoLoad, on: cluster)
         }
         _ = try await measure(echoLoad, plain.bus, requests: min(2000, setup.requests), inFlight: 64)  // warm it
         for pair in 1...5 {

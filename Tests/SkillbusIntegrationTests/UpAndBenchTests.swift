@@ -221,6 +221,10 @@ struct UpAndBenchTests {
             #expect(priorityCache?[side]?["failed"] == 0, "priorityCache.\(side)")
         }
         #expect((priorityCache?["cacheEntries"]?.intValue ?? 0) > 0, "priorityCache.cacheEntries")
+        for side in ["cacheArmed", "plain"] {
+            #expect(
+                (priorityCache?["coordinatorCpuMicrosPerRequest"]?[side]?.doubleValue ?? 0) > 0, "cache cpu \(side)")
+        }
         let context = document["context"]
         for series in ["echo", "echoInSession", "memorySetGet"] {
             for level in ["inFlight1", "inFlight16"] {
