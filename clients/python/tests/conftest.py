@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 BINARY = os.environ.get("SKILLBUS_BINARY") or str(REPO / ".build" / "debug" / "skillbus")
+
+
+def wait_until(test, what: str, timeout: float = 10.0) -> None:
+    """Checks `test` every 20 ms until it holds; fails after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not test():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 class Process:
@@ -105,7 +114,7 @@ class Cluster:
 
     def python(self, script: str, name: str, *arguments: str) -> Process:
         """Runs a Python program with this cluster's bus as $SKILLBUS_COORDINATOR."""
-        return self._start(["python3", "-u", script, *arguments], name, env={"SKILLBUS_COORDINATOR": self.bus})
+        return self._start([sys.executable, "-u", script, *arguments], name, env={"SKILLBUS_COORDINATOR": self.bus})
 
     def skillbus(self, *arguments: str, timeout: float = 30.0) -> tuple[int, list[str]]:
         """Runs a `skillbus` command to its end: (exit code, output lines)."""

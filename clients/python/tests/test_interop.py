@@ -7,6 +7,8 @@ import pytest
 
 from skillbus import Cancelled, Output, Param, RoundFailed, SkillbusError, Worker
 
+from conftest import wait_until
+
 
 def text_worker(name, cluster):
     """A Python worker with an `echo` of the Swift schema (so both can serve one fan-out), and more."""
@@ -165,11 +167,3 @@ def test_cancel_stops_a_swift_skill_and_a_python_skill(cluster, start_worker, cl
 
 def running_on(client, agent):
     return next(a["inFlight"] for a in client.agents()["agents"] if a["agent"] == agent)
-
-
-def wait_until(test, what, timeout=10.0):
-    """Checks `test` every 20 ms until it holds; fails after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while not test():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)

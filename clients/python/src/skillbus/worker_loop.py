@@ -201,9 +201,9 @@ class WorkerLoop:
         self._next_heartbeat = time.monotonic() + self.worker.heartbeat_ms / 1000
         for refused in welcome["refused"]:
             self._log(f"skill refused: {refused}")
-        self.welcome = welcome
-        self.welcomed.set()
         self.worker._start_replica(self.worker._feed or feed_for(self.worker.coordinator, welcome["feed"]))
+        self.welcome = welcome
+        self.welcomed.set()  # after the replica exists: whoever waited for this may use it
         self._offer_skills()  # skills declared while the READY was on its way
 
     def _on_error(self, body: bytes) -> None:
