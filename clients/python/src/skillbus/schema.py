@@ -71,6 +71,7 @@ def descriptor(
     concurrency: int | None = None,
     default_timeout_ms: int | None = None,
     idempotent: bool = False,
+    confirm: bool = False,
     metadata: dict | None = None,
 ) -> dict:
     """The skill descriptor of §5.2, checked so that the bus will not refuse it."""
@@ -96,6 +97,8 @@ def descriptor(
         body["defaultTimeoutMs"] = default_timeout_ms
     if idempotent:
         body["idempotent"] = True
+    if confirm:
+        body["confirm"] = True
     if metadata:
         body["metadata"] = metadata
     return body

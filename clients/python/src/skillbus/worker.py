@@ -100,16 +100,18 @@ class Worker:
 
     def skill(self, identifier: str, *, params=None, description: str = "", display_name: str | None = None,
               concurrency: int | None = None, default_timeout_ms: int | None = None, idempotent: bool = False,
-              metadata: dict | None = None):
+              confirm: bool = False, metadata: dict | None = None):
         """Declares the decorated function as the skill `identifier` with these parameter fields.
 
-        `concurrency` bounds how many of its invocations run at once on this agent (§5.2.1).
+        `concurrency` bounds how many of its invocations run at once on this agent (§5.2.1);
+        `confirm` makes every call wait for its client's approval (§3.8); `idempotent` says that
+        running it twice does no more than running it once (§5.2.1).
         Declared while the worker runs, the skill is offered at once (SKILLS, §4.11).
         """
         fields = _params(params)
         body = schema.descriptor(identifier, fields, display_name=display_name, description=description,
                                  concurrency=concurrency, default_timeout_ms=default_timeout_ms,
-                                 idempotent=idempotent, metadata=metadata)
+                                 idempotent=idempotent, confirm=confirm, metadata=metadata)
 
         def register(function):
             wants_context = self._check_signature(identifier, function, fields)
