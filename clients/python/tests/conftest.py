@@ -94,6 +94,13 @@ class Cluster:
         self.bus = re.search(r"bus=(\S+)", ready).group(1)
         self.feed = re.search(r"feed=(\S+)", ready).group(1)
 
+    def restart_coordinator(self) -> None:
+        """Stops the coordinator and starts a new one (a new epoch) on the same two endpoints."""
+        self.coordinator.stop()
+        self.coordinator = self._start([BINARY, "coordinator", "--bus", self.bus, "--feed", self.feed,
+                                        "--heartbeat-ms", "200"], "coordinator again")
+        self.coordinator.wait_for_line(lambda l: l.startswith("skillbus coordinator ready:"), "the ready line")
+
     def _start(self, arguments: list[str], name: str, env: dict | None = None) -> Process:
         process = Process(arguments, name=name, env={"XDG_STATE_HOME": str(self.state), **(env or {})})
         self.processes.append(process)

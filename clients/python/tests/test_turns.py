@@ -64,3 +64,23 @@ def test_ask_a_swift_agent_whose_planner_calls_a_python_skill(cluster, start_wor
     with pytest.raises(TurnFailed) as no_planner:
         client.ask("what is 1+1", agent="pymath")
     assert no_planner.value.code == "unsupported"
+
+
+def test_a_streamed_reply_reaches_the_python_client_piece_by_piece(cluster, client, tmp_path):
+    """The openai planner against the scripted chat server of Tests/interop: STREAM before TURN."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"model": "m", "apiKey": None,
+                                  "answers": [{"content": ["6*7 ", "is ", "42"], "delayMs": 60}]}))
+    server = cluster.python(str(REPO / "Tests" / "interop" / "chat_server.py"), "chat server",
+                            str(script), str(tmp_path / "log.jsonl"))
+    port = server.wait_for_line(lambda l: l.startswith("listening "), "the port").split()[1]
+    config = tmp_path / "talker.json"
+    config.write_text(json.dumps({"version": 1, "name": "talker", "skills": ["echo"], "planner": {
+        "openai": {"baseURL": f"http://127.0.0.1:{port}/v1", "model": "m", "timeoutSeconds": 10}}}))
+    cluster.swift_worker("talker", "--config", str(config))
+
+    call = client.start_ask("what is 6*7")
+    pieces = [e for e in call.events() if isinstance(e, str)]
+    turn = call.result()
+    assert "".join(pieces) == turn.reply == "6*7 is 42"
+    assert len(pieces) >= 2 and turn.streamed == pieces  # 60 ms apart: more than one batch of 25 ms

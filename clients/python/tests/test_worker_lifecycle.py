@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from skillbus import Replica, SkillbusError, Worker
+from skillbus import Client, Replica, SkillbusError, Worker
 
 from conftest import REPO, wait_until
 
@@ -106,6 +106,19 @@ def test_the_replica_converges_with_the_bus_and_says_so_in_its_heartbeats(cluste
 
     wait_until(lambda: listed().get("registryInSync"), "the bus to list the Python replica in sync")
     assert listed()["registry"] == position
+
+
+def test_after_a_coordinator_restart_the_worker_registers_again_and_its_replica_follows(cluster, start_worker):
+    worker = start_worker(only_worker(cluster))
+    assert worker.replica.wait_for(lambda r: "pyonly" in r.entries())
+    epoch = worker.replica.position()["epoch"]
+
+    cluster.restart_coordinator()
+    cluster.wait_joined("pyonly")  # its heartbeats got not_registered, or the bus fell silent: READY again
+    assert worker.replica.wait_for(lambda r: r.position()["epoch"] != epoch and "pyonly" in r.entries())
+    assert worker.replica.snapshots == 2
+    with Client(cluster.bus) as client:
+        assert client.request("py.only").value == "here"
 
 
 def test_the_readme_worker_in_ten_lines_runs_as_written(cluster):
