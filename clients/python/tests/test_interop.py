@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from skillbus import Cancelled, Output, Param, RoundFailed, SkillbusError, Worker
+from skillbus import Cancelled, Client, Output, Param, RoundFailed, SkillbusError, Worker
 
 from conftest import wait_until
 
@@ -167,3 +167,17 @@ def test_cancel_stops_a_swift_skill_and_a_python_skill(cluster, start_worker, cl
 
 def running_on(client, agent):
     return next(a["inFlight"] for a in client.agents()["agents"] if a["agent"] == agent)
+
+
+def test_timeouts_the_bus_answers_and_a_bus_that_never_answers(cluster, client):
+    cluster.swift_worker("swifty", "--skills", "sleep")
+    with pytest.raises(SkillbusError) as late:
+        client.request("sleep", {"ms": 5000}, timeout=0.3)
+    assert late.value.code == "timeout" and late.value.agent == "swifty"
+
+    nobody = cluster.bus.rsplit(":", 1)[0] + ":1"  # nothing listens on port 1
+    with Client(nobody, timeout=0.2) as lost:
+        started = time.monotonic()
+        with pytest.raises(SkillbusError) as unreachable:
+            lost.request("echo", {"text": "x"})
+        assert unreachable.value.code == "unreachable" and 1.1 < time.monotonic() - started < 3

@@ -97,12 +97,8 @@ class Call:
     def result(self, timeout: float | None = None):
         """Waits for the answer (at most `timeout` seconds, else the request's timeout + 1 s)."""
         deadline = self._deadline() if timeout is None else time.monotonic() + timeout
-        try:
-            while not self._done:
-                self._next(deadline)
-        except KeyboardInterrupt:
-            self.cancel()  # Ctrl-C gives up on the request on the bus too, then stops the caller
-            raise
+        while not self._done:
+            self._next(deadline)
         if self._failure is not None:
             raise self._failure
         return self._answer
@@ -114,6 +110,9 @@ class Call:
         left = deadline - time.monotonic()
         try:
             item = self._queue.get(timeout=max(0.0, left)) if left > 0 else self._queue.get_nowait()
+        except KeyboardInterrupt:
+            self.cancel()  # Ctrl-C gives up on the request on the bus too, then stops the caller
+            raise
         except queue.Empty:
             self._finish(failure=SkillbusError(
                 "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {self._wait_s:g} s"))

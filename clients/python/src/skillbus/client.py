@@ -40,8 +40,8 @@ class Client:
         with Client("tcp://127.0.0.1:5555") as client:
             print(client.request("echo", {"text": "hi"}).value)
 
-    `confirm(skill, params) -> bool` answers the bus's CONFIRM for skills that need approval (§3.8);
-    without it every such call is refused.
+    `confirm(skill, params) -> bool` answers the bus's CONFIRM for skills that need approval (§3.8),
+    on the thread that waits for the call; without it every such call is refused.
     """
 
     def __init__(self, coordinator: str | None = None, *, timeout: float = 15.0, confirm=None,
@@ -54,7 +54,7 @@ class Client:
         self._ids = itertools.count(1)
         self._prefix = "".join(random.choice("0123456789abcdefghijklmnopqrstuvwxyz") for _ in range(7))
         self._closed = False
-        options = {zmq.LINGER: 0, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096}
+        options = {zmq.LINGER: 0, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000}
         self._socket = SocketThread(context or zmq.Context.instance(), zmq.DEALER, coordinator, self,
                                     name="skillbus-client", options=options)
 

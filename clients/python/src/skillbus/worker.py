@@ -159,7 +159,7 @@ class Worker:
         self._client = Client(self.coordinator, context=self._context)
         self._loop = WorkerLoop(self)
         options = {zmq.LINGER: 200, zmq.RECONNECT_IVL: 1000, zmq.RECONNECT_IVL_MAX: 32000,
-                   zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096}
+                   zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096, zmq.SNDHWM: 100_000}
         self._socket = SocketThread(self._context, zmq.DEALER, self.coordinator, self._loop,
                                     name=f"skillbus-worker-{self.name}", options=options)
         self._loop.attach(self._socket)
@@ -183,7 +183,7 @@ class Worker:
         if self.replica is not None:
             self.replica.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._loop = None
+        self._loop, self.replica = None, None
 
     def run(self) -> None:
         """Starts, serves until SIGINT or SIGTERM, then stops gracefully. Call it from the main thread."""
