@@ -1,5 +1,6 @@
 """The package against the real Swift coordinator and workers: both ways, rounds, streaming, cancel."""
 
+import signal
 import threading
 import time
 
@@ -181,3 +182,17 @@ def test_timeouts_the_bus_answers_and_a_bus_that_never_answers(cluster, client):
         with pytest.raises(SkillbusError) as unreachable:
             lost.request("echo", {"text": "x"})
         assert unreachable.value.code == "unreachable" and 1.1 < time.monotonic() - started < 3
+
+
+def test_ctrl_c_in_a_waiting_client_cancels_its_request_on_the_bus(cluster, client, tmp_path):
+    cluster.swift_worker("swifty", "--skills", "sleep")
+    program = tmp_path / "wait.py"
+    program.write_text(
+        "from skillbus import Client\n"
+        "with Client() as client:\n"
+        "    client.request('sleep', {'ms': 20000}, timeout=30)\n")
+    waiting = cluster.python(str(program), "waiting client")
+    wait_until(lambda: running_on(client, "swifty") == 1, "the sleep to start")
+    waiting.popen.send_signal(signal.SIGINT)
+    assert waiting.wait(10) != 0 and any("KeyboardInterrupt" in line for line in waiting.lines)
+    wait_until(lambda: running_on(client, "swifty") == 0, "the worker to stop the sleep", timeout=3)

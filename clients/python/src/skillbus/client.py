@@ -54,7 +54,8 @@ class Client:
         self._ids = itertools.count(1)
         self._prefix = "".join(random.choice("0123456789abcdefghijklmnopqrstuvwxyz") for _ in range(7))
         self._closed = False
-        options = {zmq.LINGER: 0, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000}
+        # A short linger lets a CANCEL sent just before close (Ctrl-C, say) still leave.
+        options = {zmq.LINGER: 200, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000}
         self._socket = SocketThread(context or zmq.Context.instance(), zmq.DEALER, coordinator, self,
                                     name="skillbus-client", options=options)
 
