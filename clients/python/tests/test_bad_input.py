@@ -6,7 +6,7 @@ import threading
 import pytest
 import zmq
 
-from skillbus import Client, RoundFailed, SkillbusError, Worker
+from skillbus import Client, RoundFailed, Worker
 
 
 

@@ -114,8 +114,9 @@ class Call:
             self.cancel()  # Ctrl-C gives up on the request on the bus too, then stops the caller
             raise
         except queue.Empty:
+            waited = time.monotonic() - self._started
             self._finish(failure=SkillbusError(
-                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {self._wait_s:g} s"))
+                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
             return None
         if isinstance(item, str):
             self._finish(failure=SkillbusError("unreachable", item))
