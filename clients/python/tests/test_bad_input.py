@@ -104,13 +104,22 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
 
     worker.skill("py.hold", params={}, concurrency=1)(hold)
     worker.skill("py.wait", params={})(hold)
+    saw_cancel, finish = threading.Event(), threading.Event()
+
+    @worker.skill("py.linger", params={})
+    def linger(context):
+        inside.release()
+        if context.cancelled.wait(10):
+            saw_cancel.set()
+        finish.wait(10)
+        return "stopped late"
     try:
         worker.start()
         ready = json.loads(bus.receive(b"READY")[2])
         assert ready["name"] == "pyfake" and [s["identifier"] for s in ready["skills"]] == [
-            "py.hold", "py.upper", "py.wait"]
+            "py.hold", "py.linger", "py.upper", "py.wait"]
         bus.send(b"SKB1W", b"WELCOME", b"not json")
-        welcome = {"accepted": ["py.hold", "py.upper", "py.wait"], "epoch": "e1", "feed": "", "heartbeatMs": 200,
+        welcome = {"accepted": ["py.hold", "py.linger", "py.upper", "py.wait"], "epoch": "e1", "feed": "", "heartbeatMs": 200,
                    "refused": []}
         bus.send(b"SKB1W", b"WELCOME", json.dumps(welcome).encode())
         worker.wait_registered(5)
@@ -125,7 +134,7 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
             return json.loads(frames[4])
 
         assert refusal(b"i1", b"nope") == {
-            "code": "unknown_skill", "message": "agent 'pyfake' does not offer 'nope' (offers: py.hold, py.upper, py.wait)"}
+            "code": "unknown_skill", "message": "agent 'pyfake' does not offer 'nope' (offers: py.hold, py.linger, py.upper, py.wait)"}
         bus.invoke(b"i2", b"py.hold", b"{}")
         assert inside.acquire(timeout=5)
         assert refusal(b"i3", b"py.hold") == {
@@ -137,8 +146,21 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
         assert sorted(bus.receive(b"RESULT")[2:4] + bus.receive(b"RESULT")[2:4]) == [b"i2", b"i4", b"ok", b"ok"]
         bus.invoke(b"i6", b"py.upper")
         assert bus.receive(b"RESULT")[2:] == [b"i6", b"ok", b'{"text":"A","type":"text"}']
+
+        # Leaving: what still runs is cancelled (this skill takes its time to stop), new INVOKEs are refused.
+        bus.invoke(b"i7", b"py.linger", b"{}")
+        assert inside.acquire(timeout=5)
+        leaving = threading.Thread(target=worker.stop, kwargs={"grace": 5})
+        leaving.start()
+        assert saw_cancel.wait(5)
+        assert refusal(b"i8", b"py.upper") == {"code": "agent_lost", "message": "agent 'pyfake' is shutting down"}
+        finish.set()
+        assert bus.receive(b"RESULT")[2:] == [b"i7", b"ok", b'{"text":"stopped late","type":"text"}']
+        bus.receive(b"DISCONNECT")
+        leaving.join(5)
     finally:
         gate.set()
+        finish.set()
         worker.stop()
         bus.close()
     log = capsys.readouterr().err

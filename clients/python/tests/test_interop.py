@@ -196,3 +196,23 @@ def test_ctrl_c_in_a_waiting_client_cancels_its_request_on_the_bus(cluster, clie
     waiting.popen.send_signal(signal.SIGINT)
     assert waiting.wait(10) != 0 and any("KeyboardInterrupt" in line for line in waiting.lines)
     wait_until(lambda: running_on(client, "swifty") == 0, "the worker to stop the sleep", timeout=3)
+
+
+def test_too_much_output_stops_the_skill_with_output_too_large(cluster, start_worker, client):
+    worker = Worker("pychatty", coordinator=cluster.bus, heartbeat_ms=200, max_output_bytes=100)
+    emitted = []
+
+    @worker.skill("py.chatty", params={})
+    def chatty(context):
+        for i in range(1000):
+            context.emit(f"line {i}")
+            emitted.append(i)
+        return "never"
+
+    start_worker(worker)
+    with pytest.raises(SkillbusError) as stopped:
+        client.request("py.chatty")
+    assert stopped.value.code == "output_too_large" and stopped.value.details == {"limit": 100}
+    assert stopped.value.message == ("'py.chatty' emitted more than 100 bytes of output (the agent's "
+                                     "maxOutputBytes); it was stopped")
+    assert len(emitted) < 10  # each part is 31 bytes or so: stopped at the fourth
