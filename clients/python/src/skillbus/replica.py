@@ -149,7 +149,7 @@ class Replica:
     def _apply(self, update: dict) -> bool:
         """Rule 5, with the lock held. False when the update shows a gap or another epoch."""
         if update["epoch"] != self._epoch or update["seq"] > self._seq + 1:
-            self._synced, self._retry_at = False, 0.0
+            self._lose_sync()
             return False
         if update["seq"] == self._seq + 1:
             if update["entry"] is None:
@@ -179,8 +179,14 @@ class Replica:
             with self._changed:  # rule 6
                 if not self._synced:
                     self._retry_at = 0.0
+                    self._socket.wake()
                 elif body["epoch"] != self._epoch or body["seq"] > self._seq:
-                    self._synced, self._retry_at = False, 0.0
+                    self._lose_sync()
+
+    def _lose_sync(self) -> None:
+        """With the lock held: take a new snapshot at once (the socket thread looks again)."""
+        self._synced, self._retry_at = False, 0.0
+        self._socket.wake()
 
     @staticmethod
     def _readable_update(body: dict) -> bool:
