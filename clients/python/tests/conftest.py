@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 
 REPO = Path(__file__).resolve().parents[3]
 BINARY = os.environ.get("SKILLBUS_BINARY") or str(REPO / ".build" / "debug" / "skillbus")
@@ -144,6 +145,43 @@ class Cluster:
     def close(self) -> None:
         for process in reversed(self.processes):
             process.stop()
+
+
+class FakeBus:
+    """A ROUTER standing in for the coordinator, to send a worker what no real bus would."""
+
+    def __init__(self):
+        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:*")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.peer = None
+
+    def receive(self, command, timeout_ms=5000):
+        """The next message from the worker with this command (heartbeats and states are skipped)."""
+        while self.sock.poll(timeout_ms):
+            peer, *frames = self.sock.recv_multipart()
+            self.peer = peer
+            if frames[1] == command:
+                return frames
+        raise AssertionError(f"no {command!r} from the worker")
+
+    def next_message(self, timeout_ms=5000):
+        """The worker's next message other than a HEARTBEAT, as (command, frames after it)."""
+        while self.sock.poll(timeout_ms):
+            self.peer, _, command, *rest = self.sock.recv_multipart()
+            if command != b"HEARTBEAT":
+                return command, rest
+        raise AssertionError("the worker sent nothing")
+
+    def send(self, *frames):
+        self.sock.send_multipart([self.peer, *frames])
+
+    def invoke(self, invocation, skill, params=b'{"text":"a"}'):
+        self.send(b"SKB1W", b"INVOKE", invocation, b"r", b"", skill, b"5000", params)
+
+    def close(self):
+        self.sock.close()
 
 
 @pytest.fixture

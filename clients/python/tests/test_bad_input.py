@@ -8,6 +8,8 @@ import zmq
 
 from skillbus import Client, RoundFailed, Worker
 
+from conftest import FakeBus
+
 
 
 def upper_worker(name, bus, **options):
@@ -61,35 +63,6 @@ def test_bad_rounds_are_refused_with_the_bus_s_reason(cluster, client):
     with pytest.raises(ValueError, match="needs a round id"):
         client.cancel_round("")
     assert client.invoke("echo", {"text": "still"}, priority="high", no_cache=True).result["text"] == "still"
-
-
-class FakeBus:
-    """A ROUTER standing in for the coordinator, to send a worker what no real bus would."""
-
-    def __init__(self):
-        self.sock = zmq.Context.instance().socket(zmq.ROUTER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind("tcp://127.0.0.1:*")
-        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self.peer = None
-
-    def receive(self, command, timeout_ms=5000):
-        """The next message from the worker with this command (heartbeats and states are skipped)."""
-        while self.sock.poll(timeout_ms):
-            peer, *frames = self.sock.recv_multipart()
-            self.peer = peer
-            if frames[1] == command:
-                return frames
-        raise AssertionError(f"no {command!r} from the worker")
-
-    def send(self, *frames):
-        self.sock.send_multipart([self.peer, *frames])
-
-    def invoke(self, invocation, skill, params=b'{"text":"a"}'):
-        self.send(b"SKB1W", b"INVOKE", invocation, b"r", b"", skill, b"5000", params)
-
-    def close(self):
-        self.sock.close()
 
 
 def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_words(capsys):
