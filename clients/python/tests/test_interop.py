@@ -40,6 +40,10 @@ def test_a_python_worker_serves_the_swift_cli(cluster, start_worker):
     assert code == 0 and document["agent"] == "pyworker"
     assert document["result"] == {"text": "HELLO", "type": "text"}
 
+    # It keeps no context store, and says so when asked about one (QUERY, §3.6).
+    code, lines = cluster.skillbus("sessions", "--agent", "pyworker", "--coordinator", cluster.bus)
+    assert code == 1 and lines == ["error: unsupported: agent 'pyworker' keeps no context store"]
+
     code, document = cluster.send_json("py.upper", "txt:=1")
     assert code == 2 and document["error"] == {
         "code": "invalid_parameters",
