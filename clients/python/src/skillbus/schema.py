@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import jsonwire
+from .errors import SkillbusError
 
 TYPES = ("string", "integer", "number", "boolean", "array", "object", "any")
 _NAME_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -123,10 +124,10 @@ def validate(params: list[Param], values: dict) -> tuple[dict, list[str]]:
     return result, problems
 
 
-def params_from_json(fields) -> list[Param]:
-    """The `Param`s of a descriptor's `parameters` as a registry entry holds them (§5.10)."""
-    params = []
-    for f in fields or []:
-        extra = {"default": f["default"]} if "default" in f else {}
-        params.append(Param(f["name"], f["type"], f.get("required", True), f.get("description", ""), **extra))
-    return params
+def validated(identifier: str, params: list[Param], values: dict) -> dict:
+    """`values` with defaults filled in, or `SkillbusError` `invalid_parameters` worded as §4.10 step 6."""
+    checked, problems = validate(params, values)
+    if problems:
+        raise SkillbusError("invalid_parameters", f"invalid parameters for '{identifier}': " + "; ".join(problems),
+                            problems)
+    return checked

@@ -187,6 +187,7 @@ class Worker:
 
     def run(self) -> None:
         """Starts, serves until SIGINT or SIGTERM, then stops gracefully. Call it from the main thread."""
+        self._stop_signal.clear()
         previous = {s: signal.signal(s, lambda *_: self._stop_signal.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.start()
@@ -212,11 +213,7 @@ class Worker:
     def _sub_call(self, invocation, skill: str, params: dict, timeout: float | None):
         local = self.skills().get(skill)
         if local is not None:
-            values, problems = schema.validate(list(local.params), params)
-            if problems:
-                raise SkillbusError("invalid_parameters", f"invalid parameters for '{skill}': " + "; ".join(problems),
-                                    problems)
-            return local.run(values, invocation.child(skill))
+            return local.run(schema.validated(skill, list(local.params), params), invocation.child(skill))
         if self.replica is not None and self.replica.synced and skill not in self.replica.skills():
             raise SkillbusError("unknown_skill", f"no agent offers skill '{skill}' (the registry replica has none)")
         left = invocation.time_left() if timeout is None else min(timeout, invocation.time_left())

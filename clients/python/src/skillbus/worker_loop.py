@@ -249,10 +249,10 @@ class WorkerLoop:
         if not isinstance(params, dict):
             return refuse("invalid_parameters",
                           f"parameters of '{skill_id}' must be a JSON object, got {jsonwire.type_name(params)}")
-        values, problems = schema.validate(list(skill.params), params)
-        if problems:
-            return refuse("invalid_parameters", f"invalid parameters for '{skill_id}': " + "; ".join(problems),
-                          problems)
+        try:
+            values = schema.validated(skill_id, list(skill.params), params)
+        except SkillbusError as error:
+            return refuse(error.code, error.message, error.details)
         inv = Invocation(self.worker, invocation_id, skill_id, round_id, session,
                          int(deadline) if deadline.isdigit() else 0, self.worker.max_output_bytes,
                          wake=self._socket.wake)
