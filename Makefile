@@ -1,8 +1,9 @@
 # Skillbus — the two commands a fresh Debian machine needs are `make up` and `make test`.
 SWIFT ?= swift
+PYTHON ?= python3
 CONFIG ?= configs/local.json
 
-.PHONY: deps build release up test bench bench-test clean
+.PHONY: deps build release up test python-package python-test python-bench bench bench-test clean
 
 # The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
 # libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
@@ -32,11 +33,27 @@ up: release
 	.build/release/skillbus up --config $(CONFIG)
 
 # Every test: unit tests and integration tests with real processes on 127.0.0.1 (the full bench
-# figures only in `make bench-test`).
+# figures only in `make bench-test`), then the Python package's tests.
 # The integration tests run the built `skillbus`, so build it first.
 test: deps
 	$(SWIFT) build
 	$(SWIFT) test
+	$(MAKE) python-test
+
+# The Python package (clients/python), installed with pip into a folder of its own (PYTHONPATH=.build/python-package).
+python-package:
+	rm -rf .build/python-package
+	PIP_ROOT_USER_ACTION=ignore $(PYTHON) -m pip install --quiet --disable-pip-version-check --no-deps --target .build/python-package ./clients/python
+
+# Its pytest tests against the debug build's coordinator and workers (they need pyzmq and pytest:
+# .ci/run installs them).
+python-test: python-package
+	PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
+
+# What the package costs against a bare pyzmq client, and a Python worker against a Swift one:
+# ratios measured in one run with the release binary (about half a minute).
+python-bench: release python-package
+	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) clients/python/bench.py
 
 bench: release
 	.build/release/skillbus bench --workers 4

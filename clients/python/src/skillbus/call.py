@@ -1,0 +1,204 @@
+"""One request in flight on a `Client`: its intermediate messages and its one answer (§3.3)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass
+
+from . import jsonwire
+from .errors import RoundFailed, SkillbusError, TurnFailed, error_for
+from .results import Output, Reply, Result, RoundDocument, Turn
+
+CLIENT = b"SKB1C"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A state of a turn, or a call of it that ended (PROGRESS, §3.2): `kind` is `state` or `call`."""
+
+    agent: str
+    kind: str
+    body: dict
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The whole registry at one sequence number (SNAPSHOT, §3.3): `entries` by agent name (§5.10)."""
+
+    epoch: str
+    seq: int
+    heartbeat_ms: int
+    entries: dict
+
+
+def _text(frame: bytes) -> str:
+    return frame.decode("utf-8", errors="replace")
+
+
+def _integer(frame: bytes, what: str) -> int:
+    if not frame.isdigit():
+        raise SkillbusError("malformed_message", f"{what} is not an integer: {frame[:32]!r}")
+    return int(frame)
+
+
+def _json(frame: bytes, what: str):
+    try:
+        return jsonwire.loads(frame)
+    except ValueError as error:
+        raise SkillbusError("malformed_message", f"{what} is not JSON: {error}") from None
+
+
+class Call:
+    """A request the bus has not answered yet.
+
+    `events()` yields what comes before the answer: `Output` batches (§3.9), `str` pieces of a
+    turn's reply (STREAM) and `Progress`; `result()` waits for the answer and returns it, or raises
+    `SkillbusError` with the error's code; `cancel()` gives up on it (§3.10), after which the answer
+    still comes, saying `cancelled`.
+    """
+
+    def __init__(self, client, request_id: str, kind: str, wait_s: float, on_output=None):
+        self.request_id = request_id
+        self.round_id: str | None = None  # a ROUND's, once sent
+        self.kind = kind
+        self.outputs: list[Output] = []
+        self.streamed: list[str] = []
+        self._client = client
+        self._wait_s = wait_s
+        self._on_output = on_output
+        self._queue: queue.Queue = queue.Queue()
+        self._entries: list[dict] = []
+        self._answer = None
+        self._failure: SkillbusError | None = None
+        self._done = False
+        self._started = time.monotonic()
+
+    # Called on the client's socket thread.
+    def _deliver(self, frames: list[bytes]) -> None:
+        self._queue.put(frames)
+
+    def _abandon(self, why: str) -> None:
+        """Wakes a waiter with `unreachable` (the client closed, say)."""
+        self._queue.put(why)
+
+    def cancel(self) -> None:
+        """Sends CANCEL for this request (3 frames, §3.1); the answer still comes, saying cancelled."""
+        if not self._done:
+            self._client._send([CLIENT, b"CANCEL", self.request_id.encode()])
+
+    def events(self):
+        """Yields each Output, STREAM text and Progress as it arrives, until the answer has come."""
+        while not self._done:
+            event = self._next(self._deadline())
+            if event is not None:
+                yield event
+
+    def result(self, timeout: float | None = None):
+        """Waits for the answer (at most `timeout` seconds, else the request's timeout + 1 s)."""
+        deadline = self._deadline() if timeout is None else time.monotonic() + timeout
+        while not self._done:
+            self._next(deadline)
+        if self._failure is not None:
+            raise self._failure
+        return self._answer
+
+    def _deadline(self) -> float:
+        return self._started + self._wait_s
+
+    def _next(self, deadline: float):
+        left = deadline - time.monotonic()
+        try:
+            item = self._queue.get(timeout=max(0.0, left)) if left > 0 else self._queue.get_nowait()
+        except KeyboardInterrupt:
+            self.cancel()  # Ctrl-C gives up on the request on the bus too, then stops the caller
+            raise
+        except queue.Empty:
+            waited = time.monotonic() - self._started
+            self._finish(failure=SkillbusError(
+                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
+            return None
+        if isinstance(item, str):
+            self._finish(failure=SkillbusError("unreachable", item))
+            return None
+        try:
+            return self._take(item)
+        except SkillbusError as error:
+            self._finish(failure=error)
+            return None
+
+    def _finish(self, answer=None, failure: SkillbusError | None = None) -> None:
+        self._done = True
+        self._answer, self._failure = answer, failure
+        self._client._forget(self.request_id)
+
+    def _take(self, frames: list[bytes]):
+        command, count = frames[1], len(frames)
+        if command == b"ERROR" and count == 4:
+            self._finish(failure=error_for(_json(frames[3], "the ERROR body")))
+        elif command == b"OUTPUT" and count == 6:
+            output = Output(_text(frames[3]), _integer(frames[4], "OUTPUT frame 4"), _json(frames[5], "the OUTPUT parts"))
+            self.outputs.append(output)
+            if self._on_output is not None:
+                self._on_output(output)
+            return output
+        elif command == b"STREAM" and count == 4:
+            self.streamed.append(_text(frames[3]))
+            return self.streamed[-1]
+        elif command == b"PROGRESS" and count == 6:
+            return Progress(_text(frames[3]), _text(frames[4]), _json(frames[5], "the PROGRESS body"))
+        elif command == b"CONFIRM" and count == 6:
+            approved = self._client._approve(_text(frames[4]), _json(frames[5], "the CONFIRM parameters"))
+            self._client._send([CLIENT, b"APPROVE", frames[3], b"yes" if approved else b"no"])
+        elif command == b"ENTRY" and count == 4:
+            self._entries.append(_json(frames[3], "an ENTRY"))
+        else:
+            self._answered(command, frames)
+        return None
+
+    def _answered(self, command: bytes, frames: list[bytes]) -> None:
+        count = len(frames)
+        if command == b"REPLY" and count == 8:
+            self._reply(frames)
+        elif command == b"ROUND" and count == 5:
+            document = RoundDocument(_json(frames[4], "the round document"), list(self.outputs))
+            if document.status == "ok":
+                self._finish(document)
+            else:
+                self._finish(failure=RoundFailed(error_for(document.error, agent=document.agent), document))
+        elif command == b"TURN" and count == 6:
+            agent, body = _text(frames[3]), _json(frames[5], "the turn document")
+            if frames[4] == b"ok":
+                self._finish(Turn(body, list(self.streamed)))
+            else:
+                error = error_for(body, agent=agent or None)
+                details = body.get("details") if isinstance(body, dict) else None
+                turn = Turn(details, list(self.streamed)) if isinstance(details, dict) else None
+                self._finish(failure=TurnFailed(error, turn))
+        elif command in (b"SKILLS", b"AGENTS", b"CANCELLED") and count == 4:
+            self._finish(_json(frames[3], f"the {command.decode()} body"))
+        elif command == b"SNAPSHOT" and count == 4:
+            self._snapshot(_json(frames[3], "the snapshot summary"))
+        # Anything else carrying our request id is skipped: a newer bus may send more (§10).
+
+    def _reply(self, frames: list[bytes]) -> None:
+        status, agent, payload = frames[4], _text(frames[5]), _json(frames[7], "the REPLY payload")
+        if status == b"ok":
+            try:
+                result = Result.from_json(payload)
+            except ValueError as error:
+                raise SkillbusError("malformed_message", f"REPLY from '{agent}': {error}", agent=agent) from None
+            self._finish(Reply(result, agent, _integer(frames[6], "the REPLY duration"), _text(frames[3]), list(self.outputs)))
+        else:
+            self._finish(failure=error_for(payload, agent=agent or None))
+
+    def _snapshot(self, summary) -> None:
+        try:
+            epoch, seq, agents = summary["epoch"], int(summary["seq"]), int(summary["agents"])
+            entries = {entry["agent"]: entry for entry in self._entries}
+        except (KeyError, TypeError, ValueError) as error:
+            raise SkillbusError("malformed_message", f"an incomplete snapshot: {error!r}") from None
+        if agents != len(self._entries) or len(entries) != len(self._entries):
+            raise SkillbusError("malformed_message",
+                                f"the snapshot announced {agents} entries and {len(self._entries)} came")
+        self._finish(Snapshot(epoch, seq, int(summary.get("heartbeatMs", 1000)), entries))

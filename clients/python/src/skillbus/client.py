@@ -1,0 +1,226 @@
+"""The client side of the bus: `SKB1C` (PROTOCOL §3)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import threading
+import uuid
+
+import zmq
+
+from . import jsonwire
+from .call import CLIENT, Call
+from .errors import SkillbusError
+from .socketthread import SocketThread
+
+DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
+_MAX_TIMEOUT_MS = 86_400_000
+_QUERY_WAIT_S = 5.0  # SKILLS, AGENTS, SNAPSHOT and a round-wide CANCEL (§3.3)
+
+
+def coordinator_endpoint(endpoint: str | None = None) -> str:
+    """`endpoint`, else $SKILLBUS_COORDINATOR (as the `skillbus` commands read it), else the default."""
+    return endpoint or os.environ.get("SKILLBUS_COORDINATOR") or DEFAULT_COORDINATOR
+
+
+def new_round_id() -> str:
+    """A fresh round id: a lower-case UUID, as the reference client makes them (§2 "Identifiers")."""
+    return str(uuid.uuid4())
+
+
+class Client:
+    """A connection to the bus for asking things: calls, rounds, turns, listings and cancels.
+
+    Thread-safe: many calls may be in flight at once from any threads; one socket thread owns the
+    DEALER. Every method that waits raises `SkillbusError` (code and message of §6) when the answer
+    says `error`, or `unreachable` when nothing came within the timeout plus one second.
+
+        with Client("tcp://127.0.0.1:5555") as client:
+            print(client.request("echo", {"text": "hi"}).value)
+
+    `confirm(skill, params) -> bool` answers the bus's CONFIRM for skills that need approval (§3.8),
+    on the thread that waits for the call; without it every such call is refused.
+    """
+
+    def __init__(self, coordinator: str | None = None, *, timeout: float = 15.0, confirm=None,
+                 context: zmq.Context | None = None, max_message_bytes: int = 1_048_576):
+        self.coordinator = coordinator = coordinator_endpoint(coordinator)
+        self.timeout = timeout
+        self._confirm = confirm
+        self._pending: dict[bytes, Call] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._prefix = "".join(random.choice("0123456789abcdefghijklmnopqrstuvwxyz") for _ in range(7))
+        self._closed = False
+        # A short linger lets a CANCEL sent just before close (Ctrl-C, say) still leave.
+        options = {zmq.LINGER: 200, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000}
+        self._socket = SocketThread(context or zmq.Context.instance(), zmq.DEALER, coordinator, self,
+                                    name="skillbus-client", options=options)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.close()
+
+    def close(self) -> None:
+        """Closes the connection; calls still waiting fail with `unreachable`."""
+        with self._lock:
+            self._closed = True
+            pending, self._pending = list(self._pending.values()), {}
+        for call in pending:
+            call._abandon("the client was closed")
+        self._socket.stop()
+
+    # --- one skill -------------------------------------------------------------------------------
+
+    def request(self, skill: str, params: dict | None = None, *, round_id: str = "", session: str = "",
+                timeout: float | None = None, on_output=None):
+        """Runs one skill with a REQUEST (§3.1) and returns its `Reply`; `on_output(Output)` sees
+        partial output as it comes. An empty `round_id` takes part in no round (§3.4)."""
+        return self.start_request(skill, params, round_id=round_id, session=session, timeout=timeout,
+                                  on_output=on_output).result()
+
+    def start_request(self, skill: str, params: dict | None = None, *, round_id: str = "", session: str = "",
+                      timeout: float | None = None, on_output=None) -> Call:
+        """Sends a REQUEST and returns its `Call` at once (for `events()`, `cancel()`, `result()`)."""
+        if not isinstance(skill, str) or not skill:
+            raise ValueError(f"a skill identifier is needed, got {skill!r}")
+        timeout_ms = self._timeout_ms(timeout)
+        frames = [round_id.encode(), session.encode(), skill.encode(), str(timeout_ms).encode(),
+                  self._params(params)]
+        return self._start(b"REQUEST", frames, "REQUEST", timeout_ms / 1000 + 1, on_output)
+
+    # --- rounds (§3.5) ---------------------------------------------------------------------------
+
+    def invoke(self, skill: str, params: dict | None = None, **options):
+        """A round of one invocation; returns its `RoundDocument` (raises `RoundFailed` on error)."""
+        return self.round({"invoke": {"skill": skill, "params": self._checked_params(params)}}, **options)
+
+    def fanout(self, skill: str, params: dict | None = None, *, agents="all", aggregate: str = "all", **options):
+        """One skill on several agents (`agents`: "all" or a list of names); `aggregate` is
+        all, first or majority (§3.5.5)."""
+        body = {"skill": skill, "params": self._checked_params(params), "agents": agents, "aggregate": aggregate}
+        return self.round({"fanout": body}, **options)
+
+    def plan(self, steps: list[dict], *, on_failure: str = "stop", **options):
+        """A plan of steps (`{"id", "skill", "params", "after"}`, §3.5.1), references included."""
+        return self.round({"plan": {"steps": steps, "onFailure": on_failure}}, **options)
+
+    def round(self, body: dict, *, round_id: str | None = None, session: str = "", timeout: float | None = None,
+              priority: str | None = None, retries: int | None = None, no_cache: bool = False, on_output=None):
+        """Sends a ROUND with `body` (one of the shapes of §3.5.1) and returns its `RoundDocument`."""
+        return self.start_round(body, round_id=round_id, session=session, timeout=timeout, priority=priority,
+                                retries=retries, no_cache=no_cache, on_output=on_output).result()
+
+    def start_round(self, body: dict, *, round_id: str | None = None, session: str = "",
+                    timeout: float | None = None, priority: str | None = None, retries: int | None = None,
+                    no_cache: bool = False, on_output=None) -> Call:
+        """Sends a ROUND and returns its `Call` at once; the round id is in `call.round_id`."""
+        if not isinstance(body, dict) or len(body) != 1:
+            raise ValueError("a round body is an object with one key: invoke, fanout or plan")
+        shape, inner = next(iter(body.items()))
+        inner = dict(inner)
+        for key, value in (("priority", priority), ("retries", retries), ("noCache", no_cache or None)):
+            if value is not None:
+                inner[key] = value
+        timeout_ms = self._timeout_ms(timeout)
+        round_id = round_id or new_round_id()
+        frames = [round_id.encode(), session.encode(), str(timeout_ms).encode(), jsonwire.encode({shape: inner})]
+        call = self._start(b"ROUND", frames, "ROUND", timeout_ms / 1000 + 1, on_output)
+        call.round_id = round_id
+        return call
+
+    # --- turns (§3.7) ----------------------------------------------------------------------------
+
+    def ask(self, message: str, *, agent: str = "", session: str = "", round_id: str | None = None,
+            timeout: float | None = None, progress: bool = False):
+        """Asks an agent with a planner to take a turn; returns the `Turn` (raises `TurnFailed`)."""
+        return self.start_ask(message, agent=agent, session=session, round_id=round_id, timeout=timeout,
+                              progress=progress).result()
+
+    def start_ask(self, message: str, *, agent: str = "", session: str = "", round_id: str | None = None,
+                  timeout: float | None = None, progress: bool = False) -> Call:
+        """Sends an ASK; `events()` of the call yields the reply's pieces (and `Progress` with `progress`)."""
+        timeout_ms = self._timeout_ms(timeout)
+        frames = [(round_id or new_round_id()).encode(), session.encode(), agent.encode(),
+                  str(timeout_ms).encode(), message.encode()] + ([b"progress"] if progress else [])
+        return self._start(b"ASK", frames, "ASK", timeout_ms / 1000 + 1, None)
+
+    # --- listings and cancels --------------------------------------------------------------------
+
+    def skills(self) -> list[dict]:
+        """The catalog (§5.9): every skill on offer with its providers and their load."""
+        return self._start(b"SKILLS", [], "SKILLS", _QUERY_WAIT_S, None).result()["skills"]
+
+    def agents(self) -> dict:
+        """The agents listing (§5.13): `{"agents": [...], "registry": position, ...}`."""
+        return self._start(b"AGENTS", [], "AGENTS", _QUERY_WAIT_S, None).result()
+
+    def snapshot(self, timeout: float = _QUERY_WAIT_S):
+        """The whole registry at one sequence number (`Snapshot`, §3.3); a short one is refused."""
+        return self.start_snapshot(timeout).result()
+
+    def start_snapshot(self, timeout: float = _QUERY_WAIT_S) -> Call:
+        return self._start(b"SNAPSHOT", [], "SNAPSHOT", timeout, None)
+
+    def cancel_round(self, round_id: str) -> dict:
+        """Cancels everything of a round, whoever sent it (4-frame CANCEL, §3.10); returns what was
+        stopped: `{"round", "requests", "rounds", "turns", "stopped"}`."""
+        if not round_id:
+            raise ValueError("cancel_round needs a round id")
+        return self._start(b"CANCEL", [round_id.encode()], "CANCEL", _QUERY_WAIT_S, None).result()
+
+    # --- internals -------------------------------------------------------------------------------
+
+    def _start(self, command: bytes, frames: list[bytes], kind: str, wait_s: float, on_output) -> Call:
+        request_id = f"{self._prefix}-{next(self._ids)}"
+        call = Call(self, request_id, kind, wait_s, on_output)
+        with self._lock:
+            if self._closed:
+                raise SkillbusError("unreachable", "the client is closed")
+            self._pending[request_id.encode()] = call
+        self._socket.send([CLIENT, command, request_id.encode(), *frames])
+        return call
+
+    def _send(self, frames: list[bytes]) -> None:
+        self._socket.send(frames)
+
+    def _forget(self, request_id: str) -> None:
+        with self._lock:
+            self._pending.pop(request_id.encode(), None)
+
+    def _approve(self, skill: str, params) -> bool:
+        return bool(self._confirm and self._confirm(skill, params))
+
+    def _timeout_ms(self, timeout: float | None) -> int:
+        seconds = self.timeout if timeout is None else timeout
+        timeout_ms = int(round(seconds * 1000))
+        if not 1 <= timeout_ms <= _MAX_TIMEOUT_MS:
+            raise ValueError(f"a timeout must be from 0.001 s to one day, got {seconds!r} s")
+        return timeout_ms
+
+    @staticmethod
+    def _checked_params(params) -> dict:
+        if params is None:
+            return {}
+        if not isinstance(params, dict):
+            raise TypeError(f"parameters are a dict (a JSON object), got {type(params).__name__}")
+        return params
+
+    def _params(self, params) -> bytes:
+        return jsonwire.encode(self._checked_params(params))
+
+    # Socket thread.
+    def on_message(self, frames: list[bytes]) -> None:
+        if len(frames) < 3 or frames[0] != CLIENT:
+            return
+        with self._lock:
+            call = self._pending.get(frames[2])
+        if call is not None:
+            call._deliver(frames)  # anything for an id nobody waits for is dropped (§3.3)
+
+    def before_poll(self, now: float):
+        return None

@@ -1,0 +1,133 @@
+"""One ZeroMQ socket, one thread.
+
+A ZeroMQ socket is not thread-safe, so every socket of this package is created, polled, used and
+closed by one thread of its own. Other threads hand it frames through a locked outbox and wake it
+through a socket pair that it polls beside the ZeroMQ socket.
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import sys
+import threading
+import time
+
+import zmq
+
+
+class SocketThread:
+    """Runs `handler` on a thread that owns one socket.
+
+    The handler's `on_message(frames)` gets every message received; its `before_poll(now)` runs
+    before each wait and returns when the thread must look again (a `time.monotonic()` value, or
+    None to wait for a message or a wake-up alone). Both run on the owning thread only.
+    """
+
+    def __init__(self, context: zmq.Context, kind: int, endpoint: str, handler, *, name: str,
+                 options: dict | None = None, subscriptions: list[bytes] = ()):
+        self._handler = handler
+        self._outbox: collections.deque = collections.deque()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self._setup = (context, kind, endpoint, dict(options or {}), list(subscriptions))
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._failure is not None:
+            raise self._failure
+
+    def send(self, frames: list[bytes]) -> None:
+        """Queues one message for the owning thread to send; callable from any thread."""
+        with self._lock:
+            if self._stopping:
+                return
+            self._outbox.append(frames)
+        self.wake()
+
+    def wake(self) -> None:
+        """Makes the owning thread run `before_poll` again soon; callable from any thread."""
+        try:
+            self._wake_writer.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # the pipe is full (a wake-up is pending anyway) or closed
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Sends what is queued, closes the socket on its thread and waits for that thread."""
+        with self._lock:
+            self._stopping = True
+        self.wake()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        context, kind, endpoint, options, subscriptions = self._setup
+        try:
+            sock = context.socket(kind)
+            for option, value in options.items():
+                sock.setsockopt(option, value)
+            for prefix in subscriptions:
+                sock.setsockopt(zmq.SUBSCRIBE, prefix)
+            sock.connect(endpoint)
+        except zmq.ZMQError as error:
+            self._failure = ValueError(f"cannot connect to {endpoint!r}: {error}")
+            self._started.set()
+            return
+        self._started.set()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        try:
+            while True:
+                self._flush(sock)
+                with self._lock:
+                    if self._stopping and not self._outbox:
+                        break
+                due = self._handler.before_poll(time.monotonic())
+                self._flush(sock)  # before_poll may have queued messages
+                timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
+                events = dict(poller.poll(timeout))
+                if self._wake_reader.fileno() in events:
+                    self._drain_wake()
+                if sock in events:
+                    self._receive(sock)
+        finally:
+            sock.close()
+            self._wake_reader.close()
+            self._wake_writer.close()
+
+    def _flush(self, sock) -> None:
+        while True:
+            with self._lock:
+                if not self._outbox:
+                    return
+                frames = self._outbox.popleft()
+            try:
+                sock.send_multipart(frames, flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # at the high-water mark, as the bus does (PROTOCOL §1): dropped, never blocking
+            except zmq.ZMQError:
+                pass  # e.g. a SUB socket cannot send; nothing to do
+
+    def _receive(self, sock) -> None:
+        while True:
+            try:
+                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                self._handler.on_message(frames)
+            except Exception as error:  # one bad message must not end the thread that serves the rest
+                print(f"skillbus: {self._thread.name}: a message failed: {error!r}", file=sys.stderr, flush=True)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_reader.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass

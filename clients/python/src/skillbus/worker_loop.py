@@ -1,0 +1,298 @@
+"""The worker protocol's state (PROTOCOL §4), kept on the worker's socket thread.
+
+Registration with back-off (§4.7), heartbeats both ways, INVOKE checked in the order of §4.10,
+RESULT and OUTPUT, CANCEL, the STATE rule of §4.10, SKILLS (§4.11) and DISCONNECT (§4.4). Skills
+run on the worker's thread pool; what they finish comes back through a queue.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+
+from . import jsonwire, schema
+from .errors import SkillbusError
+from .invocation import Invocation
+
+WORKER = b"SKB1W"
+IDLE = {"state": "idle"}
+_FRAMES = {b"WELCOME": (3, 3), b"INVOKE": (8, 8), b"CANCEL": (3, 3), b"HEARTBEAT": (2, 3), b"ERROR": (3, 3),
+           b"QUERY": (4, 4), b"TURN": (8, 8)}
+_BACKOFF_MIN_S, _BACKOFF_MAX_S = 1.0, 32.0
+
+
+def _error(code: str, message: str, details=None) -> bytes:
+    return jsonwire.encode(SkillbusError(code, message, details).to_object())
+
+
+def feed_for(bus: str, feed: str) -> str:
+    """The feed endpoint to connect to: WELCOME's, with a wildcard host replaced by the bus's (§8.6)."""
+    if not bus.startswith("tcp://") or not feed.startswith("tcp://"):
+        return feed
+    host, _, port = feed[len("tcp://"):].rpartition(":")
+    if host in ("0.0.0.0", "*", "[::]", "::"):
+        return bus.rpartition(":")[0] + ":" + port
+    return feed
+
+
+class WorkerLoop:
+    def __init__(self, worker):
+        self.worker = worker
+        self.welcomed = threading.Event()  # the first WELCOME came
+        self.welcome: dict | None = None
+        self.left = threading.Event()  # DISCONNECT is on its way
+        self._socket = None
+        self._finished: queue.SimpleQueue = queue.SimpleQueue()
+        now = time.monotonic()
+        self._registered = False
+        self._awaiting_welcome = False
+        self._backoff = _BACKOFF_MIN_S
+        self._last_ready: float | None = None
+        self._bus_heartbeat_ms = worker.heartbeat_ms
+        self._last_heard = now
+        self._next_heartbeat = now
+        self._running: dict[str, Invocation] = {}
+        self._current_skill = ""
+        self._state_sent: dict | None = IDLE  # the STATE last sent; None: forgotten at a WELCOME
+        self._offered: list | None = None  # the skill list the bus holds for us
+        self._skills_dirty = False
+        self._leave_by: float | None = None
+
+    def attach(self, socket) -> None:
+        self._socket = socket
+        socket.wake()
+
+    # --- from other threads ----------------------------------------------------------------------
+
+    def skills_changed(self) -> None:
+        self._skills_dirty = True
+        self._socket.wake()
+
+    def leave(self, grace: float) -> None:
+        self._leave_by = time.monotonic() + grace
+        self._socket.wake()
+
+    # --- the socket thread -----------------------------------------------------------------------
+
+    def _send(self, *frames: bytes) -> None:
+        self._socket.send([WORKER, *frames])
+
+    def _log(self, text: str) -> None:
+        print(f"skillbus worker '{self.worker.name}': {text}", file=sys.stderr, flush=True)
+
+    def before_poll(self, now: float):
+        if self._socket is None or self.left.is_set():
+            return None
+        self._finish_invocations(now)
+        if self._leave_by is not None:
+            return self._leaving(now)
+        self._send_output(now)
+        if self._skills_dirty:
+            self._skills_dirty = False
+            self._offer_skills()
+        due = self._timers(now)
+        self._flush_state()
+        batch_dues = [d for d in (inv.batch_due() for inv in self._running.values()) if d is not None]
+        return min([due, *batch_dues])
+
+    def _timers(self, now: float) -> float:
+        if not self._registered:
+            if self._last_ready is None or now - self._last_ready >= self._backoff:
+                self._send_ready(now)
+            return self._last_ready + self._backoff
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.worker.heartbeat_ms / 1000
+            frames = [b"HEARTBEAT", str(self.worker.heartbeat_ms).encode()]
+            replica = self.worker.replica
+            position = replica.position() if replica is not None else None
+            if position is not None:
+                frames.append(jsonwire.encode(position))
+            self._send(*frames)
+            if now - self._last_heard > 3 * self._bus_heartbeat_ms / 1000:
+                self._log("the bus has been silent for 3 heartbeats: registering again")
+                self._registered = False
+                self._backoff = _BACKOFF_MIN_S
+                for inv in self._running.values():
+                    inv.cancelled.set()  # the bus has answered them agent_lost already
+                self._send_ready(now)
+                return now + self._backoff
+        return self._next_heartbeat
+
+    def _send_ready(self, now: float) -> None:
+        if self._last_ready is not None:
+            self._backoff = min(2 * self._backoff, _BACKOFF_MAX_S)
+        self._last_ready = now
+        self._awaiting_welcome = True
+        self._offered = self._descriptors()
+        body = {"name": self.worker.name, "capacity": self.worker.capacity,
+                "heartbeatMs": self.worker.heartbeat_ms, "skills": self._offered}
+        self._send(b"READY", jsonwire.encode(body))
+
+    def _descriptors(self) -> list:
+        return [s.descriptor for _, s in sorted(self.worker.skills().items())]
+
+    def _offer_skills(self) -> None:
+        if self._registered and self._descriptors() != self._offered:
+            self._offered = self._descriptors()
+            self._send(b"SKILLS", jsonwire.encode(self._offered))
+
+    def _flush_state(self) -> None:
+        """The STATE rule of §4.10: before waiting, send the current state if it is not the last sent."""
+        if not self._registered:
+            return
+        current = {"skill": self._current_skill, "state": "executingSkill"} if self._running else IDLE
+        if current != self._state_sent:
+            self._state_sent = current
+            self._send(b"STATE", jsonwire.encode(current))
+
+    def _leaving(self, now: float):
+        for inv in self._running.values():
+            inv.cancelled.set()
+        if self._running and now < self._leave_by:
+            return self._leave_by
+        if self._registered:
+            self._send(b"DISCONNECT")
+        self.left.set()
+        return None
+
+    def on_message(self, frames: list[bytes]) -> None:
+        self._last_heard = time.monotonic()
+        if len(frames) < 2 or frames[0] != WORKER:
+            return self._log(f"ignored a message with header {frames[0][:8]!r}")
+        command = frames[1]
+        low, high = _FRAMES.get(command, (None, None))
+        if low is None or not low <= len(frames) <= high:
+            return self._log(f"ignored {command[:16]!r} with {len(frames)} frames")
+        if command == b"INVOKE":
+            self._invoke(*[f.decode("utf-8", errors="replace") for f in frames[2:7]], frames[7])
+        elif command == b"CANCEL":
+            inv = self._running.get(frames[2].decode("utf-8", errors="replace"))
+            if inv is not None:  # an id that already finished is ignored (§4.9)
+                inv.cancelled.set()
+        elif command == b"HEARTBEAT" and len(frames) == 3:
+            if frames[2].isdigit() and 10 <= int(frames[2]) <= 3_600_000:
+                self._bus_heartbeat_ms = int(frames[2])
+        elif command == b"WELCOME":
+            self._on_welcome(frames[2])
+        elif command == b"ERROR":
+            self._on_error(frames[2])
+        elif command == b"QUERY":
+            self._send(b"ANSWER", frames[2], b"error",
+                       _error("unsupported", f"agent '{self.worker.name}' keeps no context store"))
+        elif command == b"TURN":
+            self._send(b"TURNEND", frames[2], b"error",
+                       _error("unsupported", f"agent '{self.worker.name}' has no planner"))
+
+    def _on_welcome(self, body: bytes) -> None:
+        try:
+            welcome = jsonwire.loads(body)
+            keys = ("accepted", "refused", "feed", "epoch", "heartbeatMs")
+            if not isinstance(welcome, dict) or any(k not in welcome for k in keys):
+                raise ValueError(f"a WELCOME needs {', '.join(keys)}")
+            heartbeat = int(welcome["heartbeatMs"])
+        except (ValueError, TypeError) as error:
+            return self._log(f"ignored a malformed WELCOME: {error}")
+        self._bus_heartbeat_ms = min(max(heartbeat, 10), 3_600_000)
+        self._registered, self._awaiting_welcome = True, False
+        self._backoff = _BACKOFF_MIN_S
+        self._state_sent = None  # a registration resets the bus's view to idle: say the state again
+        self._next_heartbeat = time.monotonic() + self.worker.heartbeat_ms / 1000
+        for refused in welcome["refused"]:
+            self._log(f"skill refused: {refused}")
+        self.worker._start_replica(self.worker._feed or feed_for(self.worker.coordinator, welcome["feed"]))
+        self.welcome = welcome
+        self.welcomed.set()  # after the replica exists: whoever waited for this may use it
+        self._offer_skills()  # skills declared while the READY was on its way
+
+    def _on_error(self, body: bytes) -> None:
+        try:
+            error = SkillbusError.from_object(jsonwire.loads(body))
+        except ValueError:
+            error = SkillbusError("malformed_message", "an ERROR whose body is not JSON")
+        if error.code == "not_registered":
+            # Answers come in order (§4.2): one that arrives while our READY waits refers to an older message.
+            if not self._awaiting_welcome:
+                self._registered = False
+                self._timers(time.monotonic())
+        elif error.code in ("name_taken", "invalid_registration", "not_allowed"):
+            self._awaiting_welcome = False
+            self._log(f"registration refused: {error.code}: {error.message}")
+        else:
+            self._log(f"the bus refused a message: {error.code}: {error.message}")
+
+    def _invoke(self, invocation_id: str, round_id: str, session: str, skill_id: str, deadline: str,
+                params_frame: bytes) -> None:
+        """§4.10: steps 1-6 run nothing and send no STATE; then the skill runs on the pool."""
+        name = self.worker.name
+
+        def refuse(code: str, message: str, details=None) -> None:
+            self._send(b"RESULT", invocation_id.encode(), b"error", _error(code, message, details))
+
+        skills = self.worker.skills()
+        skill = skills.get(skill_id)
+        if self._leave_by is not None:
+            return refuse("agent_lost", f"agent '{name}' is shutting down")
+        if len(self._running) >= self.worker.capacity:
+            return refuse("busy", f"agent '{name}' is at capacity ({self.worker.capacity})")
+        limit = skill.descriptor.get("concurrency") if skill else None
+        if limit is not None and sum(1 for i in self._running.values() if i.skill == skill_id) >= limit:
+            return refuse("busy", f"agent '{name}' is at the concurrency limit of '{skill_id}' ({limit})")
+        if skill is None:
+            offered = ", ".join(sorted(skills)) or "none"
+            return refuse("unknown_skill", f"agent '{name}' does not offer '{skill_id}' (offers: {offered})")
+        try:
+            params = jsonwire.loads(params_frame)
+        except ValueError as error:
+            return refuse("invalid_parameters", f"parameters of '{skill_id}' are not valid JSON: {error}")
+        if not isinstance(params, dict):
+            return refuse("invalid_parameters",
+                          f"parameters of '{skill_id}' must be a JSON object, got {jsonwire.type_name(params)}")
+        try:
+            values = schema.validated(skill_id, list(skill.params), params)
+        except SkillbusError as error:
+            return refuse(error.code, error.message, error.details)
+        inv = Invocation(self.worker, invocation_id, skill_id, round_id, session,
+                         int(deadline) if deadline.isdigit() else 0, self.worker.max_output_bytes,
+                         wake=self._socket.wake)
+        self._running[invocation_id] = inv
+        self._current_skill = skill_id
+        self.worker._pool.submit(self._execute, skill, inv, values)
+
+    def _execute(self, skill, inv: Invocation, values: dict) -> None:
+        """On a pool thread: runs the skill and queues its outcome (§4.10 steps 7-10)."""
+        try:
+            status, payload, failure = "ok", jsonwire.encode(skill.run(values, inv).to_json()), None
+        except SkillbusError as error:
+            status, payload = "error", jsonwire.encode(error.to_object())
+            failure = "cancelled" if error.code == "cancelled" else error.message
+        except Exception as error:  # anything else is skill_failed (step 10)
+            message = f"'{inv.skill}' failed: {error or type(error).__name__}"
+            status, payload, failure = "error", _error("skill_failed", message), message
+        if inv.output_error is not None:  # passed the output limit: that is the outcome, whatever came back
+            status, payload, failure = "error", jsonwire.encode(inv.output_error.to_object()), inv.output_error.message
+        self._finished.put((inv, status, payload, failure))
+        self._socket.wake()
+
+    def _finish_invocations(self, now: float) -> None:
+        """On the wire: the last OUTPUT, RESULT, then STATE failed for a failure (§4.10 rule 4)."""
+        while True:
+            try:
+                inv, status, payload, failure = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            self._running.pop(inv.id, None)
+            batch = inv.take_batch(now, final=True)
+            if batch is not None:
+                self._send(b"OUTPUT", inv.id.encode(), str(batch[0]).encode(), jsonwire.encode(batch[1]))
+            self._send(b"RESULT", inv.id.encode(), status.encode(), payload)
+            if failure is not None and self._registered:
+                self._state_sent = {"reason": failure, "state": "failed"}
+                self._send(b"STATE", jsonwire.encode(self._state_sent))
+
+    def _send_output(self, now: float) -> None:
+        for inv in self._running.values():
+            batch = inv.take_batch(now)
+            if batch is not None:
+                self._send(b"OUTPUT", inv.id.encode(), str(batch[0]).encode(), jsonwire.encode(batch[1]))
