@@ -76,8 +76,9 @@ public enum SessionsCommand: SkillbusCommand {
                             [agent] + ["session", "turns", "messages", "updated"].map { session[$0].map(Self.text) ?? "" })
                     }
                 } catch {
-                    // One agent's refusal (no store, or it left) does not hide the others' sessions.
-                    guard agents.count > 1, error.code != .unreachable else { throw error }
+                    // An agent found live that refuses (no store, or it left) is listed with its error, also
+                    // when it is the only one; only the agent the user named makes the command fail.
+                    guard arguments.value("--agent") == nil, error.code != .unreachable else { throw error }
                     answers.append(["agent": .string(agent), "error": error.json])
                     notes.append("\(agent): \(error.code): \(error.message)")
                 }

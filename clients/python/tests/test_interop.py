@@ -1,5 +1,6 @@
 """The package against the real Swift coordinator and workers: both ways, rounds, streaming, cancel."""
 
+import json
 import signal
 import threading
 import time
@@ -43,6 +44,10 @@ def test_a_python_worker_serves_the_swift_cli(cluster, start_worker):
     # It keeps no context store, and says so when asked about one (QUERY, §3.6).
     code, lines = cluster.skillbus("sessions", "--agent", "pyworker", "--coordinator", cluster.bus)
     assert code == 1 and lines == ["error: unsupported: agent 'pyworker' keeps no context store"]
+    # Found live rather than named, it is listed with its error, also as the only agent.
+    code, lines = cluster.skillbus("sessions", "--json", "--coordinator", cluster.bus)
+    listed = json.loads(next(line for line in lines if line.startswith("{")))["agents"]
+    assert code == 0 and [(entry["agent"], entry["error"]["code"]) for entry in listed] == [("pyworker", "unsupported")]
 
     code, document = cluster.send_json("py.upper", "txt:=1")
     assert code == 2 and document["error"] == {
