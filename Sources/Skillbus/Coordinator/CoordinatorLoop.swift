@@ -140,15 +140,14 @@ final class CoordinatorLoop {
         guard let header = body.first else {
             return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
         }
-        if message.overLimit {
-            let frames = message.frameCount - 1
-            let limit = frames > Wire.maxFrames ? "maxFrames" : "maxMessageBytes"
+        // The sizes count every frame, kept or not (the receive stopped keeping them past its limits).
+        let frames = message.frameCount - 1
+        if frames > Wire.maxFrames {
             return refuseOverLimit(
-                peer, body, limit: limit,
-                "message of \(frames) frames and at least \(message.byteCount - 256) bytes exceeds the limit of "
-                    + "\(Wire.maxFrames) frames and \(maxMessageBytes) bytes (maxMessageBytes)")
+                peer, body, limit: "maxFrames",
+                "message of \(frames) frames exceeds the limit of \(Wire.maxFrames) frames (maxFrames)")
         }
-        let size = body.reduce(0) { $0 + $1.count }
+        let size = message.byteCount - peer.bytes.count
         if size > maxMessageBytes {
             return refuseOverLimit(
                 peer, body, limit: "maxMessageBytes",
