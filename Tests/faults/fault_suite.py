@@ -209,6 +209,13 @@ def huge_subscriber_main(feed, key_directory):
     os._exit(0)
 
 
+def wait_for_subscription(sub):
+    """Waits for the first event a subscriber gets (it subscribes to `registry.heartbeat`, sent every second):
+    from then on its subscriptions are in place at the bus."""
+    if not receive_until(sub, time.monotonic() + 5, lambda f: True):
+        raise RuntimeError("the feed sent nothing within 5 s")
+
+
 class Probe:
     """Another client measuring echo latency during the fault (`probe_main` in a child process)."""
 
@@ -261,14 +268,18 @@ def worker_kill(cluster, seconds):
     """kill -9 of a worker under load: every request answered exactly once, the lost worker's within ~1 s."""
     alpha = cluster.worker("alpha", "sleep", capacity=4, key="w1")
     cluster.worker("beta", "sleep", capacity=4, key="w2")
-    left = cluster.subscriber([b"agent.left"])
+    left = cluster.subscriber([b"agent.left", b"request.dispatched", b"registry.heartbeat"])
+    wait_for_subscription(left)
     client = cluster.dealer()
     ids = []
     for _ in range(64):
         rid, frames = request("sleep", {"ms": 300}, timeout_ms=30000)
         ids.append(rid)
         client.send_multipart(frames)
-    time.sleep(0.2)  # the fault's moment, not a wait for an event: both agents are busy by now
+    # The kill comes once alpha runs four of them.
+    on_alpha = []
+    receive_until(left, time.monotonic() + 10, lambda f: f[0] == b"request.dispatched" and b'"alpha"' in f[1] and
+                  on_alpha.append(1) is None and len(on_alpha) == 4)
     killed = time.monotonic()
     alpha.stop(signal.SIGKILL)
     answers, lost_at = {}, []
@@ -281,7 +292,8 @@ def worker_kill(cluster, seconds):
         return len(answers) == len(ids)
 
     gone = []
-    receive_until(left, killed + 10, lambda f: b'"alpha"' in f[1] and gone.append(time.monotonic() - killed) is None)
+    receive_until(left, killed + 10, lambda f: f[0] == b"agent.left" and b'"alpha"' in f[1] and
+                  gone.append(time.monotonic() - killed) is None)
     left.close()
     receive_until(client, time.monotonic() + 30, take)
     receive_until(client, time.monotonic() + 0.5, lambda f: take(f) and False)  # a second answer would show
@@ -413,8 +425,8 @@ def slow_subscriber(cluster, seconds):
 def oversize(cluster, seconds):
     """Messages and subscriptions over the limits: refused with the limit named, nobody else slowed."""
     problems = []
-    watcher = cluster.subscriber([b"limits."])
-    time.sleep(0.3)  # the watcher's subscription reaches the bus (a fault suite pace, not an event wait)
+    watcher = cluster.subscriber([b"limits.", b"registry.heartbeat"])
+    wait_for_subscription(watcher)
     s = cluster.dealer()
 
     def expect_refusal(frames, word, what):
@@ -438,7 +450,7 @@ def oversize(cluster, seconds):
                                 preexec_fn=die_with_parent)
     seen = []
     receive_until(watcher, time.monotonic() + 5,
-                  lambda f: seen.append(json.loads(f[1])) is None and any(
+                  lambda f: f[0] == b"limits.refused" and seen.append(json.loads(f[1])) is None and any(
                       e.get("limit") == "maxSubscriptionBytes" for e in seen))
     limits = sorted({e.get("limit") for e in seen})
     for limit in ["maxFrames", "maxMessageBytes", "maxSubscriptionBytes"]:
