@@ -3,7 +3,8 @@
 
 For each case it starts a coordinator and its workers, runs a probe client that sends `echo` every 10 ms
 to an agent of its own, samples the coordinator's resident memory (/proc/PID/status VmRSS), applies the
-fault, and checks: the coordinator lives, stays under 150 MiB, answers the probe with p99 under 50 ms,
+fault, and checks: the coordinator lives, stays under 150 MiB, answers the probe with p99 under 50 ms (or, on a
+machine so busy that the probe's p99 without any fault is already high, under twice that),
 and the case's own figures (answered once each, refusals seen, ...). Each case runs without keys; those
 where keys matter also with keys (CURVE). Prints one line of figures per case; exits 1 when one is wrong.
 
@@ -21,6 +22,7 @@ def die_with_parent():
 
 RSS_LIMIT_MIB = 150
 P99_LIMIT_MS = 50
+QUIET_FACTOR = 2           # a p99 over the limit still passes when the same run's fault-free p99 was half as high
 KILL_ANSWER_LIMIT_S = 2.0   # the heartbeat path takes > 3 s with the default 1 s heartbeats
 
 
@@ -547,6 +549,11 @@ def run_case(name, function, binary, keys, seconds, scratch):
     cluster = Cluster(binary, keys, scratch)
     try:
         cluster.worker("probe", "echo", capacity=4, key="w1")
+        # The probe's p99 with no fault, in the same run: on a machine others share it can be over the
+        # limit by itself, and then only a fault that makes it much worse fails the case.
+        quiet = Probe(cluster)
+        time.sleep(1)
+        quiet_p99, _, _ = quiet.finish()
         rss = RssSampler(cluster.pid)
         rss.start()
         probe = Probe(cluster)
@@ -561,12 +568,13 @@ def run_case(name, function, binary, keys, seconds, scratch):
         bounded = name != "giant-multipart"
         if bounded and peak > RSS_LIMIT_MIB: problems.append(f"RSS peak {peak:.0f} MiB > {RSS_LIMIT_MIB}")
         if settled > RSS_LIMIT_MIB: problems.append(f"RSS after the fault {settled:.0f} MiB > {RSS_LIMIT_MIB}")
-        if bounded and p99 > P99_LIMIT_MS: problems.append(f"probe p99 {p99:.1f} ms > {P99_LIMIT_MS}")
+        if bounded and p99 > max(P99_LIMIT_MS, QUIET_FACTOR * quiet_p99):
+            problems.append(f"probe p99 {p99:.1f} ms > {P99_LIMIT_MS} (and over {QUIET_FACTOR}x its {quiet_p99:.1f} ms without the fault)")
         if not bounded:
             figures += " (peak and p99 not bounded: libzmq holds the message whole until its last frame, PROTOCOL §9)"
         if failed: problems.append(f"{failed} probe requests unanswered")
         return (f"{name:<19} keys={'on ' if keys else 'off'} RSS peak {peak:5.1f} MiB, after {settled:5.1f} MiB; "
-                f"probe p99 {p99:5.1f} ms ({answered} answered); {figures}"), problems
+                f"probe p99 {p99:5.1f} ms ({answered} answered; {quiet_p99:.1f} ms without the fault); {figures}"), problems
     finally:
         cluster.stop()
 

@@ -131,9 +131,9 @@ final class CoordinatorLoop {
 
     /// Takes the message over, so that dropping the routing id below moves frames instead of copying them.
     private func handle(_ message: consuming ReceivedMessage) {
-        let userID = message.userID
-        let sourceFD = message.sourceFD
-        var body = message.frames
+        let (userID, sourceFD, frameCount, byteCount) =
+            (message.userID, message.sourceFD, message.frameCount, message.byteCount)
+        var body = (consume message).frames
         guard !body.isEmpty else { return }
         let peer = PeerID(body.removeFirst())
         let now = DispatchTime.now().uptimeNanoseconds
@@ -141,13 +141,13 @@ final class CoordinatorLoop {
             return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
         }
         // The sizes count every frame, kept or not (the receive stopped keeping them past its limits).
-        let frames = message.frameCount - 1
+        let frames = frameCount - 1
         if frames > Wire.maxFrames {
             return refuseOverLimit(
                 peer, body, limit: "maxFrames",
                 "message of \(frames) frames exceeds the limit of \(Wire.maxFrames) frames (maxFrames)")
         }
-        let size = message.byteCount - peer.bytes.count
+        let size = byteCount - peer.bytes.count
         if size > maxMessageBytes {
             return refuseOverLimit(
                 peer, body, limit: "maxMessageBytes",

@@ -76,6 +76,11 @@ public enum Wire {
     /// it is held; one between `maxSubscriptionBytes` and this is refused and counted.
     public static let feedHardCap: Int64 = 4096
 
+    /// The largest feed frame a subscriber (a replica, `FeedSubscriber`) takes (its ZMQ_MAXMSGSIZE): far
+    /// above any event of a coordinator's default limits (an ENTRY is as large as a READY), so only a
+    /// broken or hostile feed meets it, and costs its subscriber that connection instead of its memory.
+    public static let subscriberHardCap: Int64 = 64 << 20
+
     /// The longest session id, in UTF-8 bytes.
     public static let maxSessionIDBytes = 128
 
