@@ -33,7 +33,8 @@ up: release
 	.build/release/skillbus up --config $(CONFIG)
 
 # Every test: unit tests and integration tests with real processes on 127.0.0.1 (the full bench
-# figures only in `make bench-test`), then the fault suite's short form (two seconds of each fault).
+# figures only in `make bench-test`), then the fault suite's short form (two seconds of each fault; the
+# probe's p99 is printed, not checked).
 # The integration tests run the built `skillbus`, so build it first.
 test: deps
 	$(SWIFT) build

@@ -4,7 +4,8 @@
 For each case it starts a coordinator and its workers, runs a probe client that sends `echo` every 10 ms
 to an agent of its own, samples the coordinator's resident memory (/proc/PID/status VmRSS), applies the
 fault, and checks: the coordinator lives, stays under 150 MiB, answers the probe with p99 under 50 ms (or, on a
-machine so busy that the probe's p99 without any fault is already high, under twice that),
+machine so busy that the probe's p99 without any fault is already high, under twice that; the short form
+inside `make test` prints p99 but does not check it, as the project asserts no timings in `make test`),
 and the case's own figures (answered once each, refusals seen, ...). Each case runs without keys; those
 where keys matter also with keys (CURVE). Prints one line of figures per case; exits 1 when one is wrong.
 
@@ -172,9 +173,10 @@ def receive_until(s, deadline, accept):
     return False
 
 
-def probe_main(bus, key_directory):
+def probe_main(bus, key_directory, count):
     """The probe, in a process of its own (so that the suite's threads never delay it): an echo to the
-    `probe` agent every 10 ms until its standard input closes; then its latencies as JSON."""
+    `probe` agent every 10 ms until its standard input closes (or, with a `count`, until that many were
+    answered); then its latencies as JSON."""
     s = zmq.Context.instance().socket(zmq.DEALER)
     s.setsockopt(zmq.LINGER, 0)
     if key_directory:
@@ -185,7 +187,7 @@ def probe_main(bus, key_directory):
     stopping = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), stopping.set()), daemon=True).start()
     latencies, failures = [], 0
-    while not stopping.is_set():
+    while not stopping.is_set() and not (count and len(latencies) >= count):
         rid, frames = request("echo", {"text": "probe"}, timeout_ms=2000)
         started = time.monotonic()
         s.send_multipart(frames)
@@ -221,15 +223,19 @@ def wait_for_subscription(sub):
 class Probe:
     """Another client measuring echo latency during the fault (`probe_main` in a child process)."""
 
-    def __init__(self, cluster):
-        arguments = [sys.executable, __file__, "--probe", cluster.bus]
+    def __init__(self, cluster, count=0):
+        self.count = count
+        arguments = [sys.executable, __file__, "--probe", cluster.bus, "--probe-count", str(count)]
         if cluster.keys:
             arguments += ["--probe-keys", cluster.keys.directory]
         self.process = subprocess.Popen(arguments, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         preexec_fn=die_with_parent)
 
     def finish(self):
-        output, _ = self.process.communicate("", timeout=10)
+        """Stops it (or, with a count, waits until it has that many answers) and returns p99, answers, failures."""
+        if self.count:
+            self.process.wait(timeout=30)  # it stops by itself; closing its input now would stop it early
+        output, _ = self.process.communicate("", timeout=30)
         result = json.loads(output.strip().splitlines()[-1])
         ordered = sorted(result["latencies"])
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] if ordered else float("inf")
@@ -545,15 +551,15 @@ CASES = {
 }
 
 
-def run_case(name, function, binary, keys, seconds, scratch):
+def run_case(name, function, binary, keys, seconds, scratch, check_p99):
     cluster = Cluster(binary, keys, scratch)
     try:
         cluster.worker("probe", "echo", capacity=4, key="w1")
         # The probe's p99 with no fault, in the same run: on a machine others share it can be over the
         # limit by itself, and then only a fault that makes it much worse fails the case.
-        quiet = Probe(cluster)
-        time.sleep(1)
-        quiet_p99, _, _ = quiet.finish()
+        quiet_p99, _, _ = Probe(cluster, count=100).finish()
+        if quiet_p99 == float("inf"):
+            raise RuntimeError("the probe got no answer without any fault")
         rss = RssSampler(cluster.pid)
         rss.start()
         probe = Probe(cluster)
@@ -568,7 +574,7 @@ def run_case(name, function, binary, keys, seconds, scratch):
         bounded = name != "giant-multipart"
         if bounded and peak > RSS_LIMIT_MIB: problems.append(f"RSS peak {peak:.0f} MiB > {RSS_LIMIT_MIB}")
         if settled > RSS_LIMIT_MIB: problems.append(f"RSS after the fault {settled:.0f} MiB > {RSS_LIMIT_MIB}")
-        if bounded and p99 > max(P99_LIMIT_MS, QUIET_FACTOR * quiet_p99):
+        if check_p99 and bounded and p99 > max(P99_LIMIT_MS, QUIET_FACTOR * quiet_p99):
             problems.append(f"probe p99 {p99:.1f} ms > {P99_LIMIT_MS} (and over {QUIET_FACTOR}x its {quiet_p99:.1f} ms without the fault)")
         if not bounded:
             figures += " (peak and p99 not bounded: libzmq holds the message whole until its last frame, PROTOCOL §9)"
@@ -582,16 +588,18 @@ def run_case(name, function, binary, keys, seconds, scratch):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--binary", default=".build/debug/skillbus")
-    parser.add_argument("--short", action="store_true", help="a few seconds per case (make test)")
+    parser.add_argument("--short", action="store_true",
+                        help="two seconds per case, p99 printed but not checked (make test: no timed assertions)")
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="run only these (repeatable)")
     parser.add_argument("--probe", help=argparse.SUPPRESS)  # the probe's own process: the bus endpoint
     parser.add_argument("--probe-keys", help=argparse.SUPPRESS)
+    parser.add_argument("--probe-count", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--huge-subscriber", help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.huge_subscriber:
         return huge_subscriber_main(options.huge_subscriber, options.probe_keys)
     if options.probe:
-        return probe_main(options.probe, options.probe_keys)
+        return probe_main(options.probe, options.probe_keys, options.probe_count)
     seconds = 2 if options.short else 60
     failures = 0
     with tempfile.TemporaryDirectory(prefix="skillbus-fault-keys-") as directory:
@@ -604,7 +612,8 @@ def main():
                 for attempt in [1, 2]:
                     try:
                         scratch = tempfile.mkdtemp(dir=directory)
-                        line, problems = run_case(name, function, options.binary, key_set, case_seconds, scratch)
+                        line, problems = run_case(
+                            name, function, options.binary, key_set, case_seconds, scratch, not options.short)
                     except Exception as error:  # a case that could not run is a failure, said plainly
                         line, problems = f"{name:<19} keys={'on ' if key_set else 'off'} could not run", [repr(error)]
                     # On a shared machine one scheduling hiccup can be the probe's 99th percentile: a case
