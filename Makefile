@@ -3,7 +3,7 @@ SWIFT ?= swift
 PYTHON ?= python3
 CONFIG ?= configs/local.json
 
-.PHONY: deps build release up test python-package python-test python-bench bench bench-test clean
+.PHONY: deps build release up test python-package python-test python-bench faults bench bench-test clean
 
 # The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
 # libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
@@ -21,6 +21,7 @@ deps:
 		echo "installing libcurl4"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && { $$SUDO apt-get install -y -qq libcurl4 || $$SUDO apt-get install -y -qq libcurl4t64; }; }
+	@python3 -c "import zmq" 2>/dev/null || { echo "installing pyzmq"; python3 -m pip install --quiet pyzmq; }
 
 build: deps
 	$(SWIFT) build
@@ -33,12 +34,14 @@ up: release
 	.build/release/skillbus up --config $(CONFIG)
 
 # Every test: unit tests and integration tests with real processes on 127.0.0.1 (the full bench
-# figures only in `make bench-test`), then the Python package's tests.
+# figures only in `make bench-test`), then the Python package's tests and the fault suite's short form
+# (two seconds of each fault; the probe's p99 is printed, not checked).
 # The integration tests run the built `skillbus`, so build it first.
 test: deps
 	$(SWIFT) build
 	$(SWIFT) test
 	$(MAKE) python-test
+	$(PYTHON) Tests/faults/fault_suite.py --short --binary .build/debug/skillbus
 
 # The Python package (clients/python), installed with pip into a folder of its own (PYTHONPATH=.build/python-package).
 python-package:
@@ -54,6 +57,12 @@ python-test: python-package
 # ratios measured in one run with the release binary (about half a minute).
 python-bench: release python-package
 	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) clients/python/bench.py
+
+# The fault suite's long form (about five minutes: 60 s of fuzzing, 10 s of each other fault), its
+# figures printed case by case; fails when one is wrong.
+faults: deps
+	$(SWIFT) build
+	$(PYTHON) Tests/faults/fault_suite.py --binary .build/debug/skillbus
 
 bench: release
 	.build/release/skillbus bench --workers 4

@@ -1,23 +1,71 @@
 import CZeroMQ
 
+/// Bounds on one inbound message, applied while its parts are read (libzmq's ZMQ_MAXMSGSIZE bounds
+/// each part, not how many there are).
+public struct ReceiveLimits: Sendable, Equatable {
+    public var frames: Int
+    public var bytes: Int
+
+    public init(frames: Int, bytes: Int) {
+        self.frames = frames
+        self.bytes = bytes
+    }
+}
+
+/// One message as a serving socket receives it, with what libzmq knows of its connection.
+public struct ReceivedMessage {
+    /// Every frame, or when `overLimit` only those read before a limit was passed.
+    public var frames: Multipart
+    /// The "User-Id" the ZAP handler gave the connection (nil without one, or when not asked for).
+    public var userID: String?
+    /// The file descriptor of the TCP connection it came on (-1 when unknown), as socket monitors name it.
+    public var sourceFD: Int32
+    /// How many frames and bytes the whole message had, kept or not.
+    public var frameCount: Int
+    public var byteCount: Int
+    public var overLimit: Bool
+}
+
 extension ZMQSocket {
-    /// Receives one whole multipart message, as `receive` does, with the "User-Id" its connection was
-    /// given by the ZAP handler (nil on a connection without one). `receive` stays the path for sockets
-    /// that do not authenticate: it reads no metadata at all.
-    public func receiveWithUserID(dontWait: Bool = false) throws(ZMQError) -> (message: Multipart, userID: String?)? {
+    /// Receives one whole multipart message, as `receive` does, within `limits`, with its connection's
+    /// descriptor and (when `readUserID`) the User-Id the ZAP handler gave it. `receive` stays the path
+    /// for sockets that need neither: it reads no metadata at all.
+    public func receive(
+        dontWait: Bool = false, limits: ReceiveLimits, readUserID: Bool
+    ) throws(ZMQError) -> ReceivedMessage? {
         var userID: String?
-        let frames = try receiveParts(dontWait: dontWait) { message in
+        var sourceFD: Int32 = -1
+        let parts = try receiveParts(dontWait: dontWait, limits: limits) { message in
             // Every part read from a connection carries its metadata; a ROUTER's routing-id part may not.
-            if userID == nil, let value = zmq_msg_gets(&message, "User-Id") { userID = String(cString: value) }
+            if sourceFD < 0 { sourceFD = zmq_msg_get(&message, ZMQ_SRCFD) }
+            if readUserID, userID == nil, let value = zmq_msg_gets(&message, "User-Id") {
+                userID = String(cString: value)
+            }
         }
-        return frames.map { ($0, userID) }
+        return parts.map {
+            ReceivedMessage(
+                frames: $0.frames, userID: userID, sourceFD: sourceFD, frameCount: $0.count, byteCount: $0.bytes,
+                overLimit: $0.overLimit)
+        }
     }
 
-    /// Publishes this socket's handshake failures on a PAIR socket bound at `endpoint` (inproc), which
-    /// the same owning thread then connects and polls (`MonitorEvent` reads what arrives).
-    public func monitorHandshakeFailures(on endpoint: String) throws(ZMQError) {
-        let events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+    /// Receives one whole multipart message, as `receive` does, with the "User-Id" its connection was
+    /// given by the ZAP handler (nil on a connection without one).
+    public func receiveWithUserID(dontWait: Bool = false) throws(ZMQError) -> (message: Multipart, userID: String?)? {
+        let limits = ReceiveLimits(frames: .max, bytes: .max)
+        return try receive(dontWait: dontWait, limits: limits, readUserID: true).map { ($0.frames, $0.userID) }
+    }
+
+    /// Publishes this socket's `events` (ZMQ_EVENT_… bits) on a PAIR socket bound at `endpoint` (inproc),
+    /// which the same owning thread then connects and polls (`MonitorEvent` reads what arrives). A socket
+    /// has one monitor: a second call replaces the first.
+    public func monitor(_ events: Int32, on endpoint: String) throws(ZMQError) {
         guard zmq_socket_monitor(handle, endpoint, events) == 0 else { throw ZMQError.last("zmq_socket_monitor") }
+    }
+
+    /// Publishes this socket's handshake failures (see `monitor`).
+    public func monitorHandshakeFailures(on endpoint: String) throws(ZMQError) {
+        try monitor(MonitorEvent.handshakeFailures, on: endpoint)
     }
 }
 
@@ -27,6 +75,13 @@ public struct MonitorEvent: Sendable, Equatable {
     public let value: UInt32
     /// For a bound socket the endpoint it listens on, not the peer's address.
     public let endpoint: String
+
+    /// The events that say a handshake failed.
+    public static let handshakeFailures = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+    /// A connection closed (by the peer, or an error); `value` is its descriptor, already closed.
+    public static let disconnected = ZMQ_EVENT_DISCONNECTED
+
+    public var isDisconnect: Bool { Int32(event) == ZMQ_EVENT_DISCONNECTED }
 
     public init?(message: Multipart) {
         guard message.count == 2, message[0].count == 6 else { return nil }

@@ -70,6 +70,13 @@ public final class ZMQSocket {
         try setOption(ZMQ_SUBSCRIBE, bytes: Array(prefix.utf8))
     }
 
+    /// On a SUB: asks for `prefix`. On an XPUB in manual mode: applies `prefix` to the subscriber whose
+    /// (un)subscription was received last.
+    public func subscribe(bytes prefix: [UInt8]) throws(ZMQError) { try setOption(ZMQ_SUBSCRIBE, bytes: prefix) }
+    public func unsubscribe(bytes prefix: [UInt8]) throws(ZMQError) { try setOption(ZMQ_UNSUBSCRIBE, bytes: prefix) }
+    /// An XPUB hands every (un)subscription to its owner, and applies only those the owner applies.
+    public func setManualSubscriptions() throws(ZMQError) { try setOption(ZMQ_XPUB_MANUAL, int32: 1) }
+
     /// Largest inbound message part accepted; a peer sending more is disconnected by libzmq.
     public func setMaxMessageSize(_ bytes: Int64) throws(ZMQError) { try setOption(ZMQ_MAXMSGSIZE, int64: bytes) }
     /// Makes an unroutable ROUTER send fail with EHOSTUNREACH instead of dropping silently.
@@ -128,14 +135,20 @@ public final class ZMQSocket {
     /// Receives one whole multipart message, or nil when `dontWait` is set and nothing is queued.
     /// Uses zmq_msg_t so that no frame is ever truncated to a buffer size.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> Multipart? {
-        try receiveParts(dontWait: dontWait) { _ in }
+        try receiveParts(dontWait: dontWait, limits: nil) { _ in }?.frames
     }
 
-    /// The receive loop `receive` and `receiveWithUserID` share; `inspect` sees each part before it is
-    /// copied out (its metadata, say).
+    /// The receive loop every receive shares; `inspect` sees each part before it is copied out (its
+    /// metadata, say). Past `limits` no further part is copied: the rest of the message is read and
+    /// dropped, and `overLimit` says so, so one giant message never becomes a giant array here.
     @inline(__always)
-    func receiveParts(dontWait: Bool, _ inspect: (inout zmq_msg_t) -> Void) throws(ZMQError) -> Multipart? {
+    func receiveParts(
+        dontWait: Bool, limits: ReceiveLimits?, _ inspect: (inout zmq_msg_t) -> Void
+    ) throws(ZMQError) -> (frames: Multipart, count: Int, bytes: Int, overLimit: Bool)? {
         var frames: Multipart = []
+        var count = 0
+        var bytes = 0
+        var overLimit = false
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
@@ -143,18 +156,22 @@ public final class ZMQSocket {
             let rc = zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0)
             if rc < 0 {
                 let error = ZMQError.last("zmq_msg_recv")
-                if error.wouldBlock && frames.isEmpty { return nil }
+                if error.wouldBlock && count == 0 { return nil }
                 throw error
             }
-            inspect(&message)
             let size = zmq_msg_size(&message)
+            count += 1
+            bytes += size
+            if let limits, !overLimit, count > limits.frames || bytes > limits.bytes { overLimit = true }
+            if overLimit { continue }
+            inspect(&message)
             if let data = zmq_msg_data(&message), size > 0 {
                 frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))
             } else {
                 frames.append([])
             }
         } while zmq_msg_more(&message) == 1
-        return frames
+        return (frames, count, bytes, overLimit)
     }
 }
 

@@ -145,6 +145,18 @@ struct BadInputTests {
         try await expectError(
             [Array("SKB1W".utf8), Array("READY".utf8), Array("{not json".utf8)], code: "malformed_message",
             mentioning: "invalid JSON", dialect: "SKB1W")
+        // More frames than any message has: refused by count (the frames past 32 were never kept).
+        try await expectError(
+            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("many".utf8)] + Array(repeating: [0x41], count: 40),
+            code: "message_too_large", mentioning: "message of 43 frames exceeds the limit of 32 frames (maxFrames)")
+        try await expectError(
+            [Array("SKB1W".utf8), Array("RESULT".utf8)] + Array(repeating: [], count: 31),
+            code: "message_too_large", mentioning: "33 frames", dialect: "SKB1W")
+        // Many frames each under the limit, together over it.
+        try await expectError(
+            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("sum".utf8)]
+                + Array(repeating: [UInt8](repeating: 0x42, count: 1000), count: 8),
+            code: "message_too_large", mentioning: "message of 8015 bytes exceeds the limit of 4096 bytes")
         let big = JSONValue.object(["text": .string(String(repeating: "x", count: 5000))]).serialized()
         try await expectError(
             ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big))
@@ -200,6 +212,35 @@ struct BadInputTests {
         let reply = try #require(first)
         #expect(text(reply[1]) == "REPLY")
         #expect(text(reply[2]).hasPrefix("after-"))
+    }
+
+    @Test("a feed subscription over 256 bytes is not applied and is counted on the feed; short ones still work")
+    func longSubscription() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let context = try ZMQContext()
+        let watcher = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["limits.", "registry.heartbeat"], context: context)
+        defer { watcher.close() }
+        var events = watcher.events.makeAsyncIterator()
+        _ = try #require(try await events.next())  // a heartbeat: the watcher's subscriptions are in place
+        let long = "agent." + String(repeating: "x", count: 300)
+        // The short one first: applied before the long one is refused.
+        let greedy = try await FeedSubscriber.connect(
+            endpoint: cluster.feed, topics: ["agent.joined", long], context: context)
+        defer { greedy.close() }
+        var refusal: JSONValue?
+        while refusal == nil, let (topic, event) = try await events.next() {
+            if topic == "limits.refused" { refusal = event }
+        }
+        #expect(refusal?["socket"] == "feed" && refusal?["limit"] == "maxSubscriptionBytes")
+        #expect(refusal?["reason"]?.stringValue?.contains("subscription of 306 bytes") == true)
+        #expect(refusal?["refused"] == 1)
+        // Its short subscription took effect: it hears the next agent join.
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        var joined = greedy.events.makeAsyncIterator()
+        let (topic, event) = try #require(try await joined.next())
+        #expect(topic == "agent.joined" && event["agent"] == "alpha")
     }
 
     @Test("a flood of garbage is refused without flooding the log; good clients are still served")

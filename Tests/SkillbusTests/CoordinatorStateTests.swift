@@ -138,6 +138,22 @@ struct CoordinatorStateTests {
                 == "unknown_skill")
     }
 
+    @Test("a worker whose connection closed is lost at once, long before its heartbeats run out")
+    func connectionClosed() {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo"], heartbeatMs: 1000), from: alpha, now: 0)
+        _ = state.handleInvoke(request("r1", timeoutMs: 60_000), from: client, now: 0)
+        let actions = state.connectionClosed(alpha, now: 5 * Self.ms)
+        let reply = replies(actions).first
+        #expect(errorCode(reply) == "agent_lost")
+        #expect(reply.map { String(decoding: $0.payload, as: UTF8.self).contains("connection closed") } == true)
+        #expect(actions.contains(.publish(.agentLeft(agent: "alpha", reason: "connection closed"))))
+        #expect(state.workers.isEmpty)
+        // A peer the bus no longer knows (removed already, or a client's) changes nothing.
+        #expect(state.connectionClosed(alpha, now: 6 * Self.ms).isEmpty)
+        #expect(state.connectionClosed(client, now: 6 * Self.ms).isEmpty)
+    }
+
     @Test("a request past its deadline is answered timeout and cancelled on the worker; the slot stays taken")
     func deadline() {
         var state = CoordinatorState()

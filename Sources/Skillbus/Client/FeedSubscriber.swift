@@ -32,6 +32,7 @@ public final class FeedSubscriber: Sendable {
     ) -> @Sendable (ZMQSocket) throws -> Void {
         { socket in
             if let credentials { try socket.useCurveClient(credentials) }
+            try socket.setMaxMessageSize(Wire.subscriberHardCap)
             for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
             try socket.connect(endpoint)
         }

@@ -63,9 +63,12 @@ final class BusGuard {
         }
     }
 
-    /// Makes `socket` a CURVE server under `domain`, and watches its failed handshakes. Call before bind.
-    func protect(_ socket: ZMQSocket, domain: String, name: String, context: ZMQContext) throws {
+    /// Makes `socket` a CURVE server under `domain`, and watches its failed handshakes unless its owner
+    /// monitors it already and hands them to `handshakeFailed` (the bus ROUTER's `ConnectionWatch`).
+    /// Call before bind.
+    func protect(_ socket: ZMQSocket, domain: String, name: String, context: ZMQContext, monitored: Bool = false) throws {
         try socket.useCurveServer(secretKey: keys.secretKey, domain: domain)
+        guard !monitored else { return }
         let endpoint = "inproc://skillbus-monitor-\(name)-\(UUID().uuidString)"
         try socket.monitorHandshakeFailures(on: endpoint)
         let monitor = try ZMQSocket(context: context, type: .pair)
@@ -80,10 +83,15 @@ final class BusGuard {
     func drainMonitors() {
         for (monitor, name) in monitors {
             while let message = try? monitor.receive(dontWait: true) {
-                guard let event = MonitorEvent(message: message), let problem = event.handshakeProblem else { continue }
-                refusals.add(Refusal(socket: name, address: "", key: "", reason: problem))
+                if let event = MonitorEvent(message: message) { handshakeFailed(event, socket: name) }
             }
         }
+    }
+
+    /// Counts a failed handshake a monitor reported on the socket called `socket`.
+    func handshakeFailed(_ event: MonitorEvent, socket: String) {
+        guard let problem = event.handshakeProblem else { return }
+        refusals.add(Refusal(socket: socket, address: "", key: "", reason: problem))
     }
 
     /// The refusals since the last tick as feed events (at most `publishedPerTick`; the rest are only

@@ -11,8 +11,13 @@ final class CoordinatorLoop {
     let logger: Logger
     let maxMessageBytes: Int
     var state: CoordinatorState
+    /// Notices a worker's connection closing (the ROUTER's socket monitor).
+    let watch: ConnectionWatch
     /// Prefixes that feed subscribers asked for; events nobody wants are never built.
-    var subscriptions = Set<[UInt8]>()
+    var subscriptions = FeedSubscriptions()
+    /// Messages and subscriptions refused for a limit (§9) since the start, and those published this tick.
+    var overLimit = 0
+    var overLimitPublished = 0
     var unroutable = 0
     var rejected = 0
     var refusalsLogged = 0
@@ -33,10 +38,14 @@ final class CoordinatorLoop {
             try router.setMaxMessageSize(Wire.hardCap(forLimit: configuration.maxMessageBytes))
             try router.setSendHighWaterMark(100_000)
             try router.setReceiveHighWaterMark(100_000)
-            try busGuard?.protect(router, domain: AccessPolicy.busDomain, name: "bus", context: context)
+            try busGuard?.protect(
+                router, domain: AccessPolicy.busDomain, name: "bus", context: context, monitored: true)
+            watch = try ConnectionWatch(router: router, context: context, handshakes: busGuard != nil)
             try router.bind(configuration.bus)
             feed = try ZMQSocket(context: context, type: .xpub)
             try feed.setSendHighWaterMark(100_000)
+            try feed.setMaxMessageSize(Wire.feedHardCap)
+            try feed.setManualSubscriptions()
             try busGuard?.protect(feed, domain: AccessPolicy.feedDomain, name: "feed", context: context)
             try feed.bind(configuration.feed)
         } catch {
@@ -58,6 +67,7 @@ final class CoordinatorLoop {
     func close() {
         router.close()
         feed.close()
+        watch.close()
         busGuard?.close()
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
@@ -70,6 +80,7 @@ final class CoordinatorLoop {
         var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
         let items = [
             PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
+            watch.pollItem,
         ] + (busGuard?.pollItems ?? [])
         while !control.stopping.load(ordering: .acquiring) {
             var now = DispatchTime.now().uptimeNanoseconds
@@ -87,10 +98,12 @@ final class CoordinatorLoop {
             if ready.readable[2] { control.wakePipe.drain() }
             if ready.readable[0] { drainBus() }
             if ready.readable[1] { drainSubscriptions() }
-            if ready.readable.dropFirst(3).contains(true) { busGuard?.drainMonitors() }
+            if ready.readable[3] { drainConnectionEvents(now: now) }
+            if ready.readable.dropFirst(4).contains(true) { busGuard?.drainMonitors() }
             now = DispatchTime.now().uptimeNanoseconds
             if let due = state.nextTimer, due <= now, now < nextTick { perform(state.fireTimers(now: now)) }
             if now >= nextTick {
+                confirmLostConnections(now: now)
                 perform(state.tick(now: now))
                 if let busGuard { perform(busGuard.tick()) }
                 nextTick = now + Self.tickNanos
@@ -99,50 +112,46 @@ final class CoordinatorLoop {
                     refusalsSuppressed = 0
                 }
                 refusalsLogged = 0
+                overLimitPublished = 0
             }
         }
     }
 
     private func drainBus() {
+        // Frames past these are read and dropped, not kept: the routing id, then at most the protocol's.
+        let limits = ReceiveLimits(frames: Wire.maxFrames + 1, bytes: maxMessageBytes + 256)
         // Bounded batch so that ticks still run under a flood.
         for _ in 0..<10_000 {
-            if busGuard != nil {
-                // With keys, each message says whose it is: the ZAP handler's user id for its connection.
-                guard let (message, userID) = try? router.receiveWithUserID(dontWait: true) else { return }
-                handle(message, userID: userID)
-            } else {
-                guard let message = try? router.receive(dontWait: true) else { return }
-                handle(message, userID: nil)
-            }
-        }
-    }
-
-    private func drainSubscriptions() {
-        while let message = try? feed.receive(dontWait: true) {
-            guard let frame = message.first, let kind = frame.first else { continue }
-            let prefix = Array(frame.dropFirst())
-            if kind == 1 { subscriptions.insert(prefix) } else if kind == 0 { subscriptions.remove(prefix) }
-        }
-        let requestTopics = Array("request.".utf8)
-        state.publishesRequestEvents = subscriptions.contains { prefix in
-            requestTopics.starts(with: prefix) || prefix.starts(with: requestTopics)
+            // With keys, each message says whose it is: the ZAP handler's user id for its connection.
+            guard let message = try? router.receive(dontWait: true, limits: limits, readUserID: busGuard != nil)
+            else { return }
+            handle(message)
         }
     }
 
     /// Takes the message over, so that dropping the routing id below moves frames instead of copying them.
-    private func handle(_ message: consuming Multipart, userID: String?) {
-        var body = message
+    private func handle(_ message: consuming ReceivedMessage) {
+        let (userID, sourceFD, frameCount, byteCount) =
+            (message.userID, message.sourceFD, message.frameCount, message.byteCount)
+        var body = (consume message).frames
+        guard !body.isEmpty else { return }
         let peer = PeerID(body.removeFirst())
         let now = DispatchTime.now().uptimeNanoseconds
         guard let header = body.first else {
             return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
         }
-        let size = body.reduce(0) { $0 + $1.count }
+        // The sizes count every frame, kept or not (the receive stopped keeping them past its limits).
+        let frames = frameCount - 1
+        if frames > Wire.maxFrames {
+            return refuseOverLimit(
+                peer, body, limit: "maxFrames",
+                "message of \(frames) frames exceeds the limit of \(Wire.maxFrames) frames (maxFrames)")
+        }
+        let size = byteCount - peer.bytes.count
         if size > maxMessageBytes {
-            return refuse(
-                peer, body,
-                SkillbusError(
-                    .messageTooLarge, "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes"))
+            return refuseOverLimit(
+                peer, body, limit: "maxMessageBytes",
+                "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes (maxMessageBytes)")
         }
         do throws(SkillbusError) {
             if header == Wire.clientHeaderBytes {
@@ -172,6 +181,7 @@ final class CoordinatorLoop {
                     send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())
                 }
             } else if header == Wire.workerHeaderBytes {
+                watch.tracker.heard(worker: peer, on: sourceFD)
                 let message = try WorkerMessage.decode(body)
                 if let refusal = busGuard?.policy.refusal(of: message, from: userID) {
                     return refuseWorker(peer, body, message, refusal)
@@ -238,12 +248,10 @@ final class CoordinatorLoop {
     }
 
     private func wants(_ topic: String) -> Bool {
-        guard !subscriptions.isEmpty else { return false }
-        let bytes = Array(topic.utf8)
-        return subscriptions.contains { bytes.starts(with: $0) }
+        !subscriptions.isEmpty && subscriptions.wants(Array(topic.utf8))
     }
 
-    private func send(to peer: PeerID, _ frames: Multipart) {
+    func send(to peer: PeerID, _ frames: Multipart) {
         do {
             try router.send(routingID: peer.bytes, frames, dontWait: true)
         } catch {

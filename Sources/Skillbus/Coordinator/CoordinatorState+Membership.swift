@@ -109,6 +109,11 @@ extension CoordinatorState {
         return [.publish(.registryUpdate(update))]
     }
 
+    /// A worker's connection closed (the bus saw it go): it is lost now, as after missed heartbeats.
+    public mutating func connectionClosed(_ peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        remove(peer, reason: "connection closed", now: now)
+    }
+
     /// Forgets a worker: its skills leave the registry and its running invocations fail with agent_lost.
     mutating func remove(_ peer: PeerID, reason: String, now: UInt64) -> [CoordinatorAction] {
         guard let worker = workers.remove(peer) else { return [] }

@@ -160,6 +160,10 @@ extension FeedEvent {
             self = .securityRefused(
                 socket: try field.string("socket"), address: try field.string("address"), key: try field.string("key"),
                 reason: try field.string("reason"), refused: try field.int("refused"))
+        case "limits.refused":
+            self = .limitRefused(
+                socket: try field.string("socket"), limit: try field.string("limit"), reason: try field.string("reason"),
+                refused: try field.int("refused"))
         default:
             throw SkillbusError(.malformedMessage, "unknown feed topic '\(topic.prefix(64))'")
         }

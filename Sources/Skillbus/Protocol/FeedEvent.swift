@@ -63,6 +63,9 @@ public enum FeedEvent: Sendable, Equatable {
     /// A connection the bus or feed socket refused (unknown key, a role the feed excludes, no keys at all);
     /// `refused` counts every refusal since the coordinator started, published or not.
     case securityRefused(socket: String, address: String, key: String, reason: String, refused: Int)
+    /// A message or feed subscription over one of the bus's limits (§9), refused before it was held
+    /// whole; `refused` counts every such refusal since the coordinator started, published or not.
+    case limitRefused(socket: String, limit: String, reason: String, refused: Int)
 
     /// Topics are dotted names; watchers subscribe by prefix (`agent.` gets every agent event).
     public var topic: String {
@@ -96,6 +99,7 @@ public enum FeedEvent: Sendable, Equatable {
         case .registryUpdate: "registry.update"
         case .registryHeartbeat: "registry.heartbeat"
         case .securityRefused: "security.refused"
+        case .limitRefused: "limits.refused"
         }
     }
 
@@ -227,6 +231,11 @@ public enum FeedEvent: Sendable, Equatable {
         case .securityRefused(let socket, let address, let key, let reason, let refused):
             return [
                 "socket": .string(socket), "address": .string(address), "key": .string(key), "reason": .string(reason),
+                "refused": .number(Double(refused)),
+            ]
+        case .limitRefused(let socket, let limit, let reason, let refused):
+            return [
+                "socket": .string(socket), "limit": .string(limit), "reason": .string(reason),
                 "refused": .number(Double(refused)),
             ]
         }

@@ -65,6 +65,22 @@ public enum Wire {
     /// `message_too_large`, and only a giant one costs the sender its connection.
     public static func hardCap(forLimit maxMessageBytes: Int) -> Int64 { Int64(maxMessageBytes) * 4 + 4096 }
 
+    /// The most frames one inbound message may have (after a ROUTER's routing id); no message of this
+    /// protocol has more than twelve. The bus stops keeping a message's frames past it, or past
+    /// `maxMessageBytes`, while it still reads them (§9).
+    public static let maxFrames = 32
+
+    /// The longest feed subscription (a topic prefix) the feed applies; no topic is half as long.
+    public static let maxSubscriptionBytes = 256
+    /// The feed's ZMQ_MAXMSGSIZE: a subscription message over it closes the subscriber's connection before
+    /// it is held; one between `maxSubscriptionBytes` and this is refused and counted.
+    public static let feedHardCap: Int64 = 4096
+
+    /// The largest feed frame a subscriber (a replica, `FeedSubscriber`) takes (its ZMQ_MAXMSGSIZE): far
+    /// above any event of a coordinator's default limits (an ENTRY is as large as a READY), so only a
+    /// broken or hostile feed meets it, and costs its subscriber that connection instead of its memory.
+    public static let subscriberHardCap: Int64 = 64 << 20
+
     /// The longest session id, in UTF-8 bytes.
     public static let maxSessionIDBytes = 128
 

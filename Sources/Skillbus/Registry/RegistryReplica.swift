@@ -49,6 +49,7 @@ public final class RegistryReplica: Sendable {
             configure = { socket in
                 // The feed of a bus with keys is CURVE too, and takes the keys the client took to the bus.
                 if let credentials { try socket.useCurveClient(credentials) }
+                try socket.setMaxMessageSize(Wire.subscriberHardCap)
                 try socket.subscribe("registry.")
                 try socket.connect(feedEndpoint)
             }

@@ -1,0 +1,93 @@
+import SkillbusZMQ
+import Testing
+
+@testable import Skillbus
+
+/// The coordinator's edges without sockets: which worker a closed connection was, and which feed
+/// subscriptions take effect. And the receive limits on a real inproc socket pair.
+@Suite("Connection and subscription edges")
+struct EdgeLimitsTests {
+    let alpha: PeerID = [1, 2, 3]
+    let beta: PeerID = [4, 5, 6]
+
+    @Test("a closed descriptor makes its last worker a suspect; lost only when unreachable")
+    func closedDescriptor() {
+        var tracker = DisconnectTracker()
+        tracker.heard(worker: alpha, on: 7)
+        tracker.heard(worker: beta, on: 9)
+        tracker.closed(8, now: 0)
+        #expect(!tracker.hasSuspects)  // nobody was heard on 8
+        tracker.closed(7, now: 10)
+        #expect(tracker.hasSuspects)
+        // Its pipe is still open a moment after the event: stays a suspect.
+        #expect(tracker.confirm(now: 20) { _ in true } == [])
+        #expect(tracker.hasSuspects)
+        #expect(tracker.confirm(now: 30) { $0 != alpha } == [alpha])
+        #expect(!tracker.hasSuspects)
+        // Descriptor 7 is forgotten with it: a second close names nobody.
+        tracker.closed(7, now: 40)
+        #expect(!tracker.hasSuspects)
+    }
+
+    @Test("a suspect the bus still reaches after a second is forgiven (its descriptor went to a live worker)")
+    func reusedDescriptor() {
+        var tracker = DisconnectTracker()
+        tracker.heard(worker: beta, on: 7)  // beta got descriptor 7 before alpha's close was read
+        tracker.closed(7, now: 0)
+        #expect(tracker.confirm(now: DisconnectTracker.suspicionNanos / 2) { _ in true } == [])
+        #expect(tracker.hasSuspects)
+        #expect(tracker.confirm(now: DisconnectTracker.suspicionNanos + 1) { _ in true } == [])
+        #expect(!tracker.hasSuspects)
+        tracker.heard(worker: alpha, on: -1)  // no descriptor (not TCP): nothing to track
+        tracker.closed(-1, now: 0)
+        #expect(!tracker.hasSuspects)
+    }
+
+    @Test("feed subscriptions: short ones applied and counted by holder, long ones refused, strays ignored")
+    func subscriptions() {
+        var feed = FeedSubscriptions()
+        let agent = Array("agent.".utf8)
+        #expect(feed.receive([1] + agent) == .subscribe(agent))
+        #expect(feed.receive([1] + agent) == .subscribe(agent))
+        #expect(feed.wants(Array("agent.left".utf8)))
+        #expect(!feed.wants(Array("round.done".utf8)))
+        #expect(!feed.wantsRequestEvents)
+        let long = [UInt8](repeating: UInt8(ascii: "x"), count: Wire.maxSubscriptionBytes + 1)
+        #expect(feed.receive([1] + long) == .refused(bytes: Wire.maxSubscriptionBytes + 1))
+        #expect(feed.receive([0] + long) == .ignored)
+        let exact = [UInt8](repeating: UInt8(ascii: "x"), count: Wire.maxSubscriptionBytes)
+        #expect(feed.receive([1] + exact) == .subscribe(exact))
+        #expect(feed.receive([0] + agent) == .unsubscribe(agent))
+        #expect(feed.wants(Array("agent.left".utf8)))  // the second holder still has it
+        #expect(feed.receive([0] + agent) == .unsubscribe(agent))
+        #expect(!feed.wants(Array("agent.left".utf8)))
+        #expect(feed.receive([0] + agent) == .ignored)  // nobody holds it any more
+        #expect(feed.receive([7, 1]) == .ignored)
+        #expect(feed.receive([]) == .ignored)
+        #expect(feed.receive([1]) == .subscribe([]))  // everything
+        #expect(feed.wantsRequestEvents)
+    }
+
+    @Test("receive limits: frames past them are read and dropped, and the counts say how big it was")
+    func receiveLimits() throws {
+        let context = try ZMQContext()
+        let server = try ZMQSocket(context: context, type: .pair)
+        try server.bind("inproc://edge-limits")
+        let peer = try ZMQSocket(context: context, type: .pair)
+        try peer.connect("inproc://edge-limits")
+        let limits = ReceiveLimits(frames: 4, bytes: 100)
+        try peer.send((0..<10).map { [UInt8](repeating: $0, count: 30) })
+        try peer.send([[1], [2]])
+        let big = try #require(try server.receive(limits: limits, readUserID: false))
+        #expect(big.overLimit && big.frameCount == 10 && big.byteCount == 300)
+        #expect(big.frames.count == 3)  // the fourth frame passed 100 bytes
+        let small = try #require(try server.receive(limits: limits, readUserID: false))
+        #expect(!small.overLimit && small.frames == [[1], [2]] && small.frameCount == 2)
+        let many = (0..<6).map { _ in [UInt8]() }
+        try peer.send(many)
+        let counted = try #require(try server.receive(limits: limits, readUserID: false))
+        #expect(counted.overLimit && counted.frames.count == 4 && counted.frameCount == 6)
+        server.close()
+        peer.close()
+    }
+}
