@@ -138,8 +138,8 @@ struct TopViewTests {
         var model = TopModel(started: 0)
         model.apply(listing: Self.listing)
         for _ in 0..<5 {
-            model.apply(
-                topic: "request.done", event: ["agent": "beta", "skill": "echo", "status": "ok", "durationMs": 2], at: 1)
+            let done: JSONValue = ["agent": "beta", "skill": "echo", "status": "ok", "durationMs": 2]
+            model.apply(topic: "request.done", event: done, at: 1)
         }
         var view = TopView()
         view.sort = sort

@@ -45,13 +45,10 @@ public enum TopCommand: SkillbusCommand {
         if !once, arguments.value("--window") != nil || width != nil {
             throw UsageError(spec, "options '--window' and '--width' go with '--once'")
         }
-        let terminal = once ? nil : FullScreenTerminal()
-        if !once, terminal == nil {
+        if !once, isatty(STDIN_FILENO) != 1 || isatty(STDOUT_FILENO) != 1 {
             throw UsageError(spec, "the live view needs a terminal on standard input and output; use --once")
         }
-        defer { terminal?.restore() }
         let credentials = try Defaults.credentials(arguments, spec)
-        let signals = SignalWatcher()
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: bus, context: context, credentials: credentials)
         let subscriber = try await FeedSubscriber.connect(
@@ -61,21 +58,25 @@ public enum TopCommand: SkillbusCommand {
             subscriber.close()
             client.close()
         }
-        let screen = TopScreen(bus: bus, terminal: terminal)
-        let reader = Task { for await (topic, event) in subscriber.events { screen.apply(topic: topic, event: event) } }
-        defer { reader.cancel() }
-        do {
-            screen.apply(listing: try await client.agents(timeout: .seconds(timeout)))
-        } catch {
-            terminal?.restore()
-            printError("error: \(error.code): \(error.message)")
-            return 3
-        }
         if once {
-            return try await printOnce(
-                screen, client: client, feed: feed, window: window, timeout: timeout,
-                width: width ?? (isatty(STDOUT_FILENO) == 1 ? FullScreenTerminal.size().columns : 120))
+            let screen = TopScreen(bus: bus, terminal: nil)
+            return try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await readFeed(subscriber, into: screen).run() }
+                defer { group.cancelAll() }
+                return try await printOnce(
+                    screen, client: client, feed: feed, window: window, timeout: timeout,
+                    width: width ?? (isatty(STDOUT_FILENO) == 1 ? FullScreenTerminal.size().columns : 120))
+            }
         }
+        // From here on Ctrl-C and SIGTERM end the view through the group, and the terminal is put back.
+        let signals = SignalWatcher()
+        guard let first = await agents(client, timeout: timeout) else { return 3 }
+        guard let terminal = FullScreenTerminal() else {
+            throw UsageError(spec, "cannot take over the terminal (tcgetattr failed); use --once")
+        }
+        defer { terminal.restore() }
+        let screen = TopScreen(bus: bus, terminal: terminal)
+        screen.apply(listing: first)
         let refresher = FunctionService {
             while !Task.isCancelled {
                 if let listing = try? await client.agents(timeout: .seconds(max(interval * 4, 2))) {
@@ -88,21 +89,38 @@ public enum TopCommand: SkillbusCommand {
             }
         }
         let keys = FunctionService {
-            guard let terminal else { return }
             for await input in terminal.input {
                 if case .key(let key) = input, screen.handle(key: key) { return }
                 screen.draw()
             }
         }
-        try await runUntilStopped([refresher, keys], signals: signals, grace: .seconds(1))
+        try await runUntilStopped(
+            [readFeed(subscriber, into: screen), refresher, keys], signals: signals, grace: .seconds(1))
         return 0
     }
 
-    /// Waits until the feed's subscription is in place (its first registry heartbeat), watches for `window`,
-    /// asks the bus again, and prints the frame.
+    /// The bus's AGENTS listing; nil, having said why on standard error, when it does not answer.
+    private static func agents(_ client: SkillbusClient, timeout: Double) async -> JSONValue? {
+        do {
+            return try await client.agents(timeout: .seconds(timeout))
+        } catch {
+            printError("error: \(error.code): \(error.message)")
+            return nil
+        }
+    }
+
+    /// Every feed event into the screen's model, until cancelled.
+    private static func readFeed(_ subscriber: FeedSubscriber, into screen: TopScreen) -> FunctionService {
+        FunctionService { for await (topic, event) in subscriber.events { screen.apply(topic: topic, event: event) } }
+    }
+
+    /// Asks the bus, waits until the feed's subscription is in place (its first registry heartbeat), watches
+    /// for `window`, asks the bus again, and prints the frame.
     private static func printOnce(
         _ screen: TopScreen, client: SkillbusClient, feed: String, window: Double, timeout: Double, width: Int
     ) async throws -> Int32 {
+        guard let first = await agents(client, timeout: timeout) else { return 3 }
+        screen.apply(listing: first)
         let deadline = ContinuousClock.now + .seconds(max(timeout, 2))
         while !screen.subscribed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         guard screen.subscribed else {
@@ -111,12 +129,8 @@ public enum TopCommand: SkillbusCommand {
         }
         printError("watching \(feed) for \(window) s")
         try await Task.sleep(for: .seconds(window))
-        do {
-            screen.apply(listing: try await client.agents(timeout: .seconds(timeout)))
-        } catch {
-            printError("error: \(error.code): \(error.message)")
-            return 3
-        }
+        guard let last = await agents(client, timeout: timeout) else { return 3 }
+        screen.apply(listing: last)
         print(screen.lines(width: width, height: nil).joined(separator: "\n"))
         return 0
     }
