@@ -43,8 +43,10 @@ fi
 "$binary" --version
 "$binary" help > /dev/null
 
-if [ "$(id -u)" != 0 ] || ! command -v unshare > /dev/null; then
-    echo "SKIPPED the run without the toolchain: it needs root and unshare (util-linux) for a mount namespace"
+if [ "$(id -u)" != 0 ] || ! command -v unshare > /dev/null \
+    || ! unshare --mount --propagation private mount --bind "$work" "$work" 2> /dev/null; then
+    echo "SKIPPED the run without the toolchain: it needs root, unshare (util-linux) and the right to make a"
+    echo "mount namespace and bind-mount in it (a container without CAP_SYS_ADMIN has not)"
     echo "PASS (ldd only)"
     exit 0
 fi
