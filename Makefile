@@ -3,7 +3,11 @@ SWIFT ?= swift
 PYTHON ?= python3
 CONFIG ?= configs/local.json
 
-.PHONY: deps build release up test python-package python-test python-bench faults bench bench-test clean
+.PHONY: deps build release up test python-package python-test python-bench faults bench bench-test install install-test clean
+
+PREFIX ?= /usr/local
+# The release build that `make install` installs, kept apart from `make release` (other flags).
+INSTALL_BUILD = .build/install
 
 # The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
 # libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
@@ -72,6 +76,29 @@ bench: release
 bench-test: deps
 	$(SWIFT) build
 	SKILLBUS_BENCH_TESTS=1 $(SWIFT) test --filter benchReports
+
+# A release binary linked with the static Swift standard library and Foundation, so that it starts where
+# no Swift toolchain is: it needs only libzmq5, libsqlite3-0 and libcurl4 (FoundationNetworking). The units
+# in deploy/ go to $(PREFIX)/lib/systemd/system (where systemd looks for /usr/local), naming this binary.
+# Linking FoundationNetworking statically needs libcurl's development files (libcurl4-openssl-dev).
+install: deps
+	@pkg-config --exists libcurl || { \
+		echo "installing libcurl4-openssl-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libcurl4-openssl-dev; }
+	$(SWIFT) build -c release --static-swift-stdlib --product skillbus --scratch-path $(INSTALL_BUILD)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/doc/skillbus/deploy
+	install -s -m 0755 $(INSTALL_BUILD)/release/skillbus $(DESTDIR)$(PREFIX)/bin/skillbus
+	for unit in deploy/*.service; do \
+		sed 's#/usr/local/bin/skillbus#$(PREFIX)/bin/skillbus#' $$unit > $(DESTDIR)$(PREFIX)/lib/systemd/system/$$(basename $$unit); \
+		chmod 0644 $(DESTDIR)$(PREFIX)/lib/systemd/system/$$(basename $$unit); \
+	done
+	install -m 0644 deploy/README.md $(DESTDIR)$(PREFIX)/share/doc/skillbus/deploy/README.md
+
+# Installs into a temporary PREFIX and checks the binary runs without the toolchain (ldd; as root, in a mount
+# namespace that hides the toolchain). Left out of `make test`: the static release build takes minutes.
+install-test: deps
+	bash Tests/install/install-test.sh
 
 clean:
 	rm -rf .build

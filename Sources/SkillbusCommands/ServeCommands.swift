@@ -106,10 +106,13 @@ public enum WorkerCommand: SkillbusCommand {
             OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default: the one the coordinator names)."),
             OptionSpec("--skills", value: "a,b,…", help: "Built-in skills to offer (default: all)."),
             OptionSpec("--capacity", value: "N", help: "Invocations run at once (default 4)."),
-            OptionSpec("--sandbox", value: "DIR", help: "Directory file.read may read (default: current)."),
+            OptionSpec(
+                "--sandbox", value: "DIR",
+                help: "Directory file.read may read (default: current; $STATE_DIRECTORY/files under systemd)."),
             OptionSpec(
                 "--data-dir", value: "DIR",
-                help: "Where the agent keeps its sessions and memory (default \(DataDirectory.agents)/NAME)."),
+                help: "Where the agent keeps its sessions and memory (default \(DataDirectory.agents)/NAME;"
+                    + " $STATE_DIRECTORY/context under systemd)."),
             OptionSpec("--heartbeat-ms", value: "MS", help: "Heartbeat interval (default 1000)."),
             OptionSpec("--config", value: "FILE", help: "Worker config (JSON, version 1)."),
             serverKeyOption, keyOption,
@@ -174,7 +177,7 @@ public enum WorkerCommand: SkillbusCommand {
         var storeOptions = AgentStore.Options()
         storeOptions.flushIntervalMs = configuration.flushIntervalMs
         storeOptions.maxValueBytes = configuration.maxMemoryValueBytes
-        let dataDirectory = configuration.dataDir ?? DataDirectory.agent(configuration.name)
+        let dataDirectory = configuration.dataDir ?? DataDirectory.worker(configuration.name)
         // A key that cannot be used is a configuration error (exit 2), found before anything starts.
         let credentials = try Defaults.credentials(
             arguments, spec, serverKey: configuration.serverKey, key: configuration.key)
@@ -214,7 +217,7 @@ public enum WorkerCommand: SkillbusCommand {
     /// The built-ins a configuration names and its command skills, whose programs and working directories
     /// must be found (an error names the config key), with the config's policies applied.
     public static func skills(of configuration: WorkerConfiguration) throws -> [any AgentSkill] {
-        let sandbox = configuration.sandbox ?? FileManager.default.currentDirectoryPath
+        let sandbox = try configuration.sandbox ?? DataDirectory.sandbox()
         var skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
         for spec in configuration.commands { skills.append(try CommandSkill(spec: spec, sandbox: sandbox)) }
         return try configuration.policies.apply(to: skills)

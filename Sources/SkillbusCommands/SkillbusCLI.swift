@@ -7,7 +7,7 @@ public enum SkillbusCLI {
     public static var commands: [any SkillbusCommand.Type] {
         [
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
-            AgentsCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
+            AgentsCommand.self, TopCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
             AskCommand.self, CancelCommand.self, KeygenCommand.self,
             UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
@@ -22,12 +22,22 @@ public enum SkillbusCLI {
             lines.append(
                 "  " + command.spec.name.padding(toLength: 14, withPad: " ", startingAt: 0) + command.spec.abstract)
         }
-        lines += ["", "See 'skillbus <command> --help' for a command's options and an example."]
+        lines += [
+            "", "See 'skillbus <command> --help' for a command's options and an example;",
+            "'skillbus --version' for the release.",
+        ]
         return lines.joined(separator: "\n")
     }
 
+    /// The release, printed by `skillbus --version`; the wire protocol has its own version (PROTOCOL §10).
+    public static let version = "0.1.0"
+
     /// Runs the command line and returns the process exit code.
     public static func main(_ arguments: [String]) async -> Int32 {
+        if arguments == ["--version"] {
+            print("skillbus \(version) (wire protocol SKB1C/SKB1W)")
+            return 0
+        }
         guard let name = arguments.first, name != "--help", name != "help", name != "-h" else {
             if arguments.count > 1, let command = commands.first(where: { $0.spec.name == arguments[1] }) {
                 print(command.spec.help)

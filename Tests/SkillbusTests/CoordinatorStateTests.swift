@@ -65,6 +65,35 @@ struct CoordinatorStateTests {
         #expect(state.workers[alpha]?.skills.count == 2)
     }
 
+    @Test("AGENTS counts each worker's RESULTs by skill and status, and the requests waiting for each skill")
+    func resultCounts() throws {
+        var state = CoordinatorState()
+        _ = state.handleWorker(registration("alpha", skills: ["echo", "sleep"], capacity: 2), from: alpha, now: 0)
+        _ = state.handleWorker(registration("beta", skills: ["sleep"], capacity: 1), from: beta, now: 0)
+        let okResult = Array(#"{"type":"text","text":"x"}"#.utf8)
+        // An ok RESULT that is no result form is answered as an error, and counted as one.
+        let outcomes: [(ReplyStatus, [UInt8])] = [(.ok, okResult), (.error, Array("{}".utf8)), (.ok, [])]
+        for (index, (status, payload)) in outcomes.enumerated() {
+            let sent = invocations(state.handleInvoke(request("e\(index)"), from: client, now: 1))
+            #expect(sent.first?.0 == alpha)
+            let invocationID = try #require(sent.first?.1.invocationID)
+            _ = state.handleWorker(
+                .result(invocationID: invocationID, status: status, payload: payload), from: alpha, now: 2)
+        }
+        // beta runs one sleep, alpha two more; the fourth waits.
+        for index in 0..<4 { _ = state.handleInvoke(request("s\(index)", skill: "sleep"), from: client, now: 3) }
+        let listing = state.agentsListing(now: 4)
+        let agents = listing["agents"]?.arrayValue ?? []
+        #expect(agents.first { $0["agent"] == "alpha" }?["results"] == ["ok": 1, "error": 2])
+        #expect(agents.first { $0["agent"] == "beta" }?["results"] == ["ok": 0, "error": 0])
+        #expect(
+            listing["bySkill"]
+                == ["echo": ["ok": 1, "error": 2, "waiting": 0], "sleep": ["ok": 0, "error": 0, "waiting": 1]])
+        // The counts go with the worker.
+        _ = state.handleWorker(.disconnect, from: alpha, now: 5)
+        #expect(state.agentsListing(now: 6)["bySkill"]?["echo"] == nil)
+    }
+
     @Test("least in-flight first, spreading over providers")
     func leastLoaded() {
         var state = CoordinatorState()

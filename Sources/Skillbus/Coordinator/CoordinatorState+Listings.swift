@@ -38,6 +38,7 @@ extension CoordinatorState {
             if let replica = worker.registryPosition {
                 entry["registryInSync"] = .bool(replica == position)
             }
+            entry["results"] = worker.results.values.reduce(ResultCounts(), +).json
             if let context = worker.context {
                 entry["sessions"] = .number(Double(context.sessions))
                 entry["storage"] = context.storageProblem?.json ?? "ok"
@@ -46,7 +47,26 @@ extension CoordinatorState {
         }
         return [
             "agents": .array(agents), "registry": position.json, "waiting": .number(Double(waiting.count)),
-            "cache": cache.json,
+            "cache": cache.json, "bySkill": skillActivity(),
         ]
+    }
+
+    /// Per skill on offer or waited for: the RESULTs its live providers returned and the requests waiting
+    /// for it (by skill or for one agent).
+    private func skillActivity() -> JSONValue {
+        var results: [String: ResultCounts] = [:]
+        for worker in workers.all {
+            for skill in worker.skills.keys where results[skill] == nil { results[skill] = ResultCounts() }
+            for (skill, counts) in worker.results { results[skill, default: ResultCounts()] += counts }
+        }
+        var queued: [String: Int] = [:]
+        waiting.forEach { queued[$0.skill, default: 0] += 1 }
+        var activity: [String: JSONValue] = [:]
+        for skill in Set(results.keys).union(queued.keys) {
+            var entry = (results[skill] ?? ResultCounts()).json.objectValue ?? [:]
+            entry["waiting"] = .number(Double(queued[skill] ?? 0))
+            activity[skill] = .object(entry)
+        }
+        return .object(activity)
     }
 }

@@ -157,9 +157,13 @@ extension CoordinatorState {
         // A result for an unknown or foreign invocation is late or bogus: drop it, keep serving.
         guard let entry = running.end(invocationID, from: peer, workers: &workers) else { return [] }
         var actions: [CoordinatorAction] = []
+        let malformed = status == .ok ? SkillResult.problem(in: payload) : nil
+        workers.update(peer) { worker in
+            worker.results[entry.request.skill, default: ResultCounts()].record(malformed == nil ? status : .error)
+        }
         if !entry.answered {
             let agent = workers[peer]?.nameFrame ?? []
-            if status == .ok, let problem = SkillResult.problem(in: payload) {
+            if let problem = malformed {
                 let name = String(decoding: agent, as: UTF8.self)
                 let error = SkillbusError(
                     .malformedResult,

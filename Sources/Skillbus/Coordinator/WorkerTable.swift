@@ -24,6 +24,8 @@ extension CoordinatorState {
         /// each run now; `RunningInvocations` keeps the counts equal to its entries of those skills.
         var limits: [String: Int] = [:]
         var limitedInFlight: [String: Int] = [:]
+        /// Skill → the RESULTs it returned since it registered, by status (AGENTS, §5.13).
+        public internal(set) var results: [String: ResultCounts] = [:]
 
         var hasFreeSlot: Bool { inFlight < capacity }
 
