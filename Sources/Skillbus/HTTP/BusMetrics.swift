@@ -38,7 +38,8 @@ public struct BusMetrics: Sendable, Equatable {
     public static let seriesLimit = 1000
     public static let overflowLabel = "_other"
 
-    /// REQUESTs answered, by (skill, status `ok`/`error`), and their latency by skill.
+    /// REQUESTs that ran (or failed) to their REPLY, by (skill, status `ok`/`error`), and their latency by
+    /// skill (`request.done`). One answered by a deduplication or the cache counts there instead.
     public var requests: [Pair: Int] = [:]
     public var requestSeconds: [String: Histogram] = [:]
     /// A round's own invocations ended, by (skill, status `ok`/`error`/`cancelled`/`skipped`), and their latency.

@@ -13,12 +13,12 @@ enum DashboardPage {
         body { font: 14px system-ui, sans-serif; margin: 0; background: #f4f5f7; color: #1d2330; }
         header { background: #1d2330; color: #fff; padding: 10px 20px; display: flex; gap: 24px; align-items: baseline; }
         header h1 { font-size: 18px; margin: 0; }
-        #link[data-live="yes"]::before { content: "\\u25cf "; color: #3c3; }
-        #link[data-live="no"]::before { content: "\\u25cf "; color: #c33; }
+        #link[data-live="yes"]::before { content: "\\25cf  "; color: #3c3; }
+        #link[data-live="no"]::before { content: "\\25cf  "; color: #c33; }
         main { padding: 16px 20px; display: grid; gap: 20px; }
         h2 { font-size: 15px; margin: 0 0 8px; }
         #agents { display: flex; flex-wrap: wrap; gap: 12px; }
-        .card { background: #fff; border-radius: 6px; padding: 10px 14px; min-width: 190px; border-left: 5px solid #999; }
+        .card { background: #fff; border-radius: 6px; padding: 10px 14px; min-width: 190px; max-width: 300px; border-left: 5px solid #999; }
         .card[data-state="idle"] { border-color: #8a8; }
         .card[data-state="executingSkill"], .card[data-state="streaming"] { border-color: #27c; }
         .card[data-state="thinking"], .card[data-state="selectingSkill"] { border-color: #c90; }

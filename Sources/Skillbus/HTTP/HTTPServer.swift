@@ -19,6 +19,8 @@ final class HTTPServer: Sendable {
     private let exited = DispatchSemaphore(value: 0)
 
     static let maxConnections = 64
+    /// Connections beyond `maxConnections` that are answered 503; past these, new ones are closed unanswered.
+    static let refusedConnections = 16
     /// How long a client has to send its request head, and to read its response.
     static let requestTimeoutNanos: UInt64 = 10_000_000_000
     /// An event stream whose client reads slower than events come is closed past this many unsent bytes.
@@ -146,14 +148,16 @@ final class HTTPServer: Sendable {
             guard fd >= 0 else { return }
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-            guard connections.count < Self.maxConnections else {
-                // Best effort, one write: a busy endpoint says so instead of leaving the client hanging.
-                let busy = HTTPResponse.text(503, "too many connections (\(Self.maxConnections)); try again").encoded()
-                _ = busy.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard connections.count < Self.maxConnections + Self.refusedConnections else {
                 close(fd)
                 continue
             }
-            connections.append(Connection(fd: fd, deadline: now + Self.requestTimeoutNanos))
+            var connection = Connection(fd: fd, deadline: now + Self.requestTimeoutNanos)
+            if connections.count >= Self.maxConnections {
+                // Told at once, and closed the way any response is, so the client reads why.
+                answer(&connection, .text(503, "too many connections (\(Self.maxConnections)); try again"), head: false, now: now)
+            }
+            connections.append(connection)
         }
     }
 

@@ -12,7 +12,7 @@ public struct MetricsExposition {
         var out = MetricsExposition()
         let metrics = snapshot.metrics
         out.pairs(
-            "skillbus_requests_total", "REQUESTs answered, by skill and status.", metrics.requests, "skill", "status")
+            "skillbus_requests_total", "REQUESTs answered by their own execution, by skill and status.", metrics.requests, "skill", "status")
         out.histograms(
             "skillbus_request_duration_seconds", "Time from a REQUEST to its REPLY, by skill.", metrics.requestSeconds)
         out.pairs(
