@@ -296,7 +296,7 @@ struct OperatorHTTPTests {
         #expect(try await browser.waitForExit(timeout: .seconds(30)) == 0, "\(browser.output)")
     }
 
-    @Test("without --http there is no endpoint; a non-loopback one needs --insecure, a bad one is named")
+    @Test("without --http there is no endpoint; a non-loopback one needs --insecure; a taken or bad one is named")
     func endpointChecks() async throws {
         let plain = try await TestCluster()
         let ready = try await plain.coordinator.waitForLine("ready line") { $0.contains(" ready: ") }
@@ -306,6 +306,13 @@ struct OperatorHTTPTests {
             "--http", "0.0.0.0:0"])
         #expect(open.code != 0)
         #expect(open.output.joined().contains("refusing to serve HTTP on 0.0.0.0:0"), "\(open.output)")
+        // A port another coordinator holds: the start fails, naming the endpoint and why.
+        let holder = try await OperatorCluster()
+        defer { holder.cluster.terminate() }
+        let taken = try await runSkillbus(["coordinator", "--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*",
+            "--http", "127.0.0.1:\(holder.port)"])
+        #expect(taken.code == 1)
+        #expect(taken.output.joined().contains("cannot serve HTTP on 127.0.0.1:\(holder.port): bind failed"), "\(taken.output)")
         let bad = try await runSkillbus(["coordinator", "--http", "127.0.0.1:http"])
         #expect(bad.code == 2)
         #expect(bad.output.joined().contains("option '--http'"), "\(bad.output)")

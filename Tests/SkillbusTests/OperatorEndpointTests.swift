@@ -170,10 +170,20 @@ struct OperatorEndpointTests {
         #expect(refused.status == 405 && refused.headers.first?.1 == "GET, HEAD")
         #expect(site.respond(to: head("GET", "/events")).streams)
         board.post(.roundAccepted(round: "r1", shape: "invoke", invocations: ["echo"]))
-        let streamed = String(decoding: site.collect(), as: UTF8.self)
+        #expect(site.collect(streaming: false).isEmpty, "with no stream open, nothing is made")
+        board.post(.roundAccepted(round: "r2", shape: "invoke", invocations: ["echo"]))
+        for index in 0..<(OperatorSite.feedEventsPerCollection + 3) {
+            board.post(.requestDispatched(round: "q", request: "\(index)", skill: "echo", agent: "a", invocation: "i"))
+        }
+        board.post(.agentState(agent: "a", state: .executingSkill("echo")))
+        let streamed = String(decoding: site.collect(streaming: true), as: UTF8.self)
         #expect(streamed.contains("event: round\ndata: {"))
         #expect(streamed.contains(#""type":"round.accepted""#))
+        #expect(streamed.components(separatedBy: #""round":"q""#).count == 2 + OperatorSite.feedEventsPerCollection - 1,
+            "a round changed many times in one collection is sent once (and its events up to the limit)")
+        #expect(streamed.contains("event: skipped\ndata: {\"events\":4}"))
+        #expect(streamed.contains(#""type":"agent.state""#), "agent events are never skipped")
         #expect(streamed.contains("event: agents\n"), "the first collect sends the agents")
-        #expect(!String(decoding: site.collect(), as: UTF8.self).contains("event: agents"), "only when they change")
+        #expect(!String(decoding: site.collect(streaming: true), as: UTF8.self).contains("event: agents"), "only when they change")
     }
 }

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,8 @@ if browser is None:
     print("SKIP: no chromium on PATH (apt-get install -y chromium)", flush=True)
     sys.exit(77)
 
+# A test that gives up sends SIGTERM: leave through `finally`, which stops Chromium too.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 profile = tempfile.mkdtemp(prefix="skillbus-chromium-")
 process = subprocess.Popen(
     [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",

@@ -114,6 +114,8 @@ enum DashboardPage {
         events.addEventListener("state", message => showState(JSON.parse(message.data)));
         events.addEventListener("agents", message => showAgents(JSON.parse(message.data)));
         events.addEventListener("round", message => showRound(JSON.parse(message.data)));
+        events.addEventListener("skipped", message => logEvent({time: new Date().toISOString(), type: "skipped",
+          events: JSON.parse(message.data).events}));
         events.addEventListener("feed", message => {
           const event = JSON.parse(message.data);
           logEvent(event);

@@ -104,11 +104,11 @@ final class HTTPServer: Sendable {
                 let events = connection.unsent > 0 && !connection.draining ? POLLIN | POLLOUT : POLLIN
                 fds.append(pollfd(fd: connection.fd, events: Int16(events), revents: 0))
             }
-            // Also wake at least every 100 ms: the snapshot changes at every coordinator tick.
+            // Events and snapshots are collected every 100 ms (or sooner, when a client wakes it).
             _ = poll(&fds, nfds_t(fds.count), 100)
             if fds[1].revents != 0 { site.board.wakePipe.drain() }
             let now = DispatchTime.now().uptimeNanoseconds
-            var broadcast = site.collect()
+            var broadcast = site.collect(streaming: connections.contains { $0.streams })
             if now >= nextKeepalive {
                 broadcast += Array(": keepalive\n\n".utf8)
                 nextKeepalive = now + Self.keepaliveNanos
@@ -208,6 +208,12 @@ final class HTTPServer: Sendable {
                 return
             }
             connection.sent += count
+            // A stream's client that keeps up only partly: drop what it has taken, so the outbox holds only
+            // what is still to send (which `maxStreamBacklog` bounds).
+            if connection.unsent > 0 && connection.sent >= 1 << 16 {
+                connection.outbox.removeFirst(connection.sent)
+                connection.sent = 0
+            }
         }
         connection.outbox = []
         connection.sent = 0

@@ -32,8 +32,9 @@ public struct BusSnapshot: Sendable, Equatable {
 }
 
 /// Where the coordinator's thread leaves what the HTTP thread serves: the latest `BusSnapshot`, and the
-/// events published since the HTTP thread last looked. Each hand-over is one short lock; the coordinator
-/// never waits for the HTTP thread, and events beyond `eventLimit` are dropped (and counted) rather than held.
+/// events published since the HTTP thread last looked (it looks every 100 ms). Each hand-over is one short
+/// lock and no system call; the coordinator never waits for the HTTP thread, and events beyond `eventLimit`
+/// are dropped (and counted) rather than held.
 final class OperatorBoard: Sendable {
     static let eventLimit = 10_000
 
@@ -49,7 +50,7 @@ final class OperatorBoard: Sendable {
 
     private let latest = Mutex(BusSnapshot())
     private let queue = Mutex(Queue())
-    /// Wakes the HTTP thread when events arrive in an empty queue.
+    /// Wakes the HTTP thread to stop.
     let wakePipe: WakePipe
 
     init() throws {
@@ -63,15 +64,11 @@ final class OperatorBoard: Sendable {
 
     /// Coordinator's thread: hands one event over, or counts it as dropped when the HTTP thread is behind.
     func post(_ event: FeedEvent) {
-        let wasEmpty = queue.withLock { queue -> Bool in
-            guard queue.events.count < Self.eventLimit else {
-                queue.dropped += 1
-                return false
-            }
-            queue.events.append(Posted(event: event, time: Date()))
-            return queue.events.count == 1
+        let time = Date()
+        queue.withLock { queue in
+            guard queue.events.count < Self.eventLimit else { return queue.dropped += 1 }
+            queue.events.append(Posted(event: event, time: time))
         }
-        if wasEmpty { wakePipe.wake() }
     }
 
     /// HTTP thread.

@@ -42,18 +42,42 @@ final class OperatorSite {
         }
     }
 
-    /// Takes the events posted since the last call and the latest snapshot; returns the stream bytes that
-    /// every open event stream gets: each feed event, each round it changed, and the agents when they changed.
-    func collect() -> [UInt8] {
+    /// Most `feed` events of requests, rounds and invocations one collection streams; a browser cannot show
+    /// thousands a second, and making them would cost the process as much as the bus's own work.
+    static let feedEventsPerCollection = 200
+
+    /// Takes the events posted since the last call and folds them into the latest rounds. While `streaming`,
+    /// returns the bytes every open event stream gets: each `agent.*` (and other rare) feed event, the
+    /// others up to `feedEventsPerCollection` (then one `skipped` with the count), each round that changed
+    /// (once, as it stands now), and the agents when they changed.
+    func collect(streaming: Bool) -> [UInt8] {
         let (posted, dropped) = board.takeEvents()
         droppedEvents = dropped
-        var bytes: [UInt8] = []
+        // A set: under load nearly every REQUEST is a round of its own, thousands in one collection.
+        var changed = Set<String>()
+        var feed: [UInt8] = []
+        var streamed = 0
+        var skipped = 0
         for item in posted {
-            if let round = rounds.apply(item.event) { bytes += Self.event("round", round.json) }
+            if let round = rounds.apply(item.event), streaming { changed.insert(round.id) }
+            guard streaming else { continue }
+            let frequent = item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
+                || item.event.topic.hasPrefix("round.")
+            if frequent && streamed >= Self.feedEventsPerCollection {
+                skipped += 1
+                continue
+            }
+            if frequent { streamed += 1 }
             var body = item.event.fields
             body["type"] = .string(item.event.topic)
             body["time"] = .string(FeedEvent.timestamp(item.time))
-            bytes += Self.event("feed", .object(body))
+            feed += Self.event("feed", .object(body))
+        }
+        guard streaming else { return [] }
+        var bytes = feed
+        if skipped > 0 { bytes += Self.event("skipped", ["events": .number(Double(skipped))]) }
+        for round in rounds.newestFirst.reversed() where changed.contains(round.id) {
+            bytes += Self.event("round", round.json)
         }
         let agents = agentsJSON(board.snapshot)
         if agents != lastAgents {
