@@ -10,8 +10,9 @@ PREFIX ?= /usr/local
 INSTALL_BUILD = .build/install
 
 # The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
-# libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
-# only when missing (libcurl4 is libcurl4t64 from Debian 13 on).
+# libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); for the tests,
+# prometheus_client, websocket-client and chromium; each installed only when missing (libcurl4 is
+# libcurl4t64 from Debian 13 on).
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
@@ -26,6 +27,17 @@ deps:
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && { $$SUDO apt-get install -y -qq libcurl4 || $$SUDO apt-get install -y -qq libcurl4t64; }; }
 	@python3 -c "import zmq" 2>/dev/null || { echo "installing pyzmq"; python3 -m pip install --quiet pyzmq; }
+	@python3 -c "import prometheus_client" 2>/dev/null || { \
+		echo "installing prometheus_client (its parser checks /metrics in the tests)"; \
+		python3 -m pip install --quiet prometheus_client; }
+	@python3 -c "import websocket" 2>/dev/null || { \
+		echo "installing websocket-client (the dashboard test drives Chromium with it)"; \
+		python3 -m pip install --quiet websocket-client; }
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing chromium (the dashboard test opens the page in it)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+			|| echo "chromium could not be installed: the dashboard browser test will be skipped"; }
 
 build: deps
 	$(SWIFT) build

@@ -9,6 +9,8 @@ struct Bench {
         let bus: String
         let feed: String
         let coordinator: Child
+        /// The operator HTTP endpoint (`HOST:PORT`), for a coordinator started with `--http`.
+        var http: String? = nil
     }
 
     let setup: BenchReport.Setup
@@ -66,7 +68,7 @@ struct Bench {
         }
         let registered = await BenchCommand.waitForProviders(
             bus: bus, skill: "echo", count: setup.workers, context: context, credentials: keys?.client)
-        return registered ? Cluster(bus: bus, feed: feed, coordinator: coordinator) : nil
+        return registered ? Cluster(bus: bus, feed: feed, coordinator: coordinator, http: ready["http"]) : nil
     }
 
     /// The raw ROUTER→DEALER proxy and its echo workers; returns the proxy's client endpoint.

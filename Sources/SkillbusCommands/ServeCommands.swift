@@ -19,6 +19,10 @@ public enum CoordinatorCommand: SkillbusCommand {
             role) the bus and the feed are CURVE sockets and it binds anywhere; --insecure binds anywhere
             without keys, and says so loudly. See README "Keys and roles".
 
+            --http HOST:PORT (config "http") also serves the operator endpoint there: a live dashboard at /,
+            Prometheus metrics at /metrics, /state (JSON) and /events (server-sent events); the ready line then
+            ends in http=HOST:PORT. It is loopback only unless --insecure: it has no keys.
+
             EXAMPLE: skillbus coordinator --config /etc/skillbus/coordinator.json --bus tcp://0.0.0.0:5555
             """,
         options: [
@@ -29,6 +33,9 @@ public enum CoordinatorCommand: SkillbusCommand {
             OptionSpec("--max-message-bytes", value: "N", help: "Largest accepted message (default 1048576)."),
             OptionSpec("--no-dedup", help: "Execute identical invocations of a round each time (for measuring)."),
             OptionSpec("--insecure", help: "Without keys, bind other than loopback anyway (anyone may connect)."),
+            OptionSpec(
+                "--http", value: "HOST:PORT",
+                help: "Serve the dashboard and /metrics there (e.g. 127.0.0.1:8080; port 0 takes a free one)."),
             logLevelOption,
         ])
 
@@ -48,6 +55,13 @@ public enum CoordinatorCommand: SkillbusCommand {
         }
         if arguments.flag("--no-dedup") { configuration.deduplication = false }
         if arguments.flag("--insecure") { configuration.insecure = true }
+        if let text = arguments.value("--http") {
+            do throws(SkillbusError) {
+                configuration.http = try HTTPAddress(parsing: text)
+            } catch {
+                throw UsageError(spec, "option '--http': \(error.message)")
+            }
+        }
         if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
         return configuration
     }
@@ -74,7 +88,8 @@ public enum CoordinatorCommand: SkillbusCommand {
                 "keys: CURVE on bus and feed, server key \(security.keys.publicKey); \(roles.joined(separator: ", ")) "
                     + "key(s); the feed admits \(readers.isEmpty ? "nobody" : readers.joined(separator: ", "))")
         }
-        print("skillbus coordinator ready: bus=\(coordinator.busEndpoint) feed=\(coordinator.feedEndpoint)")
+        let http = coordinator.httpAddress.map { " http=\($0)" } ?? ""
+        print("skillbus coordinator ready: bus=\(coordinator.busEndpoint) feed=\(coordinator.feedEndpoint)\(http)")
         try await runUntilStopped([coordinator], signals: signals, logger: logger) { signal in
             logger.info("signal \(signal): stopping")
         }

@@ -10,6 +10,8 @@ public final class Coordinator: Sendable {
     /// The bound endpoints, with real ports when the configuration asked for `:*`.
     public let busEndpoint: String
     public let feedEndpoint: String
+    /// The operator HTTP endpoint as bound (real port for port 0), when the configuration has one.
+    public let httpAddress: HTTPAddress?
     private let control: Control
 
     final class Control: Sendable {
@@ -19,11 +21,15 @@ public final class Coordinator: Sendable {
         init(wakePipe: WakePipe) { self.wakePipe = wakePipe }
     }
 
-    private init(configuration: CoordinatorConfiguration, control: Control, endpoints: (bus: String, feed: String)) {
+    /// The bound endpoints, as the coordinator's thread reports them.
+    typealias Endpoints = (bus: String, feed: String, http: HTTPAddress?)
+
+    private init(configuration: CoordinatorConfiguration, control: Control, endpoints: Endpoints) {
         self.configuration = configuration
         self.control = control
         busEndpoint = endpoints.bus
         feedEndpoint = endpoints.feed
+        httpAddress = endpoints.http
     }
 
     /// Binds both sockets on the coordinator's thread and starts serving; returns once both are bound,
@@ -43,7 +49,7 @@ public final class Coordinator: Sendable {
     public convenience init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
         let control = Control(wakePipe: try WakePipe())
         let started = DispatchSemaphore(value: 0)
-        let startup = Mutex<Result<(bus: String, feed: String), any Error>>(.success(("", "")))
+        let startup = Mutex<Result<Endpoints, any Error>>(.success(("", "", nil)))
         Self.launch(configuration, context, logger, control) { result in
             startup.withLock { $0 = result }
             started.signal()
@@ -55,7 +61,7 @@ public final class Coordinator: Sendable {
     /// Starts the coordinator's thread; `started` hears from it once, when both sockets are bound or failed.
     private static func launch(
         _ configuration: CoordinatorConfiguration, _ context: ZMQContext, _ logger: Logger, _ control: Control,
-        started: @escaping @Sendable (Result<(bus: String, feed: String), any Error>) -> Void
+        started: @escaping @Sendable (Result<Endpoints, any Error>) -> Void
     ) {
         let thread = Thread {
             let loop: CoordinatorLoop
@@ -67,7 +73,7 @@ public final class Coordinator: Sendable {
                 started(.failure(error))
                 return
             }
-            started(.success((loop.router.lastEndpoint, loop.feed.lastEndpoint)))
+            started(.success((loop.router.lastEndpoint, loop.feed.lastEndpoint, loop.operatorEndpoint?.address)))
             loop.run(control: control)
             loop.close()
             control.exited.signal()

@@ -47,7 +47,8 @@ extension CoordinatorLoop {
                 break
             }
         }
-        state.publishesRequestEvents = subscriptions.wantsRequestEvents
+        // The operator endpoint counts request events, so they are built for it too.
+        state.publishesRequestEvents = operatorEndpoint != nil || subscriptions.wantsRequestEvents
     }
 
     /// Answers a message over a limit (`message_too_large`, in the sender's dialect) and counts it.

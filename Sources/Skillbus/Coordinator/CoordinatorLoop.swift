@@ -8,6 +8,8 @@ final class CoordinatorLoop {
     let feed: ZMQSocket
     /// Keys and roles, when the coordinator has them (BusGuard.swift); nil: every peer may do anything.
     let busGuard: BusGuard?
+    /// The operator HTTP endpoint (metrics, dashboard), when configured (HTTP/OperatorEndpoint.swift).
+    let operatorEndpoint: OperatorEndpoint?
     let logger: Logger
     let maxMessageBytes: Int
     var state: CoordinatorState
@@ -48,6 +50,7 @@ final class CoordinatorLoop {
             try feed.setManualSubscriptions()
             try busGuard?.protect(feed, domain: AccessPolicy.feedDomain, name: "feed", context: context)
             try feed.bind(configuration.feed)
+            operatorEndpoint = try configuration.http.map { try OperatorEndpoint(address: $0) }
         } catch {
             // The handler's thread holds a socket of the context: it must go, or ending the context hangs.
             busGuard?.close()
@@ -61,7 +64,8 @@ final class CoordinatorLoop {
         var settings = configuration.stateSettings
         settings.feedEndpoint = feed.lastEndpoint
         state = CoordinatorState(settings: settings)
-        state.publishesRequestEvents = false  // until a watcher subscribes to them
+        // Until a watcher subscribes to them; the operator endpoint counts them all.
+        state.publishesRequestEvents = operatorEndpoint != nil
     }
 
     func close() {
@@ -69,6 +73,7 @@ final class CoordinatorLoop {
         feed.close()
         watch.close()
         busGuard?.close()
+        operatorEndpoint?.close()
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
         }
@@ -106,6 +111,7 @@ final class CoordinatorLoop {
                 confirmLostConnections(now: now)
                 perform(state.tick(now: now))
                 if let busGuard { perform(busGuard.tick()) }
+                operatorEndpoint?.publish(state)
                 nextTick = now + Self.tickNanos
                 if refusalsSuppressed > 0 {
                     logger.warning("refused \(refusalsSuppressed) more bad message(s) without logging each")
@@ -202,6 +208,7 @@ final class CoordinatorLoop {
     /// Answers a message the bus cannot accept, in the sender's own dialect where it can tell.
     func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
         rejected += 1
+        operatorEndpoint?.refused(error)
         // A flood of garbage must not become a flood of log lines: the first few per tick, then a count.
         if refusalsLogged < Self.refusalsLoggedPerTick {
             refusalsLogged += 1
@@ -228,6 +235,7 @@ final class CoordinatorLoop {
             case .toWorker(let peer, let message): send(to: peer, message.encoded())
             case .publish(let event):
                 logEvent(event)
+                operatorEndpoint?.record(event)
                 guard wants(event.topic) else { continue }
                 try? feed.send(event.encoded(), dontWait: true)
             }

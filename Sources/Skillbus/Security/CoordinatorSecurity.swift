@@ -106,6 +106,12 @@ public enum BindCheck {
 
     /// Why a coordinator with `configuration` must not bind, or nil when it may.
     public static func problem(_ configuration: CoordinatorConfiguration) -> String? {
+        // The HTTP endpoint has no keys even when the bus has: only --insecure opens it to other hosts.
+        if let http = configuration.http, !http.isLoopback, !configuration.insecure {
+            return "refusing to serve HTTP on \(http): the dashboard and metrics have no keys, and anyone who can "
+                + "reach them could watch every agent and round. Serve it on 127.0.0.1 (reach it through an SSH "
+                + "tunnel or a proxy), or start the coordinator with --insecure"
+        }
         guard configuration.security == nil, !configuration.insecure else { return nil }
         let open = [configuration.bus, configuration.feed].filter { !isLoopback($0) }
         guard let first = open.first else { return nil }

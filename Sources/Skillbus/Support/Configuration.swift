@@ -33,6 +33,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var rateLimits = RateLimits()
     /// The result cache's budget (PROTOCOL §4.16); 0 turns it off.
     public var cacheBytesLimit = 64 << 20
+    /// The operator HTTP endpoint (`/metrics`, the dashboard); nil: none. Loopback unless `insecure`.
+    public var http: HTTPAddress?
 
     public init() {}
 
@@ -62,7 +64,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "security", "insecure",
         "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
-        "rateLimits", "cacheBytesLimit",
+        "rateLimits", "cacheBytesLimit", "http",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -93,6 +95,13 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
             try object.int("priorityPromotionMs", minimum: 0, maximum: 86_400_000) ?? priorityPromotionMs
         clientQueueShare = try object.fraction("clientQueueShare") ?? clientQueueShare
         cacheBytesLimit = try object.int("cacheBytesLimit", minimum: 0, maximum: 1 << 40) ?? cacheBytesLimit
+        if let text = try object.string("http") {
+            do throws(SkillbusError) {
+                http = try HTTPAddress(parsing: text)
+            } catch {
+                throw object.error("http", error.message)
+            }
+        }
         if let limits = try object.object("rateLimits", allowed: ["skills", "clients"]) {
             if let skills = limits.values["skills"] {
                 guard let entries = skills.objectValue else {
