@@ -15,7 +15,8 @@ public enum BenchCommand: SkillbusCommand {
             Its echo workers arm retries (idempotent, a retry policy with an attempt timeout); a third coordinator
             whose workers give echo no policy measures what that costs, in alternation, as a ratio. A fourth, whose
             echo is pure with a cache lifetime, measures the cache's miss path against the main one, and rounds
-            with priorities are measured against rounds without, both as ratios of the same run.
+            with priorities are measured against rounds without, both as ratios of the same run. A fifth coordinator
+            keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation.
             Absolute numbers depend on the machine; the ratio is the figure to compare.
 
             EXAMPLE: skillbus bench --workers 4 --json
@@ -56,11 +57,13 @@ public enum BenchCommand: SkillbusCommand {
         defer { supervisor.cleanUp() }
         let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
         bench.note(
-            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache…")
+            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache, a fifth with a journal…")
         guard let main = await bench.startCluster(name: "main"),
             let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"]),
             let unarmed = await bench.startCluster(name: "noretry", workerOptions: Bench.plainEcho),
-            let cached = await bench.startCluster(name: "cache", workerOptions: Bench.cachedEcho)
+            let cached = await bench.startCluster(name: "cache", workerOptions: Bench.cachedEcho),
+            let journaled = await bench.startCluster(
+                name: "journal", coordinatorOptions: ["--data-dir", supervisor.directory + "/journal-coordinator"])
         else {
             printError("error: a coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
@@ -76,6 +79,7 @@ public enum BenchCommand: SkillbusCommand {
         let deduplication = try await bench.deduplicationCost(with: main, without: plain)
         let retries = try await bench.retryCost(armed: main, plain: unarmed)
         let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
+        let journal = try await bench.journalCost(memory: main, journaled: journaled)
         let rounds = try await bench.rounds(bus: main.bus)
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
@@ -90,7 +94,7 @@ public enum BenchCommand: SkillbusCommand {
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
             registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
-            curve: curve, priorityCache: priorityCache)
+            curve: curve, priorityCache: priorityCache, journal: journal)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }

@@ -56,6 +56,7 @@ struct BenchReport {
     var retries: RetryFigures
     var curve: CurveFigures
     var priorityCache: PriorityCacheFigures
+    var journal: JournalFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -66,7 +67,7 @@ struct BenchReport {
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + curve.failures
             + output.failures
-            + retries.failures + priorityCache.failures
+            + retries.failures + priorityCache.failures + journal.failures
     }
 
     struct LevelRatios {
@@ -133,6 +134,7 @@ struct BenchReport {
             "output": output.json,
             "retries": retries.json,
             "priorityCache": priorityCache.json,
+            "journal": journal.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -205,6 +207,8 @@ struct BenchReport {
         retries.printText()
         print("")
         priorityCache.printText()
+        print("")
+        journal.printText()
         print("")
         context.printText()
         print("")

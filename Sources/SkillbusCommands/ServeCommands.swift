@@ -19,6 +19,10 @@ public enum CoordinatorCommand: SkillbusCommand {
             role) the bus and the feed are CURVE sockets and it binds anywhere; --insecure binds anywhere
             without keys, and says so loudly. See README "Keys and roles".
 
+            With --data-dir (config "dataDir") it journals every round in DIR/journal.sqlite: a round id sent
+            again after a restart gets its stored document, and a round the restart interrupted is answered
+            'interrupted' (or runs again, when all its skills are idempotent). See README "Durability".
+
             EXAMPLE: skillbus coordinator --config /etc/skillbus/coordinator.json --bus tcp://0.0.0.0:5555
             """,
         options: [
@@ -29,6 +33,12 @@ public enum CoordinatorCommand: SkillbusCommand {
             OptionSpec("--max-message-bytes", value: "N", help: "Largest accepted message (default 1048576)."),
             OptionSpec("--no-dedup", help: "Execute identical invocations of a round each time (for measuring)."),
             OptionSpec("--insecure", help: "Without keys, bind other than loopback anyway (anyone may connect)."),
+            OptionSpec(
+                "--data-dir", value: "DIR",
+                help: "Keep the round journal here (journal.sqlite): rounds survive a restart (default: memory only)."),
+            OptionSpec(
+                "--startup-grace-ms", value: "MS",
+                help: "After start, requests for skills nobody offers yet wait this long for an agent (default 5000)."),
             logLevelOption,
         ])
 
@@ -48,6 +58,10 @@ public enum CoordinatorCommand: SkillbusCommand {
         }
         if arguments.flag("--no-dedup") { configuration.deduplication = false }
         if arguments.flag("--insecure") { configuration.insecure = true }
+        if let directory = arguments.value("--data-dir") { configuration.dataDir = directory }
+        if let ms = try arguments.int("--startup-grace-ms", minimum: 0, maximum: 600_000, in: spec) {
+            configuration.startupGraceMs = ms
+        }
         if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
         return configuration
     }

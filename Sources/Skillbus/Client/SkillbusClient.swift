@@ -61,7 +61,7 @@ public final class SkillbusClient: Sendable {
         let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, credentials, pending, entries)
         let socket = try SocketLoop(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
-            beforeWait: Self.keepDeadlines(pending))
+            beforeWait: Self.keepDeadlines(pending, entries))
         self.init(endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
     }
 
@@ -74,15 +74,20 @@ public final class SkillbusClient: Sendable {
         let (configure, onMessage) = handlers(endpoint, maxMessageBytes, credentials, pending, entries)
         let socket = try await SocketLoop.start(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
-            beforeWait: keepDeadlines(pending))
+            beforeWait: keepDeadlines(pending, entries))
         return SkillbusClient(
             endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
     }
 
-    /// Ends the waits whose time is up, and lets the socket's thread sleep until the next one's.
-    private static func keepDeadlines(_ pending: PendingReplies) -> @Sendable () -> Duration? {
+    /// Ends the waits whose time is up, sends again what is due, and lets the socket's thread sleep until the
+    /// next of either.
+    private static func keepDeadlines(_ pending: PendingReplies, _ partials: PartialAnswers) -> @Sendable () -> Duration? {
         {
             pending.expire()
+            let resends = pending.dueResends()
+            if !resends.isEmpty, let send = partials.reply.withLock({ $0 }) {
+                for message in resends { send(message) }
+            }
             return pending.untilNextDeadline()
         }
     }
@@ -234,12 +239,25 @@ public final class SkillbusClient: Sendable {
         let requestID = makeRequestID()
         if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
         defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
-        let request = RoundRequest(
+        let body = spec.body(retries: retries, priority: priority, noCache: noCache).serialized()
+        let deadline = ContinuousClock.now + timeout
+        // Sent again (same round id) until answered: a round the bus already has is joined or answered from its
+        // journal, so a restart of the coordinator costs a resend, never a second execution. Each copy carries
+        // the time the caller has left, so the bus never works past the caller's deadline.
+        let message = { @Sendable (now: ContinuousClock.Instant) -> Multipart? in
+            guard now < deadline else { return nil }
+            let request = RoundRequest(
+                requestID: requestID, roundID: roundID, sessionID: sessionID,
+                timeoutMs: max(1, Int((deadline - now) / .milliseconds(1))), body: body)
+            return ClientMessage.round(request).encoded()
+        }
+        let resend = PendingReplies.Resend(
+            interval: Self.resendInterval, next: .now + Self.resendInterval, message: message)
+        let first = RoundRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID,
-            timeoutMs: max(1, Int(timeout / .milliseconds(1))),
-            body: spec.body(retries: retries, priority: priority, noCache: noCache).serialized())
+            timeoutMs: max(1, Int(timeout / .milliseconds(1))), body: body)
         let answer = try await exchange(
-            .round(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
+            .round(first), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true, resend: resend)
         switch answer {
         case .round(_, _, let document):
             return try RoundDocument(parsing: document)
@@ -292,13 +310,16 @@ public final class SkillbusClient: Sendable {
 
     /// How long a caller that gave up on a REQUEST or ROUND waits for the bus's `cancelled` answer.
     static let cancelGrace: Duration = .seconds(1)
+    /// How often a ROUND not yet answered is sent again (PROTOCOL §3.5.9).
+    public static let resendInterval: Duration = .seconds(1)
 
     /// Sends `message` and waits for the reply with `requestID`; nil when none came within `waitFor`.
     /// A cancelled caller returns at once with `cancelled`; its entry goes, so a late reply is dropped.
     /// With `cancelsOnBus`, it tells the bus (CANCEL) and waits for the bus's answer instead, for
     /// `cancelGrace` at most.
     func exchange(
-        _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false
+        _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false,
+        resend: PendingReplies.Resend? = nil
     ) async throws(SkillbusError) -> BusToClientMessage? {
         let pending = self.pending
         let socket = self.socket
@@ -306,7 +327,7 @@ public final class SkillbusClient: Sendable {
         let answer = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 // Already cancelled: answered at once, and nothing need go to the bus.
-                guard pending.add(requestID, until: deadline, continuation) else { return }
+                guard pending.add(requestID, until: deadline, resend: resend, continuation) else { return }
                 socket.send(message.encoded())  // wakes the socket's thread, which then keeps the deadline too
             }
         } onCancel: {
@@ -319,7 +340,10 @@ public final class SkillbusClient: Sendable {
         pending.forget(requestID)
         switch answer {
         case .message(let reply): return reply
-        case .timedOut: return nil
+        case .timedOut:
+            // The caller gives up: whatever the bus still holds of it must not run for nobody.
+            if cancelsOnBus { socket.send(ClientMessage.cancel(requestID: requestID).encoded()) }
+            return nil
         case .cancelled:
             throw SkillbusError(.cancelled, "request \(requestID) was cancelled before the coordinator answered")
         }

@@ -33,6 +33,12 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var rateLimits = RateLimits()
     /// The result cache's budget (PROTOCOL §4.16); 0 turns it off.
     public var cacheBytesLimit = 64 << 20
+    /// Where the coordinator keeps its round journal (`journal.sqlite`); nil: rounds live in memory only.
+    public var dataDir: String?
+    /// Most bytes the journal keeps on disk for ended rounds; beyond it the oldest go first.
+    public var journalBytesLimit = 256 << 20
+    /// How long after its start a request for a skill nobody offers yet waits for an agent (PROTOCOL §4.17).
+    public var startupGraceMs = 5000
 
     public init() {}
 
@@ -54,6 +60,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.clientQueueShare = clientQueueShare
         settings.rateLimits = rateLimits
         settings.cacheBytesLimit = cacheBytesLimit
+        settings.journaled = dataDir != nil
+        settings.startupGraceMs = startupGraceMs
         return settings
     }
 
@@ -62,7 +70,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "security", "insecure",
         "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
-        "rateLimits", "cacheBytesLimit",
+        "rateLimits", "cacheBytesLimit", "dataDir", "journalBytesLimit", "startupGraceMs",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -93,6 +101,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
             try object.int("priorityPromotionMs", minimum: 0, maximum: 86_400_000) ?? priorityPromotionMs
         clientQueueShare = try object.fraction("clientQueueShare") ?? clientQueueShare
         cacheBytesLimit = try object.int("cacheBytesLimit", minimum: 0, maximum: 1 << 40) ?? cacheBytesLimit
+        dataDir = try object.string("dataDir") ?? dataDir
+        journalBytesLimit =
+            try object.int("journalBytesLimit", minimum: 1 << 16, maximum: 1 << 40) ?? journalBytesLimit
+        startupGraceMs = try object.int("startupGraceMs", minimum: 0, maximum: 600_000) ?? startupGraceMs
         if let limits = try object.object("rateLimits", allowed: ["skills", "clients"]) {
             if let skills = limits.values["skills"] {
                 guard let entries = skills.objectValue else {
