@@ -223,49 +223,6 @@ public final class SkillbusClient: Sendable {
         return agents
     }
 
-    /// Runs a whole round (one invocation, a fan-out or a plan) and returns its document. A round that
-    /// failed comes back as a document with `status: error`; this throws only when no answer came.
-    /// `retries`, when given, is how many times the bus may retry each invocation instead of what its skill
-    /// declares (0: never), within the skill's rules of what is retryable (PROTOCOL §4.13).
-    /// `priority` places its invocations in the bus's wait queue (PROTOCOL §4.14); `noCache` runs them even
-    /// when the bus's result cache holds their answer (§4.16).
-    /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
-    /// the document, and the batch), all of it before the document (on the client's socket thread).
-    public func round(
-        _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15), retries: Int? = nil, priority: InvocationPriority = .normal, noCache: Bool = false,
-        onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
-    ) async throws(SkillbusError) -> RoundDocument {
-        let requestID = makeRequestID()
-        if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
-        defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
-        let body = spec.body(retries: retries, priority: priority, noCache: noCache).serialized()
-        let deadline = ContinuousClock.now + timeout
-        // Sent again (same round id) until answered: a round the bus already has is joined or answered from its
-        // journal, so a restart of the coordinator costs a resend, never a second execution. Each copy carries
-        // the time the caller has left, so the bus never works past the caller's deadline.
-        let message = { @Sendable (now: ContinuousClock.Instant) -> Multipart? in
-            guard now < deadline else { return nil }
-            let request = RoundRequest(
-                requestID: requestID, roundID: roundID, sessionID: sessionID,
-                timeoutMs: max(1, Int((deadline - now) / .milliseconds(1))), body: body)
-            return ClientMessage.round(request).encoded()
-        }
-        let resend = PendingReplies.Resend(
-            interval: Self.resendInterval, next: .now + Self.resendInterval, message: message)
-        let first = RoundRequest(
-            requestID: requestID, roundID: roundID, sessionID: sessionID,
-            timeoutMs: max(1, Int(timeout / .milliseconds(1))), body: body)
-        let answer = try await exchange(
-            .round(first), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true, resend: resend)
-        switch answer {
-        case .round(_, _, let document):
-            return try RoundDocument(parsing: document)
-        case .error(_, let error): throw error
-        default: throw unreachable(after: timeout + .seconds(1))
-        }
-    }
-
     /// Cancels everything of round `roundID` on the bus, whoever asked for it: the ROUND, its REQUESTs and
     /// its turn (PROTOCOL §3.10). Returns what the bus stopped: `{"round", "requests", "rounds", "turns",
     /// "stopped"}`, all zero when nothing of the round was running.
@@ -310,8 +267,6 @@ public final class SkillbusClient: Sendable {
 
     /// How long a caller that gave up on a REQUEST or ROUND waits for the bus's `cancelled` answer.
     static let cancelGrace: Duration = .seconds(1)
-    /// How often a ROUND not yet answered is sent again (PROTOCOL §3.5.9).
-    public static let resendInterval: Duration = .seconds(1)
 
     /// Sends `message` and waits for the reply with `requestID`; nil when none came within `waitFor`.
     /// A cancelled caller returns at once with `cancelled`; its entry goes, so a late reply is dropped.
