@@ -117,6 +117,32 @@ struct JournalClusterTests {
         #expect(cluster.executions("late-1") == 0)
     }
 
+    @Test("a data directory the coordinator cannot use is refused with what to do, and left as it was")
+    func badDataDirectories() async throws {
+        let directory = NSTemporaryDirectory() + "skillbus-journal-bad-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let garbage = Array("not a database at all".utf8)
+        try Data(garbage).write(to: URL(fileURLWithPath: directory + "/journal.sqlite"))
+        let local = ["--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*"]
+        let (code, output) = try await runSkillbus(["coordinator"] + local + ["--data-dir", directory])
+        #expect(code == 1)
+        #expect(output.contains { $0.contains("journal.sqlite is not a SQLite database") }, "\(output)")
+        #expect(FileManager.default.contents(atPath: directory + "/journal.sqlite").map { Array($0) } == garbage)
+
+        // A directory another coordinator holds.
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        let (lockedCode, lockedOutput) = try await runSkillbus(
+            ["coordinator"] + local + ["--data-dir", cluster.directory + "/data"])
+        #expect(lockedCode == 1)
+        #expect(lockedOutput.contains { $0.contains("is in use by another process") }, "\(lockedOutput)")
+
+        let (usageCode, usage) = try await runSkillbus(["coordinator"] + local + ["--startup-grace-ms", "-5"])
+        #expect(usageCode == 2)
+        #expect(usage.contains { $0.contains("--startup-grace-ms") }, "\(usage)")
+    }
+
     @Test("kill -9 and restart of the coordinator five times under load: nothing lost or answered twice")
     func fiveRestartsUnderLoad() async throws {
         let cluster = try await RestartableCluster(context: context)

@@ -21,9 +21,10 @@ enum JournalSchema {
                 """)
     ]
 
+    /// Inserts a new round; one already journaled is left as it is (no change), and then read with `select`.
     static let insert =
         "INSERT INTO rounds (id, body, state, idempotent, document, accepted, finished, bytes) "
-        + "VALUES (?, ?, 'running', ?, NULL, ?, 0, ?)"
+        + "VALUES (?, ?, 'running', ?, NULL, ?, 0, ?) ON CONFLICT (id) DO NOTHING"
     static let select = "SELECT body, state, idempotent, document FROM rounds WHERE id = ?"
     static let rerun = "UPDATE rounds SET state = 'running', accepted = ?, finished = 0 WHERE id = ?"
     static let finish = "UPDATE rounds SET state = 'done', document = ?, finished = ?, bytes = ? WHERE id = ?"

@@ -181,15 +181,20 @@ final class RoundJournal: Sendable {
     private func accept(
         _ id: [UInt8], _ body: [UInt8], idempotent: Bool, nowMs: Int64, _ database: SQLiteDatabase, _ added: inout Int
     ) throws(SkillbusError) -> JournalAnswer {
+        // Most rounds are new: one statement for them, and a read only for an id the journal holds.
+        try database.run(
+            JournalSchema.insert, [.utf8(id), .utf8(body), .int(idempotent ? 1 : 0), .integer(nowMs), .int(body.count)])
+        if database.changes == 1 {
+            added += body.count
+            return .accepted(roundID: id)
+        }
         var stored: (body: [UInt8], state: String, idempotent: Bool, document: [UInt8]?)?
         try database.rows(JournalSchema.select, [.utf8(id)]) { row in
             stored = (row.bytes(0), row.text(1), row.int(2) != 0, row.isNull(3) ? nil : row.bytes(3))
         }
         guard let stored else {
-            try database.run(
-                JournalSchema.insert, [.utf8(id), .utf8(body), .int(idempotent ? 1 : 0), .integer(nowMs), .int(body.count)])
-            added += body.count
-            return .accepted(roundID: id)
+            throw SkillbusError(
+                .internalError, "round '\(String(decoding: id, as: UTF8.self))' is neither new nor in the journal")
         }
         guard stored.body == body else { return .conflict(roundID: id) }
         switch stored.state {
