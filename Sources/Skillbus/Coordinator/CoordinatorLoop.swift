@@ -14,9 +14,6 @@ final class CoordinatorLoop {
     /// The round journal, with a data directory (Journal/); its answers wait in `journalAnswers`.
     let journal: RoundJournal?
     let journalAnswers = JournalMailbox()
-    /// Journal entries of this turn of the loop, handed over together at its end: under load one drain of the
-    /// bus makes one batch, and so one commit.
-    var journalEntries: [JournalEntry] = []
     /// Prefixes that feed subscribers asked for; events nobody wants are never built.
     var subscriptions = Set<[UInt8]>()
     var unroutable = 0
@@ -133,15 +130,7 @@ final class CoordinatorLoop {
                 }
                 refusalsLogged = 0
             }
-            submitJournalEntries()
         }
-        submitJournalEntries()
-    }
-
-    private func submitJournalEntries() {
-        guard !journalEntries.isEmpty else { return }
-        journal?.submit(journalEntries)
-        journalEntries = []
     }
 
     private func drainBus() {
@@ -253,9 +242,11 @@ final class CoordinatorLoop {
     }
 
     func perform(_ actions: [CoordinatorAction]) {
+        var entries: [JournalEntry] = []
+        defer { journal?.submit(entries) }
         for action in actions {
             switch action {
-            case .journal(let entry): journalEntries.append(entry)
+            case .journal(let entry): entries.append(entry)
             case .toClient(let peer, let message): send(to: peer, message.encoded())
             case .toWorker(let peer, let message): send(to: peer, message.encoded())
             case .publish(let event):
