@@ -18,6 +18,7 @@ public enum BenchCommand: SkillbusCommand {
             with priorities are measured against rounds without, both as ratios of the same run.
             A fifth serves the operator HTTP endpoint (--http) while a watcher scrapes /metrics every 100 ms and
             reads /events: its throughput against the main one's is what the endpoint costs the bus.
+            A sixth keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation.
             Absolute numbers depend on the machine; the ratio is the figure to compare.
 
             EXAMPLE: skillbus bench --workers 4 --json
@@ -58,12 +59,14 @@ public enum BenchCommand: SkillbusCommand {
         defer { supervisor.cleanUp() }
         let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
         bench.note(
-            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache, a fifth serving HTTP…")
+            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache, a fifth serving HTTP, a sixth with a journal…")
         guard let main = await bench.startCluster(name: "main"),
             let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"]),
             let unarmed = await bench.startCluster(name: "noretry", workerOptions: Bench.plainEcho),
             let cached = await bench.startCluster(name: "cache", workerOptions: Bench.cachedEcho),
-            let watched = await bench.startCluster(name: "http", coordinatorOptions: ["--http", "127.0.0.1:0"])
+            let watched = await bench.startCluster(name: "http", coordinatorOptions: ["--http", "127.0.0.1:0"]),
+            let journaled = await bench.startCluster(
+                name: "journal", coordinatorOptions: ["--data-dir", supervisor.directory + "/journal-coordinator"])
         else {
             printError("error: a coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
@@ -80,6 +83,7 @@ public enum BenchCommand: SkillbusCommand {
         let retries = try await bench.retryCost(armed: main, plain: unarmed)
         let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
         let http = try await bench.httpCost(main: main, http: watched)
+        let journal = try await bench.journalCost(memory: main, journaled: journaled)
         let rounds = try await bench.rounds(bus: main.bus)
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
@@ -94,7 +98,7 @@ public enum BenchCommand: SkillbusCommand {
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
             registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
-            curve: curve, priorityCache: priorityCache, http: http)
+            curve: curve, priorityCache: priorityCache, http: http, journal: journal)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }

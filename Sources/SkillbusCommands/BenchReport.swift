@@ -57,6 +57,7 @@ struct BenchReport {
     var curve: CurveFigures
     var priorityCache: PriorityCacheFigures
     var http: HTTPFigures
+    var journal: JournalFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -67,7 +68,7 @@ struct BenchReport {
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + curve.failures
             + output.failures
-            + retries.failures + priorityCache.failures + http.failures
+            + retries.failures + priorityCache.failures + http.failures + journal.failures
     }
 
     struct LevelRatios {
@@ -135,6 +136,7 @@ struct BenchReport {
             "retries": retries.json,
             "priorityCache": priorityCache.json,
             "operatorHTTP": http.json,
+            "journal": journal.json,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -209,6 +211,7 @@ struct BenchReport {
         priorityCache.printText()
         print("")
         http.printText()
+        journal.printText()
         print("")
         context.printText()
         print("")

@@ -17,6 +17,9 @@ extension CoordinatorConfiguration {
         ]
         if let security { object["security"] = security.json }
         if insecure { object["insecure"] = true }
+        if let dataDir { object["dataDir"] = .string(dataDir) }
+        object["journalBytesLimit"] = .number(Double(journalBytesLimit))
+        object["startupGraceMs"] = .number(Double(startupGraceMs))
         return .object(object)
     }
 }

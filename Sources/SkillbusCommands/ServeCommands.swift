@@ -22,6 +22,9 @@ public enum CoordinatorCommand: SkillbusCommand {
             --http HOST:PORT (config "http") also serves the operator endpoint there: a live dashboard at /,
             Prometheus metrics at /metrics, /state (JSON) and /events (server-sent events); the ready line then
             ends in http=HOST:PORT. It is loopback only unless --insecure: it has no keys.
+            With --data-dir (config "dataDir") it journals every round in DIR/journal.sqlite: a round id sent
+            again after a restart gets its stored document, and a round the restart interrupted is answered
+            'interrupted' (or runs again, when all its skills are idempotent). See README "Durability".
 
             EXAMPLE: skillbus coordinator --config /etc/skillbus/coordinator.json --bus tcp://0.0.0.0:5555
             """,
@@ -36,6 +39,12 @@ public enum CoordinatorCommand: SkillbusCommand {
             OptionSpec(
                 "--http", value: "HOST:PORT",
                 help: "Serve the dashboard and /metrics there (e.g. 127.0.0.1:8080; port 0 takes a free one)."),
+            OptionSpec(
+                "--data-dir", value: "DIR",
+                help: "Keep the round journal here (journal.sqlite): rounds survive a restart (default: memory only)."),
+            OptionSpec(
+                "--startup-grace-ms", value: "MS",
+                help: "After start, requests for skills nobody offers yet wait this long for an agent (default 5000)."),
             logLevelOption,
         ])
 
@@ -61,6 +70,10 @@ public enum CoordinatorCommand: SkillbusCommand {
             } catch {
                 throw UsageError(spec, "option '--http': \(error.message)")
             }
+        }
+        if let directory = arguments.value("--data-dir") { configuration.dataDir = directory }
+        if let ms = try arguments.int("--startup-grace-ms", minimum: 0, maximum: 600_000, in: spec) {
+            configuration.startupGraceMs = ms
         }
         if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
         return configuration

@@ -42,6 +42,8 @@ public enum UpCommand: SkillbusCommand {
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
 
+        // The coordinator's journal lives beside the workers' data, so that rounds outlive this run too.
+        if cluster.coordinator.dataDir == nil { cluster.coordinator.dataDir = cluster.dataRoot + "/coordinator-journal" }
         let coordinatorFile = try supervisor.write(cluster.coordinator.json, name: "coordinator.json")
         let coordinator = supervisor.start(
             name: "coordinator", arguments: ["coordinator", "--config", coordinatorFile])

@@ -237,8 +237,11 @@ final class TestCluster: Sendable {
     let workers: Mutex<[String: SkillbusProcess]>
 
     init(coordinatorArguments: [String] = []) async throws {
+        // No startup grace unless a test asks for one: tests that want unknown_skill want it at once.
+        let grace = coordinatorArguments.contains("--startup-grace-ms") ? [] : ["--startup-grace-ms", "0"]
         coordinator = try SkillbusProcess(
-            ["coordinator", "--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*"] + coordinatorArguments,
+            ["coordinator", "--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*"] + grace
+                + coordinatorArguments,
             name: "coordinator")
         let ready = try await coordinator.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
         func field(_ key: String) -> String {

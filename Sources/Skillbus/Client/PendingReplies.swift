@@ -40,6 +40,15 @@ final class PendingReplies: Sendable {
         var deadline: ContinuousClock.Instant
         /// Its caller gave up and waits only for the answer to its CANCEL: running out is `cancelled`.
         var gaveUp = false
+        /// A message sent again until the answer comes (a ROUND, PROTOCOL §3.5.9).
+        var resend: Resend?
+    }
+
+    /// How a waiting request is sent again: every `interval`, built anew for the time left (nil: no more).
+    struct Resend: Sendable {
+        var interval: Duration
+        var next: ContinuousClock.Instant
+        var message: @Sendable (ContinuousClock.Instant) -> Multipart?
     }
 
     private struct Table {
@@ -60,12 +69,13 @@ final class PendingReplies: Sendable {
     /// Returns whether it waits (false: it was answered at once).
     @discardableResult
     func add(
-        _ requestID: String, until deadline: ContinuousClock.Instant, _ continuation: CheckedContinuation<Answer, Never>
+        _ requestID: String, until deadline: ContinuousClock.Instant, resend: Resend? = nil,
+        _ continuation: CheckedContinuation<Answer, Never>
     ) -> Bool {
         let early = table.withLock { table -> Answer? in
             if let early = table.early.removeValue(forKey: requestID) { return early }
-            table.waiting[requestID] = Waiter(continuation: continuation, deadline: deadline)
-            table.earliest = min(table.earliest ?? deadline, deadline)
+            table.waiting[requestID] = Waiter(continuation: continuation, deadline: deadline, resend: resend)
+            table.earliest = min(table.earliest ?? deadline, resend.map { min($0.next, deadline) } ?? deadline)
             return nil
         }
         guard let early else { return true }
@@ -79,6 +89,7 @@ final class PendingReplies: Sendable {
         table.withLock { table in
             guard var waiter = table.waiting[requestID] else { return false }
             waiter.gaveUp = true
+            waiter.resend = nil
             waiter.deadline = min(waiter.deadline, .now + grace)
             table.waiting[requestID] = waiter
             table.earliest = min(table.earliest ?? waiter.deadline, waiter.deadline)
@@ -104,10 +115,34 @@ final class PendingReplies: Sendable {
             guard let earliest = table.earliest, earliest <= now else { return [] }
             let due = table.waiting.filter { $0.value.deadline <= now }
             for requestID in due.keys { table.waiting.removeValue(forKey: requestID) }
-            table.earliest = table.waiting.values.map(\.deadline).min()
+            table.earliest = table.waiting.values.map { waiter in
+                waiter.resend.map { min($0.next, waiter.deadline) } ?? waiter.deadline
+            }.min()
             return Array(due.values)
         }
         for waiter in expired { waiter.continuation.resume(returning: waiter.gaveUp ? .cancelled : .timedOut) }
+    }
+
+    /// The messages due to be sent again now; each is scheduled for its next interval.
+    func dueResends(now: ContinuousClock.Instant = .now) -> [Multipart] {
+        table.withLock { table -> [Multipart] in
+            var messages: [Multipart] = []
+            for (requestID, waiter) in table.waiting {
+                guard let resend = waiter.resend, resend.next <= now else { continue }
+                if let message = resend.message(now) {
+                    messages.append(message)
+                    table.waiting[requestID]?.resend?.next = now + resend.interval
+                } else {
+                    table.waiting[requestID]?.resend = nil
+                }
+            }
+            if !messages.isEmpty || table.earliest.map({ $0 <= now }) == true {
+                table.earliest = table.waiting.values.map { waiter in
+                    waiter.resend.map { min($0.next, waiter.deadline) } ?? waiter.deadline
+                }.min()
+            }
+            return messages
+        }
     }
 
     /// How long until the next deadline; nil when nobody waits.

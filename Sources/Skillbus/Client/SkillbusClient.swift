@@ -61,7 +61,7 @@ public final class SkillbusClient: Sendable {
         let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, credentials, pending, entries)
         let socket = try SocketLoop(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
-            beforeWait: Self.keepDeadlines(pending))
+            beforeWait: Self.keepDeadlines(pending, entries))
         self.init(endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
     }
 
@@ -74,15 +74,20 @@ public final class SkillbusClient: Sendable {
         let (configure, onMessage) = handlers(endpoint, maxMessageBytes, credentials, pending, entries)
         let socket = try await SocketLoop.start(
             context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
-            beforeWait: keepDeadlines(pending))
+            beforeWait: keepDeadlines(pending, entries))
         return SkillbusClient(
             endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
     }
 
-    /// Ends the waits whose time is up, and lets the socket's thread sleep until the next one's.
-    private static func keepDeadlines(_ pending: PendingReplies) -> @Sendable () -> Duration? {
+    /// Ends the waits whose time is up, sends again what is due, and lets the socket's thread sleep until the
+    /// next of either.
+    private static func keepDeadlines(_ pending: PendingReplies, _ partials: PartialAnswers) -> @Sendable () -> Duration? {
         {
             pending.expire()
+            let resends = pending.dueResends()
+            if !resends.isEmpty, let send = partials.reply.withLock({ $0 }) {
+                for message in resends { send(message) }
+            }
             return pending.untilNextDeadline()
         }
     }
@@ -218,36 +223,6 @@ public final class SkillbusClient: Sendable {
         return agents
     }
 
-    /// Runs a whole round (one invocation, a fan-out or a plan) and returns its document. A round that
-    /// failed comes back as a document with `status: error`; this throws only when no answer came.
-    /// `retries`, when given, is how many times the bus may retry each invocation instead of what its skill
-    /// declares (0: never), within the skill's rules of what is retryable (PROTOCOL §4.13).
-    /// `priority` places its invocations in the bus's wait queue (PROTOCOL §4.14); `noCache` runs them even
-    /// when the bus's result cache holds their answer (§4.16).
-    /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
-    /// the document, and the batch), all of it before the document (on the client's socket thread).
-    public func round(
-        _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15), retries: Int? = nil, priority: InvocationPriority = .normal, noCache: Bool = false,
-        onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
-    ) async throws(SkillbusError) -> RoundDocument {
-        let requestID = makeRequestID()
-        if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
-        defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
-        let request = RoundRequest(
-            requestID: requestID, roundID: roundID, sessionID: sessionID,
-            timeoutMs: max(1, Int(timeout / .milliseconds(1))),
-            body: spec.body(retries: retries, priority: priority, noCache: noCache).serialized())
-        let answer = try await exchange(
-            .round(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
-        switch answer {
-        case .round(_, _, let document):
-            return try RoundDocument(parsing: document)
-        case .error(_, let error): throw error
-        default: throw unreachable(after: timeout + .seconds(1))
-        }
-    }
-
     /// Cancels everything of round `roundID` on the bus, whoever asked for it: the ROUND, its REQUESTs and
     /// its turn (PROTOCOL §3.10). Returns what the bus stopped: `{"round", "requests", "rounds", "turns",
     /// "stopped"}`, all zero when nothing of the round was running.
@@ -298,7 +273,8 @@ public final class SkillbusClient: Sendable {
     /// With `cancelsOnBus`, it tells the bus (CANCEL) and waits for the bus's answer instead, for
     /// `cancelGrace` at most.
     func exchange(
-        _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false
+        _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false,
+        resend: PendingReplies.Resend? = nil
     ) async throws(SkillbusError) -> BusToClientMessage? {
         let pending = self.pending
         let socket = self.socket
@@ -306,7 +282,7 @@ public final class SkillbusClient: Sendable {
         let answer = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 // Already cancelled: answered at once, and nothing need go to the bus.
-                guard pending.add(requestID, until: deadline, continuation) else { return }
+                guard pending.add(requestID, until: deadline, resend: resend, continuation) else { return }
                 socket.send(message.encoded())  // wakes the socket's thread, which then keeps the deadline too
             }
         } onCancel: {
@@ -319,7 +295,10 @@ public final class SkillbusClient: Sendable {
         pending.forget(requestID)
         switch answer {
         case .message(let reply): return reply
-        case .timedOut: return nil
+        case .timedOut:
+            // The caller gives up: whatever the bus still holds of it must not run for nobody.
+            if cancelsOnBus { socket.send(ClientMessage.cancel(requestID: requestID).encoded()) }
+            return nil
         case .cancelled:
             throw SkillbusError(.cancelled, "request \(requestID) was cancelled before the coordinator answered")
         }

@@ -66,7 +66,8 @@ public final class Coordinator: Sendable {
         let thread = Thread {
             let loop: CoordinatorLoop
             do {
-                loop = try CoordinatorLoop(configuration: configuration, context: context, logger: logger)
+                loop = try CoordinatorLoop(
+                    configuration: configuration, context: context, logger: logger, wakePipe: control.wakePipe)
             } catch {
                 control.wakePipe.close()
                 control.exited.signal()

@@ -15,6 +15,9 @@ final class CoordinatorLoop {
     var state: CoordinatorState
     /// Notices a worker's connection closing (the ROUTER's socket monitor).
     let watch: ConnectionWatch
+    /// The round journal, with a data directory (Journal/); its answers wait in `journalAnswers`.
+    let journal: RoundJournal?
+    let journalAnswers = JournalMailbox()
     /// Prefixes that feed subscribers asked for; events nobody wants are never built.
     var subscriptions = FeedSubscriptions()
     /// Messages and subscriptions refused for a limit (§9) since the start, and those published this tick.
@@ -28,7 +31,7 @@ final class CoordinatorLoop {
 
     static let tickNanos: UInt64 = 100_000_000
 
-    init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger) throws {
+    init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger, wakePipe: WakePipe) throws {
         self.logger = logger
         self.maxMessageBytes = configuration.maxMessageBytes
         if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
@@ -56,6 +59,27 @@ final class CoordinatorLoop {
             busGuard?.close()
             throw error
         }
+        do {
+            journal = try configuration.dataDir.map { [journalAnswers] directory throws(SkillbusError) in
+                let limits = RoundJournal.Limits(
+                    bytes: configuration.journalBytesLimit, retentionMs: configuration.roundRetentionMs)
+                return try RoundJournal(directory: directory, limits: limits, logger: logger) { answers in
+                    journalAnswers.post(answers)
+                    wakePipe.wake()
+                }
+            }
+        } catch {
+            router.close()
+            feed.close()
+            busGuard?.close()
+            throw error
+        }
+        if let journal {
+            let interrupted = journal.interruptedAtOpen.load(ordering: .relaxed)
+            logger.info(
+                "round journal in \(journal.directory) (\(journal.storedBytes.load(ordering: .relaxed)) bytes"
+                    + (interrupted > 0 ? ", \(interrupted) round(s) interrupted by the last stop)" : ")"))
+        }
         if busGuard == nil && configuration.insecure {
             logger.error(
                 "INSECURE: no keys, and --insecure: anyone who reaches \(configuration.bus) or \(configuration.feed) "
@@ -74,6 +98,7 @@ final class CoordinatorLoop {
         watch.close()
         busGuard?.close()
         operatorEndpoint?.close()
+        journal?.close()
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
         }
@@ -87,6 +112,7 @@ final class CoordinatorLoop {
             PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
             watch.pollItem,
         ] + (busGuard?.pollItems ?? [])
+        state.beginStartupGrace(now: DispatchTime.now().uptimeNanoseconds)
         while !control.stopping.load(ordering: .acquiring) {
             var now = DispatchTime.now().uptimeNanoseconds
             // A retry's backoff ends when it ends, not at the next tick.
@@ -100,7 +126,11 @@ final class CoordinatorLoop {
                 logger.error("polling the bus and feed sockets failed, stopping: \(error)")
                 return
             }
-            if ready.readable[2] { control.wakePipe.drain() }
+            if ready.readable[2] {
+                control.wakePipe.drain()
+                let answers = journalAnswers.take()
+                if !answers.isEmpty { perform(state.journalAnswered(answers, now: DispatchTime.now().uptimeNanoseconds)) }
+            }
             if ready.readable[0] { drainBus() }
             if ready.readable[1] { drainSubscriptions() }
             if ready.readable[3] { drainConnectionEvents(now: now) }
@@ -229,8 +259,11 @@ final class CoordinatorLoop {
     }
 
     func perform(_ actions: [CoordinatorAction]) {
+        var entries: [JournalEntry] = []
+        defer { journal?.submit(entries) }
         for action in actions {
             switch action {
+            case .journal(let entry): entries.append(entry)
             case .toClient(let peer, let message): send(to: peer, message.encoded())
             case .toWorker(let peer, let message): send(to: peer, message.encoded())
             case .publish(let event):

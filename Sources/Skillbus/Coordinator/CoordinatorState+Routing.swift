@@ -126,6 +126,13 @@ extension CoordinatorState {
         let promotion = UInt64(settings.priorityPromotionMs) * 1_000_000
         while let worker = workers[peer], worker.hasFreeSlot, let request = nextWaiting(for: worker, now: now, promotion)
         {
+            // Its client has given up (the deadline the request carried passed while it waited): it never runs.
+            guard request.deadline > now else {
+                let error = SkillbusError(
+                    .timeout, "'\(request.skill)' waited for a free slot past its \(request.timeoutMs) ms deadline")
+                actions += fail(request, error, agent: "", executed: false, now: now)
+                continue
+            }
             actions += dispatch(request, to: peer, now: now)
         }
         return actions

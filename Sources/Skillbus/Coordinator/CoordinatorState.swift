@@ -16,6 +16,8 @@ public enum CoordinatorAction: Sendable, Equatable {
     case toClient(PeerID, BusToClientMessage)
     case toWorker(PeerID, BusToWorkerMessage)
     case publish(FeedEvent)
+    /// Hand an entry to the round journal (only with a data directory; PROTOCOL §3.5.9).
+    case journal(JournalEntry)
 }
 
 
@@ -67,6 +69,10 @@ public struct CoordinatorState: Sendable {
         public var rateLimits = RateLimits()
         /// Most bytes the result cache of pure skills holds (PROTOCOL §4.16); 0 turns it off.
         public var cacheBytesLimit = 64 << 20
+        /// Rounds go through the journal (`journal` actions, answered with `journalAnswered`).
+        public var journaled = false
+        /// How long after the start a request for a skill nobody offers waits for one (PROTOCOL §4.17).
+        public var startupGraceMs = 0
         public init() {}
 
         /// How many waiting requests one client may hold.
@@ -130,6 +136,11 @@ public struct CoordinatorState: Sendable {
     var rateLimiter: RateLimiter
     /// Where the retry jitter's numbers come from.
     var jitterState: UInt64
+    /// New rounds waiting for the journal's answer, by round id.
+    var journalPending: [ByteKey: AcceptedRound] = [:]
+    /// When the startup grace ends (monotonic nanoseconds; 0: no grace), and what waits in it.
+    var graceEnds: UInt64 = 0
+    var graceParked: [GraceParked] = []
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -181,6 +192,7 @@ public struct CoordinatorState: Sendable {
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
         if !leases.isEmpty, parkIfLeased(request, from: client, now: now) { return [] }
+        if graceEnds > now, parkInGrace(request, from: client, now: now) { return [] }
         return acceptInvoke(request, from: client, accepted: now, now: now)
     }
 
@@ -234,7 +246,7 @@ public struct CoordinatorState: Sendable {
     // MARK: Workers
 
     public mutating func handleWorker(_ message: WorkerMessage, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
-        if case .ready(let body) = message { return register(body, from: peer, now: now) }
+        if case .ready(let body) = message { return register(body, from: peer, now: now) + retryGraceParked(now: now) }
         guard workers.update(peer, { $0.lastHeard = now }) != nil else {
             if case .disconnect = message { return [] }
             return [.toWorker(peer, .error(SkillbusError(.notRegistered, "this peer is not registered; send READY")))]
@@ -248,7 +260,7 @@ public struct CoordinatorState: Sendable {
             }
             return []
         case .skills(let list):
-            return changeSkills(of: peer, to: list, now: now)
+            return changeSkills(of: peer, to: list, now: now) + retryGraceParked(now: now)
         case .state(let state):
             let name = workers.update(peer) { worker -> String? in
                 guard worker.state != state else { return nil }
@@ -342,6 +354,7 @@ public struct CoordinatorState: Sendable {
             SkillbusError(.timeout, "agent '\($0.agent)' did not end the turn in time")
         }
         actions += expireParked(now: now)
+        actions += expireGraceParked(now: now)
         if !cancelledTurnRounds.isEmpty { cancelledTurnRounds = cancelledTurnRounds.filter { $0.value > now } }
         for (skill, request) in waiting.removeExpiredBySkill(now: now) {
             let error = SkillbusError(

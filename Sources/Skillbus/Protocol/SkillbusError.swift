@@ -72,6 +72,9 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         /// a signal, or printed no valid JSON where its result is JSON. `details` has `exitCode` (or `signal`)
         /// and the last lines of its standard error (`stderr`).
         public static let commandFailed = Code("command_failed")
+        /// The round was running when the coordinator stopped (a crash, kill -9) and is not run again, because
+        /// not every skill of it is idempotent (PROTOCOL §3.5.9).
+        public static let interrupted = Code("interrupted")
         /// Something inside Skillbus went wrong.
         public static let internalError = Code("internal")
     }

@@ -4,16 +4,7 @@
 extension CoordinatorState {
     public mutating func handleRound(_ request: RoundRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
         let roundKey = ByteKey(request.$roundID)
-        func refuse(_ error: SkillbusError, shape: String?) -> [CoordinatorAction] {
-            let document = RoundDocument.refusal(round: request.roundID, shape: shape, error)
-            return [
-                .toClient(
-                    client,
-                    .round(
-                        requestID: request.$requestID, roundID: request.$roundID,
-                        document: document.json.serialized()))
-            ]
-        }
+        let clients = [(client: client, requestID: request.$requestID)]
         let spec: RoundSpec
         let retries: Int?
         let priority: InvocationPriority
@@ -31,21 +22,16 @@ extension CoordinatorState {
             noCache = try RoundSpec.noCache(in: body)
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
-            return refuse(error, shape: nil)
+            return refuseRound(request.$roundID, shape: nil, error, to: clients)
         }
         if leases[roundKey] != nil {
             let error = SkillbusError(
                 .roundConflict, "round '\(request.roundID)' belongs to a running turn; use a new round id")
-            return refuse(error, shape: spec.shape)
+            return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
         }
         let body = spec.json.serialized()
         if let existing = rounds[roundKey] {
-            guard existing.body == body else {
-                let error = SkillbusError(
-                    .roundConflict,
-                    "round '\(request.roundID)' was already sent with a different body; use a new round id")
-                return refuse(error, shape: spec.shape)
-            }
+            guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
             if let document = existing.document {
                 return [
                     .toClient(
@@ -55,20 +41,58 @@ extension CoordinatorState {
             _ = rounds.join(roundKey, client: client, requestID: request.$requestID)
             return []
         }
+        let accepted = AcceptedRound(
+            request: request, spec: spec, body: body, retries: retries, priority: priority, noCache: noCache,
+            clients: clients, arrived: now)
+        if !graceParked.isEmpty, let joined = joinParkedRound(accepted) { return joined }
+        if settings.journaled { return journal(accepted, roundKey) }
+        return startRound(accepted, roundKey, now: now)
+    }
+
+    /// The document that refuses a round, to each of its clients.
+    func refuseRound(
+        _ roundID: [UInt8], shape: String?, _ error: SkillbusError, to clients: [(client: PeerID, requestID: [UInt8])]
+    ) -> [CoordinatorAction] {
+        let document = RoundDocument.refusal(
+            round: String(decoding: roundID, as: UTF8.self), shape: shape, error
+        ).json.serialized()
+        return clients.map { .toClient($0.client, .round(requestID: $0.requestID, roundID: roundID, document: document)) }
+    }
+
+    func refuseConflict(
+        _ request: RoundRequest, _ spec: RoundSpec, to clients: [(client: PeerID, requestID: [UInt8])]
+    ) -> [CoordinatorAction] {
+        let error = SkillbusError(
+            .roundConflict,
+            "round '\(request.roundID)' was already sent with a different body; use a new round id")
+        return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
+    }
+
+    /// Checks the round against the registry and starts it. During the startup grace, a round with a skill
+    /// nobody offers yet waits for it instead (CoordinatorState+Grace).
+    mutating func startRound(_ accepted: AcceptedRound, _ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
+        let request = accepted.request
+        let spec = accepted.spec
         let invocations: [RoundInvocation]
         do throws(SkillbusError) {
             invocations = try plannedInvocations(spec)
         } catch {
-            return refuse(error, shape: spec.shape)
+            if error.code == .unknownSkill, inStartupGrace(now: now) {
+                graceParked.append(.round(accepted))
+                return []
+            }
+            var actions = refuseRound(request.$roundID, shape: spec.shape, error, to: accepted.clients)
+            if settings.journaled { actions.append(.journal(.forget(roundID: request.$roundID))) }
+            return actions
         }
         let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: spec.skill)
         var run = RoundRun(
-            id: request.$roundID, session: request.$sessionID, spec: spec, body: body, accepted: now,
-            deadline: now &+ UInt64(timeoutMs) * 1_000_000, clients: [(client, request.$requestID)],
+            id: request.$roundID, session: request.$sessionID, spec: spec, body: accepted.body, accepted: accepted.arrived,
+            deadline: accepted.arrived &+ UInt64(timeoutMs) * 1_000_000, clients: accepted.clients,
             invocations: invocations)
-        run.retries = retries
-        run.priority = priority
-        run.noCache = noCache
+        run.retries = accepted.retries
+        run.priority = accepted.priority
+        run.noCache = accepted.noCache
         rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = [
             .publish(
@@ -306,12 +330,16 @@ extension CoordinatorState {
             else { return false }
             return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
         }
-        if run.cancelled != nil || retryable { rounds.forget(roundKey) }
+        let forgotten = run.cancelled != nil || retryable
+        if forgotten { rounds.forget(roundKey) }
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }
         actions.append(
             .publish(.roundDone(round: run.roundText, status: document.status, summary: document.summary)))
+        if settings.journaled {
+            actions.append(.journal(forgotten ? .forget(roundID: run.id) : .finish(roundID: run.id, document: bytes)))
+        }
         return actions
     }
 

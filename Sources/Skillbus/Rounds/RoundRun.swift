@@ -164,9 +164,12 @@ struct RoundTable: Sendable {
         runs[key] = nil
     }
 
-    /// Client: ask a running round to answer one more client too; false when it is not running.
+    /// Client: ask a running round to answer one more client too; false when it is not running. A client that
+    /// sends the same ROUND again (a resend, PROTOCOL §3.5.9) is answered once.
     mutating func join(_ key: ByteKey, client: PeerID, requestID: [UInt8]) -> Bool {
-        update(key) { $0.clients.append((client, requestID)) } != nil
+        update(key) { run -> Void in
+            if !run.clients.contains(where: { $0 == (client, requestID) }) { run.clients.append((client, requestID)) }
+        } != nil
     }
 
     /// Forgets finished rounds after the retention, and the oldest beyond `limit`.

@@ -23,6 +23,14 @@ public enum RoundSpec: Sendable, Equatable {
         }
     }
 
+    /// Every skill the round names (a plan's steps may name one more than once).
+    public var skills: [String] {
+        switch self {
+        case .invoke(let skill, _), .fanout(let skill, _, _, _): [skill]
+        case .plan(let steps, _): steps.map(\.skill)
+        }
+    }
+
     public var shape: String {
         switch self {
         case .invoke: "invoke"

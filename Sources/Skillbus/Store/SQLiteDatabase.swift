@@ -76,6 +76,9 @@ final class SQLiteDatabase {
 
     var isOpen: Bool { handle != nil }
 
+    /// Rows the last statement inserted, changed or deleted.
+    var changes: Int { isOpen ? Int(sqlite3_changes(handle)) : 0 }
+
     // MARK: - Statements
 
     /// The prepared statement for `sql`, from the cache (prepared on first use).

@@ -35,6 +35,12 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
     public var cacheBytesLimit = 64 << 20
     /// The operator HTTP endpoint (`/metrics`, the dashboard); nil: none. Loopback unless `insecure`.
     public var http: HTTPAddress?
+    /// Where the coordinator keeps its round journal (`journal.sqlite`); nil: rounds live in memory only.
+    public var dataDir: String?
+    /// Most bytes the journal keeps on disk for ended rounds; beyond it the oldest go first.
+    public var journalBytesLimit = 256 << 20
+    /// How long after its start a request for a skill nobody offers yet waits for an agent (PROTOCOL §4.17).
+    public var startupGraceMs = 5000
 
     public init() {}
 
@@ -56,6 +62,8 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         settings.clientQueueShare = clientQueueShare
         settings.rateLimits = rateLimits
         settings.cacheBytesLimit = cacheBytesLimit
+        settings.journaled = dataDir != nil
+        settings.startupGraceMs = startupGraceMs
         return settings
     }
 
@@ -64,7 +72,7 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
         "deduplication", "roundRetentionMs", "retainedOutcomesLimit", "retainedRoundsLimit", "planStepLimit",
         "security", "insecure",
         "maxOutputBytes", "maxRoundOutputBytes", "cancelGraceMs", "priorityPromotionMs", "clientQueueShare",
-        "rateLimits", "cacheBytesLimit", "http",
+        "rateLimits", "cacheBytesLimit", "http", "dataDir", "journalBytesLimit", "startupGraceMs",
     ]
 
     init(reading object: ConfigObject) throws(SkillbusError) {
@@ -102,6 +110,10 @@ public struct CoordinatorConfiguration: Sendable, Equatable {
                 throw object.error("http", error.message)
             }
         }
+        dataDir = try object.string("dataDir") ?? dataDir
+        journalBytesLimit =
+            try object.int("journalBytesLimit", minimum: 1 << 16, maximum: 1 << 40) ?? journalBytesLimit
+        startupGraceMs = try object.int("startupGraceMs", minimum: 0, maximum: 600_000) ?? startupGraceMs
         if let limits = try object.object("rateLimits", allowed: ["skills", "clients"]) {
             if let skills = limits.values["skills"] {
                 guard let entries = skills.objectValue else {

@@ -1,0 +1,66 @@
+/// Rounds and the journal (PROTOCOL §3.5.9): with a data directory, a new round id is journaled as accepted
+/// before anything of it runs, and the journal's answer decides what happens: it starts, or the id is one the
+/// journal knows (finished before, perhaps before a restart; or interrupted by one) and the client gets that.
+extension CoordinatorState {
+    /// Hands a new round to the journal; it starts when the journal answers (`journalAnswered`).
+    mutating func journal(_ accepted: AcceptedRound, _ roundKey: ByteKey) -> [CoordinatorAction] {
+        if var waiting = journalPending[roundKey] {
+            guard waiting.body == accepted.body else {
+                return refuseConflict(accepted.request, accepted.spec, to: accepted.clients)
+            }
+            for client in accepted.clients where !waiting.clients.contains(where: { $0 == client }) {
+                waiting.clients.append(client)
+            }
+            journalPending[roundKey] = waiting
+            return []
+        }
+        journalPending[roundKey] = accepted
+        let idempotent = accepted.spec.skills.allSatisfy { ledger.registry.skills[$0]?.descriptor.idempotent ?? false }
+        return [.journal(.accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent))]
+    }
+
+    /// The journal committed a batch: each round it accepted starts; the others are answered from the journal.
+    public mutating func journalAnswered(_ answers: [JournalAnswer], now: UInt64) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        for answer in answers {
+            let roundKey = ByteKey(answer.roundID)
+            guard let accepted = journalPending.removeValue(forKey: roundKey) else { continue }
+            let request = accepted.request
+            switch answer {
+            case .accepted:
+                actions += startRound(accepted, roundKey, now: now)
+            case .stored(let roundID, let document):
+                actions += accepted.clients.map {
+                    .toClient($0.client, .round(requestID: $0.requestID, roundID: roundID, document: document))
+                }
+            case .interrupted:
+                let error = SkillbusError(
+                    .interrupted,
+                    "round '\(request.roundID)' was running when the coordinator stopped, and not every skill of it "
+                        + "is idempotent, so it is not run again; send it with a new round id to run it",
+                    details: ["round": .string(request.roundID)])
+                actions += refuseRound(request.$roundID, shape: accepted.spec.shape, error, to: accepted.clients)
+            case .conflict:
+                actions += refuseConflict(request, accepted.spec, to: accepted.clients)
+            case .failed(_, let error):
+                actions += refuseRound(request.$roundID, shape: accepted.spec.shape, error, to: accepted.clients)
+            }
+        }
+        return actions
+    }
+}
+
+/// A round the bus accepted and that waits to start: for the journal's answer, or, in the startup grace, for
+/// an agent that offers its skills.
+struct AcceptedRound: Sendable {
+    let request: RoundRequest
+    let spec: RoundSpec
+    /// The canonical body.
+    let body: [UInt8]
+    let retries: Int?
+    let priority: InvocationPriority
+    let noCache: Bool
+    var clients: [(client: PeerID, requestID: [UInt8])]
+    /// When the bus first received it: its timeout counts from here.
+    let arrived: UInt64
+}

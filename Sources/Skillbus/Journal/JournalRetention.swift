@@ -1,0 +1,58 @@
+/// What the coordinator's journal writes, and what it answers. The state machine emits entries as actions
+/// (`CoordinatorAction.journal`); the journal's thread commits them in batches and answers each `accept`.
+public enum JournalEntry: Sendable, Equatable {
+    /// A round was accepted: recorded as running before any of it runs, unless the id is journaled already.
+    case accept(roundID: [UInt8], body: [UInt8], idempotent: Bool)
+    /// The round ended with this document, kept for the retention window.
+    case finish(roundID: [UInt8], document: [UInt8])
+    /// The round ended with nothing to keep (cancelled, refused, or failed in a way that may be tried again).
+    case forget(roundID: [UInt8])
+}
+
+/// The journal's answer to an `accept`, once committed.
+public enum JournalAnswer: Sendable, Equatable {
+    /// Recorded as running (new, or an interrupted idempotent round run again): the round may start.
+    case accepted(roundID: [UInt8])
+    /// The id finished before (perhaps in an earlier lifetime of the coordinator): its document.
+    case stored(roundID: [UInt8], document: [UInt8])
+    /// It was running when an earlier coordinator stopped, and not every skill of it is idempotent.
+    case interrupted(roundID: [UInt8])
+    /// The id is journaled with another body.
+    case conflict(roundID: [UInt8])
+    /// The journal could not record it: the round must not run.
+    case failed(roundID: [UInt8], SkillbusError)
+
+    public var roundID: [UInt8] {
+        switch self {
+        case .accepted(let id), .stored(let id, _), .interrupted(let id), .conflict(let id), .failed(let id, _): id
+        }
+    }
+}
+
+/// Which ended rounds the journal drops: those that ended before the retention window, and then the oldest
+/// while the journal holds more bytes than its limit. Running rounds are never dropped. A plain value, so the
+/// rule is tested without a database.
+struct JournalRetention: Sendable, Equatable {
+    struct Row: Sendable, Equatable {
+        var id: String
+        var bytes: Int
+        /// When it ended, in milliseconds since 1970.
+        var finished: Int64
+    }
+
+    var limitBytes: Int
+    var retentionMs: Int64
+
+    /// The prefix of `oldest` (ended rows, oldest first) to delete when the journal holds `totalBytes`, and the
+    /// total after deleting them.
+    func expired(_ oldest: [Row], totalBytes: Int, nowMs: Int64) -> (drop: [Row], totalBytes: Int) {
+        var total = totalBytes
+        var drop: [Row] = []
+        for row in oldest {
+            guard row.finished < nowMs - retentionMs || total > limitBytes else { break }
+            drop.append(row)
+            total -= row.bytes
+        }
+        return (drop, total)
+    }
+}

@@ -1,0 +1,311 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+/// The coordinator's journal and restarts with real processes: a coordinator with a data directory is killed
+/// (-9) and started again on the same endpoints and directory; its workers offer `t.mark`, a command skill that
+/// appends its tag to a file once per execution, so every execution is counted.
+@Suite("Journal and restarts", .serialized, .timeLimit(.minutes(4)))
+struct JournalClusterTests {
+    let context: ZMQContext
+
+    init() throws { context = try ZMQContext() }
+
+    @Test("a finished round id sent again after kill -9 and a restart gets its stored document, without running")
+    func finishedRoundSurvives() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1")
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "done-1", "secs": "0"])
+        let first = try await client.round(spec, roundID: "journal-done-1", timeout: .seconds(10))
+        #expect(first.status == .ok)
+        try await cluster.restart()
+        // Answered from the journal: no worker is needed, and nothing runs.
+        let again = try await client.round(spec, roundID: "journal-done-1", timeout: .seconds(10))
+        #expect(again == first)
+        #expect(cluster.executions("done-1") == 1)
+        let other = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "other", "secs": "0"])
+        let conflict = try await client.round(other, roundID: "journal-done-1", timeout: .seconds(10))
+        #expect(conflict.error?.code == .roundConflict)
+        #expect(cluster.executions("other") == 0)
+    }
+
+    @Test("a round running at the crash is answered interrupted; one whose skills are idempotent runs again")
+    func interruptedRounds() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1")
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        // The client sends each round again while it waits: after the restart, the new coordinator answers.
+        async let plain = client.round(
+            .invoke(skill: "t.mark", parameters: ["tag": "crash-1", "secs": "3"]), roundID: "journal-crash-1",
+            timeout: .seconds(25))
+        async let idempotent = client.round(
+            .invoke(skill: "t.idem", parameters: ["tag": "crash-2", "secs": "1"]), roundID: "journal-crash-2",
+            timeout: .seconds(25))
+        try await waitUntil("both rounds to run") {
+            cluster.executions("crash-1") == 1 && cluster.executions("crash-2") == 1
+        }
+        try await cluster.restart()
+        let (interrupted, rerun) = try await (plain, idempotent)
+        #expect(interrupted.error?.code == .interrupted, "\(String(describing: interrupted.error))")
+        #expect(cluster.executions("crash-1") == 1)
+        #expect(rerun.status == .ok, "\(String(describing: rerun.error))")
+        #expect(cluster.executions("crash-2") == 2)
+    }
+
+    @Test("skillbus send started while the coordinator is down gets one answer, from one execution")
+    func sendAcrossRestart() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1")
+        try await cluster.kill()
+        let send = try SkillbusProcess(
+            ["send", "t.mark", "tag=send-1", "secs=0", "--round-id", "journal-send-1", "--timeout", "20", "--json",
+             "--coordinator", cluster.bus], name: "send")
+        defer { send.signal(SIGTERM) }
+        try await cluster.startCoordinator()
+        let code = try await send.waitForExit(timeout: .seconds(30))
+        await send.waitForOutputEnd()
+        let document = try JSONValue(parsing: send.output.first { $0.hasPrefix("{") } ?? "null")
+        #expect(code == 0, "\(send.output)")
+        #expect(document["status"]?.stringValue == "ok")
+        #expect(cluster.executions("send-1") == 1)
+    }
+
+    @Test("in the startup grace a request for a skill whose worker has not registered yet waits and succeeds")
+    func graceWindow() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        let worker = try await cluster.startWorker("w1")
+        worker.signal(SIGKILL)
+        _ = try await worker.waitForExit()
+        try await cluster.restart()
+        // Nobody offers t.mark now: without the grace this is unknown_skill at once.
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        async let outcome = client.invoke(
+            "t.mark", parameters: ["tag": "grace-1", "secs": "0"], timeout: .seconds(15))
+        try await cluster.startWorker("w1")
+        let answer = try await outcome
+        #expect(answer.status == .ok, "\(String(describing: answer.error))")
+        #expect(cluster.executions("grace-1") == 1)
+    }
+
+    @Test("a request queued behind a busy worker whose client timed out never executes")
+    func timedOutNeverRuns() async throws {
+        let cluster = try await RestartableCluster(context: context, journal: false)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1", capacity: 1)
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        async let busy = client.invoke("t.mark", parameters: ["tag": "busy-1", "secs": "1.5"], timeout: .seconds(10))
+        try await waitUntil("the slow one to run") { cluster.executions("busy-1") == 1 }
+        let late = try await client.invoke(
+            "t.mark", parameters: ["tag": "late-1", "secs": "0"], timeout: .milliseconds(300))
+        #expect(late.error?.code == .timeout)
+        #expect(try await busy.status == .ok)
+        // The slot is free again: what comes next runs, and the one that timed out never did.
+        let after = try await client.invoke("t.mark", parameters: ["tag": "after-1", "secs": "0"], timeout: .seconds(10))
+        #expect(after.status == .ok)
+        #expect(cluster.executions("after-1") == 1)
+        #expect(cluster.executions("late-1") == 0)
+    }
+
+    @Test("a data directory the coordinator cannot use is refused with what to do, and left as it was")
+    func badDataDirectories() async throws {
+        let directory = NSTemporaryDirectory() + "skillbus-journal-bad-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let garbage = Array("not a database at all".utf8)
+        try Data(garbage).write(to: URL(fileURLWithPath: directory + "/journal.sqlite"))
+        let local = ["--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*"]
+        let (code, output) = try await runSkillbus(["coordinator"] + local + ["--data-dir", directory])
+        #expect(code == 1)
+        #expect(output.contains { $0.contains("journal.sqlite is not a SQLite database") }, "\(output)")
+        #expect(FileManager.default.contents(atPath: directory + "/journal.sqlite").map { Array($0) } == garbage)
+
+        // A directory another coordinator holds.
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        let (lockedCode, lockedOutput) = try await runSkillbus(
+            ["coordinator"] + local + ["--data-dir", cluster.directory + "/data"])
+        #expect(lockedCode == 1)
+        #expect(lockedOutput.contains { $0.contains("is in use by another process") }, "\(lockedOutput)")
+
+        let (usageCode, usage) = try await runSkillbus(["coordinator"] + local + ["--startup-grace-ms", "-5"])
+        #expect(usageCode == 2)
+        #expect(usage.contains { $0.contains("--startup-grace-ms") }, "\(usage)")
+    }
+
+    @Test("kill -9 and restart of the coordinator five times under load: nothing lost or answered twice")
+    func fiveRestartsUnderLoad() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1")
+        try await cluster.startWorker("w2")
+        let (clientCount, perClient, restarts) = (4, 50, 5)
+        let tally = Tally()
+        let context = self.context
+        let load = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for clientIndex in 0..<clientCount {
+                    group.addTask {
+                        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+                        defer { client.close() }
+                        for index in 0..<perClient {
+                            let id = "load-\(clientIndex)-\(index)"
+                            do {
+                                let document = try await client.round(
+                                    .invoke(skill: "t.mark", parameters: ["tag": .string(id), "secs": "0.05"]),
+                                    roundID: id, timeout: .seconds(30))
+                                tally.answers.withLock { $0[id, default: []].append(document) }
+                            } catch {
+                                tally.failures.withLock { $0.append("\(id): \(error)") }
+                            }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+        var backTimes: [Double] = []
+        for restart in 0..<restarts {
+            let target = (restart + 1) * clientCount * perClient / (restarts + 1)
+            try await waitUntil("\(target) answers before restart \(restart + 1)", timeout: .seconds(60)) {
+                tally.answers.withLock { $0.count } >= target
+            }
+            try await cluster.restart()
+            let started = ContinuousClock.now
+            try await cluster.waitForWorkers(["w1", "w2"], timeout: .seconds(5))
+            backTimes.append(Double((ContinuousClock.now - started) / .milliseconds(1)))
+        }
+        try await load.value
+        let all = tally.answers.withLock { $0 }
+        let failures = tally.failures.withLock { $0 }
+        let ok = all.filter { $0.value.first?.status == .ok }.map(\.key)
+        let interrupted = all.filter { $0.value.first?.error?.code == .interrupted }.map(\.key)
+        let executionsOfOk = ok.map { cluster.executions($0) }
+        let twice = all.filter { $0.value.count > 1 }.count
+        let others = all.values.compactMap(\.first).filter { $0.status != .ok && $0.error?.code != .interrupted }
+            .map { $0.error?.code.rawValue ?? "?" }
+        print(
+            "five restarts under load: \(all.count) of \(clientCount * perClient) rounds answered (\(ok.count) ok, "
+                + "\(interrupted.count) interrupted, others: \(others)), \(failures.count) lost, \(twice) answered twice; "
+                + "executions of the ok rounds: \(executionsOfOk.reduce(0, +)); workers back after "
+                + backTimes.map { String(format: "%.0f ms", $0) }.joined(separator: ", "))
+        #expect(failures.isEmpty, "\(failures.prefix(5))")
+        #expect(all.count == clientCount * perClient)
+        #expect(twice == 0)
+        #expect(ok.count + interrupted.count == all.count)
+        #expect(executionsOfOk.allSatisfy { $0 == 1 })
+        #expect(interrupted.allSatisfy { cluster.executions($0) <= 1 })
+        #expect(backTimes.allSatisfy { $0 <= 5000 })
+    }
+}
+
+/// What the load of `fiveRestartsUnderLoad` got: every document by round id, and the calls that threw.
+final class Tally: Sendable {
+    let answers = Mutex<[String: [RoundDocument]]>([:])
+    let failures = Mutex<[String]>([])
+}
+
+/// A coordinator that is killed and started again on the same endpoints and data directory, and workers whose
+/// command skills `t.mark` and `t.idem` (the same, declared idempotent) append their `tag` to one file per
+/// execution and then sleep `secs` seconds.
+final class RestartableCluster: Sendable {
+    let directory: String
+    let bus: String
+    let feed: String
+    let journal: Bool
+    private let current: Mutex<SkillbusProcess?>
+    private let workers = Mutex<[SkillbusProcess]>([])
+
+    init(context: ZMQContext, journal: Bool = true) async throws {
+        directory = NSTemporaryDirectory() + "skillbus-journal-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let script = directory + "/mark.sh"
+        try Data("#!/bin/sh\necho \"$1\" >> '\(directory)/marks'\nsleep \"$2\"\necho \"marked $1\"\n".utf8)
+            .write(to: URL(fileURLWithPath: script))
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: script)
+        let endpoints = try freeEndpoints(2, context: context)
+        (bus, feed) = (endpoints[0], endpoints[1])
+        self.journal = journal
+        current = Mutex(nil)
+        try await startCoordinator()
+    }
+
+    var coordinator: SkillbusProcess? { current.withLock { $0 } }
+
+    /// How many times `tag` was executed.
+    func executions(_ tag: String) -> Int {
+        let text = (try? String(contentsOfFile: directory + "/marks", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").filter { $0 == tag }.count
+    }
+
+    func startCoordinator() async throws {
+        // Heartbeats of 500 ms and a 15 s grace: on a loaded machine a starved worker is not declared dead, and
+        // one that takes long to come back still finds the requests that wait for it.
+        var arguments = [
+            "coordinator", "--bus", bus, "--feed", feed, "--heartbeat-ms", "500", "--startup-grace-ms", "15000",
+        ]
+        if journal { arguments += ["--data-dir", directory + "/data"] }
+        let process = try SkillbusProcess(arguments, name: "coordinator")
+        current.withLock { $0 = process }
+        try await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
+    }
+
+    /// kill -9 of the coordinator, waiting until it is gone.
+    func kill() async throws {
+        guard let process = coordinator else { return }
+        process.signal(SIGKILL)
+        _ = try await process.waitForExit(timeout: .seconds(10))
+    }
+
+    func restart() async throws {
+        try await kill()
+        try await startCoordinator()
+    }
+
+    /// Waits until the running coordinator has welcomed every one of `names`.
+    func waitForWorkers(_ names: [String], timeout: Duration) async throws {
+        guard let process = coordinator else { return }
+        for name in names {
+            try await process.waitForLine("\(name) to join", timeout: timeout) { $0.contains("agent '\(name)' joined") }
+        }
+    }
+
+    @discardableResult
+    func startWorker(_ name: String, capacity: Int = 4) async throws -> SkillbusProcess {
+        let parameters: JSONValue = [["name": "tag", "type": "string"], ["name": "secs", "type": "string"]]
+        let command: JSONValue = [.string(directory + "/mark.sh"), "{tag}", "{secs}"]
+        let config = directory + "/\(name).json"
+        try Data(
+            JSONValue.object([
+                "version": 1, "name": .string(name), "skills": ["echo"], "capacity": .number(Double(capacity)),
+                "commands": [
+                    ["identifier": "t.mark", "parameters": parameters, "command": command],
+                    ["identifier": "t.idem", "parameters": parameters, "command": command],
+                ],
+            ]).serialized()
+        ).write(to: URL(fileURLWithPath: config))
+        let worker = try SkillbusProcess(
+            ["worker", "--name", name, "--coordinator", bus, "--heartbeat-ms", "500", "--config", config,
+             "--policy", #"t.idem={"idempotent":true}"#], name: name)
+        workers.withLock { $0.append(worker) }
+        try await waitForWorkers([name], timeout: .seconds(20))
+        return worker
+    }
+
+    /// Stops every process (SIGTERM) and removes the directory.
+    func terminate() {
+        for worker in workers.withLock({ $0 }) { worker.signal(SIGTERM) }
+        coordinator?.signal(SIGTERM)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
