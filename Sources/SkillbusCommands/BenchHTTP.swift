@@ -67,7 +67,7 @@ final class HTTPWatcher: Sendable {
     }
 
     private func streamEvents(_ port: UInt16) {
-        guard let fd = Self.connect(port) else { return }
+        guard let fd = LoopbackTCP.connect(port, receiveTimeoutSeconds: 2) else { return }
         defer { close(fd) }
         Self.send(fd, "GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -80,7 +80,7 @@ final class HTTPWatcher: Sendable {
 
     private func scrapeMetrics(_ port: UInt16) {
         while !stopping.load(ordering: .acquiring) {
-            if let fd = Self.connect(port) {
+            if let fd = LoopbackTCP.connect(port, receiveTimeoutSeconds: 2) {
                 Self.send(fd, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 var buffer = [UInt8](repeating: 0, count: 65536)
                 var answer = 0
@@ -98,27 +98,6 @@ final class HTTPWatcher: Sendable {
 
     private static func send(_ fd: Int32, _ text: String) {
         _ = Array(text.utf8).withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-    }
-
-    private static func connect(_ port: UInt16) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        var timeout = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
     }
 }
 
@@ -160,5 +139,30 @@ extension Bench {
         // A watcher that saw nothing measured nothing: count it as a failure of the run.
         if watched.scrapes == 0 || watched.streamed == 0 { figures.failures += 1 }
         return figures
+    }
+}
+
+/// A blocking TCP connection to 127.0.0.1 (the bench's HTTP watcher, and the tests' HTTP probe).
+public enum LoopbackTCP {
+    /// The connected descriptor, whose reads give up after `receiveTimeoutSeconds`; nil when it fails.
+    public static func connect(_ port: UInt16, receiveTimeoutSeconds: Int) -> Int32? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
 }

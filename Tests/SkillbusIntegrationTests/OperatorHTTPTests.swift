@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 import Testing
 
@@ -38,26 +39,7 @@ enum HTTPProbe {
     }
 
     /// A blocking connection to 127.0.0.1:`port` that gives up reading after 10 s.
-    static func connect(_ port: UInt16) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
-    }
+    static func connect(_ port: UInt16) -> Int32? { LoopbackTCP.connect(port, receiveTimeoutSeconds: 10) }
 }
 
 /// A client that connects, sends `bytes` and then never reads again, until the test closes it.
