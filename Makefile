@@ -75,10 +75,13 @@ python-bench: release python-package
 	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) clients/python/bench.py
 
 # The fault suite's long form (about five minutes: 60 s of fuzzing, 10 s of each other fault), its
-# figures printed case by case; fails when one is wrong.
+# figures printed case by case; fails when one is wrong. Then the coordinator's own faults (kill -9 and
+# restart five times under load, a round id across a restart), which JournalClusterTests runs with the
+# Swift client's resend (they are in make test too).
 faults: deps
 	$(SWIFT) build
 	$(PYTHON) Tests/faults/fault_suite.py --binary .build/debug/skillbus
+	$(SWIFT) test --filter JournalClusterTests
 
 bench: release
 	.build/release/skillbus bench --workers 4

@@ -544,10 +544,9 @@ CASES = {
     "giant-multipart": (giant_multipart, False),
     "rogue-agents": (rogue_agents, True),
     "catastrophic-regex": (catastrophic_regex, False),
-    # Here go the coordinator's cases: kill -9 and restart five times under load (nothing lost or answered
-    # twice, workers back within 5 s) and a round id across a restart. They need the durable journal and
-    # the client's resend across restarts, which are built elsewhere; a Cluster can restart its coordinator
-    # by starting a new Process on the same ports.
+    # The coordinator's own cases — kill -9 and restart five times under load (nothing lost or answered twice,
+    # workers back within 5 s) and a round id across a restart — need a client that resends its round, so
+    # they live in Tests/SkillbusIntegrationTests/JournalClusterTests.swift, which `make faults` runs next.
 }
 
 
