@@ -3,16 +3,15 @@ SWIFT ?= swift
 PYTHON ?= python3
 CONFIG ?= configs/local.json
 
-.PHONY: deps build release up test python-package python-test python-bench faults bench bench-test install install-test clean
+.PHONY: deps test-deps build release up test python-package python-test python-bench faults bench bench-test install install-test clean
 
 PREFIX ?= /usr/local
 # The release build that `make install` installs, kept apart from `make release` (other flags).
 INSTALL_BUILD = .build/install
 
 # The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
-# libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); for the tests,
-# prometheus_client, websocket-client and chromium; each installed only when missing (libcurl4 is
-# libcurl4t64 from Debian 13 on).
+# libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
+# only when missing (libcurl4 is libcurl4t64 from Debian 13 on).
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
@@ -26,13 +25,20 @@ deps:
 		echo "installing libcurl4"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && { $$SUDO apt-get install -y -qq libcurl4 || $$SUDO apt-get install -y -qq libcurl4t64; }; }
-	@python3 -c "import zmq" 2>/dev/null || { echo "installing pyzmq"; python3 -m pip install --quiet pyzmq; }
-	@python3 -c "import prometheus_client" 2>/dev/null || { \
-		echo "installing prometheus_client (its parser checks /metrics in the tests)"; \
-		python3 -m pip install --quiet prometheus_client; }
-	@python3 -c "import websocket" 2>/dev/null || { \
-		echo "installing websocket-client (the dashboard test drives Chromium with it)"; \
-		python3 -m pip install --quiet websocket-client; }
+
+# What the tests use besides the build: pyzmq (the Python peers, the fault suite), pytest (the Python
+# package's tests), prometheus_client (its parser reads /metrics), websocket-client (it drives Chromium)
+# and chromium (the dashboard test); each installed only when missing, with pip or else Debian's package.
+test-deps: deps
+	@for module in zmq:pyzmq:python3-zmq pytest:pytest:python3-pytest \
+		prometheus_client:prometheus_client:python3-prometheus-client websocket:websocket-client:python3-websocket; do \
+		name=$${module%%:*}; rest=$${module#*:}; package=$${rest%%:*}; debian=$${rest#*:}; \
+		$(PYTHON) -c "import $$name" 2>/dev/null && continue; \
+		echo "installing $$package"; \
+		$(PYTHON) -m pip install --quiet $$package 2>/dev/null || { \
+			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$debian; }; \
+	done
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing chromium (the dashboard test opens the page in it)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -53,7 +59,7 @@ up: release
 # figures only in `make bench-test`), then the Python package's tests and the fault suite's short form
 # (two seconds of each fault; the probe's p99 is printed, not checked).
 # The integration tests run the built `skillbus`, so build it first.
-test: deps
+test: test-deps
 	$(SWIFT) build
 	$(SWIFT) test
 	$(MAKE) python-test
@@ -78,7 +84,7 @@ python-bench: release python-package
 # figures printed case by case; fails when one is wrong. Then the coordinator's own faults (kill -9 and
 # restart five times under load, a round id across a restart), which JournalClusterTests runs with the
 # Swift client's resend (they are in make test too).
-faults: deps
+faults: test-deps
 	$(SWIFT) build
 	$(PYTHON) Tests/faults/fault_suite.py --binary .build/debug/skillbus
 	$(SWIFT) test --filter JournalClusterTests
