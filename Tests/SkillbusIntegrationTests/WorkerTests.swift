@@ -83,6 +83,13 @@ struct WorkerTests {
                 if message[2] == Array("RESULT".utf8), message[3] == Array(marker.utf8) { break }
                 if message[2] == Array("SKILLS".utf8) { last = try JSONValue(parsing: message[3]) }
             }
+            // The socket thread sends SKILLS and RESULTs in its own order, so the final list may come just
+            // after the RESULT: a round is stale only when the final list never comes (or another follows it).
+            let settle = ContinuousClock.now + .seconds(2)
+            while last != nil, last != final, ContinuousClock.now < settle {
+                guard let message = try? await bus.next(timeout: .milliseconds(200)) else { continue }
+                if message[2] == Array("SKILLS".utf8) { last = try JSONValue(parsing: message[3]) }
+            }
             if last != nil && last != final { stale += 1 }
         }
         #expect(stale == 0, "rounds whose last SKILLS was not the final list")

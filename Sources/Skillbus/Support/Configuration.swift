@@ -228,45 +228,6 @@ public struct WorkerConfiguration: Sendable, Equatable {
     }
 }
 
-/// Where agents keep their context by default: `$XDG_STATE_HOME/skillbus/agents/<name>`, else
-/// `~/.local/state/skillbus/agents/<name>`.
-public enum DataDirectory {
-    /// The folder that holds every agent's directory.
-    public static var agents: String {
-        let environment = ProcessInfo.processInfo.environment
-        let state =
-            environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state"
-        return state + "/skillbus/agents"
-    }
-
-    public static func agent(_ name: String, under root: String = agents) -> String { root + "/" + name }
-
-    /// The directory systemd made for the service (`StateDirectory=`, passed as `$STATE_DIRECTORY`; its first
-    /// entry when it names several); nil outside such a unit.
-    public static var serviceState: String? {
-        let value = ProcessInfo.processInfo.environment["STATE_DIRECTORY"] ?? ""
-        return value.split(separator: ":").first.map(String.init)
-    }
-
-    /// A worker's context when its config names no `dataDir`: `$STATE_DIRECTORY/context` in a systemd unit,
-    /// else `agent(name)`.
-    public static func worker(_ name: String) -> String { serviceState.map { $0 + "/context" } ?? agent(name) }
-
-    /// What `file.read` may read when the config names no `sandbox`: `$STATE_DIRECTORY/files` in a systemd
-    /// unit (made when missing), else the current directory.
-    public static func sandbox() throws(SkillbusError) -> String {
-        guard let state = serviceState else { return FileManager.default.currentDirectoryPath }
-        let files = state + "/files"
-        do {
-            try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
-        } catch {
-            throw SkillbusError(.invalidConfiguration, "cannot make the sandbox \(files) in STATE_DIRECTORY: \(error)")
-        }
-        return files
-    }
-}
-
 /// What `skillbus up` starts: one coordinator and its workers (`configs/local.json`).
 public struct ClusterConfiguration: Sendable, Equatable {
     public var coordinator = CoordinatorConfiguration()
@@ -425,39 +386,5 @@ struct ConfigObject {
             children.append(child)
         }
         return children
-    }
-}
-
-/// ZeroMQ endpoint checks, so that a typo is reported by name before any socket exists.
-public enum Endpoint {
-    /// Why `text` is not a usable endpoint, or nil when it is.
-    public static func problem(_ text: String) -> String? {
-        if text.hasPrefix("tcp://") {
-            let rest = text.dropFirst(6)
-            guard let colon = rest.lastIndex(of: ":") else { return "'\(text)' has no port (tcp://HOST:PORT)" }
-            let host = rest[..<colon]
-            let port = rest[rest.index(after: colon)...]
-            guard !host.isEmpty else { return "'\(text)' has no host (tcp://HOST:PORT)" }
-            if port == "*" { return nil }
-            guard let number = Int(port), (1...65535).contains(number) else {
-                return "'\(text)' has an invalid port '\(port)' (1-65535, or * for any free port)"
-            }
-            return nil
-        }
-        if text.hasPrefix("ipc://") || text.hasPrefix("inproc://") {
-            return text.hasSuffix("//") ? "'\(text)' has no path" : nil
-        }
-        return "'\(text)' is not a ZeroMQ endpoint (use tcp://HOST:PORT, ipc://PATH or inproc://NAME)"
-    }
-
-    /// `bound` as a peer reaches it: a tcp endpoint bound to every interface (`0.0.0.0`, `[::]`, `*`) takes
-    /// the host of `via`, the endpoint that peer already reaches the same coordinator on.
-    public static func reachable(_ bound: String, via: String) -> String {
-        guard bound.hasPrefix("tcp://"), via.hasPrefix("tcp://"),
-            let boundColon = bound.lastIndex(of: ":"), let viaColon = via.lastIndex(of: ":")
-        else { return bound }
-        let host = bound[bound.index(bound.startIndex, offsetBy: 6)..<boundColon]
-        guard ["0.0.0.0", "*", "[::]", "::"].contains(host) else { return bound }
-        return String(via[..<viaColon]) + String(bound[boundColon...])
     }
 }

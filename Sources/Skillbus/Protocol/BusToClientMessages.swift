@@ -1,0 +1,216 @@
+import SkillbusZMQ
+
+// MARK: - Bus → client
+
+/// The bus's answer to one invocation.
+public struct InvokeReply: Sendable, Equatable {
+    @WireText public var requestID: String
+    @WireText public var roundID: String
+    public var status: ReplyStatus
+    /// The agent that ran it; empty when none did (unknown skill, busy, …).
+    @WireText public var agent: String
+    public var durationMicros: Int
+    /// `SkillResult` JSON when ok, `SkillbusError` JSON when error, as bytes.
+    public var payload: [UInt8]
+
+    public init(
+        requestID: String, roundID: String, status: ReplyStatus, agent: String, durationMicros: Int,
+        payload: [UInt8]
+    ) {
+        self.init(
+            frames: Array(requestID.utf8), Array(roundID.utf8), status: status, agent: Array(agent.utf8),
+            durationMicros: durationMicros, payload: payload)
+    }
+
+    init(
+        frames requestID: [UInt8], _ roundID: [UInt8], status: ReplyStatus, agent: [UInt8], durationMicros: Int,
+        payload: [UInt8]
+    ) {
+        self._requestID = WireText(bytes: requestID)
+        self._roundID = WireText(bytes: roundID)
+        self.status = status
+        self._agent = WireText(bytes: agent)
+        self.durationMicros = durationMicros
+        self.payload = payload
+    }
+}
+
+/// Messages the bus sends to a client.
+public enum BusToClientMessage: Sendable, Equatable {
+    /// The commands this direction carries.
+    static let commands: [Wire.Command] = [
+        .reply, .skills, .error, .entry, .snapshot, .agents, .round, .answer, .turn, .stream, .confirm, .progress,
+        .output, .cancelled,
+    ]
+
+    case reply(InvokeReply)
+    case skills(requestID: String, catalog: SkillCatalog)
+    /// One agent's registry entry (JSON, kept as bytes: the bus sends what it serialized once per change,
+    /// and the receiver parses all entries together), part of the answer to SNAPSHOT.
+    case entry(requestID: String, entry: [UInt8])
+    /// Ends the answer to SNAPSHOT: `{"epoch", "seq", "agents": count of ENTRY messages sent, "heartbeatMs"}`.
+    case snapshot(requestID: String, summary: JSONValue)
+    case agents(requestID: String, listing: JSONValue)
+    /// The document that answers a ROUND (JSON, as bytes).
+    case round(requestID: [UInt8], roundID: [UInt8], document: [UInt8])
+    /// The answer to QUERY: from the agent that was asked (`agent`), or from the bus when it could not ask.
+    case answer(requestID: String, agent: String, AgentAnswer)
+    /// How a turn ended: `ok` with its turn document, or `error` with an error object (its document, when
+    /// the agent made one, in the error's details).
+    case turn(requestID: String, agent: String, AgentAnswer)
+    /// The same TURN as the bus sends it: the agent's answer relayed as it came (read as `turn`).
+    case relayedTurn(requestID: String, agent: String, RelayedAnswer)
+    /// The next piece of the reply of the turn this ASK started; the TURN that ends it follows.
+    case stream(requestID: String, text: String)
+    /// A state or an ended call of the turn this ASK started, when the ASK asked for them.
+    case progress(requestID: String, agent: String, TurnProgress)
+    /// Asks the client that sent request `requestID` (or the ASK whose turn calls the skill) to approve
+    /// an invocation of a skill that needs confirmation; answered with APPROVE and `confirmationID`.
+    case confirm(requestID: String, confirmationID: String, skill: String, parameters: [UInt8])
+    /// The bus could not accept a message; `requestID` is empty when it could not be read.
+    case error(requestID: String, SkillbusError)
+    /// Partial output of an invocation this client's request `requestID` waits for; `invocation` names the
+    /// round's invocation (empty for a REQUEST). Its REPLY or ROUND follows.
+    case output(requestID: [UInt8], invocation: String, OutputBatch)
+    /// What a CANCEL naming a round stopped: `{"round", "requests", "rounds", "turns", "stopped"}`.
+    case cancelled(requestID: String, summary: JSONValue)
+
+    public func encoded() -> Multipart {
+        switch self {
+        case .reply(let reply):
+            [
+                Wire.clientHeaderBytes, Wire.Command.reply.frame, reply.$requestID, reply.$roundID, reply.status.frame,
+                reply.$agent, Array(String(reply.durationMicros).utf8), reply.payload,
+            ]
+        case .skills(let requestID, let catalog):
+            [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8), catalog.json.serialized()]
+        case .error(let requestID, let error):
+            [Wire.clientHeaderBytes, Wire.Command.error.frame, Array(requestID.utf8), error.json.serialized()]
+        case .entry(let requestID, let entry):
+            [Wire.clientHeaderBytes, Wire.Command.entry.frame, Array(requestID.utf8), entry]
+        case .snapshot(let requestID, let summary):
+            [Wire.clientHeaderBytes, Wire.Command.snapshot.frame, Array(requestID.utf8), summary.serialized()]
+        case .agents(let requestID, let listing):
+            [Wire.clientHeaderBytes, Wire.Command.agents.frame, Array(requestID.utf8), listing.serialized()]
+        case .round(let requestID, let roundID, let document):
+            [Wire.clientHeaderBytes, Wire.Command.round.frame, requestID, roundID, document]
+        case .answer(let requestID, let agent, let answer):
+            [Wire.clientHeaderBytes, Wire.Command.answer.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + answer.frames
+        case .turn(let requestID, let agent, let answer):
+            [Wire.clientHeaderBytes, Wire.Command.turn.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + answer.frames
+        case .relayedTurn(let requestID, let agent, let answer):
+            [Wire.clientHeaderBytes, Wire.Command.turn.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + answer.frames
+        case .stream(let requestID, let text):
+            [Wire.clientHeaderBytes, Wire.Command.stream.frame, Array(requestID.utf8), Array(text.utf8)]
+        case .progress(let requestID, let agent, .state(let state, let parameters)):
+            [
+                Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8),
+                Array("state".utf8),
+                state.json(in: TurnRef(session: "", turn: "", parameters: parameters)).serialized(),
+            ]
+        case .progress(let requestID, let agent, .call(let call)):
+            [
+                Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8),
+                Array("call".utf8),
+                call.json.serialized(),
+            ]
+        case .confirm(let requestID, let confirmationID, let skill, let parameters):
+            [
+                Wire.clientHeaderBytes, Wire.Command.confirm.frame, Array(requestID.utf8), Array(confirmationID.utf8),
+                Array(skill.utf8), parameters,
+            ]
+        case .output(let requestID, let invocation, let batch):
+            [Wire.clientHeaderBytes, Wire.Command.output.frame, requestID, Array(invocation.utf8)] + batch.frames
+        case .cancelled(let requestID, let summary):
+            [Wire.clientHeaderBytes, Wire.Command.cancelled.frame, Array(requestID.utf8), summary.serialized()]
+        }
+    }
+
+    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToClientMessage {
+        guard message.first == Wire.clientHeaderBytes else {
+            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.clientHeader)")
+        }
+        switch try Wire.command(message, role: "bus", expected: commands) {
+        case .reply:
+            try Wire.expectFrames(message, 8, "REPLY")
+            let status = try ReplyStatus(frame: message, 4)
+            let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
+            return .reply(
+                InvokeReply(
+                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
+                    status: status, agent: try Wire.textFrame(message, 5, "agent"), durationMicros: micros,
+                    payload: message[7]))
+        case .skills:
+            try Wire.expectFrames(message, 4, "SKILLS")
+            return .skills(
+                requestID: try Wire.text(message, 2, "request id"), catalog: try SkillCatalog(json: try Wire.json(message, 3, "catalog")))
+        case .error:
+            try Wire.expectFrames(message, 4, "ERROR")
+            return .error(
+                requestID: try Wire.text(message, 2, "request id"),
+                SkillbusError(json: try Wire.json(message, 3, "error")))
+        case .entry:
+            try Wire.expectFrames(message, 4, "ENTRY")
+            return .entry(requestID: try Wire.text(message, 2, "request id"), entry: message[3])
+        case .snapshot:
+            try Wire.expectFrames(message, 4, "SNAPSHOT")
+            return .snapshot(
+                requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
+        case .agents:
+            try Wire.expectFrames(message, 4, "AGENTS")
+            return .agents(
+                requestID: try Wire.text(message, 2, "request id"), listing: try Wire.json(message, 3, "agents"))
+        case .round:
+            try Wire.expectFrames(message, 5, "ROUND")
+            return .round(
+                requestID: try Wire.textFrame(message, 2, "request id"),
+                roundID: try Wire.textFrame(message, 3, "round id"),
+                document: message[4])
+        case .answer:
+            try Wire.expectFrames(message, 6, "ANSWER")
+            return .answer(
+                requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
+                try AgentAnswer(frames: message, from: 4))
+        case .turn:
+            try Wire.expectFrames(message, 6, "TURN")
+            return .turn(
+                requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
+                try AgentAnswer(frames: message, from: 4))
+        case .stream:
+            try Wire.expectFrames(message, 4, "STREAM")
+            return .stream(requestID: try Wire.text(message, 2, "request id"), text: try Wire.text(message, 3, "text"))
+        case .progress:
+            try Wire.expectFrames(message, 6, "PROGRESS")
+            let (requestID, agent) = (try Wire.text(message, 2, "request id"), try Wire.text(message, 3, "agent"))
+            let body = try Wire.json(message, 5, "progress")
+            switch try Wire.text(message, 4, "kind") {
+            case "state":
+                return .progress(
+                    requestID: requestID, agent: agent, .state(try AgentState(json: body), parameters: body["parameters"]))
+            case "call": return .progress(requestID: requestID, agent: agent, .call(try TurnCall(json: body)))
+            case let kind:
+                throw SkillbusError(.malformedMessage, "frame 4 (kind) must be state or call, not '\(kind.prefix(32))'")
+            }
+        case .confirm:
+            try Wire.expectFrames(message, 6, "CONFIRM")
+            return .confirm(
+                requestID: try Wire.text(message, 2, "request id"),
+                confirmationID: try Wire.text(message, 3, "confirmation id"), skill: try Wire.text(message, 4, "skill"),
+                parameters: message[5])
+        case .output:
+            try Wire.expectFrames(message, 6, "OUTPUT")
+            return .output(
+                requestID: try Wire.textFrame(message, 2, "request id"),
+                invocation: try Wire.text(message, 3, "invocation"), try OutputBatch(frames: message, from: 4))
+        case .cancelled:
+            try Wire.expectFrames(message, 4, "CANCELLED")
+            return .cancelled(
+                requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
+        default:
+            throw Wire.unknownCommand(message, role: "bus", expected: commands)
+        }
+    }
+}
