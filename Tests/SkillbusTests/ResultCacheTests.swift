@@ -63,6 +63,20 @@ struct ResultCacheTests {
         #expect(cache.bytes == recent.count * size)
     }
 
+    @Test("hits on one entry while another is never used do not grow the use order without bound")
+    func hitsKeepUseOrderSmall() {
+        var cache = ResultCache(limitBytes: 1 << 20)
+        let (cold, hot) = (ByteKey([1]), ByteKey([2]))
+        cache.store(cold, outcome("c"), lifetimeMs: 1_000_000, now: 0)
+        cache.store(hot, outcome("h"), lifetimeMs: 1_000_000, now: 0)
+        for step in 1...100_000 { #expect(cache.lookup(hot, now: UInt64(step)) != nil) }
+        #expect(cache.useSlots < 2048, "\(cache.useSlots) slots for 2 entries")
+        // The cold entry is still the least recently used: it goes first when the budget runs out.
+        let big = String(repeating: "b", count: (1 << 20) - 200)
+        cache.store(ByteKey([3]), outcome(big), lifetimeMs: 1_000_000, now: 100_001)
+        #expect(cache.lookup(cold, now: 100_002) == nil)
+    }
+
     func state(pure: Bool = true) -> CoordinatorState {
         var state = CoordinatorState(epoch: "e1")
         var skill: [String: JSONValue] = ["identifier": "echo", "parameters": [["name": "text", "type": "string"]]]

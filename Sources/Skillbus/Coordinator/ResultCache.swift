@@ -63,9 +63,29 @@ struct ResultCache: Sendable {
 
     /// A new use of `key`: its stamp.
     private mutating func use(_ key: ByteKey) -> UInt64 {
+        // Hits leave cleared slots behind the least recently used entry: when they are most of the array,
+        // it is rebuilt with only the live ones (amortized: after as many uses as there are entries).
+        if uses.count > 1024 && uses.count - oldest > 2 * (entries.count + 1) { compactUses() }
         uses.append(key)
         return firstStamp + UInt64(uses.count - 1)
     }
+
+    /// Keeps only the live slots, in their order, under new stamps past every old one.
+    private mutating func compactUses() {
+        var kept: [ByteKey?] = []
+        kept.reserveCapacity(2 * entries.count + 1)
+        let base = firstStamp + UInt64(uses.count)
+        for case let key? in uses[oldest...] {
+            entries[key]?.used = base + UInt64(kept.count)
+            kept.append(key)
+        }
+        uses = kept
+        firstStamp = base
+        oldest = 0
+    }
+
+    /// Slots in the use order, live or cleared (for tests: it stays near the number of entries).
+    var useSlots: Int { uses.count }
 
     private mutating func remove(_ key: ByteKey) {
         guard let entry = entries.removeValue(forKey: key) else { return }
