@@ -329,15 +329,7 @@ extension CoordinatorState {
             guard !gone.isEmpty else { continue }
             leases[key]?.parked = kept
             tally.requests += gone.count
-            for parked in gone {
-                let outcome = Outcome(
-                    status: .error, agent: [], payload: error.json.serialized(),
-                    durationMicros: Int((now &- parked.accepted) / 1000))
-                actions.append(
-                    .toClient(
-                        parked.client,
-                        outcome.reply(requestID: parked.request.$requestID, roundID: parked.request.$roundID)))
-            }
+            actions += gone.map { Self.failParked($0, error, now: now) }
         }
         return actions
     }
