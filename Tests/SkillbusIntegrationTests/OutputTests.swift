@@ -31,6 +31,8 @@ struct OutputTests {
     }
 
     static let fiveLines: JSONValue = ["text": "a\nb\nc\nd\ne", "delayMs": 150]
+    /// Slow enough that a second client joins while it runs, also on a loaded machine (1.6 s after its first line).
+    static let fiveSlowLines: JSONValue = ["text": "a\nb\nc\nd\ne", "delayMs": 400]
 
     @Test("parts emitted over time arrive in several batches, every one before the result")
     func batchesBeforeTheResult() async throws {
@@ -68,11 +70,11 @@ struct OutputTests {
         }
         let (one, two) = (Heard(), Heard())
         let running = Task {
-            try await first.invoke("text.lines", parameters: Self.fiveLines, roundID: "shared", onOutput: one.note)
+            try await first.invoke("text.lines", parameters: Self.fiveSlowLines, roundID: "shared", onOutput: one.note)
         }
         try await waitUntil("the first line") { !one.parts.isEmpty }
         let joined = try await second.invoke(
-            "text.lines", parameters: Self.fiveLines, roundID: "shared", onOutput: two.note)
+            "text.lines", parameters: Self.fiveSlowLines, roundID: "shared", onOutput: two.note)
         let original = try await running.value
         #expect(original.status == .ok && joined.status == .ok && joined.result == original.result)
         #expect(one.parts.count == 5)
