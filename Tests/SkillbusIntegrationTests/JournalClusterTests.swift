@@ -1,5 +1,5 @@
 import Foundation
-import Skillbus
+@testable import Skillbus
 import SkillbusZMQ
 import Synchronization
 import Testing
@@ -23,6 +23,11 @@ struct JournalClusterTests {
         let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "done-1", "secs": "0"])
         let first = try await client.round(spec, roundID: "journal-done-1", timeout: .seconds(10))
         #expect(first.status == .ok)
+        // The document is committed in the journal's next commit after the answer (PROTOCOL §3.5.9): a kill
+        // before that commit would leave the round `interrupted`, which is the documented window, not this case.
+        try await waitUntil("the journal to hold journal-done-1 as done") {
+            cluster.journalState("journal-done-1") == "done"
+        }
         try await cluster.restart()
         // Answered from the journal: no worker is needed, and nothing runs.
         let again = try await client.round(spec, roundID: "journal-done-1", timeout: .seconds(10))
@@ -246,6 +251,19 @@ final class RestartableCluster: Sendable {
     func executions(_ tag: String) -> Int {
         let text = (try? String(contentsOfFile: directory + "/marks", encoding: .utf8)) ?? ""
         return text.split(separator: "\n").filter { $0 == tag }.count
+    }
+
+    /// Where the journal has `roundID` now (`running`, `done`, `interrupted`), read as a second connection
+    /// beside the running coordinator (WAL lets a reader in while it writes); nil when it holds no such row.
+    func journalState(_ roundID: String) -> String? {
+        let path = directory + "/data/" + JournalSchema.databaseName
+        guard let database = try? SQLiteDatabase.open(path: path, migrations: JournalSchema.migrations) else {
+            return nil
+        }
+        defer { database.close() }
+        var state: String?
+        try? database.rows("SELECT state FROM rounds WHERE id = ?", [.text(roundID)]) { state = $0.text(0) }
+        return state
     }
 
     func startCoordinator() async throws {
