@@ -69,7 +69,7 @@ extension CoordinatorState {
         document.error = Self.cancelledError(
             "this client stopped waiting; round '\(run.roundText)' goes on for \(run.clients.count - 1) other(s)",
             .client)
-        return [.toClient(client, .round(requestID: requestID, roundID: run.id, document: document.json.serialized()))]
+        return [.toClient(client, .round(requestID: requestID, roundID: run.id, document: document.serialized()))]
     }
 
     /// CANCEL with a round id: the ROUND, every REQUEST and the turn of that round, whoever sent them.

@@ -15,15 +15,16 @@ extension CoordinatorState {
             request.target = peer
         }
         if let target = request.target {
-            guard let worker = workers[target] else {
+            guard let free = workers.canRun(target, skill: request.skill) else {
                 return fail(
                     request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
                     executed: false, now: now)
             }
-            if worker.canRun(request.skill), !rateLimiter.isActive || rateLimiter.ready(request, now: now) {
+            if free, !rateLimiter.isActive || rateLimiter.ready(request, now: now) {
                 return dispatch(request, to: target, now: now)
             }
-            if let refusal = queueRefusal(request, "agent '\(worker.name)' is at capacity", now: now) { return refusal }
+            let name = workers[target]?.name ?? ""
+            if let refusal = queueRefusal(request, "agent '\(name)' is at capacity", now: now) { return refusal }
             waiting.append(request, target: target)
             return []
         }
@@ -99,13 +100,13 @@ extension CoordinatorState {
         let invocation = Invocation(
             invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,
             deadlineMs: max(1, remainingMs), parameters: request.parameters)
-        if case .step(let roundKey, let index) = request.origin, let run = rounds[roundKey] {
+        if case .step(let roundKey, let index) = request.origin, let names = rounds.names(roundKey, invocation: index) {
             return [
                 .toWorker(peer, .invoke(invocation)),
                 .publish(
                     .invocationDispatched(
-                        round: run.roundText, invocation: run.invocations[index].id, skill: request.skill,
-                        agent: agent, dispatch: invocationID)),
+                        round: names.round, invocation: names.invocation, skill: request.skill, agent: agent,
+                        dispatch: invocationID)),
             ]
         }
         guard publishesRequestEvents else { return [.toWorker(peer, .invoke(invocation))] }

@@ -126,6 +126,18 @@ public struct WorkerTable: Sendable {
         return change(&byPeer.values[index])
     }
 
+    /// Whether `peer` has a free slot (for `skill`, when given: below that skill's limit too); nil when it is
+    /// not registered. Read in place: a method called on `byPeer[peer]` copies the whole worker first.
+    mutating func canRun(_ peer: PeerID, skill: String?) -> Bool? {
+        guard let index = byPeer.index(forKey: peer) else { return nil }
+        return Self.canRun(&byPeer.values[index], skill)
+    }
+
+    private static func canRun(_ worker: inout Worker, _ skill: String?) -> Bool {
+        if let skill { return worker.canRun(skill) }
+        return worker.hasFreeSlot
+    }
+
     /// Least in-flight first among providers with a free slot (for `skill`, when given: below its limit
     /// too); ties go round-robin.
     mutating func pickProvider(_ candidates: [PeerID], skill: String? = nil) -> PeerID? {
@@ -135,12 +147,10 @@ public struct WorkerTable: Sendable {
         rotation &+= 1
         for offset in 0..<count {
             let peer = candidates[(rotation &+ offset) % count]
-            guard let worker = byPeer[peer], skill.map(worker.canRun) ?? worker.hasFreeSlot else { continue }
-            if worker.inFlight < bestLoad {
-                best = peer
-                bestLoad = worker.inFlight
-                if bestLoad == 0 { break }
-            }
+            guard let load = byPeer[peer]?.inFlight, load < bestLoad, canRun(peer, skill: skill) == true else { continue }
+            best = peer
+            bestLoad = load
+            if bestLoad == 0 { break }
         }
         return best
     }

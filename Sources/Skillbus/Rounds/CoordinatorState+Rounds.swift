@@ -55,7 +55,7 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         let document = RoundDocument.refusal(
             round: String(decoding: roundID, as: UTF8.self), shape: shape, error
-        ).json.serialized()
+        ).serialized()
         return clients.map { .toClient($0.client, .round(requestID: $0.requestID, roundID: roundID, document: document)) }
     }
 
@@ -142,15 +142,18 @@ extension CoordinatorState {
         var started = true
         while started {
             started = false
-            guard let run = rounds[roundKey], !run.isFinished else { return actions }
-            for index in run.invocations.indices where run.invocations[index].status == .waiting {
-                if run.stopped {
+            // Only what the loop reads: a copy of the whole run cost a retain of each of its members.
+            guard let (invocations, stopped) = rounds.update(roundKey, { ($0.invocations, $0.stopped) }) else {
+                return actions
+            }
+            for index in invocations.indices where invocations[index].status == .waiting {
+                if stopped {
                     actions += skip(roundKey, index, because: nil)
                     started = true
                     continue
                 }
-                let after = run.invocations[index].after
-                let dependencies = after.compactMap { id in run.invocations.first { $0.id == id } }
+                let after = invocations[index].after
+                let dependencies = after.compactMap { id in invocations.first { $0.id == id } }
                 guard dependencies.allSatisfy(\.status.isDone) else { continue }
                 if let failed = dependencies.first(where: { $0.status != .ok }) {
                     actions += skip(roundKey, index, because: failed.id)
@@ -160,11 +163,10 @@ extension CoordinatorState {
                 started = true
             }
         }
-        if let run = rounds[roundKey], !run.isFinished,
-            run.invocations.allSatisfy({ $0.status.isDone || $0.subCallRequest != nil })
-        {
-            actions += finishRound(roundKey, now: now)
+        let ended = rounds.update(roundKey) { run in
+            run.invocations.allSatisfy { $0.status.isDone || $0.subCallRequest != nil }
         }
+        if ended == true { actions += finishRound(roundKey, now: now) }
         return actions
     }
 
@@ -188,13 +190,13 @@ extension CoordinatorState {
 
     /// Sends one invocation of a round on its way: shared with an identical one, or dispatched.
     mutating func start(_ roundKey: ByteKey, _ index: Int, now: UInt64) -> [CoordinatorAction] {
-        let run = rounds.updateRunning(roundKey) { run in
+        let (invocation, resolution, run) = rounds.updateRunning(roundKey) { run in
             run.invocations[index].record.status = .running
-            return run
+            let invocation = run.invocations[index]
+            return (invocation, invocation.parameters.resolvingReferences(run.results), StepContext(run))
         }
-        let invocation = run.invocations[index]
         let parameters: JSONValue
-        switch invocation.parameters.resolvingReferences(run.results) {
+        switch resolution {
         case .success(let resolved): parameters = resolved
         case .failure(let error):
             let message = "step '\(invocation.id)': \(error.message)"
@@ -256,18 +258,19 @@ extension CoordinatorState {
     mutating func stepDone(
         _ roundKey: ByteKey, _ index: Int, _ outcome: Outcome, deduplicated: Bool, now: UInt64
     ) -> [CoordinatorAction] {
-        let ended = rounds.update(roundKey) { run -> (String, RoundInvocation, RoundSpec)? in
+        let ended = rounds.update(roundKey) { run -> (String, RoundDocument.Invocation, RoundSpec)? in
             guard run.invocations.indices.contains(index), !run.invocations[index].status.isDone else { return nil }
-            var invocation = run.invocations[index]
-            invocation.record.deduplicated = deduplicated || invocation.record.deduplicated
-            if !invocation.record.deduplicated { invocation.record.reusedFrom = nil }
-            invocation.end(with: outcome)
-            if let result = invocation.record.result { run.results[invocation.id] = result }
-            run.invocations[index] = invocation
-            return (run.roundText, invocation, run.spec)
+            // In place: taking the invocation out and putting it back copied every member twice.
+            run.invocations[index].record.deduplicated = deduplicated || run.invocations[index].record.deduplicated
+            if !run.invocations[index].record.deduplicated { run.invocations[index].record.reusedFrom = nil }
+            run.invocations[index].end(with: outcome)
+            // Only a plan's steps refer to each other's results (`$ref`).
+            if case .plan = run.spec, let result = run.invocations[index].record.result {
+                run.results[run.invocations[index].id] = result
+            }
+            return (run.roundText, run.invocations[index].record, run.spec)
         }
-        guard let (round, invocation, spec) = ended ?? nil else { return [] }
-        let record = invocation.record
+        guard let (round, record, spec) = ended ?? nil else { return [] }
         var actions: [CoordinatorAction] = [
             .publish(
                 .invocationDone(
@@ -321,7 +324,7 @@ extension CoordinatorState {
     mutating func finishRound(_ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
         guard let run = rounds[roundKey] else { return [] }
         let document = roundDocument(run, now: now)
-        let bytes = document.json.serialized()
+        let bytes = document.serialized()
         rounds.finish(roundKey, document: bytes, now: now)
         // A cancelled round, or one that failed in a way that may be tried again, is no answer to keep: the
         // same round sent again runs (what succeeded is reused through single-flight).

@@ -36,6 +36,23 @@ struct RoundRun: Sendable {
     var roundText: String { String(decoding: id, as: UTF8.self) }
 }
 
+/// What starting one invocation needs of its round, taken out of the table without copying the whole run.
+struct StepContext {
+    let id: [UInt8]
+    let session: [UInt8]
+    let deadline: UInt64
+    let retries: Int?
+    let priority: InvocationPriority
+    let noCache: Bool
+    let clients: [(client: PeerID, requestID: [UInt8])]
+    var roundText: String { String(decoding: id, as: UTF8.self) }
+
+    init(_ run: RoundRun) {
+        (id, session, deadline, retries) = (run.id, run.session, run.deadline, run.retries)
+        (priority, noCache, clients) = (run.priority, run.noCache, run.clients)
+    }
+}
+
 /// Where an invocation of a round stands, and how it ended.
 public enum InvocationStatus: String, Sendable, Equatable {
     /// Not started: it waits for the steps it depends on.
@@ -118,6 +135,12 @@ struct RoundTable: Sendable {
     subscript(key: ByteKey) -> RoundRun? { runs[key] }
 
     func isRunning(_ key: ByteKey) -> Bool { runs[key].map { !$0.isFinished } ?? false }
+
+    /// A round's id as text and the id of one of its invocations (for the feed), read member by member.
+    func names(_ key: ByteKey, invocation index: Int) -> (round: String, invocation: String)? {
+        guard let id = runs[key]?.id, let invocation = runs[key]?.invocations[index].id else { return nil }
+        return (String(decoding: id, as: UTF8.self), invocation)
+    }
 
     mutating func start(_ run: RoundRun, key: ByteKey) {
         guard runs.updateValue(run, forKey: key) == nil else {

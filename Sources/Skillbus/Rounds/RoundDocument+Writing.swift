@@ -1,0 +1,96 @@
+/// A round document written straight to bytes: the same bytes as `json.serialized()` (compact, keys
+/// sorted), without building a `JSONValue` tree of dictionaries and sorting their keys for every round.
+/// Members are written in sorted order by hand; RoundDocumentWritingTests holds the two paths equal.
+extension RoundDocument {
+    public func serialized() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256 + invocations.count * 192)
+        write(to: &out)
+        return out
+    }
+
+    func write(to out: inout [UInt8]) {
+        var members = MemberWriter()
+        out.append(UInt8(ascii: "{"))
+        if shape == "invoke" || agent != nil { members.string("agent", agent, to: &out) }
+        if let vote { members.value("aggregate", vote.json, to: &out) }
+        members.number("durationMs", durationMs, to: &out)
+        members.value("error", error?.json, to: &out)
+        members.key("invocations", to: &out)
+        out.append(UInt8(ascii: "["))
+        for (index, invocation) in invocations.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            invocation.write(to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        members.value("result", result, to: &out)
+        members.string("round", round, to: &out)
+        members.string("shape", shape, to: &out)
+        members.string("status", status.rawValue, to: &out)
+        members.key("summary", to: &out)
+        summary.write(to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+extension RoundDocument.Invocation {
+    func write(to out: inout [UInt8]) {
+        var members = MemberWriter()
+        out.append(UInt8(ascii: "{"))
+        members.string("agent", agent, to: &out)
+        if !attempts.isEmpty { members.value("attempts", .array(attempts.map(\.json)), to: &out) }
+        if cached { members.value("cached", true, to: &out) }
+        members.value("deduplicated", .bool(deduplicated), to: &out)
+        members.number("durationMs", durationMs, to: &out)
+        members.value("error", error?.json, to: &out)
+        members.string("id", id, to: &out)
+        if !output.isEmpty { members.value("output", .array(output.map(\.json)), to: &out) }
+        if outputTruncated { members.value("outputTruncated", true, to: &out) }
+        members.value("result", result, to: &out)
+        members.string("reusedFrom", reusedFrom, to: &out)
+        members.string("skill", skill, to: &out)
+        members.string("status", status.documentName, to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+extension RoundDocument.Summary {
+    func write(to out: inout [UInt8]) {
+        var members = MemberWriter()
+        out.append(UInt8(ascii: "{"))
+        members.number("deduplicated", Double(deduplicated), to: &out)
+        members.number("executions", Double(executions), to: &out)
+        members.number("failed", Double(failed), to: &out)
+        members.number("invocations", Double(invocations), to: &out)
+        members.number("totalMs", totalMs, to: &out)
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+/// The members of one object, each after a comma but the first; the caller writes them in key order.
+private struct MemberWriter {
+    private var first = true
+
+    mutating func key(_ name: StaticString, to out: inout [UInt8]) {
+        if !first { out.append(UInt8(ascii: ",")) }
+        first = false
+        out.append(UInt8(ascii: "\""))
+        name.withUTF8Buffer { out.append(contentsOf: $0) }
+        out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+    }
+
+    mutating func string(_ name: StaticString, _ value: String?, to out: inout [UInt8]) {
+        key(name, to: &out)
+        if let value { JSONValue.writeString(value, to: &out) } else { out.append(contentsOf: "null".utf8) }
+    }
+
+    mutating func number(_ name: StaticString, _ value: Double, to out: inout [UInt8]) {
+        key(name, to: &out)
+        JSONValue.writeNumber(value, to: &out)
+    }
+
+    mutating func value(_ name: StaticString, _ value: JSONValue?, to out: inout [UInt8]) {
+        key(name, to: &out)
+        (value ?? .null).write(to: &out)
+    }
+}

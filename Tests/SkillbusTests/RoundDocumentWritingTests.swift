@@ -1,0 +1,93 @@
+import Testing
+
+@testable import Skillbus
+
+/// The round document's own writer must give the bytes the general path gives (`json.serialized()`), for
+/// every shape of document: clients compare documents by bytes (a round sent again, the journal).
+@Suite("Round documents written straight to bytes")
+struct RoundDocumentWritingTests {
+    /// A small deterministic generator, so that a failure can be run again.
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return state ^ (state >> 29)
+        }
+    }
+
+    static let words = ["w1", "echo", "", "quote\"d", "back\\slash", "line\nbreak", "日本", "tab\t", "\u{1}"]
+
+    static func word(_ random: inout Generator) -> String { words.randomElement(using: &random)! }
+
+    static func maybe<T>(_ random: inout Generator, _ make: (inout Generator) -> T) -> T? {
+        Bool.random(using: &random) ? make(&random) : nil
+    }
+
+    static func value(_ random: inout Generator, depth: Int = 0) -> JSONValue {
+        switch Int.random(in: 0..<(depth > 2 ? 4 : 6), using: &random) {
+        case 0: return .null
+        case 1: return .bool(Bool.random(using: &random))
+        case 2: return .number([0, -1, 2.5, 1e20, 42].randomElement(using: &random)!)
+        case 3: return .string(word(&random))
+        case 4: return .array((0..<Int.random(in: 0...3, using: &random)).map { _ in value(&random, depth: depth + 1) })
+        default:
+            var object: [String: JSONValue] = [:]
+            for _ in 0..<Int.random(in: 0...3, using: &random) { object[word(&random)] = value(&random, depth: depth + 1) }
+            return .object(object)
+        }
+    }
+
+    static func error(_ random: inout Generator) -> SkillbusError {
+        SkillbusError(.timeout, word(&random), details: ["agent": .string(word(&random))])
+    }
+
+    static func invocation(_ random: inout Generator) -> RoundDocument.Invocation {
+        var invocation = RoundDocument.Invocation(
+            id: word(&random), skill: word(&random), agent: maybe(&random, word),
+            status: [.ok, .error, .cancelled, .skipped, .waiting].randomElement(using: &random)!,
+            durationMs: [0, 0.5, 12.345, 1000].randomElement(using: &random)!,
+            deduplicated: Bool.random(using: &random), reusedFrom: maybe(&random, word),
+            result: maybe(&random) { value(&$0) }, error: maybe(&random, error))
+        if Bool.random(using: &random) { invocation.output = [.text(word(&random)), .json(value(&random))] }
+        invocation.outputTruncated = Bool.random(using: &random)
+        if Bool.random(using: &random) {
+            invocation.attempts = [
+                RoundDocument.Attempt(agent: maybe(&random, word), status: .error, durationMs: 1, error: error(&random))
+            ]
+        }
+        invocation.cached = Bool.random(using: &random)
+        return invocation
+    }
+
+    static func document(_ random: inout Generator) -> RoundDocument {
+        let invocations = (0..<Int.random(in: 0...4, using: &random)).map { _ in invocation(&random) }
+        var document = RoundDocument(
+            round: word(&random), shape: ["invoke", "fanout", "plan", nil].randomElement(using: &random)!,
+            status: Bool.random(using: &random) ? .ok : .error, result: value(&random),
+            error: maybe(&random, error), agent: maybe(&random, word), durationMs: 3.25, invocations: invocations,
+            summary: RoundDocument.Summary(invocations, totalMs: 3.25))
+        if Bool.random(using: &random) {
+            document.vote = RoundDocument.Vote(
+                of: 3, votes: maybe(&random) { _ in 2 },
+                split: [RoundDocument.Vote.Group(result: value(&random), agents: ["a", "b"])])
+        }
+        return document
+    }
+
+    @Test("gives the bytes of json.serialized() for 2,000 random documents")
+    func agreesWithTheGeneralPath() {
+        var random = Generator(state: 12_345)
+        for _ in 0..<2000 {
+            let document = Self.document(&random)
+            #expect(document.serialized() == document.json.serialized(), "\(document)")
+        }
+    }
+
+    @Test("a refusal and an invoke document without an agent keep their members")
+    func edgeCases() {
+        let refusal = RoundDocument.refusal(round: "r", shape: nil, SkillbusError(.invalidRound, "no"))
+        #expect(refusal.serialized() == refusal.json.serialized())
+        let invoke = RoundDocument(round: "r", shape: "invoke", status: .ok)
+        #expect(String(decoding: invoke.serialized(), as: UTF8.self).hasPrefix(#"{"agent":null,"#))
+    }
+}
