@@ -102,6 +102,45 @@ struct JournalClusterTests {
         #expect(cluster.executions("grace-1") == 1)
     }
 
+    @Test("a round waiting in the startup grace, cancelled by its round id, never runs and leaves the journal")
+    func cancelInGrace() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        let worker = try await cluster.startWorker("w1")
+        worker.signal(SIGKILL)
+        _ = try await worker.waitForExit()
+        try await cluster.restart()
+        // Sent once, from a raw DEALER: the reference client sends a ROUND again every second, and a copy that
+        // crossed the cancel would be a new round. Nobody offers t.mark, so it waits in the grace.
+        let peer = try RawPeer(cluster.bus, context: context)
+        defer { peer.close() }
+        let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "cancel-1", "secs": "0"])
+        let round = RoundRequest(
+            requestID: "q1", roundID: "journal-cancel-1", timeoutMs: 20_000, body: spec.body(retries: nil).serialized())
+        peer.socket.send(ClientMessage.round(round).encoded())
+        try await waitUntil("the journal to record the round") { cluster.journalState("journal-cancel-1") == "running" }
+        let (code, lines) = try await runSkillbus(
+            ["cancel", "journal-cancel-1", "--json", "--coordinator", cluster.bus])
+        #expect(code == 0, "\(lines)")
+        let summary = try JSONValue(parsing: lines.first { $0.hasPrefix("{") } ?? "null")
+        #expect(summary["rounds"] == 1 && summary["stopped"] == 0, "\(summary)")
+        guard case .round(_, _, let document) = try BusToClientMessage.decode(try await peer.next()) else {
+            Issue.record("expected the round's document")
+            return
+        }
+        #expect(try RoundDocument(parsing: document).error?.code == .cancelled)
+        try await waitUntil("the journal to forget the round") { cluster.journalState("journal-cancel-1") == nil }
+        // w1 is welcomed, and what waited in the grace for t.mark would be dispatched then: a round sent after
+        // the welcome ends after it.
+        try await cluster.startWorker("w1")
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        defer { client.close() }
+        let after = try await client.round(
+            .invoke(skill: "t.mark", parameters: ["tag": "cancel-2", "secs": "0"]), timeout: .seconds(10))
+        #expect(after.status == .ok)
+        #expect(cluster.executions("cancel-1") == 0)
+    }
+
     @Test("a request queued behind a busy worker whose client timed out never executes")
     func timedOutNeverRuns() async throws {
         let cluster = try await RestartableCluster(context: context, journal: false)
