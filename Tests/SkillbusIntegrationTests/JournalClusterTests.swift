@@ -6,19 +6,22 @@ import Testing
 
 /// The coordinator's journal and restarts with real processes: a coordinator with a data directory is killed
 /// (-9) and started again on the same endpoints and directory; its workers offer `t.mark`, a command skill that
-/// appends its tag to a file once per execution, so every execution is counted.
+/// appends its tag to a file once per execution, so every execution is counted. The restart cases run with
+/// CURVE keys on and off: what the journal promises does not depend on them.
 @Suite("Journal and restarts", .serialized, .timeLimit(.minutes(4)))
 struct JournalClusterTests {
     let context: ZMQContext
 
     init() throws { context = try ZMQContext() }
 
-    @Test("a finished round id sent again after kill -9 and a restart gets its stored document, without running")
-    func finishedRoundSurvives() async throws {
-        let cluster = try await RestartableCluster(context: context)
+    @Test(
+        "a finished round id sent again after kill -9 and a restart gets its stored document, without running",
+        arguments: [false, true])
+    func finishedRoundSurvives(keyed: Bool) async throws {
+        let cluster = try await RestartableCluster(context: context, keyed: keyed)
         defer { cluster.terminate() }
         try await cluster.startWorker("w1")
-        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        let client = try await cluster.client(context)
         defer { client.close() }
         let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "done-1", "secs": "0"])
         let first = try await client.round(spec, roundID: "journal-done-1", timeout: .seconds(10))
@@ -44,7 +47,7 @@ struct JournalClusterTests {
         let cluster = try await RestartableCluster(context: context)
         defer { cluster.terminate() }
         try await cluster.startWorker("w1")
-        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        let client = try await cluster.client(context)
         defer { client.close() }
         // The client sends each round again while it waits: after the restart, the new coordinator answers.
         async let plain = client.round(
@@ -92,7 +95,7 @@ struct JournalClusterTests {
         _ = try await worker.waitForExit()
         try await cluster.restart()
         // Nobody offers t.mark now: without the grace this is unknown_skill at once.
-        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        let client = try await cluster.client(context)
         defer { client.close() }
         async let outcome = client.invoke(
             "t.mark", parameters: ["tag": "grace-1", "secs": "0"], timeout: .seconds(15))
@@ -102,12 +105,51 @@ struct JournalClusterTests {
         #expect(cluster.executions("grace-1") == 1)
     }
 
+    @Test("a round waiting in the startup grace, cancelled by its round id, never runs and leaves the journal")
+    func cancelInGrace() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        let worker = try await cluster.startWorker("w1")
+        worker.signal(SIGKILL)
+        _ = try await worker.waitForExit()
+        try await cluster.restart()
+        // Sent once, from a raw DEALER: the reference client sends a ROUND again every second, and a copy that
+        // crossed the cancel would be a new round. Nobody offers t.mark, so it waits in the grace.
+        let peer = try RawPeer(cluster.bus, context: context)
+        defer { peer.close() }
+        let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "cancel-1", "secs": "0"])
+        let round = RoundRequest(
+            requestID: "q1", roundID: "journal-cancel-1", timeoutMs: 20_000, body: spec.body(retries: nil).serialized())
+        peer.socket.send(ClientMessage.round(round).encoded())
+        try await waitUntil("the journal to record the round") { cluster.journalState("journal-cancel-1") == "running" }
+        let (code, lines) = try await runSkillbus(
+            ["cancel", "journal-cancel-1", "--json", "--coordinator", cluster.bus])
+        #expect(code == 0, "\(lines)")
+        let summary = try JSONValue(parsing: lines.first { $0.hasPrefix("{") } ?? "null")
+        #expect(summary["rounds"] == 1 && summary["stopped"] == 0, "\(summary)")
+        guard case .round(_, _, let document) = try BusToClientMessage.decode(try await peer.next()) else {
+            Issue.record("expected the round's document")
+            return
+        }
+        #expect(try RoundDocument(parsing: document).error?.code == .cancelled)
+        try await waitUntil("the journal to forget the round") { cluster.journalState("journal-cancel-1") == nil }
+        // w1 is welcomed, and what waited in the grace for t.mark would be dispatched then: a round sent after
+        // the welcome ends after it.
+        try await cluster.startWorker("w1")
+        let client = try await cluster.client(context)
+        defer { client.close() }
+        let after = try await client.round(
+            .invoke(skill: "t.mark", parameters: ["tag": "cancel-2", "secs": "0"]), timeout: .seconds(10))
+        #expect(after.status == .ok)
+        #expect(cluster.executions("cancel-1") == 0)
+    }
+
     @Test("a request queued behind a busy worker whose client timed out never executes")
     func timedOutNeverRuns() async throws {
         let cluster = try await RestartableCluster(context: context, journal: false)
         defer { cluster.terminate() }
         try await cluster.startWorker("w1", capacity: 1)
-        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+        let client = try await cluster.client(context)
         defer { client.close() }
         async let busy = client.invoke("t.mark", parameters: ["tag": "busy-1", "secs": "1.5"], timeout: .seconds(10))
         try await waitUntil("the slow one to run") { cluster.executions("busy-1") == 1 }
@@ -148,9 +190,11 @@ struct JournalClusterTests {
         #expect(usage.contains { $0.contains("--startup-grace-ms") }, "\(usage)")
     }
 
-    @Test("kill -9 and restart of the coordinator five times under load: nothing lost or answered twice")
-    func fiveRestartsUnderLoad() async throws {
-        let cluster = try await RestartableCluster(context: context)
+    @Test(
+        "kill -9 and restart of the coordinator five times under load: nothing lost or answered twice",
+        arguments: [false, true])
+    func fiveRestartsUnderLoad(keyed: Bool) async throws {
+        let cluster = try await RestartableCluster(context: context, keyed: keyed)
         defer { cluster.terminate() }
         try await cluster.startWorker("w1")
         try await cluster.startWorker("w2")
@@ -161,7 +205,7 @@ struct JournalClusterTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for clientIndex in 0..<clientCount {
                     group.addTask {
-                        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: context)
+                        let client = try await cluster.client(context)
                         defer { client.close() }
                         for index in 0..<perClient {
                             let id = "load-\(clientIndex)-\(index)"
@@ -200,7 +244,8 @@ struct JournalClusterTests {
         let others = all.values.compactMap(\.first).filter { $0.status != .ok && $0.error?.code != .interrupted }
             .map { $0.error?.code.rawValue ?? "?" }
         print(
-            "five restarts under load: \(all.count) of \(clientCount * perClient) rounds answered (\(ok.count) ok, "
+            "five restarts under load, keys \(keyed ? "on" : "off"): \(all.count) of \(clientCount * perClient) rounds "
+                + "answered (\(ok.count) ok, "
                 + "\(interrupted.count) interrupted, others: \(others)), \(failures.count) lost, \(twice) answered twice; "
                 + "executions of the ok rounds: \(executionsOfOk.reduce(0, +)); workers back after "
                 + backTimes.map { String(format: "%.0f ms", $0) }.joined(separator: ", "))
@@ -222,16 +267,18 @@ final class Tally: Sendable {
 
 /// A coordinator that is killed and started again on the same endpoints and data directory, and workers whose
 /// command skills `t.mark` and `t.idem` (the same, declared idempotent) append their `tag` to one file per
-/// execution and then sleep `secs` seconds.
+/// execution and then sleep `secs` seconds. Keyed, it runs with CURVE keys: worker keys w1 and w2 (their agents)
+/// and a client key alice.
 final class RestartableCluster: Sendable {
     let directory: String
     let bus: String
     let feed: String
     let journal: Bool
+    let keys: TestKeys?
     private let current: Mutex<SkillbusProcess?>
     private let workers = Mutex<[SkillbusProcess]>([])
 
-    init(context: ZMQContext, journal: Bool = true) async throws {
+    init(context: ZMQContext, journal: Bool = true, keyed: Bool = false) async throws {
         directory = NSTemporaryDirectory() + "skillbus-journal-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let script = directory + "/mark.sh"
@@ -241,6 +288,15 @@ final class RestartableCluster: Sendable {
         let endpoints = try freeEndpoints(2, context: context)
         (bus, feed) = (endpoints[0], endpoints[1])
         self.journal = journal
+        if keyed {
+            let keys = try TestKeys(
+                directory: directory + "/keys",
+                keys: [("w1", .worker, ["w1"]), ("w2", .worker, ["w2"]), ("alice", .client, [])], feedRoles: [.worker])
+            try keys.writeCoordinatorConfiguration(CoordinatorConfiguration(), to: directory + "/coordinator.json")
+            self.keys = keys
+        } else {
+            keys = nil
+        }
         current = Mutex(nil)
         try await startCoordinator()
     }
@@ -273,9 +329,13 @@ final class RestartableCluster: Sendable {
             "coordinator", "--bus", bus, "--feed", feed, "--heartbeat-ms", "500", "--startup-grace-ms", "15000",
         ]
         if journal { arguments += ["--data-dir", directory + "/data"] }
+        if keys != nil { arguments += ["--config", directory + "/coordinator.json"] }
         let process = try SkillbusProcess(arguments, name: "coordinator")
         current.withLock { $0 = process }
         try await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
+        if keys != nil {
+            try await process.waitForLine("the keys line") { $0.contains("keys: CURVE on bus and feed") }
+        }
     }
 
     /// kill -9 of the coordinator, waiting until it is gone.
@@ -314,10 +374,15 @@ final class RestartableCluster: Sendable {
         ).write(to: URL(fileURLWithPath: config))
         let worker = try SkillbusProcess(
             ["worker", "--name", name, "--coordinator", bus, "--heartbeat-ms", "500", "--config", config,
-             "--policy", #"t.idem={"idempotent":true}"#], name: name)
+             "--policy", #"t.idem={"idempotent":true}"#] + (keys?.arguments(name) ?? []), name: name)
         workers.withLock { $0.append(worker) }
         try await waitForWorkers([name], timeout: .seconds(20))
         return worker
+    }
+
+    /// A client on the bus, with the client key alice when keyed.
+    func client(_ context: ZMQContext) async throws -> SkillbusClient {
+        try await SkillbusClient.connect(endpoint: bus, context: context, credentials: try keys?.credentials("alice"))
     }
 
     /// Stops every process (SIGTERM) and removes the directory.

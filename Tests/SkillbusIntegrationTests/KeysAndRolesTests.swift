@@ -7,6 +7,7 @@ import Testing
 /// alice, an admin key ops; the feed admits workers and admins only.
 final class KeyedCluster: Sendable {
     let directory: String
+    let keySet: TestKeys
     let cluster: TestCluster
     var bus: String { cluster.bus }
     var feed: String { cluster.feed }
@@ -14,35 +15,23 @@ final class KeyedCluster: Sendable {
 
     init() async throws {
         directory = NSTemporaryDirectory() + "skillbus-keyed-\(UUID().uuidString.prefix(8))"
-        var keys: [AccessPolicy.Key] = []
-        for (name, role, agents) in [
-            ("w1", AccessPolicy.Role.worker, ["w1"]), ("w2", .worker, ["w2", "py"]), ("alice", .client, []),
-            ("ops", .admin, []),
-        ] {
-            let written = try KeyFiles.generate(name: name, directory: directory)
-            keys.append(AccessPolicy.Key(name: name, role: role, publicKey: written.keys.publicKey, agents: agents))
-        }
-        let server = try KeyFiles.generate(name: "coordinator", directory: directory)
+        keySet = try TestKeys(
+            directory: directory,
+            keys: [("w1", .worker, ["w1"]), ("w2", .worker, ["w2", "py"]), ("alice", .client, []), ("ops", .admin, [])],
+            feedRoles: [.worker, .admin])
         var configuration = CoordinatorConfiguration()
         configuration.heartbeatMs = 200
-        configuration.security = CoordinatorSecurity(
-            secretKeyFile: server.secretFile, keys: server.keys,
-            policy: try AccessPolicy(keys: keys, feedRoles: [.worker, .admin]))
         let config = directory + "/coordinator.json"
-        try Data(configuration.json.prettyString().utf8).write(to: URL(fileURLWithPath: config))
+        try keySet.writeCoordinatorConfiguration(configuration, to: config)
         cluster = try await TestCluster(coordinatorArguments: ["--config", config])
     }
 
     deinit { try? FileManager.default.removeItem(atPath: directory) }
 
     /// `--server-key … --key NAME.key`, or nothing for a peer without keys.
-    func keys(_ name: String?) -> [String] {
-        name.map { ["--server-key", directory + "/coordinator.pub", "--key", directory + "/\($0).key"] } ?? []
-    }
+    func keys(_ name: String?) -> [String] { name.map(keySet.arguments) ?? [] }
 
-    func environment(_ name: String) -> [String: String] {
-        ["SKILLBUS_SERVER_KEY": directory + "/coordinator.pub", "SKILLBUS_KEY": directory + "/\(name).key"]
-    }
+    func environment(_ name: String) -> [String: String] { keySet.environment(name) }
 
     /// A worker process named `agent`, connecting with the key `key` (none when nil); not awaited.
     func worker(_ agent: String, key: String?) throws -> SkillbusProcess {

@@ -47,6 +47,15 @@ extension CoordinatorState {
         SkillbusError(.cancelled, message, details: ["reason": .string(reason.rawValue)])
     }
 
+    static func cancelledByItsClient(round: String) -> SkillbusError {
+        cancelledError("round '\(round)' was cancelled by its client", .client)
+    }
+
+    /// To a client that gives up on a round others still wait for.
+    static func stoppedWaiting(round: String, others: Int) -> SkillbusError {
+        cancelledError("this client stopped waiting; round '\(round)' goes on for \(others) other(s)", .client)
+    }
+
     // MARK: Clients
 
     /// CANCEL with a request id that is no ASK: the client's REQUEST, or its ROUND.
@@ -57,18 +66,18 @@ extension CoordinatorState {
         if let actions = withdraw(.client(client, requestID: requestID), error, reason: .client, now: now, &tally) {
             return actions
         }
+        if let actions = cancelUnstarted(client: client, requestID: requestID, error, now: now, &tally) {
+            return actions
+        }
         guard let key = rounds.running(client: client, requestID: requestID), let run = rounds[key] else { return [] }
         guard run.clients.count > 1 else {
-            let error = Self.cancelledError("round '\(run.roundText)' was cancelled by its client", .client)
-            return cancelRun(key, error, now: now, &tally)
+            return cancelRun(key, Self.cancelledByItsClient(round: run.roundText), now: now, &tally)
         }
         // Others wait for the same round: it goes on for them, and this client's wait ends here.
         rounds.update(key) { $0.clients.removeAll { $0.client == client && $0.requestID == requestID } }
         var document = roundDocument(run, now: now)
         document.status = .error
-        document.error = Self.cancelledError(
-            "this client stopped waiting; round '\(run.roundText)' goes on for \(run.clients.count - 1) other(s)",
-            .client)
+        document.error = Self.stoppedWaiting(round: run.roundText, others: run.clients.count - 1)
         return [.toClient(client, .round(requestID: requestID, roundID: run.id, document: document.serialized()))]
     }
 
@@ -82,6 +91,8 @@ extension CoordinatorState {
         let error = Self.cancelledError("round '\(roundID)' was cancelled by a client", .client)
         // The ROUND first: stopped, so that nothing of it starts while the rest goes.
         var actions = rounds.isRunning(key) ? cancelRun(key, error, now: now, &tally) : []
+        // One that has not started yet (it waits for the journal, or in the startup grace) never will.
+        actions += cancelUnstarted(round: round, error, now: now, &tally)
         var waiters: [Waiter] = []
         func note(_ request: Request) {
             if case .client = request.origin, request.roundID == round, !waiters.contains(request.origin) {

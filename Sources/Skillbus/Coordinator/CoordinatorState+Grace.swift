@@ -93,8 +93,26 @@ extension CoordinatorState {
         let error = SkillbusError(
             .timeout, "no agent offered '\(request.skill)' within \(timeoutMs) ms (startup grace)",
             details: ["skill": .string(request.skill)])
+        return graceReply(request, client: client, arrived: arrived, error, now: now)
+    }
+
+    /// The REPLY `error` to a REQUEST that waited in the grace and will not run (timed out, cancelled), and
+    /// `request.done`, as for every REPLY.
+    func graceReply(
+        _ request: InvokeRequest, client: PeerID, arrived: UInt64, _ error: SkillbusError, now: UInt64
+    ) -> [CoordinatorAction] {
         let outcome = Outcome(
             status: .error, agent: [], payload: error.json.serialized(), durationMicros: Int((now &- arrived) / 1000))
-        return [.toClient(client, outcome.reply(requestID: request.$requestID, roundID: request.$roundID))]
+        var actions: [CoordinatorAction] = [
+            .toClient(client, outcome.reply(requestID: request.$requestID, roundID: request.$roundID))
+        ]
+        if publishesRequestEvents {
+            actions.append(
+                .publish(
+                    .requestDone(
+                        round: request.roundID, request: request.requestID, skill: request.skill, agent: "",
+                        status: .error, durationMicros: outcome.durationMicros, payload: outcome.payload)))
+        }
+        return actions
     }
 }

@@ -138,6 +138,8 @@ public struct CoordinatorState: Sendable {
     var jitterState: UInt64
     /// New rounds waiting for the journal's answer, by round id.
     var journalPending: [ByteKey: AcceptedRound] = [:]
+    /// Rounds cancelled while the journal held their accept: its answer must not start them.
+    var journalCancelled: Set<ByteKey> = []
     /// When the startup grace ends (monotonic nanoseconds; 0: no grace), and what waits in it.
     var graceEnds: UInt64 = 0
     var graceParked: [GraceParked] = []

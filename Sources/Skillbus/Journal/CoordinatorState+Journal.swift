@@ -15,8 +15,32 @@ extension CoordinatorState {
             return []
         }
         journalPending[roundKey] = accepted
+        // The accept of a round cancelled while it waited is still with the journal: one accept of an id at a
+        // time, so this one goes when that answer comes.
+        if journalCancelled.contains(roundKey) { return [] }
+        return [acceptEntry(accepted)]
+    }
+
+    private func acceptEntry(_ accepted: AcceptedRound) -> CoordinatorAction {
         let idempotent = accepted.spec.skills.allSatisfy { ledger.registry.skills[$0]?.descriptor.idempotent ?? false }
-        return [.journal(.accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent))]
+        return .journal(.accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent))
+    }
+
+    /// A round cancelled before the journal answered its accept (CoordinatorState+Unstarted): it never starts,
+    /// and the answer, when it comes, is its own (`journalAnswered`). A round sent again after the cancel, whose
+    /// accept is not sent yet, leaves the same mark.
+    mutating func withdrawFromJournal(_ roundKey: ByteKey) {
+        journalPending[roundKey] = nil
+        journalCancelled.insert(roundKey)
+    }
+
+    /// The answer to a cancelled round's accept: a row the journal recorded as running for it is deleted, and
+    /// the same round sent again since then is handed to the journal now.
+    private func answeredCancelled(_ answer: JournalAnswer, _ roundKey: ByteKey) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        if case .accepted = answer { actions.append(.journal(.forget(roundID: answer.roundID))) }
+        if let resent = journalPending[roundKey] { actions.append(acceptEntry(resent)) }
+        return actions
     }
 
     /// The journal committed a batch: each round it accepted starts; the others are answered from the journal.
@@ -24,6 +48,10 @@ extension CoordinatorState {
         var actions: [CoordinatorAction] = []
         for answer in answers {
             let roundKey = ByteKey(answer.roundID)
+            if !journalCancelled.isEmpty, journalCancelled.remove(roundKey) != nil {
+                actions += answeredCancelled(answer, roundKey)
+                continue
+            }
             guard let accepted = journalPending.removeValue(forKey: roundKey) else { continue }
             let request = accepted.request
             switch answer {
