@@ -9,9 +9,10 @@ PREFIX ?= /usr/local
 # The release build that `make install` installs, kept apart from `make release` (other flags).
 INSTALL_BUILD = .build/install
 
-# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and
-# libcurl, which the toolchain's FoundationNetworking loads (the openai planner's HTTP); each installed
-# only when missing (libcurl4 is libcurl4t64 from Debian 13 on).
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and the
+# libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts with it (the binary
+# does not link it; the planner's tests need it); each installed only when missing (libcurl4 is libcurl4t64
+# from Debian 13 on).
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
@@ -102,14 +103,10 @@ bench-test: deps
 	SKILLBUS_BENCH_TESTS=1 $(SWIFT) test --filter benchReports
 
 # A release binary linked with the static Swift standard library and Foundation, so that it starts where
-# no Swift toolchain is: it needs only libzmq5, libsqlite3-0 and libcurl4 (FoundationNetworking). The units
-# in deploy/ go to $(PREFIX)/lib/systemd/system (where systemd looks for /usr/local), naming this binary.
-# Linking FoundationNetworking statically needs libcurl's development files (libcurl4-openssl-dev).
+# no Swift toolchain is: it needs only libzmq5 and libsqlite3-0 (and libcurl4 where a worker uses the openai
+# planner, which loads it at run time). The units in deploy/ go to $(PREFIX)/lib/systemd/system (where
+# systemd looks for /usr/local), naming this binary.
 install: deps
-	@pkg-config --exists libcurl || { \
-		echo "installing libcurl4-openssl-dev"; \
-		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libcurl4-openssl-dev; }
 	$(SWIFT) build -c release --static-swift-stdlib --product skillbus --scratch-path $(INSTALL_BUILD)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/systemd/system $(DESTDIR)$(PREFIX)/share/doc/skillbus/deploy
 	install -s -m 0755 $(INSTALL_BUILD)/release/skillbus $(DESTDIR)$(PREFIX)/bin/skillbus
@@ -119,8 +116,9 @@ install: deps
 	done
 	install -m 0644 deploy/README.md $(DESTDIR)$(PREFIX)/share/doc/skillbus/deploy/README.md
 
-# Installs into a temporary PREFIX and checks the binary runs without the toolchain (ldd; as root, in a mount
-# namespace that hides the toolchain). Left out of `make test`: the static release build takes minutes.
+# Installs into a temporary PREFIX and checks the binary runs without the toolchain and without libcurl (ldd,
+# and readelf for the libraries it names itself; as root, in a mount namespace that hides the toolchain and
+# libcurl). Left out of `make test`: the static release build takes minutes.
 install-test: deps
 	bash Tests/install/install-test.sh
 

@@ -21,8 +21,11 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // libcurl, loaded with dlopen when the openai planner first needs it (no link, no headers): the binary
+        // starts on a host without it.
+        .target(name: "CCurlRuntime"),
         .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ"]),
-        .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite"]),
+        .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
         .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CZeroMQ"]),
         .testTarget(name: "SkillbusTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),

@@ -12,11 +12,11 @@ struct OpenAIPlannerTests {
 
     /// A coordinator, "thinker" (echo and memory.set, the openai planner) and "calc" (math.eval, sleep);
     /// returns once thinker's replica holds calc's skills, so that every turn sees the whole registry.
-    func cluster(baseURL: String, key: String? = "test-key") async throws -> TestCluster {
+    func cluster(baseURL: String, key: String? = "test-key", timeoutSeconds: Double = 10) async throws -> TestCluster {
         let cluster = try await TestCluster()
         let openai: JSONValue = [
             "baseURL": .string(baseURL), "model": "test-model", "apiKeyEnv": .string(Self.keyVariable),
-            "timeoutSeconds": 10, "system": "You are Skillbus's test agent.",
+            "timeoutSeconds": .number(timeoutSeconds), "system": "You are Skillbus's test agent.",
         ]
         let config = NSTemporaryDirectory() + "skillbus-openai-\(UUID().uuidString.prefix(8)).json"
         try Data(
@@ -231,6 +231,26 @@ struct OpenAIPlannerTests {
                 #expect(error.code == .cancelled, "\(message): \(error)")
             }
         }
+    }
+
+    @Test("an endpoint silent for longer than timeoutSeconds fails the turn with a timeout, soon after it")
+    func idleTimeout() async throws {
+        let server = try await ChatServer(answers: [["stallMs": 8_000, "content": ["too late"]]])
+        defer { server.stop() }
+        let cluster = try await cluster(baseURL: server.baseURL, timeoutSeconds: 1)
+        defer { cluster.terminate() }
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        let asked = ContinuousClock.now
+        do {
+            _ = try await client.ask("are you there?")
+            Issue.record("the turn succeeded")
+        } catch {
+            #expect(error.message.contains("at \(server.baseURL) sent nothing for 1 s"), "\(error)")
+        }
+        // The timeout is checked about once a second, so it fires between 1 and about 2 s of silence.
+        let waited = ContinuousClock.now - asked
+        #expect(waited >= .seconds(1) && waited < .seconds(4), "\(waited)")
     }
 
     func keylessConfig(_ baseURL: String) throws -> String {

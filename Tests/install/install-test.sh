@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make install-test`: installs Skillbus into a temporary PREFIX with `make install` and checks that the
-# installed binary needs no Swift toolchain: `ldd` names no Swift library, and — as root, in a mount namespace
+# installed binary needs no Swift toolchain and no libcurl: `ldd` names no Swift library and no libcurl, the
+# binary's own NEEDED entries (`readelf -d`) are only glibc's, libstdc++, libgcc_s, libzmq and libsqlite3
+# (what those pull in themselves, libzmq's libsodium or libgssapi say, is theirs), and — as root, in a mount namespace
 # where the toolchain's folder is hidden under an empty directory — it prints its version and help and serves
 # a real round (a coordinator, a worker and a client on 127.0.0.1). Without root it says why it skipped that.
 set -euo pipefail
@@ -35,6 +37,21 @@ if echo "$libraries" | grep -Ei 'libswift|libFoundation|libdispatch|libBlocksRun
 fi
 echo "$libraries" | grep -q 'libzmq\.so\.5' || { echo "FAIL: not linked with libzmq.so.5"; exit 1; }
 echo "$libraries" | grep -q 'libsqlite3\.so\.0' || { echo "FAIL: not linked with libsqlite3.so.0"; exit 1; }
+# libcurl is loaded at run time by the openai planner alone (dlopen), never linked, not even through another library.
+if echo "$libraries" | grep -E 'libcurl'; then
+    echo "FAIL: the installed binary links libcurl (above): a host without libcurl4 could not start it"
+    exit 1
+fi
+needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+echo "NEEDED:" $needed
+[ -n "$needed" ] || { echo "FAIL: readelf -d shows no NEEDED entries"; exit 1; }
+# glibc's own libraries (libdl, libpthread, librt, libutil are parts of it), the C++ and GCC runtimes, libzmq, SQLite.
+allowed='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libzmq\.so\.5|libsqlite3\.so\.0)$'
+unexpected=$(printf '%s\n' $needed | grep -Ev "$allowed" || true)
+if [ -n "$unexpected" ]; then
+    echo "FAIL: the binary itself needs libraries a host with only libzmq5 and libsqlite3-0 lacks:" $unexpected
+    exit 1
+fi
 if readelf -d "$binary" 2>/dev/null | grep -E 'RUNPATH|RPATH' | grep -F "$toolchain"; then
     echo "FAIL: the binary's RUNPATH points into the toolchain"
     exit 1
@@ -51,13 +68,19 @@ if [ "$(id -u)" != 0 ] || ! command -v unshare > /dev/null \
     exit 0
 fi
 
-# In a mount namespace of its own: the toolchain's folder becomes an empty directory, then the installed
-# binary runs a coordinator, a worker and a round.
+# In a mount namespace of its own: the toolchain's folder becomes an empty directory and libcurl an empty
+# file, then the installed binary runs a coordinator, a worker and a round, and a worker with the openai
+# planner refuses to start, saying what to install.
 mkdir "$work/empty"
+curl_library=$({ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | sed -n 's/^[[:space:]]*libcurl\.so\.4 (.*) => //p' | head -n 1)
+cat > "$work/openai.json" <<'CONFIG'
+{"version": 1, "planner": {"openai": {"baseURL": "http://127.0.0.1:9/v1", "model": "m"}}}
+CONFIG
 cat > "$work/round.sh" <<SCRIPT
 set -euo pipefail
 mount --bind "$work/empty" "$toolchain"
 if [ -e "$toolchain/lib/swift/linux/libswiftCore.so" ]; then echo "FAIL: the toolchain is still visible"; exit 1; fi
+if [ -n "$curl_library" ]; then mount --bind /dev/null "$curl_library"; fi
 "$binary" --version
 "$binary" coordinator --bus 'tcp://127.0.0.1:*' --feed 'tcp://127.0.0.1:*' > "$work/coordinator.log" 2>&1 &
 coordinator=\$!
@@ -70,6 +93,11 @@ worker=\$!
 for _ in \$(seq 100); do grep -q "agent 'installed' joined" "$work/coordinator.log" && break; sleep 0.1; done
 "$binary" send echo text=portable --coordinator "\$bus" --json | tee "$work/reply.json"
 grep -q '"text":"portable"' "$work/reply.json" || { echo "FAIL: no round"; exit 1; }
+if timeout 20 "$binary" worker --name thinker --coordinator "\$bus" --config "$work/openai.json" > "$work/openai.log" 2>&1; then
+    echo "FAIL: a worker with the openai planner started without libcurl"; exit 1
+fi
+cat "$work/openai.log"
+grep -q 'apt-get install libcurl4' "$work/openai.log" || { echo "FAIL: the refusal does not say what to install"; exit 1; }
 SCRIPT
 unshare --mount --propagation private bash "$work/round.sh"
-echo "PASS: the installed binary runs without the toolchain at $toolchain"
+echo "PASS: the installed binary runs without the toolchain at $toolchain and without libcurl"

@@ -114,6 +114,9 @@ actor ChatCompletionReader {
             return ChatEndpointError(.tooLarge, "the endpoint's answer is larger than \(limit) bytes")
         case .cancelled:
             return ChatEndpointError(.cancelled, "the request to the endpoint was cancelled")
+        case .noLibCurl(let error):
+            return ChatEndpointError(
+                .unreachable, "no request to the planner's endpoint at \(endpoint) can be sent: \(error)")
         }
     }
 }

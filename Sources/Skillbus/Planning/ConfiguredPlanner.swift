@@ -13,7 +13,7 @@ public enum ConfiguredPlanner {
     }
 
     /// The planner the configuration describes. An `openai` planner whose `apiKeyEnv` is not set in
-    /// `environment` is refused here, when the worker starts.
+    /// `environment`, or on a host where libcurl cannot be loaded, is refused here, when the worker starts.
     public static func make(
         _ json: JSONValue, environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws(SkillbusError) -> any Planner {

@@ -1,10 +1,6 @@
 import Foundation
 import Synchronization
 
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
-
 /// A planner backed by any OpenAI-compatible chat-completions endpoint with tool calling (llama.cpp's
 /// server, Ollama, vLLM, or a hosted one). Each step is one request: the registry's skills are its
 /// `tools`, the session's history and the turn so far its `messages`. A tool call in the answer becomes a
@@ -26,11 +22,12 @@ public struct OpenAIPlanner: Planner {
     /// A 429 asking to wait at most this long is retried once; a longer wait fails the turn.
     static let longestRetryWait: Duration = .seconds(5)
 
-    /// Resolves the API key now, so that a worker whose variable is not set refuses to start rather than
-    /// failing its first turn.
+    /// Resolves the API key and loads libcurl now, so that a worker whose variable is not set, or whose host
+    /// lacks libcurl, refuses to start rather than failing its first turn.
     public init(settings: Settings, environment: [String: String] = ProcessInfo.processInfo.environment)
         throws(SkillbusError)
     {
+        try Self.requireHTTPClient(LibCurl.standard)
         self.settings = settings
         if let name = settings.apiKeyEnv {
             guard let key = environment[name], !key.isEmpty else {
@@ -41,6 +38,13 @@ public struct OpenAIPlanner: Planner {
             apiKey = key
         } else {
             apiKey = nil
+        }
+    }
+
+    /// The refusal of a planner whose HTTP client cannot work: libcurl could not be loaded.
+    static func requireHTTPClient(_ loaded: Result<Void, LibCurl.LoadError>) throws(SkillbusError) {
+        if case .failure(let error) = loaded {
+            throw SkillbusError(.invalidConfiguration, "openai: \(error.message)")
         }
     }
 
@@ -107,9 +111,8 @@ public struct OpenAIPlanner: Planner {
     /// POSTs the request and returns the call once its answer has begun with a 2xx status. A 429 that asks
     /// for a short wait is retried once.
     private func send(_ body: JSONValue) async throws(ChatEndpointError) -> HTTPStreamingCall {
-        var request = URLRequest(url: settings.endpoint)
-        request.httpMethod = "POST"
-        request.httpBody = Data(body.serialized())
+        var request = HTTPStreamingCall.Request(
+            url: settings.endpoint.absoluteString, method: "POST", body: body.serialized())
         request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         request.setValue("text/event-stream", forHTTPHeaderField: "Accept")
         if let apiKey { request.setValue("Bearer \(apiKey)", forHTTPHeaderField: "Authorization") }
