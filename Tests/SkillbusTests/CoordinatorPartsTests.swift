@@ -110,17 +110,23 @@ struct CoordinatorPartsTests {
         #expect(table.runningCount == 3)
         let joined = table.join(ByteKey(Array("a".utf8)), client: [1], requestID: [2])
         #expect(joined)
-        table.finish(ByteKey(Array("a".utf8)), document: [1], now: 10)
-        table.finish(ByteKey(Array("b".utf8)), document: [2], now: 20)
-        #expect(table.runningCount == 1 && table[ByteKey(Array("a".utf8))]?.clients.count == 1)
+        table.finish(ByteKey(Array("a".utf8)), document: [1], keep: true, now: 10)
+        table.finish(ByteKey(Array("b".utf8)), document: [2], keep: true, now: 20)
+        table.start(run("d"), key: ByteKey(Array("d".utf8)))
+        table.finish(ByteKey(Array("d".utf8)), document: [4], keep: false, now: 20)
+        #expect(table.runningCount == 1 && table.finishedCount == 2)
+        // A finished round is remembered by its body and document only; one not kept is not remembered at all.
+        #expect(table.finishedRound(ByteKey(Array("a".utf8)))?.document == [1])
+        #expect(table[ByteKey(Array("a".utf8))] == nil && table.holds(ByteKey(Array("a".utf8))))
+        #expect(!table.holds(ByteKey(Array("d".utf8))))
         // A finished round takes no more changes and no more clients.
         let joinedLate = table.join(ByteKey(Array("a".utf8)), client: [1], requestID: [3])
         #expect(!joinedLate)
         let changed: Void? = table.update(ByteKey(Array("a".utf8))) { $0.stopped = true }
         #expect(changed == nil)
         table.evict(now: 15, retentionNanos: 5, limit: 10)
-        #expect(table[ByteKey(Array("a".utf8))] == nil && table[ByteKey(Array("b".utf8))] != nil)
+        #expect(!table.holds(ByteKey(Array("a".utf8))) && table.finishedRound(ByteKey(Array("b".utf8))) != nil)
         table.evict(now: 16, retentionNanos: 1000, limit: 0)
-        #expect(table[ByteKey(Array("b".utf8))] == nil && table.isRunning(ByteKey(Array("c".utf8))))
+        #expect(!table.holds(ByteKey(Array("b".utf8))) && table.isRunning(ByteKey(Array("c".utf8))))
     }
 }

@@ -51,7 +51,12 @@ struct EdgeLimitsTests {
         #expect(feed.receive([1] + agent) == .subscribe(agent))
         #expect(feed.wants(Array("agent.left".utf8)))
         #expect(!feed.wants(Array("round.done".utf8)))
-        #expect(!feed.wantsRequestEvents)
+        #expect(!feed.wantsRequestEvents && !feed.wantsRoundEvents)
+        let invocation = Array("invocation.done".utf8)
+        #expect(feed.receive([1] + invocation) == .subscribe(invocation))
+        #expect(feed.wantsRoundEvents && !feed.wantsRequestEvents)
+        #expect(feed.receive([0] + invocation) == .unsubscribe(invocation))
+        #expect(!feed.wantsRoundEvents)
         let long = [UInt8](repeating: UInt8(ascii: "x"), count: Wire.maxSubscriptionBytes + 1)
         #expect(feed.receive([1] + long) == .refused(bytes: Wire.maxSubscriptionBytes + 1))
         #expect(feed.receive([0] + long) == .ignored)
@@ -65,7 +70,7 @@ struct EdgeLimitsTests {
         #expect(feed.receive([7, 1]) == .ignored)
         #expect(feed.receive([]) == .ignored)
         #expect(feed.receive([1]) == .subscribe([]))  // everything
-        #expect(feed.wantsRequestEvents)
+        #expect(feed.wantsRequestEvents && feed.wantsRoundEvents)
     }
 
     @Test("receive limits: frames past them are read and dropped, and the counts say how big it was")

@@ -47,8 +47,9 @@ extension CoordinatorLoop {
                 break
             }
         }
-        // The operator endpoint counts request events, so they are built for it too.
+        // The operator endpoint counts request events and lists rounds, so both are built for it too.
         state.publishesRequestEvents = operatorEndpoint != nil || subscriptions.wantsRequestEvents
+        state.publishesRoundEvents = operatorEndpoint != nil || subscriptions.wantsRoundEvents
     }
 
     /// Answers a message over a limit (`message_too_large`, in the sender's dialect) and counts it.

@@ -90,6 +90,7 @@ final class CoordinatorLoop {
         state = CoordinatorState(settings: settings)
         // Until a watcher subscribes to them; the operator endpoint counts them all.
         state.publishesRequestEvents = operatorEndpoint != nil
+        state.publishesRoundEvents = operatorEndpoint != nil
     }
 
     func close() {

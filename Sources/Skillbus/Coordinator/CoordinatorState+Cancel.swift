@@ -311,7 +311,7 @@ extension CoordinatorState {
     mutating func cancelRun(
         _ key: ByteKey, _ error: SkillbusError, now: UInt64, _ tally: inout CancelTally
     ) -> [CoordinatorAction] {
-        guard let run = rounds[key], !run.isFinished else { return [] }
+        guard let run = rounds[key] else { return [] }
         rounds.updateRunning(key) { run in
             run.stopped = true
             run.cancelled = error

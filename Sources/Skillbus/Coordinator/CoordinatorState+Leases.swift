@@ -29,7 +29,7 @@ extension CoordinatorState {
     /// Whether a turn starting now in `round` may hold it: nothing ran or runs in it, and nothing holds it.
     func mayLease(_ round: [UInt8]) -> Bool {
         let key = ByteKey(round)
-        return settings.deduplication && !round.isEmpty && leases[key] == nil && rounds[key] == nil
+        return settings.deduplication && !round.isEmpty && leases[key] == nil && !rounds.holds(key)
             && !singleFlight.knows(round: round)
     }
 

@@ -100,7 +100,10 @@ extension CoordinatorState {
         let invocation = Invocation(
             invocationID: invocationID, frames: request.roundID, request.sessionID, skill: request.skill,
             deadlineMs: max(1, remainingMs), parameters: request.parameters)
-        if case .step(let roundKey, let index) = request.origin, let names = rounds.names(roundKey, invocation: index) {
+        if case .step(let roundKey, let index) = request.origin {
+            guard publishesRoundEvents, let names = rounds.names(roundKey, invocation: index) else {
+                return [.toWorker(peer, .invoke(invocation))]
+            }
             return [
                 .toWorker(peer, .invoke(invocation)),
                 .publish(

@@ -85,6 +85,9 @@ public struct CoordinatorState: Sendable {
     /// Whether to build `request.*` feed events. The coordinator clears it while no watcher subscribes to
     /// them, so the hot path does not make events nobody reads.
     public var publishesRequestEvents = true
+    /// The same for the events of a round's life (`round.accepted`, `invocation.dispatched`, `invocation.done`,
+    /// `invocation.deduplicated`, `round.done`).
+    public var publishesRoundEvents = true
     public internal(set) var workers = WorkerTable()
     /// The authoritative registry and its update sequence.
     public internal(set) var ledger: RegistryLedger

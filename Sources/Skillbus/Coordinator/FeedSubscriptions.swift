@@ -43,8 +43,14 @@ struct FeedSubscriptions {
     }
 
     /// Whether anyone subscribes to any `request.` event (the bus only builds those for a watcher).
-    var wantsRequestEvents: Bool {
-        let requestTopics = Array("request.".utf8)
-        return holders.keys.contains { requestTopics.starts(with: $0) || $0.starts(with: requestTopics) }
+    var wantsRequestEvents: Bool { wantsAny(of: "request.") }
+
+    /// Whether anyone subscribes to any `round.` or `invocation.` event (likewise).
+    var wantsRoundEvents: Bool { wantsAny(of: "round.") || wantsAny(of: "invocation.") }
+
+    /// Whether a subscription takes some topic that starts with `family` (a shorter one, "" say, takes all).
+    private func wantsAny(of family: String) -> Bool {
+        let topics = Array(family.utf8)
+        return holders.keys.contains { topics.starts(with: $0) || $0.starts(with: topics) }
     }
 }

@@ -30,14 +30,15 @@ extension CoordinatorState {
             return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
         }
         let body = spec.json.serialized()
+        if let existing = rounds.finishedRound(roundKey) {
+            guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
+            return [
+                .toClient(
+                    client, .round(requestID: request.$requestID, roundID: request.$roundID, document: existing.document))
+            ]
+        }
         if let existing = rounds[roundKey] {
             guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
-            if let document = existing.document {
-                return [
-                    .toClient(
-                        client, .round(requestID: request.$requestID, roundID: request.$roundID, document: document))
-                ]
-            }
             _ = rounds.join(roundKey, client: client, requestID: request.$requestID)
             return []
         }
@@ -94,10 +95,11 @@ extension CoordinatorState {
         run.priority = accepted.priority
         run.noCache = accepted.noCache
         rounds.start(run, key: roundKey)
-        var actions: [CoordinatorAction] = [
-            .publish(
-                .roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id)))
-        ]
+        var actions: [CoordinatorAction] = []
+        if publishesRoundEvents {
+            actions.append(
+                .publish(.roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id))))
+        }
         actions += advance(roundKey, now: now)
         return actions
     }
@@ -234,8 +236,14 @@ extension CoordinatorState {
             let admission = singleFlight.admit(
                 round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,
                 schema: { _ in schema })
-            let reused = FeedEvent.invocationDeduplicated(
-                round: run.roundText, invocation: invocation.id, reusing: reusable ?? "")
+            // Built only when it is published, and only for an invocation that reuses another.
+            var reused: [CoordinatorAction] {
+                guard publishesRoundEvents else { return [] }
+                return [
+                    .publish(
+                        .invocationDeduplicated(round: run.roundText, invocation: invocation.id, reusing: reusable ?? ""))
+                ]
+            }
             switch admission {
             case .first(let execution): request.shared = execution
             case .joined(let execution):
@@ -244,10 +252,10 @@ extension CoordinatorState {
                     run.invocations[index].record.reusedFrom = reusable
                     run.invocations[index].joined = execution
                 }
-                return [.publish(reused)]
+                return reused
             case .finished(let outcome):
                 rounds.updateRunning(roundKey) { $0.invocations[index].record.reusedFrom = reusable }
-                return [.publish(reused)] + stepDone(roundKey, index, outcome, deduplicated: true, now: now)
+                return reused + stepDone(roundKey, index, outcome, deduplicated: true, now: now)
             case .unshared: break
             }
         }
@@ -258,7 +266,7 @@ extension CoordinatorState {
     mutating func stepDone(
         _ roundKey: ByteKey, _ index: Int, _ outcome: Outcome, deduplicated: Bool, now: UInt64
     ) -> [CoordinatorAction] {
-        let ended = rounds.update(roundKey) { run -> (String, RoundDocument.Invocation, RoundSpec)? in
+        let ended = rounds.update(roundKey) { run -> ([UInt8], RoundDocument.Invocation, RoundSpec)? in
             guard run.invocations.indices.contains(index), !run.invocations[index].status.isDone else { return nil }
             // In place: taking the invocation out and putting it back copied every member twice.
             run.invocations[index].record.deduplicated = deduplicated || run.invocations[index].record.deduplicated
@@ -268,15 +276,18 @@ extension CoordinatorState {
             if case .plan = run.spec, let result = run.invocations[index].record.result {
                 run.results[run.invocations[index].id] = result
             }
-            return (run.roundText, run.invocations[index].record, run.spec)
+            return (run.id, run.invocations[index].record, run.spec)
         }
-        guard let (round, record, spec) = ended ?? nil else { return [] }
-        var actions: [CoordinatorAction] = [
-            .publish(
-                .invocationDone(
-                    round: round, invocation: record.id, skill: record.skill, agent: record.agent ?? "",
-                    status: record.status, durationMicros: outcome.durationMicros, deduplicated: record.deduplicated))
-        ]
+        guard let (roundID, record, spec) = ended ?? nil else { return [] }
+        var actions: [CoordinatorAction] = []
+        if publishesRoundEvents {
+            actions.append(
+                .publish(
+                    .invocationDone(
+                        round: String(decoding: roundID, as: UTF8.self), invocation: record.id, skill: record.skill,
+                        agent: record.agent ?? "", status: record.status, durationMicros: outcome.durationMicros,
+                        deduplicated: record.deduplicated)))
+        }
         switch spec {
         case .plan(_, let continueOnFailure):
             if record.status != .ok && !continueOnFailure { rounds.updateRunning(roundKey) { $0.stopped = true } }
@@ -325,7 +336,6 @@ extension CoordinatorState {
         guard let run = rounds[roundKey] else { return [] }
         let document = roundDocument(run, now: now)
         let bytes = document.serialized()
-        rounds.finish(roundKey, document: bytes, now: now)
         // A cancelled round, or one that failed in a way that may be tried again, is no answer to keep: the
         // same round sent again runs (what succeeded is reused through single-flight).
         let retryable = run.invocations.contains { invocation in
@@ -334,12 +344,14 @@ extension CoordinatorState {
             return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
         }
         let forgotten = run.cancelled != nil || retryable
-        if forgotten { rounds.forget(roundKey) }
+        rounds.finish(roundKey, document: bytes, keep: !forgotten, now: now)
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }
-        actions.append(
-            .publish(.roundDone(round: run.roundText, status: document.status, summary: document.summary)))
+        if publishesRoundEvents {
+            actions.append(
+                .publish(.roundDone(round: run.roundText, status: document.status, summary: document.summary)))
+        }
         if settings.journaled {
             actions.append(.journal(forgotten ? .forget(roundID: run.id) : .finish(roundID: run.id, document: bytes)))
         }

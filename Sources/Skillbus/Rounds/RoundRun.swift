@@ -17,9 +17,6 @@ struct RoundRun: Sendable {
     var results: [String: JSONValue] = [:]
     /// No new invocation starts (a plan stopped at a failure, or a fan-out's first success won).
     var stopped = false
-    /// The serialized document, once the round has ended.
-    var document: [UInt8]?
-    var finishedAt: UInt64 = 0
     var subCalls = 0
     /// Bytes of partial output its document keeps, over all invocations (bounded by the bus's setting).
     var outputBytes = 0
@@ -32,7 +29,6 @@ struct RoundRun: Sendable {
     /// The body's `noCache`: its invocations run even when the cache holds their answer.
     var noCache = false
 
-    var isFinished: Bool { document != nil }
     var roundText: String { String(decoding: id, as: UTF8.self) }
 }
 
@@ -124,17 +120,35 @@ struct RoundInvocation: Sendable {
     }
 }
 
+/// A round that ended, as it is remembered for the same round id sent again: its canonical body and its
+/// document, nothing of how it ran (that went when it ended, so remembered rounds stay small).
+struct FinishedRound: Sendable {
+    let body: [UInt8]
+    let document: [UInt8]
+    let finishedAt: UInt64
+}
+
 /// The rounds the bus runs or ran for clients, by round id. It owns the count of running rounds and the
 /// order in which finished ones are forgotten.
 struct RoundTable: Sendable {
     private var runs: [ByteKey: RoundRun] = [:]
+    private var finished: [ByteKey: FinishedRound] = [:]
     private var finishOrder = FinishOrder<ByteKey>()
     /// Rounds not yet finished: only while there are any can a REQUEST be a sub-call listed in one.
-    private(set) var runningCount = 0
+    var runningCount: Int { runs.count }
+    /// Finished rounds remembered now.
+    var finishedCount: Int { finished.count }
 
+    /// The running round with this id.
     subscript(key: ByteKey) -> RoundRun? { runs[key] }
 
-    func isRunning(_ key: ByteKey) -> Bool { runs[key].map { !$0.isFinished } ?? false }
+    /// The remembered round with this id, ended.
+    func finishedRound(_ key: ByteKey) -> FinishedRound? { finished[key] }
+
+    /// Whether the id names a round, running or remembered.
+    func holds(_ key: ByteKey) -> Bool { runs[key] != nil || finished[key] != nil }
+
+    func isRunning(_ key: ByteKey) -> Bool { runs[key] != nil }
 
     /// A round's id as text and the id of one of its invocations (for the feed), read member by member.
     func names(_ key: ByteKey, invocation index: Int) -> (round: String, invocation: String)? {
@@ -143,16 +157,15 @@ struct RoundTable: Sendable {
     }
 
     mutating func start(_ run: RoundRun, key: ByteKey) {
-        guard runs.updateValue(run, forKey: key) == nil else {
+        guard !holds(key), runs.updateValue(run, forKey: key) == nil else {
             preconditionFailure("a round was started under a round id the table still holds")
         }
-        runningCount += 1
     }
 
     /// Changes a running round in place; nil when the round is not running (finished, or forgotten).
     @discardableResult
     mutating func update<Result>(_ key: ByteKey, _ change: (inout RoundRun) -> Result) -> Result? {
-        guard let index = runs.index(forKey: key), !runs.values[index].isFinished else { return nil }
+        guard let index = runs.index(forKey: key) else { return nil }
         return change(&runs.values[index])
     }
 
@@ -165,26 +178,20 @@ struct RoundTable: Sendable {
         return result
     }
 
-    /// The round ended: its document is kept for the same round id sent again.
-    mutating func finish(_ key: ByteKey, document: [UInt8], now: UInt64) {
-        updateRunning(key) { run in
-            run.document = document
-            run.finishedAt = now
+    /// The round ended: its document is kept for the same round id sent again, unless `keep` is false (it
+    /// was cancelled, or failed in a way that may be tried again: the same round id then runs anew).
+    mutating func finish(_ key: ByteKey, document: [UInt8], keep: Bool, now: UInt64) {
+        guard let run = runs.removeValue(forKey: key) else {
+            preconditionFailure("a round that is not running was finished")
         }
+        guard keep else { return }
+        finished[key] = FinishedRound(body: run.body, document: document, finishedAt: now)
         finishOrder.append(key, at: now)
-        runningCount -= 1
     }
 
     /// The running round that `client` waits for with `requestID`.
     func running(client: PeerID, requestID: [UInt8]) -> ByteKey? {
-        runs.first { !$0.value.isFinished && $0.value.clients.contains { $0 == (client, requestID) } }?.key
-    }
-
-    /// Drops a finished round at once: its document is not kept (it was cancelled, or failed in a way that
-    /// may be tried again), so the same round id runs anew.
-    mutating func forget(_ key: ByteKey) {
-        guard runs[key]?.isFinished == true else { return }
-        runs[key] = nil
+        runs.first { $0.value.clients.contains { $0 == (client, requestID) } }?.key
     }
 
     /// Client: ask a running round to answer one more client too; false when it is not running. A client that
@@ -199,7 +206,7 @@ struct RoundTable: Sendable {
     mutating func evict(now: UInt64, retentionNanos: UInt64, limit: Int) {
         while let (key, at) = finishOrder.oldest, at &+ retentionNanos <= now || finishOrder.count > limit {
             finishOrder.removeOldest()
-            if runs[key]?.finishedAt == at { runs[key] = nil }
+            if finished[key]?.finishedAt == at { finished[key] = nil }
         }
     }
 }
