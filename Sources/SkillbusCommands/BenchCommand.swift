@@ -19,6 +19,10 @@ public enum BenchCommand: SkillbusCommand {
             A fifth serves the operator HTTP endpoint (--http) while a watcher scrapes /metrics every 100 ms and
             reads /events: its throughput against the main one's is what the endpoint costs the bus.
             A sixth keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation.
+            A seventh, whose limits keep every round it answers, is read for resident memory when its workers have
+            registered and after --remembered-rounds rounds. The run ends with the rows of issue 14's speed targets:
+            each figure, its target and whether it is met (the coordinator's and the raw proxy's CPU time are read
+            from /proc during the same measurements).
             Absolute numbers depend on the machine; the ratio is the figure to compare.
 
             EXAMPLE: skillbus bench --workers 4 --json
@@ -37,6 +41,9 @@ public enum BenchCommand: SkillbusCommand {
             OptionSpec(
                 "--store-messages", value: "N",
                 help: "Messages per session in it, besides one of 1,000 (default 99: about 100,000 in all)."),
+            OptionSpec(
+                "--remembered-rounds", value: "N",
+                help: "Rounds a coordinator of its own answers and keeps before its memory is read (default 100000)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
@@ -53,6 +60,9 @@ public enum BenchCommand: SkillbusCommand {
         let killRuns = try arguments.int("--kill-runs", minimum: 0, maximum: 100, in: spec) ?? 3
         let contextSessions = try arguments.int("--store-sessions", minimum: 1, maximum: 100_000, in: spec) ?? 1000
         let contextMessages = try arguments.int("--store-messages", minimum: 1, maximum: 10_000, in: spec) ?? 99
+        let rememberedRounds =
+            try arguments.int("--remembered-rounds", minimum: 1, maximum: 1_000_000, in: spec)
+            ?? SpeedFigures.defaultRememberedRounds
         let json = arguments.flag("--json")
 
         let supervisor = try Supervisor()
@@ -73,18 +83,22 @@ public enum BenchCommand: SkillbusCommand {
             return 1
         }
         bench.note("starting the baseline proxy and \(setup.workers) raw worker(s)…")
-        guard let frontend = await bench.startBaseline() else {
+        guard let raw = await bench.startBaseline() else {
             printError("error: the baseline proxy did not start")
             await supervisor.stopAll()
             return 1
         }
-        let (skillbus, baseline) = try await bench.echo(bus: main.bus, baseline: frontend)
+        var speed = SpeedFigures()
+        let (skillbus, baseline, echoCPU) = try await bench.echo(main: main, baseline: raw)
+        speed.echoCPU = echoCPU
         let deduplication = try await bench.deduplicationCost(with: main, without: plain)
         let retries = try await bench.retryCost(armed: main, plain: unarmed)
         let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
         let http = try await bench.httpCost(main: main, http: watched)
         let journal = try await bench.journalCost(memory: main, journaled: journaled)
-        let rounds = try await bench.rounds(bus: main.bus)
+        let rounds: BenchReport.Rounds
+        (rounds, speed.fanout) = try await bench.rounds(main: main)
+        speed.memory = try await bench.rememberedRoundsMemory(rounds: rememberedRounds)
         let contextFigures = try await bench.context(
             main, sessions: contextSessions, messagesPerSession: contextMessages)
         let turns = try await bench.turns(main)
@@ -98,7 +112,7 @@ public enum BenchCommand: SkillbusCommand {
         let report = BenchReport(
             setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
             registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
-            curve: curve, priorityCache: priorityCache, http: http, journal: journal)
+            curve: curve, priorityCache: priorityCache, http: http, journal: journal, speed: speed)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
     }
@@ -110,7 +124,7 @@ public enum BenchCommand: SkillbusCommand {
     /// Runs the blocking load loop on a thread of its own, off the cooperative pool.
     static func measure(
         _ load: LoadGenerator, _ endpoint: String, _ context: ZMQContext, requests: Int, inFlight: Int,
-        credentials: CurveCredentials? = nil
+        credentials: CurveCredentials? = nil, timeLimit: Duration = .seconds(60)
     ) async throws -> LoadReport {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
@@ -118,7 +132,7 @@ public enum BenchCommand: SkillbusCommand {
                     with: Result {
                         try load.run(
                             endpoint: endpoint, context: context, requests: requests, inFlight: inFlight,
-                            timeLimit: .seconds(60), credentials: credentials)
+                            timeLimit: timeLimit, credentials: credentials)
                     })
             }
             thread.start()

@@ -11,6 +11,19 @@ struct Bench {
         let coordinator: Child
         /// The operator HTTP endpoint (`HOST:PORT`), for a coordinator started with `--http`.
         var http: String? = nil
+        var workers: [Child] = []
+
+        /// Workers first, then the coordinator, so nobody loses its coordinator mid-request.
+        func stop() async {
+            for worker in workers.reversed() { await worker.stop(grace: .seconds(5)) }
+            await coordinator.stop(grace: .seconds(5))
+        }
+    }
+
+    /// The raw baseline: the proxy process (whose CPU time can be read) and its client endpoint.
+    struct Baseline {
+        let frontend: String
+        let proxy: Child
     }
 
     let setup: BenchReport.Setup
@@ -36,9 +49,17 @@ struct Bench {
     /// One measurement at 64 in flight and the coordinator's CPU microseconds per request during it (its
     /// threads' exact run time, steadier on a shared machine than throughput).
     func measureWithCPU(_ load: LoadGenerator, on cluster: Cluster) async throws -> (LoadReport, Double) {
-        let before = BenchCommand.cpuSeconds(cluster.coordinator.pid)
-        let report = try await measure(load, cluster.bus, requests: setup.requests, inFlight: 64)
-        let cpu = BenchCommand.cpuSeconds(cluster.coordinator.pid) - before
+        try await measureWithCPU(load, cluster.bus, of: cluster.coordinator, requests: setup.requests, inFlight: 64)
+    }
+
+    /// One measurement against `endpoint` and the CPU microseconds per completed request that `process` (the
+    /// coordinator or the baseline's proxy behind it) spent during it.
+    func measureWithCPU(
+        _ load: LoadGenerator, _ endpoint: String, of process: Child, requests: Int, inFlight: Int
+    ) async throws -> (LoadReport, Double) {
+        let before = BenchCommand.cpuSeconds(process.pid)
+        let report = try await measure(load, endpoint, requests: requests, inFlight: inFlight)
+        let cpu = BenchCommand.cpuSeconds(process.pid) - before
         return (report, cpu / Double(max(report.completed, 1)) * 1e6)
     }
 
@@ -56,8 +77,8 @@ struct Bench {
         guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
             let feed = ready["feed"]
         else { return nil }
-        for index in 0..<setup.workers {
-            _ = supervisor.start(
+        let workers = (0..<setup.workers).map { index in
+            supervisor.start(
                 name: "\(name)-worker-\(index)",
                 arguments: [
                     "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get,text.lines",
@@ -68,11 +89,12 @@ struct Bench {
         }
         let registered = await BenchCommand.waitForProviders(
             bus: bus, skill: "echo", count: setup.workers, context: context, credentials: keys?.client)
-        return registered ? Cluster(bus: bus, feed: feed, coordinator: coordinator, http: ready["http"]) : nil
+        return registered
+            ? Cluster(bus: bus, feed: feed, coordinator: coordinator, http: ready["http"], workers: workers) : nil
     }
 
-    /// The raw ROUTER→DEALER proxy and its echo workers; returns the proxy's client endpoint.
-    func startBaseline() async -> String? {
+    /// The raw ROUTER→DEALER proxy (a child process, like the coordinators) and its echo workers.
+    func startBaseline() async -> Baseline? {
         let proxy = supervisor.start(
             name: "proxy",
             arguments: [BaselineProxyCommand.spec.name, "--frontend", Self.local, "--backend", Self.local],
@@ -84,24 +106,31 @@ struct Bench {
             _ = supervisor.start(
                 name: "raw-\(index)", arguments: [BaselineWorkerCommand.spec.name, "--connect", backend], quiet: true)
         }
-        return frontend
+        return Baseline(frontend: frontend, proxy: proxy)
     }
 
-    /// Echo on Skillbus and on the baseline at each level in flight, in alternation.
-    func echo(bus: String, baseline frontend: String) async throws -> (skillbus: [Int: LoadReport], baseline: [Int: LoadReport]) {
+    /// Echo on Skillbus and on the baseline at each level in flight, in alternation; at 64 in flight also the
+    /// CPU microseconds per request of the coordinator and of the proxy.
+    func echo(main: Cluster, baseline raw: Baseline) async throws -> (
+        skillbus: [Int: LoadReport], baseline: [Int: LoadReport], cpu: SpeedFigures.EchoCPU
+    ) {
+        let (bus, frontend) = (main.bus, raw.frontend)
         let baselineLoad = LoadGenerator.rawEcho(payloadBytes: setup.payloadBytes)
         var skillbus: [Int: LoadReport] = [:]
         var baseline: [Int: LoadReport] = [:]
+        var cpu = SpeedFigures.EchoCPU()
         // Warm both paths (and let every raw worker connect) before measuring anything.
         _ = try await measure(echoLoad, bus, requests: min(2000, setup.requests), inFlight: 64)
         _ = try await measure(baselineLoad, frontend, requests: min(2000, setup.requests), inFlight: 64)
         for level in Self.levels {
             let count = level == 1 ? min(setup.requests, 5000) : setup.requests
             note("measuring \(count) requests at \(level) in flight…")
-            skillbus[level] = try await measure(echoLoad, bus, requests: count, inFlight: level)
-            baseline[level] = try await measure(baselineLoad, frontend, requests: count, inFlight: level)
+            let ours = try await measureWithCPU(echoLoad, bus, of: main.coordinator, requests: count, inFlight: level)
+            let theirs = try await measureWithCPU(baselineLoad, frontend, of: raw.proxy, requests: count, inFlight: level)
+            (skillbus[level], baseline[level]) = (ours.0, theirs.0)
+            if level == 64 { (cpu.coordinator, cpu.proxy) = (ours.1, theirs.1) }
         }
-        return (skillbus, baseline)
+        return (skillbus, baseline, cpu)
     }
 
     /// The same load on a coordinator with and without single-flight, in alternation, each going first in
@@ -135,20 +164,27 @@ struct Bench {
     }
 
     /// Whole rounds: one invocation, a fan-out to every echo worker, and a plan of 20 steps of which 10
-    /// repeat another.
-    func rounds(bus: String) async throws -> BenchReport.Rounds {
+    /// repeat another. The fan-out and plain echo requests of the same text, at the same level in flight,
+    /// are measured with the coordinator's CPU time (per invocation of a fan-out, per request).
+    func rounds(main: Cluster) async throws -> (BenchReport.Rounds, SpeedFigures.FanoutCPU) {
+        let bus = main.bus
         note("rounds: fan-out to \(setup.workers) agents and a 20-step plan with 10 duplicates…")
         let count = min(setup.requests, 5000)
         let single = try await measure(
             .rounds(.invoke(skill: "echo", parameters: ["text": "x"])), bus, requests: count, inFlight: 16)
-        let fanout = try await measure(
+        let (requests, requestCPU) = try await measureWithCPU(
+            .skillbusEcho(payloadBytes: 1), bus, of: main.coordinator, requests: count, inFlight: 16)
+        let (fanout, fanoutCPU) = try await measureWithCPU(
             .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)), bus,
-            requests: count, inFlight: 16)
+            of: main.coordinator, requests: count, inFlight: 16)
         let steps = (0..<20).map { PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0 % 10)")]) }
         let plan = try await measure(
             .rounds(.plan(steps: steps, continueOnFailure: false)), bus, requests: min(setup.requests, 2000),
             inFlight: 4)
-        return BenchReport.Rounds(single: single, fanout: fanout, plan: plan, fanoutAgents: setup.workers)
+        let cpu = SpeedFigures.FanoutCPU(
+            perRequest: requestCPU, perInvocation: fanoutCPU / Double(setup.workers), inFlight: 16,
+            requestsFailed: requests.failed)
+        return (BenchReport.Rounds(single: single, fanout: fanout, plan: plan, fanoutAgents: setup.workers), cpu)
     }
 
     /// Routing with a small and a large registry (in alternation, best of two each: the machine's noise

@@ -58,6 +58,8 @@ struct BenchReport {
     var priorityCache: PriorityCacheFigures
     var http: HTTPFigures
     var journal: JournalFigures
+    /// The rows of issue 14's targets (BenchSpeed.swift).
+    var speed: SpeedFigures
 
     var levels: [Int] { skillbus.keys.sorted() }
 
@@ -68,7 +70,7 @@ struct BenchReport {
             + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
             + curve.failures
             + output.failures
-            + retries.failures + priorityCache.failures + http.failures + journal.failures
+            + retries.failures + priorityCache.failures + http.failures + journal.failures + speed.failures
     }
 
     struct LevelRatios {
@@ -137,6 +139,7 @@ struct BenchReport {
             "priorityCache": priorityCache.json,
             "operatorHTTP": http.json,
             "journal": journal.json,
+            "speed": speedJSON,
             "deduplication": [
                 "with": deduplication.best?.with.json ?? .null, "without": deduplication.best?.without.json ?? .null,
                 "throughputRatio": .number(deduplication.ratios.median),
@@ -239,5 +242,7 @@ struct BenchReport {
                 format: "  routing at 64 in flight   %8.0f tasks/s with 10 skills, %.0f with %d (%.2fx)",
                 registry.routingSmall.tasksPerSecond, registry.routingLarge.tasksPerSecond, registry.skills + 1,
                 BenchCommand.ratio(registry.routingLarge.tasksPerSecond, registry.routingSmall.tasksPerSecond)))
+        print("")
+        printSpeed()
     }
 }

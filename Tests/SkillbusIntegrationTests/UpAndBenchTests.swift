@@ -178,7 +178,9 @@ struct UpAndBenchTests {
     }
 
     /// Every key `bench --json` prints, per object.
-    static func expectBenchDocument(_ document: JSONValue, requests: Int, registrySkills: Int, killRuns: Int) {
+    static func expectBenchDocument(
+        _ document: JSONValue, requests: Int, registrySkills: Int, killRuns: Int, rememberedRounds: Int
+    ) {
         for key in ["workers", "payloadBytes", "requests", "workerCapacity", "libzmq"] {
             #expect(document[key] != nil, "\(key)")
         }
@@ -271,6 +273,28 @@ struct UpAndBenchTests {
             #expect((curve?["throughputRatio"]?.doubleValue ?? 0) > 0 && (curve?["p50LatencyRatio"]?.doubleValue ?? 0) > 0)
             #expect(curve?["throughputRatios"]?.arrayValue?.count == 3, "curve.\(level)")
         }
+        // Issue 14's rows: each a positive figure with its target and whether it is met.
+        let speed = document["speed"]
+        for key in [
+            "echo64ThroughputRatio", "coordinatorCpuMicrosPerRequest64", "fanoutCpuPerInvocationVsRequestRatio",
+            "p50At1Ratio",
+        ] {
+            #expect((speed?[key]?["value"]?.doubleValue ?? 0) > 0, "speed.\(key).value")
+            #expect((speed?[key]?["target"]?.doubleValue ?? 0) > 0, "speed.\(key).target")
+            #expect(speed?[key]?["met"]?.boolValue != nil, "speed.\(key).met")
+        }
+        let cpu = speed?["coordinatorCpuMicrosPerRequest64"]
+        #expect((cpu?["proxyCpuMicrosPerRequest"]?.doubleValue ?? 0) > 0 && (cpu?["vsProxyRatio"]?.doubleValue ?? 0) > 0)
+        let fanout = speed?["fanoutCpuPerInvocationVsRequestRatio"]
+        for key in ["fanoutCpuMicrosPerInvocation", "requestCpuMicros"] {
+            #expect((fanout?[key]?.doubleValue ?? 0) > 0, "speed fan-out \(key)")
+        }
+        let memory = speed?["coordinatorResidentMB"]
+        for figure in ["idle", "remembered"] {
+            #expect((memory?[figure]?["value"]?.doubleValue ?? 0) > 0, "speed memory \(figure)")
+            #expect(memory?[figure]?["met"]?.boolValue != nil, "speed memory \(figure).met")
+        }
+        #expect(memory?["rememberedRounds"]?.intValue == rememberedRounds)
     }
 
     @Test("bench smoke: the smallest sizes the options allow run both sides and print every key")
@@ -278,11 +302,12 @@ struct UpAndBenchTests {
         let (code, output) = try await runSkillbus(
             [
                 "bench", "--workers", "1", "--requests", "10", "--registry-agents", "1", "--skills-per-agent", "1",
-                "--snapshot-runs", "1", "--kill-runs", "0", "--store-sessions", "2", "--store-messages", "1", "--json",
+                "--snapshot-runs", "1", "--kill-runs", "0", "--store-sessions", "2", "--store-messages", "1",
+                "--remembered-rounds", "50", "--json",
             ], timeout: .seconds(120))
         #expect(code == 0, "\(output.suffix(20))")
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
-        Self.expectBenchDocument(document, requests: 10, registrySkills: 1, killRuns: 0)
+        Self.expectBenchDocument(document, requests: 10, registrySkills: 1, killRuns: 0, rememberedRounds: 50)
         #expect(document["registry"]?["newReplicaMs"]?["runs"]?.arrayValue?.count == 1)
     }
 
@@ -294,11 +319,12 @@ struct UpAndBenchTests {
         let (code, output) = try await runSkillbus(
             [
                 "bench", "--workers", "1", "--requests", "200", "--registry-agents", "5", "--skills-per-agent", "20",
-                "--snapshot-runs", "2", "--kill-runs", "1", "--store-sessions", "20", "--store-messages", "50", "--json",
+                "--snapshot-runs", "2", "--kill-runs", "1", "--store-sessions", "20", "--store-messages", "50",
+                "--remembered-rounds", "1000", "--json",
             ], timeout: .seconds(120))
         #expect(code == 0)
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
-        Self.expectBenchDocument(document, requests: 200, registrySkills: 100, killRuns: 1)
+        Self.expectBenchDocument(document, requests: 200, registrySkills: 100, killRuns: 1, rememberedRounds: 1000)
         #expect((document["ratios"]?["inFlight64"]?["throughputRatio"]?.doubleValue ?? 0) > 0)
         for figure in ["coordinatorCpuMicrosPerRequest", "coordinatorResidentMB"] {
             for side in ["with", "without"] {
