@@ -157,7 +157,7 @@ extension BenchReport {
                     .init(name: "idle", value: (memory.idleMB * 10).rounded() / 10, target: 20),
                     .init(name: "remembered", value: (memory.rememberedMB * 10).rounded() / 10, target: 40),
                 ],
-                detail: "rounds of one echo, each kept", extra: ["rememberedRounds": .number(Double(memory.rounds))]),
+                detail: "echo REQUESTs, each in a round of its own", extra: ["rememberedRounds": .number(Double(memory.rounds))]),
         ]
     }
 
@@ -174,8 +174,9 @@ extension BenchReport {
 extension Bench {
     /// A coordinator of its own, started with limits that keep `rounds` rounds (its `retainedRoundsLimit` and
     /// `retainedOutcomesLimit`; by default it would forget all but the latest 10,000 round documents): its
-    /// resident memory right after its workers registered, then after `rounds` rounds of one echo at 64 in
-    /// flight, each a new round id, all remembered. At most 30 s of load; the cluster is stopped afterwards.
+    /// resident memory right after its workers registered, then after `rounds` echo REQUESTs at 64 in flight,
+    /// each in a new round (the load the figure of today was measured with: every round keeps its
+    /// single-flight outcome). At most 30 s of load; the cluster is stopped afterwards.
     func rememberedRoundsMemory(rounds: Int) async throws -> SpeedFigures.Memory {
         note("memory: a coordinator keeping \(rounds) rounds, before and after answering them…")
         var configuration = CoordinatorConfiguration()
@@ -187,9 +188,8 @@ extension Bench {
         }
         var figures = SpeedFigures.Memory()
         figures.idleMB = BenchCommand.residentMB(cluster.coordinator.pid)
-        let load = LoadGenerator.echoRounds(payloadBytes: setup.payloadBytes, priorities: false)
         let report = try await BenchCommand.measure(
-            load, cluster.bus, context, requests: rounds, inFlight: 64, timeLimit: .seconds(30))
+            echoLoad, cluster.bus, context, requests: rounds, inFlight: 64, timeLimit: .seconds(30))
         figures.rememberedMB = BenchCommand.residentMB(cluster.coordinator.pid)
         figures.rounds = report.completed - report.failed
         // Rounds left unanswered when the time ran out are not failures: the row says how many were kept.
