@@ -88,12 +88,8 @@ struct JournalClusterTests {
 
     @Test("in the startup grace a request for a skill whose worker has not registered yet waits and succeeds")
     func graceWindow() async throws {
-        let cluster = try await RestartableCluster(context: context)
+        let cluster = try await RestartableCluster.restartedWithoutWorkers(context: context)
         defer { cluster.terminate() }
-        let worker = try await cluster.startWorker("w1")
-        worker.signal(SIGKILL)
-        _ = try await worker.waitForExit()
-        try await cluster.restart()
         // Nobody offers t.mark now: without the grace this is unknown_skill at once.
         let client = try await cluster.client(context)
         defer { client.close() }
@@ -107,12 +103,8 @@ struct JournalClusterTests {
 
     @Test("a round waiting in the startup grace, cancelled by its round id, never runs and leaves the journal")
     func cancelInGrace() async throws {
-        let cluster = try await RestartableCluster(context: context)
+        let cluster = try await RestartableCluster.restartedWithoutWorkers(context: context)
         defer { cluster.terminate() }
-        let worker = try await cluster.startWorker("w1")
-        worker.signal(SIGKILL)
-        _ = try await worker.waitForExit()
-        try await cluster.restart()
         // Sent once, from a raw DEALER: the reference client sends a ROUND again every second, and a copy that
         // crossed the cancel would be a new round. Nobody offers t.mark, so it waits in the grace.
         let peer = try RawPeer(cluster.bus, context: context)
@@ -302,6 +294,22 @@ final class RestartableCluster: Sendable {
     }
 
     var coordinator: SkillbusProcess? { current.withLock { $0 } }
+
+    /// A cluster whose worker w1 was killed (-9) and whose coordinator was then restarted: nobody offers
+    /// `t.mark` or `t.idem` now, and the new coordinator is in its startup grace.
+    static func restartedWithoutWorkers(context: ZMQContext) async throws -> RestartableCluster {
+        let cluster = try await RestartableCluster(context: context)
+        do {
+            let worker = try await cluster.startWorker("w1")
+            worker.signal(SIGKILL)
+            _ = try await worker.waitForExit()
+            try await cluster.restart()
+        } catch {
+            cluster.terminate()
+            throw error
+        }
+        return cluster
+    }
 
     /// How many times `tag` was executed.
     func executions(_ tag: String) -> Int {

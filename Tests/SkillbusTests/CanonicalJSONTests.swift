@@ -110,8 +110,8 @@ struct CanonicalJSONTests {
     }
 }
 
-/// A small seeded generator, so a failure can be run again.
-struct SplitMix {
+/// A small seeded generator, so a failure can be run again (the tests' one).
+struct SplitMix: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

@@ -155,7 +155,7 @@ struct SingleFlightTests {
         "random traffic with a short retention and a tiny limit: each request answered once, never two identical runs at once",
         arguments: [1, 2, 3] as [UInt64])
     func randomTraffic(seed: UInt64) {
-        var random = SlotTableTests.SplitMix(state: seed)
+        var random = SplitMix(seed: seed)
         var settings = CoordinatorState.Settings()
         settings.roundRetentionMs = 40
         settings.retainedOutcomesLimit = 3

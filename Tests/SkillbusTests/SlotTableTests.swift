@@ -5,18 +5,6 @@ import Testing
 /// The table single-flight keeps its rounds in: byte-string keys, slots that stay put.
 @Suite("Slot table")
 struct SlotTableTests {
-    /// A reproducible sequence, so that a failure can be replayed.
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     func key(_ text: String) -> [UInt8] { Array(text.utf8) }
 
     @Test("keys are found in the slots they were given, through growth")
@@ -62,7 +50,7 @@ struct SlotTableTests {
 
     @Test("random inserts and removals agree with a dictionary", arguments: [1, 2, 3])
     func agreesWithDictionary(seed: UInt64) {
-        var random = SplitMix(state: seed)
+        var random = SplitMix(seed: seed)
         var table = SlotTable<Int>()
         var model: [[UInt8]: (slot: Int, value: Int)] = [:]
         // A small key space, so that keys come and go many times and probe runs wrap around and shift.
