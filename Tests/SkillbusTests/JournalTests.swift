@@ -151,6 +151,15 @@ struct JournalTests {
         ])
     }
 
+    /// A coordinator's state at its start, with a startup grace of one second.
+    func stateInGrace() -> CoordinatorState {
+        var settings = CoordinatorState.Settings()
+        settings.startupGraceMs = 1000
+        var state = CoordinatorState(settings: settings)
+        state.beginStartupGrace(now: 0)
+        return state
+    }
+
     func round(_ id: String, skill: String = "echo") -> RoundRequest {
         RoundRequest(
             requestID: "q-" + id, roundID: id, timeoutMs: 10_000,
@@ -193,10 +202,7 @@ struct JournalTests {
 
     @Test("in the startup grace a request for a skill nobody offers waits for it; after the grace it fails at once")
     func startupGrace() {
-        var settings = CoordinatorState.Settings()
-        settings.startupGraceMs = 1000
-        var state = CoordinatorState(settings: settings)
-        state.beginStartupGrace(now: 0)
+        var state = stateInGrace()
         let worker: PeerID = [0xA1]
         let client: PeerID = [0xC1]
         let request = InvokeRequest(
@@ -222,10 +228,7 @@ struct JournalTests {
 
     @Test("a skill still missing when the grace ends fails unknown_skill at that tick")
     func graceEnds() {
-        var settings = CoordinatorState.Settings()
-        settings.startupGraceMs = 1000
-        var state = CoordinatorState(settings: settings)
-        state.beginStartupGrace(now: 0)
+        var state = stateInGrace()
         let client: PeerID = [0xC1]
         let request = InvokeRequest(
             requestID: "q1", roundID: "r1", skill: "nobody", timeoutMs: 60_000, parameters: Array("{}".utf8))
