@@ -4,7 +4,8 @@ Starts a coordinator, a Swift worker and a Python worker (each offering an `echo
 127.0.0.1 with ephemeral ports, then times sequential echo requests, one in flight, in alternating
 rounds of three kinds:
 
-  raw     a bare pyzmq DEALER sending REQUEST and reading REPLY, to the Swift worker (the baseline)
+  raw     a bare pyzmq DEALER sending REQUEST and reading REPLY, to the Swift worker (the baseline;
+          it uses the package's wire v2 framing functions, not its client)
   client  `skillbus.Client.request`, to the Swift worker: the package's client against the baseline
   worker  `skillbus.Client.request`, to the Python worker: a Python worker against the Swift one
 
@@ -23,6 +24,7 @@ import time
 import zmq
 
 from skillbus import Client
+from skillbus.wire import BUS_TO_CLIENT, CLIENT_TO_BUS
 
 BINARY = os.environ.get("SKILLBUS_BINARY") or os.path.join(os.path.dirname(__file__), "../../.build/debug/skillbus")
 ROUNDS, COUNT, LIMIT_S = 7, 300, 90.0
@@ -50,13 +52,13 @@ def wait_for(process, pattern: str, timeout: float = 20.0) -> str:
 def raw_echo(sock, number: int) -> None:
     """One REQUEST for the Swift worker's echo on a bare DEALER, and its REPLY (PROTOCOL §3.1, §3.2)."""
     request_id = f"raw-{number}".encode()
-    sock.send_multipart([b"SKB1C", b"REQUEST", request_id, b"", b"", b"echo", b"5000", b'{"text":"hi"}'])
+    sock.send_multipart(CLIENT_TO_BUS.pack(b"REQUEST", request_id, b"", b"", b"echo", b"5000", b'{"text":"hi"}'))
     while True:
         if not sock.poll(5000):
             raise SystemExit("bench: no REPLY within 5 s")
-        frames = sock.recv_multipart()
-        if frames[2] == request_id:
-            assert frames[1] == b"REPLY" and frames[4] == b"ok", frames
+        fields = BUS_TO_CLIENT.unpack(sock.recv_multipart())
+        if fields[2] == request_id:
+            assert fields[1] == b"REPLY" and fields[4] == b"ok", fields
             return
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import zmq
 
+from skillbus.wire import BUS_TO_WORKER, WORKER_TO_BUS
+
 REPO = Path(__file__).resolve().parents[3]
 BINARY = os.environ.get("SKILLBUS_BINARY") or str(REPO / ".build" / "debug" / "skillbus")
 
@@ -148,7 +150,10 @@ class Cluster:
 
 
 class FakeBus:
-    """A ROUTER standing in for the coordinator, to send a worker what no real bus would."""
+    """A ROUTER standing in for the coordinator, to send a worker what no real bus would.
+
+    It speaks wire v2 through the package's `wire` module; `send_frames` sends frames as given.
+    """
 
     def __init__(self):
         self.sock = zmq.Context.instance().socket(zmq.ROUTER)
@@ -157,28 +162,36 @@ class FakeBus:
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peer = None
 
+    def _next_fields(self, timeout_ms):
+        """The worker's next message as its fields (a message that does not unpack fails the test)."""
+        if not self.sock.poll(timeout_ms):
+            return None
+        self.peer, *frames = self.sock.recv_multipart()
+        return WORKER_TO_BUS.unpack(frames)
+
     def receive(self, command, timeout_ms=5000):
-        """The next message from the worker with this command (heartbeats and states are skipped)."""
-        while self.sock.poll(timeout_ms):
-            peer, *frames = self.sock.recv_multipart()
-            self.peer = peer
-            if frames[1] == command:
-                return frames
+        """The fields of the next message from the worker with this command (others are skipped)."""
+        while (fields := self._next_fields(timeout_ms)) is not None:
+            if fields[1] == command:
+                return fields
         raise AssertionError(f"no {command!r} from the worker")
 
     def next_message(self, timeout_ms=5000):
-        """The worker's next message other than a HEARTBEAT, as (command, frames after it)."""
-        while self.sock.poll(timeout_ms):
-            self.peer, _, command, *rest = self.sock.recv_multipart()
-            if command != b"HEARTBEAT":
-                return command, rest
+        """The worker's next message other than a HEARTBEAT, as (command, fields after it)."""
+        while (fields := self._next_fields(timeout_ms)) is not None:
+            if fields[1] != b"HEARTBEAT":
+                return fields[1], fields[2:]
         raise AssertionError("the worker sent nothing")
 
-    def send(self, *frames):
+    def send(self, *fields):
+        """Sends fields 1, 2, ... (the command first) in wire v2 framing."""
+        self.send_frames(*BUS_TO_WORKER.pack(*fields))
+
+    def send_frames(self, *frames):
         self.sock.send_multipart([self.peer, *frames])
 
     def invoke(self, invocation, skill, params=b'{"text":"a"}'):
-        self.send(b"SKB1W", b"INVOKE", invocation, b"r", b"", skill, b"5000", params)
+        self.send(b"INVOKE", invocation, b"r", b"", skill, b"5000", params)
 
     def close(self):
         self.sock.close()

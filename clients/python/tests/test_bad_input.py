@@ -7,9 +7,9 @@ import pytest
 import zmq
 
 from skillbus import Client, RoundFailed, Worker
+from skillbus.wire import BUS_TO_CLIENT, CLIENT, WORKER, envelope
 
 from conftest import FakeBus
-
 
 
 def upper_worker(name, bus, **options):
@@ -22,19 +22,46 @@ def upper_worker(name, bus, **options):
     return worker
 
 
-def raw_request(bus, skill, params_frame):
-    """A REQUEST whose parameters frame is sent as given, which the package's client never does."""
+def exchange(bus, *frames):
+    """Sends one message as these frames on a fresh DEALER and returns the frames of the answer."""
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(bus)
     try:
-        sock.send_multipart([b"SKB1C", b"REQUEST", b"raw-1", b"", b"", skill.encode(), b"5000", params_frame])
-        assert sock.poll(6000), "no REPLY"
-        frames = sock.recv_multipart()
-        assert frames[1] == b"REPLY" and frames[4] == b"error"
-        return json.loads(frames[7])
+        sock.send_multipart(list(frames))
+        assert sock.poll(6000), f"no answer to {frames!r}"
+        return sock.recv_multipart()
     finally:
         sock.close()
+
+
+def raw_request(bus, skill, params_frame):
+    """A REQUEST whose parameters frame is sent as given, which the package's client never does."""
+    head = envelope(CLIENT, [b"REQUEST", b"raw-1", b"", b"", skill.encode(), b"5000"])
+    fields = BUS_TO_CLIENT.unpack(exchange(bus, head, params_frame))
+    assert fields[1] == b"REPLY" and fields[4] == b"error"
+    return json.loads(fields[7])
+
+
+def test_a_v1_peer_is_answered_in_v1_form_naming_v2(cluster):
+    v1_client = exchange(cluster.bus, b"SKB1C", b"REQUEST", b"raw-v1", b"", b"", b"echo", b"5000", b"{}")
+    assert v1_client[:3] == [b"SKB1C", b"ERROR", b"raw-v1"] and len(v1_client) == 4
+    v1_worker = exchange(cluster.bus, b"SKB1W", b"READY", b'{"capacity":1,"heartbeatMs":200,"name":"old","skills":[]}')
+    assert v1_worker[:2] == [b"SKB1W", b"ERROR"] and len(v1_worker) == 3
+    for frames in (v1_client, v1_worker):
+        error = json.loads(frames[-1])
+        assert error["code"] == "unsupported_protocol"
+        assert "SKB2C" in error["message"] and "SKB2W" in error["message"], error
+
+
+def test_the_bus_refuses_a_wrong_split_and_a_truncated_envelope(cluster):
+    # The parameters inside the envelope, where v2 wants them as a frame of their own.
+    inside = exchange(cluster.bus, envelope(CLIENT, [b"REQUEST", b"raw-2", b"", b"", b"echo", b"5000", b"{}"]))
+    fields = BUS_TO_CLIENT.unpack(inside)
+    assert fields[:3] == [CLIENT, b"ERROR", b"raw-2"] and json.loads(fields[3])["code"] == "malformed_message"
+    truncated = exchange(cluster.bus, CLIENT + b"\x07REQUEST\x05raw", b"{}")
+    fields = BUS_TO_CLIENT.unpack(truncated)
+    assert fields[:2] == [CLIENT, b"ERROR"] and json.loads(fields[3])["code"] == "malformed_message"
 
 
 def test_parameters_that_are_no_json_object_are_refused_by_the_python_worker(cluster, start_worker):
@@ -91,14 +118,18 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
         ready = json.loads(bus.receive(b"READY")[2])
         assert ready["name"] == "pyfake" and [s["identifier"] for s in ready["skills"]] == [
             "py.hold", "py.linger", "py.upper", "py.wait"]
-        bus.send(b"SKB1W", b"WELCOME", b"not json")
+        bus.send(b"WELCOME", b"not json")
         welcome = {"accepted": ["py.hold", "py.linger", "py.upper", "py.wait"], "epoch": "e1", "feed": "", "heartbeatMs": 200,
                    "refused": []}
-        bus.send(b"SKB1W", b"WELCOME", json.dumps(welcome).encode())
+        bus.send(b"WELCOME", json.dumps(welcome).encode())
         worker.wait_registered(5)
-        for junk in ([b"SKB1W", b"INVOKE"], [b"XYZ9Q", b"READY"], [b"SKB1W", b"FROB", b"x"],
-                     [b"SKB1W", b"HEARTBEAT", b"abc"], [b"SKB1W", b"CANCEL", b"i-unknown"]):
-            bus.send(*junk)
+        v1_refusal = b'{"code":"unsupported_protocol","message":"this bus speaks SKB1C (clients) and SKB1W (workers)"}'
+        for junk in ([envelope(WORKER, [b"INVOKE"])], [b"XYZ9Q\x05READY"], [envelope(WORKER, [b"FROB"]), b"x"],
+                     [envelope(WORKER, [b"HEARTBEAT", b"abc"])], [envelope(WORKER, [b"CANCEL", b"i-unknown"])],
+                     [envelope(WORKER, [b"INVOKE", b"i0", b"r", b"", b"py.upper", b"5000", b"{}"])],
+                     [WORKER + b"\x06INVOKE\x02i0\x01", b"{}"],
+                     [b"SKB1W", b"INVOKE", b"i0", b"r", b"", b"py.upper", b"5000", b"{}"], [b"SKB1W", b"ERROR", v1_refusal]):
+            bus.send_frames(*junk)
 
         def refusal(invocation, skill):
             bus.invoke(invocation, skill)
@@ -137,5 +168,10 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
         worker.stop()
         bus.close()
     log = capsys.readouterr().err
-    assert "ignored a malformed WELCOME" in log and "ignored b'INVOKE' with 2 frames" in log
-    assert "ignored a message with header b'XYZ9Q'" in log and "ignored b'FROB' with 3 frames" in log
+    assert "ignored a malformed WELCOME" in log and "ignored b'INVOKE' with 2 fields" in log
+    assert "ignored a message with header b'XYZ9Q'" in log and "ignored b'FROB' with 3 fields" in log
+    assert ("ignored INVOKE carries fields 0-6 in its envelope and the rest as frames; "
+            "got 8 field(s) in the envelope and 0 frame(s) after it") in log
+    assert "ignored a truncated envelope: field 3 announces 1 bytes, 0 follow" in log
+    assert "ignored a v1 message (header SKB1W); this peer speaks SKB2W" in log
+    assert "the bus speaks v1 (SKB1W), not SKB2W: unsupported_protocol: this bus speaks SKB1C" in log

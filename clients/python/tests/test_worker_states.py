@@ -33,21 +33,21 @@ def test_states_follow_the_rule_executing_then_result_failed_idle_and_again_afte
     try:
         worker.start()
         assert bus.next_message()[0] == b"READY"
-        bus.send(b"SKB1W", b"WELCOME", WELCOME)
+        bus.send(b"WELCOME", WELCOME)
         # Rule 1: a WELCOME makes it state its current state again, even idle.
         assert bus.next_message() == (b"STATE", [b'{"state":"idle"}'])
 
-        bus.send(b"SKB1W", b"INVOKE", b"i1", b"r", b"", b"py.hold", b"5000", b"{}")
+        bus.send(b"INVOKE", b"i1", b"r", b"", b"py.hold", b"5000", b"{}")
         assert inside.wait(5)
         assert bus.next_message() == (b"STATE", [b'{"skill":"py.hold","state":"executingSkill"}'])
-        bus.send(b"SKB1W", b"WELCOME", WELCOME)  # a registration again, while it runs
+        bus.send(b"WELCOME", WELCOME)  # a registration again, while it runs
         assert bus.next_message() == (b"STATE", [b'{"skill":"py.hold","state":"executingSkill"}'])
         release.set()
         assert bus.next_message() == (b"RESULT", [b"i1", b"ok", b'{"text":"done","type":"text"}'])
         assert bus.next_message() == (b"STATE", [b'{"state":"idle"}'])
 
         # Rule 4: every failure is one STATE failed, after its RESULT, then the current state.
-        bus.send(b"SKB1W", b"INVOKE", b"i2", b"r", b"", b"py.fail", b"5000", b"{}")
+        bus.send(b"INVOKE", b"i2", b"r", b"", b"py.fail", b"5000", b"{}")
         command, frames = bus.next_message()
         if command == b"STATE":  # the executingSkill may or may not show: it is over so soon
             assert state(frames[0]) == {"skill": "py.fail", "state": "executingSkill"}

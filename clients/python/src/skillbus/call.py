@@ -10,8 +10,6 @@ from . import jsonwire
 from .errors import RoundFailed, SkillbusError, TurnFailed, error_for
 from .results import Output, Reply, Result, RoundDocument, Turn
 
-CLIENT = b"SKB1C"
-
 
 @dataclass(frozen=True)
 class Progress:
@@ -32,19 +30,19 @@ class Snapshot:
     entries: dict
 
 
-def _text(frame: bytes) -> str:
-    return frame.decode("utf-8", errors="replace")
+def _text(field: bytes) -> str:
+    return field.decode("utf-8", errors="replace")
 
 
-def _integer(frame: bytes, what: str) -> int:
-    if not frame.isdigit():
-        raise SkillbusError("malformed_message", f"{what} is not an integer: {frame[:32]!r}")
-    return int(frame)
+def _integer(field: bytes, what: str) -> int:
+    if not field.isdigit():
+        raise SkillbusError("malformed_message", f"{what} is not an integer: {field[:32]!r}")
+    return int(field)
 
 
-def _json(frame: bytes, what: str):
+def _json(field: bytes, what: str):
     try:
-        return jsonwire.loads(frame)
+        return jsonwire.loads(field)
     except ValueError as error:
         raise SkillbusError("malformed_message", f"{what} is not JSON: {error}") from None
 
@@ -75,17 +73,17 @@ class Call:
         self._started = time.monotonic()
 
     # Called on the client's socket thread.
-    def _deliver(self, frames: list[bytes]) -> None:
-        self._queue.put(frames)
+    def _deliver(self, fields: list[bytes]) -> None:
+        self._queue.put(fields)
 
-    def _abandon(self, why: str) -> None:
-        """Wakes a waiter with `unreachable` (the client closed, say)."""
-        self._queue.put(why)
+    def _abandon(self, failure: SkillbusError) -> None:
+        """Wakes a waiter with `failure` (`unreachable` when the client closed, say)."""
+        self._queue.put(failure)
 
     def cancel(self) -> None:
-        """Sends CANCEL for this request (3 frames, §3.1); the answer still comes, saying cancelled."""
+        """Sends CANCEL for this request (3 fields, §3.1); the answer still comes, saying cancelled."""
         if not self._done:
-            self._client._send([CLIENT, b"CANCEL", self.request_id.encode()])
+            self._client._send(b"CANCEL", self.request_id.encode())
 
     def events(self):
         """Yields each Output, STREAM text and Progress as it arrives, until the answer has come."""
@@ -118,8 +116,8 @@ class Call:
             self._finish(failure=SkillbusError(
                 "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
             return None
-        if isinstance(item, str):
-            self._finish(failure=SkillbusError("unreachable", item))
+        if isinstance(item, SkillbusError):
+            self._finish(failure=item)
             return None
         try:
             return self._take(item)
@@ -132,43 +130,43 @@ class Call:
         self._answer, self._failure = answer, failure
         self._client._forget(self.request_id)
 
-    def _take(self, frames: list[bytes]):
-        command, count = frames[1], len(frames)
+    def _take(self, fields: list[bytes]):
+        command, count = fields[1], len(fields)
         if command == b"ERROR" and count == 4:
-            self._finish(failure=error_for(_json(frames[3], "the ERROR body")))
+            self._finish(failure=error_for(_json(fields[3], "the ERROR body")))
         elif command == b"OUTPUT" and count == 6:
-            output = Output(_text(frames[3]), _integer(frames[4], "OUTPUT frame 4"), _json(frames[5], "the OUTPUT parts"))
+            output = Output(_text(fields[3]), _integer(fields[4], "OUTPUT field 4"), _json(fields[5], "the OUTPUT parts"))
             self.outputs.append(output)
             if self._on_output is not None:
                 self._on_output(output)
             return output
         elif command == b"STREAM" and count == 4:
-            self.streamed.append(_text(frames[3]))
+            self.streamed.append(_text(fields[3]))
             return self.streamed[-1]
         elif command == b"PROGRESS" and count == 6:
-            return Progress(_text(frames[3]), _text(frames[4]), _json(frames[5], "the PROGRESS body"))
+            return Progress(_text(fields[3]), _text(fields[4]), _json(fields[5], "the PROGRESS body"))
         elif command == b"CONFIRM" and count == 6:
-            approved = self._client._approve(_text(frames[4]), _json(frames[5], "the CONFIRM parameters"))
-            self._client._send([CLIENT, b"APPROVE", frames[3], b"yes" if approved else b"no"])
+            approved = self._client._approve(_text(fields[4]), _json(fields[5], "the CONFIRM parameters"))
+            self._client._send(b"APPROVE", fields[3], b"yes" if approved else b"no")
         elif command == b"ENTRY" and count == 4:
-            self._entries.append(_json(frames[3], "an ENTRY"))
+            self._entries.append(_json(fields[3], "an ENTRY"))
         else:
-            self._answered(command, frames)
+            self._answered(command, fields)
         return None
 
-    def _answered(self, command: bytes, frames: list[bytes]) -> None:
-        count = len(frames)
+    def _answered(self, command: bytes, fields: list[bytes]) -> None:
+        count = len(fields)
         if command == b"REPLY" and count == 8:
-            self._reply(frames)
+            self._reply(fields)
         elif command == b"ROUND" and count == 5:
-            document = RoundDocument(_json(frames[4], "the round document"), list(self.outputs))
+            document = RoundDocument(_json(fields[4], "the round document"), list(self.outputs))
             if document.status == "ok":
                 self._finish(document)
             else:
                 self._finish(failure=RoundFailed(error_for(document.error, agent=document.agent), document))
         elif command == b"TURN" and count == 6:
-            agent, body = _text(frames[3]), _json(frames[5], "the turn document")
-            if frames[4] == b"ok":
+            agent, body = _text(fields[3]), _json(fields[5], "the turn document")
+            if fields[4] == b"ok":
                 self._finish(Turn(body, list(self.streamed)))
             else:
                 error = error_for(body, agent=agent or None)
@@ -176,19 +174,19 @@ class Call:
                 turn = Turn(details, list(self.streamed)) if isinstance(details, dict) else None
                 self._finish(failure=TurnFailed(error, turn))
         elif command in (b"SKILLS", b"AGENTS", b"CANCELLED") and count == 4:
-            self._finish(_json(frames[3], f"the {command.decode()} body"))
+            self._finish(_json(fields[3], f"the {command.decode()} body"))
         elif command == b"SNAPSHOT" and count == 4:
-            self._snapshot(_json(frames[3], "the snapshot summary"))
+            self._snapshot(_json(fields[3], "the snapshot summary"))
         # Anything else carrying our request id is skipped: a newer bus may send more (§10).
 
-    def _reply(self, frames: list[bytes]) -> None:
-        status, agent, payload = frames[4], _text(frames[5]), _json(frames[7], "the REPLY payload")
+    def _reply(self, fields: list[bytes]) -> None:
+        status, agent, payload = fields[4], _text(fields[5]), _json(fields[7], "the REPLY payload")
         if status == b"ok":
             try:
                 result = Result.from_json(payload)
             except ValueError as error:
                 raise SkillbusError("malformed_message", f"REPLY from '{agent}': {error}", agent=agent) from None
-            self._finish(Reply(result, agent, _integer(frames[6], "the REPLY duration"), _text(frames[3]), list(self.outputs)))
+            self._finish(Reply(result, agent, _integer(fields[6], "the REPLY duration"), _text(fields[3]), list(self.outputs)))
         else:
             self._finish(failure=error_for(payload, agent=agent or None))
 

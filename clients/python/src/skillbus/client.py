@@ -1,4 +1,4 @@
-"""The client side of the bus: `SKB1C` (PROTOCOL §3)."""
+"""The client side of the bus: `SKB2C` (PROTOCOL §3, in wire v2 framing: `wire.py`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import uuid
 
 import zmq
 
-from . import jsonwire
-from .call import CLIENT, Call
-from .errors import SkillbusError
+from . import jsonwire, wire
+from .call import Call
+from .errors import SkillbusError, error_for
 from .socketthread import SocketThread
 
 DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
@@ -71,7 +71,7 @@ class Client:
             self._closed = True
             pending, self._pending = list(self._pending.values()), {}
         for call in pending:
-            call._abandon("the client was closed")
+            call._abandon(SkillbusError("unreachable", "the client was closed"))
         self._socket.stop()
 
     # --- one skill -------------------------------------------------------------------------------
@@ -89,9 +89,9 @@ class Client:
         if not isinstance(skill, str) or not skill:
             raise ValueError(f"a skill identifier is needed, got {skill!r}")
         timeout_ms = self._timeout_ms(timeout)
-        frames = [round_id.encode(), session.encode(), skill.encode(), str(timeout_ms).encode(),
+        fields = [round_id.encode(), session.encode(), skill.encode(), str(timeout_ms).encode(),
                   self._params(params)]
-        return self._start(b"REQUEST", frames, "REQUEST", timeout_ms / 1000 + 1, on_output)
+        return self._start(b"REQUEST", fields, "REQUEST", timeout_ms / 1000 + 1, on_output)
 
     # --- rounds (§3.5) ---------------------------------------------------------------------------
 
@@ -128,8 +128,8 @@ class Client:
                 inner[key] = value
         timeout_ms = self._timeout_ms(timeout)
         round_id = round_id or new_round_id()
-        frames = [round_id.encode(), session.encode(), str(timeout_ms).encode(), jsonwire.encode({shape: inner})]
-        call = self._start(b"ROUND", frames, "ROUND", timeout_ms / 1000 + 1, on_output)
+        fields = [round_id.encode(), session.encode(), str(timeout_ms).encode(), jsonwire.encode({shape: inner})]
+        call = self._start(b"ROUND", fields, "ROUND", timeout_ms / 1000 + 1, on_output)
         call.round_id = round_id
         return call
 
@@ -145,9 +145,9 @@ class Client:
                   timeout: float | None = None, progress: bool = False) -> Call:
         """Sends an ASK; `events()` of the call yields the reply's pieces (and `Progress` with `progress`)."""
         timeout_ms = self._timeout_ms(timeout)
-        frames = [(round_id or new_round_id()).encode(), session.encode(), agent.encode(),
+        fields = [(round_id or new_round_id()).encode(), session.encode(), agent.encode(),
                   str(timeout_ms).encode(), message.encode()] + ([b"progress"] if progress else [])
-        return self._start(b"ASK", frames, "ASK", timeout_ms / 1000 + 1, None)
+        return self._start(b"ASK", fields, "ASK", timeout_ms / 1000 + 1, None)
 
     # --- listings and cancels --------------------------------------------------------------------
 
@@ -167,7 +167,7 @@ class Client:
         return self._start(b"SNAPSHOT", [], "SNAPSHOT", timeout, None)
 
     def cancel_round(self, round_id: str) -> dict:
-        """Cancels everything of a round, whoever sent it (4-frame CANCEL, §3.10); returns what was
+        """Cancels everything of a round, whoever sent it (CANCEL with 4 fields, §3.10); returns what was
         stopped: `{"round", "requests", "rounds", "turns", "stopped"}`."""
         if not round_id:
             raise ValueError("cancel_round needs a round id")
@@ -175,18 +175,19 @@ class Client:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _start(self, command: bytes, frames: list[bytes], kind: str, wait_s: float, on_output) -> Call:
+    def _start(self, command: bytes, fields: list[bytes], kind: str, wait_s: float, on_output) -> Call:
         request_id = f"{self._prefix}-{next(self._ids)}"
         call = Call(self, request_id, kind, wait_s, on_output)
         with self._lock:
             if self._closed:
                 raise SkillbusError("unreachable", "the client is closed")
             self._pending[request_id.encode()] = call
-        self._socket.send([CLIENT, command, request_id.encode(), *frames])
+        self._send(command, request_id.encode(), *fields)
         return call
 
-    def _send(self, frames: list[bytes]) -> None:
-        self._socket.send(frames)
+    def _send(self, *fields: bytes) -> None:
+        """Sends fields 1, 2, ... (the command first) in wire v2 framing."""
+        self._socket.send(wire.CLIENT_TO_BUS.pack(*fields))
 
     def _forget(self, request_id: str) -> None:
         with self._lock:
@@ -215,12 +216,38 @@ class Client:
 
     # Socket thread.
     def on_message(self, frames: list[bytes]) -> None:
-        if len(frames) < 3 or frames[0] != CLIENT:
+        try:
+            fields = wire.BUS_TO_CLIENT.unpack(frames)
+        except wire.WireError as error:
+            return self._undelivered(error)
+        if len(fields) < 3:
             return
         with self._lock:
-            call = self._pending.get(frames[2])
+            call = self._pending.get(fields[2])
         if call is not None:
-            call._deliver(frames)  # anything for an id nobody waits for is dropped (§3.3)
+            call._deliver(fields)  # anything for an id nobody waits for is dropped (§3.3)
+
+    def _undelivered(self, error: wire.WireError) -> None:
+        """A message that did not unpack fails the call it names, if it can be read that far."""
+        fields = error.fields
+        if fields[:2] == [wire.V1_CLIENT, b"ERROR"] and len(fields) == 4:
+            # A v1 bus refuses each v2 message in v1 form (§10), with no request id of ours in it
+            # (a v2 message has no frame 2 to echo): every call waiting now fails the same way.
+            try:
+                said = error_for(jsonwire.loads(fields[3])).message
+            except ValueError:
+                said = "an ERROR whose body is not JSON"
+            refusal = SkillbusError("unsupported_protocol", f"the bus speaks v1 (SKB1C), not SKB2C: {said}")
+            with self._lock:
+                calls = list(self._pending.values())
+            for call in calls:
+                call._abandon(refusal)
+            return
+        with self._lock:
+            call = self._pending.get(fields[2]) if len(fields) > 2 else None
+        if call is None:
+            raise error  # the socket thread logs it
+        call._abandon(error)
 
     def before_poll(self, now: float):
         return None

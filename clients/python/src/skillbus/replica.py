@@ -47,7 +47,7 @@ class Replica:
     """Follows the registry from the feed at `feed`; thread-safe to read.
 
     `entries()` are the agents' entries by name, `skills()` the derived skill view, `position()`
-    what a worker reports in HEARTBEAT frame 3 (None until the first snapshot), `wait_for(test)`
+    what a worker reports in HEARTBEAT field 3 (None until the first snapshot), `wait_for(test)`
     waits for the copy to satisfy a test.
     """
 

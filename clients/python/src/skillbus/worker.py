@@ -1,4 +1,4 @@
-"""A worker (agent) in Python: skills declared with a decorator, served over `SKB1W` (PROTOCOL §4)."""
+"""A worker (agent) in Python: skills declared with a decorator, served over `SKB2W` (PROTOCOL §4, wire v2)."""
 
 from __future__ import annotations
 

@@ -12,19 +12,26 @@ import sys
 import threading
 import time
 
-from . import jsonwire, schema
+from . import jsonwire, schema, wire
 from .errors import SkillbusError
 from .invocation import Invocation
 
-WORKER = b"SKB1W"
 IDLE = {"state": "idle"}
-_FRAMES = {b"WELCOME": (3, 3), b"INVOKE": (8, 8), b"CANCEL": (3, 3), b"HEARTBEAT": (2, 3), b"ERROR": (3, 3),
+_FIELDS = {b"WELCOME": (3, 3), b"INVOKE": (8, 8), b"CANCEL": (3, 3), b"HEARTBEAT": (2, 3), b"ERROR": (3, 3),
            b"QUERY": (4, 4), b"TURN": (8, 8)}
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 1.0, 32.0
 
 
 def _error(code: str, message: str, details=None) -> bytes:
     return jsonwire.encode(SkillbusError(code, message, details).to_object())
+
+
+def _error_in(body: bytes) -> SkillbusError:
+    """The error object of an ERROR."""
+    try:
+        return SkillbusError.from_object(jsonwire.loads(body))
+    except ValueError:
+        return SkillbusError("malformed_message", "an ERROR whose body is not JSON")
 
 
 def feed_for(bus: str, feed: str) -> str:
@@ -76,8 +83,9 @@ class WorkerLoop:
 
     # --- the socket thread -----------------------------------------------------------------------
 
-    def _send(self, *frames: bytes) -> None:
-        self._socket.send([WORKER, *frames])
+    def _send(self, *fields: bytes) -> None:
+        """Sends fields 1, 2, ... (the command first) in wire v2 framing."""
+        self._socket.send(wire.WORKER_TO_BUS.pack(*fields))
 
     def _log(self, text: str) -> None:
         print(f"skillbus worker '{self.worker.name}': {text}", file=sys.stderr, flush=True)
@@ -104,12 +112,12 @@ class WorkerLoop:
             return self._last_ready + self._backoff
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.worker.heartbeat_ms / 1000
-            frames = [b"HEARTBEAT", str(self.worker.heartbeat_ms).encode()]
+            fields = [b"HEARTBEAT", str(self.worker.heartbeat_ms).encode()]
             replica = self.worker.replica
             position = replica.position() if replica is not None else None
             if position is not None:
-                frames.append(jsonwire.encode(position))
-            self._send(*frames)
+                fields.append(jsonwire.encode(position))
+            self._send(*fields)
             if now - self._last_heard > 3 * self._bus_heartbeat_ms / 1000:
                 self._log("the bus has been silent for 3 heartbeats: registering again")
                 self._registered = False
@@ -159,30 +167,35 @@ class WorkerLoop:
 
     def on_message(self, frames: list[bytes]) -> None:
         self._last_heard = time.monotonic()
-        if len(frames) < 2 or frames[0] != WORKER:
-            return self._log(f"ignored a message with header {frames[0][:8]!r}")
-        command = frames[1]
-        low, high = _FRAMES.get(command, (None, None))
-        if low is None or not low <= len(frames) <= high:
-            return self._log(f"ignored {command[:16]!r} with {len(frames)} frames")
+        try:
+            fields = wire.BUS_TO_WORKER.unpack(frames)
+        except wire.WireError as error:
+            if error.fields[:2] == [wire.V1_WORKER, b"ERROR"] and len(error.fields) == 3:
+                said = _error_in(error.fields[2])  # a v1 bus refuses each v2 message in v1 form (§10)
+                return self._log(f"the bus speaks v1 (SKB1W), not SKB2W: {said.code}: {said.message}")
+            return self._log(f"ignored {error.message}")
+        command = fields[1]
+        low, high = _FIELDS.get(command, (None, None))
+        if low is None or not low <= len(fields) <= high:
+            return self._log(f"ignored {command[:16]!r} with {len(fields)} fields")
         if command == b"INVOKE":
-            self._invoke(*[f.decode("utf-8", errors="replace") for f in frames[2:7]], frames[7])
+            self._invoke(*[f.decode("utf-8", errors="replace") for f in fields[2:7]], fields[7])
         elif command == b"CANCEL":
-            inv = self._running.get(frames[2].decode("utf-8", errors="replace"))
+            inv = self._running.get(fields[2].decode("utf-8", errors="replace"))
             if inv is not None:  # an id that already finished is ignored (§4.9)
                 inv.cancelled.set()
-        elif command == b"HEARTBEAT" and len(frames) == 3:
-            if frames[2].isdigit() and 10 <= int(frames[2]) <= 3_600_000:
-                self._bus_heartbeat_ms = int(frames[2])
+        elif command == b"HEARTBEAT" and len(fields) == 3:
+            if fields[2].isdigit() and 10 <= int(fields[2]) <= 3_600_000:
+                self._bus_heartbeat_ms = int(fields[2])
         elif command == b"WELCOME":
-            self._on_welcome(frames[2])
+            self._on_welcome(fields[2])
         elif command == b"ERROR":
-            self._on_error(frames[2])
+            self._on_error(fields[2])
         elif command == b"QUERY":
-            self._send(b"ANSWER", frames[2], b"error",
+            self._send(b"ANSWER", fields[2], b"error",
                        _error("unsupported", f"agent '{self.worker.name}' keeps no context store"))
         elif command == b"TURN":
-            self._send(b"TURNEND", frames[2], b"error",
+            self._send(b"TURNEND", fields[2], b"error",
                        _error("unsupported", f"agent '{self.worker.name}' has no planner"))
 
     def _on_welcome(self, body: bytes) -> None:
@@ -207,10 +220,7 @@ class WorkerLoop:
         self._offer_skills()  # skills declared while the READY was on its way
 
     def _on_error(self, body: bytes) -> None:
-        try:
-            error = SkillbusError.from_object(jsonwire.loads(body))
-        except ValueError:
-            error = SkillbusError("malformed_message", "an ERROR whose body is not JSON")
+        error = _error_in(body)
         if error.code == "not_registered":
             # Answers come in order (§4.2): one that arrives while our READY waits refers to an older message.
             if not self._awaiting_welcome:
@@ -223,7 +233,7 @@ class WorkerLoop:
             self._log(f"the bus refused a message: {error.code}: {error.message}")
 
     def _invoke(self, invocation_id: str, round_id: str, session: str, skill_id: str, deadline: str,
-                params_frame: bytes) -> None:
+                params_field: bytes) -> None:
         """§4.10: steps 1-6 run nothing and send no STATE; then the skill runs on the pool."""
         name = self.worker.name
 
@@ -243,7 +253,7 @@ class WorkerLoop:
             offered = ", ".join(sorted(skills)) or "none"
             return refuse("unknown_skill", f"agent '{name}' does not offer '{skill_id}' (offers: {offered})")
         try:
-            params = jsonwire.loads(params_frame)
+            params = jsonwire.loads(params_field)
         except ValueError as error:
             return refuse("invalid_parameters", f"parameters of '{skill_id}' are not valid JSON: {error}")
         if not isinstance(params, dict):

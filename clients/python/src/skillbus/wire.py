@@ -1,0 +1,137 @@
+"""Wire v2 framing: how the numbered fields of PROTOCOL's tables travel as ZeroMQ frames.
+
+Frame 0 is the envelope: the 5-byte header, then fields 1 .. F-1 (the command first), each one
+length-prefixed. Fields F, F+1, ... (parameters, payloads, JSON bodies, free text) follow as frames
+of their own. F depends on the direction and the command: the tables below.
+
+Everything else in the package works on the logical field list `[header, command, field 2, ...]`,
+numbered as in PROTOCOL's tables, so only this module knows about frames.
+"""
+
+from __future__ import annotations
+
+from .errors import SkillbusError
+
+CLIENT = b"SKB2C"
+WORKER = b"SKB2W"
+V1_CLIENT, V1_WORKER = b"SKB1C", b"SKB1W"
+V1_HEADERS = (V1_CLIENT, V1_WORKER)
+HEADER_BYTES = 5
+LONG = 0xFF  # a length byte of 0xFF: the length follows as 4 bytes, big-endian
+
+
+class WireError(SkillbusError):
+    """A message that does not unpack. `fields` holds what could be read before the problem (the
+    request id, say, so that a client can fail the call it belongs to); for a v1 message, its frames,
+    which in v1 are its fields."""
+
+    def __init__(self, code: str, message: str, fields: list[bytes]):
+        super().__init__(code, message)
+        self.fields = fields
+
+
+def envelope(header: bytes, fields: list[bytes]) -> bytes:
+    """Frame 0: the header, then each field as a length (one byte, or 0xFF and four) and its bytes."""
+    out = bytearray(header)
+    for field in fields:
+        size = len(field)
+        out += bytes([size]) if size < LONG else bytes([LONG]) + size.to_bytes(4, "big")
+        out += field
+    return bytes(out)
+
+
+def read_envelope(frame: bytes) -> list[bytes]:
+    """The fields of an envelope, header first; raises `WireError` when it is cut short."""
+    fields = [bytes(frame[:HEADER_BYTES])]
+    position, end = HEADER_BYTES, len(frame)
+    while position < end:
+        number = len(fields)
+        size = frame[position]
+        position += 1
+        if size == LONG:
+            if position + 4 > end:
+                raise WireError("malformed_message",
+                                f"a truncated envelope: field {number} has {end - position} of the 4 bytes of its length",
+                                fields)
+            size = int.from_bytes(frame[position:position + 4], "big")
+            position += 4
+        if position + size > end:
+            raise WireError("malformed_message",
+                            f"a truncated envelope: field {number} announces {size} bytes, {end - position} follow",
+                            fields)
+        fields.append(bytes(frame[position:position + size]))
+        position += size
+    return fields
+
+
+class Direction:
+    """One direction of one protocol: its header and, per command, F (None: every field in the envelope)."""
+
+    def __init__(self, name: str, header: bytes, first_frame: dict[bytes, int | None]):
+        self.name = name
+        self.header = header
+        self.first_frame = first_frame
+
+    def pack(self, *fields: bytes) -> list[bytes]:
+        """The frames of a message: `fields` are fields 1, 2, ... (the command first)."""
+        command = fields[0]
+        if command not in self.first_frame:
+            raise ValueError(f"{command!r} is no {self.name} command")
+        first = self.first_frame[command]
+        logical = [self.header, *fields]
+        split = len(logical) if first is None else min(first, len(logical))
+        return [envelope(self.header, logical[1:split]), *logical[split:]]
+
+    def unpack(self, frames: list[bytes]) -> list[bytes]:
+        """The logical fields `[header, command, field 2, ...]` of a received message.
+
+        Raises `WireError`: `unsupported_protocol` for a v1 or foreign header, `malformed_message`
+        for a truncated envelope or one whose split into envelope and frames differs from the table.
+        """
+        if not frames:
+            raise WireError("malformed_message", "an empty message", [])
+        head = bytes(frames[0][:HEADER_BYTES])
+        if head in V1_HEADERS and len(frames[0]) == HEADER_BYTES:
+            raise WireError("unsupported_protocol",
+                            f"a v1 message (header {head.decode()}); this peer speaks {self.header.decode()}",
+                            [bytes(f) for f in frames])
+        if head != self.header:
+            raise WireError("unsupported_protocol",
+                            f"a message with header {head!r} (this peer speaks {self.header.decode()})", [])
+        fields = read_envelope(frames[0])
+        if len(fields) < 2:
+            raise WireError("malformed_message", "an envelope without a command", fields)
+        command, opaque = fields[1], len(frames) - 1
+        if command not in self.first_frame:
+            # A newer peer may send commands we do not know (§10); the caller skips them.
+            return fields + [bytes(f) for f in frames[1:]]
+        first = self.first_frame[command]
+        name = command[:32].decode("utf-8", errors="replace")
+        if first is None:
+            if opaque:
+                raise WireError("malformed_message",
+                                f"{name} travels in its envelope alone, got {opaque} frame(s) after it", fields)
+        elif len(fields) > first or (opaque and len(fields) != first):
+            raise WireError("malformed_message",
+                            f"{name} carries fields 0-{first - 1} in its envelope and the rest as frames; "
+                            f"got {len(fields)} field(s) in the envelope and {opaque} frame(s) after it", fields)
+        return fields + [bytes(f) for f in frames[1:]]
+
+
+# F per command, from the v2 framing's table.
+CLIENT_TO_BUS = Direction("client -> bus", CLIENT, {
+    b"REQUEST": 7, b"ROUND": 6, b"QUERY": 5, b"ASK": 7,
+    b"SKILLS": None, b"SNAPSHOT": None, b"AGENTS": None, b"CANCEL": None, b"APPROVE": None,
+})
+BUS_TO_CLIENT = Direction("bus -> client", CLIENT, {
+    b"REPLY": 7, b"SKILLS": 3, b"ERROR": 3, b"ENTRY": 3, b"SNAPSHOT": 3, b"AGENTS": 3, b"ROUND": 4,
+    b"ANSWER": 5, b"TURN": 5, b"STREAM": 3, b"PROGRESS": 5, b"CONFIRM": 5, b"OUTPUT": 5, b"CANCELLED": 3,
+})
+WORKER_TO_BUS = Direction("worker -> bus", WORKER, {
+    b"READY": 2, b"RESULT": 4, b"STATE": 2, b"HEARTBEAT": 3, b"DISCONNECT": None, b"SKILLS": 2,
+    b"ANSWER": 4, b"CONTEXT": 2, b"TURNEND": 4, b"STREAM": 3, b"OUTPUT": 4, b"CLAIM": 5, b"CALLED": 5,
+    b"RELEASE": None, b"STEP": 3,
+})
+BUS_TO_WORKER = Direction("bus -> worker", WORKER, {
+    b"WELCOME": 2, b"INVOKE": 7, b"CANCEL": None, b"HEARTBEAT": None, b"ERROR": 2, b"QUERY": 3, b"TURN": 6,
+})
