@@ -11,7 +11,8 @@ where keys matter also with keys (CURVE). Prints one line of figures per case; e
 
     python3 Tests/faults/fault_suite.py --binary .build/debug/skillbus [--short] [--case NAME ...]
 
-The wire it speaks is docs/PROTOCOL.md's (pyzmq only). Every load is bounded in count and in time.
+The wire it speaks is docs/PROTOCOL.md's fields in v2 framing (`pack`, `unpack`; pyzmq only). Every load is
+bounded in count and in time.
 """
 import argparse, ctypes, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time, uuid
 import zmq
@@ -157,20 +158,82 @@ class Cluster:
         self.context.destroy(linger=0)
 
 
+# ---- The wire, v2: frame 0 is the envelope (the header, then fields 1 .. F-1, each after its length), and fields
+# F, F+1, ... follow as frames of their own. Field numbers are docs/PROTOCOL.md's.
+CLIENT, WORKER, V1 = b"SKB2C", b"SKB2W", (b"SKB1C", b"SKB1W")
+# F by header and command, one table per direction; None: every field is in the envelope.
+TO_BUS = {CLIENT: {b"REQUEST": 7, b"ROUND": 6, b"QUERY": 5, b"ASK": 7, b"SKILLS": None, b"SNAPSHOT": None,
+                   b"AGENTS": None, b"CANCEL": None, b"APPROVE": None},
+          WORKER: {b"READY": 2, b"RESULT": 4, b"STATE": 2, b"HEARTBEAT": 3, b"DISCONNECT": None, b"SKILLS": 2,
+                   b"ANSWER": 4, b"CONTEXT": 2, b"TURNEND": 4, b"STREAM": 3, b"OUTPUT": 4, b"CLAIM": 5, b"CALLED": 5,
+                   b"RELEASE": None, b"STEP": 3}}
+FROM_BUS = {CLIENT: {b"REPLY": 7, b"SKILLS": 3, b"ERROR": 3, b"ENTRY": 3, b"SNAPSHOT": 3, b"AGENTS": 3, b"ROUND": 4,
+                     b"ANSWER": 5, b"TURN": 5, b"STREAM": 3, b"PROGRESS": 5, b"CONFIRM": 5, b"OUTPUT": 5,
+                     b"CANCELLED": 3},
+            WORKER: {b"WELCOME": 2, b"INVOKE": 7, b"CANCEL": None, b"HEARTBEAT": None, b"ERROR": 2, b"QUERY": 3,
+                     b"TURN": 6}}
+
+
+def envelope(header, fields):
+    out = bytearray(header)
+    for f in fields:
+        out += (bytes([len(f)]) if len(f) < 255 else b"\xff" + len(f).to_bytes(4, "big")) + f
+    return bytes(out)
+
+
+def pack(fields, table=TO_BUS):
+    """The frames of a message given as its fields (field 0 the header, 1 the command)."""
+    first = table[fields[0]][fields[1]]
+    split = len(fields) if first is None else min(first, len(fields))
+    return [envelope(fields[0], fields[1:split])] + list(fields[split:])
+
+
+def unpack(frames, table=FROM_BUS):
+    """The fields of a message; ValueError for another header, a truncated envelope, an unknown command, a wrong split."""
+    env = frames[0] if frames else b""
+    if env[:5] not in table:
+        raise ValueError(f"header {env[:16]!r}{' (v1)' if env in V1 else ''} is not SKB2C or SKB2W")
+    fields, at = [env[:5]], 5
+    while at < len(env):
+        size, at = env[at], at + 1
+        if size == 0xFF:
+            if at + 4 > len(env):
+                raise ValueError(f"truncated envelope: the length of field {len(fields)} is cut short")
+            size, at = int.from_bytes(env[at:at + 4], "big"), at + 4
+        if at + size > len(env):
+            raise ValueError(f"truncated envelope: field {len(fields)} has {size} bytes, {len(env) - at} are left")
+        fields.append(env[at:at + size])
+        at += size
+    if len(fields) < 2:
+        raise ValueError("truncated envelope: no command")
+    if fields[1] not in table[fields[0]]:
+        raise ValueError(f"unknown command {fields[1][:32]!r}")
+    first, after = table[fields[0]][fields[1]], len(frames) - 1
+    if (after and len(fields) != first) or (not after and first is not None and len(fields) > first):
+        raise ValueError(f"wrong split: {fields[1].decode(errors='replace')} sends fields from {first} on as frames; "
+                         f"got fields 0 to {len(fields) - 1} in the envelope and {after} frame(s)")
+    return fields + list(frames[1:])
+
+
 def request(skill, params, timeout_ms=5000, request_id=None):
     rid = (request_id or uuid.uuid4().hex[:12]).encode()
-    frames = [b"SKB1C", b"REQUEST", rid, str(uuid.uuid4()).encode(), b"", skill.encode(), str(timeout_ms).encode(),
+    fields = [CLIENT, b"REQUEST", rid, str(uuid.uuid4()).encode(), b"", skill.encode(), str(timeout_ms).encode(),
               json.dumps(params).encode()]
-    return rid, frames
+    return rid, pack(fields)
 
 
 def receive_until(s, deadline, accept):
-    """Reads replies until `accept(frames)` returns True or the deadline passes."""
+    """Reads messages until `accept(frames)` returns True or the deadline passes."""
     while (left := deadline - time.monotonic()) > 0:
         if s.poll(int(left * 1000) + 1):
             if accept(s.recv_multipart()):
                 return True
     return False
+
+
+def answers_until(s, deadline, accept):
+    """As `receive_until` for the bus's answers, given to `accept` as fields; one that is not v2 raises."""
+    return receive_until(s, deadline, lambda frames: accept(unpack(frames)))
 
 
 def probe_main(bus, key_directory, count):
@@ -191,7 +254,7 @@ def probe_main(bus, key_directory, count):
         rid, frames = request("echo", {"text": "probe"}, timeout_ms=2000)
         started = time.monotonic()
         s.send_multipart(frames)
-        if receive_until(s, started + 3, lambda f: len(f) >= 5 and f[1:3] == [b"REPLY", rid] and f[4] == b"ok"):
+        if answers_until(s, started + 3, lambda f: len(f) >= 5 and f[1:3] == [b"REPLY", rid] and f[4] == b"ok"):
             latencies.append((time.monotonic() - started) * 1000)
         else:
             failures += 1
@@ -303,8 +366,8 @@ def worker_kill(cluster, seconds):
     receive_until(left, killed + 10, lambda f: f[0] == b"agent.left" and b'"alpha"' in f[1] and
                   gone.append(time.monotonic() - killed) is None)
     left.close()
-    receive_until(client, time.monotonic() + 30, take)
-    receive_until(client, time.monotonic() + 0.5, lambda f: take(f) and False)  # a second answer would show
+    answers_until(client, time.monotonic() + 30, take)
+    answers_until(client, time.monotonic() + 0.5, lambda f: take(f) and False)  # a second answer would show
     client.close()
     missing = [r for r in ids if r not in answers]
     twice = [r for r, n in answers.items() if n > 1]
@@ -320,14 +383,62 @@ def worker_kill(cluster, seconds):
             f"worker lost {lost_after} after kill -9"), problems
 
 
+def error_of(frame):
+    """An ERROR's error object, or {} when it is not one."""
+    try:
+        error = json.loads(frame)
+    except ValueError:
+        return {}
+    return error if isinstance(error, dict) else {}
+
+
+def refusal_problems(cluster):
+    """The bus's answers to bad framing: a v1 message gets a v1 ERROR `unsupported_protocol` naming SKB2C and SKB2W;
+    a truncated envelope and a wrong split get `malformed_message`."""
+    fields = [CLIENT, b"REQUEST", b"bad-frames", b"", b"", b"echo", b"5000", b'{"text":"x"}']
+    cases = [("a v1 REQUEST", [b"SKB1C"] + fields[1:], "unsupported_protocol"),
+             ("a v1 READY", [b"SKB1W", b"READY", b'{"name":"fz","capacity":1,"skills":[]}'], "unsupported_protocol"),
+             ("a truncated envelope", [envelope(CLIENT, fields[1:7])[:-2], fields[7]], "malformed_message"),
+             ("parameters inside the envelope", [envelope(CLIENT, fields[1:])], "malformed_message")]
+    s, problems = cluster.dealer(), []
+    for what, frames, code in cases:
+        s.send_multipart(frames)
+        got = []
+        receive_until(s, time.monotonic() + 5, lambda f: got.append(f) is None)
+        if not got:
+            problems.append(f"{what}: no answer")
+            continue
+        answer = got[0]
+        if frames[0] in V1:  # answered in v1 form: one field per frame, the request id as sent
+            error = error_of(answer[-1])
+            right = (answer[:-1] == [frames[0], b"ERROR"] + ([frames[2]] if frames[0] == b"SKB1C" else [])
+                     and error.get("code") == code and all(h in str(error.get("message")) for h in ("SKB2C", "SKB2W")))
+        else:
+            try:
+                answer = unpack(answer)
+            except ValueError as e:
+                problems.append(f"{what}: the answer is not v2 ({e}): {answer}")
+                continue
+            right = answer[:2] == [CLIENT, b"ERROR"] and len(answer) == 4 and error_of(answer[3]).get("code") == code
+        if not right:
+            problems.append(f"{what}: answered {answer}, not ERROR {code}")
+    s.close()
+    return len(cases), problems
+
+
 def fuzz(cluster, seconds):
-    """Random and mutated frames on the bus, raw TCP junk at the bus and feed ports."""
+    """Random and mutated frames and mis-encoded v2 envelopes on the bus, raw TCP junk at the bus and feed ports."""
     deadline = time.monotonic() + seconds
     rng = random.Random(13)
-    sent = [0, 0]
-    valid = [request("echo", {"text": "x"})[1], [b"SKB1W", b"READY", b'{"name":"fz","capacity":1,"skills":[]}'],
-             [b"SKB1C", b"ROUND", b"r", b"round", b"", b"1000", b'{"invoke":{"skill":"echo"}}'],
-             [b"SKB1W", b"RESULT", b"i1", b"ok", b"{}"], [b"SKB1C", b"CANCEL", b"x"], [b"SKB1W", b"HEARTBEAT"]]
+    sent = [0, 0, 0]  # messages, junk TCP connections, mis-encoded envelopes (among the messages)
+    checked, problems = refusal_problems(cluster)
+    # As fields: packed, then mutated frame by frame or encoded wrongly. The last one has lengths of 255 and more.
+    valid = [[CLIENT, b"REQUEST", b"fz", str(uuid.uuid4()).encode(), b"", b"echo", b"5000", b'{"text":"x"}'],
+             [WORKER, b"READY", b'{"name":"fz","capacity":1,"skills":[]}'],
+             [CLIENT, b"ROUND", b"r", b"round", b"", b"1000", b'{"invoke":{"skill":"echo"}}'],
+             [WORKER, b"RESULT", b"i1", b"ok", b"{}"], [CLIENT, b"CANCEL", b"x"], [WORKER, b"HEARTBEAT"],
+             [WORKER, b"HEARTBEAT", b"1000", b'{"digest":"0","epoch":"0","seq":0}'],
+             [CLIENT, b"REQUEST", b"r" * 300, b"o" * 255, b"", b"e" * 260, b"", b"{}"]]
 
     def mutate(frames):
         frames = [bytearray(f) for f in frames]
@@ -345,13 +456,42 @@ def fuzz(cluster, seconds):
                 frames[i] = frames[i][:rng.randint(0, len(frames[i]))]
         return [bytes(f) for f in frames] or [b""]
 
+    def misencode(fields):
+        """v2's own ways of being wrong: a split off the table, a length past the end, 0xFF lengths, a v1 header."""
+        header, first = fields[0], TO_BUS[fields[0]][fields[1]]
+        first = len(fields) if first is None else min(first, len(fields))
+        inside, rest, choice = fields[1:first], list(fields[first:]), rng.randrange(4)
+        if choice == 0:  # split elsewhere: opaque fields in the envelope, or enveloped ones (the command too) as frames
+            split = rng.choice([k for k in range(1, len(fields) + 1) if k != first])
+            return [envelope(header, fields[1:split])] + list(fields[split:])
+        if choice == 3:  # a v1 header: on the v1 frames, or on a v2 envelope
+            old = b"SKB1" + header[4:]
+            return [old] + list(fields[1:]) if rng.random() < 0.5 else [old + envelope(b"", inside)] + rest
+        i = rng.randrange(len(inside))  # the field whose length is wrong
+        before, field, after = envelope(header, inside[:i]), inside[i], envelope(b"", inside[i + 1:])
+        if choice == 1:  # a length that runs past the end of the envelope
+            n = len(field) + len(after) + rng.randint(1, 300)
+            prefix = bytes([n]) if n < 255 else b"\xff" + n.to_bytes(4, "big")
+        else:  # 0xFF long lengths: the right one, the largest, a random one, or one cut short at the envelope's end
+            kind = rng.randrange(4)
+            if kind == 3:
+                return [before + (b"\xff" + rng.randbytes(4))[:rng.randint(1, 4)]] + rest
+            prefix = b"\xff" + [len(field), 0xFFFFFFFF, rng.getrandbits(32)][kind].to_bytes(4, "big")
+        return [before + prefix + field + after] + rest
+
     def frames_worker():
         s = cluster.dealer()
         while time.monotonic() < deadline and sent[0] < 200_000:
-            if rng.random() < 0.5:
-                frames = mutate(rng.choice(valid))
+            choice = rng.random()
+            if choice < 0.25:
+                frames = mutate(pack(rng.choice(valid)))
+            elif choice < 0.5:
+                frames = misencode(rng.choice(valid))
+                sent[2] += 1
             else:
                 frames = [rng.randbytes(rng.randint(0, 40)) for _ in range(rng.randint(1, 12))]
+                if choice < 0.75:  # behind a real header, so that the junk reaches the envelope's reader
+                    frames[0] = rng.choice([CLIENT, WORKER]) + frames[0]
             s.send_multipart(frames)
             sent[0] += 1
             while s.poll(0):
@@ -378,7 +518,8 @@ def fuzz(cluster, seconds):
     threads = [threading.Thread(target=frames_worker), threading.Thread(target=tcp_worker)]
     for t in threads: t.start()
     for t in threads: t.join(seconds + 10)
-    return f"{sent[0]} fuzzed messages and {sent[1]} junk TCP connections in {seconds:.0f} s", []
+    return (f"{sent[0]} fuzzed messages ({sent[2]} mis-encoded envelopes) and {sent[1]} junk TCP connections in "
+            f"{seconds:.0f} s; {checked - len(problems)} of {checked} bad framings answered as the protocol says"), problems
 
 
 def churn(cluster, seconds):
@@ -388,7 +529,7 @@ def churn(cluster, seconds):
     while made < 500 and time.monotonic() < deadline:
         batch = [cluster.dealer(curve=(made // 50) % 2 == 0) for _ in range(50)]  # with keys, half have none
         for s in batch:
-            s.send_multipart([b"SKB1C", b"SKILLS", b"churn"])
+            s.send_multipart(pack([CLIENT, b"SKILLS", b"churn"]))
         time.sleep(0.05)
         for s in batch:
             s.close()
@@ -440,16 +581,16 @@ def oversize(cluster, seconds):
     def expect_refusal(frames, word, what):
         s.send_multipart(frames, copy=False)
         got = []
-        receive_until(s, time.monotonic() + 10,
+        answers_until(s, time.monotonic() + 10,
                       lambda f: f[1:2] == [b"ERROR"] and got.append(f) is None)
         if not got or b"message_too_large" not in got[0][-1] or word not in got[0][-1]:
             problems.append(f"{what}: no message_too_large naming {word!r} ({got[:1]})")
 
     rid, frames = request("echo", {"text": "x" * (3 << 19)})  # 1.5 MiB of parameters
     expect_refusal(frames, b"maxMessageBytes", "a 1.5 MiB request")
-    expect_refusal([b"SKB1C", b"REQUEST"] + [b"f" * 1024] * 1000, b"maxFrames", "1000 frames of 1 KiB")
+    expect_refusal([envelope(CLIENT, [b"REQUEST"])] + [b"f" * 1024] * 1000, b"maxFrames", "1000 frames of 1 KiB")
     giant = b"\x00" * (8 << 20)
-    s.send_multipart([b"SKB1C", b"REQUEST", giant], copy=False)  # over the hard cap: libzmq drops the connection
+    s.send_multipart(request("echo", {})[1][:1] + [giant], copy=False)  # over the hard cap: libzmq drops the connection
     s.close()
     # Subscriptions: a 1 KiB prefix is refused and counted; a 4 MiB one closes that subscriber's connection.
     long_sub = cluster.subscriber([b"agent." + b"x" * 1024])
@@ -475,9 +616,9 @@ def giant_multipart(cluster, seconds):
     frames = 1000 if seconds >= 10 else 100
     s = cluster.dealer()
     block = b"\x00" * (1 << 20)
-    s.send_multipart([b"SKB1C", b"REQUEST"] + [block] * frames, copy=False)
+    s.send_multipart([envelope(CLIENT, [b"REQUEST"])] + [block] * frames, copy=False)
     got = []
-    receive_until(s, time.monotonic() + 30, lambda f: f[1:2] == [b"ERROR"] and got.append(f) is None)
+    answers_until(s, time.monotonic() + 30, lambda f: f[1:2] == [b"ERROR"] and got.append(f) is None)
     s.close()
     problems = [] if got and b"maxFrames" in got[0][-1] else ["no message_too_large for the giant message"]
     return f"{frames} frames of 1 MiB in one message refused", problems
@@ -490,10 +631,10 @@ def rogue_agents(cluster, seconds):
     rogues = [("no keys", None)] + ([("a client key", "alice"), ("another worker's key", "w2")] if cluster.keys else [])
     for what, key in rogues:
         r = cluster.dealer(key=key or "alice", curve=key is not None)
-        r.send_multipart([b"SKB1W", b"READY", json.dumps({"name": "alpha", "capacity": 1, "skills": [
-            {"identifier": "text.stats", "parameters": [{"name": "text", "type": "string"}]}]}).encode()])
+        r.send_multipart(pack([WORKER, b"READY", json.dumps({"name": "alpha", "capacity": 1, "skills": [
+            {"identifier": "text.stats", "parameters": [{"name": "text", "type": "string"}]}]}).encode()]))
         got = []
-        receive_until(r, time.monotonic() + 2, lambda f: got.append(f) is None)
+        answers_until(r, time.monotonic() + 2, lambda f: got.append(f) is None)
         r.close()
         answer = json.loads(got[0][-1]).get("code") if got else "no answer (handshake refused)"
         outcomes.append(f"{what}: {answer}")
@@ -505,7 +646,7 @@ def rogue_agents(cluster, seconds):
     for _ in range(20):
         rid, frames = request("text.stats", {"text": "who answers"})
         client.send_multipart(frames)
-        receive_until(client, time.monotonic() + 5,
+        answers_until(client, time.monotonic() + 5,
                       lambda f: f[1:3] == [b"REPLY", rid] and agents.append(f[5]) is None)
     client.close()
     if agents != [b"alpha"] * 20:
@@ -523,7 +664,7 @@ def catastrophic_regex(cluster, seconds):
         ids.add(rid)
         client.send_multipart(frames)
     started, codes = time.monotonic(), []
-    receive_until(client, started + 15, lambda f: f[1] == b"REPLY" and f[2] in ids and codes.append(
+    answers_until(client, started + 15, lambda f: f[1] == b"REPLY" and f[2] in ids and codes.append(
         json.loads(f[-1]).get("code")) is None and len(codes) == 4)
     elapsed = time.monotonic() - started
     client.close()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A Skillbus peer in Python, written from docs/PROTOCOL.md alone (wire protocol v1).
+"""A Skillbus peer in Python, written from docs/PROTOCOL.md alone (wire protocol v2).
 
 Four roles:
 
@@ -46,7 +46,8 @@ Four roles:
 Keys (§12): when SKILLBUS_SERVER_KEY (the coordinator's public key, or its file) and SKILLBUS_KEY
 (this peer's secret key file, NAME.key) are set, every socket connects over CURVE.
 
-Section numbers (§) refer to docs/PROTOCOL.md.
+Section numbers (§) refer to docs/PROTOCOL.md. Its field numbers are those of v2 too; v2 changes only how
+the fields travel (`pack` and `unpack` below).
 """
 from __future__ import annotations
 
@@ -68,8 +69,9 @@ import uuid
 
 import zmq
 
-CLIENT = b"SKB1C"
-WORKER = b"SKB1W"
+CLIENT = b"SKB2C"
+WORKER = b"SKB2W"
+V1_HEADERS = (b"SKB1C", b"SKB1W")
 MAX_DEPTH = 128
 STATES = {"idle", "thinking", "selectingSkill", "executingSkill", "streaming", "completed", "failed"}
 
@@ -95,6 +97,74 @@ def secure(sock: zmq.Socket) -> zmq.Socket:
 
 def log(role: str, text: str) -> None:
     print(f"[{role}] {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Framing, v2: frame 0 is the envelope (the header, then fields 1 .. F-1, each with its length),
+# and fields F, F+1, ... follow as frames of their own
+# ---------------------------------------------------------------------------------------------
+
+# F by header and command, one table per direction; None: every field is in the envelope.
+TO_BUS = {
+    CLIENT: {b"REQUEST": 7, b"ROUND": 6, b"QUERY": 5, b"ASK": 7, b"SKILLS": None, b"SNAPSHOT": None,
+             b"AGENTS": None, b"CANCEL": None, b"APPROVE": None},
+    WORKER: {b"READY": 2, b"RESULT": 4, b"STATE": 2, b"HEARTBEAT": 3, b"DISCONNECT": None, b"SKILLS": 2,
+             b"ANSWER": 4, b"CONTEXT": 2, b"TURNEND": 4, b"STREAM": 3, b"OUTPUT": 4, b"CLAIM": 5,
+             b"CALLED": 5, b"RELEASE": None, b"STEP": 3},
+}
+FROM_BUS = {
+    CLIENT: {b"REPLY": 7, b"SKILLS": 3, b"ERROR": 3, b"ENTRY": 3, b"SNAPSHOT": 3, b"AGENTS": 3,
+             b"ROUND": 4, b"ANSWER": 5, b"TURN": 5, b"STREAM": 3, b"PROGRESS": 5, b"CONFIRM": 5,
+             b"OUTPUT": 5, b"CANCELLED": 3},
+    WORKER: {b"WELCOME": 2, b"INVOKE": 7, b"CANCEL": None, b"HEARTBEAT": None, b"ERROR": 2, b"QUERY": 3,
+             b"TURN": 6},
+}
+
+
+def pack(fields: list[bytes], table: dict) -> list[bytes]:
+    """The frames of a message given as its numbered fields (field 0 the header, 1 the command)."""
+    first = table[fields[0]][fields[1]]
+    split = len(fields) if first is None else min(first, len(fields))
+    envelope = bytearray(fields[0])
+    for field in fields[1:split]:
+        envelope += bytes([len(field)]) if len(field) < 255 else b"\xff" + len(field).to_bytes(4, "big")
+        envelope += field
+    return [bytes(envelope), *fields[split:]]
+
+
+def unpack(frames: list[bytes], table: dict) -> list[bytes]:
+    """The numbered fields of a message (field 0 the header); ValueError when it is not v2 as `table`
+    has it: another header, a truncated envelope, an unknown command or fields split at the wrong place."""
+    envelope = frames[0] if frames else b""
+    header = envelope[:5]
+    if header not in table:
+        names = " or ".join(h.decode() for h in table)
+        hint = " (wire protocol v1)" if envelope in V1_HEADERS else ""
+        raise ValueError(f"header {envelope[:16]!r}{hint} is not {names}")
+    fields, at = [header], 5
+    while at < len(envelope):
+        size, at = envelope[at], at + 1
+        if size == 0xFF:
+            if at + 4 > len(envelope):
+                raise ValueError(f"truncated envelope: the length of field {len(fields)} is cut short")
+            size, at = int.from_bytes(envelope[at:at + 4], "big"), at + 4
+        if at + size > len(envelope):
+            raise ValueError(f"truncated envelope: field {len(fields)} has {size} bytes, "
+                             f"{len(envelope) - at} are left")
+        fields.append(envelope[at:at + size])
+        at += size
+    if len(fields) < 2:
+        raise ValueError("truncated envelope: no command")
+    command = fields[1]
+    if command not in table[header]:
+        raise ValueError(f"unknown command {command[:32]!r}")
+    first, after = table[header][command], len(frames) - 1
+    # Frames may follow only an envelope that ends just before field F.
+    if (after and len(fields) != first) or (not after and first is not None and len(fields) > first):
+        where = "no field travels as a frame" if first is None else f"fields {first} on travel as frames"
+        raise ValueError(f"wrong split: in {command.decode(errors='replace')} {where}; got fields 0 to "
+                         f"{len(fields) - 1} in the envelope and {after} frame(s) after it")
+    return fields + frames[1:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,11 +427,12 @@ class Worker:
         self.shutdown_deadline = None  # set on SIGTERM
 
     # -- sending ---------------------------------------------------------------------------------
-    def send(self, *frames: bytes) -> None:
+    def send(self, *fields: bytes) -> None:
+        """Sends fields 1, 2, ... (the command first) of a worker message."""
         try:
-            self.sock.send_multipart([WORKER, *frames], flags=zmq.NOBLOCK)
+            self.sock.send_multipart(pack([WORKER, *fields], TO_BUS), flags=zmq.NOBLOCK)
         except zmq.Again:
-            log(self.name, f"dropped {frames[0].decode()}: send queue full")
+            log(self.name, f"dropped {fields[0].decode()}: send queue full")
 
     def send_ready(self) -> None:
         body = {"name": self.name, "capacity": self.capacity, "heartbeatMs": self.heartbeat_ms,
@@ -463,28 +534,33 @@ class Worker:
 
     # -- incoming messages -----------------------------------------------------------------------
     def on_message(self, frames: list[bytes]) -> None:
-        if len(frames) < 2 or frames[0] != WORKER:
-            log(self.name, f"ignored message with header {frames[0][:8]!r}")
+        try:
+            fields = unpack(frames, FROM_BUS)
+        except ValueError as exc:
+            log(self.name, f"ignored a message: {exc}")
             return
-        command, expected = frames[1], {b"WELCOME": 3, b"INVOKE": 8, b"CANCEL": 3,
-                                        b"HEARTBEAT": 2, b"ERROR": 3, b"QUERY": 4}.get(frames[1])
-        if expected is None or (len(frames) != expected and command != b"HEARTBEAT"):
-            log(self.name, f"ignored malformed {command[:16]!r} with {len(frames)} frames")
+        if fields[0] != WORKER:
+            log(self.name, f"ignored message with header {fields[0]!r}")
+            return
+        command, expected = fields[1], {b"WELCOME": 3, b"INVOKE": 8, b"CANCEL": 3,
+                                        b"HEARTBEAT": 2, b"ERROR": 3, b"QUERY": 4}.get(fields[1])
+        if expected is None or (len(fields) != expected and command != b"HEARTBEAT"):
+            log(self.name, f"ignored malformed {command[:16]!r} with {len(fields)} fields")
             return
         if command == b"WELCOME":
-            self.on_welcome(frames[2])
+            self.on_welcome(fields[2])
         elif command == b"INVOKE":
-            self.on_invoke(*frames[2:])
+            self.on_invoke(*fields[2:])
         elif command == b"CANCEL":
-            inv = self.running.get(frames[2])
+            inv = self.running.get(fields[2])
             if inv is not None:  # unknown or finished ids are ignored (§4.9)
-                log(self.name, f"CANCEL {frames[2].decode(errors='replace')}")
+                log(self.name, f"CANCEL {fields[2].decode(errors='replace')}")
                 inv.cancel.set()
         elif command == b"ERROR":
-            self.on_error(frames[2])
+            self.on_error(fields[2])
         elif command == b"QUERY":
             # This peer keeps no context store: every question about it is answered unsupported (§3.6).
-            self.send(b"ANSWER", frames[2], b"error", dump_json(
+            self.send(b"ANSWER", fields[2], b"error", dump_json(
                 {"code": "unsupported", "message": f"agent '{self.name}' keeps no context store"}))
         # HEARTBEAT: last_heard was refreshed already.
 
@@ -618,40 +694,48 @@ def new_request_id() -> str:
     return f"{out or '0'}-{next(_request_counter)}"
 
 
-def exchange(endpoint: str, frames: list[bytes], answers: dict[bytes, int],
+def exchange(endpoint: str, fields: list[bytes], answers: dict[bytes, int],
              wait_s: float) -> list[bytes] | None:
-    """Sends `frames` (frame 2 is the request id) on a fresh DEALER and returns the first answer
-    carrying that request id whose command is in `answers` (command -> frame count) or is an
-    ERROR; None when nothing came within `wait_s`."""
+    """Sends the message `fields` (field 2 is the request id) on a fresh DEALER and returns the
+    fields of the first answer carrying that request id whose command is in `answers` (command ->
+    field count) or is an ERROR; None when nothing came within `wait_s`."""
     ctx = zmq.Context()
     sock = secure(ctx.socket(zmq.DEALER))
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(endpoint)
-    rid = frames[2]
+    rid = fields[2]
     try:
-        sock.send_multipart(frames)
+        sock.send_multipart(pack(fields, TO_BUS))
         deadline = time.monotonic() + wait_s
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         while (left := deadline - time.monotonic()) > 0:
             if not poller.poll(math.ceil(left * 1000)):
                 break
-            answer = sock.recv_multipart()
+            frames = sock.recv_multipart()
+            if len(frames) >= 3 and frames[0] in V1_HEADERS and frames[1] == b"ERROR":
+                # A v1 bus answers in v1 form, without our request id (§10); this socket is ours alone.
+                return [CLIENT, b"ERROR", rid, frames[-1]]
+            try:
+                answer = unpack(frames, FROM_BUS)
+            except ValueError as exc:
+                log("client", f"ignored a message: {exc}")
+                continue
             if len(answer) < 3 or answer[0] != CLIENT or answer[2] != rid:
                 continue  # not ours
             if answers.get(answer[1]) == len(answer) or (answer[1] == b"ERROR" and len(answer) == 4):
                 return answer
-            log("client", f"ignored {answer[1][:16]!r} with {len(answer)} frames for our request id")
+            log("client", f"ignored {answer[1][:16]!r} with {len(answer)} fields for our request id")
         return None
     finally:
         sock.close()
         ctx.term()
 
 
-def bus_error(frames: list[bytes]) -> dict:
+def bus_error(fields: list[bytes]) -> dict:
     """The error object of an ERROR answer."""
     try:
-        return normalise_error(parse_json(frames[3]))
+        return normalise_error(parse_json(fields[3]))
     except ValueError:
         return error_object("malformed_message", "undecodable ERROR from the bus")
 
@@ -659,10 +743,10 @@ def bus_error(frames: list[bytes]) -> dict:
 def request(endpoint: str, skill: str, params: dict, timeout_ms: int,
             session: str = "") -> tuple[int, dict]:
     """Sends one REQUEST; returns (exit status, output object)."""
-    frames = [CLIENT, b"REQUEST", new_request_id().encode(), str(uuid.uuid4()).encode(), session.encode(),
+    fields = [CLIENT, b"REQUEST", new_request_id().encode(), str(uuid.uuid4()).encode(), session.encode(),
               skill.encode(), str(timeout_ms).encode(), dump_json(params)]
     # The bus answers timeout itself at the deadline; the extra second is for that answer.
-    answer = exchange(endpoint, frames, {b"REPLY": 8}, timeout_ms / 1000 + 1.0)
+    answer = exchange(endpoint, fields, {b"REPLY": 8}, timeout_ms / 1000 + 1.0)
     if answer is None:
         return 3, output("error", None, None, error_object(
             "unreachable", f"no answer from {endpoint} within {timeout_ms / 1000 + 1:g} s"))
@@ -671,11 +755,11 @@ def request(endpoint: str, skill: str, params: dict, timeout_ms: int,
     return decode_reply(answer)
 
 
-def decode_reply(frames: list[bytes]) -> tuple[int, dict]:
-    status = frames[4].decode("utf-8", errors="replace")
-    agent = frames[5].decode("utf-8", errors="replace") or None
+def decode_reply(fields: list[bytes]) -> tuple[int, dict]:
+    status = fields[4].decode("utf-8", errors="replace")
+    agent = fields[5].decode("utf-8", errors="replace") or None
     try:
-        payload = parse_json(frames[7])
+        payload = parse_json(fields[7])
     except ValueError as exc:
         return 1, output("error", agent, None, error_object(
             "malformed_message", f"reply payload is not JSON: {exc}"))
@@ -739,12 +823,12 @@ class RoundFailed(Exception):
 
 def send_round(endpoint: str, body: dict, round_id: str, timeout_ms: int,
                session: str = "") -> tuple[bytes, dict]:
-    """Sends one ROUND (§3.1, 7 frames) and waits for the ROUND answer with its request id (§3.2,
-    5 frames). Returns (document bytes as sent by the bus, parsed document)."""
-    frames = [CLIENT, b"ROUND", new_request_id().encode(), round_id.encode(), session.encode(),
+    """Sends one ROUND (§3.1, 7 fields) and waits for the ROUND answer with its request id (§3.2,
+    5 fields). Returns (document bytes as sent by the bus, parsed document)."""
+    fields = [CLIENT, b"ROUND", new_request_id().encode(), round_id.encode(), session.encode(),
               str(timeout_ms).encode(), dump_json(body)]
     # One deadline for the whole round; the bus answers by then (§3.5.6): wait 1 s more.
-    answer = exchange(endpoint, frames, {b"ROUND": 5}, timeout_ms / 1000 + 1.0)
+    answer = exchange(endpoint, fields, {b"ROUND": 5}, timeout_ms / 1000 + 1.0)
     if answer is None:
         raise RoundFailed(3, f"unreachable: no ROUND answer from {endpoint} within "
                              f"{timeout_ms / 1000 + 1:g} s")
@@ -945,7 +1029,7 @@ class Replica:
         self.rid = new_request_id().encode()
         self.snap_entries, self.snap_count = {}, 0
         self.snap_deadline = time.monotonic() + self.SNAPSHOT_WAIT
-        self.bus.send_multipart([CLIENT, b"SNAPSHOT", self.rid])
+        self.bus.send_multipart(pack([CLIENT, b"SNAPSHOT", self.rid], TO_BUS))
         log(self.ROLE, f"asked for a snapshot ({self.rid.decode()}), {len(self.queue)} update(s) queued")
 
     def snapshot_failed(self, why: str) -> None:
@@ -955,26 +1039,31 @@ class Replica:
         self.retry_delay = min(self.retry_delay * 2, self.RETRY_MAX)
 
     def on_bus_message(self, frames: list[bytes]) -> None:
-        if self.rid is None or len(frames) < 3 or frames[0] != CLIENT or frames[2] != self.rid:
+        try:
+            fields = unpack(frames, FROM_BUS)
+        except ValueError as exc:
+            log(self.ROLE, f"ignored a message from the bus: {exc}")
+            return
+        if self.rid is None or len(fields) < 3 or fields[0] != CLIENT or fields[2] != self.rid:
             return  # not the attempt in flight (e.g. the tail of an abandoned one)
-        command = frames[1]
+        command = fields[1]
         try:
             if command == b"ERROR":
-                body = frames[3] if len(frames) == 4 else b"{}"
+                body = fields[3] if len(fields) == 4 else b"{}"
                 try:
                     err = normalise_error(parse_json(body))
                 except ValueError:
                     err = error_object("malformed_message", "undecodable ERROR")
                 raise SnapshotFailed(f"bus ERROR {err['code']}: {err['message']}")
-            if len(frames) != 4 or command not in (b"ENTRY", b"SNAPSHOT"):
-                raise SnapshotFailed(f"unexpected {command[:16]!r} with {len(frames)} frames")
+            if len(fields) != 4 or command not in (b"ENTRY", b"SNAPSHOT"):
+                raise SnapshotFailed(f"unexpected {command[:16]!r} with {len(fields)} fields")
             try:
-                body = parse_json(frames[3])
+                body = parse_json(fields[3])
             except ValueError as exc:
                 raise SnapshotFailed(f"{command.decode()} body is not JSON: {exc}") from None
             if command == b"ENTRY":
                 if not is_valid_entry(body):
-                    raise SnapshotFailed(f"unreadable ENTRY {frames[3][:200]!r}")
+                    raise SnapshotFailed(f"unreadable ENTRY {fields[3][:200]!r}")
                 self.snap_count += 1
                 self.snap_entries[body["agent"]] = body
             else:
