@@ -82,8 +82,8 @@ extension LoadGenerator {
                         timeoutMs: 15_000, body: bodies[Int(id % UInt64(bodies.count))])
                 ).encoded()
             },
-            replyID: { message in
-                guard message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+            replyID: { frames in
+                guard let message = Wire.busMessageFields(frames), message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
                     return nil
                 }
                 return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")

@@ -77,8 +77,8 @@ public struct LoadGenerator: Sendable {
                         sessionID: session, skill: skill, timeoutMs: 15_000, parameters: parameters)
                 ).encoded()
             },
-            replyID: { message in
-                guard message.count == 8, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+            replyID: { frames in
+                guard let message = Wire.busMessageFields(frames), message.count == 8, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
                     return nil
                 }
                 return (id, message[4] == Array("ok".utf8))
@@ -95,8 +95,8 @@ public struct LoadGenerator: Sendable {
                         agent: agent, timeoutMs: 15_000, message: message)
                 ).encoded()
             },
-            replyID: { message in
-                guard message.count == 6, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+            replyID: { frames in
+                guard let message = Wire.busMessageFields(frames), message.count == 6, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
                     return nil
                 }
                 return (id, message[4] == Array("ok".utf8))
@@ -115,8 +115,8 @@ public struct LoadGenerator: Sendable {
                         timeoutMs: 15_000, body: body)
                 ).encoded()
             },
-            replyID: { message in
-                guard message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
+            replyID: { frames in
+                guard let message = Wire.busMessageFields(frames), message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
                     return nil
                 }
                 return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
@@ -128,8 +128,8 @@ public struct LoadGenerator: Sendable {
         let payload = [UInt8](repeating: UInt8(ascii: "x"), count: payloadBytes)
         return LoadGenerator(
             makeRequest: { id in [Array(String(id).utf8), payload] },
-            replyID: { message in
-                guard message.count == 2, let id = UInt64(String(decoding: message[0], as: UTF8.self)) else {
+            replyID: { frames in
+                guard frames.count == 2, let id = UInt64(String(decoding: frames[0], as: UTF8.self)) else {
                     return nil
                 }
                 return (id, true)

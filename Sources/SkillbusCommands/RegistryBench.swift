@@ -59,7 +59,9 @@ final class RegisteredOnlyAgents: Sendable {
                 guard let ready = try? poll(sockets.map { PollItem(.socket($0)) }, timeoutMs: 100) else { return }
                 for (index, socket) in sockets.enumerated() where ready.readable[index] {
                     while let message = try? socket.receive(dontWait: true) {
-                        if message.count > 1, message[1] == Array("WELCOME".utf8) { waiting -= 1 }
+                        if let fields = Wire.busMessageFields(message), fields.count > 1, fields[1] == Array("WELCOME".utf8) {
+                            waiting -= 1
+                        }
                     }
                 }
             }
@@ -118,7 +120,7 @@ enum RegistryBench {
         try socket.connect(bus)
         try socket.send(ClientMessage.snapshot(requestID: "raw").encoded())
         while let message = try socket.receive() {
-            if message.count > 1, message[1] == Array("SNAPSHOT".utf8) {
+            if let fields = Wire.busMessageFields(message), fields.count > 1, fields[1] == Array("SNAPSHOT".utf8) {
                 return milliseconds(ContinuousClock.now - start)
             }
         }

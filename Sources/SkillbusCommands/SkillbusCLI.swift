@@ -35,7 +35,7 @@ public enum SkillbusCLI {
     /// Runs the command line and returns the process exit code.
     public static func main(_ arguments: [String]) async -> Int32 {
         if arguments == ["--version"] {
-            print("skillbus \(version) (wire protocol SKB1C/SKB1W)")
+            print("skillbus \(version) (wire protocol v2: SKB2C/SKB2W)")
             return 0
         }
         guard let name = arguments.first, name != "--help", name != "help", name != "-h" else {

@@ -1,8 +1,9 @@
 import Foundation
-import Skillbus
 import SkillbusZMQ
 import Synchronization
 import Testing
+
+@testable import Skillbus
 
 /// A raw DEALER on the bus, to send what no well-behaved client would.
 final class RawPeer: Sendable {
@@ -15,21 +16,25 @@ final class RawPeer: Sendable {
         socket = try SocketLoop(
             context: context, type: .dealer, name: "raw-peer",
             configure: { socket in try socket.connect(endpoint) },
-            onMessage: { message in inbox.deliver(message) })
+            onMessage: { message in inbox.deliver(busFields(message)) })
     }
 
     /// A ROUTER bound to `endpoint` (`socket.endpoint` has the real port): the test plays the bus.
-    /// Each message it receives starts with the sender's routing id.
+    /// Each message it receives is the sender's routing id, then the message's fields (envelope unpacked).
     init(bindingRouter endpoint: String, context: ZMQContext) throws {
         let inbox = MessageInbox()
         self.inbox = inbox
         socket = try SocketLoop(
             context: context, type: .router, name: "raw-bus",
             configure: { socket in try socket.bind(endpoint) },
-            onMessage: { message in inbox.deliver(message) })
+            onMessage: { message in
+                guard let routingID = message.first else { return }
+                inbox.deliver([routingID] + peerFields(Array(message.dropFirst())))
+            })
     }
 
-    /// Sends `frames` and returns the next message, or throws after `timeout`.
+    /// Sends `frames` and returns the next message (as its fields, when it is a v2 one from the bus), or
+    /// throws after `timeout`.
     func exchange(_ frames: Multipart, timeout: Duration = .seconds(10)) async throws -> Multipart {
         socket.send(frames)
         return try await next(timeout: timeout)
@@ -111,8 +116,8 @@ struct BadInputTests {
         let peer = try RawPeer(cluster.bus, context: context)
         defer { peer.close() }
 
-        func expectError(_ frames: Multipart, code: String, mentioning: String, dialect: String = "SKB1C") async throws
-        {
+        /// Sends `frames` as they are and expects an ERROR in `dialect` (a v1 peer's is in v1 framing).
+        func expectError(raw frames: Multipart, code: String, mentioning: String, dialect: String = "SKB2C") async throws {
             let reply = try await peer.exchange(frames)
             #expect(text(reply[0]) == dialect)
             #expect(text(reply[1]) == "ERROR")
@@ -121,45 +126,51 @@ struct BadInputTests {
             let message = error["message"]?.stringValue ?? ""
             #expect(message.contains(mentioning), "message was: \(message)")
         }
+        /// The same for a message given as its fields, packed as v2 frames.
+        func expectError(_ fields: [String], code: String, mentioning: String, dialect: String = "SKB2C") async throws {
+            try await expectError(raw: toBus(fields), code: code, mentioning: mentioning, dialect: dialect)
+        }
+        /// An envelope alone, holding `fields`, whatever the command's layout says.
+        func envelope(_ fields: [String]) -> [UInt8] { Wire.pack(fields.map { Array($0.utf8) }, [:])[0] }
 
-        try await expectError([[0xFF, 0x00, 0x13]], code: "unsupported_protocol", mentioning: "SKB1C")
+        try await expectError(raw: [[0xFF, 0x00, 0x13]], code: "unsupported_protocol", mentioning: "SKB2C")
+        // A v1 peer hears, in v1 framing, that this bus speaks v2.
         try await expectError(
-            [Array("SKB2C".utf8), Array("REQUEST".utf8)], code: "unsupported_protocol", mentioning: "SKB2C")
-        try await expectError([Array("SKB1C".utf8)], code: "malformed_message", mentioning: "command")
+            raw: [Array("SKB1C".utf8), Array("REQUEST".utf8)], code: "unsupported_protocol", mentioning: "SKB2C",
+            dialect: "SKB1C")
         try await expectError(
-            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r1".utf8)], code: "malformed_message",
-            mentioning: "REQUEST takes 8 frames, got 3")
+            raw: [Array("SKB1W".utf8), Array("READY".utf8), Array("{}".utf8)], code: "unsupported_protocol",
+            mentioning: "SKB2W", dialect: "SKB1W")
+        try await expectError(["SKB2C"], code: "malformed_message", mentioning: "command")
         try await expectError(
-            [Array("SKB1C".utf8), Array("DANCE".utf8), Array("r1".utf8)], code: "malformed_message", mentioning: "DANCE"
-        )
+            ["SKB2C", "REQUEST", "r1"], code: "malformed_message", mentioning: "REQUEST takes 8 fields, got 3")
+        try await expectError(["SKB2C", "DANCE", "r1"], code: "malformed_message", mentioning: "DANCE")
         try await expectError(
-            [
-                Array("SKB1C".utf8), Array("REQUEST".utf8), Array("r2".utf8), Array("round".utf8), [],
-                Array("echo".utf8),
-                Array("soon".utf8), Array("{}".utf8),
-            ],
-            code: "malformed_message", mentioning: "timeout")
+            ["SKB2C", "REQUEST", "r2", "round", "", "echo", "soon", "{}"], code: "malformed_message", mentioning: "timeout")
+        // Parameters inside the envelope instead of a frame of their own.
         try await expectError(
-            [Array("SKB1W".utf8), Array("RESULT".utf8), Array("i99".utf8), Array("ok".utf8), Array("{}".utf8)],
-            code: "not_registered", mentioning: "READY", dialect: "SKB1W")
+            raw: [envelope(["SKB2C", "REQUEST", "r3", "round", "", "echo", "", "{}"])], code: "malformed_message",
+            mentioning: "REQUEST carries fields 0 to 6 in its envelope")
         try await expectError(
-            [Array("SKB1W".utf8), Array("READY".utf8), Array("{not json".utf8)], code: "malformed_message",
-            mentioning: "invalid JSON", dialect: "SKB1W")
+            raw: [Array("SKB2C".utf8) + [9, 0x52]], code: "malformed_message", mentioning: "says 9 bytes; only 1 follow")
+        try await expectError(
+            ["SKB2W", "RESULT", "i99", "ok", "{}"], code: "not_registered", mentioning: "READY", dialect: "SKB2W")
+        try await expectError(
+            ["SKB2W", "READY", "{not json"], code: "malformed_message", mentioning: "invalid JSON", dialect: "SKB2W")
         // More frames than any message has: refused by count (the frames past 32 were never kept).
         try await expectError(
-            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("many".utf8)] + Array(repeating: [0x41], count: 40),
-            code: "message_too_large", mentioning: "message of 43 frames exceeds the limit of 32 frames (maxFrames)")
+            raw: [envelope(["SKB2C", "REQUEST", "many"])] + Array(repeating: [0x41], count: 40),
+            code: "message_too_large", mentioning: "message of 41 frames exceeds the limit of 32 frames (maxFrames)")
         try await expectError(
-            [Array("SKB1W".utf8), Array("RESULT".utf8)] + Array(repeating: [], count: 31),
-            code: "message_too_large", mentioning: "33 frames", dialect: "SKB1W")
+            raw: [envelope(["SKB2W", "RESULT"])] + Array(repeating: [], count: 32),
+            code: "message_too_large", mentioning: "33 frames", dialect: "SKB2W")
         // Many frames each under the limit, together over it.
         try await expectError(
-            [Array("SKB1C".utf8), Array("REQUEST".utf8), Array("sum".utf8)]
-                + Array(repeating: [UInt8](repeating: 0x42, count: 1000), count: 8),
-            code: "message_too_large", mentioning: "message of 8015 bytes exceeds the limit of 4096 bytes")
+            raw: [envelope(["SKB2C", "REQUEST", "sum"])] + Array(repeating: [UInt8](repeating: 0x42, count: 1000), count: 8),
+            code: "message_too_large", mentioning: "message of 8017 bytes exceeds the limit of 4096 bytes")
         let big = JSONValue.object(["text": .string(String(repeating: "x", count: 5000))]).serialized()
         try await expectError(
-            ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big))
+            raw: ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big))
                 .encoded(),
             code: "message_too_large", mentioning: "limit of 4096 bytes")
 
@@ -177,7 +188,7 @@ struct BadInputTests {
             ClientMessage.invoke(
                 InvokeRequest(requestID: "ok", roundID: "r", skill: "echo", parameters: Array(#"{"text":"fine"}"#.utf8))
             ).encoded())
-        guard case .reply(let reply) = try BusToClientMessage.decode(good) else {
+        guard case .reply(let reply) = try BusToClientMessage.decode(fields: good) else {
             Issue.record("expected a REPLY")
             return
         }
@@ -196,7 +207,7 @@ struct BadInputTests {
         let context = try ZMQContext()
         let giant = try RawPeer(cluster.bus, context: context)
         defer { giant.close() }
-        giant.socket.send([Array("SKB1C".utf8), Array("REQUEST".utf8), [UInt8](repeating: 65, count: 30_000)])
+        giant.socket.send(toBus([Array("SKB2C".utf8), Array("ROUND".utf8), [UInt8](repeating: 65, count: 30_000)]))
         let (code, document) = try await cluster.sendJSON(["echo", "text=unharmed"])
         #expect(code == 0 && document["result"]?["text"] == "unharmed")
         // The same socket, once libzmq has reconnected it, is served; and what it hears first is that

@@ -114,7 +114,7 @@ struct CancellationTests {
         let stubborn = try RawPeer(cluster.bus, context: try ZMQContext())
         defer { stubborn.close() }
         let ready: JSONValue = ["name": "stubborn", "capacity": 1, "heartbeatMs": 60_000, "skills": [["identifier": "stuck"]]]
-        _ = try await stubborn.exchange([Array("SKB1W".utf8), Array("READY".utf8), ready.serialized()])
+        _ = try await stubborn.exchange(toBus([Array("SKB2W".utf8), Array("READY".utf8), ready.serialized()]))
         let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
         defer { client.close() }
         let call = Task { try await client.invoke("stuck", timeout: .seconds(30)) }

@@ -20,12 +20,12 @@ final class FakeBus: Sendable {
 
     var endpoint: String { socket.endpoint }
 
-    /// The next message, routing id first.
+    /// The next message, routing id first, then its fields (its envelope unpacked).
     func next(timeout: Duration = .seconds(10)) async throws -> Multipart {
-        guard let message = await inbox.next(timeout: timeout) else {
+        guard let message = await inbox.next(timeout: timeout), let routingID = message.first else {
             throw TimedOut(what: "a message at the fake bus")
         }
-        return message
+        return [routingID] + peerFields(Array(message.dropFirst()))
     }
 
     /// The next message whose command frame (after routing id and header) is `command`; others are skipped.
@@ -38,6 +38,9 @@ final class FakeBus: Sendable {
     }
 
     func send(_ frames: Multipart) { socket.send(frames) }
+
+    /// Sends a message given as the routing id, then its fields, packed as the bus packs them.
+    func send(fields: Multipart) { socket.send([fields[0]] + fromBus(Array(fields.dropFirst()))) }
 
     func close() { socket.stop() }
 }
@@ -79,8 +82,8 @@ struct ClientTests {
         let cancel = try await bus.next("CANCEL")
         #expect(cancel.count == 4 && cancel[3] == request[3])
         let error = Array(#"{"code":"cancelled","details":{"reason":"client"},"message":"cancelled by its client"}"#.utf8)
-        bus.send(
-            [request[0], Array("SKB1C".utf8), Array("REPLY".utf8), request[3], request[4], Array("error".utf8),
+        bus.send(fields:
+            [request[0], Array("SKB2C".utf8), Array("REPLY".utf8), request[3], request[4], Array("error".utf8),
              Array("alpha".utf8), Array("12".utf8), error])
         let outcome = try await call.value
         #expect(outcome.status == .error && outcome.error?.code == .cancelled && outcome.agent == "alpha")
@@ -91,7 +94,7 @@ struct ClientTests {
         let roundCancel = try await bus.next("CANCEL")
         #expect(roundCancel[3] == sent[3])
         let document = RoundDocument.refusal(round: "x", shape: "invoke", SkillbusError(.cancelled, "cancelled"))
-        bus.send([sent[0], Array("SKB1C".utf8), Array("ROUND".utf8), sent[3], sent[4], document.json.serialized()])
+        bus.send(fields: [sent[0], Array("SKB2C".utf8), Array("ROUND".utf8), sent[3], sent[4], document.json.serialized()])
         #expect(try await round.value.error?.code == .cancelled)
         #expect(client.waitingCallers == 0)
     }
@@ -119,11 +122,11 @@ struct ClientTests {
         let request = try await bus.next("SKILLS")
         call.cancel()
         #expect(await withDeadline(.seconds(10)) { await call.value } == .some(nil))
-        bus.send([request[0], Array("SKB1C".utf8), Array("SKILLS".utf8), request[3], Array("{}".utf8)])
+        bus.send(fields: [request[0], Array("SKB2C".utf8), Array("SKILLS".utf8), request[3], Array("{}".utf8)])
         // The next call is answered normally: the late reply resolved nobody and left nothing behind.
         let next = Task { try await client.skills(timeout: .seconds(600)) }
         let second = try await bus.next("SKILLS")
-        bus.send([second[0], Array("SKB1C".utf8), Array("SKILLS".utf8), second[3], Array(#"{"skills":[]}"#.utf8)])
+        bus.send(fields: [second[0], Array("SKB2C".utf8), Array("SKILLS".utf8), second[3], Array(#"{"skills":[]}"#.utf8)])
         #expect(await withDeadline(.seconds(10)) { (try? await next.value)?.skills.count } == .some(0))
         #expect(client.waitingCallers == 0)
     }
@@ -131,9 +134,9 @@ struct ClientTests {
     @Test(
         "a reply with a readable request id that does not decode fails its caller with malformed_message",
         arguments: [
-            (["round-1", "ok"], "REPLY takes 8 frames, got 5"),
-            (["round-1", "maybe", "alpha", "12", #"{"type":"text","text":"hi"}"#], "frame 4 (status)"),
-            (["round-1", "ok", "alpha", "soon", #"{"type":"text","text":"hi"}"#], "frame 6 (duration)"),
+            (["round-1", "ok"], "REPLY takes 8 fields, got 5"),
+            (["round-1", "maybe", "alpha", "12", #"{"type":"text","text":"hi"}"#], "field 4 (status)"),
+            (["round-1", "ok", "alpha", "soon", #"{"type":"text","text":"hi"}"#], "field 6 (duration)"),
         ])
     func malformedReply(frames: [String], problem: String) async throws {
         let bus = try await FakeBus(context: context)
@@ -144,7 +147,7 @@ struct ClientTests {
             await failure { _ = try await client.invoke("echo", parameters: ["text": "hi"], timeout: .seconds(600)) }
         }
         let request = try await bus.next("REQUEST")
-        bus.send([request[0], Array("SKB1C".utf8), Array("REPLY".utf8), request[3]] + frames.map { Array($0.utf8) })
+        bus.send(fields: [request[0], Array("SKB2C".utf8), Array("REPLY".utf8), request[3]] + frames.map { Array($0.utf8) })
         let outcome = await withDeadline(.seconds(10)) { await call.value }
         let error = try #require(outcome ?? nil, "no error within the deadline")
         #expect(error.code == .malformedMessage)
@@ -163,7 +166,7 @@ struct ClientTests {
         defer { client.close() }
         let call = Task { await failure { _ = try await client.skills(timeout: .seconds(600)) } }
         let request = try await bus.next("SKILLS")
-        bus.send([request[0], Array("SKB1C".utf8), Array("SKILLS".utf8), request[3], Array(catalog.utf8)])
+        bus.send(fields: [request[0], Array("SKB2C".utf8), Array("SKILLS".utf8), request[3], Array(catalog.utf8)])
         let error = await withDeadline(.seconds(10)) { await call.value }
         #expect(error??.code == .malformedMessage)
         #expect(error??.message.contains("catalog") == true)

@@ -74,7 +74,7 @@ struct ConcurrencyTests {
         let registration = try JSONValue(parsing: ready[3])
         #expect(registration["skills"]?.arrayValue?.first?["concurrency"] == 1)
         let peer = ready[0]
-        func send(_ frames: [String]) { bus.socket.send([peer] + frames.map { Array($0.utf8) }) }
+        func send(_ fields: [String]) { bus.socket.send([peer] + fromBus(fields)) }
         func result(_ id: String) async throws -> (status: String, payload: JSONValue) {
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline {
@@ -86,17 +86,17 @@ struct ConcurrencyTests {
             }
             throw TimedOut(what: "RESULT \(id)")
         }
-        send(["SKB1W", "WELCOME", #"{"accepted":["sleep"],"epoch":"0000000000000000","feed":"","heartbeatMs":60000,"refused":[]}"#])
-        send(["SKB1W", "INVOKE", "i1", "r1", "", "sleep", "60000", #"{"ms":60000}"#])
-        send(["SKB1W", "INVOKE", "i2", "r2", "", "sleep", "60000", #"{"ms":1}"#])
+        send(["SKB2W", "WELCOME", #"{"accepted":["sleep"],"epoch":"0000000000000000","feed":"","heartbeatMs":60000,"refused":[]}"#])
+        send(["SKB2W", "INVOKE", "i1", "r1", "", "sleep", "60000", #"{"ms":60000}"#])
+        send(["SKB2W", "INVOKE", "i2", "r2", "", "sleep", "60000", #"{"ms":1}"#])
         let refused = try await result("i2")
         #expect(refused.status == "error")
         #expect(
             refused.payload
                 == ["code": "busy", "message": "agent 'limited' is at the concurrency limit of 'sleep' (1)"])
-        send(["SKB1W", "CANCEL", "i1"])
+        send(["SKB2W", "CANCEL", "i1"])
         #expect(try await result("i1").payload["code"] == "cancelled")
-        send(["SKB1W", "INVOKE", "i3", "r3", "", "sleep", "60000", #"{"ms":1}"#])
+        send(["SKB2W", "INVOKE", "i3", "r3", "", "sleep", "60000", #"{"ms":1}"#])
         #expect(try await result("i3").status == "ok")
     }
 }

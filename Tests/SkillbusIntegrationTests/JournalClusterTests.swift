@@ -119,7 +119,7 @@ struct JournalClusterTests {
         #expect(code == 0, "\(lines)")
         let summary = try JSONValue(parsing: lines.first { $0.hasPrefix("{") } ?? "null")
         #expect(summary["rounds"] == 1 && summary["stopped"] == 0, "\(summary)")
-        guard case .round(_, _, let document) = try BusToClientMessage.decode(try await peer.next()) else {
+        guard case .round(_, _, let document) = try BusToClientMessage.decode(fields: try await peer.next()) else {
             Issue.record("expected the round's document")
             return
         }

@@ -345,19 +345,19 @@ struct RegistryClusterTests {
         #expect(try JSONValue(parsing: summary[3])["agents"] == 1)
 
         func expectError(_ frames: [String], code: String, mentioning: String) async throws {
-            let reply = try await stranger.exchange(frames.map { Array($0.utf8) })
+            let reply = try await stranger.exchange(toBus(frames))
             #expect(text(reply[1]) == "ERROR")
             let error = try JSONValue(parsing: reply.last!)
             #expect(error["code"]?.stringValue == code)
             #expect(error["message"]?.stringValue?.contains(mentioning) == true, "was: \(error)")
         }
         try await expectError(
-            ["SKB1C", "SNAPSHOT", "s2", "extra"], code: "malformed_message", mentioning: "SNAPSHOT takes 3")
-        try await expectError(["SKB1C", "AGENTS"], code: "malformed_message", mentioning: "AGENTS takes 3")
+            ["SKB2C", "SNAPSHOT", "s2", "extra"], code: "malformed_message", mentioning: "SNAPSHOT takes 3")
+        try await expectError(["SKB2C", "AGENTS"], code: "malformed_message", mentioning: "AGENTS takes 3")
         // Worker commands from a peer that never registered.
-        try await expectError(["SKB1W", "SKILLS", "[]"], code: "not_registered", mentioning: "READY")
-        try await expectError(["SKB1W", "HEARTBEAT", "1000"], code: "not_registered", mentioning: "READY")
-        try await expectError(["SKB1W", "HEARTBEAT", "5"], code: "malformed_message", mentioning: "at least 10")
+        try await expectError(["SKB2W", "SKILLS", "[]"], code: "not_registered", mentioning: "READY")
+        try await expectError(["SKB2W", "HEARTBEAT", "1000"], code: "not_registered", mentioning: "READY")
+        try await expectError(["SKB2W", "HEARTBEAT", "5"], code: "malformed_message", mentioning: "at least 10")
 
         // 200 agents register at once, then half of them leave: every change is one update, nothing is lost.
         let client = try SkillbusClient(endpoint: cluster.bus, context: context)

@@ -34,7 +34,8 @@ struct RetryClusterTests {
                         skill: "sleep", timeoutMs: 15_000, parameters: parameters)
                 ).encoded()
             },
-            replyID: { message in
+            replyID: { frames in
+                let message = busFields(frames)
                 guard message.count == 8, let id = Int(String(decoding: message[2], as: UTF8.self)), id < requests else {
                     return nil
                 }
@@ -142,8 +143,8 @@ struct RetryClusterTests {
             "identifier": "flaky", "retry": ["backoffMs": 1000, "jitter": 0, "on": ["upstream_down"]],
         ]
         _ = try await worker.exchange(
-            [Array("SKB1W".utf8), Array("READY".utf8),
-             (["name": "flaky", "capacity": 1, "heartbeatMs": 60_000, "skills": [skill]] as JSONValue).serialized()])
+            toBus([Array("SKB2W".utf8), Array("READY".utf8),
+             (["name": "flaky", "capacity": 1, "heartbeatMs": 60_000, "skills": [skill]] as JSONValue).serialized()]))
         func nextInvoke() async throws -> Multipart {
             while true {
                 let message = try await worker.next(timeout: .seconds(10))
@@ -156,13 +157,13 @@ struct RetryClusterTests {
         let first = try await nextInvoke()
         let failedAt = ContinuousClock.now
         worker.socket.send(
-            [Array("SKB1W".utf8), Array("RESULT".utf8), first[2], Array("error".utf8),
-             Array(#"{"code":"upstream_down","message":"try later"}"#.utf8)])
+            toBus([Array("SKB2W".utf8), Array("RESULT".utf8), first[2], Array("error".utf8),
+             Array(#"{"code":"upstream_down","message":"try later"}"#.utf8)]))
         let second = try await nextInvoke()
         let waited = ContinuousClock.now - failedAt
         worker.socket.send(
-            [Array("SKB1W".utf8), Array("RESULT".utf8), second[2], Array("ok".utf8),
-             Array(#"{"text":"fine","type":"text"}"#.utf8)])
+            toBus([Array("SKB2W".utf8), Array("RESULT".utf8), second[2], Array("ok".utf8),
+             Array(#"{"text":"fine","type":"text"}"#.utf8)]))
         #expect(try await call.value.result == .text("fine"))
         #expect(second[2] != first[2])
         let ms = Double(waited / .microseconds(1)) / 1000

@@ -66,18 +66,18 @@ struct WorkerErrorTests {
             bus.close()
         }
 
-        func send(_ frames: [String]) { bus.socket.send([peer] + frames.map { Array($0.utf8) }) }
+        func send(_ fields: [String]) { bus.socket.send([peer] + fromBus(fields)) }
 
         /// A long bus heartbeat, so that the worker never takes the test's silence for a lost bus.
         func welcome() {
             send([
-                "SKB1W", "WELCOME",
+                "SKB2W", "WELCOME",
                 #"{"accepted":[],"epoch":"0000000000000000","feed":"","heartbeatMs":60000,"refused":[]}"#,
             ])
         }
 
         func invoke(_ id: String, _ skill: String, _ parameters: String) {
-            send(["SKB1W", "INVOKE", id, "round-1", "", skill, "60000", parameters])
+            send(["SKB2W", "INVOKE", id, "round-1", "", skill, "60000", parameters])
         }
 
         /// The next worker message with this command within 20 s (STATE bodies are recorded on the way;
@@ -86,7 +86,7 @@ struct WorkerErrorTests {
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline {
                 let message = try await bus.next(timeout: deadline - ContinuousClock.now)
-                guard message.count >= 3, text(message[1]) == "SKB1W" else { continue }
+                guard message.count >= 3, text(message[1]) == "SKB2W" else { continue }
                 if text(message[2]) == "STATE", message.count == 4 { states.append(text(message[3])) }
                 if text(message[2]) == command, condition(message) { return message }
             }
@@ -162,7 +162,7 @@ struct WorkerErrorTests {
         #expect(
             try await bench.refusal("i9", skill, #"{"text":"x"}"#)
                 == ["code": "busy", "message": .string("agent '\(name)' is at capacity (1)")])
-        bench.send(["SKB1W", "CANCEL", "i8"])
+        bench.send(["SKB2W", "CANCEL", "i8"])
         #expect(
             try await bench.error(of: "i8")
                 == ["code": "cancelled", "message": .string("'\(subject.slowSkill)' was cancelled")])
@@ -181,7 +181,7 @@ struct WorkerErrorTests {
         bench.welcome()
         let again = try await bench.next("STATE")
         #expect(text(again[3]) == executing)
-        bench.send(["SKB1W", "CANCEL", "i1"])
+        bench.send(["SKB2W", "CANCEL", "i1"])
         _ = try await bench.error(of: "i1")
         _ = try await bench.next("STATE") { text($0[3]) == #"{"state":"idle"}"# }
         let afterWelcome = Array(bench.states.drop { $0 != executing }.dropFirst())

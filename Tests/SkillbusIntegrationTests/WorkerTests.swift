@@ -30,7 +30,7 @@ struct WorkerTests {
     /// Answers the worker's READY with a WELCOME and returns the worker's routing id.
     func welcome(_ bus: FakeBus) async throws -> [UInt8] {
         let ready = try await bus.next("READY")
-        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
+        bus.send(fields: [ready[0], Array("SKB2W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
         return ready[0]
     }
 
@@ -84,7 +84,7 @@ struct WorkerTests {
                 if message[2] == Array("SKILLS".utf8) { last = try JSONValue(parsing: message[3]) }
                 if message[2] == Array("READY".utf8) {
                     last = try JSONValue(parsing: message[3])["skills"]
-                    bus.send([message[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
+                    bus.send(fields: [message[0], Array("SKB2W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
                 }
             }
             while true {
@@ -112,7 +112,7 @@ struct WorkerTests {
         let (worker, running) = try await start(on: bus, skills: [Named(identifier: "s0")])
         let ready = try await bus.next("READY")
         worker.addSkill(Named(identifier: "s1"))  // READY carried only s0
-        bus.send([ready[0], Array("SKB1W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
+        bus.send(fields: [ready[0], Array("SKB2W".utf8), Array("WELCOME".utf8), Self.welcomeBody])
         let skills = try await bus.next("SKILLS")
         #expect(
             try JSONValue(parsing: skills[3]).arrayValue?.compactMap { $0["identifier"]?.stringValue } == ["s0", "s1"])

@@ -172,12 +172,12 @@ struct TurnLeaseTests {
         ]
         for message in messages { #expect(try WorkerMessage.decode(message.encoded()) == message) }
         #expect(throws: SkillbusError.self) {
-            try WorkerMessage.decode([Array("SKB1W".utf8), Array("CLAIM".utf8), Array("t1".utf8), Array("c1".utf8), [], []])
+            try WorkerMessage.decode(fields: [Array("SKB2W".utf8), Array("CLAIM".utf8), Array("t1".utf8), Array("c1".utf8), [], []])
         }
         let turn = TurnRequest(turnID: "t1", roundID: "r", sessionID: "", deadlineMs: 5, message: "m", leased: true)
         #expect(try BusToWorkerMessage.decode(BusToWorkerMessage.turn(turn).encoded()) == .turn(turn))
         var badLease = BusToWorkerMessage.turn(turn).encoded()
-        badLease[7] = Array("yes".utf8)
+        badLease[2] = Array("yes".utf8)  // the lease, the second frame after the envelope
         #expect(throws: SkillbusError.self) { try BusToWorkerMessage.decode(badLease) }
     }
 }

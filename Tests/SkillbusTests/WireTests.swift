@@ -3,7 +3,7 @@ import Testing
 
 @testable import Skillbus
 
-@Suite("Wire protocol v1 codec")
+@Suite("Wire protocol v2 codec")
 struct WireTests {
     static let request = InvokeRequest(
         requestID: "r-1", roundID: "round-1", sessionID: "s", skill: "echo", timeoutMs: 500,
@@ -26,7 +26,7 @@ struct WireTests {
             .approve(confirmationID: "c2", approved: false),
         ] {
             let frames = message.encoded()
-            #expect(frames[0] == Array("SKB1C".utf8))
+            #expect(frames[0].starts(with: Array("SKB2C".utf8)))
             #expect(try ClientMessage.decode(frames) == message)
         }
         var noTimeout = Self.request
@@ -41,8 +41,8 @@ struct WireTests {
         #expect(relayed.encoded() == BusToClientMessage.turn(requestID: "r", agent: "alpha", answer).encoded())
         #expect(try BusToClientMessage.decode(relayed.encoded()) == .turn(requestID: "r", agent: "alpha", answer))
         // A TURNEND whose answer frame is empty is refused, naming the frame.
-        let empty: Multipart = [Array("SKB1W".utf8), Array("TURNEND".utf8), Array("t1".utf8), Array("ok".utf8), []]
-        #expect(throws: SkillbusError.self) { try WorkerMessage.decode(empty) }
+        let empty: Multipart = [Array("SKB2W".utf8), Array("TURNEND".utf8), Array("t1".utf8), Array("ok".utf8), []]
+        #expect(throws: SkillbusError.self) { try WorkerMessage.decode(fields: empty) }
     }
 
     @Test("bus-to-client messages survive encode and decode")
@@ -132,44 +132,44 @@ struct WireTests {
     }
 
     @Test(
-        "malformed messages are refused with the frame that is wrong",
+        "malformed messages are refused with the field that is wrong",
         arguments: [
-            ([["SKB1C"], ["REQUEST"]].map(bytes), "REQUEST takes 8 frames, got 2"),
-            ([["SKB1C"]].map(bytes), "missing frame 1 (command)"),
-            ([["SKB1C"], ["PING"]].map(bytes), "unknown client command 'PING'"),
+            ([["SKB2C"], ["REQUEST"]].map(bytes), "REQUEST takes 8 fields, got 2"),
+            ([["SKB2C"]].map(bytes), "missing field 1 (command)"),
+            ([["SKB2C"], ["PING"]].map(bytes), "unknown client command 'PING'"),
             (
-                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], [""], [""], ["{}"]].map(bytes),
-                "frame 5 (skill) is empty"
+                [["SKB2C"], ["REQUEST"], ["r"], ["round"], [""], [""], [""], ["{}"]].map(bytes),
+                "field 5 (skill) is empty"
             ),
             (
-                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["-5"], ["{}"]].map(bytes),
-                "frame 6 (timeout)"
+                [["SKB2C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["-5"], ["{}"]].map(bytes),
+                "field 6 (timeout)"
             ),
-            ([["SKB1C"], ["SKILLS"], ["a"], ["b"]].map(bytes), "SKILLS takes 3 frames, got 4"),
+            ([["SKB2C"], ["SKILLS"], ["a"], ["b"]].map(bytes), "SKILLS takes 3 fields, got 4"),
             // A timeout that would overflow the clock, a signed one, and zero.
             (
-                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["99999999999999"], ["{}"]].map(bytes),
+                [["SKB2C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["99999999999999"], ["{}"]].map(bytes),
                 "from 0 to 86400000"
             ),
-            ([["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["+5"], ["{}"]].map(bytes), "decimal integer"),
+            ([["SKB2C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["+5"], ["{}"]].map(bytes), "decimal integer"),
             (
-                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes),
-                "frame 6 (timeout) must be at least 1"
+                [["SKB2C"], ["REQUEST"], ["r"], ["round"], [""], ["echo"], ["0"], ["{}"]].map(bytes),
+                "field 6 (timeout) must be at least 1"
             ),
             (
-                [["SKB1C"], ["REQUEST"], ["r"], ["round"], [String(repeating: "s", count: 129)], ["echo"], [""], ["{}"]]
-                    .map(bytes), "frame 4 (session id) has 129 bytes; at most 128"
+                [["SKB2C"], ["REQUEST"], ["r"], ["round"], [String(repeating: "s", count: 129)], ["echo"], [""], ["{}"]]
+                    .map(bytes), "field 4 (session id) has 129 bytes; at most 128"
             ),
             (
-                [["SKB1C"], ["ROUND"], ["r"], ["round"], [String(repeating: "s", count: 200)], [""], ["{}"]].map(bytes),
-                "frame 4 (session id) has 200 bytes"
+                [["SKB2C"], ["ROUND"], ["r"], ["round"], [String(repeating: "s", count: 200)], [""], ["{}"]].map(bytes),
+                "field 4 (session id) has 200 bytes"
             ),
-            ([["SKB1C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"gossip"}"#]].map(bytes), "'query' must be sessions"),
-            ([["SKB1C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"history"}"#]].map(bytes), "'session' is missing"),
+            ([["SKB2C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"gossip"}"#]].map(bytes), "'query' must be sessions"),
+            ([["SKB2C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"history"}"#]].map(bytes), "'session' is missing"),
         ])
     func malformedClient(frames: Multipart, reason: String) {
         #expect {
-            try ClientMessage.decode(frames)
+            try ClientMessage.decode(fields: frames)
         } throws: { error in
             guard let error = error as? SkillbusError else { return false }
             return error.code == .malformedMessage && error.message.contains(reason)
@@ -179,42 +179,42 @@ struct WireTests {
     @Test("non-UTF-8 text frames and bad worker fields are refused")
     func malformedWorker() {
         #expect(throws: SkillbusError.self) {
-            try ClientMessage.decode([Array("SKB1C".utf8), [0xFF, 0xFE], [], [], [], [], [], []])
+            try ClientMessage.decode(fields: [Array("SKB2C".utf8), [0xFF, 0xFE], [], [], [], [], [], []])
         }
         #expect(throws: SkillbusError.self) {
-            try WorkerMessage.decode([
-                Array("SKB1W".utf8), Array("RESULT".utf8), Array("i".utf8), Array("maybe".utf8), [],
+            try WorkerMessage.decode(fields: [
+                Array("SKB2W".utf8), Array("RESULT".utf8), Array("i".utf8), Array("maybe".utf8), [],
             ])
         }
         #expect(throws: SkillbusError.self) {
-            try WorkerMessage.decode([Array("SKB1W".utf8), Array("STATE".utf8), Array(#"{"state":"dancing"}"#.utf8)])
+            try WorkerMessage.decode(fields: [Array("SKB2W".utf8), Array("STATE".utf8), Array(#"{"state":"dancing"}"#.utf8)])
         }
         // A heartbeat's interval is a decimal from 10 ms to an hour; its registry position is a JSON object.
         for frames in [["extra"], ["5"], ["4000000"], ["1000", "{}"], ["1000", "[]"], ["1000", "{}", "x"]] {
             #expect(throws: SkillbusError.self) {
-                try WorkerMessage.decode(
-                    [Array("SKB1W".utf8), Array("HEARTBEAT".utf8)] + frames.map { Array($0.utf8) })
+                try WorkerMessage.decode(fields: 
+                    [Array("SKB2W".utf8), Array("HEARTBEAT".utf8)] + frames.map { Array($0.utf8) })
             }
         }
         #expect(throws: SkillbusError.self) {
-            try WorkerMessage.decode([Array("SKB1W".utf8), Array("SKILLS".utf8), Array("[".utf8)])
+            try WorkerMessage.decode(fields: [Array("SKB2W".utf8), Array("SKILLS".utf8), Array("[".utf8)])
         }
     }
 
     @Test(
         "an OUTPUT needs a part count and a non-empty array of text or json parts",
         arguments: [
-            (["i1", "x", #"[{"type":"text","text":"a"}]"#], "frame 3 (first part)"),
+            (["i1", "x", #"[{"type":"text","text":"a"}]"#], "field 3 (first part)"),
             (["i1", "0", "[]"], "non-empty JSON array"),
             (["i1", "0", #"{"type":"text","text":"a"}"#], "non-empty JSON array"),
             (["i1", "0", #"[{"type":"text","text":1}]"#], "'text', a string"),
             (["i1", "0", #"[{"type":"picture"}]"#], "'type' text or json"),
             (["i1", "0", #"["a"]"#], "must be a JSON object"),
-            (["i1", "0"], "OUTPUT takes 5 frames"),
+            (["i1", "0"], "OUTPUT takes 5 fields"),
         ])
     func malformedOutput(frames: [String], reason: String) {
         #expect {
-            try WorkerMessage.decode([Array("SKB1W".utf8), Array("OUTPUT".utf8)] + frames.map { Array($0.utf8) })
+            try WorkerMessage.decode(fields: [Array("SKB2W".utf8), Array("OUTPUT".utf8)] + frames.map { Array($0.utf8) })
         } throws: { error in
             guard let error = error as? SkillbusError else { return false }
             return error.code == .malformedMessage && error.message.contains(reason)
@@ -224,8 +224,8 @@ struct WireTests {
     @Test("the bus forwards an OUTPUT's parts frame byte for byte, as the worker wrote it")
     func outputForwardedUnchanged() throws {
         let frame = Array(#" [ {"type": "text", "text": "a b"} , {"json": {"z": 1, "a": 2}, "type": "json"} ] "#.utf8)
-        let message = [Array("SKB1W".utf8), Array("OUTPUT".utf8), Array("i4".utf8), Array("3".utf8), frame]
-        guard case .output(let id, let batch) = try WorkerMessage.decode(message) else {
+        let message = [Array("SKB2W".utf8), Array("OUTPUT".utf8), Array("i4".utf8), Array("3".utf8), frame]
+        guard case .output(let id, let batch) = try WorkerMessage.decode(fields: message) else {
             Issue.record("not an OUTPUT")
             return
         }

@@ -311,8 +311,10 @@ public final class SkillbusClient: Sendable {
         do {
             decoded = try BusToClientMessage.decode(message)
         } catch {
-            guard message.count > 2, let requestID = String(validating: message[2], as: UTF8.self) else { return }
-            let command = String(decoding: message[1].prefix(32), as: UTF8.self)
+            guard let fields = Wire.envelopeFields(message), fields.count > 2,
+                let requestID = String(validating: fields[2], as: UTF8.self)
+            else { return }
+            let command = String(decoding: fields[1].prefix(32), as: UTF8.self)
             let problem = SkillbusError(
                 .malformedMessage,
                 "the coordinator's \(command) for request \(requestID) could not be read: \(error.message)")

@@ -191,7 +191,7 @@ final class CoordinatorLoop {
                 "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes (maxMessageBytes)")
         }
         do throws(SkillbusError) {
-            if header == Wire.clientHeaderBytes {
+            if header.starts(with: Wire.clientHeaderBytes) {
                 let message = try ClientMessage.decode(body)
                 if let refusal = busGuard?.policy.refusal(of: message, from: userID) { throw refusal }
                 switch message {
@@ -217,7 +217,7 @@ final class CoordinatorLoop {
                     let listing = state.agentsListing(now: now)
                     send(to: peer, BusToClientMessage.agents(requestID: requestID, listing: listing).encoded())
                 }
-            } else if header == Wire.workerHeaderBytes {
+            } else if header.starts(with: Wire.workerHeaderBytes) {
                 watch.tracker.heard(worker: peer, on: sourceFD)
                 let message = try WorkerMessage.decode(body)
                 if let refusal = busGuard?.policy.refusal(of: message, from: userID) {
@@ -225,11 +225,11 @@ final class CoordinatorLoop {
                 }
                 perform(state.handleWorker(message, from: peer, now: now))
             } else {
-                let shown = String(decoding: header.prefix(32), as: UTF8.self)
+                let shown = String(decoding: header.prefix(5), as: UTF8.self)
                 throw SkillbusError(
                     .unsupportedProtocol,
                     "protocol '\(shown)' is not supported; this bus speaks \(Wire.clientHeader) (clients) and "
-                        + "\(Wire.workerHeader) (workers)")
+                        + "\(Wire.workerHeader) (workers), wire version 2")
             }
         } catch {
             refuse(peer, body, error)
@@ -247,15 +247,14 @@ final class CoordinatorLoop {
         } else {
             refusalsSuppressed += 1
         }
+        if let refusal = Wire.v1Refusal(body, error) { return send(to: peer, refusal) }
         let header = body.first ?? []
-        // Another version of the worker protocol (SKB2W, say) is answered as a worker would expect.
-        let speaksWorker =
-            header.count == 5 && header.starts(with: Array("SKB".utf8)) && header.last == UInt8(ascii: "W")
+        // Another version of the worker protocol (SKB3W, say) is answered as a worker would expect.
+        let speaksWorker = header.count >= 5 && header.starts(with: Array("SKB".utf8)) && header[4] == UInt8(ascii: "W")
         if speaksWorker {
             send(to: peer, BusToWorkerMessage.error(error).encoded())
         } else {
-            let requestID = body.count > 2 ? String(validating: body[2].prefix(256), as: UTF8.self) ?? "" : ""
-            send(to: peer, BusToClientMessage.error(requestID: requestID, error).encoded())
+            send(to: peer, BusToClientMessage.error(requestID: Wire.requestID(of: body), error).encoded())
         }
     }
 

@@ -75,7 +75,16 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// What a CANCEL naming a round stopped: `{"round", "requests", "rounds", "turns", "stopped"}`.
     case cancelled(requestID: String, summary: JSONValue)
 
-    public func encoded() -> Multipart {
+    /// Where its fields start travelling as frames of their own (§2.1).
+    static let layout: Wire.Layout = [
+        .reply: 7, .skills: 3, .error: 3, .entry: 3, .snapshot: 3, .agents: 3, .round: 4, .answer: 5, .turn: 5,
+        .stream: 3, .progress: 5, .confirm: 5, .output: 5, .cancelled: 3,
+    ]
+
+    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+
+    /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
+    func fields() -> Multipart {
         switch self {
         case .reply(let reply):
             [
@@ -129,13 +138,16 @@ public enum BusToClientMessage: Sendable, Equatable {
         }
     }
 
-    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToClientMessage {
-        guard message.first == Wire.clientHeaderBytes else {
-            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.clientHeader)")
-        }
+    /// Decodes a message as it arrived: its envelope and frames.
+    public static func decode(_ frames: Multipart) throws(SkillbusError) -> BusToClientMessage {
+        try decode(fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, layout))
+    }
+
+    /// Decodes a message given as its numbered fields.
+    static func decode(fields message: Multipart) throws(SkillbusError) -> BusToClientMessage {
         switch try Wire.command(message, role: "bus", expected: commands) {
         case .reply:
-            try Wire.expectFrames(message, 8, "REPLY")
+            try Wire.expectFields(message, 8, "REPLY")
             let status = try ReplyStatus(frame: message, 4)
             let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
             return .reply(
@@ -144,46 +156,46 @@ public enum BusToClientMessage: Sendable, Equatable {
                     status: status, agent: try Wire.textFrame(message, 5, "agent"), durationMicros: micros,
                     payload: message[7]))
         case .skills:
-            try Wire.expectFrames(message, 4, "SKILLS")
+            try Wire.expectFields(message, 4, "SKILLS")
             return .skills(
                 requestID: try Wire.text(message, 2, "request id"), catalog: try SkillCatalog(json: try Wire.json(message, 3, "catalog")))
         case .error:
-            try Wire.expectFrames(message, 4, "ERROR")
+            try Wire.expectFields(message, 4, "ERROR")
             return .error(
                 requestID: try Wire.text(message, 2, "request id"),
                 SkillbusError(json: try Wire.json(message, 3, "error")))
         case .entry:
-            try Wire.expectFrames(message, 4, "ENTRY")
+            try Wire.expectFields(message, 4, "ENTRY")
             return .entry(requestID: try Wire.text(message, 2, "request id"), entry: message[3])
         case .snapshot:
-            try Wire.expectFrames(message, 4, "SNAPSHOT")
+            try Wire.expectFields(message, 4, "SNAPSHOT")
             return .snapshot(
                 requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
         case .agents:
-            try Wire.expectFrames(message, 4, "AGENTS")
+            try Wire.expectFields(message, 4, "AGENTS")
             return .agents(
                 requestID: try Wire.text(message, 2, "request id"), listing: try Wire.json(message, 3, "agents"))
         case .round:
-            try Wire.expectFrames(message, 5, "ROUND")
+            try Wire.expectFields(message, 5, "ROUND")
             return .round(
                 requestID: try Wire.textFrame(message, 2, "request id"),
                 roundID: try Wire.textFrame(message, 3, "round id"),
                 document: message[4])
         case .answer:
-            try Wire.expectFrames(message, 6, "ANSWER")
+            try Wire.expectFields(message, 6, "ANSWER")
             return .answer(
                 requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                 try AgentAnswer(frames: message, from: 4))
         case .turn:
-            try Wire.expectFrames(message, 6, "TURN")
+            try Wire.expectFields(message, 6, "TURN")
             return .turn(
                 requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                 try AgentAnswer(frames: message, from: 4))
         case .stream:
-            try Wire.expectFrames(message, 4, "STREAM")
+            try Wire.expectFields(message, 4, "STREAM")
             return .stream(requestID: try Wire.text(message, 2, "request id"), text: try Wire.text(message, 3, "text"))
         case .progress:
-            try Wire.expectFrames(message, 6, "PROGRESS")
+            try Wire.expectFields(message, 6, "PROGRESS")
             let (requestID, agent) = (try Wire.text(message, 2, "request id"), try Wire.text(message, 3, "agent"))
             let body = try Wire.json(message, 5, "progress")
             switch try Wire.text(message, 4, "kind") {
@@ -192,21 +204,21 @@ public enum BusToClientMessage: Sendable, Equatable {
                     requestID: requestID, agent: agent, .state(try AgentState(json: body), parameters: body["parameters"]))
             case "call": return .progress(requestID: requestID, agent: agent, .call(try TurnCall(json: body)))
             case let kind:
-                throw SkillbusError(.malformedMessage, "frame 4 (kind) must be state or call, not '\(kind.prefix(32))'")
+                throw SkillbusError(.malformedMessage, "field 4 (kind) must be state or call, not '\(kind.prefix(32))'")
             }
         case .confirm:
-            try Wire.expectFrames(message, 6, "CONFIRM")
+            try Wire.expectFields(message, 6, "CONFIRM")
             return .confirm(
                 requestID: try Wire.text(message, 2, "request id"),
                 confirmationID: try Wire.text(message, 3, "confirmation id"), skill: try Wire.text(message, 4, "skill"),
                 parameters: message[5])
         case .output:
-            try Wire.expectFrames(message, 6, "OUTPUT")
+            try Wire.expectFields(message, 6, "OUTPUT")
             return .output(
                 requestID: try Wire.textFrame(message, 2, "request id"),
                 invocation: try Wire.text(message, 3, "invocation"), try OutputBatch(frames: message, from: 4))
         case .cancelled:
-            try Wire.expectFrames(message, 4, "CANCELLED")
+            try Wire.expectFields(message, 4, "CANCELLED")
             return .cancelled(
                 requestID: try Wire.text(message, 2, "request id"), summary: try Wire.json(message, 3, "summary"))
         default:

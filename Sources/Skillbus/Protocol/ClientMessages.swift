@@ -102,7 +102,13 @@ public enum ClientMessage: Sendable, Equatable {
     /// The answer to CONFIRM: whether the invocation may run.
     case approve(confirmationID: String, approved: Bool)
 
-    public func encoded() -> Multipart {
+    /// Where its fields start travelling as frames of their own (§2.1).
+    static let layout: Wire.Layout = [.request: 7, .round: 6, .query: 5, .ask: 7]
+
+    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+
+    /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
+    func fields() -> Multipart {
         switch self {
         case .invoke(let request):
             [
@@ -145,37 +151,42 @@ public enum ClientMessage: Sendable, Equatable {
         }
     }
 
-    /// Decodes a message whose header frame (frame 0) was already checked to be `SKB1C`.
-    public static func decode(_ message: Multipart) throws(SkillbusError) -> ClientMessage {
+    /// Decodes a message as it arrived: its envelope and frames.
+    public static func decode(_ frames: Multipart) throws(SkillbusError) -> ClientMessage {
+        try decode(fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, layout))
+    }
+
+    /// Decodes a message given as its numbered fields.
+    static func decode(fields message: Multipart) throws(SkillbusError) -> ClientMessage {
         switch try Wire.command(message, role: "client", expected: commands) {
         case .request:
-            try Wire.expectFrames(message, 8, "REQUEST")
+            try Wire.expectFields(message, 8, "REQUEST")
             let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
             let skill = try Wire.text(message, 5, "skill")
-            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 5 (skill) is empty") }
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 5 (skill) is empty") }
             return .invoke(
                 InvokeRequest(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
                     try Wire.sessionFrame(message, 4), skill: skill, timeoutMs: timeoutMs,
                     parameters: message[7]))
         case .skills:
-            try Wire.expectFrames(message, 3, "SKILLS")
+            try Wire.expectFields(message, 3, "SKILLS")
             return .listSkills(requestID: try Wire.text(message, 2, "request id"))
         case .snapshot:
-            try Wire.expectFrames(message, 3, "SNAPSHOT")
+            try Wire.expectFields(message, 3, "SNAPSHOT")
             return .snapshot(requestID: try Wire.text(message, 2, "request id"))
         case .agents:
-            try Wire.expectFrames(message, 3, "AGENTS")
+            try Wire.expectFields(message, 3, "AGENTS")
             return .listAgents(requestID: try Wire.text(message, 2, "request id"))
         case .round:
-            try Wire.expectFrames(message, 7, "ROUND")
+            try Wire.expectFields(message, 7, "ROUND")
             let timeoutMs = try Wire.optionalDecimal(message, 5, "timeout", 1...Wire.maxTimeoutMs)
             return .round(
                 RoundRequest(
                     frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
                     try Wire.sessionFrame(message, 4), timeoutMs: timeoutMs, body: message[6]))
         case .query:
-            try Wire.expectFrames(message, 6, "QUERY")
+            try Wire.expectFields(message, 6, "QUERY")
             let timeoutMs = try Wire.optionalDecimal(message, 4, "timeout", 1...Wire.maxTimeoutMs)
             return .query(
                 QueryRequest(
@@ -183,14 +194,14 @@ public enum ClientMessage: Sendable, Equatable {
                     timeoutMs: timeoutMs, query: try AgentQuery(json: try Wire.json(message, 5, "query"))))
         case .ask:
             guard message.count == 8 || message.count == 9 else {
-                throw SkillbusError(.malformedMessage, "ASK takes 8 or 9 frames, got \(message.count)")
+                throw SkillbusError(.malformedMessage, "ASK takes 8 or 9 fields, got \(message.count)")
             }
             guard message.count == 8 || message[8] == Array("progress".utf8) else {
-                throw SkillbusError(.malformedMessage, "frame 8 of ASK, when present, must be 'progress'")
+                throw SkillbusError(.malformedMessage, "field 8 of ASK, when present, must be 'progress'")
             }
             let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
             let roundID = try Wire.text(message, 3, "round id")
-            guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "frame 3 (round id) is empty") }
+            guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "field 3 (round id) is empty") }
             return .ask(
                 AskRequest(
                     requestID: try Wire.text(message, 2, "request id"), roundID: roundID,
@@ -200,18 +211,18 @@ public enum ClientMessage: Sendable, Equatable {
         case .cancel:
             // 3 frames: one of this client's requests; 4: a whole round, by its id.
             guard message.count == 3 || message.count == 4 else {
-                throw SkillbusError(.malformedMessage, "CANCEL takes 3 or 4 frames, got \(message.count)")
+                throw SkillbusError(.malformedMessage, "CANCEL takes 3 or 4 fields, got \(message.count)")
             }
             let requestID = try Wire.text(message, 2, "request id")
             guard message.count == 4 else { return .cancel(requestID: requestID) }
             let roundID = try Wire.text(message, 3, "round id")
-            guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "frame 3 (round id) is empty") }
+            guard !roundID.isEmpty else { throw SkillbusError(.malformedMessage, "field 3 (round id) is empty") }
             return .cancelRound(requestID: requestID, roundID: roundID)
         case .approve:
-            try Wire.expectFrames(message, 4, "APPROVE")
+            try Wire.expectFields(message, 4, "APPROVE")
             let answer = try Wire.text(message, 3, "answer")
             guard answer == "yes" || answer == "no" else {
-                throw SkillbusError(.malformedMessage, "frame 3 (answer) must be yes or no, got '\(answer.prefix(32))'")
+                throw SkillbusError(.malformedMessage, "field 3 (answer) must be yes or no, got '\(answer.prefix(32))'")
             }
             return .approve(confirmationID: try Wire.text(message, 2, "confirmation id"), approved: answer == "yes")
         default:

@@ -88,7 +88,7 @@ public struct RelayedAnswer: Sendable, Equatable {
     init(frames message: Multipart, from index: Int) throws(SkillbusError) {
         status = try ReplyStatus(frame: message, index)
         body = message[index + 1]
-        guard !body.isEmpty else { throw SkillbusError(.malformedMessage, "frame \(index + 1) (answer) is empty") }
+        guard !body.isEmpty else { throw SkillbusError(.malformedMessage, "field \(index + 1) (answer) is empty") }
     }
 }
 

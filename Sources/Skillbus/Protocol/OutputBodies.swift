@@ -103,7 +103,7 @@ public struct OutputBatch: Sendable, Equatable {
     init(frames message: Multipart, from index: Int) throws(SkillbusError) {
         first = try Wire.decimal(message, index, "first part", maximum: Int(Int32.max))
         guard let list = try Wire.json(message, index + 1, "parts").arrayValue, !list.isEmpty else {
-            throw SkillbusError(.malformedMessage, "frame \(index + 1) (parts) must be a non-empty JSON array")
+            throw SkillbusError(.malformedMessage, "field \(index + 1) (parts) must be a non-empty JSON array")
         }
         var parts: [OutputPart] = []
         parts.reserveCapacity(list.count)

@@ -1,12 +1,12 @@
 import SkillbusZMQ
 
-/// Wire protocol v1: frame layouts for every message between clients, workers and the bus.
+/// Wire protocol v2: field layouts for every message between clients, workers and the bus.
 /// docs/PROTOCOL.md is the normative description; keep the two in step.
 public enum Wire {
     /// First frame of every client message (after the ROUTER's routing id on the bus side).
-    public static let clientHeader = "SKB1C"
+    public static let clientHeader = "SKB2C"
     /// First frame of every worker message.
-    public static let workerHeader = "SKB1W"
+    public static let workerHeader = "SKB2W"
 
     static let clientHeaderBytes = Array(clientHeader.utf8)
     static let workerHeaderBytes = Array(workerHeader.utf8)
@@ -14,10 +14,10 @@ public enum Wire {
     /// Reads frame `index` as UTF-8 text, or explains what is wrong with it.
     static func text(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> String {
         guard index < message.count else {
-            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+            throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
         }
         guard let text = String(validating: message[index], as: UTF8.self) else {
-            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) is not valid UTF-8")
+            throw SkillbusError(.malformedMessage, "field \(index) (\(name)) is not valid UTF-8")
         }
         return text
     }
@@ -26,23 +26,23 @@ public enum Wire {
     /// turned into Strings and back on the hot path.
     static func textFrame(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> [UInt8] {
         guard index < message.count else {
-            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+            throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
         }
         let frame = message[index]
         guard frame.allSatisfy({ $0 < 0x80 }) || String(validating: frame, as: UTF8.self) != nil else {
-            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) is not valid UTF-8")
+            throw SkillbusError(.malformedMessage, "field \(index) (\(name)) is not valid UTF-8")
         }
         return frame
     }
 
     static func json(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> JSONValue {
         guard index < message.count else {
-            throw SkillbusError(.malformedMessage, "missing frame \(index) (\(name))")
+            throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
         }
         do {
             return try JSONValue(parsing: message[index])
         } catch {
-            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)): \(error)")
+            throw SkillbusError(.malformedMessage, "field \(index) (\(name)): \(error)")
         }
     }
 
@@ -55,7 +55,7 @@ public enum Wire {
         else {
             throw SkillbusError(
                 .malformedMessage,
-                "frame \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
+                "field \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
         }
         return value
     }
@@ -89,7 +89,7 @@ public enum Wire {
         let frame = try textFrame(message, index, "session id")
         guard frame.count <= maxSessionIDBytes else {
             throw SkillbusError(
-                .malformedMessage, "frame \(index) (session id) has \(frame.count) bytes; at most \(maxSessionIDBytes)")
+                .malformedMessage, "field \(index) (session id) has \(frame.count) bytes; at most \(maxSessionIDBytes)")
         }
         return frame
     }
@@ -134,7 +134,7 @@ public enum Wire {
 
     /// Frame 1 as one of the `expected` commands, or an error naming what was there and what is expected.
     static func command(_ message: Multipart, role: String, expected: [Command]) throws(SkillbusError) -> Command {
-        guard message.count > 1 else { throw SkillbusError(.malformedMessage, "missing frame 1 (command)") }
+        guard message.count > 1 else { throw SkillbusError(.malformedMessage, "missing field 1 (command)") }
         if let command = Command.byFrame[message[1]], expected.contains(command) { return command }
         throw unknownCommand(message, role: role, expected: expected)
     }
@@ -164,7 +164,7 @@ public enum Wire {
         guard message.count > index, !message[index].isEmpty else { return nil }
         let value = try decimal(message, index, name, maximum: range.upperBound)
         guard value >= range.lowerBound else {
-            throw SkillbusError(.malformedMessage, "frame \(index) (\(name)) must be at least \(range.lowerBound)")
+            throw SkillbusError(.malformedMessage, "field \(index) (\(name)) must be at least \(range.lowerBound)")
         }
         return value
     }
@@ -172,10 +172,10 @@ public enum Wire {
     /// The frame an optional decimal travels in: empty for nil.
     static func optionalDecimalFrame(_ value: Int?) -> [UInt8] { Array((value.map(String.init) ?? "").utf8) }
 
-    static func expectFrames(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
+    static func expectFields(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
         guard message.count == count else {
             throw SkillbusError(
-                .malformedMessage, "\(command) takes \(count) frames, got \(message.count)")
+                .malformedMessage, "\(command) takes \(count) fields, got \(message.count)")
         }
     }
 }
@@ -210,7 +210,7 @@ public enum ReplyStatus: String, Sendable, CaseIterable {
             self = .error
         } else {
             let shown = String(decoding: message[index].prefix(32), as: UTF8.self)
-            throw SkillbusError(.malformedMessage, "frame \(index) (status) must be ok or error, got '\(shown)'")
+            throw SkillbusError(.malformedMessage, "field \(index) (status) must be ok or error, got '\(shown)'")
         }
     }
 }

@@ -43,7 +43,16 @@ public enum WorkerMessage: Sendable, Equatable {
     /// How many sessions the worker holds and whether its store takes writes; sent when either changes.
     case context(AgentContextStatus)
 
-    public func encoded() -> Multipart {
+    /// Where its fields start travelling as frames of their own (§2.1).
+    static let layout: Wire.Layout = [
+        .ready: 2, .result: 4, .state: 2, .heartbeat: 3, .skills: 2, .answer: 4, .context: 2, .turnend: 4, .stream: 3,
+        .output: 4, .claim: 5, .called: 5, .step: 3,
+    ]
+
+    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+
+    /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
+    func fields() -> Multipart {
         switch self {
         case .ready(let registration): [Wire.workerHeaderBytes, Wire.Command.ready.frame, registration.serialized()]
         case .result(let invocationID, let status, let payload):
@@ -85,19 +94,24 @@ public enum WorkerMessage: Sendable, Equatable {
         }
     }
 
-    /// Decodes a message whose header frame was already checked to be `SKB1W`.
-    public static func decode(_ message: Multipart) throws(SkillbusError) -> WorkerMessage {
+    /// Decodes a message as it arrived: its envelope and frames.
+    public static func decode(_ frames: Multipart) throws(SkillbusError) -> WorkerMessage {
+        try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
+    }
+
+    /// Decodes a message given as its numbered fields.
+    static func decode(fields message: Multipart) throws(SkillbusError) -> WorkerMessage {
         switch try Wire.command(message, role: "worker", expected: commands) {
         case .ready:
-            try Wire.expectFrames(message, 3, "READY")
+            try Wire.expectFields(message, 3, "READY")
             return .ready(try Wire.json(message, 2, "registration"))
         case .result:
-            try Wire.expectFrames(message, 5, "RESULT")
+            try Wire.expectFields(message, 5, "RESULT")
             let status = try ReplyStatus(frame: message, 3)
             return .result(
                 invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
         case .state:
-            try Wire.expectFrames(message, 3, "STATE")
+            try Wire.expectFields(message, 3, "STATE")
             let body = try Wire.json(message, 2, "state")
             let state = try AgentState(json: body)
             guard let turn = body["turn"]?.stringValue else { return .state(state) }
@@ -105,57 +119,57 @@ public enum WorkerMessage: Sendable, Equatable {
                 state, TurnRef(session: body["session"]?.stringValue ?? "", turn: turn, parameters: body["parameters"]))
         case .heartbeat:
             guard (2...4).contains(message.count) else {
-                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 to 4 frames, got \(message.count)")
+                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 to 4 fields, got \(message.count)")
             }
             let intervalMs = try Wire.heartbeatInterval(message)
             var registry: RegistryPosition?
             if message.count == 4 {
                 registry = RegistryPosition(json: try Wire.json(message, 3, "registry position"))
                 guard registry != nil else {
-                    throw SkillbusError(.malformedMessage, "frame 3 (registry position) needs 'epoch', 'seq', 'digest'")
+                    throw SkillbusError(.malformedMessage, "field 3 (registry position) needs 'epoch', 'seq', 'digest'")
                 }
             }
             return .heartbeat(intervalMs: intervalMs, registry: registry)
         case .skills:
-            try Wire.expectFrames(message, 3, "SKILLS")
+            try Wire.expectFields(message, 3, "SKILLS")
             return .skills(try Wire.json(message, 2, "skills"))
         case .disconnect:
-            try Wire.expectFrames(message, 2, "DISCONNECT")
+            try Wire.expectFields(message, 2, "DISCONNECT")
             return .disconnect
         case .answer:
-            try Wire.expectFrames(message, 5, "ANSWER")
+            try Wire.expectFields(message, 5, "ANSWER")
             return .answer(queryID: try Wire.text(message, 2, "query id"), try AgentAnswer(frames: message, from: 3))
         case .context:
-            try Wire.expectFrames(message, 3, "CONTEXT")
+            try Wire.expectFields(message, 3, "CONTEXT")
             return .context(try AgentContextStatus(json: try Wire.json(message, 2, "context")))
         case .turnend:
-            try Wire.expectFrames(message, 5, "TURNEND")
+            try Wire.expectFields(message, 5, "TURNEND")
             return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try RelayedAnswer(frames: message, from: 3))
         case .stream:
-            try Wire.expectFrames(message, 4, "STREAM")
+            try Wire.expectFields(message, 4, "STREAM")
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
         case .claim:
-            try Wire.expectFrames(message, 6, "CLAIM")
+            try Wire.expectFields(message, 6, "CLAIM")
             let skill = try Wire.text(message, 4, "skill")
-            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 4 (skill) is empty") }
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 4 (skill) is empty") }
             return .claim(
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
                 skill: skill, parameters: message[5])
         case .called:
-            try Wire.expectFrames(message, 8, "CALLED")
+            try Wire.expectFields(message, 8, "CALLED")
             let skill = try Wire.text(message, 4, "skill")
-            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "frame 4 (skill) is empty") }
+            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 4 (skill) is empty") }
             return .called(
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
                 skill: skill, parameters: message[5], status: try ReplyStatus(frame: message, 6), payload: message[7])
         case .release:
-            try Wire.expectFrames(message, 3, "RELEASE")
+            try Wire.expectFields(message, 3, "RELEASE")
             return .release(turnID: try Wire.text(message, 2, "turn id"))
         case .step:
-            try Wire.expectFrames(message, 4, "STEP")
+            try Wire.expectFields(message, 4, "STEP")
             return .step(turnID: try Wire.text(message, 2, "turn id"), try TurnCall(json: try Wire.json(message, 3, "call")))
         case .output:
-            try Wire.expectFrames(message, 5, "OUTPUT")
+            try Wire.expectFields(message, 5, "OUTPUT")
             return .output(
                 invocationID: try Wire.text(message, 2, "invocation id"), try OutputBatch(frames: message, from: 3))
         default:
@@ -211,7 +225,13 @@ public enum BusToWorkerMessage: Sendable, Equatable {
     /// Take a turn; the worker answers TURNEND with the same id.
     case turn(TurnRequest)
 
-    public func encoded() -> Multipart {
+    /// Where its fields start travelling as frames of their own (§2.1).
+    static let layout: Wire.Layout = [.welcome: 2, .invoke: 7, .error: 2, .query: 3, .turn: 6]
+
+    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+
+    /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
+    func fields() -> Multipart {
         switch self {
         case .welcome(let welcome): [Wire.workerHeaderBytes, Wire.Command.welcome.frame, welcome.json.serialized()]
         case .invoke(let invocation):
@@ -235,16 +255,19 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         }
     }
 
-    public static func decode(_ message: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
-        guard message.first == Wire.workerHeaderBytes else {
-            throw SkillbusError(.unsupportedProtocol, "expected header \(Wire.workerHeader)")
-        }
+    /// Decodes a message as it arrived: its envelope and frames.
+    public static func decode(_ frames: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
+        try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
+    }
+
+    /// Decodes a message given as its numbered fields.
+    static func decode(fields message: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
         switch try Wire.command(message, role: "bus", expected: commands) {
         case .welcome:
-            try Wire.expectFrames(message, 3, "WELCOME")
+            try Wire.expectFields(message, 3, "WELCOME")
             return .welcome(try Welcome(json: try Wire.json(message, 2, "welcome")))
         case .invoke:
-            try Wire.expectFrames(message, 8, "INVOKE")
+            try Wire.expectFields(message, 8, "INVOKE")
             let deadline = try Wire.decimal(message, 6, "deadline", maximum: Wire.maxTimeoutMs)
             return .invoke(
                 Invocation(
@@ -252,24 +275,24 @@ public enum BusToWorkerMessage: Sendable, Equatable {
                     frames: try Wire.textFrame(message, 3, "round id"), try Wire.textFrame(message, 4, "session id"),
                     skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
         case .cancel:
-            try Wire.expectFrames(message, 3, "CANCEL")
+            try Wire.expectFields(message, 3, "CANCEL")
             return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
         case .heartbeat:
             guard (2...3).contains(message.count) else {
-                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 or 3 frames, got \(message.count)")
+                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 or 3 fields, got \(message.count)")
             }
             return .heartbeat(intervalMs: try Wire.heartbeatInterval(message))
         case .error:
-            try Wire.expectFrames(message, 3, "ERROR")
+            try Wire.expectFields(message, 3, "ERROR")
             return .error(SkillbusError(json: try Wire.json(message, 2, "error")))
         case .query:
-            try Wire.expectFrames(message, 4, "QUERY")
+            try Wire.expectFields(message, 4, "QUERY")
             return .query(
                 queryID: try Wire.text(message, 2, "query id"), try AgentQuery(json: try Wire.json(message, 3, "query")))
         case .turn:
-            try Wire.expectFrames(message, 8, "TURN")
+            try Wire.expectFields(message, 8, "TURN")
             guard message[7].isEmpty || message[7] == [UInt8(ascii: "1")] else {
-                throw SkillbusError(.malformedMessage, "frame 7 (lease) must be empty or '1'")
+                throw SkillbusError(.malformedMessage, "field 7 (lease) must be empty or '1'")
             }
             return .turn(
                 TurnRequest(

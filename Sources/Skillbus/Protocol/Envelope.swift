@@ -1,0 +1,129 @@
+import SkillbusZMQ
+
+/// Wire v2 framing (PROTOCOL §2.1). A message is a list of numbered fields (the header, the command, then
+/// the fields of its table); the small ones travel packed in one envelope frame and the opaque ones
+/// (parameters, payloads, documents, free text) each as a frame of its own, so that a plain request
+/// costs libzmq two frames instead of eight.
+extension Wire {
+    /// Where a message's fields start travelling as frames of their own, by command, for one direction;
+    /// a command missing from it carries all its fields in the envelope.
+    typealias Layout = [Command: Int]
+
+    /// The wire frames of a message given as fields: fields `0..<first` in the envelope, the rest as frames.
+    static func pack(_ fields: Multipart, _ layout: Layout) -> Multipart {
+        let command = fields.count > 1 ? Command.byFrame[fields[1]] : nil
+        let split = min(command.flatMap { layout[$0] } ?? fields.count, fields.count)
+        var envelope = fields[0]
+        envelope.reserveCapacity(fields[1..<split].reduce(fields[0].count) { $0 + $1.count + 5 })
+        for field in fields[1..<split] { appendField(field, to: &envelope) }
+        var frames: Multipart = [envelope]
+        frames.reserveCapacity(1 + fields.count - split)
+        frames.append(contentsOf: fields[split...])
+        return frames
+    }
+
+    /// One field as the envelope holds it: one length byte below 255, else 255 and four big-endian bytes.
+    static func appendField(_ field: [UInt8], to envelope: inout [UInt8]) {
+        let count = field.count
+        if count < 255 {
+            envelope.append(UInt8(count))
+        } else {
+            envelope.append(0xFF)
+            for shift in [24, 16, 8, 0] { envelope.append(UInt8(truncatingIfNeeded: count >> shift)) }
+        }
+        envelope.append(contentsOf: field)
+    }
+
+    /// The most fields an envelope may hold: no message of the protocol has more than twelve.
+    static let maxEnvelopeFields = 32
+
+    /// The fields of a message as it arrived, checked against `layout`: the envelope's fields, then one per
+    /// frame after it. `header` is what frame 0 must start with.
+    static func unpack(_ frames: Multipart, header: [UInt8], _ layout: Layout) throws(SkillbusError) -> Multipart {
+        guard let envelope = frames.first, envelope.starts(with: header) else {
+            throw SkillbusError(.unsupportedProtocol, "expected header \(String(decoding: header, as: UTF8.self))")
+        }
+        var fields: Multipart = [header]
+        fields.reserveCapacity(frames.count + 8)
+        var index = header.count
+        while index < envelope.count {
+            guard fields.count < maxEnvelopeFields else {
+                throw SkillbusError(.malformedMessage, "envelope holds more than \(maxEnvelopeFields) fields")
+            }
+            var count = Int(envelope[index])
+            index += 1
+            if count == 0xFF {
+                guard index + 4 <= envelope.count else {
+                    throw SkillbusError(.malformedMessage, "envelope field \(fields.count): its length runs past the end")
+                }
+                count = envelope[index..<index + 4].reduce(0) { $0 << 8 | Int($1) }
+                index += 4
+            }
+            guard count <= envelope.count - index else {
+                throw SkillbusError(
+                    .malformedMessage,
+                    "envelope field \(fields.count) says \(count) bytes; only \(envelope.count - index) follow")
+            }
+            fields.append(Array(envelope[index..<index + count]))
+            index += count
+        }
+        let inEnvelope = fields.count
+        guard inEnvelope > 1 || frames.count == 1 else {
+            throw SkillbusError(.malformedMessage, "the envelope holds no command")
+        }
+        fields.append(contentsOf: frames.dropFirst())
+        if inEnvelope > 1, let command = Command.byFrame[fields[1]] {
+            let first = layout[command] ?? Int.max
+            guard inEnvelope == min(first, fields.count) else {
+                let expected = first == Int.max
+                    ? "every field in its envelope" : "fields 0 to \(first - 1) in its envelope and the rest as frames"
+                throw SkillbusError(
+                    .malformedMessage,
+                    "\(command.name) carries \(expected); got \(inEnvelope) field(s) in the envelope and "
+                        + "\(frames.count - 1) frame(s) after it")
+            }
+        }
+        return fields
+    }
+
+    /// v1's header frames: a v1 peer is told, in its own framing, that this bus speaks v2.
+    static let clientHeaderV1 = Array("SKB1C".utf8)
+    static let workerHeaderV1 = Array("SKB1W".utf8)
+
+    /// The refusal a v1 peer can read: `[SKB1C, ERROR, request id, error]` or `[SKB1W, ERROR, error]`.
+    static func v1Refusal(_ frames: Multipart, _ error: SkillbusError) -> Multipart? {
+        switch frames.first {
+        case clientHeaderV1?:
+            let cut = frames.count > 2 ? Array(frames[2].prefix(256)) : []
+            let requestID = String(validating: cut, as: UTF8.self) != nil ? cut : []
+            return [clientHeaderV1, Command.error.frame, requestID, error.json.serialized()]
+        case workerHeaderV1?:
+            return [workerHeaderV1, Command.error.frame, error.json.serialized()]
+        default:
+            return nil
+        }
+    }
+
+    /// The fields in a message's envelope, whatever its layout, when they can be read: what a refusal
+    /// needs to name the message and answer its request id.
+    static func envelopeFields(_ frames: Multipart) -> Multipart? {
+        guard let envelope = frames.first, envelope.count >= 5 else { return nil }
+        return try? unpack([envelope], header: Array(envelope.prefix(5)), [:])
+    }
+
+    /// Field 2 of a message, its request id in every client command, when its envelope can be read.
+    static func requestID(of frames: Multipart) -> String {
+        guard let fields = envelopeFields(frames), fields.count > 2 else { return "" }
+        return String(validating: fields[2].prefix(256), as: UTF8.self) ?? ""
+    }
+
+    /// The numbered fields of a message from the bus (to a client or a worker, by its header), or nil when
+    /// it cannot be read: for load generators that look at a reply's fields without decoding it whole.
+    public static func busMessageFields(_ frames: Multipart) -> Multipart? {
+        guard let envelope = frames.first else { return nil }
+        if envelope.starts(with: clientHeaderBytes) {
+            return try? unpack(frames, header: clientHeaderBytes, BusToClientMessage.layout)
+        }
+        return try? unpack(frames, header: workerHeaderBytes, BusToWorkerMessage.layout)
+    }
+}

@@ -1,0 +1,106 @@
+import SkillbusZMQ
+import Testing
+
+@testable import Skillbus
+
+@Suite("Wire v2 envelope")
+struct EnvelopeTests {
+    static func bytes(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+    @Test("a REQUEST is two frames, byte for byte as PROTOCOL §2.1's example shows")
+    func requestExample() throws {
+        let request = InvokeRequest(requestID: "r1", roundID: "", skill: "echo", parameters: Self.bytes(#"{"text":"hi"}"#))
+        let frames = ClientMessage.invoke(request).encoded()
+        let envelope = Self.bytes("SKB2C") + [7] + Self.bytes("REQUEST") + [2] + Self.bytes("r1") + [0, 0, 4]
+            + Self.bytes("echo") + [0]
+        #expect(frames == [envelope, Self.bytes(#"{"text":"hi"}"#)])
+        #expect(try ClientMessage.decode(frames) == .invoke(request))
+    }
+
+    @Test("a field of 255 bytes or more takes the long length: 0xFF and four big-endian bytes", arguments: [0, 1, 254, 255, 300, 70_000])
+    func lengths(count: Int) throws {
+        let id = String(repeating: "i", count: count)
+        let frames = ClientMessage.listSkills(requestID: id).encoded()
+        #expect(frames.count == 1)
+        let header = Self.bytes("SKB2C") + [6] + Self.bytes("SKILLS")
+        let length: [UInt8] =
+            count < 255
+            ? [UInt8(count)] : [0xFF, UInt8(count >> 24), UInt8(count >> 16 & 0xFF), UInt8(count >> 8 & 0xFF), UInt8(count & 0xFF)]
+        #expect(frames[0] == header + length + Self.bytes(id))
+        #expect(try ClientMessage.decode(frames) == .listSkills(requestID: id))
+    }
+
+    /// An envelope's bytes: the header's, then `bytes` as they are (lengths included by the caller).
+    static func envelope(_ header: String, _ bytes: [UInt8]) -> [UInt8] { Array(header.utf8) + bytes }
+
+    static let refusals: [(Multipart, String)] = {
+        let request: [UInt8] = [7] + bytes("REQUEST")
+        let skills: [UInt8] = [6] + bytes("SKILLS")
+        let requestFields: [UInt8] = request + [2] + bytes("r1") + [0, 0, 4] + bytes("echo") + [0]
+        return [
+            // The length byte says 9; two bytes follow.
+            ([envelope("SKB2C", request + [9] + bytes("r1"))], "says 9 bytes; only 2 follow"),
+            ([envelope("SKB2C", skills + [0xFF, 0, 0])], "its length runs past the end"),
+            // REQUEST's parameters inside its envelope instead of after it.
+            ([envelope("SKB2C", requestFields + [2] + bytes("{}"))], "REQUEST carries fields 0 to 6 in its envelope"),
+            // A SKILLS with a frame after its envelope.
+            ([envelope("SKB2C", skills + [1] + bytes("r")), bytes("x")], "every field in its envelope"),
+            ([bytes("SKB2C"), bytes("SKILLS")], "the envelope holds no command"),
+            ([bytes("SKB1C"), bytes("SKILLS"), bytes("r")], "expected header SKB2C"),
+        ]
+    }()
+
+    @Test(
+        "a truncated envelope, a wrong split, a missing command and a foreign header are refused, naming what is wrong",
+        arguments: refusals)
+    func refused(frames: Multipart, reason: String) {
+        #expect {
+            try ClientMessage.decode(frames)
+        } throws: { error in
+            (error as? SkillbusError)?.message.contains(reason) ?? false
+        }
+    }
+
+    @Test("every message of every direction travels in its layout and decodes to itself")
+    func layouts() throws {
+        let invocation = Invocation(
+            invocationID: "i1", roundID: "r", sessionID: "", skill: "echo", deadlineMs: 900, parameters: Self.bytes("{}"))
+        let toWorker = BusToWorkerMessage.invoke(invocation).encoded()
+        #expect(toWorker.count == 2 && toWorker[1] == Self.bytes("{}"))
+        #expect(try BusToWorkerMessage.decode(toWorker) == .invoke(invocation))
+        let result = WorkerMessage.result(invocationID: "i1", status: .ok, payload: Self.bytes(#"{"text":"x"}"#))
+        #expect(result.encoded().count == 2)
+        #expect(try WorkerMessage.decode(result.encoded()) == result)
+        let reply = BusToClientMessage.reply(
+            InvokeReply(requestID: "q", roundID: "r", status: .ok, agent: "a", durationMicros: 12, payload: Self.bytes("{}")))
+        #expect(reply.encoded().count == 2)
+        #expect(try BusToClientMessage.decode(reply.encoded()) == reply)
+        // A HEARTBEAT without its optional registry field has nothing after its envelope.
+        #expect(WorkerMessage.heartbeat(intervalMs: 1000, registry: nil).encoded().count == 1)
+        // The same command name has its own layout in each direction: a bus's ROUND answer has 2 fields in its envelope.
+        let round = BusToClientMessage.round(requestID: Self.bytes("q"), roundID: Self.bytes("r"), document: Self.bytes("{}"))
+        #expect(round.encoded().count == 2)
+        #expect(try BusToClientMessage.decode(round.encoded()) == round)
+    }
+
+    @Test("a v1 peer is answered in v1 framing, with its request id, and told this bus speaks v2")
+    func v1Refusal() throws {
+        let error = SkillbusError(.unsupportedProtocol, "speaks SKB2C")
+        let client = try #require(Wire.v1Refusal([Self.bytes("SKB1C"), Self.bytes("REQUEST"), Self.bytes("r9")], error))
+        #expect(client.count == 4 && client[0] == Self.bytes("SKB1C") && client[1] == Self.bytes("ERROR"))
+        let sent = SkillbusError(json: try JSONValue(parsing: client[3]))
+        #expect(client[2] == Self.bytes("r9") && sent == error)
+        let worker = try #require(Wire.v1Refusal([Self.bytes("SKB1W"), Self.bytes("READY"), Self.bytes("{}")], error))
+        #expect(worker.count == 3 && worker[0] == Self.bytes("SKB1W"))
+        #expect(Wire.v1Refusal(ClientMessage.listSkills(requestID: "r").encoded(), error) == nil)
+        // A request id that is not UTF-8 is not echoed.
+        #expect(Wire.v1Refusal([Self.bytes("SKB1C"), Self.bytes("REQUEST"), [0xFF]], error)?[2] == [])
+    }
+
+    @Test("a refused v2 message's request id is read from its envelope, even when the rest is wrong")
+    func refusedRequestID() {
+        #expect(Wire.requestID(of: ClientMessage.cancel(requestID: "r7").encoded()) == "r7")
+        #expect(Wire.requestID(of: [Self.bytes("SKB2C") + [5] + Self.bytes("DANCE") + [2] + Self.bytes("r8"), [1]]) == "r8")
+        #expect(Wire.requestID(of: [Self.bytes("SKB2C") + [9]]) == "")
+    }
+}
