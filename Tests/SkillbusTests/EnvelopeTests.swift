@@ -83,6 +83,27 @@ struct EnvelopeTests {
         #expect(try BusToClientMessage.decode(round.encoded()) == round)
     }
 
+    @Test("INVOKE and REPLY, written straight into their envelopes, are the bytes packing their fields gives")
+    func writtenEnvelopes() {
+        var random = SplitMix(seed: 14)
+        for _ in 0..<500 {
+            func text() -> String {
+                String((0..<Int.random(in: 0...300, using: &random)).map { _ in "aé-z9".randomElement(using: &random)! })
+            }
+            let number = [0, 7, 10, 999, Int.random(in: 0...Int(Int32.max), using: &random)].randomElement(using: &random)!
+            let invocation = BusToWorkerMessage.invoke(
+                Invocation(
+                    invocationID: text(), roundID: text(), sessionID: text(), skill: text(), deadlineMs: number,
+                    parameters: Array(text().utf8)))
+            #expect(invocation.encoded() == Wire.pack(invocation.fields(), BusToWorkerMessage.layout))
+            let reply = BusToClientMessage.reply(
+                InvokeReply(
+                    requestID: text(), roundID: text(), status: Bool.random(using: &random) ? .ok : .error, agent: text(),
+                    durationMicros: number, payload: Array(text().utf8)))
+            #expect(reply.encoded() == Wire.pack(reply.fields(), BusToClientMessage.layout))
+        }
+    }
+
     @Test("a v1 peer is answered in v1 framing, with its request id, and told this bus speaks v2")
     func v1Refusal() throws {
         let error = SkillbusError(.unsupportedProtocol, "speaks SKB2C")

@@ -147,7 +147,10 @@ public struct WorkerTable: Sendable {
         rotation &+= 1
         for offset in 0..<count {
             let peer = candidates[(rotation &+ offset) % count]
-            guard let load = byPeer[peer]?.inFlight, load < bestLoad, canRun(peer, skill: skill) == true else { continue }
+            // Through the index: `byPeer[peer]?.inFlight` would copy the whole Worker to read one number.
+            guard let index = byPeer.index(forKey: peer) else { continue }
+            let load = byPeer.values[index].inFlight
+            guard load < bestLoad, Self.canRun(&byPeer.values[index], skill) else { continue }
             best = peer
             bestLoad = load
             if bestLoad == 0 { break }

@@ -81,7 +81,18 @@ public enum BusToClientMessage: Sendable, Equatable {
         .stream: 3, .progress: 5, .confirm: 5, .output: 5, .cancelled: 3,
     ]
 
-    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+    public func encoded() -> Multipart {
+        guard case .reply(let reply) = self else { return Wire.pack(fields(), Self.layout) }
+        // One per request: written straight into its envelope, like INVOKE (EnvelopeTests compares).
+        var envelope = Wire.EnvelopeWriter(
+            Wire.clientHeaderBytes, .reply, capacity: 40 + reply.$requestID.count + reply.$roundID.count + reply.$agent.count)
+        envelope.field(reply.$requestID)
+        envelope.field(reply.$roundID)
+        envelope.field(reply.status.frame)
+        envelope.field(reply.$agent)
+        envelope.field(decimal: reply.durationMicros)
+        return [envelope.bytes, reply.payload]
+    }
 
     /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
     func fields() -> Multipart {

@@ -23,7 +23,7 @@ extension Wire {
     }
 
     /// One field as the envelope holds it: one length byte below 255, else 255 and four big-endian bytes.
-    static func appendField(_ field: [UInt8], to envelope: inout [UInt8]) {
+    static func appendField<Field: Collection<UInt8>>(_ field: Field, to envelope: inout [UInt8]) {
         let count = field.count
         if count < 255 {
             envelope.append(UInt8(count))
@@ -32,6 +32,40 @@ extension Wire {
             for shift in [24, 16, 8, 0] { envelope.append(UInt8(truncatingIfNeeded: count >> shift)) }
         }
         envelope.append(contentsOf: field)
+    }
+
+    /// An envelope written field by field, for the messages of the hot path (INVOKE, REPLY): no field
+    /// becomes an Array of its own on the way, and numbers are written as digits directly.
+    struct EnvelopeWriter {
+        private(set) var bytes: [UInt8]
+
+        init(_ header: [UInt8], _ command: Command, capacity: Int) {
+            bytes = header
+            bytes.reserveCapacity(header.count + 1 + command.frame.count + capacity)
+            field(command.frame)
+        }
+
+        mutating func field<Field: Collection<UInt8>>(_ field: Field) { appendField(field, to: &bytes) }
+
+        mutating func field(_ text: String) { appendField(text.utf8, to: &bytes) }
+
+        /// A non-negative number in decimal (a negative one is written as 0).
+        mutating func field(decimal value: Int) {
+            var digits = 1
+            var rest = max(value, 0)
+            while rest >= 10 {
+                rest /= 10
+                digits += 1
+            }
+            bytes.append(UInt8(digits))
+            let end = bytes.count + digits
+            bytes.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digits))
+            rest = max(value, 0)
+            for index in stride(from: end - 1, through: end - digits, by: -1) {
+                bytes[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            }
+        }
     }
 
     /// The most fields an envelope may hold: no message of the protocol has more than twelve.

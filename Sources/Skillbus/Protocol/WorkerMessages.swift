@@ -228,7 +228,21 @@ public enum BusToWorkerMessage: Sendable, Equatable {
     /// Where its fields start travelling as frames of their own (§2.1).
     static let layout: Wire.Layout = [.welcome: 2, .invoke: 7, .error: 2, .query: 3, .turn: 6]
 
-    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+    public func encoded() -> Multipart {
+        guard case .invoke(let invocation) = self else { return Wire.pack(fields(), Self.layout) }
+        // The bus sends one per request: written straight into its envelope (the same bytes as packing
+        // `fields()`, which EnvelopeTests checks).
+        var envelope = Wire.EnvelopeWriter(
+            Wire.workerHeaderBytes, .invoke,
+            capacity: 32 + invocation.invocationID.utf8.count + invocation.$roundID.count + invocation.$sessionID.count
+                + invocation.skill.utf8.count)
+        envelope.field(invocation.invocationID)
+        envelope.field(invocation.$roundID)
+        envelope.field(invocation.$sessionID)
+        envelope.field(invocation.skill)
+        envelope.field(decimal: invocation.deadlineMs)
+        return [envelope.bytes, invocation.parameters]
+    }
 
     /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
     func fields() -> Multipart {
