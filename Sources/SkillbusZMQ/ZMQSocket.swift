@@ -146,9 +146,9 @@ public final class ZMQSocket {
         dontWait: Bool, limits: ReceiveLimits?, _ inspect: (inout zmq_msg_t) -> Void
     ) throws(ZMQError) -> (frames: Multipart, count: Int, bytes: Int, overLimit: Bool)? {
         var frames: Multipart = []
-        // Room for a routing id and the frames of any message of the protocol, at once: growing one by one
-        // reallocated it four times per message.
-        frames.reserveCapacity(16)
+        // Room for a routing id and the most frames a message of the protocol has (four), at once: growing
+        // one by one reallocated it per message.
+        frames.reserveCapacity(5)
         var count = 0
         var bytes = 0
         var overLimit = false

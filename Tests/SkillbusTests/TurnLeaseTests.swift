@@ -129,6 +129,27 @@ struct TurnLeaseTests {
         #expect(document?["error"]?["code"] == "round_conflict")
     }
 
+    @Test("a parked REQUEST that times out or is cancelled is announced request.done, like every REPLY")
+    func parkedEndsOnTheFeed() throws {
+        var state = bus()
+        state.publishesRequestEvents = true
+        _ = try #require(ask(&state, round: "r1"))
+        _ = state.handleInvoke(request("late", round: "r1", timeoutMs: 50), from: other, now: 0)
+        _ = state.handleInvoke(request("given-up", round: "r1"), from: other, now: 0)
+        func done(_ actions: [CoordinatorAction]) -> [(String, String)] {
+            actions.compactMap { action in
+                guard case .publish(.requestDone(_, let request, _, _, .error, _, let payload)) = action else { return nil }
+                return (request, (try? JSONValue(parsing: payload))?["code"]?.stringValue ?? "")
+            }
+        }
+        let expired = state.tick(now: 60 * Self.ms)
+        #expect(replies(expired).map(\.requestID) == ["late"])
+        #expect(done(expired).map { "\($0.0) \($0.1)" } == ["late timeout"])
+        let cancelled = state.handleCancel(requestID: "given-up", from: other, now: 61 * Self.ms)
+        #expect(replies(cancelled).map(\.requestID) == ["given-up"])
+        #expect(done(cancelled).map { "\($0.0) \($0.1)" } == ["given-up cancelled"])
+    }
+
     @Test("a cancelled turn's calls are refused: the one waiting for the round, and one that comes after its end")
     func cancelledTurnCalls() throws {
         var state = bus()

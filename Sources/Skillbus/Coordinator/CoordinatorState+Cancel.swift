@@ -340,7 +340,9 @@ extension CoordinatorState {
             guard !gone.isEmpty else { continue }
             leases[key]?.parked = kept
             tally.requests += gone.count
-            actions += gone.map { Self.failParked($0, error, now: now) }
+            for parked in gone {
+                actions += unrunReply(parked.request, client: parked.client, arrived: parked.accepted, error, now: now)
+            }
         }
         return actions
     }

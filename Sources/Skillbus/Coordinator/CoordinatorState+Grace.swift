@@ -93,12 +93,12 @@ extension CoordinatorState {
         let error = SkillbusError(
             .timeout, "no agent offered '\(request.skill)' within \(timeoutMs) ms (startup grace)",
             details: ["skill": .string(request.skill)])
-        return graceReply(request, client: client, arrived: arrived, error, now: now)
+        return unrunReply(request, client: client, arrived: arrived, error, now: now)
     }
 
-    /// The REPLY `error` to a REQUEST that waited in the grace and will not run (timed out, cancelled), and
-    /// `request.done`, as for every REPLY.
-    func graceReply(
+    /// The REPLY `error` to a REQUEST that waited (in the grace, or behind a turn's lease) and will not run
+    /// (timed out, cancelled), and `request.done`, as for every REPLY.
+    func unrunReply(
         _ request: InvokeRequest, client: PeerID, arrived: UInt64, _ error: SkillbusError, now: UInt64
     ) -> [CoordinatorAction] {
         let outcome = Outcome(

@@ -134,7 +134,7 @@ extension CoordinatorState {
                 }
                 let error = SkillbusError(
                     .timeout, "'\(parked.request.skill)' waited \(timeoutMs) ms for its round, which a turn held")
-                actions.append(Self.failParked(parked, error, now: now))
+                actions += unrunReply(parked.request, client: parked.client, arrived: parked.accepted, error, now: now)
             }
             leases[key]?.parked = kept
         }
@@ -144,18 +144,5 @@ extension CoordinatorState {
     private mutating func settle(_ claim: Claim, _ outcome: Outcome, now: UInt64) -> [CoordinatorAction] {
         let waiters = singleFlight.finish(claim.execution, outcome: outcome, now: now)
         return deliver(outcome, to: waiters, roundID: claim.round, origin: .claim, now: now)
-    }
-}
-
-extension CoordinatorState {
-    /// The REPLY to a REQUEST parked behind a turn's lease that can wait no longer (timed out, cancelled).
-    static func failParked(
-        _ parked: (request: InvokeRequest, client: PeerID, accepted: UInt64), _ error: SkillbusError, now: UInt64
-    ) -> CoordinatorAction {
-        let outcome = Outcome(
-            status: .error, agent: [], payload: error.json.serialized(),
-            durationMicros: Int((now &- parked.accepted) / 1000))
-        return .toClient(
-            parked.client, outcome.reply(requestID: parked.request.$requestID, roundID: parked.request.$roundID))
     }
 }

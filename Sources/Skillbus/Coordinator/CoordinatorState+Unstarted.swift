@@ -95,7 +95,7 @@ extension CoordinatorState {
         tally.requests += gone.count
         return gone.flatMap { item -> [CoordinatorAction] in
             guard case .invoke(let request, let client, let arrived) = item else { return [] }
-            return graceReply(request, client: client, arrived: arrived, error, now: now)
+            return unrunReply(request, client: client, arrived: arrived, error, now: now)
         }
     }
 }
