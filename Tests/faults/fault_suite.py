@@ -158,23 +158,14 @@ class Cluster:
         self.context.destroy(linger=0)
 
 
-# ---- The wire, v2: frame 0 is the envelope (the header, then fields 1 .. F-1, each after its length), and fields
-# F, F+1, ... follow as frames of their own. Field numbers are docs/PROTOCOL.md's.
-CLIENT, WORKER, V1 = b"SKB2C", b"SKB2W", (b"SKB1C", b"SKB1W")
-# F by header and command, one table per direction; None: every field is in the envelope.
-TO_BUS = {CLIENT: {b"REQUEST": 7, b"ROUND": 6, b"QUERY": 5, b"ASK": 7, b"SKILLS": None, b"SNAPSHOT": None,
-                   b"AGENTS": None, b"CANCEL": None, b"APPROVE": None},
-          WORKER: {b"READY": 2, b"RESULT": 4, b"STATE": 2, b"HEARTBEAT": 3, b"DISCONNECT": None, b"SKILLS": 2,
-                   b"ANSWER": 4, b"CONTEXT": 2, b"TURNEND": 4, b"STREAM": 3, b"OUTPUT": 4, b"CLAIM": 5, b"CALLED": 5,
-                   b"RELEASE": None, b"STEP": 3}}
-FROM_BUS = {CLIENT: {b"REPLY": 7, b"SKILLS": 3, b"ERROR": 3, b"ENTRY": 3, b"SNAPSHOT": 3, b"AGENTS": 3, b"ROUND": 4,
-                     b"ANSWER": 5, b"TURN": 5, b"STREAM": 3, b"PROGRESS": 5, b"CONFIRM": 5, b"OUTPUT": 5,
-                     b"CANCELLED": 3},
-            WORKER: {b"WELCOME": 2, b"INVOKE": 7, b"CANCEL": None, b"HEARTBEAT": None, b"ERROR": 2, b"QUERY": 3,
-                     b"TURN": 6}}
+# ---- The wire, v2, as the Python peer reads docs/PROTOCOL.md §2.1 (one copy of the framing and its tables).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop"))
+from skillbus_peer import CLIENT, WORKER, V1_HEADERS as V1, TO_BUS, FROM_BUS  # noqa: E402
+import skillbus_peer  # noqa: E402
 
 
 def envelope(header, fields):
+    """An envelope holding `fields` whatever the command's layout says (for the mis-encoded ones)."""
     out = bytearray(header)
     for f in fields:
         out += (bytes([len(f)]) if len(f) < 255 else b"\xff" + len(f).to_bytes(4, "big")) + f
@@ -183,36 +174,12 @@ def envelope(header, fields):
 
 def pack(fields, table=TO_BUS):
     """The frames of a message given as its fields (field 0 the header, 1 the command)."""
-    first = table[fields[0]][fields[1]]
-    split = len(fields) if first is None else min(first, len(fields))
-    return [envelope(fields[0], fields[1:split])] + list(fields[split:])
+    return skillbus_peer.pack(list(fields), table)
 
 
 def unpack(frames, table=FROM_BUS):
     """The fields of a message; ValueError for another header, a truncated envelope, an unknown command, a wrong split."""
-    env = frames[0] if frames else b""
-    if env[:5] not in table:
-        raise ValueError(f"header {env[:16]!r}{' (v1)' if env in V1 else ''} is not SKB2C or SKB2W")
-    fields, at = [env[:5]], 5
-    while at < len(env):
-        size, at = env[at], at + 1
-        if size == 0xFF:
-            if at + 4 > len(env):
-                raise ValueError(f"truncated envelope: the length of field {len(fields)} is cut short")
-            size, at = int.from_bytes(env[at:at + 4], "big"), at + 4
-        if at + size > len(env):
-            raise ValueError(f"truncated envelope: field {len(fields)} has {size} bytes, {len(env) - at} are left")
-        fields.append(env[at:at + size])
-        at += size
-    if len(fields) < 2:
-        raise ValueError("truncated envelope: no command")
-    if fields[1] not in table[fields[0]]:
-        raise ValueError(f"unknown command {fields[1][:32]!r}")
-    first, after = table[fields[0]][fields[1]], len(frames) - 1
-    if (after and len(fields) != first) or (not after and first is not None and len(fields) > first):
-        raise ValueError(f"wrong split: {fields[1].decode(errors='replace')} sends fields from {first} on as frames; "
-                         f"got fields 0 to {len(fields) - 1} in the envelope and {after} frame(s)")
-    return fields + list(frames[1:])
+    return skillbus_peer.unpack(list(frames), table)
 
 
 def request(skill, params, timeout_ms=5000, request_id=None):
