@@ -98,7 +98,13 @@ extension Wire {
                     .malformedMessage,
                     "envelope field \(fields.count) says \(count) bytes; only \(envelope.count - index) follow")
             }
-            fields.append(Array(envelope[index..<index + count]))
+            let bytes = envelope[index..<index + count]
+            // The command as its shared frame: one Array less per message.
+            if fields.count == 1, let command = Command.frames.first(where: { $0.elementsEqual(bytes) }) {
+                fields.append(command)
+            } else {
+                fields.append(Array(bytes))
+            }
             index += count
         }
         let inEnvelope = fields.count
