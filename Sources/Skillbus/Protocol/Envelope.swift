@@ -79,6 +79,7 @@ extension Wire {
         }
         var fields: Multipart = [header]
         fields.reserveCapacity(frames.count + 8)
+        var command: Command?
         var index = header.count
         while index < envelope.count {
             guard fields.count < maxEnvelopeFields else {
@@ -99,9 +100,10 @@ extension Wire {
                     "envelope field \(fields.count) says \(count) bytes; only \(envelope.count - index) follow")
             }
             let bytes = envelope[index..<index + count]
-            // The command as its shared frame: one Array less per message.
-            if fields.count == 1, let command = Command.frames.first(where: { $0.elementsEqual(bytes) }) {
-                fields.append(command)
+            // The command is looked up once, here, and kept as its shared frame: one Array less per message.
+            if fields.count == 1, let known = Command.allCases.first(where: { $0.frame.elementsEqual(bytes) }) {
+                command = known
+                fields.append(known.frame)
             } else {
                 fields.append(Array(bytes))
             }
@@ -112,7 +114,7 @@ extension Wire {
             throw SkillbusError(.malformedMessage, "the envelope holds no command")
         }
         fields.append(contentsOf: frames.dropFirst())
-        if inEnvelope > 1, let command = Command.byFrame[fields[1]] {
+        if let command {
             let first = layout[command] ?? Int.max
             guard inEnvelope == min(first, fields.count) else {
                 let expected = first == Int.max
