@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Coordinator CPU per echo request under the C load generator (drive.c): a coordinator and four echo
+# workers of BINARY on 127.0.0.1, REQUESTS requests at IN_FLIGHT (64 by default), the coordinator's
+# user+system CPU from /proc/PID/stat around the run. Steadier than `skillbus bench` for comparing two
+# builds, because the client costs almost nothing. Not part of the product; needs gcc and libzmq3-dev.
+#
+#   Tests/perf/cpu-per-request.sh BINARY REQUESTS [IN_FLIGHT]
+#   PERF=coordinator (or PERF=worker, the first of the four) ... also records that process with perf
+#   (perf.data in the working directory).
+#   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
+set -euo pipefail
+binary=$(realpath "$1"); requests=${2:-100000}; in_flight=${3:-64}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+gcc -O2 -o "$work/drive" "$here/drive.c" -lzmq
+preload=
+if [ "${MALLOCS:-0}" = 1 ]; then
+    gcc -O2 -shared -fPIC -o "$work/malloc-count.so" "$here/malloc-count.c" -ldl
+    preload=$work/malloc-count.so
+fi
+
+LD_PRELOAD=$preload SKILLBUS_HUGE_PAGES_RESTARTED=1 "$binary" coordinator --bus 'tcp://127.0.0.1:*' --feed 'tcp://127.0.0.1:*' \
+    --log-level warning >"$work/coordinator.out" 2>&1 &
+coordinator=$!; pids+=("$coordinator")
+for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
+bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
+[ -n "$bus" ] || { echo "the coordinator did not start:"; cat "$work/coordinator.out"; exit 1; }
+for index in 0 1 2 3; do
+    LD_PRELOAD=$preload "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
+        --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
+    pids+=("$!")
+done
+# Warm up until all four have registered and answer (a REQUEST before that may meet unknown_skill).
+for _ in $(seq 100); do "$work/drive" "$bus" 2000 64 >/dev/null 2>&1 && [ "$(ls "$work" | grep -c agent-)" = 4 ] && break; sleep 0.1; done
+"$work/drive" "$bus" 2000 64 >/dev/null
+
+ticks=$(getconf CLK_TCK)
+cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+workers_cpu() { local sum=0; for pid in "${pids[@]:1}"; do sum=$((sum + $(cpu "$pid"))); done; echo "$sum"; }
+# Allocations so far, from the shim (SIGUSR2 makes each process write its count).
+mallocs() {
+    local sum=0
+    for pid in "$@"; do
+        rm -f "/tmp/skillbus-mallocs.$pid"; kill -USR2 "$pid"
+        for _ in $(seq 100); do [ -s "/tmp/skillbus-mallocs.$pid" ] && break; sleep 0.01; done
+        sum=$((sum + $(cat "/tmp/skillbus-mallocs.$pid"))); rm -f "/tmp/skillbus-mallocs.$pid"
+    done
+    echo "$sum"
+}
+if [ -n "$preload" ]; then
+    coordinator_mallocs=$(mallocs "$coordinator"); worker_mallocs=$(mallocs "${pids[@]:1}")
+fi
+before=$(cpu "$coordinator"); workers_before=$(workers_cpu)
+if [ -n "${PERF:-}" ]; then
+    recorded=$coordinator; [ "$PERF" = worker ] && recorded=${pids[1]}
+    perf record -q -e cpu-clock --call-graph dwarf -p "$recorded" -o perf.data -- sleep 1000 &
+    recorder=$!; sleep 1
+fi
+result=$("$work/drive" "$bus" "$requests" "$in_flight")
+if [ -n "${PERF:-}" ]; then kill -INT "$recorder"; wait "$recorder" || true; fi
+after=$(cpu "$coordinator"); workers_after=$(workers_cpu)
+per_request() { awk -v t="$1" -v hz="$ticks" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'; }
+echo "$result coordinator_cpu_us_per_request $(per_request $((after - before)))" \
+    "workers_cpu_us_per_request $(per_request $((workers_after - workers_before)))"
+if [ -n "$preload" ]; then
+    echo "coordinator_mallocs_per_request" \
+        "$(awk -v n=$(($(mallocs "$coordinator") - coordinator_mallocs)) -v r="$requests" 'BEGIN { printf "%.1f", n / r }')" \
+        "workers_mallocs_per_request" \
+        "$(awk -v n=$(($(mallocs "${pids[@]:1}") - worker_mallocs)) -v r="$requests" 'BEGIN { printf "%.1f", n / r }')"
+fi

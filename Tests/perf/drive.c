@@ -1,0 +1,117 @@
+// A load generator for profiling the coordinator: a DEALER that keeps a fixed number of echo REQUESTs
+// (wire v2, docs/PROTOCOL.md §2.1) in flight, with as little client-side work as C allows, so that the
+// coordinator's CPU per request can be compared between builds. Not part of the product.
+//
+//   drive ENDPOINT REQUESTS IN_FLIGHT      (SKILL and PARAMS from the environment; echo by default)
+//
+// Prints requests per second and, at one in flight, p50 and p99 round-trip times.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+static double now_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Appends one short field (under 255 bytes) to an envelope.
+static size_t put_field(unsigned char *envelope, size_t at, const char *text, size_t length) {
+    envelope[at++] = (unsigned char)length;
+    memcpy(envelope + at, text, length);
+    return at + length;
+}
+
+static int send_request(void *socket, long id, const char *skill, const char *params) {
+    unsigned char envelope[300];
+    char digits[24];
+    size_t at = 5;
+    memcpy(envelope, "SKB2C", 5);
+    at = put_field(envelope, at, "REQUEST", 7);
+    at = put_field(envelope, at, digits, (size_t)snprintf(digits, sizeof digits, "%ld", id));
+    at = put_field(envelope, at, "", 0);  // round id
+    at = put_field(envelope, at, "", 0);  // session id
+    at = put_field(envelope, at, skill, strlen(skill));
+    at = put_field(envelope, at, "", 0);  // default timeout
+    if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
+    return zmq_send(socket, params, strlen(params), 0) < 0 ? -1 : 0;
+}
+
+// Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY.
+static long receive_reply(void *socket) {
+    zmq_msg_t part;
+    long id = -1;
+    int first = 1, more;
+    zmq_msg_init(&part);
+    do {
+        if (zmq_msg_recv(&part, socket, 0) < 0) { zmq_msg_close(&part); return -2; }
+        if (first) {
+            const unsigned char *e = zmq_msg_data(&part);
+            size_t size = zmq_msg_size(&part), at = 5, field = 1;
+            const unsigned char *fields[5];
+            size_t lengths[5];
+            while (at < size && field < 5) {  // fields 1..4: command, request id, round id, status
+                size_t n = e[at++];
+                if (n == 0xFF || at + n > size) break;
+                fields[field] = e + at; lengths[field] = n; at += n; field++;
+            }
+            if (field == 5 && lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
+                !memcmp(fields[4], "ok", 2)) {
+                char digits[24] = {0};
+                memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
+                id = strtol(digits, NULL, 10);
+            }
+            first = 0;
+        }
+        more = zmq_msg_more(&part);
+    } while (more);
+    zmq_msg_close(&part);
+    return id;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) { fprintf(stderr, "usage: drive ENDPOINT REQUESTS IN_FLIGHT\n"); return 2; }
+    long total = atol(argv[2]), in_flight = atol(argv[3]);
+    const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
+    const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
+    void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
+    int linger = 0, timeout_ms = 30000;
+    zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(socket, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    if (zmq_connect(socket, argv[1]) != 0) { perror("zmq_connect"); return 1; }
+    double *sent_at = calloc((size_t)total, sizeof(double)), *rtt = calloc((size_t)total, sizeof(double));
+    long sent = 0, done = 0, failed = 0;
+    double started = now_seconds();
+    for (; sent < in_flight && sent < total; sent++) {
+        sent_at[sent] = now_seconds();
+        send_request(socket, sent, skill, params);
+    }
+    while (done < total) {
+        long id = receive_reply(socket);
+        if (id == -2) { fprintf(stderr, "no reply within 30 s after %ld of %ld\n", done, total); return 1; }
+        if (id >= 0 && id < total) rtt[done] = now_seconds() - sent_at[id]; else failed++;
+        done++;
+        if (sent < total) {
+            sent_at[sent] = now_seconds();
+            send_request(socket, sent, skill, params);
+            sent++;
+        }
+    }
+    double elapsed = now_seconds() - started;
+    printf("requests %ld failed %ld seconds %.3f per_second %.0f", total, failed, elapsed, total / elapsed);
+    if (in_flight == 1) {
+        qsort(rtt, (size_t)done, sizeof(double), by_value);
+        printf(" p50_ms %.3f p99_ms %.3f", rtt[done / 2] * 1e3, rtt[done * 99 / 100] * 1e3);
+    }
+    printf("\n");
+    zmq_close(socket);
+    zmq_ctx_term(context);
+    return failed > 0;
+}
