@@ -6,7 +6,10 @@
 #
 #   Tests/perf/cpu-per-request.sh BINARY REQUESTS [IN_FLIGHT]
 #   PERF=coordinator (or PERF=worker, the first of the four) ... also records that process with perf
-#   (perf.data in the working directory).
+#   (perf.data in the working directory); PERF_EVENT=probe_libc:malloc (after `perf probe -x libc.so.6 malloc`)
+#   records where allocations come from instead of where the time goes.
+#   STAT=1 ... also counts the coordinator's context switches and socket syscalls, per thread and request.
+#   PROXY=1 ... measures the bench's raw baseline instead: its ROUTER->DEALER proxy and echo workers.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
 set -euo pipefail
 binary=$(realpath "$1"); requests=${2:-100000}; in_flight=${3:-64}
@@ -22,17 +25,30 @@ if [ "${MALLOCS:-0}" = 1 ]; then
     preload=$work/malloc-count.so
 fi
 
-LD_PRELOAD=$preload SKILLBUS_HUGE_PAGES_RESTARTED=1 "$binary" coordinator --bus 'tcp://127.0.0.1:*' --feed 'tcp://127.0.0.1:*' \
-    --log-level warning >"$work/coordinator.out" 2>&1 &
-coordinator=$!; pids+=("$coordinator")
-for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
-bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
+if [ "${PROXY:-0}" = 1 ]; then
+    export ECHOED=1
+    LD_PRELOAD=$preload "$binary" bench-baseline-proxy >"$work/coordinator.out" 2>&1 &
+    coordinator=$!; pids+=("$coordinator")
+    for _ in $(seq 200); do grep -q 'ready: frontend=' "$work/coordinator.out" && break; sleep 0.05; done
+    bus=$(sed -n 's/.*frontend=\([^ ]*\).*/\1/p' "$work/coordinator.out")
+    backend=$(sed -n 's/.*backend=\([^ ]*\).*/\1/p' "$work/coordinator.out")
+    for index in 0 1 2 3; do
+        LD_PRELOAD=$preload "$binary" bench-baseline-worker --connect "$backend" >/dev/null 2>&1 &
+        pids+=("$!"); mkdir -p "$work/agent-$index"
+    done
+else
+    LD_PRELOAD=$preload SKILLBUS_HUGE_PAGES_RESTARTED=1 "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
+        --feed 'tcp://127.0.0.1:*' --log-level warning >"$work/coordinator.out" 2>&1 &
+    coordinator=$!; pids+=("$coordinator")
+    for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
+    bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
+    for index in 0 1 2 3; do
+        LD_PRELOAD=$preload "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
+            --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
+        pids+=("$!")
+    done
+fi
 [ -n "$bus" ] || { echo "the coordinator did not start:"; cat "$work/coordinator.out"; exit 1; }
-for index in 0 1 2 3; do
-    LD_PRELOAD=$preload "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
-        --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
-    pids+=("$!")
-done
 # Warm up until all four have registered and answer (a REQUEST before that may meet unknown_skill).
 for _ in $(seq 100); do "$work/drive" "$bus" 2000 64 >/dev/null 2>&1 && [ "$(ls "$work" | grep -c agent-)" = 4 ] && break; sleep 0.1; done
 "$work/drive" "$bus" 2000 64 >/dev/null
@@ -56,10 +72,20 @@ fi
 before=$(cpu "$coordinator"); workers_before=$(workers_cpu)
 if [ -n "${PERF:-}" ]; then
     recorded=$coordinator; [ "$PERF" = worker ] && recorded=${pids[1]}
-    perf record -q -e cpu-clock --call-graph dwarf -p "$recorded" -o perf.data -- sleep 1000 &
+    perf record -q -e "${PERF_EVENT:-cpu-clock}" --call-graph dwarf -p "$recorded" -o perf.data -- sleep 1000 &
     recorder=$!; sleep 1
 fi
+if [ "${STAT:-0}" = 1 ]; then
+    perf stat --per-thread -x, -o "$work/stat" -e context-switches,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom \
+        -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_poll,syscalls:sys_enter_write,syscalls:sys_enter_read \
+        -e syscalls:sys_enter_getpid -p "$coordinator" &
+    counter=$!; sleep 1
+fi
 result=$("$work/drive" "$bus" "$requests" "$in_flight")
+if [ "${STAT:-0}" = 1 ]; then
+    kill -INT "$counter"; wait "$counter" || true
+    awk -F, -v n="$requests" '$2 / n >= 0.005 { split($1, t, "-"); printf "  %-18s %-34s %.2f per request\n", t[1], $4, $2 / n }' "$work/stat"
+fi
 if [ -n "${PERF:-}" ]; then kill -INT "$recorder"; wait "$recorder" || true; fi
 after=$(cpu "$coordinator"); workers_after=$(workers_cpu)
 per_request() { awk -v t="$1" -v hz="$ticks" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'; }

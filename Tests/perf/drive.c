@@ -2,7 +2,8 @@
 // (wire v2, docs/PROTOCOL.md §2.1) in flight, with as little client-side work as C allows, so that the
 // coordinator's CPU per request can be compared between builds. Not part of the product.
 //
-//   drive ENDPOINT REQUESTS IN_FLIGHT      (SKILL and PARAMS from the environment; echo by default)
+//   drive ENDPOINT REQUESTS IN_FLIGHT      (SKILL and PARAMS from the environment; echo by default;
+//                                           ECHOED=1 takes any message back as the answer)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #include <stdio.h>
@@ -44,8 +45,9 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
     return zmq_send(socket, params, strlen(params), 0) < 0 ? -1 : 0;
 }
 
-// Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY.
-static long receive_reply(void *socket) {
+// Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY (any message, when
+// `echoed`: the raw proxy's workers send the REQUEST itself back).
+static long receive_reply(void *socket, int echoed) {
     zmq_msg_t part;
     long id = -1;
     int first = 1, more;
@@ -62,8 +64,8 @@ static long receive_reply(void *socket) {
                 if (n == 0xFF || at + n > size) break;
                 fields[field] = e + at; lengths[field] = n; at += n; field++;
             }
-            if (field == 5 && lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
-                !memcmp(fields[4], "ok", 2)) {
+            if (field == 5 && (echoed || (lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
+                                          !memcmp(fields[4], "ok", 2)))) {
                 char digits[24] = {0};
                 memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
                 id = strtol(digits, NULL, 10);
@@ -80,6 +82,7 @@ int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: drive ENDPOINT REQUESTS IN_FLIGHT\n"); return 2; }
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
+    int echoed = getenv("ECHOED") != NULL;
     const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
     void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
     int linger = 0, timeout_ms = 30000;
@@ -94,7 +97,7 @@ int main(int argc, char **argv) {
         send_request(socket, sent, skill, params);
     }
     while (done < total) {
-        long id = receive_reply(socket);
+        long id = receive_reply(socket, echoed);
         if (id == -2) { fprintf(stderr, "no reply within 30 s after %ld of %ld\n", done, total); return 1; }
         if (id >= 0 && id < total) rtt[done] = now_seconds() - sent_at[id]; else failed++;
         done++;
