@@ -19,6 +19,23 @@ struct ProbeSkill: AgentSkill {
     }
 }
 
+/// A synchronous skill whose body each test chooses.
+struct SynchronousProbe: SynchronousSkill {
+    let identifier: String
+    var displayName: String { identifier }
+    var description: String { "a synchronous skill for tests" }
+    var parameterSchema = ParameterSchema([
+        ParameterField("text", .string),
+        ParameterField("count", .integer, required: false, default: 2),
+    ])
+    var executionStyle: SkillExecutionStyle { .quick }
+    let body: @Sendable ([String: JSONValue], SkillExecutionContext) throws -> SkillResult
+
+    func executeNow(parameters: [String: JSONValue], context: SkillExecutionContext) throws -> SkillResult {
+        try body(parameters, context)
+    }
+}
+
 private struct Broken: Error, CustomStringConvertible {
     var description: String { "the probe broke" }
 }
@@ -155,6 +172,43 @@ struct InvocationRunnerTests {
         let outcome = try #require(await withDeadline(.seconds(10)) { await task.value })
         #expect(try error(of: outcome) == SkillbusError(.cancelled, "'wait' was cancelled"))
         #expect(outcome.failure == "cancelled")
+    }
+
+    let synchronousRepeater = SynchronousProbe(identifier: "text.repeat") { parameters, context in
+        #expect(context.invocationID == "inv-1")
+        return .text(String(repeating: parameters["text"]?.stringValue ?? "", count: parameters["count"]?.intValue ?? 0))
+    }
+
+    @Test("runNow runs a synchronous skill as run does: defaults applied, the skill announced first")
+    func synchronousSuccess() async throws {
+        let runner = InvocationRunner(agentName: "alpha", skills: ["text.repeat": synchronousRepeater])
+        var started: [String] = []
+        let outcome = runner.runNow(invocation("text.repeat", #"{"text":"ab"}"#), synchronousRepeater) {
+            started.append($0)
+        }
+        #expect(outcome == .init(status: .ok, payload: SkillResult.text("abab").serialized(), failure: nil))
+        #expect(started == ["text.repeat"])
+        // Its `execute` is the same body, for callers that await.
+        #expect(await runner.run(invocation("text.repeat", #"{"text":"ab"}"#)) == outcome)
+    }
+
+    @Test("runNow: invalid parameters are refused before the body runs; what the body throws is mapped as run maps it")
+    func synchronousFailures() throws {
+        let runner = InvocationRunner(agentName: "alpha", skills: [:])
+        var started = false
+        let invalid = runner.runNow(invocation("text.repeat", #"{"count":"x"}"#), synchronousRepeater) { _ in
+            started = true
+        }
+        #expect(try error(of: invalid).code == .invalidParameters)
+        #expect(invalid.failure == nil)
+        #expect(!started)
+        let broken = SynchronousProbe(identifier: "text.repeat") { _, _ in throw Broken() }
+        let failed = runner.runNow(invocation("text.repeat", #"{"text":"x"}"#), broken)
+        #expect(try error(of: failed) == SkillbusError(.skillFailed, "'text.repeat' failed: the probe broke"))
+        #expect(failed.failure == "'text.repeat' failed: the probe broke")
+        let refusing = SynchronousProbe(identifier: "text.repeat") { _, _ in throw SkillbusError(.timeout, "too slow") }
+        let refused = runner.runNow(invocation("text.repeat", #"{"text":"x"}"#), refusing)
+        #expect(try error(of: refused) == SkillbusError(.timeout, "too slow"))
     }
 
     @Test("a sub-call outside an agent is refused, and the refusal is the skill's error")

@@ -28,6 +28,19 @@ public protocol AgentSkill: Sendable {
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
 }
 
+/// A skill whose body never awaits. A quick one runs inline on the agent's I/O thread, as the INVOKE is
+/// read, with no task made for it; it cannot be cancelled while it runs, so it must finish in microseconds.
+public protocol SynchronousSkill: AgentSkill {
+    /// Runs the skill, as `execute` does.
+    func executeNow(parameters: [String: JSONValue], context: SkillExecutionContext) throws -> SkillResult
+}
+
+extension SynchronousSkill {
+    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        try executeNow(parameters: parameters, context: context)
+    }
+}
+
 /// Where an agent runs a skill.
 public enum SkillExecutionStyle: Sendable {
     /// On Swift's global executor: right for anything that computes for a while or blocks.

@@ -352,31 +352,45 @@ public final class AgentWorker: Sendable {
     }
 
     private func start(_ invocation: Invocation) {
-        let refusal: SkillbusError? = state.withLock { state in
-            if state.stopping { return SkillbusError(.agentLost, "agent '\(options.name)' is shutting down") }
+        enum Start {
+            case refused(SkillbusError)
+            case task
+            /// A quick synchronous skill: it runs here, on the socket's thread, with no task.
+            case now(any SynchronousSkill)
+        }
+        let start = state.withLock { state -> Start in
+            if state.stopping { return .refused(SkillbusError(.agentLost, "agent '\(options.name)' is shutting down")) }
             if state.running.count >= options.capacity {
-                return SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))")
+                return .refused(SkillbusError(.busy, "agent '\(options.name)' is at capacity (\(options.capacity))"))
             }
             let skill = state.skills[invocation.skill]
             // The limit holds whoever sends the INVOKE: a bus that does not know it gets `busy`.
             if let limit = skill?.concurrencyLimit {
                 guard state.limitedRunning[invocation.skill, default: 0] < limit else {
-                    return SkillbusError(
-                        .busy, "agent '\(options.name)' is at the concurrency limit of '\(invocation.skill)' (\(limit))")
+                    return .refused(
+                        SkillbusError(
+                            .busy,
+                            "agent '\(options.name)' is at the concurrency limit of '\(invocation.skill)' (\(limit))"))
                 }
                 state.limitedRunning[invocation.skill, default: 0] += 1
             }
-            // Created under the lock so that the task cannot finish before it is recorded.
-            if skill?.executionStyle == .quick {
-                state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
-                    await self.execute(invocation)
-                }
-            } else {
+            guard let skill, skill.executionStyle == .quick else {
+                // Created under the lock so that the task cannot finish before it is recorded.
                 state.running[invocation.invocationID] = Task { await self.execute(invocation) }
+                return .task
             }
-            return nil
+            if let synchronous = skill as? any SynchronousSkill { return .now(synchronous) }
+            state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
+                await self.execute(invocation)
+            }
+            return .task
         }
-        if let refusal {
+        switch start {
+        case .task:
+            break
+        case .now(let skill):
+            finished(invocation, runner.runNow(invocation, skill) { report(.executingSkill($0)) })
+        case .refused(let refusal):
             socket.send(
                 WorkerMessage.result(
                     invocationID: invocation.invocationID, status: .error, payload: refusal.json.serialized()
@@ -397,7 +411,10 @@ public final class AgentWorker: Sendable {
     }
 
     private func execute(_ invocation: Invocation) async {
-        let outcome = await runner.run(invocation) { report(.executingSkill($0)) }
+        finished(invocation, await runner.run(invocation) { report(.executingSkill($0)) })
+    }
+
+    private func finished(_ invocation: Invocation, _ outcome: InvocationRunner.Outcome) {
         // Free the slot before the coordinator can hear of it, or its next dispatch could find us "full".
         let idle = state.withLock { state -> Bool in
             state.running[invocation.invocationID] = nil

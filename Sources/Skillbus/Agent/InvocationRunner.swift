@@ -50,68 +50,120 @@ struct InvocationRunner: Sendable {
     /// Runs `invocation` to its RESULT. `starting` hears the skill's identifier once the parameters are
     /// valid, just before it runs (the worker reports `executingSkill` then).
     func run(_ invocation: Invocation, starting: (String) -> Void = { _ in }) async -> Outcome {
-        var failure: String?
+        let started: Started
         do throws(SkillbusError) {
-            let (skill, parameters) = try prepare(invocation)
-            starting(skill.identifier)
-            var context = SkillExecutionContext(
-                roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: agentName,
-                invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
-                caller: caller, store: store)
-            let output = self.output.map {
-                SkillOutput(invocationID: invocation.invocationID, skill: skill.identifier, route: $0)
-            }
-            context.output = output
-            record(.skillCall, ["skill": .string(skill.identifier), "params": .object(parameters)], of: invocation)
-            do throws(SkillbusError) {
-                let result: SkillResult
-                // The last batch goes before the RESULT; output that overflowed fails it, whatever the skill did.
-                do throws(SkillbusError) {
-                    result = try await Self.run(skill, parameters: parameters, context: context)
-                } catch {
-                    throw output?.close() ?? error
-                }
-                if let overflow = output?.close() { throw overflow }
-                record(
-                    .skillResult, ["skill": .string(skill.identifier), "status": "ok", "result": result.json],
-                    of: invocation)
-                return Outcome(status: .ok, payload: result.serialized(), failure: nil)
-            } catch {
-                failure = error.code == .cancelled ? "cancelled" : error.message
-                record(
-                    .skillResult, ["skill": .string(skill.identifier), "status": "error", "error": error.json],
-                    of: invocation)
-                throw error
-            }
+            let (skill, offered) = lookup(invocation.skill)
+            guard let skill else { throw unknownSkill(invocation, offered: offered) }
+            started = try begin(invocation, skill, starting)
         } catch {
-            return Outcome(status: .error, payload: error.json.serialized(), failure: failure)
+            return Outcome(status: .error, payload: error.json.serialized(), failure: nil)
+        }
+        let result: Result<SkillResult, SkillbusError>
+        do throws(SkillbusError) {
+            result = .success(try await Self.run(started.skill, parameters: started.parameters, context: started.context))
+        } catch {
+            result = .failure(error)
+        }
+        return end(started, result, of: invocation)
+    }
+
+    /// `run` for a synchronous skill the caller has looked up, with no suspension: how a quick one runs
+    /// inline on the agent's I/O thread.
+    func runNow(
+        _ invocation: Invocation, _ skill: any SynchronousSkill, starting: (String) -> Void = { _ in }
+    ) -> Outcome {
+        let started: Started
+        do throws(SkillbusError) {
+            started = try begin(invocation, skill, starting)
+        } catch {
+            return Outcome(status: .error, payload: error.json.serialized(), failure: nil)
+        }
+        let result: Result<SkillResult, SkillbusError>
+        do {
+            result = .success(try skill.executeNow(parameters: started.parameters, context: started.context))
+        } catch {
+            result = .failure(Self.skillError(error, of: skill))
+        }
+        return end(started, result, of: invocation)
+    }
+
+    /// An invocation whose parameters passed and whose skill is about to run.
+    private struct Started {
+        let skill: any AgentSkill
+        let parameters: [String: JSONValue]
+        let context: SkillExecutionContext
+        let output: SkillOutput?
+    }
+
+    private func begin(
+        _ invocation: Invocation, _ skill: any AgentSkill, _ starting: (String) -> Void
+    ) throws(SkillbusError) -> Started {
+        let parameters = try Self.parameters(of: invocation, for: skill)
+        starting(skill.identifier)
+        var context = SkillExecutionContext(
+            roundID: invocation.roundID, sessionID: invocation.sessionID, agentName: agentName,
+            invocationID: invocation.invocationID, deadline: .now + .milliseconds(invocation.deadlineMs),
+            caller: caller, store: store)
+        let output = self.output.map {
+            SkillOutput(invocationID: invocation.invocationID, skill: skill.identifier, route: $0)
+        }
+        context.output = output
+        record(.skillCall, ["skill": .string(skill.identifier), "params": .object(parameters)], of: invocation)
+        return Started(skill: skill, parameters: parameters, context: context, output: output)
+    }
+
+    /// What the RESULT says once the skill returned or threw. The last batch of output goes before the
+    /// RESULT; output that overflowed fails it, whatever the skill did.
+    private func end(
+        _ started: Started, _ result: Result<SkillResult, SkillbusError>, of invocation: Invocation
+    ) -> Outcome {
+        let identifier = started.skill.identifier
+        do throws(SkillbusError) {
+            let value: SkillResult
+            do throws(SkillbusError) {
+                value = try result.get()
+            } catch {
+                throw started.output?.close() ?? error
+            }
+            if let overflow = started.output?.close() { throw overflow }
+            record(.skillResult, ["skill": .string(identifier), "status": "ok", "result": value.json], of: invocation)
+            return Outcome(status: .ok, payload: value.serialized(), failure: nil)
+        } catch {
+            record(.skillResult, ["skill": .string(identifier), "status": "error", "error": error.json], of: invocation)
+            return Outcome(
+                status: .error, payload: error.json.serialized(),
+                failure: error.code == .cancelled ? "cancelled" : error.message)
         }
     }
 
     /// Writes one message into the invocation's session, if it has one and the agent keeps context. A
     /// store that cannot take it now does not fail the invocation: the store reports the problem itself.
-    private func record(_ role: SessionMessage.Role, _ content: JSONValue, of invocation: Invocation) {
+    /// The content is built only then: an invocation without a session makes no JSON tree for nothing.
+    private func record(_ role: SessionMessage.Role, _ content: @autoclosure () -> JSONValue, of invocation: Invocation) {
         guard let store, !invocation.$sessionID.isEmpty else { return }
-        try? store.append(role, content, session: invocation.sessionID, round: invocation.roundID)
+        try? store.append(role, content(), session: invocation.sessionID, round: invocation.roundID)
     }
 
-    /// Finds the skill and validates the parameters; nothing runs when this throws. The checks and their
-    /// order are those of PROTOCOL §4.10 (steps 3-6), the wording that of its error table.
-    func prepare(_ invocation: Invocation) throws(SkillbusError) -> (any AgentSkill, [String: JSONValue]) {
-        let (skill, offered) = lookup(invocation.skill)
-        guard let skill else {
-            throw SkillbusError(
-                .unknownSkill,
-                "agent '\(agentName)' does not offer '\(invocation.skill)' (offers: "
-                    + (offered.isEmpty ? "none" : offered.joined(separator: ", ")) + ")")
-        }
+    private func unknownSkill(_ invocation: Invocation, offered: [String]) -> SkillbusError {
+        SkillbusError(
+            .unknownSkill,
+            "agent '\(agentName)' does not offer '\(invocation.skill)' (offers: "
+                + (offered.isEmpty ? "none" : offered.joined(separator: ", ")) + ")")
+    }
+
+    /// The invocation's parameters parsed and validated for `skill`, defaults applied; nothing runs when this
+    /// throws. The checks and their order are those of PROTOCOL §4.10 (steps 3-6), the wording that of its
+    /// error table.
+    static func parameters(
+        of invocation: Invocation, for skill: any AgentSkill
+    ) throws(SkillbusError) -> [String: JSONValue] {
         let parsed: JSONValue
         do {
             parsed = try JSONValue(parsing: invocation.parameters)
         } catch {
             throw SkillbusError(.invalidParameters, "parameters of '\(invocation.skill)' are not valid JSON: \(error)")
         }
-        return (skill, try Self.validate(parsed, for: skill))
+        return try validate(parsed, for: skill)
     }
 
     /// Runs a skill, turning whatever it throws into a `SkillbusError`.
@@ -120,12 +172,17 @@ struct InvocationRunner: Sendable {
     ) async throws(SkillbusError) -> SkillResult {
         do {
             return try await skill.execute(parameters: parameters, context: context)
-        } catch let error as SkillbusError {
-            throw error
-        } catch is CancellationError {
-            throw SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
         } catch {
-            throw SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
+            throw skillError(error, of: skill)
+        }
+    }
+
+    /// What a skill threw, as the RESULT reports it.
+    static func skillError(_ error: any Error, of skill: any AgentSkill) -> SkillbusError {
+        switch error {
+        case let error as SkillbusError: error
+        case is CancellationError: SkillbusError(.cancelled, "'\(skill.identifier)' was cancelled")
+        default: SkillbusError(.skillFailed, "'\(skill.identifier)' failed: \(error)")
         }
     }
 

@@ -41,7 +41,7 @@ public enum BuiltinSkills {
 }
 
 /// Returns its text unchanged.
-public struct EchoSkill: AgentSkill {
+public struct EchoSkill: SynchronousSkill {
     public init() {}
     public var isIdempotent: Bool { true }
     public var retryPolicy: RetryPolicy? { RetryPolicy() }
@@ -51,7 +51,7 @@ public struct EchoSkill: AgentSkill {
     public let description = "Returns the text it is given."
     public let parameterSchema = ParameterSchema([ParameterField("text", .string, description: "Text to return")])
 
-    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+    public func executeNow(parameters: [String: JSONValue], context: SkillExecutionContext) throws -> SkillResult {
         .text(parameters["text"]?.stringValue ?? "")
     }
 }
@@ -161,7 +161,7 @@ public struct TextGrepSkill: AgentSkill {
 }
 
 /// Evaluates arithmetic with its own parser: + - * / ^, parentheses, unary minus, decimals.
-public struct MathEvalSkill: AgentSkill {
+public struct MathEvalSkill: SynchronousSkill {
     public init() {}
     public var isIdempotent: Bool { true }
     public var retryPolicy: RetryPolicy? { RetryPolicy() }
@@ -173,7 +173,7 @@ public struct MathEvalSkill: AgentSkill {
         ParameterField("expression", .string, description: "For example (1 + 2) * -3.5 ^ 2")
     ])
 
-    public func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+    public func executeNow(parameters: [String: JSONValue], context: SkillExecutionContext) throws -> SkillResult {
         let expression = parameters["expression"]?.stringValue ?? ""
         do {
             let value = try MathExpression.evaluate(expression)
