@@ -14,8 +14,11 @@ public struct ReceiveLimits: Sendable, Equatable {
 
 /// One message as a serving socket receives it, with what libzmq knows of its connection.
 public struct ReceivedMessage {
-    /// Every frame, or when `overLimit` only those read before a limit was passed.
+    /// Every frame, or when `overLimit` only those read before a limit was passed; after the routing id
+    /// when the message was received `routed`.
     public var frames: Multipart
+    /// The sender's routing id, when the message was received `routed` (a ROUTER's); nil otherwise.
+    public var routingID: RoutingID?
     /// The "User-Id" the ZAP handler gave the connection (nil without one, or when not asked for).
     public var userID: String?
     /// The file descriptor of the TCP connection it came on (-1 when unknown), as socket monitors name it.
@@ -29,13 +32,14 @@ public struct ReceivedMessage {
 extension ZMQSocket {
     /// Receives one whole multipart message, as `receive` does, within `limits`, with its connection's
     /// descriptor and (when `readUserID`) the User-Id the ZAP handler gave it. `receive` stays the path
-    /// for sockets that need neither: it reads no metadata at all.
+    /// for sockets that need neither: it reads no metadata at all. With `routed` (on a ROUTER), the first
+    /// part is the sender's routing id: `routingID`, outside the frames, the limits and the sizes.
     public func receive(
-        dontWait: Bool = false, limits: ReceiveLimits, readUserID: Bool
+        dontWait: Bool = false, limits: ReceiveLimits, readUserID: Bool, routed: Bool = false
     ) throws(ZMQError) -> ReceivedMessage? {
         var userID: String?
         var sourceFD: Int32 = -1
-        let parts = try receiveParts(dontWait: dontWait, limits: limits) { message in
+        let parts = try receiveParts(dontWait: dontWait, limits: limits, routed: routed) { message in
             // Every part read from a connection carries its metadata; a ROUTER's routing-id part may not.
             if sourceFD < 0 { sourceFD = zmq_msg_get(&message, ZMQ_SRCFD) }
             if readUserID, userID == nil, let value = zmq_msg_gets(&message, "User-Id") {
@@ -44,7 +48,7 @@ extension ZMQSocket {
         }
         return parts.map {
             ReceivedMessage(
-                frames: $0.frames, userID: userID, sourceFD: sourceFD, frameCount: $0.count, byteCount: $0.bytes,
+                frames: $0.frames, routingID: $0.routingID, userID: userID, sourceFD: sourceFD, frameCount: $0.count, byteCount: $0.bytes,
                 overLimit: $0.overLimit)
         }
     }

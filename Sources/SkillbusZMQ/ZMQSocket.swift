@@ -125,7 +125,7 @@ public final class ZMQSocket {
     }
 
     /// Sends `routingID` and then `message` as one multipart message (for a ROUTER), without copying frames.
-    public func send(routingID: [UInt8], _ message: Multipart, dontWait: Bool = false) throws(ZMQError) {
+    public func send(routingID: RoutingID, _ message: Multipart, dontWait: Bool = false) throws(ZMQError) {
         let flags: Int32 = ZMQ_SNDMORE | (dontWait ? ZMQ_DONTWAIT : 0)
         let rc = routingID.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) }
         guard rc >= 0 else { throw ZMQError.last("zmq_send") }
@@ -141,10 +141,12 @@ public final class ZMQSocket {
     /// The receive loop every receive shares; `inspect` sees each part before it is copied out (its
     /// metadata, say). Past `limits` no further part is copied: the rest of the message is read and
     /// dropped, and `overLimit` says so, so one giant message never becomes a giant array here.
+    /// With `routed` (a ROUTER's messages), the first part is the routing id: it becomes `routingID`, not
+    /// a frame, and is counted in neither the limits nor the sizes.
     @inline(__always)
     func receiveParts(
-        dontWait: Bool, limits: ReceiveLimits?, _ inspect: (inout zmq_msg_t) -> Void
-    ) throws(ZMQError) -> (frames: Multipart, count: Int, bytes: Int, overLimit: Bool)? {
+        dontWait: Bool, limits: ReceiveLimits?, routed: Bool = false, _ inspect: (inout zmq_msg_t) -> Void
+    ) throws(ZMQError) -> (frames: Multipart, routingID: RoutingID?, count: Int, bytes: Int, overLimit: Bool)? {
         var frames: Multipart = []
         // Room for a routing id and the most frames a message of the protocol has (four), at once: growing
         // one by one reallocated it per message.
@@ -152,6 +154,7 @@ public final class ZMQSocket {
         var count = 0
         var bytes = 0
         var overLimit = false
+        var routingID: RoutingID?
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
@@ -159,10 +162,14 @@ public final class ZMQSocket {
             let rc = zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0)
             if rc < 0 {
                 let error = ZMQError.last("zmq_msg_recv")
-                if error.wouldBlock && count == 0 { return nil }
+                if error.wouldBlock && count == 0 && routingID == nil { return nil }
                 throw error
             }
             let size = zmq_msg_size(&message)
+            if routed && routingID == nil {
+                routingID = RoutingID(UnsafeRawBufferPointer(start: zmq_msg_data(&message), count: size))
+                continue
+            }
             count += 1
             bytes += size
             if let limits, !overLimit, count > limits.frames || bytes > limits.bytes { overLimit = true }
@@ -174,7 +181,7 @@ public final class ZMQSocket {
                 frames.append([])
             }
         } while zmq_msg_more(&message) == 1
-        return (frames, count, bytes, overLimit)
+        return (frames, routingID, count, bytes, overLimit)
     }
 }
 

@@ -155,36 +155,34 @@ final class CoordinatorLoop {
     }
 
     private func drainBus() {
-        // Frames past these are read and dropped, not kept: the routing id, then at most the protocol's.
-        let limits = ReceiveLimits(frames: Wire.maxFrames + 1, bytes: maxMessageBytes + 256)
+        // Frames past these are read and dropped, not kept (the routing id is apart, and not counted).
+        let limits = ReceiveLimits(frames: Wire.maxFrames, bytes: maxMessageBytes)
         // Bounded batch so that ticks still run under a flood.
         for _ in 0..<10_000 {
             // With keys, each message says whose it is: the ZAP handler's user id for its connection.
-            guard let message = try? router.receive(dontWait: true, limits: limits, readUserID: busGuard != nil)
+            guard
+                let message = try? router.receive(
+                    dontWait: true, limits: limits, readUserID: busGuard != nil, routed: true)
             else { return }
             handle(message)
         }
     }
 
-    /// Takes the message over, so that dropping the routing id below moves frames instead of copying them.
-    private func handle(_ message: consuming ReceivedMessage) {
-        let (userID, sourceFD, frameCount, byteCount) =
-            (message.userID, message.sourceFD, message.frameCount, message.byteCount)
-        var body = (consume message).frames
-        guard !body.isEmpty else { return }
-        let peer = PeerID(body.removeFirst())
+    private func handle(_ message: ReceivedMessage) {
+        let (body, userID, sourceFD) = (message.frames, message.userID, message.sourceFD)
+        guard let peer = message.routingID else { return }
         let now = DispatchTime.now().uptimeNanoseconds
         guard let header = body.first else {
             return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
         }
         // The sizes count every frame, kept or not (the receive stopped keeping them past its limits).
-        let frames = frameCount - 1
+        let frames = message.frameCount
         if frames > Wire.maxFrames {
             return refuseOverLimit(
                 peer, body, limit: "maxFrames",
                 "message of \(frames) frames exceeds the limit of \(Wire.maxFrames) frames (maxFrames)")
         }
-        let size = byteCount - peer.bytes.count
+        let size = message.byteCount
         if size > maxMessageBytes {
             return refuseOverLimit(
                 peer, body, limit: "maxMessageBytes",
@@ -294,7 +292,7 @@ final class CoordinatorLoop {
 
     func send(to peer: PeerID, _ frames: Multipart) {
         do {
-            try router.send(routingID: peer.bytes, frames, dontWait: true)
+            try router.send(routingID: peer, frames, dontWait: true)
         } catch {
             // The peer vanished (or is hopelessly behind): count it and keep serving everyone else.
             unroutable += 1

@@ -1,15 +1,7 @@
-/// A ROUTER routing id: which peer a message came from or goes to.
-public struct PeerID: Hashable, Sendable, ExpressibleByArrayLiteral {
-    public let bytes: [UInt8]
+import SkillbusZMQ
 
-    public init(_ bytes: [UInt8]) { self.bytes = bytes }
-    public init(arrayLiteral bytes: UInt8...) { self.bytes = bytes }
-
-    // One call over the whole id instead of one per byte: peers are looked up for every message.
-    public func hash(into hasher: inout Hasher) {
-        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
-    }
-}
+/// A ROUTER routing id: which peer a message came from or goes to (inline up to 16 bytes: RoutingID.swift).
+public typealias PeerID = RoutingID
 
 /// Something the coordinator's I/O layer must do. The state machine decides; the loop acts.
 public enum CoordinatorAction: Sendable, Equatable {

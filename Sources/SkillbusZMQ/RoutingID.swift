@@ -1,0 +1,49 @@
+/// A ROUTER's routing id for one peer. libzmq's own ids are 5 bytes; ids of up to 16 bytes are held
+/// inline, so the id of every message, and of every record that names a peer, costs no allocation and no
+/// reference counting. A longer one (a peer may choose its own, up to 255 bytes) is kept on the heap.
+public struct RoutingID: Hashable, Sendable, ExpressibleByArrayLiteral {
+    private var head: UInt64 = 0
+    private var tail: UInt64 = 0
+    /// The length of an inline id; 0 for a long one (`long` holds it) and for the empty one.
+    private var count: UInt8 = 0
+    private var long: [UInt8]?
+
+    static let inlineCapacity = 16
+
+    public init(_ bytes: [UInt8]) {
+        if bytes.count > Self.inlineCapacity {
+            long = bytes
+        } else {
+            bytes.withUnsafeBytes { store(inline: $0) }
+        }
+    }
+
+    public init(arrayLiteral bytes: UInt8...) { self.init(bytes) }
+
+    /// The id in `raw`, copied out of libzmq's buffer.
+    public init(_ raw: UnsafeRawBufferPointer) {
+        if raw.count > Self.inlineCapacity {
+            long = Array(raw)
+        } else {
+            store(inline: raw)
+        }
+    }
+
+    private mutating func store(inline raw: UnsafeRawBufferPointer) {
+        count = UInt8(raw.count)
+        withUnsafeMutableBytes(of: &head) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.prefix(8))) }
+        if raw.count > 8 {
+            withUnsafeMutableBytes(of: &tail) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.dropFirst(8))) }
+        }
+    }
+
+    /// Its bytes as libzmq sends them, for as long as `body` runs.
+    public func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        if let long { return try long.withUnsafeBytes(body) }
+        var pair = (head, tail)
+        return try Swift.withUnsafeBytes(of: &pair) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(Int(count)))) }
+    }
+
+    public var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
+    public var byteCount: Int { long?.count ?? Int(count) }
+}

@@ -1,0 +1,30 @@
+import Testing
+
+@testable import SkillbusZMQ
+
+@Suite("RoutingID: a peer's id, inline up to 16 bytes")
+struct RoutingIDTests {
+    @Test("every length from 0 to 40 keeps its bytes, however it was made", arguments: Array(0...40))
+    func roundTrip(length: Int) {
+        let bytes = (0..<length).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 1) }
+        let fromArray = RoutingID(bytes)
+        let fromBuffer = bytes.withUnsafeBytes { RoutingID($0) }
+        #expect(fromArray.bytes == bytes)
+        #expect(fromArray.byteCount == length)
+        #expect(fromArray == fromBuffer)
+        #expect(fromArray.hashValue == fromBuffer.hashValue)
+        #expect(fromArray.withUnsafeBytes { Array($0) } == bytes)
+    }
+
+    @Test("ids differ when any byte or the length differs, also across the inline limit")
+    func distinct() {
+        let ids: [[UInt8]] = [
+            [], [0], [0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 2], [1, 0, 0, 0, 1],
+            Array(repeating: 7, count: 16), Array(repeating: 7, count: 17), Array(repeating: 7, count: 15) + [8],
+            Array(repeating: 0, count: 8), Array(repeating: 0, count: 9),
+        ]
+        let set = Set(ids.map(RoutingID.init))
+        #expect(set.count == ids.count)
+        for id in ids { #expect(set.contains(RoutingID(id))) }
+    }
+}
