@@ -83,7 +83,76 @@ struct EnvelopeTests {
         #expect(try BusToClientMessage.decode(round.encoded()) == round)
     }
 
-    @Test("INVOKE and REPLY, written straight into their envelopes, are the bytes packing their fields gives")
+    /// A decode's value or error, to compare the in-place reader with the general path.
+    static func outcome<Message>(_ decode: () throws(SkillbusError) -> Message) -> Result<Message, SkillbusError> {
+        do throws(SkillbusError) { return .success(try decode()) } catch { return .failure(error) }
+    }
+
+    @Test("REQUEST, INVOKE and RESULT read in place decode as unpacking their fields does; on anything else, the same error")
+    func readInPlace() {
+        var random = SplitMix(seed: 15)
+        func text(_ most: Int = 300) -> String {
+            String((0..<Int.random(in: 0...most, using: &random)).map { _ in "aé-z9".randomElement(using: &random)! })
+        }
+        func number() -> Int {
+            [0, 1, 7, 999, 86_400_000, 86_400_001, Int.random(in: 0...Int(Int32.max), using: &random)]
+                .randomElement(using: &random)!
+        }
+        /// The message as sent, then with one of its envelope's bytes changed, cut short or lengthened.
+        func variants(_ frames: Multipart) -> [Multipart] {
+            var all = [frames]
+            for _ in 0..<4 {
+                var changed = frames
+                let index = Int.random(in: 0..<changed[0].count, using: &random)
+                switch Int.random(in: 0..<4, using: &random) {
+                case 0: changed[0][index] = UInt8.random(in: 0...255, using: &random)
+                case 1: changed[0].removeLast(Int.random(in: 1...changed[0].count, using: &random))
+                case 2: changed[0].append(contentsOf: [0, 1, 0xFF].randomElement(using: &random).map { [$0] }!)
+                default: changed.append(Array(text(8).utf8))
+                }
+                all.append(changed)
+            }
+            return all
+        }
+        var readInPlace = 0
+        for _ in 0..<400 {
+            let request = ClientMessage.invoke(
+                InvokeRequest(
+                    requestID: text(), roundID: text(), sessionID: text(140), skill: text(20),
+                    timeoutMs: Bool.random(using: &random) ? nil : number(), parameters: Array(text().utf8)))
+            for frames in variants(Wire.pack(request.fields(), ClientMessage.layout)) {
+                let general = Self.outcome { () throws(SkillbusError) in
+                    try ClientMessage.decode(fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, ClientMessage.layout))
+                }
+                #expect(Self.outcome { () throws(SkillbusError) in try ClientMessage.decode(frames) } == general)
+            }
+            let invoke = BusToWorkerMessage.invoke(
+                Invocation(
+                    invocationID: text(), roundID: text(), sessionID: text(), skill: text(20), deadlineMs: number(),
+                    parameters: Array(text().utf8)))
+            for frames in variants(invoke.encoded()) {
+                let general = Self.outcome { () throws(SkillbusError) in
+                    try BusToWorkerMessage.decode(
+                        fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, BusToWorkerMessage.layout))
+                }
+                let read = Self.outcome { () throws(SkillbusError) in try BusToWorkerMessage.decode(frames) }
+                #expect(read == general)
+                if case .success = read { readInPlace += 1 }
+            }
+            let result = WorkerMessage.result(
+                invocationID: text(), status: Bool.random(using: &random) ? .ok : .error, payload: Array(text().utf8))
+            for frames in variants(result.encoded()) {
+                let general = Self.outcome { () throws(SkillbusError) in
+                    try WorkerMessage.decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, WorkerMessage.layout))
+                }
+                #expect(Self.outcome { () throws(SkillbusError) in try WorkerMessage.decode(frames) } == general)
+            }
+        }
+        // Both kinds were met: messages that decode, and broken ones.
+        #expect(readInPlace > 100 && readInPlace < 400 * 5)
+    }
+
+    @Test("INVOKE, REPLY and RESULT, written straight into their envelopes, are the bytes packing their fields gives")
     func writtenEnvelopes() {
         var random = SplitMix(seed: 14)
         for _ in 0..<500 {
@@ -101,6 +170,9 @@ struct EnvelopeTests {
                     requestID: text(), roundID: text(), status: Bool.random(using: &random) ? .ok : .error, agent: text(),
                     durationMicros: number, payload: Array(text().utf8)))
             #expect(reply.encoded() == Wire.pack(reply.fields(), BusToClientMessage.layout))
+            let result = WorkerMessage.result(
+                invocationID: text(), status: Bool.random(using: &random) ? .ok : .error, payload: Array(text().utf8))
+            #expect(result.encoded() == Wire.pack(result.fields(), WorkerMessage.layout))
         }
     }
 

@@ -62,7 +62,15 @@ public final class AgentWorker: Sendable {
     let outputRoute: SkillOutput.Route
 
     struct State {
-        var skills: [String: any AgentSkill]
+        var skills: [String: any AgentSkill] {
+            didSet { synchronousSkills = Self.synchronous(in: skills) }
+        }
+        /// The quick skills among them that are synchronous, cast once: a cast per INVOKE boxed the skill anew.
+        var synchronousSkills: [String: any SynchronousSkill] = [:]
+
+        static func synchronous(in skills: [String: any AgentSkill]) -> [String: any SynchronousSkill] {
+            skills.compactMapValues { skill in skill.executionStyle == .quick ? skill as? any SynchronousSkill : nil }
+        }
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]
         /// How many run now of each skill with a concurrency limit, by identifier.
@@ -109,7 +117,8 @@ public final class AgentWorker: Sendable {
             send: { [socket] in socket.send($0) },
             stop: { [owner] id in owner.worker.withLock { $0.value }?.cancelInvocation(id) }, clock: OutputClock())
         let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
-        state = Mutex(State(skills: skills, busHeartbeatMs: options.heartbeatMs))
+        state = Mutex(
+            State(skills: skills, synchronousSkills: State.synchronous(in: skills), busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
     }
 
@@ -374,12 +383,12 @@ public final class AgentWorker: Sendable {
                 }
                 state.limitedRunning[invocation.skill, default: 0] += 1
             }
+            if let synchronous = state.synchronousSkills[invocation.skill] { return .now(synchronous) }
             guard let skill, skill.executionStyle == .quick else {
                 // Created under the lock so that the task cannot finish before it is recorded.
                 state.running[invocation.invocationID] = Task { await self.execute(invocation) }
                 return .task
             }
-            if let synchronous = skill as? any SynchronousSkill { return .now(synchronous) }
             state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
                 await self.execute(invocation)
             }

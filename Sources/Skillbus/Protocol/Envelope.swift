@@ -68,6 +68,69 @@ extension Wire {
         }
     }
 
+    /// The fields of an envelope read in place, for the messages of the hot path (REQUEST, INVOKE, RESULT):
+    /// no field becomes an Array of its own unless the message keeps it as bytes. It only ever accepts: on
+    /// anything unusual (another command or split, a long-form length, a field outside its rules) the
+    /// caller decodes through `unpack` and `decode(fields:)`, which read a valid message the same way and
+    /// name what is wrong with any other (EnvelopeTests holds the two paths to that).
+    struct EnvelopeReader {
+        private let envelope: [UInt8]
+        private var index: Int
+
+        /// Nil unless the message is `frameCount` frames whose envelope starts with `header` and `command`.
+        init?(_ frames: Multipart, header: [UInt8], command: Command, frameCount: Int) {
+            guard frames.count == frameCount, let envelope = frames.first, envelope.starts(with: header) else {
+                return nil
+            }
+            self.envelope = envelope
+            index = header.count
+            guard let field = nextRange(), envelope[field].elementsEqual(command.frame) else { return nil }
+        }
+
+        /// Whether every field of the envelope was read.
+        var atEnd: Bool { index == envelope.count }
+
+        private mutating func nextRange() -> Range<Int>? {
+            guard index < envelope.count else { return nil }
+            let count = Int(envelope[index])
+            guard count < 0xFF, count < envelope.count - index else { return nil }
+            defer { index += 1 + count }
+            return index + 1..<index + 1 + count
+        }
+
+        /// The next field as text (`Wire.text`).
+        mutating func text() -> String? {
+            guard let range = nextRange() else { return nil }
+            return String(validating: envelope[range], as: UTF8.self)
+        }
+
+        /// The next field, checked to be text and kept as bytes (`Wire.textFrame`).
+        mutating func textBytes() -> [UInt8]? {
+            guard let range = nextRange() else { return nil }
+            let bytes = envelope[range]
+            guard bytes.allSatisfy({ $0 < 0x80 }) || String(validating: bytes, as: UTF8.self) != nil else { return nil }
+            return Array(bytes)
+        }
+
+        /// The next field as a decimal integer of at most 18 digits (`Wire.decimal`); an empty one is `empty`.
+        mutating func number() -> (value: Int, empty: Bool)? {
+            guard let range = nextRange(), range.count <= 18 else { return nil }
+            var value = 0
+            for digit in envelope[range] {
+                guard digit >= UInt8(ascii: "0") && digit <= UInt8(ascii: "9") else { return nil }
+                value = value * 10 + Int(digit - UInt8(ascii: "0"))
+            }
+            return (value, range.isEmpty)
+        }
+
+        /// The next field as a status (`ReplyStatus(frame:)`).
+        mutating func status() -> ReplyStatus? {
+            guard let range = nextRange() else { return nil }
+            if envelope[range].elementsEqual(ReplyStatus.okFrame) { return .ok }
+            return envelope[range].elementsEqual(ReplyStatus.errorFrame) ? .error : nil
+        }
+    }
+
     /// The most fields an envelope may hold: no message of the protocol has more than twelve.
     static let maxEnvelopeFields = 32
 

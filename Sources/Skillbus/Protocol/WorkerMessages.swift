@@ -49,7 +49,16 @@ public enum WorkerMessage: Sendable, Equatable {
         .output: 4, .claim: 5, .called: 5, .step: 3,
     ]
 
-    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+    public func encoded() -> Multipart {
+        guard case .result(let invocationID, let status, let payload) = self else {
+            return Wire.pack(fields(), Self.layout)
+        }
+        // One per request, so written straight into its envelope (EnvelopeTests: the bytes packing gives).
+        var envelope = Wire.EnvelopeWriter(Wire.workerHeaderBytes, .result, capacity: 8 + invocationID.utf8.count)
+        envelope.field(invocationID)
+        envelope.field(status.frame)
+        return [envelope.bytes, payload]
+    }
 
     /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
     func fields() -> Multipart {
@@ -94,9 +103,14 @@ public enum WorkerMessage: Sendable, Equatable {
         }
     }
 
-    /// Decodes a message as it arrived: its envelope and frames.
+    /// Decodes a message as it arrived: its envelope and frames. A RESULT is read in place.
     public static func decode(_ frames: Multipart) throws(SkillbusError) -> WorkerMessage {
-        try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .result, frameCount: 2),
+            let invocationID = reader.text(), let status = reader.status(), reader.atEnd
+        {
+            return .result(invocationID: invocationID, status: status, payload: frames[1])
+        }
+        return try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
     }
 
     /// Decodes a message given as its numbered fields.
@@ -269,9 +283,19 @@ public enum BusToWorkerMessage: Sendable, Equatable {
         }
     }
 
-    /// Decodes a message as it arrived: its envelope and frames.
+    /// Decodes a message as it arrived: its envelope and frames. An INVOKE is read in place.
     public static func decode(_ frames: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
-        try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .invoke, frameCount: 2),
+            let invocationID = reader.text(), let roundID = reader.textBytes(), let sessionID = reader.textBytes(),
+            let skill = reader.text(), let deadline = reader.number(), !deadline.empty,
+            deadline.value <= Wire.maxTimeoutMs, reader.atEnd
+        {
+            return .invoke(
+                Invocation(
+                    invocationID: invocationID, frames: roundID, sessionID, skill: skill, deadlineMs: deadline.value,
+                    parameters: frames[1]))
+        }
+        return try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
     }
 
     /// Decodes a message given as its numbered fields.
