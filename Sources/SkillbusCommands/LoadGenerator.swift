@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Synchronization
 import Skillbus
 import SkillbusZMQ
 
@@ -66,22 +67,28 @@ public struct LoadGenerator: Sendable {
         }
     }
 
+    /// Round ids no request of this process used before: a random prefix and a count. A reused one would be
+    /// answered from the round's earlier outcome.
+    private static let roundPrefix = "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36) + "-"
+    private static let roundsMade = Atomic<UInt64>(0)
+
     /// REQUESTs of whatever skill and parameters `request` gives for each number, each in a round of its own.
+    /// Replies are read as a client of the library reads them (`BusToClientMessage.decode`: a REPLY in place).
     static func skillbus(session: String, _ request: @escaping @Sendable (UInt64) -> (String, [UInt8])) -> LoadGenerator {
         LoadGenerator(
             makeRequest: { id in
                 let (skill, parameters) = request(id)
+                let round = roundsMade.add(1, ordering: .relaxed).newValue
                 return ClientMessage.invoke(
                     InvokeRequest(
-                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        sessionID: session, skill: skill, timeoutMs: 15_000, parameters: parameters)
+                        requestID: String(id), roundID: roundPrefix + String(round), sessionID: session, skill: skill,
+                        timeoutMs: 15_000, parameters: parameters)
                 ).encoded()
             },
             replyID: { frames in
-                guard let message = Wire.busMessageFields(frames), message.count == 8, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
-                    return nil
-                }
-                return (id, message[4] == Array("ok".utf8))
+                guard case .reply(let reply)? = try? BusToClientMessage.decode(frames), let id = UInt64(reply.requestID)
+                else { return nil }
+                return (id, reply.status == .ok)
             })
     }
 

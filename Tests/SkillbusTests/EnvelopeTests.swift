@@ -88,7 +88,7 @@ struct EnvelopeTests {
         do throws(SkillbusError) { return .success(try decode()) } catch { return .failure(error) }
     }
 
-    @Test("REQUEST, INVOKE and RESULT read in place decode as unpacking their fields does; on anything else, the same error")
+    @Test("REQUEST, INVOKE, RESULT and REPLY read in place decode as unpacking their fields does; on anything else, the same error")
     func readInPlace() {
         var random = SplitMix(seed: 15)
         func text(_ most: Int = 300) -> String {
@@ -139,6 +139,17 @@ struct EnvelopeTests {
                 #expect(read == general)
                 if case .success = read { readInPlace += 1 }
             }
+            let reply = BusToClientMessage.reply(
+                InvokeReply(
+                    requestID: text(), roundID: text(), status: Bool.random(using: &random) ? .ok : .error, agent: text(),
+                    durationMicros: number(), payload: Array(text().utf8)))
+            for frames in variants(reply.encoded()) {
+                let general = Self.outcome { () throws(SkillbusError) in
+                    try BusToClientMessage.decode(
+                        fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, BusToClientMessage.layout))
+                }
+                #expect(Self.outcome { () throws(SkillbusError) in try BusToClientMessage.decode(frames) } == general)
+            }
             let result = WorkerMessage.result(
                 invocationID: text(), status: Bool.random(using: &random) ? .ok : .error, payload: Array(text().utf8))
             for frames in variants(result.encoded()) {
@@ -152,7 +163,7 @@ struct EnvelopeTests {
         #expect(readInPlace > 100 && readInPlace < 400 * 5)
     }
 
-    @Test("INVOKE, REPLY and RESULT, written straight into their envelopes, are the bytes packing their fields gives")
+    @Test("REQUEST, INVOKE, REPLY and RESULT, written straight into their envelopes, are the bytes packing their fields gives")
     func writtenEnvelopes() {
         var random = SplitMix(seed: 14)
         for _ in 0..<500 {
@@ -173,6 +184,12 @@ struct EnvelopeTests {
             let result = WorkerMessage.result(
                 invocationID: text(), status: Bool.random(using: &random) ? .ok : .error, payload: Array(text().utf8))
             #expect(result.encoded() == Wire.pack(result.fields(), WorkerMessage.layout))
+            let timeout = [nil, -1, number].randomElement(using: &random)!
+            let request = ClientMessage.invoke(
+                InvokeRequest(
+                    requestID: text(), roundID: text(), sessionID: text(), skill: text(), timeoutMs: timeout,
+                    parameters: Array(text().utf8)))
+            #expect(request.encoded() == Wire.pack(request.fields(), ClientMessage.layout))
         }
     }
 

@@ -28,8 +28,15 @@ struct SynchronousProbe: SynchronousSkill {
         ParameterField("text", .string),
         ParameterField("count", .integer, required: false, default: 2),
     ])
-    var executionStyle: SkillExecutionStyle { .quick }
+    var executionStyle: SkillExecutionStyle = .quick
     let body: @Sendable ([String: JSONValue], SkillExecutionContext) throws -> SkillResult
+
+    /// The same skill, run on the global executor (synchronous, but not quick).
+    var general: SynchronousProbe {
+        var probe = self
+        probe.executionStyle = .general
+        return probe
+    }
 
     func executeNow(parameters: [String: JSONValue], context: SkillExecutionContext) throws -> SkillResult {
         try body(parameters, context)
@@ -209,6 +216,17 @@ struct InvocationRunnerTests {
         let refusing = SynchronousProbe(identifier: "text.repeat") { _, _ in throw SkillbusError(.timeout, "too slow") }
         let refused = runner.runNow(invocation("text.repeat", #"{"text":"x"}"#), refusing)
         #expect(try error(of: refused) == SkillbusError(.timeout, "too slow"))
+    }
+
+    @Test("a worker runs inline its quick synchronous skills, also under its policies, and no other")
+    func inlineSkills() {
+        let underPolicy = PolicyOverriddenSkill(
+            base: MathEvalSkill(), retryPolicy: nil, isIdempotent: true, concurrencyLimit: 2, isPure: false, cacheMs: nil)
+        let skills: [String: any AgentSkill] = [
+            "echo": EchoSkill(), "math.eval": underPolicy, "sleep": SleepSkill(), "text.stats": TextStatsSkill(),
+            "slow": SynchronousProbe(identifier: "slow") { _, _ in .text("") }.general,
+        ]
+        #expect(AgentWorker.State.synchronous(in: skills).keys.sorted() == ["echo", "math.eval"])
     }
 
     @Test("a sub-call outside an agent is refused, and the refusal is the skill's error")

@@ -68,8 +68,13 @@ public final class AgentWorker: Sendable {
         /// The quick skills among them that are synchronous, cast once: a cast per INVOKE boxed the skill anew.
         var synchronousSkills: [String: any SynchronousSkill] = [:]
 
+        /// A skill under a worker's policies runs its base: what they change is the bus's business, and the
+        /// concurrency limit is checked on the skill as listed.
         static func synchronous(in skills: [String: any AgentSkill]) -> [String: any SynchronousSkill] {
-            skills.compactMapValues { skill in skill.executionStyle == .quick ? skill as? any SynchronousSkill : nil }
+            skills.compactMapValues { skill in
+                guard skill.executionStyle == .quick else { return nil }
+                return ((skill as? PolicyOverriddenSkill)?.base ?? skill) as? any SynchronousSkill
+            }
         }
         var replica: RegistryReplica?
         var running: [String: Task<Void, Never>] = [:]

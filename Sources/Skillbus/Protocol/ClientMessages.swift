@@ -105,7 +105,24 @@ public enum ClientMessage: Sendable, Equatable {
     /// Where its fields start travelling as frames of their own (§2.1).
     static let layout: Wire.Layout = [.request: 7, .round: 6, .query: 5, .ask: 7]
 
-    public func encoded() -> Multipart { Wire.pack(fields(), Self.layout) }
+    public func encoded() -> Multipart {
+        // A client sends one per request: written straight into its envelope, like INVOKE (EnvelopeTests
+        // compares the bytes with packing `fields()`, which also writes what the writer does not: a negative
+        // timeout, to be refused by the bus as it was sent).
+        guard case .invoke(let request) = self, (request.timeoutMs ?? 0) >= 0 else {
+            return Wire.pack(fields(), Self.layout)
+        }
+        var envelope = Wire.EnvelopeWriter(
+            Wire.clientHeaderBytes, .request,
+            capacity: 32 + request.$requestID.count + request.$roundID.count + request.$sessionID.count
+                + request.skill.utf8.count)
+        envelope.field(request.$requestID)
+        envelope.field(request.$roundID)
+        envelope.field(request.$sessionID)
+        envelope.field(request.skill)
+        if let timeoutMs = request.timeoutMs { envelope.field(decimal: timeoutMs) } else { envelope.field([UInt8]()) }
+        return [envelope.bytes, request.parameters]
+    }
 
     /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
     func fields() -> Multipart {
