@@ -244,11 +244,10 @@ extension SocketLoop {
             var unsentStart = 0
             var moreWork = false
             var waitLimitMs = -1
+            // Made once; each round only says whether the socket must also be writable.
+            var items = [PollItem(.socket(socket)), PollItem(.fileDescriptor(wakePipe.readEnd))]
             while true {
-                let items = [
-                    PollItem(.socket(socket), input: true, output: unsentStart < unsent.count),
-                    PollItem(.fileDescriptor(wakePipe.readEnd)),
-                ]
+                items[0].wantsOutput = unsentStart < unsent.count
                 guard let ready = try? poll(items, timeoutMs: moreWork ? 0 : waitLimitMs) else { return }
                 if ready.readable[1] { wakePipe.drain() }
                 // Receive everything queued, whatever woke us: one extra EAGAIN is cheaper than a missed message.

@@ -18,38 +18,49 @@ public struct PollItem {
     }
 }
 
-/// What `poll` found ready, by the index of the item.
+/// What `poll` found ready, by the index of the item: one array of the events each item reported, read
+/// through `readable` and `writable` (a poll allocates that array and nothing else).
 public struct PollResult {
-    public var readable: [Bool]
-    public var writable: [Bool]
+    let events: [Int16]
+
+    public var readable: Flags { Flags(events: events, mask: Int16(ZMQ_POLLIN)) }
+    public var writable: Flags { Flags(events: events, mask: Int16(ZMQ_POLLOUT)) }
+
+    /// One Bool per item: whether it reported the event.
+    public struct Flags: RandomAccessCollection {
+        let events: [Int16]
+        let mask: Int16
+        public var startIndex: Int { 0 }
+        public var endIndex: Int { events.count }
+        public subscript(index: Int) -> Bool { events[index] & mask != 0 }
+    }
 }
 
 /// Waits until an item is ready or `timeoutMs` passes (-1 waits forever). zmq_poll counts milliseconds.
 public func poll(_ items: [PollItem], timeoutMs: Int) throws(ZMQError) -> PollResult {
-    var raw = items.map { item -> zmq_pollitem_t in
-        var events: Int16 = 0
-        if item.wantsInput { events |= Int16(ZMQ_POLLIN) }
-        if item.wantsOutput { events |= Int16(ZMQ_POLLOUT) }
-        switch item.source {
-        case .socket(let socket):
-            return zmq_pollitem_t(socket: socket.handle, fd: 0, events: events, revents: 0)
-        case .fileDescriptor(let fd):
-            return zmq_pollitem_t(socket: nil, fd: fd, events: events, revents: 0)
+    var events = [Int16](repeating: 0, count: items.count)
+    // libzmq's item array lives on the stack for the call.
+    let rc = withUnsafeTemporaryAllocation(of: zmq_pollitem_t.self, capacity: items.count) { raw -> Int32 in
+        for (index, item) in items.enumerated() {
+            var wanted: Int16 = 0
+            if item.wantsInput { wanted |= Int16(ZMQ_POLLIN) }
+            if item.wantsOutput { wanted |= Int16(ZMQ_POLLOUT) }
+            raw[index] =
+                switch item.source {
+                case .socket(let socket): zmq_pollitem_t(socket: socket.handle, fd: 0, events: wanted, revents: 0)
+                case .fileDescriptor(let fd): zmq_pollitem_t(socket: nil, fd: fd, events: wanted, revents: 0)
+                }
         }
+        let rc = zmq_poll(raw.baseAddress, Int32(items.count), timeoutMs)
+        if rc > 0 { for index in 0..<items.count { events[index] = raw[index].revents } }
+        return rc
     }
-    let rc = zmq_poll(&raw, Int32(raw.count), timeoutMs)
     if rc < 0 {
         let error = ZMQError.last("zmq_poll")
         // A signal interrupted the wait: report nothing ready and let the caller loop.
-        if error.errno == EINTR {
-            return PollResult(
-                readable: Array(repeating: false, count: items.count),
-                writable: Array(repeating: false, count: items.count))
-        }
+        if error.errno == EINTR { return PollResult(events: events) }
         throw error
     }
-    return PollResult(
-        readable: raw.map { $0.revents & Int16(ZMQ_POLLIN) != 0 },
-        writable: raw.map { $0.revents & Int16(ZMQ_POLLOUT) != 0 }
-    )
+    return PollResult(events: events)
 }
+
