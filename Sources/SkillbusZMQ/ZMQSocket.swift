@@ -161,9 +161,9 @@ public final class ZMQSocket {
         repeat {
             let rc = zmq_msg_recv(&message, handle, dontWait ? ZMQ_DONTWAIT : 0)
             if rc < 0 {
-                let error = ZMQError.last("zmq_msg_recv")
-                if error.wouldBlock && count == 0 && routingID == nil { return nil }
-                throw error
+                // Nothing queued ends every drain: answered before an error (and its text) is made.
+                if zmq_errno() == EAGAIN && count == 0 && routingID == nil { return nil }
+                throw ZMQError.last("zmq_msg_recv")
             }
             let size = zmq_msg_size(&message)
             if routed && routingID == nil {

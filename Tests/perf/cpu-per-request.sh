@@ -8,7 +8,8 @@
 #   PERF=coordinator (or PERF=worker, the first of the four) ... also records that process with perf
 #   (perf.data in the working directory); PERF_EVENT=probe_libc:malloc (after `perf probe -x libc.so.6 malloc`)
 #   records where allocations come from instead of where the time goes.
-#   STAT=1 ... also counts the coordinator's context switches and socket syscalls, per thread and request.
+#   STAT=1 ... also counts the coordinator's context switches and socket syscalls, per thread and request
+#   (STAT=worker: the first worker's, per request it served, a quarter of them).
 #   PROXY=1 ... measures the bench's raw baseline instead: its ROUTER->DEALER proxy and echo workers.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
 set -euo pipefail
@@ -75,16 +76,18 @@ if [ -n "${PERF:-}" ]; then
     perf record -q -e "${PERF_EVENT:-cpu-clock}" --call-graph dwarf -p "$recorded" -o perf.data -- sleep 1000 &
     recorder=$!; sleep 1
 fi
-if [ "${STAT:-0}" = 1 ]; then
+if [ "${STAT:-0}" != 0 ]; then
+    counted=$coordinator; [ "$STAT" = worker ] && counted=${pids[1]}
     perf stat --per-thread -x, -o "$work/stat" -e context-switches,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom \
         -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_poll,syscalls:sys_enter_write,syscalls:sys_enter_read \
-        -e syscalls:sys_enter_getpid -p "$coordinator" &
+        -e syscalls:sys_enter_getpid -p "$counted" &
     counter=$!; sleep 1
 fi
 result=$("$work/drive" "$bus" "$requests" "$in_flight")
-if [ "${STAT:-0}" = 1 ]; then
+if [ "${STAT:-0}" != 0 ]; then
     kill -INT "$counter"; wait "$counter" || true
-    awk -F, -v n="$requests" '$2 / n >= 0.005 { split($1, t, "-"); printf "  %-18s %-34s %.2f per request\n", t[1], $4, $2 / n }' "$work/stat"
+    served=$requests; [ "$STAT" = worker ] && served=$((requests / 4))
+    awk -F, -v n="$served" '$2 / n >= 0.005 { split($1, t, "-"); printf "  %-18s %-34s %.2f per request\n", t[1], $4, $2 / n }' "$work/stat"
 fi
 if [ -n "${PERF:-}" ]; then kill -INT "$recorder"; wait "$recorder" || true; fi
 after=$(cpu "$coordinator"); workers_after=$(workers_cpu)

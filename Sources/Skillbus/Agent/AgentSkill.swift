@@ -105,8 +105,9 @@ public enum SkillResult: Sendable, Equatable {
     /// The wire form's bytes. A text result, the common case, is written without building a JSON value.
     public func serialized() -> [UInt8] {
         guard case .text(let text) = self else { return json.serialized() }
-        var out: [UInt8] = Array(#"{"text":"#.utf8)
-        out.reserveCapacity(text.utf8.count + 28)
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count + 28)  // once: the opening below would be an Array of its own
+        out.append(contentsOf: #"{"text":"#.utf8)
         JSONValue.writeString(text, to: &out)
         out.append(contentsOf: #","type":"text"}"#.utf8)
         return out

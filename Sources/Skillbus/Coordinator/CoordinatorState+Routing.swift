@@ -215,13 +215,14 @@ extension CoordinatorState {
         let micros = Int((now &- request.accepted) / 1000)
         let outcome = Outcome(status: status, agent: agent, payload: payload, durationMicros: micros)
         if status == .ok, let key = request.cacheKey { storeInCache(key, request.skill, outcome, now: now) }
-        var waiters = [request.origin]
-        if let id = request.shared {
-            waiters += singleFlight.finish(id, outcome: keep ? outcome : nil, now: now)
-        }
+        let joiners = request.shared.map { singleFlight.finish($0, outcome: keep ? outcome : nil, now: now) } ?? []
         // A client that gave up was answered when it did (CoordinatorState+Cancel).
         let originWithdrawn = !withdrawn.isEmpty && withdrawn.contains(request.origin)
-        var actions = deliver(outcome, to: waiters, roundID: request.roundID, origin: request.origin, now: now)
+        var actions: [CoordinatorAction] = []
+        deliver(outcome, to: request.origin, roundID: request.roundID, origin: request.origin, now: now, into: &actions)
+        for joiner in joiners {
+            deliver(outcome, to: joiner, roundID: request.roundID, origin: request.origin, now: now, into: &actions)
+        }
         guard publishesRequestEvents, !originWithdrawn, case .client = request.origin else { return actions }
         actions.append(
             .publish(
@@ -237,20 +238,26 @@ extension CoordinatorState {
         _ outcome: Outcome, to waiters: [Waiter], roundID: [UInt8], origin: Waiter, now: UInt64
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
-        for waiter in waiters {
-            if !withdrawn.isEmpty, withdrawn.remove(waiter) != nil { continue }
-            switch waiter {
-            case .client(let client, let requestID):
-                if !joinedClients.isEmpty { joinedClients[waiter] = nil }
-                actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
-                if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
-            case .step(let round, let index):
-                actions += stepDone(round, index, outcome, deduplicated: waiter != origin, now: now)
-            case .claim:
-                break  // the agent that ran it has its outcome already
-            }
-        }
+        for waiter in waiters { deliver(outcome, to: waiter, roundID: roundID, origin: origin, now: now, into: &actions) }
         return actions
+    }
+
+    /// The same for one waiter (a plain request's only one needs no array of waiters).
+    mutating func deliver(
+        _ outcome: Outcome, to waiter: Waiter, roundID: [UInt8], origin: Waiter, now: UInt64,
+        into actions: inout [CoordinatorAction]
+    ) {
+        if !withdrawn.isEmpty, withdrawn.remove(waiter) != nil { return }
+        switch waiter {
+        case .client(let client, let requestID):
+            if !joinedClients.isEmpty { joinedClients[waiter] = nil }
+            actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
+            if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
+        case .step(let round, let index):
+            actions += stepDone(round, index, outcome, deduplicated: waiter != origin, now: now)
+        case .claim:
+            break  // the agent that ran it has its outcome already
+        }
     }
 
     /// An invocation identical to one of its round is not executed: a finished outcome is answered at
