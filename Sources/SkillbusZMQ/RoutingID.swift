@@ -31,9 +31,10 @@ public struct RoutingID: Hashable, Sendable, ExpressibleByArrayLiteral {
 
     private mutating func store(inline raw: UnsafeRawBufferPointer) {
         count = UInt8(raw.count)
-        withUnsafeMutableBytes(of: &head) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.prefix(8))) }
-        if raw.count > 8 {
-            withUnsafeMutableBytes(of: &tail) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw.dropFirst(8))) }
+        let (first, rest) = (raw.prefix(8), raw.dropFirst(8))
+        withUnsafeMutableBytes(of: &head) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: first)) }
+        if !rest.isEmpty {
+            withUnsafeMutableBytes(of: &tail) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: rest)) }
         }
     }
 
@@ -41,7 +42,9 @@ public struct RoutingID: Hashable, Sendable, ExpressibleByArrayLiteral {
     public func withUnsafeBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
         if let long { return try long.withUnsafeBytes(body) }
         var pair = (head, tail)
-        return try Swift.withUnsafeBytes(of: &pair) { try body(UnsafeRawBufferPointer(rebasing: $0.prefix(Int(count)))) }
+        return try Swift.withUnsafeBytes(of: &pair) {
+            try body(UnsafeRawBufferPointer(rebasing: $0.prefix(Int(count))))
+        }
     }
 
     public var bytes: [UInt8] { withUnsafeBytes { Array($0) } }

@@ -48,8 +48,8 @@ extension ZMQSocket {
         }
         return parts.map {
             ReceivedMessage(
-                frames: $0.frames, routingID: $0.routingID, userID: userID, sourceFD: sourceFD, frameCount: $0.count, byteCount: $0.bytes,
-                overLimit: $0.overLimit)
+                frames: $0.frames, routingID: $0.routingID, userID: userID, sourceFD: sourceFD, frameCount: $0.count,
+                byteCount: $0.bytes, overLimit: $0.overLimit)
         }
     }
 

@@ -106,7 +106,7 @@ public enum SkillResult: Sendable, Equatable {
     public func serialized() -> [UInt8] {
         guard case .text(let text) = self else { return json.serialized() }
         var out: [UInt8] = []
-        out.reserveCapacity(text.utf8.count + 28)  // once: the opening below would be an Array of its own
+        out.reserveCapacity(text.utf8.count + 28)  // one allocation: starting from the opening's Array made two
         out.append(contentsOf: #"{"text":"#.utf8)
         JSONValue.writeString(text, to: &out)
         out.append(contentsOf: #","type":"text"}"#.utf8)

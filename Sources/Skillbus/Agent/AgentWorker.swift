@@ -123,7 +123,8 @@ public final class AgentWorker: Sendable {
             stop: { [owner] id in owner.worker.withLock { $0.value }?.cancelInvocation(id) }, clock: OutputClock())
         let skills = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
         state = Mutex(
-            State(skills: skills, synchronousSkills: State.synchronous(in: skills), busHeartbeatMs: options.heartbeatMs))
+            State(
+                skills: skills, synchronousSkills: State.synchronous(in: skills), busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
     }
 

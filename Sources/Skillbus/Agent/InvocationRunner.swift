@@ -60,7 +60,8 @@ struct InvocationRunner: Sendable {
         }
         let result: Result<SkillResult, SkillbusError>
         do throws(SkillbusError) {
-            result = .success(try await Self.run(started.skill, parameters: started.parameters, context: started.context))
+            result = .success(
+                try await Self.run(started.skill, parameters: started.parameters, context: started.context))
         } catch {
             result = .failure(error)
         }
@@ -139,7 +140,9 @@ struct InvocationRunner: Sendable {
     /// Writes one message into the invocation's session, if it has one and the agent keeps context. A
     /// store that cannot take it now does not fail the invocation: the store reports the problem itself.
     /// The content is built only then: an invocation without a session makes no JSON tree for nothing.
-    private func record(_ role: SessionMessage.Role, _ content: @autoclosure () -> JSONValue, of invocation: Invocation) {
+    private func record(
+        _ role: SessionMessage.Role, _ content: @autoclosure () -> JSONValue, of invocation: Invocation
+    ) {
         guard let store, !invocation.$sessionID.isEmpty else { return }
         try? store.append(role, content(), session: invocation.sessionID, round: invocation.roundID)
     }

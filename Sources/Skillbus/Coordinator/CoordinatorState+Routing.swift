@@ -238,7 +238,9 @@ extension CoordinatorState {
         _ outcome: Outcome, to waiters: [Waiter], roundID: [UInt8], origin: Waiter, now: UInt64
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
-        for waiter in waiters { deliver(outcome, to: waiter, roundID: roundID, origin: origin, now: now, into: &actions) }
+        for waiter in waiters {
+            deliver(outcome, to: waiter, roundID: roundID, origin: origin, now: now, into: &actions)
+        }
         return actions
     }
 

@@ -68,7 +68,7 @@ extension Wire {
         }
     }
 
-    /// The fields of an envelope read in place, for the messages of the hot path (REQUEST, INVOKE, RESULT):
+    /// The fields of an envelope read in place, for the messages of the hot path (REQUEST, INVOKE, RESULT, REPLY):
     /// no field becomes an Array of its own unless the message keeps it as bytes. It only ever accepts: on
     /// anything unusual (another command or split, a long-form length, a field outside its rules) the
     /// caller decodes through `unpack` and `decode(fields:)`, which read a valid message the same way and
