@@ -169,12 +169,12 @@ public enum BusToClientMessage: Sendable, Equatable {
         switch try Wire.command(message, role: "bus", expected: commands) {
         case .reply:
             try Wire.expectFields(message, 8, "REPLY")
-            let status = try ReplyStatus(frame: message, 4)
+            let status = try ReplyStatus(field: message, 4)
             let micros = try Wire.decimal(message, 6, "duration", maximum: Int.max / 2)
             return .reply(
                 InvokeReply(
-                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
-                    status: status, agent: try Wire.textFrame(message, 5, "agent"), durationMicros: micros,
+                    frames: try Wire.textBytes(message, 2, "request id"), try Wire.textBytes(message, 3, "round id"),
+                    status: status, agent: try Wire.textBytes(message, 5, "agent"), durationMicros: micros,
                     payload: message[7]))
         case .skills:
             try Wire.expectFields(message, 4, "SKILLS")
@@ -199,19 +199,19 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .round:
             try Wire.expectFields(message, 5, "ROUND")
             return .round(
-                requestID: try Wire.textFrame(message, 2, "request id"),
-                roundID: try Wire.textFrame(message, 3, "round id"),
+                requestID: try Wire.textBytes(message, 2, "request id"),
+                roundID: try Wire.textBytes(message, 3, "round id"),
                 document: message[4])
         case .answer:
             try Wire.expectFields(message, 6, "ANSWER")
             return .answer(
                 requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
-                try AgentAnswer(frames: message, from: 4))
+                try AgentAnswer(fields: message, from: 4))
         case .turn:
             try Wire.expectFields(message, 6, "TURN")
             return .turn(
                 requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
-                try AgentAnswer(frames: message, from: 4))
+                try AgentAnswer(fields: message, from: 4))
         case .stream:
             try Wire.expectFields(message, 4, "STREAM")
             return .stream(requestID: try Wire.text(message, 2, "request id"), text: try Wire.text(message, 3, "text"))
@@ -236,8 +236,8 @@ public enum BusToClientMessage: Sendable, Equatable {
         case .output:
             try Wire.expectFields(message, 6, "OUTPUT")
             return .output(
-                requestID: try Wire.textFrame(message, 2, "request id"),
-                invocation: try Wire.text(message, 3, "invocation"), try OutputBatch(frames: message, from: 4))
+                requestID: try Wire.textBytes(message, 2, "request id"),
+                invocation: try Wire.text(message, 3, "invocation"), try OutputBatch(fields: message, from: 4))
         case .cancelled:
             try Wire.expectFields(message, 4, "CANCELLED")
             return .cancelled(

@@ -131,7 +131,7 @@ public enum ClientMessage: Sendable, Equatable {
             [
                 Wire.clientHeaderBytes, Wire.Command.request.frame, request.$requestID, request.$roundID,
                 request.$sessionID, Array(request.skill.utf8),
-                Wire.optionalDecimalFrame(request.timeoutMs), request.parameters,
+                Wire.optionalDecimalField(request.timeoutMs), request.parameters,
             ]
         case .listSkills(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.skills.frame, Array(requestID.utf8)]
@@ -142,19 +142,19 @@ public enum ClientMessage: Sendable, Equatable {
         case .round(let request):
             [
                 Wire.clientHeaderBytes, Wire.Command.round.frame, request.$requestID, request.$roundID,
-                request.$sessionID, Wire.optionalDecimalFrame(request.timeoutMs), request.body,
+                request.$sessionID, Wire.optionalDecimalField(request.timeoutMs), request.body,
             ]
         case .query(let request):
             [
                 Wire.clientHeaderBytes, Wire.Command.query.frame, Array(request.requestID.utf8),
-                Array(request.agent.utf8), Wire.optionalDecimalFrame(request.timeoutMs),
+                Array(request.agent.utf8), Wire.optionalDecimalField(request.timeoutMs),
                 request.query.json.serialized(),
             ]
         case .ask(let request):
             [
                 Wire.clientHeaderBytes, Wire.Command.ask.frame, Array(request.requestID.utf8),
                 Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.agent.utf8),
-                Wire.optionalDecimalFrame(request.timeoutMs), Array(request.message.utf8),
+                Wire.optionalDecimalField(request.timeoutMs), Array(request.message.utf8),
             ] + (request.progress ? [Array("progress".utf8)] : [])
         case .cancel(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8)]
@@ -195,8 +195,8 @@ public enum ClientMessage: Sendable, Equatable {
             guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 5 (skill) is empty") }
             return .invoke(
                 InvokeRequest(
-                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
-                    try Wire.sessionFrame(message, 4), skill: skill, timeoutMs: timeoutMs,
+                    frames: try Wire.textBytes(message, 2, "request id"), try Wire.textBytes(message, 3, "round id"),
+                    try Wire.sessionBytes(message, 4), skill: skill, timeoutMs: timeoutMs,
                     parameters: message[7]))
         case .skills:
             try Wire.expectFields(message, 3, "SKILLS")
@@ -212,8 +212,8 @@ public enum ClientMessage: Sendable, Equatable {
             let timeoutMs = try Wire.optionalDecimal(message, 5, "timeout", 1...Wire.maxTimeoutMs)
             return .round(
                 RoundRequest(
-                    frames: try Wire.textFrame(message, 2, "request id"), try Wire.textFrame(message, 3, "round id"),
-                    try Wire.sessionFrame(message, 4), timeoutMs: timeoutMs, body: message[6]))
+                    frames: try Wire.textBytes(message, 2, "request id"), try Wire.textBytes(message, 3, "round id"),
+                    try Wire.sessionBytes(message, 4), timeoutMs: timeoutMs, body: message[6]))
         case .query:
             try Wire.expectFields(message, 6, "QUERY")
             let timeoutMs = try Wire.optionalDecimal(message, 4, "timeout", 1...Wire.maxTimeoutMs)
@@ -234,7 +234,7 @@ public enum ClientMessage: Sendable, Equatable {
             return .ask(
                 AskRequest(
                     requestID: try Wire.text(message, 2, "request id"), roundID: roundID,
-                    sessionID: String(decoding: try Wire.sessionFrame(message, 4), as: UTF8.self),
+                    sessionID: String(decoding: try Wire.sessionBytes(message, 4), as: UTF8.self),
                     agent: try Wire.text(message, 5, "agent"), timeoutMs: timeoutMs,
                     message: try Wire.text(message, 7, "message"), progress: message.count == 9))
         case .cancel:

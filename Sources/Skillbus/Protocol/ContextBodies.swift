@@ -61,8 +61,8 @@ public enum AgentAnswer: Sendable, Equatable {
         }
     }
 
-    init(frames message: Multipart, from index: Int) throws(SkillbusError) {
-        let status = try ReplyStatus(frame: message, index)
+    init(fields message: Multipart, from index: Int) throws(SkillbusError) {
+        let status = try ReplyStatus(field: message, index)
         let body = try Wire.json(message, index + 1, "answer")
         self = status == .ok ? .ok(body) : .error(SkillbusError(json: body))
     }
@@ -85,8 +85,8 @@ public struct RelayedAnswer: Sendable, Equatable {
 
     var frames: [[UInt8]] { [status.frame, body] }
 
-    init(frames message: Multipart, from index: Int) throws(SkillbusError) {
-        status = try ReplyStatus(frame: message, index)
+    init(fields message: Multipart, from index: Int) throws(SkillbusError) {
+        status = try ReplyStatus(field: message, index)
         body = message[index + 1]
         guard !body.isEmpty else { throw SkillbusError(.malformedMessage, "field \(index + 1) (answer) is empty") }
     }

@@ -99,8 +99,8 @@ public struct OutputBatch: Sendable, Equatable {
         return out
     }
 
-    /// Reads frames `index` (first) and `index + 1` (parts, a non-empty JSON array).
-    init(frames message: Multipart, from index: Int) throws(SkillbusError) {
+    /// Reads fields `index` (first) and `index + 1` (parts, a non-empty JSON array).
+    init(fields message: Multipart, from index: Int) throws(SkillbusError) {
         first = try Wire.decimal(message, index, "first part", maximum: Int(Int32.max))
         guard let list = try Wire.json(message, index + 1, "parts").arrayValue, !list.isEmpty else {
             throw SkillbusError(.malformedMessage, "field \(index + 1) (parts) must be a non-empty JSON array")

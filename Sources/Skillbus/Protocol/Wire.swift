@@ -11,7 +11,7 @@ public enum Wire {
     static let clientHeaderBytes = Array(clientHeader.utf8)
     static let workerHeaderBytes = Array(workerHeader.utf8)
 
-    /// Reads frame `index` as UTF-8 text, or explains what is wrong with it.
+    /// Reads field `index` as UTF-8 text, or explains what is wrong with it.
     static func text(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> String {
         guard index < message.count else {
             throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
@@ -22,9 +22,9 @@ public enum Wire {
         return text
     }
 
-    /// Frame `index`, checked to be UTF-8 but kept as bytes: ids the bus only passes along are never
+    /// Field `index`, checked to be UTF-8 but kept as bytes: ids the bus only passes along are never
     /// turned into Strings and back on the hot path.
-    static func textFrame(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> [UInt8] {
+    static func textBytes(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> [UInt8] {
         guard index < message.count else {
             throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
         }
@@ -46,7 +46,7 @@ public enum Wire {
         }
     }
 
-    /// Reads frame `index` as a non-negative decimal integer of at most `maximum`.
+    /// Reads field `index` as a non-negative decimal integer of at most `maximum`.
     static func decimal(_ message: Multipart, _ index: Int, _ name: String, maximum: Int) throws(SkillbusError) -> Int {
         let text = try Wire.text(message, index, name)
         guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
@@ -84,9 +84,9 @@ public enum Wire {
     /// The longest session id, in UTF-8 bytes.
     public static let maxSessionIDBytes = 128
 
-    /// A session id frame: text of at most `maxSessionIDBytes` (empty: no session).
-    static func sessionFrame(_ message: Multipart, _ index: Int) throws(SkillbusError) -> [UInt8] {
-        let frame = try textFrame(message, index, "session id")
+    /// A session id field: text of at most `maxSessionIDBytes` (empty: no session).
+    static func sessionBytes(_ message: Multipart, _ index: Int) throws(SkillbusError) -> [UInt8] {
+        let frame = try textBytes(message, index, "session id")
         guard frame.count <= maxSessionIDBytes else {
             throw SkillbusError(
                 .malformedMessage, "field \(index) (session id) has \(frame.count) bytes; at most \(maxSessionIDBytes)")
@@ -147,17 +147,17 @@ public enum Wire {
         return SkillbusError(.malformedMessage, "unknown \(role) command '\(shown)' (expected \(list))")
     }
 
-    /// HEARTBEAT frames with the interval, when known.
+    /// HEARTBEAT fields with the interval, when known.
     static func heartbeat(_ intervalMs: Int?) -> Multipart {
         [workerHeaderBytes, Command.heartbeat.frame] + (intervalMs.map { [Array(String($0).utf8)] } ?? [])
     }
 
-    /// HEARTBEAT frame 2, the sender's interval: optional, and from 10 ms to one hour when present.
+    /// HEARTBEAT field 2, the sender's interval: optional, and from 10 ms to one hour when present.
     static func heartbeatInterval(_ message: Multipart) throws(SkillbusError) -> Int? {
         try optionalDecimal(message, 2, "heartbeat interval", Registration.heartbeatRange)
     }
 
-    /// An optional decimal frame (a timeout, an interval): empty or absent is nil, else within `range`.
+    /// An optional decimal field (a timeout, an interval): empty or absent is nil, else within `range`.
     static func optionalDecimal(
         _ message: Multipart, _ index: Int, _ name: String, _ range: ClosedRange<Int>
     ) throws(SkillbusError) -> Int? {
@@ -169,8 +169,8 @@ public enum Wire {
         return value
     }
 
-    /// The frame an optional decimal travels in: empty for nil.
-    static func optionalDecimalFrame(_ value: Int?) -> [UInt8] { Array((value.map(String.init) ?? "").utf8) }
+    /// The field an optional decimal travels in: empty for nil.
+    static func optionalDecimalField(_ value: Int?) -> [UInt8] { Array((value.map(String.init) ?? "").utf8) }
 
     static func expectFields(_ message: Multipart, _ count: Int, _ command: String) throws(SkillbusError) {
         guard message.count == count else {
@@ -203,7 +203,7 @@ public enum ReplyStatus: String, Sendable, CaseIterable {
     static let errorFrame = Array("error".utf8)
     var frame: [UInt8] { self == .ok ? Self.okFrame : Self.errorFrame }
 
-    init(frame message: Multipart, _ index: Int) throws(SkillbusError) {
+    init(field message: Multipart, _ index: Int) throws(SkillbusError) {
         if message[index] == Self.okFrame {
             self = .ok
         } else if message[index] == Self.errorFrame {

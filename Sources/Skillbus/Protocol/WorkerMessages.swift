@@ -91,7 +91,7 @@ public enum WorkerMessage: Sendable, Equatable {
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
         case .heartbeat(let intervalMs, let registry?):
             [
-                Wire.workerHeaderBytes, Wire.Command.heartbeat.frame, Wire.optionalDecimalFrame(intervalMs),
+                Wire.workerHeaderBytes, Wire.Command.heartbeat.frame, Wire.optionalDecimalField(intervalMs),
                 registry.json.serialized(),
             ]
         case .disconnect: [Wire.workerHeaderBytes, Wire.Command.disconnect.frame]
@@ -121,7 +121,7 @@ public enum WorkerMessage: Sendable, Equatable {
             return .ready(try Wire.json(message, 2, "registration"))
         case .result:
             try Wire.expectFields(message, 5, "RESULT")
-            let status = try ReplyStatus(frame: message, 3)
+            let status = try ReplyStatus(field: message, 3)
             return .result(
                 invocationID: try Wire.text(message, 2, "invocation id"), status: status, payload: message[4])
         case .state:
@@ -152,13 +152,13 @@ public enum WorkerMessage: Sendable, Equatable {
             return .disconnect
         case .answer:
             try Wire.expectFields(message, 5, "ANSWER")
-            return .answer(queryID: try Wire.text(message, 2, "query id"), try AgentAnswer(frames: message, from: 3))
+            return .answer(queryID: try Wire.text(message, 2, "query id"), try AgentAnswer(fields: message, from: 3))
         case .context:
             try Wire.expectFields(message, 3, "CONTEXT")
             return .context(try AgentContextStatus(json: try Wire.json(message, 2, "context")))
         case .turnend:
             try Wire.expectFields(message, 5, "TURNEND")
-            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try RelayedAnswer(frames: message, from: 3))
+            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try RelayedAnswer(fields: message, from: 3))
         case .stream:
             try Wire.expectFields(message, 4, "STREAM")
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
@@ -175,7 +175,7 @@ public enum WorkerMessage: Sendable, Equatable {
             guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 4 (skill) is empty") }
             return .called(
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
-                skill: skill, parameters: message[5], status: try ReplyStatus(frame: message, 6), payload: message[7])
+                skill: skill, parameters: message[5], status: try ReplyStatus(field: message, 6), payload: message[7])
         case .release:
             try Wire.expectFields(message, 3, "RELEASE")
             return .release(turnID: try Wire.text(message, 2, "turn id"))
@@ -185,7 +185,7 @@ public enum WorkerMessage: Sendable, Equatable {
         case .output:
             try Wire.expectFields(message, 5, "OUTPUT")
             return .output(
-                invocationID: try Wire.text(message, 2, "invocation id"), try OutputBatch(frames: message, from: 3))
+                invocationID: try Wire.text(message, 2, "invocation id"), try OutputBatch(fields: message, from: 3))
         default:
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
@@ -310,7 +310,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             return .invoke(
                 Invocation(
                     invocationID: try Wire.text(message, 2, "invocation id"),
-                    frames: try Wire.textFrame(message, 3, "round id"), try Wire.textFrame(message, 4, "session id"),
+                    frames: try Wire.textBytes(message, 3, "round id"), try Wire.textBytes(message, 4, "session id"),
                     skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
         case .cancel:
             try Wire.expectFields(message, 3, "CANCEL")
