@@ -33,9 +33,9 @@ if [ "${PROXY:-0}" = 1 ]; then
     for _ in $(seq 200); do grep -q 'ready: frontend=' "$work/coordinator.out" && break; sleep 0.05; done
     bus=$(sed -n 's/.*frontend=\([^ ]*\).*/\1/p' "$work/coordinator.out")
     backend=$(sed -n 's/.*backend=\([^ ]*\).*/\1/p' "$work/coordinator.out")
-    for index in 0 1 2 3; do
+    for _ in 0 1 2 3; do
         LD_PRELOAD=$preload "$binary" bench-baseline-worker --connect "$backend" >/dev/null 2>&1 &
-        pids+=("$!"); mkdir -p "$work/agent-$index"
+        pids+=("$!")
     done
 else
     LD_PRELOAD=$preload SKILLBUS_HUGE_PAGES_RESTARTED=1 "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
@@ -50,8 +50,12 @@ else
     done
 fi
 [ -n "$bus" ] || { echo "the coordinator did not start:"; cat "$work/coordinator.out"; exit 1; }
-# Warm up until all four have registered and answer (a REQUEST before that may meet unknown_skill).
-for _ in $(seq 100); do "$work/drive" "$bus" 2000 64 >/dev/null 2>&1 && [ "$(ls "$work" | grep -c agent-)" = 4 ] && break; sleep 0.1; done
+# All four workers registered (the raw ones need only connect), then a warm-up.
+if [ "${PROXY:-0}" != 1 ]; then
+    for _ in $(seq 100); do
+        [ "$("$binary" agents --coordinator "$bus" 2>/dev/null | grep -c perf-)" = 4 ] && break; sleep 0.1
+    done
+fi
 "$work/drive" "$bus" 2000 64 >/dev/null
 
 ticks=$(getconf CLK_TCK)
