@@ -48,5 +48,4 @@ public struct RoutingID: Hashable, Sendable, ExpressibleByArrayLiteral {
     }
 
     public var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
-    public var byteCount: Int { long?.count ?? Int(count) }
 }

@@ -63,4 +63,3 @@ public func poll(_ items: [PollItem], timeoutMs: Int) throws(ZMQError) -> PollRe
     }
     return PollResult(events: events)
 }
-

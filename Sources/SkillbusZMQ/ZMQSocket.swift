@@ -148,8 +148,8 @@ public final class ZMQSocket {
         dontWait: Bool, limits: ReceiveLimits?, routed: Bool = false, _ inspect: (inout zmq_msg_t) -> Void
     ) throws(ZMQError) -> (frames: Multipart, routingID: RoutingID?, count: Int, bytes: Int, overLimit: Bool)? {
         var frames: Multipart = []
-        // Room for a routing id and the most frames a message of the protocol has (four), at once: growing
-        // one by one reallocated it per message.
+        // Room for a routing id (unless `routed`) and the most frames a message of the protocol has (four),
+        // at once: growing one by one reallocated it per message.
         frames.reserveCapacity(5)
         var count = 0
         var bytes = 0

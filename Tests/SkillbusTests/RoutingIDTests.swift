@@ -10,7 +10,6 @@ struct RoutingIDTests {
         let fromArray = RoutingID(bytes)
         let fromBuffer = bytes.withUnsafeBytes { RoutingID($0) }
         #expect(fromArray.bytes == bytes)
-        #expect(fromArray.byteCount == length)
         #expect(fromArray == fromBuffer)
         #expect(fromArray.hashValue == fromBuffer.hashValue)
         #expect(fromArray.withUnsafeBytes { Array($0) } == bytes)

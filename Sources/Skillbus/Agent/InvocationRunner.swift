@@ -11,6 +11,11 @@ struct InvocationRunner: Sendable {
         /// For the agent's `failed` state: set when the skill ran and failed (or was cancelled); nil on
         /// success and when the invocation was refused before anything ran.
         var failure: String?
+
+        /// An invocation refused before its skill ran (unknown skill, invalid parameters).
+        static func refused(_ error: SkillbusError) -> Outcome {
+            Outcome(status: .error, payload: error.json.serialized(), failure: nil)
+        }
     }
 
     /// Where a skill is looked up: the skill with that identifier, or nil and the identifiers on offer.
@@ -56,7 +61,7 @@ struct InvocationRunner: Sendable {
             guard let skill else { throw unknownSkill(invocation, offered: offered) }
             started = try begin(invocation, skill, starting)
         } catch {
-            return Outcome(status: .error, payload: error.json.serialized(), failure: nil)
+            return .refused(error)
         }
         let result: Result<SkillResult, SkillbusError>
         do throws(SkillbusError) {
@@ -77,7 +82,7 @@ struct InvocationRunner: Sendable {
         do throws(SkillbusError) {
             started = try begin(invocation, skill, starting)
         } catch {
-            return Outcome(status: .error, payload: error.json.serialized(), failure: nil)
+            return .refused(error)
         }
         let result: Result<SkillResult, SkillbusError>
         do {

@@ -104,30 +104,23 @@ extension Wire {
             return String(validating: envelope[range], as: UTF8.self)
         }
 
-        /// The next field, checked to be text and kept as bytes (`Wire.textFrame`).
+        /// The next field, checked to be text and kept as bytes (`Wire.textBytes`).
         mutating func textBytes() -> [UInt8]? {
-            guard let range = nextRange() else { return nil }
-            let bytes = envelope[range]
-            guard bytes.allSatisfy({ $0 < 0x80 }) || String(validating: bytes, as: UTF8.self) != nil else { return nil }
-            return Array(bytes)
+            guard let range = nextRange(), Wire.isText(envelope[range]) else { return nil }
+            return Array(envelope[range])
         }
 
-        /// The next field as a decimal integer of at most 18 digits (`Wire.decimal`); an empty one is `empty`.
+        /// The next field as a decimal integer (`Wire.decimal`); an empty one is `empty`.
         mutating func number() -> (value: Int, empty: Bool)? {
-            guard let range = nextRange(), range.count <= 18 else { return nil }
-            var value = 0
-            for digit in envelope[range] {
-                guard digit >= UInt8(ascii: "0") && digit <= UInt8(ascii: "9") else { return nil }
-                value = value * 10 + Int(digit - UInt8(ascii: "0"))
-            }
-            return (value, range.isEmpty)
+            guard let range = nextRange() else { return nil }
+            if range.isEmpty { return (0, true) }
+            return Wire.decimalValue(envelope[range]).map { ($0, false) }
         }
 
-        /// The next field as a status (`ReplyStatus(frame:)`).
+        /// The next field as a status (`ReplyStatus(field:)`).
         mutating func status() -> ReplyStatus? {
             guard let range = nextRange() else { return nil }
-            if envelope[range].elementsEqual(ReplyStatus.okFrame) { return .ok }
-            return envelope[range].elementsEqual(ReplyStatus.errorFrame) ? .error : nil
+            return ReplyStatus(bytes: envelope[range])
         }
     }
 

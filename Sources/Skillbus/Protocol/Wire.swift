@@ -28,11 +28,27 @@ public enum Wire {
         guard index < message.count else {
             throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
         }
-        let frame = message[index]
-        guard frame.allSatisfy({ $0 < 0x80 }) || String(validating: frame, as: UTF8.self) != nil else {
+        let field = message[index]
+        guard isText(field) else {
             throw SkillbusError(.malformedMessage, "field \(index) (\(name)) is not valid UTF-8")
         }
-        return frame
+        return field
+    }
+
+    /// Whether bytes are UTF-8 text (ASCII, the common case, is checked without making a String).
+    static func isText<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+        bytes.allSatisfy { $0 < 0x80 } || String(validating: bytes, as: UTF8.self) != nil
+    }
+
+    /// Bytes as a decimal integer: 1 to 18 ASCII digits, nothing else; nil for anything else.
+    static func decimalValue<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Int? {
+        guard !bytes.isEmpty, bytes.count <= 18 else { return nil }
+        var value = 0
+        for digit in bytes {
+            guard digit >= UInt8(ascii: "0") && digit <= UInt8(ascii: "9") else { return nil }
+            value = value * 10 + Int(digit - UInt8(ascii: "0"))
+        }
+        return value
     }
 
     static func json(_ message: Multipart, _ index: Int, _ name: String) throws(SkillbusError) -> JSONValue {
@@ -49,10 +65,7 @@ public enum Wire {
     /// Reads field `index` as a non-negative decimal integer of at most `maximum`.
     static func decimal(_ message: Multipart, _ index: Int, _ name: String, maximum: Int) throws(SkillbusError) -> Int {
         let text = try Wire.text(message, index, name)
-        guard !text.isEmpty, text.utf8.count <= 18, text.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
-            let value = Int(text),
-            value <= maximum
-        else {
+        guard let value = decimalValue(message[index]), value <= maximum else {
             throw SkillbusError(
                 .malformedMessage,
                 "field \(index) (\(name)) must be a decimal integer from 0 to \(maximum), got '\(text)'")
@@ -204,13 +217,21 @@ public enum ReplyStatus: String, Sendable, CaseIterable {
     var frame: [UInt8] { self == .ok ? Self.okFrame : Self.errorFrame }
 
     init(field message: Multipart, _ index: Int) throws(SkillbusError) {
-        if message[index] == Self.okFrame {
-            self = .ok
-        } else if message[index] == Self.errorFrame {
-            self = .error
-        } else {
+        guard let status = Self(bytes: message[index]) else {
             let shown = String(decoding: message[index].prefix(32), as: UTF8.self)
             throw SkillbusError(.malformedMessage, "field \(index) (status) must be ok or error, got '\(shown)'")
+        }
+        self = status
+    }
+
+    /// The status these bytes spell, or nil.
+    init?<Bytes: Collection<UInt8>>(bytes: Bytes) {
+        if bytes.elementsEqual(Self.okFrame) {
+            self = .ok
+        } else if bytes.elementsEqual(Self.errorFrame) {
+            self = .error
+        } else {
+            return nil
         }
     }
 }
