@@ -103,6 +103,34 @@ struct SingleFlightTests {
         #expect(invocations(other).count == 1)
     }
 
+    @Test("a finished round answers any spelling of what it ran, and runs what it did not, remembering both")
+    func finishedRoundRunsAgain() {
+        var state = stateWithWorker()
+        func finish(_ id: String, _ parameters: String, result: String, now: UInt64) {
+            let sent = invocations(state.handleInvoke(request(id, round: "R", parameters), from: [1], now: now))
+            #expect(sent.count == 1, "\(parameters) did not execute")
+            _ = state.handleWorker(
+                .result(
+                    invocationID: sent[0].invocationID, status: .ok, payload: Array(#"{"text":"\#(result)","type":"text"}"#.utf8)),
+                from: alpha, now: now)
+        }
+        func answer(_ id: String, _ parameters: String) -> String? {
+            let actions = state.handleInvoke(request(id, round: "R", parameters), from: [2], now: 50)
+            #expect(invocations(actions).isEmpty, "\(parameters) executed again")
+            let payload = replies(actions).first.map { String(decoding: $0.1.payload, as: UTF8.self) }
+            return payload.flatMap { try? JSONValue(parsing: Array($0.utf8)).objectValue?["text"]?.stringValue }
+        }
+        finish("r1", #"{"a":1}"#, result: "one", now: 0)
+        #expect(answer("r2", #"{"b":1.0,"a":1e0}"#) == "one")  // compared in canonical form
+        finish("r3", #"{"a":2}"#, result: "two", now: 10)  // the round runs again
+        #expect(state.sharedExecutionCount == 1)
+        #expect(answer("r4", #"{"a":1}"#) == "one" && answer("r5", #"{"a":2.0}"#) == "two")
+        // Parameters that are not an object are shared with nothing, and the round keeps what it had.
+        let list = state.handleInvoke(request("r6", round: "R", "[1]"), from: [3], now: 60)
+        #expect(invocations(list).count == 1)
+        #expect(answer("r7", #"{"a":2}"#) == "two" && state.singleFlight.retainedOutcomes == 2)
+    }
+
     @Test("an invocation that never reached an agent is not remembered: it may be tried again")
     func notExecutedIsNotKept() {
         var state = CoordinatorState(epoch: "e1")

@@ -12,6 +12,8 @@
 #   (STAT=worker: the first worker's, per request it served, a quarter of them).
 #   PROXY=1 ... measures the bench's raw baseline instead: its ROUTER->DEALER proxy and echo workers.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
+#   MEMORY=1 ... sends each request in a round of its own with the bench's 100-byte text, and prints the
+#   coordinator's resident memory idle and after them (on huge pages, as `skillbus bench` starts it).
 set -euo pipefail
 binary=$(realpath "$1"); requests=${2:-100000}; in_flight=${3:-64}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,7 +40,9 @@ if [ "${PROXY:-0}" = 1 ]; then
         pids+=("$!")
     done
 else
-    LD_PRELOAD=$preload SKILLBUS_HUGE_PAGES_RESTARTED=1 "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
+    # The marker keeps the coordinator from restarting itself on huge pages (HugePages.swift), but for MEMORY.
+    marker=SKILLBUS_HUGE_PAGES_RESTARTED=1; [ "${MEMORY:-0}" = 1 ] && marker=SKILLBUS_PERF_MEMORY=1
+    LD_PRELOAD=$preload env "$marker" "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
         --feed 'tcp://127.0.0.1:*' --log-level warning >"$work/coordinator.out" 2>&1 &
     coordinator=$!; pids+=("$coordinator")
     for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
@@ -55,6 +59,11 @@ if [ "${PROXY:-0}" != 1 ]; then
     for _ in $(seq 100); do
         [ "$("$binary" agents --coordinator "$bus" 2>/dev/null | grep -c perf-)" = 4 ] && break; sleep 0.1
     done
+fi
+resident() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.1f MB ", $1, $2 / 1024 }' "/proc/$coordinator/status"; }
+if [ "${MEMORY:-0}" = 1 ]; then
+    export ROUNDS=1 PARAMS="{\"text\":\"$(printf 'x%.0s' $(seq 100))\"}"
+    echo "idle: $(resident)"
 fi
 "$work/drive" "$bus" 2000 64 >/dev/null
 
@@ -98,6 +107,7 @@ after=$(cpu "$coordinator"); workers_after=$(workers_cpu)
 per_request() { awk -v t="$1" -v hz="$ticks" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'; }
 echo "$result coordinator_cpu_us_per_request $(per_request $((after - before)))" \
     "workers_cpu_us_per_request $(per_request $((workers_after - workers_before)))"
+if [ "${MEMORY:-0}" = 1 ]; then echo "after $((requests + 2000)) rounds: $(resident)"; fi
 if [ -n "$preload" ]; then
     echo "coordinator_mallocs_per_request" \
         "$(awk -v n=$(($(mallocs "$coordinator") - coordinator_mallocs)) -v r="$requests" 'BEGIN { printf "%.1f", n / r }')" \

@@ -3,13 +3,15 @@
 // coordinator's CPU per request can be compared between builds. Not part of the product.
 //
 //   drive ENDPOINT REQUESTS IN_FLIGHT      (SKILL and PARAMS from the environment; echo by default;
-//                                           ECHOED=1 takes any message back as the answer)
+//                                           ECHOED=1 takes any message back as the answer; ROUNDS=1 sends
+//                                           each request in a round of its own, which the bus remembers)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 static double now_seconds(void) {
@@ -30,14 +32,15 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
     return at + length;
 }
 
-static int send_request(void *socket, long id, const char *skill, const char *params) {
+static int send_request(void *socket, long id, const char *skill, const char *params, int rounds) {
     unsigned char envelope[300];
-    char digits[24];
+    char digits[24], round[40] = "";
     size_t at = 5;
     memcpy(envelope, "SKB2C", 5);
     at = put_field(envelope, at, "REQUEST", 7);
     at = put_field(envelope, at, digits, (size_t)snprintf(digits, sizeof digits, "%ld", id));
-    at = put_field(envelope, at, "", 0);  // round id
+    if (rounds) snprintf(round, sizeof round, "drive-%ld-%ld", (long)getpid(), id);
+    at = put_field(envelope, at, round, strlen(round));
     at = put_field(envelope, at, "", 0);  // session id
     at = put_field(envelope, at, skill, strlen(skill));
     at = put_field(envelope, at, "", 0);  // default timeout
@@ -82,7 +85,7 @@ int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: drive ENDPOINT REQUESTS IN_FLIGHT\n"); return 2; }
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
-    int echoed = getenv("ECHOED") != NULL;
+    int echoed = getenv("ECHOED") != NULL, rounds = getenv("ROUNDS") != NULL;
     const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
     void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
     int linger = 0, timeout_ms = 30000;
@@ -94,7 +97,7 @@ int main(int argc, char **argv) {
     double started = now_seconds();
     for (; sent < in_flight && sent < total; sent++) {
         sent_at[sent] = now_seconds();
-        send_request(socket, sent, skill, params);
+        send_request(socket, sent, skill, params, rounds);
     }
     while (done < total) {
         long id = receive_reply(socket, echoed);
@@ -103,7 +106,7 @@ int main(int argc, char **argv) {
         done++;
         if (sent < total) {
             sent_at[sent] = now_seconds();
-            send_request(socket, sent, skill, params);
+            send_request(socket, sent, skill, params, rounds);
             sent++;
         }
     }

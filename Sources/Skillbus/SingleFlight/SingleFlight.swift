@@ -41,23 +41,46 @@ struct SingleFlight: Sendable {
         var byKey: [ByteKey: Int] = [:]
         var running = 1
         var finished = 0
-        /// Set each time everything the round ran has finished; its entry in the finish order holds it too.
-        var ticket: UInt64 = 0
 
         subscript(execution: Int) -> Execution {
             get { execution == 0 ? first : others[execution - 1] }
             set { if execution == 0 { first = newValue } else { others[execution - 1] = newValue } }
         }
+
+        /// Its executions that ended with an outcome, as `FinishedRounds` keeps them (a round of one
+        /// invocation: see `SingleFlight.finish`).
+        var finishedExecutions: [FinishedRounds.Execution] {
+            byKey.compactMap { key, number in
+                self[number].outcome.map { FinishedRounds.Execution(key: .canonical(key.bytes), outcome: $0) }
+            }
+        }
+
+        /// A remembered round that runs again, as it was.
+        init(finished executions: [FinishedRounds.Execution]) {
+            first = Execution(outcome: executions.first?.outcome)
+            others = executions.dropFirst().map { Execution(outcome: $0.outcome) }
+            running = 0
+            finished = executions.count
+            for (number, execution) in executions.enumerated() {
+                switch execution.key {
+                case .raw(let skill, let parameters): uncanonical = (skill, parameters)
+                case .canonical(let key): byKey[ByteKey(key)] = number
+                }
+            }
+        }
+
+        init(first: Execution, uncanonical: (skill: String, parameters: [UInt8])) {
+            self.first = first
+            self.uncanonical = uncanonical
+        }
     }
 
     let retentionNanos: UInt64
     let limit: Int
-    /// Round id → round.
+    /// Round id → round, while something in it runs.
     private var rounds = SlotTable<Round>()
-    /// Rounds whose executions all finished, oldest first; an entry is stale when its ticket is not the
-    /// round's (the round ran again since, or was forgotten and its slot reused).
-    private var finishedRounds = FinishOrder<(slot: Int, ticket: UInt64)>()
-    private var lastTicket: UInt64 = 0
+    /// Rounds whose executions all finished, oldest first, in compact form.
+    private var finishedRounds = FinishedRounds()
     private(set) var retainedOutcomes = 0
 
     init(retentionMs: Int, limit: Int) {
@@ -66,10 +89,12 @@ struct SingleFlight: Sendable {
     }
 
     /// Rounds remembered, running or finished.
-    var count: Int { rounds.count }
+    var count: Int { rounds.count + finishedRounds.count }
 
     /// Whether the round ran or runs anything this table remembers.
-    func knows(round roundID: [UInt8]) -> Bool { rounds.slot(of: roundID) != nil }
+    func knows(round roundID: [UInt8]) -> Bool {
+        rounds.slot(of: roundID) != nil || finishedRounds.find(roundID) != nil
+    }
 
     /// Places an invocation among the identical ones of its round. `schema` gives a skill's parameters,
     /// for their defaults; `key`, when the caller already has it, is the invocation's canonical key;
@@ -79,10 +104,24 @@ struct SingleFlight: Sendable {
         schema: (String) -> ParameterSchema?
     ) -> Admission {
         guard !roundID.isEmpty else { return .unshared }
-        let (slot, inserted) = rounds.slot(of: roundID) {
-            Round(first: Execution(), uncanonical: (skill, parameters))
+        var revived: Round?
+        var key = key
+        let hash = HashBuckets.hash(roundID)
+        if let entry = finishedRounds.find(roundID, hash: hash) {
+            switch finishedOutcome(entry, skill: skill, parameters: parameters, key: key, schema: schema) {
+            case .outcome(let outcome): return .finished(outcome)
+            case .unshared: return .unshared
+            case .new(let canonical):
+                // Something the round did not run yet: it runs again, with what it remembers.
+                revived = Round(finished: finishedRounds.executions(of: entry))
+                finishedRounds.remove(entry)
+                key = canonical
+            }
         }
-        if inserted { return .first(ExecutionID(slot: slot, execution: 0)) }
+        let (slot, inserted) = rounds.slot(of: roundID, hash: hash) {
+            revived ?? Round(first: Execution(), uncanonical: (skill, parameters))
+        }
+        if inserted && revived == nil { return .first(ExecutionID(slot: slot, execution: 0)) }
         // In place: no copy of the round's arrays.
         return Self.admit(
             into: &rounds[slot], slot: slot, skill: skill, parameters: parameters, key: key, waiter: waiter,
@@ -121,13 +160,15 @@ struct SingleFlight: Sendable {
         let (waiters, allFinished) = Self.finish(id.execution, in: &rounds[id.slot], outcome: outcome)
         if outcome != nil { retainedOutcomes += 1 }
         if allFinished {
-            if rounds[id.slot].finished == 0 {
-                // Nothing in it ever ran: nothing to remember.
-                rounds.remove(slot: id.slot)
-            } else {
-                lastTicket += 1
-                rounds[id.slot].ticket = lastTicket
-                finishedRounds.append((id.slot, lastTicket), at: now)
+            // Nothing runs in it: it is kept compactly, unless nothing in it ever ran.
+            let roundID = rounds.key(id.slot)
+            let round = rounds.remove(slot: id.slot)
+            if let (skill, parameters) = round.uncanonical, let outcome = round.first.outcome {
+                // The common round of one invocation: no array to build.
+                let execution = FinishedRounds.Execution(key: .raw(skill: skill, parameters: parameters), outcome: outcome)
+                finishedRounds.append(roundID: roundID, executions: CollectionOfOne(execution), finishedAt: now)
+            } else if round.finished > 0 {
+                finishedRounds.append(roundID: roundID, executions: round.finishedExecutions, finishedAt: now)
             }
         }
         evict(now: now)
@@ -159,13 +200,40 @@ struct SingleFlight: Sendable {
 
     /// Forgets rounds finished longer than the retention ago, and the oldest while over the limit.
     mutating func evict(now: UInt64) {
-        while let (entry, at) = finishedRounds.oldest, retainedOutcomes > limit || at &+ retentionNanos <= now {
-            finishedRounds.removeOldest()
-            guard rounds.isOccupied(entry.slot), rounds[entry.slot].ticket == entry.ticket,
-                rounds[entry.slot].running == 0
-            else { continue }
-            retainedOutcomes -= rounds.remove(slot: entry.slot).finished
+        while let at = finishedRounds.oldestFinishedAt, retainedOutcomes > limit || at &+ retentionNanos <= now {
+            retainedOutcomes -= finishedRounds.removeOldest()
         }
+    }
+
+    private enum FinishedLookup {
+        case outcome(Outcome)
+        /// Nothing identical ran in the round; this is the invocation's canonical key.
+        case new(ByteKey)
+        /// Parameters that are not a JSON object.
+        case unshared
+    }
+
+    /// The outcome of a remembered round's execution identical to this invocation: first by its bytes
+    /// as they came (a resend), then in canonical form.
+    private func finishedOutcome(
+        _ entry: Int, skill: String, parameters: [UInt8], key known: ByteKey?, schema: (String) -> ParameterSchema?
+    ) -> FinishedLookup {
+        // A key in canonical form that equals these bytes is their canonical form too.
+        let resent = finishedRounds.outcome(of: entry) { key in
+            key.bytes.count == skill.utf8.count + 1 + parameters.count && key.bytes.starts(with: skill.utf8)
+                && key.bytes[skill.utf8.count] == 0 && key.bytes[(skill.utf8.count + 1)...].elementsEqual(parameters)
+        }
+        if let resent { return .outcome(resent) }
+        guard let canonical = known ?? Self.canonicalKey(skill: skill, parameters: parameters, schema: schema) else {
+            return .unshared
+        }
+        let outcome = finishedRounds.outcome(of: entry) { key in
+            guard key.raw else { return key.bytes.elementsEqual(canonical.bytes) }
+            guard let split = key.bytes.firstIndex(of: 0) else { return false }
+            let skill = String(decoding: key.bytes[..<split], as: UTF8.self)
+            return Self.canonicalKey(skill: skill, parameters: Array(key.bytes[(split + 1)...]), schema: schema) == canonical
+        }
+        return outcome.map { .outcome($0) } ?? .new(canonical)
     }
 
     /// Skill and parameters in canonical form: schema defaults applied, keys sorted, numbers in one

@@ -2,9 +2,8 @@
 /// so that a caller may keep the number and reach the value again without hashing the key.
 ///
 /// Built for single-flight's hot path, where a `Dictionary` keyed by byte arrays cost a retain and release
-/// per compared key: here a lookup hashes the key once (the standard library's seeded `Hasher`, so ids
-/// chosen by a client cannot be made to collide), probes one compact array of 64-bit buckets (linear
-/// probing, at most half full), and compares a key's bytes only when 32 bits of its hash match.
+/// per compared key: a lookup hashes the key once and probes `HashBuckets`, comparing a key's bytes only
+/// when its 32-bit hash matches.
 struct SlotTable<Value: Sendable>: Sendable {
     private struct Slot {
         var key: [UInt8]
@@ -14,22 +13,20 @@ struct SlotTable<Value: Sendable>: Sendable {
 
     private var slots: [Slot] = []
     private var freeSlots: [Int] = []
-    /// 0 is empty; else the key's hash in the high 32 bits and its slot + 1 in the low 32. The hash bits
-    /// also give the bucket a key belongs in, so that buckets can move without touching the slots.
-    private var buckets = [UInt64](repeating: 0, count: 16)
+    /// Hash → slot.
+    private var index = HashBuckets()
 
     var count: Int { slots.count - freeSlots.count }
 
-    private var mask: Int { buckets.count - 1 }
-
     /// The slot holding `key`, if any.
     func slot(of key: [UInt8]) -> Int? {
-        find(key, hash: Self.hash(key)).slot
+        find(key, hash: HashBuckets.hash(key)).slot
     }
 
-    /// The slot holding `key`, made with `make()` if there was none.
-    mutating func slot(of key: [UInt8], orInsert make: () -> Value) -> (slot: Int, inserted: Bool) {
-        let hash = Self.hash(key)
+    /// The slot holding `key`, made with `make()` if there was none; `hash`, when the caller has it, is
+    /// `HashBuckets.hash(key)`.
+    mutating func slot(of key: [UInt8], hash: UInt32? = nil, orInsert make: () -> Value) -> (slot: Int, inserted: Bool) {
+        let hash = hash ?? HashBuckets.hash(key)
         let (found, bucket) = find(key, hash: hash)
         if let found { return (found, false) }
         let slot: Int
@@ -40,10 +37,12 @@ struct SlotTable<Value: Sendable>: Sendable {
             slot = slots.count
             slots.append(Slot(key: key, hash: hash, value: make()))
         }
-        buckets[bucket] = UInt64(hash) << 32 | UInt64(slot + 1)
-        if count * 2 > buckets.count { grow() }
+        index.insert(hash: hash, value: UInt32(slot), at: bucket)
         return (slot, true)
     }
+
+    /// The key of an occupied slot.
+    func key(_ slot: Int) -> [UInt8] { slots[slot].key }
 
     /// Whether `slot` holds a value now.
     func isOccupied(_ slot: Int) -> Bool { slot < slots.count && slots[slot].value != nil }
@@ -65,20 +64,7 @@ struct SlotTable<Value: Sendable>: Sendable {
     /// Empties an occupied slot and returns its value; the slot number may be given to another key.
     @discardableResult
     mutating func remove(slot: Int) -> Value {
-        var bucket = Int(slots[slot].hash) & mask
-        while buckets[bucket] & 0xFFFF_FFFF != UInt64(slot + 1) { bucket = (bucket + 1) & mask }
-        // Backward shift: pull later entries of the probe run into the hole, so no lookup stops early.
-        var hole = bucket
-        var next = (hole + 1) & mask
-        while buckets[next] != 0 {
-            let home = Int(truncatingIfNeeded: buckets[next] >> 32) & mask
-            if (next - home) & mask >= (next - hole) & mask {
-                buckets[hole] = buckets[next]
-                hole = next
-            }
-            next = (next + 1) & mask
-        }
-        buckets[hole] = 0
+        index.remove(hash: slots[slot].hash, value: UInt32(slot))
         guard let value = slots[slot].value else { preconditionFailure(Self.freeSlot) }
         slots[slot] = Slot(key: [], hash: 0, value: nil)
         freeSlots.append(slot)
@@ -87,31 +73,7 @@ struct SlotTable<Value: Sendable>: Sendable {
 
     /// The key's slot, or else the empty bucket where it would go.
     private func find(_ key: [UInt8], hash: UInt32) -> (slot: Int?, bucket: Int) {
-        var bucket = Int(hash) & mask
-        while true {
-            let entry = buckets[bucket]
-            if entry == 0 { return (nil, bucket) }
-            if UInt32(truncatingIfNeeded: entry >> 32) == hash {
-                let slot = Int(entry & 0xFFFF_FFFF) - 1
-                if slots[slot].key == key { return (slot, bucket) }
-            }
-            bucket = (bucket + 1) & mask
-        }
-    }
-
-    private mutating func grow() {
-        let old = buckets
-        buckets = [UInt64](repeating: 0, count: old.count * 2)
-        for entry in old where entry != 0 {
-            var bucket = Int(truncatingIfNeeded: entry >> 32) & mask
-            while buckets[bucket] != 0 { bucket = (bucket + 1) & mask }
-            buckets[bucket] = entry
-        }
-    }
-
-    private static func hash(_ key: [UInt8]) -> UInt32 {
-        var hasher = Hasher()
-        key.withUnsafeBytes { hasher.combine(bytes: $0) }
-        return UInt32(truncatingIfNeeded: hasher.finalize())
+        let (value, bucket) = index.find(hash: hash) { slots[Int($0)].key == key }
+        return (value.map { Int($0) }, bucket)
     }
 }
