@@ -119,7 +119,9 @@ extension BenchReport {
                 unit: .ratio, bound: .atLeast,
                 figures: [.init(name: "ratio", value: ratios(at: 64)?.throughput ?? 0, target: 0.6)],
                 detail: String(
-                    format: "%.0f / %.0f tasks/s", loaded.0?.tasksPerSecond ?? 0, loaded.1?.tasksPerSecond ?? 0)),
+                    format: "%.0f / %.0f tasks/s; client thread %.1f / %.1f us a request",
+                    loaded.0?.tasksPerSecond ?? 0, loaded.1?.tasksPerSecond ?? 0,
+                    loaded.0?.clientMicrosPerRequest ?? 0, loaded.1?.clientMicrosPerRequest ?? 0)),
             SpeedRow(
                 key: "coordinatorCpuMicrosPerRequest64", label: "coordinator CPU per request at 64 in flight",
                 unit: .micros, bound: .atMost,

@@ -11,6 +11,9 @@ public struct LoadReport: Sendable {
     public var seconds: Double
     /// Sorted latencies in nanoseconds.
     public var latencies: [UInt64]
+    /// CPU time of the generator's own thread per completed request, in microseconds: building requests and
+    /// reading replies (libzmq's I/O thread in this process is not counted).
+    public var clientMicrosPerRequest = 0.0
 
     public var tasksPerSecond: Double { seconds > 0 ? Double(completed) / seconds : 0 }
     public func percentileMs(_ fraction: Double) -> Double {
@@ -26,6 +29,7 @@ public struct LoadReport: Sendable {
             "p50Ms": .number(round3(percentileMs(0.5))),
             "p99Ms": .number(round3(percentileMs(0.99))), "maxMs": .number(round3(maxMs)),
             "completed": .number(Double(completed)), "failed": .number(Double(failed)),
+            "clientMicrosPerRequest": .number((clientMicrosPerRequest * 10).rounded() / 10),
         ]
     }
 
@@ -167,6 +171,7 @@ public struct LoadGenerator: Sendable {
             try socket.send(makeRequest(UInt64(sent)))
             sent += 1
         }
+        let cpuAtStart = Self.threadCPUNanos()
         var done = 0
         while done < sent {
             let ready = try poll([PollItem(.socket(socket))], timeoutMs: 1000)
@@ -188,7 +193,16 @@ public struct LoadGenerator: Sendable {
             }
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+        var report = LoadReport(completed: done, failed: failed, seconds: seconds, latencies: [])
+        report.clientMicrosPerRequest = Double(Self.threadCPUNanos() - cpuAtStart) / 1000 / Double(max(done, 1))
         latencies.sort()
-        return LoadReport(completed: done, failed: failed, seconds: seconds, latencies: latencies)
+        report.latencies = latencies
+        return report
+    }
+
+    private static func threadCPUNanos() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 }
