@@ -27,6 +27,8 @@ final class CoordinatorLoop {
     var rejected = 0
     /// While a batch of bus messages is read: what the bus sends meanwhile, sent when the batch ends.
     private var heldSends: [(peer: PeerID, frames: Multipart)]?
+    /// Messages the last batch read.
+    private var lastBatch = 0
     var refusalsLogged = 0
     var refusalsSuppressed = 0
     static let refusalsLoggedPerTick = 10
@@ -159,19 +161,22 @@ final class CoordinatorLoop {
     private func drainBus() {
         // Frames past these are read and dropped, not kept (the routing id is apart, and not counted).
         let limits = ReceiveLimits(frames: Wire.maxFrames, bytes: maxMessageBytes)
-        heldSends = []
-        heldSends?.reserveCapacity(64)
+        // Only under load: a lone message's answer goes out before the read that finds nothing more.
+        if lastBatch > 1 { heldSends = [] }
+        var received = 0
         defer {
+            lastBatch = received
             sendHeld()
             heldSends = nil
         }
         // Bounded batch so that ticks still run under a flood.
-        for received in 1...10_000 {
+        while received < 10_000 {
             // With keys, each message says whose it is: the ZAP handler's user id for its connection.
             guard
                 let message = try? router.receive(
                     dontWait: true, limits: limits, readUserID: busGuard != nil, routed: true)
             else { return }
+            received += 1
             handle(message)
             if received % 32 == 0 { sendHeld() }
         }
@@ -184,6 +189,7 @@ final class CoordinatorLoop {
         heldSends = nil
         for (peer, frames) in held { sendNow(to: peer, frames) }
         heldSends = []
+        heldSends?.reserveCapacity(held.count)
     }
 
     private func handle(_ message: ReceivedMessage) {
