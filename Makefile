@@ -49,7 +49,7 @@ build: deps
 
 # Linked with the static Swift standard library and Foundation: it starts where no Swift toolchain is
 # (it needs only libzmq5 and libsqlite3-0, and libcurl4 where a worker uses the openai planner, which loads
-# it at run time), and an idle coordinator holds about 20 MB instead of 26 (no relocated shared Swift
+# it at run time), and an idle coordinator holds about 19 MB instead of 26 (no relocated shared Swift
 # libraries in memory).
 # Linked by GNU ld with its relative relocations packed (DT_RELR, release-toolset.json) where /usr/bin/ld.bfd
 # is there: the 1.8 MB table that the position-independent binary reads once as it starts becomes 35 KB,

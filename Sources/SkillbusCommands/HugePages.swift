@@ -2,9 +2,10 @@ import Foundation
 
 /// Transparent huge pages for the coordinator's heap.
 ///
-/// With deduplication on, the coordinator keeps every finished round for a while (100,000 by default),
-/// spread over the heap in small allocations. On 4 KiB pages nearly every touch of an old round (to
-/// forget it) missed the TLB, and that was most of what deduplication added per request. glibc's malloc
+/// With deduplication on, the coordinator keeps every finished round for a while (100,000 by default).
+/// When they were small allocations spread over the heap, nearly every touch of an old round (to forget
+/// it) missed the TLB on 4 KiB pages, and that was most of what deduplication added per request; they are
+/// kept in 256 KiB chunks now (`FinishedRounds`), which huge pages still cover with few entries. glibc's malloc
 /// asks the kernel for huge pages when its `glibc.malloc.hugetlb` tunable is 1, but only for its main
 /// arena (threads get arenas of their own unless `glibc.malloc.arena_max` is 1), and it reads tunables
 /// only when a process starts: so the coordinator sets both and starts itself once more, the same process

@@ -75,6 +75,7 @@ struct FinishedRounds: Sendable {
         entries.append(UInt64(truncatingIfNeeded: serial) << 32 | UInt64(offset))
         Self.write(into: &chunks[chunk], roundID: roundID, hash: hash, executions: executions, finishedAt: finishedAt)
         let entrySerial = headEntrySerial + entries.count - 1 - entryHead
+        // The round is not remembered already (SingleFlight removes an entry before its round runs again).
         let (_, bucket) = index.find(hash: hash) { _ in false }
         index.insert(hash: hash, value: UInt32(truncatingIfNeeded: entrySerial), at: bucket)
     }
@@ -104,7 +105,7 @@ struct FinishedRounds: Sendable {
         }
     }
 
-    /// Every execution of an entry, and when its round finished.
+    /// Every execution of an entry.
     func executions(of entry: Int) -> [Execution] {
         read(entrySerial: entry) { bytes in
             var executions: [Execution] = []
@@ -112,7 +113,9 @@ struct FinishedRounds: Sendable {
                 let split = raw ? key.firstIndex(of: 0) : nil
                 let stored: Key =
                     if let split {
-                        .raw(skill: String(decoding: key[..<split], as: UTF8.self), parameters: Array(key[(split + 1)...]))
+                        .raw(
+                            skill: String(decoding: key[..<split], as: UTF8.self),
+                            parameters: Array(key[(split + 1)...]))
                     } else {
                         .canonical(Array(key))
                     }
@@ -161,8 +164,9 @@ struct FinishedRounds: Sendable {
     // MARK: - Entry bytes
     //
     // u8 gone (1 once the round left out of order) · u64 finishedAt · u32 id hash · u32 id length · id ·
-    // u32 executions · per execution: u8 key form (0 canonical, 1 raw) · u32 length · key · u8 status (0 ok, 1 error) ·
-    // u64 duration in µs · u32 length · agent · u32 length · payload. Little-endian.
+    // u32 executions · per execution: u8 key form (0 canonical, 1 raw) · u32 length · key ·
+    // u8 status (0 ok, 1 error) · u64 duration in µs · u32 length · agent · u32 length · payload.
+    // Little-endian.
 
     private func serial(of value: UInt32) -> Int {
         headEntrySerial + Int(value &- UInt32(truncatingIfNeeded: headEntrySerial))
@@ -208,7 +212,7 @@ struct FinishedRounds: Sendable {
                 chunk.append(contentsOf: parameters)
             }
             chunk.append(execution.outcome.status == .ok ? 0 : 1)
-            put(UInt64(execution.outcome.durationMicros))
+            put(UInt64(truncatingIfNeeded: execution.outcome.durationMicros))
             put(bytes: execution.outcome.agent)
             put(bytes: execution.outcome.payload)
         }

@@ -47,8 +47,8 @@ struct SingleFlight: Sendable {
             set { if execution == 0 { first = newValue } else { others[execution - 1] = newValue } }
         }
 
-        /// Its executions that ended with an outcome, as `FinishedRounds` keeps them (a round of one
-        /// invocation: see `SingleFlight.finish`).
+        /// Its executions that ended with an outcome, each under its canonical key, for `FinishedRounds`
+        /// (`finish` keeps a round whose only invocation was never made canonical as it came instead).
         var finishedExecutions: [FinishedRounds.Execution] {
             byKey.compactMap { key, number in
                 self[number].outcome.map { FinishedRounds.Execution(key: .canonical(key.bytes), outcome: $0) }
@@ -165,7 +165,8 @@ struct SingleFlight: Sendable {
             let round = rounds.remove(slot: id.slot)
             if let (skill, parameters) = round.uncanonical, let outcome = round.first.outcome {
                 // The common round of one invocation: no array to build.
-                let execution = FinishedRounds.Execution(key: .raw(skill: skill, parameters: parameters), outcome: outcome)
+                let execution = FinishedRounds.Execution(
+                    key: .raw(skill: skill, parameters: parameters), outcome: outcome)
                 finishedRounds.append(roundID: roundID, executions: CollectionOfOne(execution), finishedAt: now)
             } else if round.finished > 0 {
                 finishedRounds.append(roundID: roundID, executions: round.finishedExecutions, finishedAt: now)
@@ -231,7 +232,8 @@ struct SingleFlight: Sendable {
             guard key.raw else { return key.bytes.elementsEqual(canonical.bytes) }
             guard let split = key.bytes.firstIndex(of: 0) else { return false }
             let skill = String(decoding: key.bytes[..<split], as: UTF8.self)
-            return Self.canonicalKey(skill: skill, parameters: Array(key.bytes[(split + 1)...]), schema: schema) == canonical
+            let parameters = Array(key.bytes[(split + 1)...])
+            return Self.canonicalKey(skill: skill, parameters: parameters, schema: schema) == canonical
         }
         return outcome.map { .outcome($0) } ?? .new(canonical)
     }

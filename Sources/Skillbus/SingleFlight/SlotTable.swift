@@ -25,7 +25,9 @@ struct SlotTable<Value: Sendable>: Sendable {
 
     /// The slot holding `key`, made with `make()` if there was none; `hash`, when the caller has it, is
     /// `HashBuckets.hash(key)`.
-    mutating func slot(of key: [UInt8], hash: UInt32? = nil, orInsert make: () -> Value) -> (slot: Int, inserted: Bool) {
+    mutating func slot(
+        of key: [UInt8], hash: UInt32? = nil, orInsert make: () -> Value
+    ) -> (slot: Int, inserted: Bool) {
         let hash = hash ?? HashBuckets.hash(key)
         let (found, bucket) = find(key, hash: hash)
         if let found { return (found, false) }
