@@ -12,6 +12,8 @@
 #   (STAT=worker: the first worker's, per request it served, a quarter of them).
 #   PROXY=1 ... measures the bench's raw baseline instead: its ROUTER->DEALER proxy and echo workers.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
+#   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
+#   a pure echo with a cache lifetime then misses every time).
 #   MEMORY=1 ... sends each request in a round of its own with the bench's 100-byte text, and prints the
 #   coordinator's resident memory idle and after them (on huge pages, as `skillbus bench` starts it).
 set -euo pipefail
@@ -49,7 +51,7 @@ else
     bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
     for index in 0 1 2 3; do
         LD_PRELOAD=$preload "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
-            --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
+            ${WORKER_OPTIONS:-} --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
         pids+=("$!")
     done
 fi

@@ -4,7 +4,8 @@
 //
 //   drive ENDPOINT REQUESTS IN_FLIGHT      (SKILL and PARAMS from the environment; echo by default;
 //                                           ECHOED=1 takes any message back as the answer; ROUNDS=1 sends
-//                                           each request in a round of its own, which the bus remembers)
+//                                           each request in a round of its own, which the bus remembers;
+//                                           UNIQUE=1 gives each request a text of its own, a cache miss)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #include <stdio.h>
@@ -32,7 +33,7 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
     return at + length;
 }
 
-static int send_request(void *socket, long id, const char *skill, const char *params, int rounds) {
+static int send_request(void *socket, long id, const char *skill, const char *params, int rounds, int unique) {
     unsigned char envelope[300];
     char digits[24], round[40] = "";
     size_t at = 5;
@@ -45,6 +46,11 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
     at = put_field(envelope, at, skill, strlen(skill));
     at = put_field(envelope, at, "", 0);  // default timeout
     if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
+    if (unique) {
+        char text[300];
+        int length = snprintf(text, sizeof text, "{\"text\":\"%ld-%ld\"}", (long)getpid(), id);
+        return zmq_send(socket, text, (size_t)length, 0) < 0 ? -1 : 0;
+    }
     return zmq_send(socket, params, strlen(params), 0) < 0 ? -1 : 0;
 }
 
@@ -85,7 +91,7 @@ int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: drive ENDPOINT REQUESTS IN_FLIGHT\n"); return 2; }
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
-    int echoed = getenv("ECHOED") != NULL, rounds = getenv("ROUNDS") != NULL;
+    int echoed = getenv("ECHOED") != NULL, rounds = getenv("ROUNDS") != NULL, unique = getenv("UNIQUE") != NULL;
     const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
     void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
     int linger = 0, timeout_ms = 30000;
@@ -97,7 +103,7 @@ int main(int argc, char **argv) {
     double started = now_seconds();
     for (; sent < in_flight && sent < total; sent++) {
         sent_at[sent] = now_seconds();
-        send_request(socket, sent, skill, params, rounds);
+        send_request(socket, sent, skill, params, rounds, unique);
     }
     while (done < total) {
         long id = receive_reply(socket, echoed);
@@ -106,7 +112,7 @@ int main(int argc, char **argv) {
         done++;
         if (sent < total) {
             sent_at[sent] = now_seconds();
-            send_request(socket, sent, skill, params, rounds);
+            send_request(socket, sent, skill, params, rounds, unique);
             sent++;
         }
     }
