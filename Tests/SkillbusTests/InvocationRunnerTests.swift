@@ -3,15 +3,18 @@ import Testing
 
 @testable import Skillbus
 
+/// The parameters of both probes: a text, and a count that defaults to 2.
+let probeSchema = ParameterSchema([
+    ParameterField("text", .string),
+    ParameterField("count", .integer, required: false, default: 2),
+])
+
 /// A skill whose behaviour each test chooses.
 struct ProbeSkill: AgentSkill {
     let identifier: String
     var displayName: String { identifier }
     var description: String { "a skill for tests" }
-    var parameterSchema = ParameterSchema([
-        ParameterField("text", .string),
-        ParameterField("count", .integer, required: false, default: 2),
-    ])
+    var parameterSchema = probeSchema
     let behaviour: @Sendable ([String: JSONValue], SkillExecutionContext) async throws -> SkillResult
 
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
@@ -24,10 +27,7 @@ struct SynchronousProbe: SynchronousSkill {
     let identifier: String
     var displayName: String { identifier }
     var description: String { "a synchronous skill for tests" }
-    var parameterSchema = ParameterSchema([
-        ParameterField("text", .string),
-        ParameterField("count", .integer, required: false, default: 2),
-    ])
+    var parameterSchema = probeSchema
     var executionStyle: SkillExecutionStyle = .quick
     let body: @Sendable ([String: JSONValue], SkillExecutionContext) throws -> SkillResult
 

@@ -43,8 +43,8 @@ if [ "${PROXY:-0}" = 1 ]; then
     done
 else
     # The marker keeps the coordinator from restarting itself on huge pages (HugePages.swift), but for MEMORY.
-    marker=SKILLBUS_HUGE_PAGES_RESTARTED=1; [ "${MEMORY:-0}" = 1 ] && marker=SKILLBUS_PERF_MEMORY=1
-    LD_PRELOAD=$preload env "$marker" "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
+    huge_pages=(SKILLBUS_HUGE_PAGES_RESTARTED=1); [ "${MEMORY:-0}" = 1 ] && huge_pages=()
+    LD_PRELOAD=$preload env "${huge_pages[@]}" "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
         --feed 'tcp://127.0.0.1:*' --log-level warning >"$work/coordinator.out" 2>&1 &
     coordinator=$!; pids+=("$coordinator")
     for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done

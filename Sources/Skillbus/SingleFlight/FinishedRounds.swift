@@ -76,8 +76,7 @@ struct FinishedRounds: Sendable {
         Self.write(into: &chunks[chunk], roundID: roundID, hash: hash, executions: executions, finishedAt: finishedAt)
         let entrySerial = headEntrySerial + entries.count - 1 - entryHead
         // The round is not remembered already (SingleFlight removes an entry before its round runs again).
-        let (_, bucket) = index.find(hash: hash) { _ in false }
-        index.insert(hash: hash, value: UInt32(truncatingIfNeeded: entrySerial), at: bucket)
+        index.insert(hash: hash, value: UInt32(truncatingIfNeeded: entrySerial))
     }
 
     /// The entry of a remembered round.

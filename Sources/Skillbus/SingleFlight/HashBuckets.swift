@@ -32,6 +32,13 @@ struct HashBuckets: Sendable {
         }
     }
 
+    /// Stores an entry whose key is known not to be there yet.
+    mutating func insert(hash: UInt32, value: UInt32) {
+        var bucket = Int(hash) & mask
+        while buckets[bucket] != 0 { bucket = (bucket + 1) & mask }
+        insert(hash: hash, value: value, at: bucket)
+    }
+
     /// Stores a new entry in the empty bucket `find` gave for its hash.
     mutating func insert(hash: UInt32, value: UInt32, at bucket: Int) {
         buckets[bucket] = UInt64(hash) << 32 | UInt64(value)
