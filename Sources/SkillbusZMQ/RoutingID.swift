@@ -48,4 +48,20 @@ public struct RoutingID: Hashable, Sendable, ExpressibleByArrayLiteral {
     }
 
     public var bytes: [UInt8] { withUnsafeBytes { Array($0) } }
+
+    public static func == (lhs: RoutingID, rhs: RoutingID) -> Bool {
+        lhs.head == rhs.head && lhs.tail == rhs.tail && lhs.count == rhs.count && lhs.long == rhs.long
+    }
+
+    /// Two words for an inline id (its length in the top byte of the second, which only a 16-byte id
+    /// fills): the coordinator hashes a peer's id several times per request, and the synthesized
+    /// conformance fed the hasher four values, one of them an optional array.
+    public func hash(into hasher: inout Hasher) {
+        if let long {
+            hasher.combine(long)
+        } else {
+            hasher.combine(head)
+            hasher.combine(tail ^ UInt64(count) << 56)
+        }
+    }
 }

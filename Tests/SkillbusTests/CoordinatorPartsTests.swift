@@ -72,12 +72,40 @@ struct CoordinatorPartsTests {
         #expect(running.end(first, from: alpha, workers: &table)?.request.requestID == Array("a".utf8))
         #expect(table[alpha]?.inFlight == 1)
         #expect(running.end(first, from: alpha, workers: &table) == nil)
+        // Ids it never gave find nothing, however they are spelled.
+        for stranger in ["", "i", "i0", "i02", "x2", "i2x", "i-2", "i99999999999999999999", second + "0"] {
+            #expect(running.end(stranger, from: alpha, workers: &table) == nil)
+        }
+        #expect(RunningInvocations.number(of: second).map(RunningInvocations.invocationID) == second)
         // Answered at its deadline, it keeps the slot until the grace has passed too.
         #expect(running.answer(where: { $0.request.deadline <= 10 }).map(\.invocationID) == [second])
         #expect(running.answer(where: { _ in true }).isEmpty)
         #expect(running.abandon(now: 14, grace: 5, workers: &table).isEmpty && table[alpha]?.inFlight == 1)
         #expect(running.abandon(now: 15, grace: 5, workers: &table) == [alpha] && table[alpha]?.inFlight == 0)
         #expect(running.count == 0)
+    }
+
+    @Test("running invocations: slots are reused and ids stay unique through many starts and ends")
+    func runningInvocationsReuseSlots() {
+        var table = WorkerTable()
+        table.insert(worker(alpha, "alpha", skills: ["echo"]))
+        var running = RunningInvocations()
+        var live: [String: String] = [:]  // invocation id → request id
+        for round in 0..<3 {
+            for index in 0..<700 {
+                let requestID = "\(round)-\(index)"
+                let id = running.start(request(requestID, deadline: 10), on: alpha, workers: &table)
+                #expect(live.updateValue(requestID, forKey: id) == nil)
+            }
+            for (id, requestID) in live.sorted(by: { $0.key < $1.key }).enumerated().filter({ $0.offset % 3 != 0 }).map(\.element) {
+                #expect(running.end(id, from: alpha, workers: &table)?.request.requestText == requestID)
+                live[id] = nil
+            }
+            #expect(running.count == live.count && table[alpha]?.inFlight == live.count)
+        }
+        for (id, requestID) in live { #expect(running[id]?.request.requestText == requestID) }
+        for id in live.keys { #expect(running.end(id, from: alpha, workers: &table) != nil) }
+        #expect(running.count == 0 && table[alpha]?.inFlight == 0)
     }
 
     @Test("wait queues: agent-bound requests first, then the oldest for any of the worker's skills; one count")

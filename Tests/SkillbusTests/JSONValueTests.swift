@@ -17,6 +17,17 @@ struct JSONValueTests {
         #expect(try JSONValue(parsing: input).jsonString == expected)
     }
 
+    @Test("text from bytes: ASCII and other UTF-8 become a String, anything else nil")
+    func utf8Text() {
+        let valid = ["", "i42", "bench-x-17", "é", "naïve 😀 text", String(repeating: "x", count: 300) + "ü"]
+        for text in valid { #expect(String(utf8: Array(text.utf8)) == text) }
+        let invalid: [[UInt8]] = [[0xFF], [0x61, 0xC3], [0xC3, 0x28], [0xED, 0xA0, 0x80], Array("ok".utf8) + [0x80]]
+        for bytes in invalid { #expect(String(utf8: bytes) == nil) }
+        // A slice is read from its own start, not its array's.
+        let bytes = Array("xx-id-9".utf8)
+        #expect(String(utf8: bytes[3...]) == "id-9")
+    }
+
     @Test("1, 1.0 and 1e0 are one number and serialise alike")
     func numberSpelling() throws {
         let values = try ["1", "1.0", "1e0", "10e-1"].map { try JSONValue(parsing: $0) }

@@ -12,10 +12,15 @@ struct RunningInvocations: Sendable {
         var outputBytes = 0
     }
 
-    private var entries: [String: Entry] = [:]
+    /// Entries in numbered slots, reached from an invocation id (`i` and its number) through `index`: no
+    /// String is hashed or kept per invocation, and an entry is moved in once and out once.
+    private var slots: [(number: UInt64, entry: Entry?)] = []
+    private var freeSlots: [Int] = []
+    /// Hash of the number → slot.
+    private var index = HashBuckets()
     private var lastNumber: UInt64 = 0
 
-    var count: Int { entries.count }
+    var count: Int { index.count }
 
     /// Records the invocation and takes a slot on its worker; returns the invocation id for INVOKE.
     mutating func start(_ request: CoordinatorState.Request, on peer: PeerID, workers: inout WorkerTable) -> String {
@@ -23,15 +28,23 @@ struct RunningInvocations: Sendable {
             preconditionFailure("an invocation was started on a worker that is not registered")
         }
         lastNumber &+= 1
-        let invocationID = "i" + String(lastNumber)
-        entries[invocationID] = Entry(request: request, worker: peer)
-        return invocationID
+        let entry = Entry(request: request, worker: peer)
+        let slot: Int
+        if let free = freeSlots.popLast() {
+            slot = free
+            slots[slot] = (lastNumber, entry)
+        } else {
+            slot = slots.count
+            slots.append((lastNumber, entry))
+        }
+        index.insert(hash: Self.hash(lastNumber), value: UInt32(slot))
+        return Self.invocationID(lastNumber)
     }
 
     /// The worker reported: the entry, if the invocation is one it runs, with its slot given back.
     mutating func end(_ invocationID: String, from peer: PeerID, workers: inout WorkerTable) -> Entry? {
-        guard let index = entries.index(forKey: invocationID), entries.values[index].worker == peer else { return nil }
-        let entry = entries.remove(at: index).value
+        guard let slot = slot(of: invocationID), slots[slot].entry?.worker == peer else { return nil }
+        let entry = remove(slot)
         workers.update(peer) { $0.giveSlot(entry.request.skill) }
         return entry
     }
@@ -41,58 +54,106 @@ struct RunningInvocations: Sendable {
     mutating func noteOutput(
         _ invocationID: String, from peer: PeerID, bytes: Int, limit: Int
     ) -> CoordinatorState.Request? {
-        guard let index = entries.index(forKey: invocationID), entries.values[index].worker == peer,
-            !entries.values[index].answered, entries.values[index].outputBytes + bytes <= limit
+        guard let slot = slot(of: invocationID), let entry = slots[slot].entry, entry.worker == peer,
+            !entry.answered, entry.outputBytes + bytes <= limit
         else { return nil }
-        entries.values[index].outputBytes += bytes
-        return entries.values[index].request
+        slots[slot].entry?.outputBytes += bytes
+        return entry.request
     }
 
     /// A worker left: its entries, which no longer hold any slot.
     mutating func removeAll(of peer: PeerID) -> [(invocationID: String, entry: Entry)] {
-        let gone = entries.filter { $0.value.worker == peer }
-        for invocationID in gone.keys { entries[invocationID] = nil }
-        return gone.map { ($0.key, $0.value) }
+        occupied.filter { slots[$0].entry?.worker == peer }.map { (Self.invocationID(slots[$0].number), remove($0)) }
     }
 
     /// Marks unanswered entries that match as answered; returns them. Their slots stay taken.
     mutating func answer(where matches: (Entry) -> Bool) -> [(invocationID: String, entry: Entry)] {
         var answered: [(String, Entry)] = []
-        for index in entries.indices where !entries.values[index].answered && matches(entries.values[index]) {
-            entries.values[index].answered = true
-            answered.append((entries.keys[index], entries.values[index]))
+        for slot in occupied {
+            guard var entry = slots[slot].entry, !entry.answered, matches(entry) else { continue }
+            entry.answered = true
+            slots[slot].entry = entry
+            answered.append((Self.invocationID(slots[slot].number), entry))
         }
         return answered
     }
 
-    subscript(invocationID: String) -> Entry? { entries[invocationID] }
+    subscript(invocationID: String) -> Entry? { slot(of: invocationID).flatMap { slots[$0].entry } }
 
     /// The first unanswered entry that matches, with its invocation id.
     func firstUnanswered(where matches: (Entry) -> Bool) -> (invocationID: String, entry: Entry)? {
-        entries.first { !$0.value.answered && matches($0.value) }.map { ($0.key, $0.value) }
+        for slot in occupied {
+            if let entry = slots[slot].entry, !entry.answered, matches(entry) {
+                return (Self.invocationID(slots[slot].number), entry)
+            }
+        }
+        return nil
     }
 
     func forEachUnanswered(_ body: (Entry) -> Void) {
-        for entry in entries.values where !entry.answered { body(entry) }
+        for slot in occupied { if let entry = slots[slot].entry, !entry.answered { body(entry) } }
     }
 
     /// Marks one unanswered entry answered (its slot stays taken until the worker reports) and returns it.
     mutating func markAnswered(_ invocationID: String) -> Entry? {
-        guard let index = entries.index(forKey: invocationID), !entries.values[index].answered else { return nil }
-        entries.values[index].answered = true
-        return entries.values[index]
+        guard let slot = slot(of: invocationID), slots[slot].entry?.answered == false else { return nil }
+        slots[slot].entry?.answered = true
+        return slots[slot].entry
     }
 
     /// Answered entries whose worker stayed silent for `grace` past the deadline: the INVOKE or its RESULT
     /// was lost, or the worker ignores CANCEL. They are forgotten and their slots given back; returns
     /// the workers that have a slot free again.
     mutating func abandon(now: UInt64, grace: UInt64, workers: inout WorkerTable) -> [PeerID] {
-        let stale = entries.filter { $0.value.answered && $0.value.request.deadline &+ grace <= now }
+        let stale = occupied.filter {
+            guard let entry = slots[$0].entry else { return false }
+            return entry.answered && entry.request.deadline &+ grace <= now
+        }
         var freed: [PeerID] = []
-        for (invocationID, entry) in stale {
-            entries[invocationID] = nil
+        for slot in stale {
+            let entry = remove(slot)
             if workers.update(entry.worker, { $0.giveSlot(entry.request.skill) }) != nil { freed.append(entry.worker) }
         }
         return freed
+    }
+
+    /// Slots holding an entry, in slot order.
+    private var occupied: [Int] { slots.indices.filter { slots[$0].entry != nil } }
+
+    private mutating func remove(_ slot: Int) -> Entry {
+        index.remove(hash: Self.hash(slots[slot].number), value: UInt32(slot))
+        freeSlots.append(slot)
+        guard let entry = slots[slot].entry.take() else { preconditionFailure("an empty slot was removed") }
+        return entry
+    }
+
+    /// The slot of a running invocation's id; nil for an id this table never gave or no longer holds.
+    private func slot(of invocationID: String) -> Int? {
+        guard let number = Self.number(of: invocationID) else { return nil }
+        return index.find(hash: Self.hash(number)) { slots[Int($0)].number == number && slots[Int($0)].entry != nil }
+            .value.map { Int($0) }
+    }
+
+    static func invocationID(_ number: UInt64) -> String { "i" + String(number) }
+
+    /// The number of an id as `invocationID` writes it (`i`, then digits without a leading zero).
+    static func number(of invocationID: String) -> UInt64? {
+        var utf8 = invocationID.utf8.makeIterator()
+        guard utf8.next() == UInt8(ascii: "i"), let first = utf8.next(), (49...57).contains(first) else { return nil }
+        var number = UInt64(first - 48)
+        while let byte = utf8.next() {
+            guard (48...57).contains(byte) else { return nil }
+            let (times10, overflow) = number.multipliedReportingOverflow(by: 10)
+            let (sum, carry) = times10.addingReportingOverflow(UInt64(byte - 48))
+            guard !overflow, !carry else { return nil }
+            number = sum
+        }
+        return number
+    }
+
+    /// Numbers are consecutive: a multiplicative hash spreads them over the buckets (bit 0 set, as
+    /// `HashBuckets` needs). Workers cannot add entries, so no chosen id can crowd the table.
+    private static func hash(_ number: UInt64) -> UInt32 {
+        UInt32(truncatingIfNeeded: (number &* 0x9E37_79B9_7F4A_7C15) >> 32) | 1
     }
 }

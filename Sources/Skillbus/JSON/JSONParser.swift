@@ -259,7 +259,7 @@ private struct JSONParser {
     }
 
     func decodeUTF8(_ slice: ArraySlice<UInt8>, at offset: Int) throws(JSONParseError) -> String {
-        guard let string = String(validating: slice, as: UTF8.self) else {
+        guard let string = String(utf8: slice) else {
             throw JSONParseError(offset: offset, reason: "string is not valid UTF-8")
         }
         return string

@@ -101,7 +101,7 @@ extension Wire {
         /// The next field as text (`Wire.text`).
         mutating func text() -> String? {
             guard let range = nextRange() else { return nil }
-            return String(validating: envelope[range], as: UTF8.self)
+            return String(utf8: envelope[range])
         }
 
         /// The next field, checked to be text and kept as bytes (`Wire.textBytes`).

@@ -16,7 +16,7 @@ public enum Wire {
         guard index < message.count else {
             throw SkillbusError(.malformedMessage, "missing field \(index) (\(name))")
         }
-        guard let text = String(validating: message[index], as: UTF8.self) else {
+        guard let text = String(utf8: message[index]) else {
             throw SkillbusError(.malformedMessage, "field \(index) (\(name)) is not valid UTF-8")
         }
         return text
