@@ -66,6 +66,29 @@ struct FinishedRoundsTests {
         #expect(store.find(Self.id(0)).map { store.executions(of: $0) } == Self.executions(4))
     }
 
+    @Test("rounds that asked the same and got the same keep those bytes once per chunk; a byte of difference is kept")
+    func repeatedValuesShared() {
+        var store = FinishedRounds()
+        let text = Array("{\"text\":\"\(String(repeating: "x", count: 200))\"}".utf8)
+        let nearly = text.dropLast() + [UInt8(ascii: "]")]
+        func executions(_ index: Int) -> [FinishedRounds.Execution] {
+            let payload = index % 10 == 9 ? Array(nearly) : text
+            return [
+                FinishedRounds.Execution(
+                    key: .raw(skill: "echo", parameters: text),
+                    outcome: Outcome(status: .ok, agent: Array("worker-\(index % 2)".utf8), payload: payload, durationMicros: index))
+            ]
+        }
+        for index in 0..<1000 {
+            store.append(roundID: Self.id(index), executions: executions(index), finishedAt: UInt64(index))
+        }
+        for index in 0..<1000 { #expect(store.find(Self.id(index)).map { store.executions(of: $0) } == executions(index)) }
+        let key = Array("echo".utf8) + [0] + text
+        #expect(store.outcome(of: store.find(Self.id(19))!) { $0.raw && $0.bytes.elementsEqual(key) }?.payload == Array(nearly))
+        // Each round: its id and fixed fields, and references (8 bytes each) for key, agent and payload.
+        #expect(store.liveChunks == 1 && store.storedBytes < 1000 * 90)
+    }
+
     @Test("random traffic against a dictionary, with payloads from none to several chunks: the same answers, chunks freed")
     func againstAModel() {
         var random = SplitMix(seed: 7)

@@ -44,6 +44,9 @@ struct FinishedRounds: Sendable {
     private var headEntrySerial = 0
     /// Round id hash → entry serial (its low 32 bits).
     private var index = HashBuckets()
+    /// Values written to the last chunk, by a hash of their bytes: where each stands, plus one (0: none).
+    private var recentValues = noRecentValues
+    private static let noRecentValues = [UInt32](repeating: 0, count: 256)
 
     /// Rounds remembered.
     var count: Int { index.count }
@@ -51,9 +54,12 @@ struct FinishedRounds: Sendable {
     /// Chunks holding entries or being filled.
     var liveChunks: Int { chunks.count - chunkHead }
 
+    /// Bytes written to those chunks.
+    var storedBytes: Int { chunks[chunkHead...].reduce(0) { $0 + $1.count } }
+
     /// When the oldest entry finished (it may be one marked gone).
     var oldestFinishedAt: UInt64? {
-        entryHead < entries.count ? read(entrySerial: headEntrySerial) { $0.u64(1) } : nil
+        entryHead < entries.count ? read(entrySerial: headEntrySerial) { chunk, start in chunk.u64(start + 1) } : nil
     }
 
     /// Remembers a round whose executions all finished.
@@ -68,12 +74,13 @@ struct FinishedRounds: Sendable {
             var chunk: [UInt8] = []
             chunk.reserveCapacity(max(Self.chunkBytes, size))
             chunks.append(chunk)
+            recentValues = Self.noRecentValues
         }
         let chunk = chunks.count - 1
         let serial = headChunkSerial + chunk - chunkHead
         let offset = chunks[chunk].count
         entries.append(UInt64(truncatingIfNeeded: serial) << 32 | UInt64(offset))
-        Self.write(into: &chunks[chunk], roundID: roundID, hash: hash, executions: executions, finishedAt: finishedAt)
+        write(roundID: roundID, hash: hash, executions: executions, finishedAt: finishedAt)
         let entrySerial = headEntrySerial + entries.count - 1 - entryHead
         // The round is not remembered already (SingleFlight removes an entry before its round runs again).
         index.insert(hash: hash, value: UInt32(truncatingIfNeeded: entrySerial))
@@ -83,9 +90,9 @@ struct FinishedRounds: Sendable {
     func find(_ roundID: [UInt8], hash: UInt32? = nil) -> Int? {
         let hash = hash ?? HashBuckets.hash(roundID)
         let (value, _) = index.find(hash: hash) { value in
-            read(entrySerial: serial(of: value)) { entry in
-                let length = Int(entry.u32(13))
-                return roundID.withUnsafeBytes { $0.elementsEqual(entry[17..<17 + length]) }
+            read(entrySerial: serial(of: value)) { chunk, start in
+                let length = Int(chunk.u32(start + 13))
+                return roundID.withUnsafeBytes { $0.elementsEqual(chunk[start + 17..<start + 17 + length]) }
             }
         }
         return value.map(serial(of:))
@@ -93,11 +100,11 @@ struct FinishedRounds: Sendable {
 
     /// The outcome of the first execution of an entry whose key `matches`, read in place.
     func outcome(of entry: Int, where matches: (StoredKey) -> Bool) -> Outcome? {
-        read(entrySerial: entry) { bytes in
+        read(entrySerial: entry) { chunk, start in
             var outcome: Outcome?
-            Self.forEachExecution(in: bytes) { raw, key, outcomeAt in
+            Self.forEachExecution(in: chunk, at: start) { raw, key, outcomeAt in
                 guard matches((raw, UnsafeRawBufferPointer(rebasing: key))) else { return true }
-                outcome = Self.outcome(in: bytes, at: outcomeAt)
+                outcome = Self.outcome(in: chunk, at: outcomeAt)
                 return false
             }
             return outcome
@@ -106,9 +113,9 @@ struct FinishedRounds: Sendable {
 
     /// Every execution of an entry.
     func executions(of entry: Int) -> [Execution] {
-        read(entrySerial: entry) { bytes in
+        read(entrySerial: entry) { chunk, start in
             var executions: [Execution] = []
-            Self.forEachExecution(in: bytes) { raw, key, outcomeAt in
+            Self.forEachExecution(in: chunk, at: start) { raw, key, outcomeAt in
                 let split = raw ? key.firstIndex(of: 0) : nil
                 let stored: Key =
                     if let split {
@@ -118,7 +125,7 @@ struct FinishedRounds: Sendable {
                     } else {
                         .canonical(Array(key))
                     }
-                executions.append(Execution(key: stored, outcome: Self.outcome(in: bytes, at: outcomeAt)))
+                executions.append(Execution(key: stored, outcome: Self.outcome(in: chunk, at: outcomeAt)))
                 return true
             }
             return executions
@@ -129,15 +136,15 @@ struct FinishedRounds: Sendable {
     mutating func remove(_ entry: Int) {
         let (chunk, offset) = location(entrySerial: entry)
         chunks[chunk][offset] = 1
-        let hash = read(entrySerial: entry) { $0.u32(9) }
+        let hash = read(entrySerial: entry) { chunk, start in chunk.u32(start + 9) }
         index.remove(hash: hash, value: UInt32(truncatingIfNeeded: entry))
     }
 
     /// Forgets the oldest entry; returns how many outcomes went with it (none when it was marked gone).
     mutating func removeOldest() -> Int {
         let entry = headEntrySerial
-        let (gone, hash, executions) = read(entrySerial: entry) { bytes in
-            (bytes[0] == 1, bytes.u32(9), Int(bytes.u32(17 + Int(bytes.u32(13)))))
+        let (gone, hash, executions) = read(entrySerial: entry) { chunk, start in
+            (chunk[start] == 1, chunk.u32(start + 9), Int(chunk.u32(start + 17 + Int(chunk.u32(start + 13)))))
         }
         if !gone { index.remove(hash: hash, value: UInt32(truncatingIfNeeded: entry)) }
         entryHead += 1
@@ -163,9 +170,13 @@ struct FinishedRounds: Sendable {
     // MARK: - Entry bytes
     //
     // u8 gone (1 once the round left out of order) · u64 finishedAt · u32 id hash · u32 id length · id ·
-    // u32 executions · per execution: u8 key form (0 canonical, 1 raw) · u32 length · key ·
-    // u8 status (0 ok, 1 error) · u64 duration in µs · u32 length · agent · u32 length · payload.
-    // Little-endian.
+    // u32 executions · per execution: u8 key form (0 canonical, 1 raw) · value key ·
+    // u8 status (0 ok, 1 error) · u64 duration in µs · value agent · value payload.
+    // A value is u32 length · bytes, or, when the same bytes stand earlier in the chunk, u32 0x8000_0000 ·
+    // u32 where they stand (their length word): rounds that ask the same thing, and the agent names of
+    // every round, are kept once per chunk, and freed with it. Little-endian.
+
+    private static let sharedValue: UInt32 = 0x8000_0000
 
     private func serial(of value: UInt32) -> Int {
         headEntrySerial + Int(value &- UInt32(truncatingIfNeeded: headEntrySerial))
@@ -177,75 +188,131 @@ struct FinishedRounds: Sendable {
         return (chunkHead + Int(serial &- UInt32(truncatingIfNeeded: headChunkSerial)), Int(position & 0xFFFF_FFFF))
     }
 
-    private func read<Result>(entrySerial: Int, _ body: (UnsafeRawBufferPointer) -> Result) -> Result {
+    /// Calls `body` with the entry's chunk and where in it the entry starts.
+    private func read<Result>(entrySerial: Int, _ body: (UnsafeRawBufferPointer, Int) -> Result) -> Result {
         let (chunk, offset) = location(entrySerial: entrySerial)
-        return chunks[chunk].withUnsafeBytes { body(UnsafeRawBufferPointer(rebasing: $0[offset...])) }
+        return chunks[chunk].withUnsafeBytes { body($0, offset) }
     }
 
-    private static func write(
-        into chunk: inout [UInt8], roundID: [UInt8], hash: UInt32, executions: some Collection<Execution>,
-        finishedAt: UInt64
+    /// Writes a value at the end of the last chunk: a reference to the same bytes written earlier in it
+    /// when the table of recent values has them, else the bytes. `parts` are the value's bytes in pieces.
+    private mutating func putValue(_ parts: UnsafeRawBufferPointer...) {
+        let chunk = chunks.count - 1
+        let count = parts.reduce(0) { $0 + $1.count }
+        func put(_ value: UInt32) {
+            withUnsafeBytes(of: value.littleEndian) { chunks[chunk].append(contentsOf: $0) }
+        }
+        // Values shorter than a reference are written as they are.
+        guard count >= 8 else {
+            put(UInt32(count))
+            for part in parts { chunks[chunk].append(contentsOf: part) }
+            return
+        }
+        var hash: UInt64 = 0x9E37_79B9_7F4A_7C15
+        for part in parts { hash = Self.mix(part, into: hash) }
+        let slot = Int(truncatingIfNeeded: hash >> 56)
+        let earlier = Int(recentValues[slot]) - 1
+        if earlier >= 0 {
+            let same = chunks[chunk].withUnsafeBytes { bytes -> Bool in
+                guard Int(bytes.u32(earlier)) == count else { return false }
+                var at = earlier + 4
+                for part in parts {
+                    guard part.elementsEqual(bytes[at..<at + part.count]) else { return false }
+                    at += part.count
+                }
+                return true
+            }
+            if same {
+                put(Self.sharedValue)
+                put(UInt32(earlier))
+                return
+            }
+        }
+        recentValues[slot] = UInt32(chunks[chunk].count + 1)
+        put(UInt32(count))
+        for part in parts { chunks[chunk].append(contentsOf: part) }
+    }
+
+    /// A quick hash for the table of recent values: a miss only costs the bytes a reference would save,
+    /// and a match is compared byte for byte, so chosen collisions can do no harm.
+    private static func mix(_ bytes: UnsafeRawBufferPointer, into hash: UInt64) -> UInt64 {
+        var hash = hash
+        var at = 0
+        while at + 8 <= bytes.count {
+            hash = (hash ^ bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)) &* 0xFF51_AFD7_ED55_8CCD
+            hash ^= hash >> 29
+            at += 8
+        }
+        while at < bytes.count {
+            hash = (hash ^ UInt64(bytes[at])) &* 0x0000_0100_0000_01B3
+            at += 1
+        }
+        return hash &* 0xC4CE_B9FE_1A85_EC53
+    }
+
+    /// A value's bytes, and where the next field starts.
+    private static func value(in chunk: UnsafeRawBufferPointer, at start: Int) -> (Slice<UnsafeRawBufferPointer>, Int) {
+        let word = chunk.u32(start)
+        if word == sharedValue {
+            let earlier = Int(chunk.u32(start + 4))
+            let count = Int(chunk.u32(earlier))
+            return (chunk[earlier + 4..<earlier + 4 + count], start + 8)
+        }
+        return (chunk[start + 4..<start + 4 + Int(word)], start + 4 + Int(word))
+    }
+
+    private mutating func write(
+        roundID: [UInt8], hash: UInt32, executions: some Collection<Execution>, finishedAt: UInt64
     ) {
+        let chunk = chunks.count - 1
         func put<Value: FixedWidthInteger>(_ value: Value) {
-            withUnsafeBytes(of: value.littleEndian) { chunk.append(contentsOf: $0) }
+            withUnsafeBytes(of: value.littleEndian) { chunks[chunk].append(contentsOf: $0) }
         }
-        func put(bytes: [UInt8]) {
-            put(UInt32(bytes.count))
-            chunk.append(contentsOf: bytes)
-        }
-        chunk.append(0)
+        chunks[chunk].append(0)
         put(finishedAt)
         put(hash)
-        put(bytes: roundID)
+        put(UInt32(roundID.count))
+        chunks[chunk].append(contentsOf: roundID)
         put(UInt32(executions.count))
         for execution in executions {
             switch execution.key {
             case .canonical(let key):
-                chunk.append(0)
-                put(bytes: key)
-            case .raw(let skill, let parameters):
-                chunk.append(1)
-                put(UInt32(execution.key.byteCount))
-                chunk.append(contentsOf: skill.utf8)
-                chunk.append(0)
-                chunk.append(contentsOf: parameters)
+                chunks[chunk].append(0)
+                key.withUnsafeBytes { putValue($0) }
+            case .raw(var skill, let parameters):
+                chunks[chunk].append(1)
+                skill.withUTF8 { skill in
+                    withUnsafeBytes(of: UInt8(0)) { zero in parameters.withUnsafeBytes { putValue(UnsafeRawBufferPointer(skill), zero, $0) } }
+                }
             }
-            chunk.append(execution.outcome.status == .ok ? 0 : 1)
+            chunks[chunk].append(execution.outcome.status == .ok ? 0 : 1)
             put(UInt64(truncatingIfNeeded: execution.outcome.durationMicros))
-            put(bytes: execution.outcome.agent)
-            put(bytes: execution.outcome.payload)
+            execution.outcome.agent.withUnsafeBytes { putValue($0) }
+            execution.outcome.payload.withUnsafeBytes { putValue($0) }
         }
     }
 
     /// Calls `body` with each execution's key (whether raw, and its bytes) and where its outcome starts,
     /// until it returns false.
     private static func forEachExecution(
-        in bytes: UnsafeRawBufferPointer, _ body: (Bool, Slice<UnsafeRawBufferPointer>, Int) -> Bool
+        in chunk: UnsafeRawBufferPointer, at start: Int, _ body: (Bool, Slice<UnsafeRawBufferPointer>, Int) -> Bool
     ) {
-        var at = 17 + Int(bytes.u32(13))
-        let count = Int(bytes.u32(at))
+        var at = start + 17 + Int(chunk.u32(start + 13))
+        let count = Int(chunk.u32(at))
         at += 4
         for _ in 0..<count {
-            let raw = bytes[at] == 1
-            let length = Int(bytes.u32(at + 1))
-            let key = bytes[at + 5..<at + 5 + length]
-            let outcomeAt = at + 5 + length
-            let agent = Int(bytes.u32(outcomeAt + 9))
-            let payload = Int(bytes.u32(outcomeAt + 13 + agent))
+            let raw = chunk[at] == 1
+            let (key, outcomeAt) = value(in: chunk, at: at + 1)
             guard body(raw, key, outcomeAt) else { return }
-            at = outcomeAt + 17 + agent + payload
+            at = value(in: chunk, at: value(in: chunk, at: outcomeAt + 9).1).1
         }
     }
 
-    private static func outcome(in bytes: UnsafeRawBufferPointer, at start: Int) -> Outcome {
-        let duration = bytes.u64(start + 1)
-        let agentLength = Int(bytes.u32(start + 9))
-        let payloadAt = start + 13 + agentLength
-        let payloadLength = Int(bytes.u32(payloadAt))
+    private static func outcome(in chunk: UnsafeRawBufferPointer, at start: Int) -> Outcome {
+        let (agent, payloadAt) = value(in: chunk, at: start + 9)
         return Outcome(
-            status: bytes[start] == 0 ? .ok : .error, agent: Array(bytes[start + 13..<payloadAt]),
-            payload: Array(bytes[payloadAt + 4..<payloadAt + 4 + payloadLength]),
-            durationMicros: Int(truncatingIfNeeded: duration))
+            status: chunk[start] == 0 ? .ok : .error, agent: Array(agent), payload: Array(value(in: chunk, at: payloadAt).0),
+            durationMicros: Int(truncatingIfNeeded: chunk.u64(start + 1)))
     }
 }
 
