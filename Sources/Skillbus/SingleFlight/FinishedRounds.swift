@@ -194,43 +194,44 @@ struct FinishedRounds: Sendable {
         return chunks[chunk].withUnsafeBytes { body($0, offset) }
     }
 
-    /// Writes a value at the end of the last chunk: a reference to the same bytes written earlier in it
-    /// when the table of recent values has them, else the bytes. `parts` are the value's bytes in pieces.
-    private mutating func putValue(_ parts: UnsafeRawBufferPointer...) {
-        let chunk = chunks.count - 1
-        let count = parts.reduce(0) { $0 + $1.count }
+    /// Writes a value at the end of `chunk` (the last one): a reference to the same bytes written earlier
+    /// in it when the table of recent values has them, else the bytes. The value's bytes are `first`,
+    /// `second` and `third` one after the other.
+    private static func putValue(
+        into chunk: inout [UInt8], recent: inout [UInt32], _ first: UnsafeRawBufferPointer,
+        _ second: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0),
+        _ third: UnsafeRawBufferPointer = UnsafeRawBufferPointer(start: nil, count: 0)
+    ) {
+        let count = first.count + second.count + third.count
         func put(_ value: UInt32) {
-            withUnsafeBytes(of: value.littleEndian) { chunks[chunk].append(contentsOf: $0) }
+            withUnsafeBytes(of: value.littleEndian) { chunk.append(contentsOf: $0) }
+        }
+        func putBytes() {
+            put(UInt32(count))
+            chunk.append(contentsOf: first)
+            chunk.append(contentsOf: second)
+            chunk.append(contentsOf: third)
         }
         // Values shorter than a reference are written as they are.
-        guard count >= 8 else {
-            put(UInt32(count))
-            for part in parts { chunks[chunk].append(contentsOf: part) }
-            return
-        }
-        var hash: UInt64 = 0x9E37_79B9_7F4A_7C15
-        for part in parts { hash = Self.mix(part, into: hash) }
-        let slot = Int(truncatingIfNeeded: hash >> 56)
-        let earlier = Int(recentValues[slot]) - 1
-        if earlier >= 0 {
-            let same = chunks[chunk].withUnsafeBytes { bytes -> Bool in
+        guard count >= 8 else { return putBytes() }
+        let slot = Int(truncatingIfNeeded: mix(third, into: mix(second, into: mix(first, into: 0))) >> 56)
+        let earlier = Int(recent[slot]) - 1
+        let same =
+            earlier >= 0
+            && chunk.withUnsafeBytes { bytes in
                 guard Int(bytes.u32(earlier)) == count else { return false }
-                var at = earlier + 4
-                for part in parts {
-                    guard part.elementsEqual(bytes[at..<at + part.count]) else { return false }
-                    at += part.count
-                }
-                return true
+                let start = earlier + 4
+                return first.elementsEqual(bytes[start..<start + first.count])
+                    && second.elementsEqual(bytes[start + first.count..<start + first.count + second.count])
+                    && third.elementsEqual(bytes[start + first.count + second.count..<start + count])
             }
-            if same {
-                put(Self.sharedValue)
-                put(UInt32(earlier))
-                return
-            }
+        if same {
+            put(sharedValue)
+            put(UInt32(earlier))
+        } else {
+            recent[slot] = UInt32(chunk.count + 1)
+            putBytes()
         }
-        recentValues[slot] = UInt32(chunks[chunk].count + 1)
-        put(UInt32(count))
-        for part in parts { chunks[chunk].append(contentsOf: part) }
     }
 
     /// A quick hash for the table of recent values: a miss only costs the bytes a reference would save,
@@ -264,31 +265,38 @@ struct FinishedRounds: Sendable {
     private mutating func write(
         roundID: [UInt8], hash: UInt32, executions: some Collection<Execution>, finishedAt: UInt64
     ) {
-        let chunk = chunks.count - 1
+        // Filled as a local, so that no append goes through `chunks`' subscript.
+        var chunk: [UInt8] = []
+        swap(&chunk, &chunks[chunks.count - 1])
+        defer { swap(&chunk, &chunks[chunks.count - 1]) }
         func put<Value: FixedWidthInteger>(_ value: Value) {
-            withUnsafeBytes(of: value.littleEndian) { chunks[chunk].append(contentsOf: $0) }
+            withUnsafeBytes(of: value.littleEndian) { chunk.append(contentsOf: $0) }
         }
-        chunks[chunk].append(0)
+        chunk.append(0)
         put(finishedAt)
         put(hash)
         put(UInt32(roundID.count))
-        chunks[chunk].append(contentsOf: roundID)
+        chunk.append(contentsOf: roundID)
         put(UInt32(executions.count))
         for execution in executions {
             switch execution.key {
             case .canonical(let key):
-                chunks[chunk].append(0)
-                key.withUnsafeBytes { putValue($0) }
+                chunk.append(0)
+                key.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recentValues, $0) }
             case .raw(var skill, let parameters):
-                chunks[chunk].append(1)
+                chunk.append(1)
                 skill.withUTF8 { skill in
-                    withUnsafeBytes(of: UInt8(0)) { zero in parameters.withUnsafeBytes { putValue(UnsafeRawBufferPointer(skill), zero, $0) } }
+                    withUnsafeBytes(of: UInt8(0)) { zero in
+                        parameters.withUnsafeBytes {
+                            Self.putValue(into: &chunk, recent: &recentValues, UnsafeRawBufferPointer(skill), zero, $0)
+                        }
+                    }
                 }
             }
-            chunks[chunk].append(execution.outcome.status == .ok ? 0 : 1)
+            chunk.append(execution.outcome.status == .ok ? 0 : 1)
             put(UInt64(truncatingIfNeeded: execution.outcome.durationMicros))
-            execution.outcome.agent.withUnsafeBytes { putValue($0) }
-            execution.outcome.payload.withUnsafeBytes { putValue($0) }
+            execution.outcome.agent.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recentValues, $0) }
+            execution.outcome.payload.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recentValues, $0) }
         }
     }
 
