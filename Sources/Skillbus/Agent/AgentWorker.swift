@@ -370,8 +370,9 @@ public final class AgentWorker: Sendable {
         enum Start {
             case refused(SkillbusError)
             case task
-            /// A quick synchronous skill: it runs here, on the socket's thread, with no task.
-            case now(any SynchronousSkill)
+            /// A quick synchronous skill: it runs here, on the socket's thread, with no task. The skill as
+            /// listed comes along: making it from the synchronous one would box a copy of it.
+            case now(any SynchronousSkill, listed: any AgentSkill)
         }
         let start = state.withLock { state -> Start in
             if state.stopping { return .refused(SkillbusError(.agentLost, "agent '\(options.name)' is shutting down")) }
@@ -389,12 +390,12 @@ public final class AgentWorker: Sendable {
                 }
                 state.limitedRunning[invocation.skill, default: 0] += 1
             }
-            if let synchronous = state.synchronousSkills[invocation.skill] { return .now(synchronous) }
             guard let skill, skill.executionStyle == .quick else {
                 // Created under the lock so that the task cannot finish before it is recorded.
                 state.running[invocation.invocationID] = Task { await self.execute(invocation) }
                 return .task
             }
+            if let synchronous = state.synchronousSkills[invocation.skill] { return .now(synchronous, listed: skill) }
             state.running[invocation.invocationID] = Task(executorPreference: socket.executor) {
                 await self.execute(invocation)
             }
@@ -403,8 +404,8 @@ public final class AgentWorker: Sendable {
         switch start {
         case .task:
             break
-        case .now(let skill):
-            finished(invocation, runner.runNow(invocation, skill) { report(.executingSkill($0)) })
+        case .now(let skill, let listed):
+            finished(invocation, runner.runNow(invocation, skill, listed: listed) { report(.executingSkill($0)) })
         case .refused(let refusal):
             socket.send(
                 WorkerMessage.result(

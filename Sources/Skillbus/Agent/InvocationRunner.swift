@@ -74,13 +74,15 @@ struct InvocationRunner: Sendable {
     }
 
     /// `run` for a synchronous skill the caller has looked up, with no suspension: how a quick one runs
-    /// inline on the agent's I/O thread.
+    /// inline on the agent's I/O thread. `listed` is the skill as the agent lists it (the same one, or
+    /// the skill it runs under policies), when the caller has it.
     func runNow(
-        _ invocation: Invocation, _ skill: any SynchronousSkill, starting: (String) -> Void = { _ in }
+        _ invocation: Invocation, _ skill: any SynchronousSkill, listed: (any AgentSkill)? = nil,
+        starting: (String) -> Void = { _ in }
     ) -> Outcome {
         let started: Started
         do throws(SkillbusError) {
-            started = try begin(invocation, skill, starting)
+            started = try begin(invocation, listed ?? skill, starting)
         } catch {
             return .refused(error)
         }
