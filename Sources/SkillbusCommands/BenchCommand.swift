@@ -20,7 +20,8 @@ public enum BenchCommand: SkillbusCommand {
             reads /events: its throughput against the main one's is what the endpoint costs the bus.
             A sixth keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation.
             A seventh, whose limits keep every round it answers, is read for resident memory when its workers have
-            registered and after --remembered-rounds rounds. The run ends with the rows of issue 14's speed targets:
+            registered and after --remembered-rounds rounds of one text; an eighth after as many rounds whose texts
+            all differ. The run ends with the rows of issue 14's speed targets:
             each figure, its target and whether it is met (the coordinator's and the raw proxy's CPU time are read
             from /proc during the same measurements).
             Absolute numbers depend on the machine; the ratio is the figure to compare.

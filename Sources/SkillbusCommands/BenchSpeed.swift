@@ -22,10 +22,12 @@ struct SpeedFigures {
     }
 
     /// A coordinator of its own whose limits keep every round it answers: resident memory right after its
-    /// workers registered, and after `rounds` rounds of one echo.
+    /// workers registered, and after `rounds` rounds of one echo; then another after as many rounds whose
+    /// texts all differ (a value repeated across rounds is kept once per arena chunk, a distinct one is not).
     struct Memory {
         var idleMB = 0.0
         var rememberedMB = 0.0
+        var distinctTextsMB = 0.0
         var rounds = 0
         var failed = 0
     }
@@ -159,7 +161,13 @@ extension BenchReport {
                     .init(name: "idle", value: (memory.idleMB * 10).rounded() / 10, target: 20),
                     .init(name: "remembered", value: (memory.rememberedMB * 10).rounded() / 10, target: 40),
                 ],
-                detail: "echo REQUESTs, each in a round of its own", extra: ["rememberedRounds": .number(Double(memory.rounds))]),
+                detail: String(
+                    format: "echo REQUESTs, each in a round of its own; %.1f MB when every text differs",
+                    memory.distinctTextsMB),
+                extra: [
+                    "rememberedRounds": .number(Double(memory.rounds)),
+                    "distinctTextsMB": .number((memory.distinctTextsMB * 10).rounded() / 10),
+                ]),
         ]
     }
 
@@ -178,25 +186,33 @@ extension Bench {
     /// `retainedOutcomesLimit`; by default it would forget all but the latest 10,000 round documents): its
     /// resident memory right after its workers registered, then after `rounds` echo REQUESTs at 64 in flight,
     /// each in a new round (the load the figure of today was measured with: every round keeps its
-    /// single-flight outcome). At most 30 s of load; the cluster is stopped afterwards.
+    /// single-flight outcome). Then the same on a fresh coordinator with a text of its own in every round, the
+    /// same length. At most 30 s of load each; the clusters are stopped afterwards.
     func rememberedRoundsMemory(rounds: Int) async throws -> SpeedFigures.Memory {
         note("memory: a coordinator keeping \(rounds) rounds, before and after answering them…")
         var configuration = CoordinatorConfiguration()
         configuration.retainedRoundsLimit = max(rounds, configuration.retainedRoundsLimit)
         configuration.retainedOutcomesLimit = max(rounds, configuration.retainedOutcomesLimit)
         let file = try supervisor.write(configuration.json, name: "memory-coordinator.json")
-        guard let cluster = await startCluster(name: "memory", coordinatorOptions: ["--config", file]) else {
-            throw SkillbusError(.timeout, "the memory coordinator or its workers did not start within 30 s")
-        }
         var figures = SpeedFigures.Memory()
-        figures.idleMB = BenchCommand.residentMB(cluster.coordinator.pid)
-        let report = try await BenchCommand.measure(
-            echoLoad, cluster.bus, context, requests: rounds, inFlight: 64, timeLimit: .seconds(30))
-        figures.rememberedMB = BenchCommand.residentMB(cluster.coordinator.pid)
-        figures.rounds = report.completed - report.failed
-        // Rounds left unanswered when the time ran out are not failures: the row says how many were kept.
-        figures.failed = report.failed
-        await cluster.stop()
+        for (index, load) in [echoLoad, .skillbusDistinctEcho(payloadBytes: setup.payloadBytes)].enumerated() {
+            guard let cluster = await startCluster(name: "memory\(index)", coordinatorOptions: ["--config", file]) else {
+                throw SkillbusError(.timeout, "the memory coordinator or its workers did not start within 30 s")
+            }
+            let idle = BenchCommand.residentMB(cluster.coordinator.pid)
+            let report = try await BenchCommand.measure(
+                load, cluster.bus, context, requests: rounds, inFlight: 64, timeLimit: .seconds(30))
+            let remembered = BenchCommand.residentMB(cluster.coordinator.pid)
+            if index == 0 {
+                (figures.idleMB, figures.rememberedMB) = (idle, remembered)
+                figures.rounds = report.completed - report.failed
+            } else {
+                figures.distinctTextsMB = remembered
+            }
+            // Rounds left unanswered when the time ran out are not failures: the row says how many were kept.
+            figures.failed += report.failed
+            await cluster.stop()
+        }
         return figures
     }
 }

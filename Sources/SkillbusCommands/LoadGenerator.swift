@@ -60,6 +60,17 @@ public struct LoadGenerator: Sendable {
         return skillbus(session: session) { _ in ("echo", parameters) }
     }
 
+    /// `echo` as `skillbusEcho` sends it, but every text different (the request's number, then `x` up to
+    /// `payloadBytes`), so that no two rounds share their parameters or their outcome.
+    public static func skillbusDistinctEcho(payloadBytes: Int) -> LoadGenerator {
+        let filler = String(repeating: "x", count: payloadBytes)
+        return skillbus(session: "") { id in
+            let number = String(id) + "-"
+            let text = number + filler.dropFirst(min(number.count, filler.count))
+            return ("echo", JSONValue.object(["text": .string(text)]).serialized())
+        }
+    }
+
     /// `memory.set` of a `payloadBytes` text, then `memory.get` of the same key, in turn (over 1,000 keys).
     public static func skillbusMemory(payloadBytes: Int, session: String) -> LoadGenerator {
         let value = JSONValue.string(String(repeating: "x", count: payloadBytes))

@@ -295,6 +295,7 @@ struct UpAndBenchTests {
             #expect(memory?[figure]?["met"]?.boolValue != nil, "speed memory \(figure).met")
         }
         #expect(memory?["rememberedRounds"]?.intValue == rememberedRounds)
+        #expect((memory?["distinctTextsMB"]?.doubleValue ?? 0) > 0, "speed memory distinctTextsMB")
     }
 
     @Test("bench smoke: the smallest sizes the options allow run both sides and print every key")
