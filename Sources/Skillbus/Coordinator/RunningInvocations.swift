@@ -130,7 +130,7 @@ struct RunningInvocations: Sendable {
     /// The slot of a running invocation's id; nil for an id this table never gave or no longer holds.
     private func slot(of invocationID: String) -> Int? {
         guard let number = Self.number(of: invocationID) else { return nil }
-        return index.find(hash: Self.hash(number)) { slots[Int($0)].number == number && slots[Int($0)].entry != nil }
+        return index.find(hash: Self.hash(number)) { slots[Int($0)].number == number }
             .value.map { Int($0) }
     }
 

@@ -2,7 +2,8 @@
 /// (its id, the key of each execution, and each outcome's status, agent, duration and payload) appended to
 /// an arena of large chunks, in the order the rounds finished. Rounds are forgotten in that order too, so
 /// a chunk is freed whole once its last entry is forgotten: remembering 100,000 rounds costs their bytes
-/// and about 24 more each, instead of several allocations each that live until the round is forgotten.
+/// and about 24 more each, instead of several allocations each that live until the round is forgotten. A
+/// value that many rounds of a chunk share (the same parameters, agent or outcome) is kept there once.
 ///
 /// An entry that leaves out of order (its round runs again) is marked gone, and its bytes go with its chunk.
 struct FinishedRounds: Sendable {
