@@ -9,7 +9,7 @@ struct SlotTableTests {
 
     @Test("keys are found in the slots they were given, through growth")
     func insertAndFind() {
-        var table = SlotTable<Int>()
+        var table = SlotTable<[UInt8], Int>()
         var slots: [Int] = []
         for index in 0..<5000 {
             let (slot, inserted) = table.slot(of: key("round-\(index)")) { index }
@@ -34,7 +34,7 @@ struct SlotTableTests {
 
     @Test("values change in place, and a removed key is gone while its slot serves the next key")
     func modifyAndRemove() {
-        var table = SlotTable<[String]>()
+        var table = SlotTable<[UInt8], [String]>()
         let a = table.slot(of: key("a")) { [] }.slot
         let b = table.slot(of: key("b")) { ["b"] }.slot
         table[a].append("one")
@@ -45,13 +45,16 @@ struct SlotTableTests {
         #expect(table.slot(of: key("a")) == nil && table.slot(of: key("b")) == b)
         let c = table.slot(of: key("c")) { ["c"] }
         #expect(c.inserted && c.slot == a && table[c.slot] == ["c"] && table.count == 2)
+        #expect(table.occupiedSlots == [a, b].sorted() && table.key(a) == key("c"))
+        table.remove(slot: b)
+        #expect(table.occupiedSlots == [a])
         #expect(!table.isOccupied(99))
     }
 
     @Test("random inserts and removals agree with a dictionary", arguments: [1, 2, 3])
     func agreesWithDictionary(seed: UInt64) {
         var random = SplitMix(seed: seed)
-        var table = SlotTable<Int>()
+        var table = SlotTable<[UInt8], Int>()
         var model: [[UInt8]: (slot: Int, value: Int)] = [:]
         // A small key space, so that keys come and go many times and probe runs wrap around and shift.
         for step in 0..<20_000 {

@@ -186,10 +186,9 @@ final class CoordinatorLoop {
     /// writes them in fewer system calls than when each was handed over as it was made.
     private func sendHeld() {
         guard let held = heldSends, !held.isEmpty else { return }
-        heldSends = nil
-        for (peer, frames) in held { sendNow(to: peer, frames) }
         heldSends = []
         heldSends?.reserveCapacity(held.count)
+        for (peer, frames) in held { sendNow(to: peer, frames) }
     }
 
     private func handle(_ message: ReceivedMessage) {

@@ -10,7 +10,7 @@ struct ResultCache: Sendable {
     }
 
     /// Canonical key → entry, each in a slot that keeps its number until it is removed.
-    private var entries = SlotTable<Entry>()
+    private var entries = SlotTable<[UInt8], Entry>()
     /// Slots by use stamp, oldest first: `uses[i]` holds the slot used at stamp `firstStamp + i`, or
     /// `unused` once that slot was used again or removed. An array rather than a second hash table: stamps
     /// only grow; slot numbers rather than keys: nothing to retain per use.

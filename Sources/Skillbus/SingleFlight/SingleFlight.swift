@@ -78,7 +78,7 @@ struct SingleFlight: Sendable {
     let retentionNanos: UInt64
     let limit: Int
     /// Round id → round, while something in it runs.
-    private var rounds = SlotTable<Round>()
+    private var rounds = SlotTable<[UInt8], Round>()
     /// Rounds whose executions all finished, oldest first, in compact form.
     private var finishedRounds = FinishedRounds()
     private(set) var retainedOutcomes = 0
@@ -253,26 +253,6 @@ struct SingleFlight: Sendable {
         for (name, value) in defaults where object[name] == nil { object[name] = value }
         JSONValue.object(object).write(to: &key)
         return ByteKey(key)
-    }
-}
-
-/// Keys in the order they finished, oldest first, to forget them later. Taking the oldest moves a head
-/// index; the array is compacted only now and then, so it never shifts on every removal.
-struct FinishOrder<Key: Sendable>: Sendable {
-    private var items: [(key: Key, at: UInt64)] = []
-    private var head = 0
-
-    var count: Int { items.count - head }
-    var oldest: (key: Key, at: UInt64)? { head < items.count ? items[head] : nil }
-
-    mutating func append(_ key: Key, at time: UInt64) { items.append((key, time)) }
-
-    mutating func removeOldest() {
-        head += 1
-        if head > 1024 && head * 2 > items.count {
-            items.removeFirst(head)
-            head = 0
-        }
     }
 }
 
