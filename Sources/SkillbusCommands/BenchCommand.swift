@@ -11,7 +11,8 @@ public enum BenchCommand: SkillbusCommand {
         discussion: """
             Starts a coordinator with N workers (child processes on 127.0.0.1) and, beside it, a raw baseline:
             the same client and worker sockets through a plain ROUTER→DEALER proxy with no Skillbus logic.
-            Measures each at 1 and at 64 requests in flight, in alternation, and prints both and their ratio.
+            Measures each at 1 and at 64 requests in flight in five pairs of alternating order, and prints both
+            and the medians of the pairs' ratios.
             Its echo workers arm retries (idempotent, a retry policy with an attempt timeout); a third coordinator
             whose workers give echo no policy measures what that costs, in alternation, as a ratio. A fourth, whose
             echo is pure with a cache lifetime, measures the cache's miss path against the main one, and rounds
@@ -30,7 +31,7 @@ public enum BenchCommand: SkillbusCommand {
             """,
         options: [
             OptionSpec("--workers", value: "N", help: "Worker processes on each side (default 4)."),
-            OptionSpec("--requests", value: "N", help: "Measured requests per level (default 20000)."),
+            OptionSpec("--requests", value: "N", help: "Requests per measurement: per side of each echo pair at 64 in flight (at 1 in flight at most 1000), and of each phase after (default 20000)."),
             OptionSpec("--payload-bytes", value: "N", help: "Echo payload size (default 100)."),
             OptionSpec("--capacity", value: "N", help: "Capacity of each Skillbus worker (default 32)."),
             OptionSpec(
@@ -90,8 +91,8 @@ public enum BenchCommand: SkillbusCommand {
             return 1
         }
         var speed = SpeedFigures()
-        let (skillbus, baseline, echoCPU) = try await bench.echo(main: main, baseline: raw)
-        speed.echoCPU = echoCPU
+        let echo = try await bench.echo(main: main, baseline: raw)
+        speed.echoCPU = echo.cpu
         let deduplication = try await bench.deduplicationCost(with: main, without: plain)
         let retries = try await bench.retryCost(armed: main, plain: unarmed)
         let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
@@ -111,7 +112,8 @@ public enum BenchCommand: SkillbusCommand {
         await supervisor.stopAll()
 
         let report = BenchReport(
-            setup: setup, skillbus: skillbus, baseline: baseline, deduplication: deduplication, rounds: rounds,
+            setup: setup, skillbus: echo.skillbus, baseline: echo.baseline, echoPairRatios: echo.pairRatios,
+            deduplication: deduplication, rounds: rounds,
             registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
             curve: curve, priorityCache: priorityCache, http: http, journal: journal, speed: speed)
         if json { print(report.json.jsonString) } else { report.printText() }

@@ -109,29 +109,71 @@ struct Bench {
         return Baseline(frontend: frontend, proxy: proxy)
     }
 
-    /// Echo on Skillbus and on the baseline at each level in flight, in alternation; at 64 in flight also the
-    /// CPU microseconds per request of the coordinator and of the proxy.
-    func echo(main: Cluster, baseline raw: Baseline) async throws -> (
-        skillbus: [Int: LoadReport], baseline: [Int: LoadReport], cpu: SpeedFigures.EchoCPU
-    ) {
+    /// Echo on Skillbus and on the baseline at each level in flight, in `echoPairs` pairs whose order
+    /// alternates (Skillbus first, then the baseline first, ...), so that a machine that gets busier or
+    /// quieter weighs on both sides. Each side's report merges its pairs; each ratio is the median of the
+    /// pairs' ratios, and so is the CPU per request at 64 in flight (the coordinator's and the proxy's).
+    func echo(main: Cluster, baseline raw: Baseline) async throws -> EchoFigures {
         let (bus, frontend) = (main.bus, raw.frontend)
         let baselineLoad = LoadGenerator.rawEcho(payloadBytes: setup.payloadBytes)
-        var skillbus: [Int: LoadReport] = [:]
-        var baseline: [Int: LoadReport] = [:]
-        var cpu = SpeedFigures.EchoCPU()
+        var figures = EchoFigures()
+        var coordinatorCPU: [Double] = []
+        var proxyCPU: [Double] = []
         // Warm both paths (and let every raw worker connect) before measuring anything.
         _ = try await measure(echoLoad, bus, requests: min(2000, setup.requests), inFlight: 64)
         _ = try await measure(baselineLoad, frontend, requests: min(2000, setup.requests), inFlight: 64)
         for level in Self.levels {
-            let count = level == 1 ? min(setup.requests, 5000) : setup.requests
-            note("measuring \(count) requests at \(level) in flight…")
-            let ours = try await measureWithCPU(echoLoad, bus, of: main.coordinator, requests: count, inFlight: level)
-            let theirs = try await measureWithCPU(baselineLoad, frontend, of: raw.proxy, requests: count, inFlight: level)
-            (skillbus[level], baseline[level]) = (ours.0, theirs.0)
-            if level == 64 { (cpu.coordinator, cpu.proxy) = (ours.1, theirs.1) }
+            let count = Self.echoRequests(level: level, requests: setup.requests)
+            note("measuring \(Self.echoPairs) pairs of \(count) requests at \(level) in flight…")
+            var pairs: [(LoadReport, LoadReport)] = []
+            for pair in 0..<Self.echoPairs {
+                func ours() async throws -> (LoadReport, Double) {
+                    try await measureWithCPU(echoLoad, bus, of: main.coordinator, requests: count, inFlight: level)
+                }
+                func theirs() async throws -> (LoadReport, Double) {
+                    try await measureWithCPU(baselineLoad, frontend, of: raw.proxy, requests: count, inFlight: level)
+                }
+                let skillbus: (LoadReport, Double)
+                let baseline: (LoadReport, Double)
+                if pair % 2 == 0 {
+                    skillbus = try await ours()
+                    baseline = try await theirs()
+                } else {
+                    baseline = try await theirs()
+                    skillbus = try await ours()
+                }
+                pairs.append((skillbus.0, baseline.0))
+                if level == 64 {
+                    coordinatorCPU.append(skillbus.1)
+                    proxyCPU.append(baseline.1)
+                }
+            }
+            figures.skillbus[level] = .merged(pairs.map(\.0))
+            figures.baseline[level] = .merged(pairs.map(\.1))
+            figures.pairRatios[level] = pairs.map { ours, theirs in
+                BenchReport.LevelRatios(
+                    throughput: BenchCommand.ratio(ours.tasksPerSecond, theirs.tasksPerSecond),
+                    p50: BenchCommand.ratio(ours.percentileMs(0.5), theirs.percentileMs(0.5)),
+                    p99: BenchCommand.ratio(ours.percentileMs(0.99), theirs.percentileMs(0.99)))
+            }
         }
-        return (skillbus, baseline, cpu)
+        figures.cpu = SpeedFigures.EchoCPU(coordinator: coordinatorCPU.median, proxy: proxyCPU.median)
+        return figures
     }
+
+    /// What the echo phase measured: each side's merged report and the pairs' ratios, by level in flight.
+    struct EchoFigures {
+        var skillbus: [Int: LoadReport] = [:]
+        var baseline: [Int: LoadReport] = [:]
+        var pairRatios: [Int: [BenchReport.LevelRatios]] = [:]
+        var cpu = SpeedFigures.EchoCPU()
+    }
+
+    static let echoPairs = 5
+
+    /// Requests per side in each echo pair: `--requests` at 64 in flight; at 1 in flight, where each takes a
+    /// whole round trip, at most 1,000.
+    static func echoRequests(level: Int, requests: Int) -> Int { level == 1 ? min(requests, 1000) : requests }
 
     /// The same load on a coordinator with and without single-flight, in alternation, each going first in
     /// turn. The ratio is the median of seven pairs; the coordinators' CPU time per request says the same

@@ -47,6 +47,8 @@ struct BenchReport {
     /// Echo at each level in flight, on Skillbus and on the raw baseline.
     var skillbus: [Int: LoadReport]
     var baseline: [Int: LoadReport]
+    /// The ratios of each alternating echo pair, by level (`ratios(at:)` gives their medians).
+    var echoPairRatios: [Int: [LevelRatios]]
     var deduplication: Deduplication
     var rounds: Rounds
     var registry: RegistryFigures
@@ -79,12 +81,11 @@ struct BenchReport {
         var p99: Double
     }
 
+    /// The medians of the pairs' ratios at `level`.
     func ratios(at level: Int) -> LevelRatios? {
-        guard let ours = skillbus[level], let theirs = baseline[level] else { return nil }
+        guard let pairs = echoPairRatios[level], !pairs.isEmpty else { return nil }
         return LevelRatios(
-            throughput: BenchCommand.ratio(ours.tasksPerSecond, theirs.tasksPerSecond),
-            p50: BenchCommand.ratio(ours.percentileMs(0.5), theirs.percentileMs(0.5)),
-            p99: BenchCommand.ratio(ours.percentileMs(0.99), theirs.percentileMs(0.99)))
+            throughput: pairs.map(\.throughput).median, p50: pairs.map(\.p50).median, p99: pairs.map(\.p99).median)
     }
 
     /// The bus's default heartbeat is 1 s and a worker is dead after 3 missed ones.
@@ -98,9 +99,12 @@ struct BenchReport {
         var ratiosJSON: [String: JSONValue] = [:]
         for level in levels {
             guard let ratios = ratios(at: level) else { continue }
+            let pairs = echoPairRatios[level] ?? []
             ratiosJSON[key(level)] = [
                 "throughputRatio": .number(ratios.throughput), "p50LatencyRatio": .number(ratios.p50),
                 "p99LatencyRatio": .number(ratios.p99),
+                "throughputRatios": .array(pairs.map { .number($0.throughput) }),
+                "p50LatencyRatios": .array(pairs.map { .number($0.p50) }),
             ]
         }
         let kills = registry.killToReplicaMs
@@ -172,8 +176,8 @@ struct BenchReport {
             if let ratios = ratios(at: level) {
                 print(
                     String(
-                        format: "%-10d ratio       %8.2fx  p50 %.2fx  p99 %.2fx (skillbus / baseline)", level,
-                        ratios.throughput, ratios.p50, ratios.p99))
+                        format: "%-10d ratio       %8.2fx  p50 %.2fx  p99 %.2fx (skillbus / baseline, medians of %d pairs)", level,
+                        ratios.throughput, ratios.p50, ratios.p99, echoPairRatios[level]?.count ?? 0))
             }
         }
         print("")

@@ -23,6 +23,18 @@ public struct LoadReport: Sendable {
     }
     public var maxMs: Double { Double(latencies.last ?? 0) / 1_000_000 }
 
+    /// Several runs as one: their requests, time and latencies together, and the client's CPU per request
+    /// over all of them.
+    static func merged(_ runs: [LoadReport]) -> LoadReport {
+        let completed = runs.reduce(0) { $0 + $1.completed }
+        var report = LoadReport(
+            completed: completed, failed: runs.reduce(0) { $0 + $1.failed }, seconds: runs.reduce(0) { $0 + $1.seconds },
+            latencies: runs.flatMap(\.latencies).sorted())
+        let clientMicros = runs.reduce(0) { $0 + $1.clientMicrosPerRequest * Double($1.completed) }
+        report.clientMicrosPerRequest = completed > 0 ? clientMicros / Double(completed) : 0
+        return report
+    }
+
     public var json: JSONValue {
         [
             "tasksPerSecond": .number((tasksPerSecond * 10).rounded() / 10),

@@ -192,12 +192,17 @@ struct UpAndBenchTests {
                     #expect((figures?[key]?.doubleValue ?? 0) > 0, "\(side).\(level).\(key)")
                 }
                 #expect(figures?["failed"] == 0)
-                #expect(figures?["completed"]?.intValue == min(requests, 5000), "\(side).\(level).completed")
+                // Five alternating pairs, each side of each at most 1,000 requests at 1 in flight.
+                let perPair = level == "inFlight1" ? min(requests, 1000) : requests
+                #expect(figures?["completed"]?.intValue == 5 * perPair, "\(side).\(level).completed")
             }
         }
         for level in ["inFlight1", "inFlight64"] {
             for key in ["throughputRatio", "p50LatencyRatio", "p99LatencyRatio"] {
                 #expect(document["ratios"]?[level]?[key]?.doubleValue != nil, "ratios.\(level).\(key)")
+            }
+            for key in ["throughputRatios", "p50LatencyRatios"] {
+                #expect(document["ratios"]?[level]?[key]?.arrayValue?.count == 5, "ratios.\(level).\(key)")
             }
         }
         let deduplication = document["deduplication"]
