@@ -11,6 +11,7 @@
 #   STAT=1 ... also counts the coordinator's context switches and socket syscalls, per thread and request
 #   (STAT=worker: the first worker's, per request it served, a quarter of them).
 #   PROXY=1 ... measures the bench's raw baseline instead: its ROUTER->DEALER proxy and echo workers.
+#   PROXY=zmtp ... the same with zmtp-proxy.c in the proxy's place: one thread speaking ZMTP itself, no libzmq.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
 #   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
 #   a pure echo with a cache lifetime then misses every time).
@@ -30,9 +31,14 @@ if [ "${MALLOCS:-0}" = 1 ]; then
     preload=$work/malloc-count.so
 fi
 
-if [ "${PROXY:-0}" = 1 ]; then
+if [ "${PROXY:-0}" != 0 ]; then
     export ECHOED=1
-    LD_PRELOAD=$preload "$binary" bench-baseline-proxy >"$work/coordinator.out" 2>&1 &
+    if [ "$PROXY" = zmtp ]; then
+        gcc -O2 -o "$work/zmtp-proxy" "$here/zmtp-proxy.c"
+        LD_PRELOAD=$preload "$work/zmtp-proxy" >"$work/coordinator.out" 2>&1 &
+    else
+        LD_PRELOAD=$preload "$binary" bench-baseline-proxy >"$work/coordinator.out" 2>&1 &
+    fi
     coordinator=$!; pids+=("$coordinator")
     for _ in $(seq 200); do grep -q 'ready: frontend=' "$work/coordinator.out" && break; sleep 0.05; done
     bus=$(sed -n 's/.*frontend=\([^ ]*\).*/\1/p' "$work/coordinator.out")
@@ -57,7 +63,7 @@ else
 fi
 [ -n "$bus" ] || { echo "the coordinator did not start:"; cat "$work/coordinator.out"; exit 1; }
 # All four workers registered (the raw ones need only connect), then a warm-up.
-if [ "${PROXY:-0}" != 1 ]; then
+if [ "${PROXY:-0}" = 0 ]; then
     for _ in $(seq 100); do
         [ "$("$binary" agents --coordinator "$bus" 2>/dev/null | grep -c perf-)" = 4 ] && break; sleep 0.1
     done
