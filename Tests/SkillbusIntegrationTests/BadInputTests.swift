@@ -1,9 +1,9 @@
 import Foundation
-import SkillbusZMQ
 import Synchronization
 import Testing
 
 @testable import Skillbus
+@testable import SkillbusZMQ
 
 /// A raw DEALER on the bus, to send what no well-behaved client would.
 final class RawPeer: Sendable {
@@ -225,6 +225,29 @@ struct BadInputTests {
         #expect(text(reply[2]).hasPrefix("after-"))
     }
 
+    @Test("bytes that are not ZMTP, or another mechanism, cost their sender the connection; silence and hang-ups cost nothing")
+    func notZMTP() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        let port = try #require(cluster.bus.split(separator: ":").last.flatMap { UInt16($0) })
+        // A peer that connects and never speaks holds nothing up.
+        let silent = try TCPProbe(port: port)
+        defer { silent.close() }
+        var curve = ZMTP.greeting
+        curve.replaceSubrange(12..<17, with: Array("CURVE".utf8))
+        for bytes in [Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8) + [UInt8](repeating: 0, count: 40), curve] {
+            let probe = try TCPProbe(port: port)
+            defer { probe.close() }
+            probe.write(bytes)
+            #expect(probe.closedByPeer(within: .seconds(5)), "the bus kept a connection that sent \(bytes.prefix(16))")
+        }
+        // Peers that hang up before the bus has written its greeting to them.
+        for _ in 0..<20 { try TCPProbe(port: port).close() }
+        let (code, document) = try await cluster.sendJSON(["echo", "text=still served"])
+        #expect(code == 0 && document["result"]?["text"] == "still served")
+    }
+
     @Test("a feed subscription over 256 bytes is not applied and is counted on the feed; short ones still work")
     func longSubscription() async throws {
         let cluster = try await TestCluster()
@@ -341,4 +364,40 @@ struct BadInputTests {
             WorkerMessage.ready(["name": "raw", "capacity": 1, "skills": []]).encoded())
         #expect(try JSONValue(parsing: taken[2])["code"] == "name_taken")
     }
+}
+
+/// A plain TCP connection to the bus, for bytes no ZeroMQ peer would send.
+final class TCPProbe {
+    let fd: Int32
+
+    init(port: UInt16) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard connected == 0 else { throw SkillbusError(.internalError, "could not connect to port \(port)") }
+    }
+
+    func write(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) } }
+
+    /// Whether the other side closed the connection before `limit` (what it sent first is read and dropped).
+    func closedByPeer(within limit: Duration) -> Bool {
+        let deadline = ContinuousClock.now + limit
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while ContinuousClock.now < deadline {
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 100) > 0 else { continue }
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count <= 0 { return true }
+        }
+        return false
+    }
+
+    func close() { Glibc.close(fd) }
 }

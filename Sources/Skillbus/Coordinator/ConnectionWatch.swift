@@ -44,25 +44,36 @@ struct DisconnectTracker {
 
 /// The bus ROUTER's socket monitor, on the coordinator's thread: closed connections go to a
 /// `DisconnectTracker`; with keys, failed handshakes are handed on to `BusGuard` (a socket has only one
-/// monitor, so this one watches both).
+/// monitor, so this one watches both). Skillbus's own router (`ZMTPRouter`) has no monitor: it reports
+/// closed connections itself, to `closed`.
 final class ConnectionWatch {
-    private let monitor: ZMQSocket
+    private let monitor: ZMQSocket?
     var tracker = DisconnectTracker()
+
+    init() { monitor = nil }
 
     init(router: ZMQSocket, context: ZMQContext, handshakes: Bool) throws {
         let endpoint = "inproc://skillbus-monitor-bus-\(UUID().uuidString)"
         let events = MonitorEvent.disconnected | (handshakes ? MonitorEvent.handshakeFailures : 0)
         try router.monitor(events, on: endpoint)
-        monitor = try ZMQSocket(context: context, type: .pair)
+        let monitor = try ZMQSocket(context: context, type: .pair)
         try monitor.connect(endpoint)
+        self.monitor = monitor
     }
 
-    var pollItem: PollItem { PollItem(.socket(monitor)) }
+    /// The monitor; without one a descriptor poll skips (-1).
+    var pollItem: PollItem { monitor.map { PollItem(.socket($0)) } ?? PollItem(.fileDescriptor(-1)) }
+
+    /// Connections that closed, by descriptor, as the router itself saw them.
+    func closed(_ descriptors: [Int32], now: UInt64) {
+        for fd in descriptors { tracker.closed(fd, now: now) }
+    }
 
     /// Reads what the monitor reported: closed connections to the tracker; the other events (failed
     /// handshakes) are returned.
     func drain(now: UInt64) -> [MonitorEvent] {
         var others: [MonitorEvent] = []
+        guard let monitor else { return others }
         while let message = try? monitor.receive(dontWait: true) {
             guard let event = MonitorEvent(message: message) else { continue }
             if event.isDisconnect {
@@ -74,5 +85,5 @@ final class ConnectionWatch {
         return others
     }
 
-    func close() { monitor.close() }
+    func close() { monitor?.close() }
 }

@@ -19,7 +19,7 @@ extension CoordinatorLoop {
         let probe = BusToWorkerMessage.heartbeat(intervalMs: state.settings.heartbeatMs).encoded()
         let lost = watch.tracker.confirm(now: now) { peer in
             do throws(ZMQError) {
-                try router.send(routingID: peer, probe, dontWait: true)
+                try router.send(routingID: peer, probe)
                 return true
             } catch {
                 return !error.hostUnreachable

@@ -4,7 +4,7 @@ import SkillbusZMQ
 
 /// The coordinator's thread: sockets, decoding, and carrying out the state machine's actions.
 final class CoordinatorLoop {
-    let router: ZMQSocket
+    let router: any BusRouter
     let feed: ZMQSocket
     /// Keys and roles, when the coordinator has them (BusGuard.swift); nil: every peer may do anything.
     let busGuard: BusGuard?
@@ -42,15 +42,22 @@ final class CoordinatorLoop {
         // The ZAP handler first: a CURVE socket accepts whoever comes while its context has none.
         busGuard = try configuration.security.map { try BusGuard(security: $0, context: context, logger: logger) }
         do {
-            router = try ZMQSocket(context: context, type: .router)
-            try router.setRouterMandatory(true)
-            try router.setMaxMessageSize(Wire.hardCap(forLimit: configuration.maxMessageBytes))
-            try router.setSendHighWaterMark(100_000)
-            try router.setReceiveHighWaterMark(100_000)
-            try busGuard?.protect(
-                router, domain: AccessPolicy.busDomain, name: "bus", context: context, monitored: true)
-            watch = try ConnectionWatch(router: router, context: context, handshakes: busGuard != nil)
-            try router.bind(configuration.bus)
+            let hardCap = Wire.hardCap(forLimit: configuration.maxMessageBytes)
+            if busGuard == nil, BusEngine.ownAllowed, ZMTPRouter.serves(configuration.bus) {
+                router = try ZMTPRouter(bind: configuration.bus, maxFrameBytes: Int(hardCap))
+                watch = ConnectionWatch()
+            } else {
+                let router = try ZMQSocket(context: context, type: .router)
+                try router.setRouterMandatory(true)
+                try router.setMaxMessageSize(hardCap)
+                try router.setSendHighWaterMark(100_000)
+                try router.setReceiveHighWaterMark(100_000)
+                try busGuard?.protect(
+                    router, domain: AccessPolicy.busDomain, name: "bus", context: context, monitored: true)
+                watch = try ConnectionWatch(router: router, context: context, handshakes: busGuard != nil)
+                try router.bind(configuration.bus)
+                self.router = router
+            }
             feed = try ZMQSocket(context: context, type: .xpub)
             try feed.setSendHighWaterMark(100_000)
             try feed.setMaxMessageSize(Wire.feedHardCap)
@@ -114,15 +121,19 @@ final class CoordinatorLoop {
             "bus on \(router.lastEndpoint), feed on \(feed.lastEndpoint), registry epoch \(state.ledger.epoch)")
         var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
         let items = [
-            PollItem(.socket(router)), PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
+            router.pollItem, PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
             watch.pollItem,
         ] + (busGuard?.pollItems ?? [])
         state.beginStartupGrace(now: DispatchTime.now().uptimeNanoseconds)
+        defer { router.flush() }
         while !control.stopping.load(ordering: .acquiring) {
+            // What the last round sent, to the network in one write per peer (Skillbus's own router).
+            router.flush()
             var now = DispatchTime.now().uptimeNanoseconds
             // A retry's backoff ends when it ends, not at the next tick.
             let wake = state.nextTimer.map { min($0, nextTick) } ?? nextTick
-            let timeoutMs = wake > now ? Int((wake - now) / 1_000_000) + 1 : 0
+            // A batch that stopped at its bound left messages read but not handled: look again at once.
+            let timeoutMs = wake > now && !router.hasBufferedMessages ? Int((wake - now) / 1_000_000) + 1 : 0
             let ready: PollResult
             do {
                 ready = try poll(items, timeoutMs: timeoutMs)
@@ -136,7 +147,7 @@ final class CoordinatorLoop {
                 let answers = journalAnswers.take()
                 if !answers.isEmpty { perform(state.journalAnswered(answers, now: DispatchTime.now().uptimeNanoseconds)) }
             }
-            if ready.readable[0] { drainBus() }
+            if ready.readable[0] || router.hasBufferedMessages { drainBus() }
             if ready.readable[1] { drainSubscriptions() }
             if ready.readable[3] { drainConnectionEvents(now: now) }
             if ready.readable.dropFirst(4).contains(true) { busGuard?.drainMonitors() }
@@ -168,14 +179,17 @@ final class CoordinatorLoop {
             lastBatch = received
             sendHeld()
             heldSends = nil
+            let closed = router.takeClosedDescriptors()
+            if !closed.isEmpty {
+                let now = DispatchTime.now().uptimeNanoseconds
+                watch.closed(closed, now: now)
+                confirmLostConnections(now: now)
+            }
         }
         // Bounded batch so that ticks still run under a flood.
         while received < 10_000 {
             // With keys, each message says whose it is: the ZAP handler's user id for its connection.
-            guard
-                let message = try? router.receive(
-                    dontWait: true, limits: limits, readUserID: busGuard != nil, routed: true)
-            else { return }
+            guard let message = router.receiveMessage(limits: limits, readUserID: busGuard != nil) else { return }
             received += 1
             handle(message)
             if received % 32 == 0 { sendHeld() }
@@ -323,7 +337,7 @@ final class CoordinatorLoop {
 
     private func sendNow(to peer: PeerID, _ frames: Multipart) {
         do {
-            try router.send(routingID: peer, frames, dontWait: true)
+            try router.send(routingID: peer, frames)
         } catch {
             // The peer vanished (or is hopelessly behind): count it and keep serving everyone else.
             unroutable += 1

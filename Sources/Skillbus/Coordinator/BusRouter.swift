@@ -1,0 +1,46 @@
+import Foundation
+import SkillbusZMQ
+
+/// The bus's ROUTER as the coordinator's loop uses it. Without keys, on a TCP endpoint, it is Skillbus's own
+/// (`ZMTPRouter`: ZMTP on the loop's thread, no libzmq I/O thread in between); with keys (CURVE and its ZAP
+/// handler) or another transport, libzmq's. `SKILLBUS_BUS_ENGINE=libzmq` keeps libzmq's in every case.
+protocol BusRouter: AnyObject {
+    var lastEndpoint: String { get }
+    var pollItem: PollItem { get }
+    /// Messages already read from the network but not received yet (libzmq's ROUTER: none it tells of).
+    var hasBufferedMessages: Bool { get }
+    /// The next whole message, or nil when none waits.
+    func receiveMessage(limits: ReceiveLimits, readUserID: Bool) -> ReceivedMessage?
+    func send(routingID: PeerID, _ frames: Multipart) throws(ZMQError)
+    /// Hands what was sent to the network (libzmq's I/O thread does that by itself).
+    func flush()
+    /// Connections closed since the last call, by descriptor (libzmq's come from a socket monitor instead).
+    func takeClosedDescriptors() -> [Int32]
+    func close()
+}
+
+enum BusEngine {
+    static var ownAllowed: Bool { ProcessInfo.processInfo.environment["SKILLBUS_BUS_ENGINE"] != "libzmq" }
+}
+
+extension ZMQSocket: BusRouter {
+    var pollItem: PollItem { PollItem(.socket(self)) }
+
+    func receiveMessage(limits: ReceiveLimits, readUserID: Bool) -> ReceivedMessage? {
+        try? receive(dontWait: true, limits: limits, readUserID: readUserID, routed: true)
+    }
+
+    func send(routingID: PeerID, _ frames: Multipart) throws(ZMQError) {
+        try send(routingID: routingID, frames, dontWait: true)
+    }
+
+    var hasBufferedMessages: Bool { false }
+    func flush() {}
+    func takeClosedDescriptors() -> [Int32] { [] }
+}
+
+extension ZMTPRouter: BusRouter {
+    var pollItem: PollItem { PollItem(.fileDescriptor(pollDescriptor)) }
+
+    func receiveMessage(limits: ReceiveLimits, readUserID: Bool) -> ReceivedMessage? { receive(limits: limits) }
+}

@@ -1,0 +1,128 @@
+import Testing
+
+@testable import SkillbusZMQ
+
+@Suite("ZMTP as the bus's own ROUTER reads and writes it: greeting, READY, frames, limits")
+struct ZMTPTests {
+    typealias Connection = ZMTPRouter.Connection
+
+    /// A connection whose peer has sent `bytes` so far.
+    func connection(receiving bytes: [UInt8]) -> Connection {
+        let connection = Connection(fd: -1)
+        connection.input = bytes
+        return connection
+    }
+
+    /// `frames` as a peer writes them (the same encoder the router writes with).
+    func wire(_ frames: [[UInt8]]) -> [UInt8] {
+        let writer = Connection(fd: -1)
+        for (index, frame) in frames.enumerated() { writer.putFrame(frame, more: index < frames.count - 1) }
+        return writer.output
+    }
+
+    @Test("a ZMTP 3 NULL greeting passes; another signature, version or mechanism is refused")
+    func greetings() throws {
+        try ZMTP.checkGreeting(ZMTP.greeting[...])
+        var version31 = ZMTP.greeting
+        version31[11] = 1
+        try ZMTP.checkGreeting(version31[...])
+        var http = ZMTP.greeting
+        http.replaceSubrange(0..<4, with: Array("GET ".utf8))
+        #expect(throws: ZMTP.Violation.self) { try ZMTP.checkGreeting(http[...]) }
+        var version2 = ZMTP.greeting
+        version2[10] = 2
+        #expect(throws: ZMTP.Violation.self) { try ZMTP.checkGreeting(version2[...]) }
+        var curve = ZMTP.greeting
+        curve.replaceSubrange(12..<17, with: Array("CURVE".utf8))
+        #expect(throws: ZMTP.Violation.self) { try ZMTP.checkGreeting(curve[...]) }
+    }
+
+    @Test("READY carries the socket type, and an Identity when the peer set one; a broken one is refused")
+    func ready() throws {
+        let ours = ZMTP.ready(socketType: "ROUTER")
+        #expect(ours[0] == ZMTP.commandFlag && Int(ours[1]) == ours.count - 2)
+        #expect(try ZMTP.readReady(ours[2...]).socketType == "ROUTER")
+        var body: [UInt8] = [5] + Array("READY".utf8)
+        for (name, value) in [("Socket-Type", "DEALER"), ("Identity", "me")] {
+            body += [UInt8(name.utf8.count)] + Array(name.utf8) + [0, 0, 0, UInt8(value.utf8.count)] + Array(value.utf8)
+        }
+        let ready = try ZMTP.readReady(body[...])
+        #expect(ready.socketType == "DEALER" && ready.identity == Array("me".utf8))
+        #expect(throws: ZMTP.Violation.self) { try ZMTP.readReady(body.dropLast(1)) }
+        #expect(throws: ZMTP.Violation.self) { try ZMTP.readReady(([5] + Array("HELLO".utf8))[...]) }
+        #expect(throws: ZMTP.Violation.self) { try ZMTP.readReady(([5] + Array("READY".utf8))[...]) }
+    }
+
+    @Test("a message is taken only once all its frames are there, short and long ones alike")
+    func wholeMessages() throws {
+        let frames: [[UInt8]] = [Array("envelope".utf8), [UInt8](repeating: 7, count: 300), []]
+        let bytes = wire(frames)
+        #expect(bytes[0] == ZMTP.moreFlag && bytes[10] == ZMTP.moreFlag | ZMTP.longFlag)
+        let limits = ReceiveLimits(frames: 32, bytes: 1 << 20)
+        // Arriving in two parts: nothing until the last byte.
+        let connection = connection(receiving: Array(bytes.dropLast(100)))
+        #expect(try connection.takeMessage(maxFrameBytes: 1 << 20, limits: limits) == nil)
+        #expect(connection.inputStart == 0)
+        connection.input += bytes.suffix(100) + wire([Array("next".utf8)])
+        guard case .message(let got, let count, let byteCount, let overLimit)? =
+            try connection.takeMessage(maxFrameBytes: 1 << 20, limits: limits)
+        else { Issue.record("no message"); return }
+        #expect(got == frames && count == 3 && byteCount == 308 && !overLimit)
+        guard case .message(let next, _, _, _)? = try connection.takeMessage(maxFrameBytes: 1 << 20, limits: limits)
+        else { Issue.record("no second message"); return }
+        #expect(next == [Array("next".utf8)])
+    }
+
+    @Test("past the receive limits frames are counted, not kept; a frame over the hard cap is a violation")
+    func limits() throws {
+        let frames = (0..<5).map { [UInt8](repeating: UInt8($0), count: 10) }
+        let connection = connection(receiving: wire(frames))
+        guard case .message(let kept, let count, let byteCount, let overLimit)? =
+            try connection.takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
+        else { Issue.record("no message"); return }
+        #expect(kept == Array(frames.prefix(3)) && count == 5 && byteCount == 50 && overLimit)
+        let giant = self.connection(receiving: wire([[UInt8](repeating: 1, count: 2000)]))
+        #expect(throws: ZMTP.Violation.self) {
+            try giant.takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
+        }
+        var badFlags = wire([[1]])
+        badFlags[0] = 0x80
+        #expect(throws: ZMTP.Violation.self) {
+            try self.connection(receiving: badFlags).takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
+        }
+    }
+
+    @Test("PING is answered with its context; a command inside a message is a violation")
+    func commands() throws {
+        let ping: [UInt8] = [ZMTP.commandFlag, 9, 4] + Array("PING".utf8) + [0, 10, 0xAB, 0xCD]
+        let connection = connection(receiving: ping)
+        guard case .ping(let context)? =
+            try connection.takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
+        else { Issue.record("no PING"); return }
+        #expect(Array(context) == [0xAB, 0xCD])
+        #expect(ZMTP.pong(context) == [ZMTP.commandFlag, 7, 4] + Array("PONG".utf8) + [0xAB, 0xCD])
+        // A context longer than the 16 bytes the specification allows is cut, not echoed whole.
+        let long: [UInt8] = [ZMTP.commandFlag, 207, 4] + Array("PING".utf8) + [0, 10] + [UInt8](repeating: 1, count: 200)
+        guard case .ping(let cut)? =
+            try self.connection(receiving: long).takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
+        else { Issue.record("no long PING"); return }
+        #expect(cut.count == 16 && ZMTP.pong(cut).count == 23)
+        let inside = wire([[1]])
+        var mixed = inside
+        mixed[0] = ZMTP.moreFlag
+        mixed += ping
+        #expect(throws: ZMTP.Violation.self) {
+            try self.connection(receiving: mixed).takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
+        }
+    }
+
+    @Test("the router serves tcp endpoints on IPv4 addresses, * and localhost; others stay with libzmq")
+    func endpoints() {
+        for endpoint in ["tcp://127.0.0.1:*", "tcp://*:5555", "tcp://0.0.0.0:1", "tcp://localhost:5555"] {
+            #expect(ZMTPRouter.serves(endpoint), "\(endpoint)")
+        }
+        for endpoint in ["ipc:///tmp/bus", "tcp://[::1]:5555", "tcp://example.com:5555", "tcp://127.0.0.1", "inproc://x"] {
+            #expect(!ZMTPRouter.serves(endpoint), "\(endpoint)")
+        }
+    }
+}
