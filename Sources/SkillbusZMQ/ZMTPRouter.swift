@@ -65,9 +65,10 @@ public final class ZMTPRouter {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
         }
         var text = [CChar](repeating: 0, count: 32)
-        var host = address.sin_addr
-        inet_ntop(AF_INET, &host, &text, socklen_t(text.count))
-        lastEndpoint = "tcp://\(String(cString: text)):\(UInt16(bigEndian: address.sin_port))"
+        var boundAddress = address.sin_addr
+        inet_ntop(AF_INET, &boundAddress, &text, socklen_t(text.count))
+        let host = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        lastEndpoint = "tcp://\(host):\(UInt16(bigEndian: address.sin_port))"
         let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else {
             let error = ZMQError(operation: "epoll_create1", errno: errno)

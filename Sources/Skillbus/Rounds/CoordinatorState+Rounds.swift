@@ -114,10 +114,18 @@ extension CoordinatorState {
                     details: ["skill": .string(skill)])
             }
         }
+        // Without references the parameters are the same bytes whenever an invocation starts.
+        func serialized(_ parameters: JSONValue) -> [UInt8]? {
+            parameters.containsReference ? nil : parameters.serialized()
+        }
         switch spec {
         case .invoke(let skill, let parameters):
             try offered(skill)
-            return [RoundInvocation(id: skill, skill: skill, target: nil, parameters: parameters, after: [])]
+            return [
+                RoundInvocation(
+                    id: skill, skill: skill, target: nil, parameters: parameters,
+                    serializedParameters: serialized(parameters), after: [])
+            ]
         case .fanout(let skill, let parameters, let agents, _):
             try offered(skill)
             let names = agents ?? workers.providers(of: skill).compactMap { workers[$0]?.name }.sorted()
@@ -128,7 +136,11 @@ extension CoordinatorState {
                         details: ["agent": .string(name), "skill": .string(skill)])
                 }
             }
-            return names.map { RoundInvocation(id: $0, skill: skill, target: $0, parameters: parameters, after: []) }
+            let bytes = serialized(parameters)
+            return names.map {
+                RoundInvocation(
+                    id: $0, skill: skill, target: $0, parameters: parameters, serializedParameters: bytes, after: [])
+            }
         case .plan(let steps, _):
             for step in steps { try offered(step.skill) }
             return steps.map {
@@ -195,11 +207,13 @@ extension CoordinatorState {
         let (invocation, resolution, run) = rounds.updateRunning(roundKey) { run in
             run.invocations[index].record.status = .running
             let invocation = run.invocations[index]
-            return (invocation, invocation.parameters.resolvingReferences(run.results), StepContext(run))
+            let resolution = invocation.serializedParameters.map { Result.success($0) }
+                ?? invocation.parameters.resolvingReferences(run.results).map { $0.serialized() }
+            return (invocation, resolution, StepContext(run))
         }
-        let parameters: JSONValue
+        let bytes: [UInt8]
         switch resolution {
-        case .success(let resolved): parameters = resolved
+        case .success(let resolved): bytes = resolved
         case .failure(let error):
             let message = "step '\(invocation.id)': \(error.message)"
             return stepDone(
@@ -209,7 +223,6 @@ extension CoordinatorState {
                     payload: SkillbusError(error.code, message, details: error.details).json.serialized(),
                     durationMicros: 0), deduplicated: false, now: now)
         }
-        let bytes = parameters.serialized()
         // A fan-out's invocations are told apart by their agent: "skill@agent" cannot be a skill identifier.
         let keySkill = invocation.target.map { invocation.skill + "@" + $0 } ?? invocation.skill
         let schema = schema(of: invocation.skill)

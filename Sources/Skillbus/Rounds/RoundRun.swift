@@ -85,6 +85,9 @@ struct RoundInvocation: Sendable {
     /// Fan-out: the agent it must run on.
     let target: String?
     let parameters: JSONValue
+    /// The parameters as sent, when nothing in them is a reference to resolve when the invocation starts:
+    /// made once for all the invocations of a fan-out.
+    let serializedParameters: [UInt8]?
     let after: [String]
     /// A client REQUEST made inside the round (a skill's sub-call), answered to that request id.
     var subCallRequest: [UInt8]?
@@ -93,10 +96,14 @@ struct RoundInvocation: Sendable {
     /// How it stands, as the document shows it.
     var record: RoundDocument.Invocation
 
-    init(id: String, skill: String, target: String?, parameters: JSONValue, after: [String]) {
+    init(
+        id: String, skill: String, target: String?, parameters: JSONValue, serializedParameters: [UInt8]? = nil,
+        after: [String]
+    ) {
         self.skill = skill
         self.target = target
         self.parameters = parameters
+        self.serializedParameters = serializedParameters
         self.after = after
         record = RoundDocument.Invocation(id: id, skill: skill)
     }

@@ -247,6 +247,16 @@ struct Reference: Sendable, Equatable {
 }
 
 extension JSONValue {
+    /// Whether a `{"$ref": …}` stands anywhere in this value.
+    var containsReference: Bool {
+        if Reference(self) != nil { return true }
+        switch self {
+        case .object(let object): return object.values.contains { $0.containsReference }
+        case .array(let array): return array.contains { $0.containsReference }
+        default: return false
+        }
+    }
+
     /// This value with every `{"$ref": …}` replaced by what it names in `results` (step id → result form).
     func resolvingReferences(_ results: [String: JSONValue]) -> Result<JSONValue, SkillbusError> {
         if let reference = Reference(self) {
