@@ -34,6 +34,8 @@ public final class ZMTPRouter {
     private var closed: [Int32] = []
     /// What each read lands in before it is appended to its connection's input.
     private var scratch = [UInt8](repeating: 0, count: readChunk)
+    /// What each `epoll_wait` reports into.
+    private var events = [epoll_event](repeating: epoll_event(), count: 64)
     /// Bytes a connection may have waiting to be written before sends to it fail (as a full pipe).
     static let maxUnsentBytes = 64 << 20
     static let readChunk = 64 * 1024
@@ -44,31 +46,18 @@ public final class ZMTPRouter {
 
     public init(bind endpoint: String, maxFrameBytes: Int) throws(ZMQError) {
         self.maxFrameBytes = maxFrameBytes
-        var address = try Self.address(endpoint)
-        let listener = socket(
-            AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard listener >= 0 else { throw ZMQError(operation: "socket", errno: errno) }
-        var one: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard bound == 0, listen(listener, 128) == 0 else {
-            let error = ZMQError(operation: "bind \(endpoint)", errno: errno)
-            Glibc.close(listener)
-            throw error
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        let (host, port) = try Self.address(endpoint)
+        let listener: Int32
+        let boundPort: UInt16
+        switch TCPListener.listen(on: host, port: port, backlog: 128) {
+        case .success(let listening): (listener, boundPort) = listening
+        case .failure(let failure): throw ZMQError(operation: "bind \(endpoint)", errno: failure.errno)
         }
         var text = [CChar](repeating: 0, count: 32)
-        var boundAddress = address.sin_addr
-        inet_ntop(AF_INET, &boundAddress, &text, socklen_t(text.count))
-        let host = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        lastEndpoint = "tcp://\(host):\(UInt16(bigEndian: address.sin_port))"
+        var boundHost = host
+        inet_ntop(AF_INET, &boundHost, &text, socklen_t(text.count))
+        let hostText = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        lastEndpoint = "tcp://\(hostText):\(boundPort)"
         let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else {
             let error = ZMQError(operation: "epoll_create1", errno: errno)
@@ -139,7 +128,6 @@ public final class ZMTPRouter {
     // MARK: - Events
 
     private func pump(limits: ReceiveLimits) {
-        var events = [epoll_event](repeating: epoll_event(), count: 64)
         let ready = epoll_wait(epoll, &events, Int32(events.count), 0)
         guard ready > 0 else { return }
         for event in events[0..<Int(ready)] {
@@ -163,11 +151,7 @@ public final class ZMTPRouter {
     }
 
     private func accept() {
-        while true {
-            let fd = Glibc.accept(listener, nil, nil)
-            guard fd >= 0 else { return }
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        while let fd = TCPListener.accept(listener) {
             var one: Int32 = 1
             setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
             let connection = Connection(fd: fd)
@@ -290,30 +274,17 @@ public final class ZMTPRouter {
         epoll_ctl(epoll, adding ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &event)
     }
 
-    private static func address(_ endpoint: String) throws(ZMQError) -> sockaddr_in {
+    /// The host and port of `tcp://HOST:PORT` (`*` for either: every interface, a port the kernel picks).
+    private static func address(_ endpoint: String) throws(ZMQError) -> (host: in_addr, port: UInt16) {
         let invalid = ZMQError(operation: "bind \(endpoint)", errno: EINVAL)
         guard endpoint.hasPrefix("tcp://") else { throw invalid }
         let rest = endpoint.dropFirst(6)
-        guard let colon = rest.lastIndex(of: ":") else { throw invalid }
-        let host = rest[..<colon]
+        guard let colon = rest.lastIndex(of: ":"), let host = TCPListener.ipv4(String(rest[..<colon])) else {
+            throw invalid
+        }
         let portText = rest[rest.index(after: colon)...]
-        let port: UInt16
-        if portText == "*" {
-            port = 0
-        } else {
-            guard let number = UInt16(portText) else { throw invalid }
-            port = number
-        }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        switch host {
-        case "*", "0.0.0.0": address.sin_addr.s_addr = INADDR_ANY
-        case "localhost": address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        default:
-            guard inet_pton(AF_INET, String(host), &address.sin_addr) == 1 else { throw invalid }
-        }
-        return address
+        guard let port = portText == "*" ? 0 : UInt16(portText) else { throw invalid }
+        return (host, port)
     }
 }
 

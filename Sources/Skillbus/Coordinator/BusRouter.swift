@@ -12,6 +12,8 @@ protocol BusRouter: AnyObject {
     /// The next whole message, or nil when none waits.
     func receiveMessage(limits: ReceiveLimits, readUserID: Bool) -> ReceivedMessage?
     func send(routingID: PeerID, _ frames: Multipart) throws(ZMQError)
+    /// Whether a send only queues, and `flush` writes: then holding sends back for a batch gains nothing.
+    var writesOnFlush: Bool { get }
     /// Hands what was sent to the network (libzmq's I/O thread does that by itself).
     func flush()
     /// Connections closed since the last call, by descriptor (libzmq's come from a socket monitor instead).
@@ -35,12 +37,14 @@ extension ZMQSocket: BusRouter {
     }
 
     var hasBufferedMessages: Bool { false }
+    var writesOnFlush: Bool { false }
     func flush() {}
     func takeClosedDescriptors() -> [Int32] { [] }
 }
 
 extension ZMTPRouter: BusRouter {
     var pollItem: PollItem { PollItem(.fileDescriptor(pollDescriptor)) }
+    var writesOnFlush: Bool { true }
 
     func receiveMessage(limits: ReceiveLimits, readUserID: Bool) -> ReceivedMessage? { receive(limits: limits) }
 }

@@ -172,8 +172,9 @@ final class CoordinatorLoop {
     private func drainBus() {
         // Frames past these are read and dropped, not kept (the routing id is apart, and not counted).
         let limits = ReceiveLimits(frames: Wire.maxFrames, bytes: maxMessageBytes)
-        // Only under load: a lone message's answer goes out before the read that finds nothing more.
-        if lastBatch > 1 { heldSends = [] }
+        // Only under load, and only for libzmq's ROUTER (the own one writes at the flush anyway): a lone
+        // message's answer goes out before the read that finds nothing more.
+        if lastBatch > 1 && !router.writesOnFlush { heldSends = [] }
         var received = 0
         defer {
             lastBatch = received

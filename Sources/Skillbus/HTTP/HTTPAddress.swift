@@ -1,3 +1,5 @@
+import SkillbusZMQ
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -23,7 +25,7 @@ public struct HTTPAddress: Sendable, Equatable, CustomStringConvertible {
             throw SkillbusError(
                 .invalidConfiguration, "HTTP endpoint '\(text)': the port must be a number from 0 to 65535")
         }
-        guard host == "localhost" || Self.ipv4(host) != nil else {
+        guard host != "*", TCPListener.ipv4(host) != nil else {
             throw SkillbusError(
                 .invalidConfiguration,
                 "HTTP endpoint '\(text)': the host must be an IPv4 address (such as 127.0.0.1 or 0.0.0.0) or localhost")
@@ -37,10 +39,5 @@ public struct HTTPAddress: Sendable, Equatable, CustomStringConvertible {
     public var isLoopback: Bool { host == "localhost" || host.hasPrefix("127.") }
 
     /// The address in network byte order.
-    var inAddr: in_addr? { host == "localhost" ? Self.ipv4("127.0.0.1") : Self.ipv4(host) }
-
-    static func ipv4(_ text: String) -> in_addr? {
-        var address = in_addr()
-        return inet_pton(AF_INET, text, &address) == 1 ? address : nil
-    }
+    var inAddr: in_addr? { host == "*" ? nil : TCPListener.ipv4(host) }
 }

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import SkillbusZMQ
 import Synchronization
 
 #if canImport(Glibc)
@@ -32,27 +33,15 @@ final class HTTPServer: Sendable {
         guard let inAddr = address.inAddr else {
             throw SkillbusError(.invalidConfiguration, "HTTP endpoint \(address): no IPv4 address")
         }
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw Self.failure("socket", address) }
-        var yes: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
-        var socketAddress = sockaddr_in()
-        socketAddress.sin_family = sa_family_t(AF_INET)
-        socketAddress.sin_port = address.port.bigEndian
-        socketAddress.sin_addr = inAddr
-        let bound = withUnsafePointer(to: &socketAddress) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        let (fd, port): (Int32, UInt16)
+        switch TCPListener.listen(on: inAddr, port: address.port, backlog: 64) {
+        case .success(let listening): (fd, port) = listening
+        case .failure(let failure):
+            throw SkillbusError(
+                .invalidConfiguration,
+                "cannot serve HTTP on \(address): \(failure.call) failed: \(String(cString: strerror(failure.errno)))")
         }
-        guard bound == 0, listen(fd, 64) == 0 else {
-            let error = Self.failure("bind", address)
-            close(fd)
-            throw error
-        }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &socketAddress) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        self.address = HTTPAddress(host: address.host, port: UInt16(bigEndian: socketAddress.sin_port))
+        self.address = HTTPAddress(host: address.host, port: port)
         listener = fd
         self.board = board
         let thread = Thread { [self] in
@@ -64,10 +53,6 @@ final class HTTPServer: Sendable {
         thread.start()
     }
 
-    private static func failure(_ call: String, _ address: HTTPAddress) -> SkillbusError {
-        SkillbusError(
-            .invalidConfiguration, "cannot serve HTTP on \(address): \(call) failed: \(String(cString: strerror(errno)))")
-    }
 
     /// Stops the thread and waits for it (a plain thread may wait; never call this from the cooperative pool).
     func stop() {
@@ -144,10 +129,7 @@ final class HTTPServer: Sendable {
 
     private func accept(into connections: inout [Connection], now: UInt64) {
         while true {
-            let fd = Glibc.accept(listener, nil, nil)
-            guard fd >= 0 else { return }
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            guard let fd = TCPListener.accept(listener) else { return }
             guard connections.count < Self.maxConnections + Self.refusedConnections else {
                 close(fd)
                 continue

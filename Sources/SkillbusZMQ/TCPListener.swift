@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The plain-socket parts the bus's own ROUTER (`ZMTPRouter`) and the operator HTTP endpoint share: an
+/// IPv4 host read from text, a non-blocking listening socket, and the connections waiting on it.
+public enum TCPListener {
+    /// `host` as an IPv4 address: a dotted address, `localhost` (127.0.0.1), or `*` (every interface).
+    public static func ipv4(_ host: String) -> in_addr? {
+        switch host {
+        case "*": return in_addr(s_addr: INADDR_ANY)
+        case "localhost": return ipv4("127.0.0.1")
+        default:
+            var address = in_addr()
+            return inet_pton(AF_INET, host, &address) == 1 ? address : nil
+        }
+    }
+
+    /// A non-blocking, close-on-exec socket listening on `address`:`port` (0: a port the kernel picks), and
+    /// the port it got; or the call that failed, with errno set by it.
+    public static func listen(
+        on address: in_addr, port: UInt16, backlog: Int32
+    ) -> Result<(fd: Int32, port: UInt16), Failure> {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return .failure(Failure(call: "socket", errno: errno)) }
+        var yes: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
+        var socketAddress = sockaddr_in()
+        socketAddress.sin_family = sa_family_t(AF_INET)
+        socketAddress.sin_port = port.bigEndian
+        socketAddress.sin_addr = address
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let failedCall = withUnsafeMutablePointer(to: &socketAddress) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer -> String? in
+                if bind(fd, pointer, length) != 0 { return "bind" }
+                if Glibc.listen(fd, backlog) != 0 { return "listen" }
+                return getsockname(fd, pointer, &length) == 0 ? nil : "getsockname"
+            }
+        }
+        if let failedCall {
+            let failure = Failure(call: failedCall, errno: errno)
+            close(fd)
+            return .failure(failure)
+        }
+        return .success((fd, UInt16(bigEndian: socketAddress.sin_port)))
+    }
+
+    /// The next connection waiting on `listener`, non-blocking and close-on-exec; nil when none waits.
+    public static func accept(_ listener: Int32) -> Int32? {
+        let fd = Glibc.accept(listener, nil, nil)
+        guard fd >= 0 else { return nil }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        return fd
+    }
+
+    public struct Failure: Error {
+        public let call: String
+        public let errno: Int32
+    }
+}
