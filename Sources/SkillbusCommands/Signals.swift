@@ -1,12 +1,15 @@
 import Dispatch
 import Foundation
+import Synchronization
 import Skillbus
 
-/// SIGINT and SIGTERM (and optionally others) as an async sequence, through DispatchSource.
-// The dispatch sources are only kept alive here, never touched after init.
-public final class SignalWatcher: @unchecked Sendable {
+/// SIGINT and SIGTERM (and optionally others) as an async sequence.
+///
+/// Each signal gets a handler of our own at once (`sigaction`), which writes its number to a pipe that one
+/// thread reads. (A DispatchSource set the signal to SIG_IGN first and blocked it only on the thread that
+/// registered it, later: a SIGTERM that came in between was dropped, and the process never stopped.)
+public final class SignalWatcher: Sendable {
     public let signals: AsyncStream<Int32>
-    private let sources: [any DispatchSourceSignal]
 
     /// The signals that stop a command. A child of `skillbus up` stops on SIGTERM only: Ctrl-C reaches the
     /// whole process group, and `up` must stop its children itself, workers first.
@@ -21,12 +24,54 @@ public final class SignalWatcher: @unchecked Sendable {
     public init(_ numbers: [Int32] = SignalWatcher.stopSignals) {
         let (stream, continuation) = AsyncStream.makeStream(of: Int32.self)
         signals = stream
-        sources = numbers.map { number in
-            signal(number, SIG_IGN)  // let the dispatch source, not the default action, handle it
-            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { continuation.yield(number) }
-            source.resume()
-            return source
+        SignalPipe.shared.watch(numbers, continuation)
+    }
+}
+
+/// Where the handler writes: the pipe's write end, set once before any handler is installed.
+private let signalWriteEnd = Atomic<Int32>(-1)
+
+/// The process's one signal pipe: the handler writes a byte per signal (write is async-signal-safe), and a
+/// thread of its own, blocked on the read end for the process's life, hands each to its watchers.
+private final class SignalPipe: Sendable {
+    static let shared = SignalPipe()
+    private let watchers = Mutex<[Int32: [AsyncStream<Int32>.Continuation]]>([:])
+
+    private init() {
+        var ends: [Int32] = [-1, -1]
+        guard pipe(&ends) == 0 else { fatalError("pipe for signals: errno \(errno)") }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        signalWriteEnd.store(ends[1], ordering: .releasing)
+        let readEnd = ends[0]
+        let thread = Thread { [self] in
+            var byte: UInt8 = 0
+            while true {
+                let count = read(readEnd, &byte, 1)
+                if count < 0 && errno == EINTR { continue }
+                guard count == 1 else { return }
+                let number = Int32(byte)
+                for continuation in self.watchers.withLock({ $0[number] ?? [] }) { continuation.yield(number) }
+            }
+        }
+        thread.name = "skillbus-signals"
+        thread.start()
+    }
+
+    func watch(_ numbers: [Int32], _ continuation: AsyncStream<Int32>.Continuation) {
+        watchers.withLock { table in
+            for number in numbers { table[number, default: []].append(continuation) }
+        }
+        for number in numbers {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { number in
+                let saved = errno
+                var byte = UInt8(truncatingIfNeeded: number)
+                _ = write(signalWriteEnd.load(ordering: .acquiring), &byte, 1)
+                errno = saved
+            }
+            action.sa_flags = SA_RESTART
+            sigemptyset(&action.sa_mask)
+            sigaction(number, &action, nil)
         }
     }
 }

@@ -39,15 +39,39 @@ public final class SocketLoop: Sendable {
         self.shared = shared
     }
 
-    /// Starts the thread and runs `configure` on it (set options, bind or connect); returns once that is
-    /// done, without blocking the caller's thread: the owning thread resumes it. Throws what `configure`
-    /// threw, so a bad endpoint is reported to the caller, not lost on a thread.
+    /// What a loop owns: a libzmq socket of a type, set up by `configure` on the owning thread (set options,
+    /// bind or connect), or Skillbus's own DEALER (`ZMTPDealer`), which speaks ZMTP on that thread itself.
+    public enum Socket: Sendable {
+        case zeroMQ(ZMQContext, ZMQSocketType, configure: @Sendable (ZMQSocket) throws -> Void)
+        case ownDealer(ZMTPDealer.Options)
+    }
+
+    /// Starts the thread and opens `socket` on it; returns once that is done, without blocking the caller's
+    /// thread: the owning thread resumes it. Throws what opening threw, so a bad endpoint is reported to the
+    /// caller, not lost on a thread.
     ///
     /// Inbound messages go to `messages`, or, when `onMessage` is given, straight to that handler on the
     /// owning thread (one hop less; the handler must be quick and must not block). `beforeWait` runs on
     /// the owning thread each time the loop has drained its work and is about to wait; it returns how long
     /// the loop may wait at most before it runs again (nil: until a message or a wake-up comes), which is
     /// how a loop keeps deadlines without a timer thread.
+    public static func start(
+        _ socket: Socket, name: String, onMessage: (@Sendable (Multipart) -> Void)? = nil,
+        beforeWait: (@Sendable () -> Duration?)? = nil
+    ) async throws -> SocketLoop {
+        let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
+        let shared = Shared(wakePipe: try WakePipe())
+        return try await withCheckedThrowingContinuation { started in
+            launch(
+                shared: shared, inbound: continuation, socket: socket, name: name, onMessage: onMessage,
+                beforeWait: beforeWait
+            ) { outcome in
+                started.resume(with: outcome.map { SocketLoop(messages: stream, endpoint: $0, shared: shared) })
+            }
+        }
+    }
+
+    /// `start` with a libzmq socket of `type`, set up by `configure`.
     public static func start(
         context: ZMQContext,
         type: ZMQSocketType,
@@ -56,26 +80,14 @@ public final class SocketLoop: Sendable {
         onMessage: (@Sendable (Multipart) -> Void)? = nil,
         beforeWait: (@Sendable () -> Duration?)? = nil
     ) async throws -> SocketLoop {
-        let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
-        let shared = Shared(wakePipe: try WakePipe())
-        return try await withCheckedThrowingContinuation { started in
-            launch(
-                shared: shared, inbound: continuation, context: context, type: type, name: name,
-                configure: configure, onMessage: onMessage, beforeWait: beforeWait
-            ) { outcome in
-                started.resume(with: outcome.map { SocketLoop(messages: stream, endpoint: $0, shared: shared) })
-            }
-        }
+        try await start(
+            .zeroMQ(context, type, configure: configure), name: name, onMessage: onMessage, beforeWait: beforeWait)
     }
 
     /// The synchronous form of `start`, for synchronous callers only: it blocks the calling thread until
-    /// the owning thread has configured the socket. Async code uses `start`.
+    /// the owning thread has opened the socket. Async code uses `start`.
     public convenience init(
-        context: ZMQContext,
-        type: ZMQSocketType,
-        name: String,
-        configure: @escaping @Sendable (ZMQSocket) throws -> Void,
-        onMessage: (@Sendable (Multipart) -> Void)? = nil,
+        _ socket: Socket, name: String, onMessage: (@Sendable (Multipart) -> Void)? = nil,
         beforeWait: (@Sendable () -> Duration?)? = nil
     ) throws {
         let (stream, continuation) = AsyncStream.makeStream(of: Multipart.self)
@@ -83,8 +95,8 @@ public final class SocketLoop: Sendable {
         let started = DispatchSemaphore(value: 0)
         let startup = Mutex<Result<String, any Error>>(.success(""))
         Self.launch(
-            shared: shared, inbound: continuation, context: context, type: type, name: name,
-            configure: configure, onMessage: onMessage, beforeWait: beforeWait
+            shared: shared, inbound: continuation, socket: socket, name: name, onMessage: onMessage,
+            beforeWait: beforeWait
         ) { outcome in
             startup.withLock { $0 = outcome }
             started.signal()
@@ -93,10 +105,22 @@ public final class SocketLoop: Sendable {
         self.init(messages: stream, endpoint: try startup.withLock { $0 }.get(), shared: shared)
     }
 
-    /// Starts the owning thread; it calls `started` once, from itself, when the socket is configured.
+    /// The synchronous `init` with a libzmq socket of `type`, set up by `configure`.
+    public convenience init(
+        context: ZMQContext,
+        type: ZMQSocketType,
+        name: String,
+        configure: @escaping @Sendable (ZMQSocket) throws -> Void,
+        onMessage: (@Sendable (Multipart) -> Void)? = nil,
+        beforeWait: (@Sendable () -> Duration?)? = nil
+    ) throws {
+        try self.init(
+            .zeroMQ(context, type, configure: configure), name: name, onMessage: onMessage, beforeWait: beforeWait)
+    }
+
+    /// Starts the owning thread; it calls `started` once, from itself, when the socket is open.
     private static func launch(
-        shared: Shared, inbound: AsyncStream<Multipart>.Continuation, context: ZMQContext, type: ZMQSocketType,
-        name: String, configure: @escaping @Sendable (ZMQSocket) throws -> Void,
+        shared: Shared, inbound: AsyncStream<Multipart>.Continuation, socket kind: Socket, name: String,
         onMessage: (@Sendable (Multipart) -> Void)?, beforeWait: (@Sendable () -> Duration?)?, started: @escaping Startup
     ) {
         let thread = Thread {
@@ -105,10 +129,16 @@ public final class SocketLoop: Sendable {
                 inbound.finish()
                 shared.exited()
             }
-            let socket: ZMQSocket
+            let socket: any LoopSocket
             do {
-                socket = try ZMQSocket(context: context, type: type)
-                try configure(socket)
+                switch kind {
+                case .zeroMQ(let context, let type, let configure):
+                    let zmqSocket = try ZMQSocket(context: context, type: type)
+                    try configure(zmqSocket)
+                    socket = zmqSocket
+                case .ownDealer(let options):
+                    socket = try ZMTPDealer(options)
+                }
             } catch {
                 started(.failure(error))
                 return
@@ -116,7 +146,7 @@ public final class SocketLoop: Sendable {
             started(.success(socket.lastEndpoint))
             let deliver = onMessage ?? { inbound.yield($0) }
             shared.run(socket: socket, deliver: deliver, beforeWait: beforeWait ?? { nil })
-            socket.close()
+            socket.closeSocket()
         }
         thread.name = name
         thread.start()
@@ -132,8 +162,8 @@ public final class SocketLoop: Sendable {
         shared.submit { _ in }
     }
 
-    /// Asks the owning thread to stop: it hands what the outbox holds to libzmq (the socket's linger
-    /// bounds that flush), closes the socket and ends `messages`. Returns at once and never blocks, so it
+    /// Asks the owning thread to stop: it hands what the outbox holds to the socket (its linger bounds
+    /// that flush), closes the socket and ends `messages`. Returns at once and never blocks, so it
     /// is safe anywhere: in `deinit`, in `defer`, on the cooperative pool. Only the first call counts.
     public func stop() {
         let first = shared.outbox.withLock { box -> Bool in
@@ -239,21 +269,24 @@ extension SocketLoop {
             return Int(clamping: min(milliseconds, Int64(Int32.max)))
         }
 
-        func run(socket: ZMQSocket, deliver: (Multipart) -> Void, beforeWait: () -> Duration?) {
+        func run(socket: any LoopSocket, deliver: (Multipart) -> Void, beforeWait: () -> Duration?) {
             var unsent: [Multipart] = []  // taken from the outbox, waiting for the socket to accept them
             var unsentStart = 0
             var moreWork = false
-            var waitLimitMs = -1
-            // Made once; each round only says whether the socket must also be writable.
-            var items = [PollItem(.socket(socket)), PollItem(.fileDescriptor(wakePipe.readEnd))]
+            var waitLimit: Duration?
+            // Made once; each round only refreshes the socket's item (a DEALER's descriptor changes on reconnect).
+            var items = [socket.pollItem(wantsOutput: false), PollItem(.fileDescriptor(wakePipe.readEnd))]
             while true {
-                items[0].wantsOutput = unsentStart < unsent.count
-                guard let ready = try? poll(items, timeoutMs: moreWork ? 0 : waitLimitMs) else { return }
+                items[0] = socket.pollItem(wantsOutput: unsentStart < unsent.count)
+                let limit = [waitLimit, socket.waitLimit].compactMap { $0 }.min()
+                let timeoutMs = moreWork || socket.hasBufferedMessages ? 0 : limit.map(Self.pollMilliseconds) ?? -1
+                guard let ready = try? poll(items, timeoutMs: timeoutMs) else { return }
                 if ready.readable[1] { wakePipe.drain() }
+                socket.polled(readable: ready.readable[0] || ready.failed[0], writable: ready.writable[0])
                 // Receive everything queued, whatever woke us: one extra EAGAIN is cheaper than a missed message.
                 while true {
                     do {
-                        guard let message = try socket.receive(dontWait: true) else { break }
+                        guard let message = try socket.receiveNow() else { break }
                         deliver(message)
                     } catch {
                         if error.contextTerminated { return }
@@ -266,7 +299,7 @@ extension SocketLoop {
                     return box.jobs
                 }
                 for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
-                waitLimitMs = beforeWait().map(Self.pollMilliseconds) ?? -1
+                waitLimit = beforeWait()
                 let (batch, stopping, jobsLeft) = outbox.withLock { box in
                     defer {
                         box.pending.removeAll(keepingCapacity: true)
@@ -277,13 +310,13 @@ extension SocketLoop {
                 unsent.append(contentsOf: batch)
                 moreWork = jobsLeft
                 if stopping {
-                    // Hand the last messages (a DISCONNECT, say) to libzmq; the socket's linger bounds the flush.
-                    for message in unsent[unsentStart...] { try? socket.send(message, dontWait: true) }
+                    // Hand the last messages (a DISCONNECT, say) over; closing lingers a bounded time to write them.
+                    for message in unsent[unsentStart...] { try? socket.sendNow(message) }
                     return
                 }
                 while unsentStart < unsent.count {
                     do {
-                        try socket.send(unsent[unsentStart], dontWait: true)
+                        try socket.sendNow(unsent[unsentStart])
                         unsentStart += 1
                     } catch {
                         if error.wouldBlock { break }  // high-water mark: wait for POLLOUT
@@ -291,6 +324,7 @@ extension SocketLoop {
                         unsentStart += 1  // unroutable or refused: drop this one, keep the rest
                     }
                 }
+                socket.flushSends()
                 if unsentStart == unsent.count {
                     unsent.removeAll(keepingCapacity: true)
                     unsentStart = 0
@@ -298,4 +332,43 @@ extension SocketLoop {
             }
         }
     }
+}
+
+/// What a loop's thread drives: a libzmq socket, or the own DEALER. Only the owning thread calls these.
+protocol LoopSocket: AnyObject {
+    var lastEndpoint: String { get }
+    func pollItem(wantsOutput: Bool) -> PollItem
+    /// How long the loop may wait at most for the socket's own timers; nil: no limit.
+    var waitLimit: Duration? { get }
+    /// Messages already read and parsed, which poll cannot report.
+    var hasBufferedMessages: Bool { get }
+    /// Poll's findings for the socket's item (both false after a timeout): do the I/O they allow.
+    func polled(readable: Bool, writable: Bool)
+    func receiveNow() throws(ZMQError) -> Multipart?
+    func sendNow(_ message: Multipart) throws(ZMQError)
+    /// Writes what the sends queued (libzmq's I/O thread does that by itself).
+    func flushSends()
+    func closeSocket()
+}
+
+extension ZMQSocket: LoopSocket {
+    func pollItem(wantsOutput: Bool) -> PollItem { PollItem(.socket(self), output: wantsOutput) }
+    var waitLimit: Duration? { nil }
+    var hasBufferedMessages: Bool { false }
+    func polled(readable: Bool, writable: Bool) {}
+    func receiveNow() throws(ZMQError) -> Multipart? { try receive(dontWait: true) }
+    func sendNow(_ message: Multipart) throws(ZMQError) { try send(message, dontWait: true) }
+    func flushSends() {}
+    func closeSocket() { close() }
+}
+
+extension ZMTPDealer: LoopSocket {
+    func pollItem(wantsOutput: Bool) -> PollItem {
+        PollItem(.fileDescriptor(pollDescriptor), output: self.wantsOutput)
+    }
+    func polled(readable: Bool, writable: Bool) { handle(readable: readable, writable: writable) }
+    func receiveNow() throws(ZMQError) -> Multipart? { receive() }
+    func sendNow(_ message: Multipart) throws(ZMQError) { try send(message) }
+    func flushSends() { flush() }
+    func closeSocket() { close() }
 }

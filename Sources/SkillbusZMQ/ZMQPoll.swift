@@ -25,6 +25,8 @@ public struct PollResult {
 
     public var readable: Flags { Flags(events: events, mask: Int16(ZMQ_POLLIN)) }
     public var writable: Flags { Flags(events: events, mask: Int16(ZMQ_POLLOUT)) }
+    /// An error or a hang-up on a file descriptor (never for a ZeroMQ socket).
+    public var failed: Flags { Flags(events: events, mask: Int16(ZMQ_POLLERR)) }
 
     /// One Bool per item: whether it reported the event.
     public struct Flags: RandomAccessCollection {

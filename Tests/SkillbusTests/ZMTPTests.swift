@@ -4,7 +4,7 @@ import Testing
 
 @Suite("ZMTP as the bus's own ROUTER reads and writes it: greeting, READY, frames, limits")
 struct ZMTPTests {
-    typealias Connection = ZMTPRouter.Connection
+    typealias Connection = ZMTPConnection
 
     /// A connection whose peer has sent `bytes` so far.
     func connection(receiving bytes: [UInt8]) -> Connection {

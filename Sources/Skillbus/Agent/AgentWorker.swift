@@ -141,8 +141,8 @@ public final class AgentWorker: Sendable {
         let owner = Owner()
         let handlers = Self.handlers(options, owner)
         let socket = try SocketLoop(
-            context: context, type: .dealer, name: "skillbus-worker-\(options.name)", configure: handlers.configure,
-            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
+            Self.busSocket(options, context), name: "skillbus-worker-\(options.name)", onMessage: handlers.onMessage,
+            beforeWait: handlers.beforeWait)
         self.init(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -163,31 +163,40 @@ public final class AgentWorker: Sendable {
         let owner = Owner()
         let handlers = handlers(options, owner)
         let socket = try await SocketLoop.start(
-            context: context, type: .dealer, name: "skillbus-worker-\(options.name)", configure: handlers.configure,
-            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
+            busSocket(options, context), name: "skillbus-worker-\(options.name)", onMessage: handlers.onMessage,
+            beforeWait: handlers.beforeWait)
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
+    }
+
+    /// The worker's DEALER to the bus. Without keys, to a TCP endpoint with an IPv4 address, it is Skillbus's
+    /// own (`ZMTPDealer`: ZMTP on the socket's thread, no libzmq I/O thread in between); with keys (CURVE), a
+    /// host name or another transport, libzmq's. `SKILLBUS_BUS_ENGINE=libzmq` keeps libzmq's in every case.
+    /// Both reconnect after 1 s, doubling up to 32 s, and linger 200 ms on the way out: long enough to flush
+    /// a DISCONNECT, short enough never to hang.
+    static func busSocket(_ options: Options, _ context: ZMQContext) -> SocketLoop.Socket {
+        let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
+        let (endpoint, credentials) = (options.coordinator, options.credentials)
+        if credentials == nil, BusEngine.ownAllowed, ZMTPDealer.serves(endpoint) {
+            return .ownDealer(ZMTPDealer.Options(endpoint: endpoint, maxFrameBytes: Int(maxBytes)))
+        }
+        return .zeroMQ(context, .dealer) { socket in
+            if let credentials { try socket.useCurveClient(credentials) }
+            try socket.setMaxMessageSize(maxBytes)
+            try socket.setReconnectInterval(ms: 1000, maxMs: 32_000)
+            try socket.setLinger(ms: 200)
+            try socket.connect(endpoint)
+        }
     }
 
     /// The worker socket's handlers. They need the worker, which does not exist yet: they reach it through
     /// a box filled once it does. (A Mutex holding a closure would re-wrap it in thunks on every access; a
     /// weak reference does not.)
     private static func handlers(_ options: Options, _ owner: Owner) -> (
-        configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void,
-        beforeWait: @Sendable () -> Duration?
+        onMessage: @Sendable (Multipart) -> Void, beforeWait: @Sendable () -> Duration?
     ) {
-        let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
-        let (endpoint, credentials) = (options.coordinator, options.credentials)
-        return (
-            { socket in
-                if let credentials { try socket.useCurveClient(credentials) }
-                try socket.setMaxMessageSize(maxBytes)
-                try socket.setReconnectInterval(ms: 1000, maxMs: 32_000)
-                // Long enough to flush a DISCONNECT on the way out, short enough never to hang.
-                try socket.setLinger(ms: 200)
-                try socket.connect(endpoint)
-            },
+        (
             { message in owner.worker.withLock { $0.value }?.receive(message) },
             {
                 guard let worker = owner.worker.withLock({ $0.value }) else { return nil }

@@ -3,7 +3,8 @@ import SkillbusZMQ
 
 /// The bus's ROUTER as the coordinator's loop uses it. Without keys, on a TCP endpoint, it is Skillbus's own
 /// (`ZMTPRouter`: ZMTP on the loop's thread, no libzmq I/O thread in between); with keys (CURVE and its ZAP
-/// handler) or another transport, libzmq's. `SKILLBUS_BUS_ENGINE=libzmq` keeps libzmq's in every case.
+/// handler) or another transport, libzmq's. `SKILLBUS_BUS_ENGINE=libzmq` keeps libzmq's in every case (and the
+/// workers' DEALER too: `AgentWorker.busSocket`).
 protocol BusRouter: AnyObject {
     var lastEndpoint: String { get }
     var pollItem: PollItem { get }

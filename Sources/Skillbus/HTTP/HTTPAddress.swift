@@ -25,7 +25,7 @@ public struct HTTPAddress: Sendable, Equatable, CustomStringConvertible {
             throw SkillbusError(
                 .invalidConfiguration, "HTTP endpoint '\(text)': the port must be a number from 0 to 65535")
         }
-        guard host != "*", TCPListener.ipv4(host) != nil else {
+        guard host != "*", TCPSocket.ipv4(host) != nil else {
             throw SkillbusError(
                 .invalidConfiguration,
                 "HTTP endpoint '\(text)': the host must be an IPv4 address (such as 127.0.0.1 or 0.0.0.0) or localhost")
@@ -39,5 +39,5 @@ public struct HTTPAddress: Sendable, Equatable, CustomStringConvertible {
     public var isLoopback: Bool { host == "localhost" || host.hasPrefix("127.") }
 
     /// The address in network byte order.
-    var inAddr: in_addr? { host == "*" ? nil : TCPListener.ipv4(host) }
+    var inAddr: in_addr? { host == "*" ? nil : TCPSocket.ipv4(host) }
 }

@@ -34,7 +34,7 @@ final class HTTPServer: Sendable {
             throw SkillbusError(.invalidConfiguration, "HTTP endpoint \(address): no IPv4 address")
         }
         let (fd, port): (Int32, UInt16)
-        switch TCPListener.listen(on: inAddr, port: address.port, backlog: 64) {
+        switch TCPSocket.listen(on: inAddr, port: address.port, backlog: 64) {
         case .success(let listening): (fd, port) = listening
         case .failure(let failure):
             throw SkillbusError(
@@ -129,7 +129,7 @@ final class HTTPServer: Sendable {
 
     private func accept(into connections: inout [Connection], now: UInt64) {
         while true {
-            guard let fd = TCPListener.accept(listener) else { return }
+            guard let fd = TCPSocket.accept(listener) else { return }
             guard connections.count < Self.maxConnections + Self.refusedConnections else {
                 close(fd)
                 continue

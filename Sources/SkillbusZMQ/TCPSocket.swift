@@ -2,9 +2,10 @@
     import Glibc
 #endif
 
-/// The plain-socket parts the bus's own ROUTER (`ZMTPRouter`) and the operator HTTP endpoint share: an
-/// IPv4 host read from text, a non-blocking listening socket, and the connections waiting on it.
-public enum TCPListener {
+/// The plain-socket parts the bus's own ROUTER and DEALER (`ZMTPRouter`, `ZMTPDealer`) and the operator HTTP
+/// endpoint share: an IPv4 host read from text, a non-blocking listening socket and the connections waiting
+/// on it, a non-blocking outgoing connection.
+public enum TCPSocket {
     /// `host` as an IPv4 address: a dotted address, `localhost` (127.0.0.1), or `*` (every interface).
     public static func ipv4(_ host: String) -> in_addr? {
         switch host {
@@ -52,6 +53,42 @@ public enum TCPListener {
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         return fd
+    }
+
+    /// A non-blocking, close-on-exec socket connecting to `address`:`port`, with Nagle's delay off; the
+    /// connection completes (or fails: SO_ERROR says) when the descriptor becomes writable.
+    public static func connect(to address: in_addr, port: UInt16) -> Result<Int32, Failure> {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return .failure(Failure(call: "socket", errno: errno)) }
+        noDelay(fd)
+        var socketAddress = sockaddr_in()
+        socketAddress.sin_family = sa_family_t(AF_INET)
+        socketAddress.sin_port = port.bigEndian
+        socketAddress.sin_addr = address
+        let rc = withUnsafePointer(to: &socketAddress) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard rc == 0 || errno == EINPROGRESS else {
+            let failure = Failure(call: "connect", errno: errno)
+            close(fd)
+            return .failure(failure)
+        }
+        return .success(fd)
+    }
+
+    /// The error a non-blocking connect ended with (0: connected).
+    public static func pendingError(_ fd: Int32) -> Int32 {
+        var error: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        return getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? error : errno
+    }
+
+    /// Small messages go out at once rather than wait to be coalesced (what ZeroMQ sets on every TCP socket).
+    public static func noDelay(_ fd: Int32) {
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
     }
 
     public struct Failure: Error {

@@ -1,0 +1,236 @@
+import CZeroMQ
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A DEALER socket connected to one TCP peer (a ROUTER) that speaks ZMTP 3 itself, NULL mechanism, on the
+/// thread that owns it: no libzmq I/O thread, so no message crosses threads on its way in or out.
+///
+/// Why: the agent worker's socket costs the same hops the bus's ROUTER did before `ZMTPRouter` (a mailbox
+/// wake-up each way per message). Here the owner polls the connection's descriptor itself, reads and parses
+/// when it is readable (`handle`), and writes what a batch of work sent in one write (`flush`).
+///
+/// What it does as libzmq's DEALER does: it connects at once, and after a failed attempt or a lost
+/// connection tries again after `reconnectInterval`, doubling up to `maxReconnectInterval` (back to the
+/// first after a handshake); messages sent while no connection is open wait and go out, in order, once one
+/// is (what was already written to a connection that broke is lost, as it is with libzmq); a frame above
+/// `maxFrameBytes` closes the connection (as ZMQ_MAXMSGSIZE); PING is answered with PONG; on `close` what
+/// is unsent gets `linger` to be written.
+public final class ZMTPDealer {
+    public struct Options: Sendable {
+        public var endpoint: String
+        public var maxFrameBytes: Int
+        public var reconnectInterval: Duration
+        public var maxReconnectInterval: Duration
+        public var linger: Duration
+
+        public init(
+            endpoint: String, maxFrameBytes: Int, reconnectInterval: Duration = .seconds(1),
+            maxReconnectInterval: Duration = .seconds(32), linger: Duration = .milliseconds(200)
+        ) {
+            self.endpoint = endpoint
+            self.maxFrameBytes = maxFrameBytes
+            self.reconnectInterval = reconnectInterval
+            self.maxReconnectInterval = maxReconnectInterval
+            self.linger = linger
+        }
+    }
+
+    public let lastEndpoint: String
+    private let options: Options
+    private let host: in_addr
+    private let port: UInt16
+    private var connection: ZMTPConnection?
+    /// The TCP connection is established (before that the descriptor is polled for writability).
+    private var established = false
+    /// Messages sent while no connection is open, as wire bytes.
+    private var held: [UInt8] = []
+    private var needsFlush = false
+    private var retryAt: ContinuousClock.Instant?
+    private var backoff: Duration
+    private var inbox: [Multipart] = []
+    private var inboxHead = 0
+    private var scratch = [UInt8](repeating: 0, count: ZMTPRouter.readChunk)
+
+    /// Whether this socket can connect to `endpoint`: `tcp://` with `localhost` or an IPv4 address, and a
+    /// port. Anything else (a host name, IPv6, ipc) stays with libzmq.
+    public static func serves(_ endpoint: String) -> Bool { address(endpoint) != nil }
+
+    public init(_ options: Options) throws(ZMQError) {
+        guard let (host, port) = Self.address(options.endpoint) else {
+            throw ZMQError(operation: "connect \(options.endpoint)", errno: EINVAL)
+        }
+        self.options = options
+        self.host = host
+        self.port = port
+        backoff = options.reconnectInterval
+        lastEndpoint = options.endpoint
+        attemptConnection()
+    }
+
+    /// The descriptor to poll: the connection's, or -1 while there is none (poll skips it; `waitLimit`
+    /// says when to try again).
+    public var pollDescriptor: Int32 { connection?.fd ?? -1 }
+    /// Whether to poll for writability too: while connecting, and while the kernel's buffer is full.
+    public var wantsOutput: Bool { connection.map { !established || $0.waitingToWrite } ?? false }
+
+    /// How long the owner may wait before calling `handle` again for a reconnection; nil: no limit.
+    public var waitLimit: Duration? {
+        guard connection == nil, let retryAt else { return nil }
+        return max(.zero, retryAt - .now)
+    }
+
+    /// Messages parsed that `receive` has not handed out yet.
+    public var hasBufferedMessages: Bool { inboxHead < inbox.count }
+
+    /// Does what poll found possible and what is due: tries to connect again when it is time, completes a
+    /// connection, writes what waits, reads and parses.
+    public func handle(readable: Bool, writable: Bool) {
+        guard let connection else {
+            if let retryAt, ContinuousClock.now >= retryAt { attemptConnection() }
+            return
+        }
+        if !established {
+            guard readable || writable else { return }
+            guard TCPSocket.pendingError(connection.fd) == 0 else { return drop() }
+            established = true
+            connection.output.append(contentsOf: ZMTP.greeting)
+            connection.output.append(contentsOf: ZMTP.ready(socketType: "DEALER"))
+            return write()
+        }
+        if writable && connection.waitingToWrite {
+            connection.waitingToWrite = false
+            write()
+        }
+        guard readable, self.connection === connection else { return }
+        switch connection.readAvailable(using: &scratch) {
+        case .closed: return drop()
+        case .wouldBlock: return
+        case .progress: break
+        }
+        do throws(ZMTP.Violation) {
+            try parse(connection)
+        } catch {
+            drop()
+        }
+    }
+
+    /// The next whole message from the peer, or nil when none has arrived.
+    public func receive() -> Multipart? {
+        guard inboxHead < inbox.count else {
+            inbox.removeAll(keepingCapacity: true)
+            inboxHead = 0
+            return nil
+        }
+        inboxHead += 1
+        return inbox[inboxHead - 1]
+    }
+
+    /// Queues a message; it goes out at the next `flush`, or once a connection is open. Fails with EAGAIN
+    /// when 64 MiB already wait (as a full pipe).
+    public func send(_ frames: Multipart) throws(ZMQError) {
+        if let connection, connection.stage == .open {
+            guard connection.unsentBytes < ZMTPRouter.maxUnsentBytes else {
+                throw ZMQError(operation: "send", errno: EAGAIN)
+            }
+            ZMTP.appendMessage(frames, to: &connection.output)
+            needsFlush = true
+        } else {
+            guard held.count < ZMTPRouter.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
+            ZMTP.appendMessage(frames, to: &held)
+        }
+    }
+
+    /// Writes what was queued since the last flush, in one write when the kernel takes it.
+    public func flush() {
+        guard needsFlush else { return }
+        needsFlush = false
+        write()
+    }
+
+    /// Gives what is unsent up to `linger` to be written, then closes the connection.
+    public func close() {
+        flush()
+        let deadline = ContinuousClock.now + options.linger
+        while let connection, connection.stage == .open, connection.unsentBytes > 0, ContinuousClock.now < deadline {
+            var item = pollfd(fd: connection.fd, events: Int16(POLLOUT), revents: 0)
+            _ = Glibc.poll(&item, 1, Int32(clamping: SocketLoop.Shared.pollMilliseconds(deadline - .now)))
+            connection.waitingToWrite = false
+            write()
+        }
+        if let connection { Glibc.close(connection.fd) }
+        connection = nil
+        retryAt = nil
+    }
+
+    // MARK: - The connection
+
+    private func attemptConnection() {
+        retryAt = nil
+        switch TCPSocket.connect(to: host, port: port) {
+        case .success(let fd):
+            connection = ZMTPConnection(fd: fd)
+            established = false
+        case .failure:
+            scheduleRetry()
+        }
+    }
+
+    private func parse(_ connection: ZMTPConnection) throws(ZMTP.Violation) {
+        if connection.stage != .open {
+            guard let ready = try connection.takeHandshake(maxFrameBytes: options.maxFrameBytes) else { return }
+            guard ZMTP.dealerPeers.contains(ready.socketType) else { throw .init("a \(ready.socketType) peer") }
+            backoff = options.reconnectInterval
+            connection.output.append(contentsOf: held)
+            held.removeAll()
+            needsFlush = true
+        }
+        let unlimited = ReceiveLimits(frames: .max, bytes: .max)
+        while let message = try connection.takeMessage(maxFrameBytes: options.maxFrameBytes, limits: unlimited) {
+            switch message {
+            case .ping(let context):
+                connection.output.append(contentsOf: ZMTP.pong(context))
+                needsFlush = true
+            case .otherCommand:
+                break
+            case .message(let frames, _, _, _):
+                inbox.append(frames)
+            }
+        }
+    }
+
+    private func write() {
+        guard let connection, established, !connection.waitingToWrite else { return }
+        switch connection.writeOutput() {
+        case .progress: break
+        case .wouldBlock: connection.waitingToWrite = true
+        case .closed: drop()
+        }
+    }
+
+    private func drop() {
+        if let connection { Glibc.close(connection.fd) }
+        connection = nil
+        established = false
+        needsFlush = false
+        scheduleRetry()
+    }
+
+    private func scheduleRetry() {
+        retryAt = .now + backoff
+        backoff = min(backoff * 2, max(options.maxReconnectInterval, options.reconnectInterval))
+    }
+
+    /// The host and port of `tcp://HOST:PORT`, HOST an IPv4 address or `localhost`.
+    private static func address(_ endpoint: String) -> (in_addr, UInt16)? {
+        guard endpoint.hasPrefix("tcp://") else { return nil }
+        let rest = endpoint.dropFirst(6)
+        guard let colon = rest.lastIndex(of: ":") else { return nil }
+        let hostText = String(rest[..<colon])
+        guard hostText != "*", let host = TCPSocket.ipv4(hostText),
+            let port = UInt16(rest[rest.index(after: colon)...]), port != 0
+        else { return nil }
+        return (host, port)
+    }
+}
