@@ -269,6 +269,12 @@ extension SocketLoop {
             return Int(clamping: min(milliseconds, Int64(Int32.max)))
         }
 
+        /// The shorter of two wait limits (nil: none).
+        static func sooner(_ first: Duration?, _ second: Duration?) -> Duration? {
+            guard let first, let second else { return first ?? second }
+            return min(first, second)
+        }
+
         func run(socket: any LoopSocket, deliver: (Multipart) -> Void, beforeWait: () -> Duration?) {
             var unsent: [Multipart] = []  // taken from the outbox, waiting for the socket to accept them
             var unsentStart = 0
@@ -278,7 +284,7 @@ extension SocketLoop {
             var items = [socket.pollItem(wantsOutput: false), PollItem(.fileDescriptor(wakePipe.readEnd))]
             while true {
                 items[0] = socket.pollItem(wantsOutput: unsentStart < unsent.count)
-                let limit = [waitLimit, socket.waitLimit].compactMap { $0 }.min()
+                let limit = Self.sooner(waitLimit, socket.waitLimit)
                 let timeoutMs = moreWork || socket.hasBufferedMessages ? 0 : limit.map(Self.pollMilliseconds) ?? -1
                 guard let ready = try? poll(items, timeoutMs: timeoutMs) else { return }
                 if ready.readable[1] { wakePipe.drain() }

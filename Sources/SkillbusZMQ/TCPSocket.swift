@@ -17,6 +17,15 @@ public enum TCPSocket {
         }
     }
 
+    /// `tcp://HOST:PORT` taken apart: HOST as text and as an IPv4 address (`ipv4`), PORT as text; nil for
+    /// another transport or a host that is no IPv4 address.
+    public static func split(_ endpoint: String) -> (hostText: Substring, host: in_addr, port: Substring)? {
+        guard endpoint.hasPrefix("tcp://") else { return nil }
+        let rest = endpoint.dropFirst(6)
+        guard let colon = rest.lastIndex(of: ":"), let host = ipv4(String(rest[..<colon])) else { return nil }
+        return (rest[..<colon], host, rest[rest.index(after: colon)...])
+    }
+
     /// A non-blocking, close-on-exec socket listening on `address`:`port` (0: a port the kernel picks), and
     /// the port it got; or the call that failed, with errno set by it.
     public static func listen(

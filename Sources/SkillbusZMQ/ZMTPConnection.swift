@@ -159,7 +159,6 @@ final class ZMTPConnection {
         return (header, flags, Int(size))
     }
 
-    func putFrame(_ body: [UInt8], more: Bool) { ZMTP.appendFrame(body, more: more, to: &output) }
 }
 
 /// The parts of ZMTP 3 (rfc.zeromq.org/spec/23 and 37) a ROUTER or DEALER with the NULL mechanism needs: the
@@ -171,6 +170,10 @@ enum ZMTP {
     /// The socket types a ROUTER talks to, and a DEALER.
     static let routerPeers: Set<String> = ["DEALER", "REQ", "ROUTER"]
     static let dealerPeers: Set<String> = ["ROUTER", "DEALER", "REP"]
+    /// Bytes a connection may have waiting to be written before sends to it fail (as a full pipe).
+    static let maxUnsentBytes = 64 << 20
+    /// What one read takes from the kernel at most.
+    static let readChunk = 64 * 1024
 
     struct Violation: Error {
         let what: String

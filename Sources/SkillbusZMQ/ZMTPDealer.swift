@@ -51,7 +51,7 @@ public final class ZMTPDealer {
     private var backoff: Duration
     private var inbox: [Multipart] = []
     private var inboxHead = 0
-    private var scratch = [UInt8](repeating: 0, count: ZMTPRouter.readChunk)
+    private var scratch = [UInt8](repeating: 0, count: ZMTP.readChunk)
 
     /// Whether this socket can connect to `endpoint`: `tcp://` with `localhost` or an IPv4 address, and a
     /// port. Anything else (a host name, IPv6, ipc) stays with libzmq.
@@ -131,13 +131,13 @@ public final class ZMTPDealer {
     /// when 64 MiB already wait (as a full pipe).
     public func send(_ frames: Multipart) throws(ZMQError) {
         if let connection, connection.stage == .open {
-            guard connection.unsentBytes < ZMTPRouter.maxUnsentBytes else {
+            guard connection.unsentBytes < ZMTP.maxUnsentBytes else {
                 throw ZMQError(operation: "send", errno: EAGAIN)
             }
             ZMTP.appendMessage(frames, to: &connection.output)
             needsFlush = true
         } else {
-            guard held.count < ZMTPRouter.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
+            guard held.count < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
             ZMTP.appendMessage(frames, to: &held)
         }
     }
@@ -224,12 +224,8 @@ public final class ZMTPDealer {
 
     /// The host and port of `tcp://HOST:PORT`, HOST an IPv4 address or `localhost`.
     private static func address(_ endpoint: String) -> (in_addr, UInt16)? {
-        guard endpoint.hasPrefix("tcp://") else { return nil }
-        let rest = endpoint.dropFirst(6)
-        guard let colon = rest.lastIndex(of: ":") else { return nil }
-        let hostText = String(rest[..<colon])
-        guard hostText != "*", let host = TCPSocket.ipv4(hostText),
-            let port = UInt16(rest[rest.index(after: colon)...]), port != 0
+        guard let (hostText, host, portText) = TCPSocket.split(endpoint), hostText != "*",
+            let port = UInt16(portText), port != 0
         else { return nil }
         return (host, port)
     }

@@ -33,12 +33,9 @@ public final class ZMTPRouter {
     private var unflushed: [ZMTPConnection] = []
     private var closed: [Int32] = []
     /// What each read lands in before it is appended to its connection's input.
-    private var scratch = [UInt8](repeating: 0, count: readChunk)
+    private var scratch = [UInt8](repeating: 0, count: ZMTP.readChunk)
     /// What each `epoll_wait` reports into.
     private var events = [epoll_event](repeating: epoll_event(), count: 64)
-    /// Bytes a connection may have waiting to be written before sends to it fail (as a full pipe).
-    static let maxUnsentBytes = 64 << 20
-    static let readChunk = 64 * 1024
 
     /// Whether this router can serve `endpoint`: `tcp://` with `*`, `localhost` or an IPv4 address, and a
     /// port or `*`. Anything else stays with libzmq.
@@ -99,7 +96,7 @@ public final class ZMTPRouter {
         guard let fd = peers[routingID], let connection = connections[fd] else {
             throw ZMQError(operation: "send", errno: EHOSTUNREACH)
         }
-        guard connection.unsentBytes < Self.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
+        guard connection.unsentBytes < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
         ZMTP.appendMessage(frames, to: &connection.output)
         markUnflushed(connection)
     }
@@ -244,14 +241,8 @@ public final class ZMTPRouter {
 
     /// The host and port of `tcp://HOST:PORT` (`*` for either: every interface, a port the kernel picks).
     private static func address(_ endpoint: String) throws(ZMQError) -> (host: in_addr, port: UInt16) {
-        let invalid = ZMQError(operation: "bind \(endpoint)", errno: EINVAL)
-        guard endpoint.hasPrefix("tcp://") else { throw invalid }
-        let rest = endpoint.dropFirst(6)
-        guard let colon = rest.lastIndex(of: ":"), let host = TCPSocket.ipv4(String(rest[..<colon])) else {
-            throw invalid
-        }
-        let portText = rest[rest.index(after: colon)...]
-        guard let port = portText == "*" ? 0 : UInt16(portText) else { throw invalid }
+        guard let (_, host, portText) = TCPSocket.split(endpoint), let port = portText == "*" ? 0 : UInt16(portText)
+        else { throw ZMQError(operation: "bind \(endpoint)", errno: EINVAL) }
         return (host, port)
     }
 }

@@ -71,10 +71,14 @@ struct ZMTPDealerTests {
         for number in 0..<50 { client.send([Array("while away \(number)".utf8)]) }
         let second = try router(context, endpoint)
         defer { second.stop() }
-        var texts: [String] = []
-        for await message in second.messages {
-            texts.append(String(decoding: message.last ?? [], as: UTF8.self))
-            if texts.count == 50 { break }
+        let messages = second.messages
+        let texts = await withDeadline(.seconds(10)) {
+            var texts: [String] = []
+            for await message in messages {
+                texts.append(String(decoding: message.last ?? [], as: UTF8.self))
+                if texts.count == 50 { break }
+            }
+            return texts
         }
         #expect(texts == (0..<50).map { "while away \($0)" })
     }
@@ -100,12 +104,12 @@ struct ZMTPDealerTests {
         }
         let again = try #require(reconnected)
         server.send([again[0], Array("welcome back".utf8)])
-        var answer: Multipart?
-        for await message in client.messages where message == [Array("welcome back".utf8)] {
-            answer = message
-            break
+        let messages = client.messages
+        let answered = await withDeadline(.seconds(10)) {
+            for await message in messages where message == [Array("welcome back".utf8)] { return true }
+            return false
         }
-        #expect(answer != nil)
+        #expect(answered == true)
     }
 
     @Test("a raw peer: PING gets PONG with its context; after a hang-up, or from a peer of the wrong type, it connects again")
