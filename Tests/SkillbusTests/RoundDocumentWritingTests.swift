@@ -49,6 +49,10 @@ struct RoundDocumentWritingTests {
             ]
         }
         invocation.cached = Bool.random(using: &random)
+        // As the bus holds a worker's result: its canonical bytes.
+        if let result = invocation.result, Bool.random(using: &random) {
+            invocation.resultJSON = .canonical(result.serialized())
+        }
         return invocation
     }
 
@@ -82,5 +86,42 @@ struct RoundDocumentWritingTests {
         #expect(refusal.serialized() == refusal.json.serialized())
         let invoke = RoundDocument(round: "r", shape: "invoke", status: .ok)
         #expect(String(decoding: invoke.serialized(), as: UTF8.self).hasPrefix(#"{"agent":null,"#))
+    }
+
+    @Test(
+        "a worker's result is held as its canonical bytes: reordered and compacted when it must be, parsed when the fast reader gives up, null when it is not JSON",
+        arguments: [
+            (#"{"text":"hi","type":"text"}"#, #"{"text":"hi","type":"text"}"#, true),
+            (#" { "type" : "json", "json" : {"b": 1.50, "a": [1, 2]} } "#, #"{"json":{"a":[1,2],"b":1.5},"type":"json"}"#, true),
+            (#"{"text":"a\nb","type":"text"}"#, #"{"text":"a\nb","type":"text"}"#, false),
+            (#"[1, 2]"#, #"[1,2]"#, false),
+            (#"{"a":1,"a":2}"#, "null", false),
+            ("not json", "null", false),
+        ])
+    func workerResults(payload: String, written: String, fast: Bool) {
+        let held = DocumentJSON(payload: Array(payload.utf8))
+        if case .canonical = held { #expect(fast) } else { #expect(!fast) }
+        #expect(String(decoding: held.canonicalBytes, as: UTF8.self) == written)
+        #expect(held.value == (try? JSONValue(parsing: Array(payload.utf8))) ?? .null)
+    }
+
+    @Test("a fan-out's entries and a plan's results, written from the invocations, are what the general path writes")
+    func aggregates() {
+        var random = Generator(seed: 99)
+        for _ in 0..<200 {
+            var invocations = (0..<4).map { _ in Self.invocation(&random) }
+            for index in invocations.indices { invocations[index].id = "step-\(index)-" + Self.word(&random) }
+            let entries: JSONValue = .array(
+                invocations.map {
+                    [
+                        "agent": .string($0.id), "status": .string($0.status.documentName),
+                        "result": $0.result ?? .null, "error": $0.error?.json ?? .null,
+                    ]
+                })
+            #expect(RoundDocument.agentEntries(invocations).canonicalBytes == entries.serialized())
+            var results: [String: JSONValue] = [:]
+            for step in invocations where step.status == .ok { results[step.id] = step.result ?? .null }
+            #expect(RoundDocument.stepResults(invocations).canonicalBytes == JSONValue.object(results).serialized())
+        }
     }
 }

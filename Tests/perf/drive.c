@@ -5,7 +5,8 @@
 //   drive ENDPOINT REQUESTS IN_FLIGHT      (SKILL and PARAMS from the environment; echo by default;
 //                                           ECHOED=1 takes any message back as the answer; ROUNDS=1 sends
 //                                           each request in a round of its own, which the bus remembers;
-//                                           UNIQUE=1 gives each request a text of its own, a cache miss)
+//                                           UNIQUE=1 gives each request a text of its own, a cache miss;
+//                                           FANOUT=1 sends each as a ROUND fanning SKILL out to every agent)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #include <stdio.h>
@@ -33,10 +34,27 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
     return at + length;
 }
 
+// A ROUND of one fan-out of `skill` with `params` to every agent that offers it, in a round of its own.
+static int send_fanout(void *socket, long id, const char *skill, const char *params) {
+    unsigned char envelope[300];
+    char digits[24], round[40], body[400];
+    size_t at = 5;
+    memcpy(envelope, "SKB2C", 5);
+    at = put_field(envelope, at, "ROUND", 5);
+    at = put_field(envelope, at, digits, (size_t)snprintf(digits, sizeof digits, "%ld", id));
+    at = put_field(envelope, at, round, (size_t)snprintf(round, sizeof round, "drive-%ld-%ld", (long)getpid(), id));
+    at = put_field(envelope, at, "", 0);  // session id
+    at = put_field(envelope, at, "", 0);  // default timeout
+    if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
+    int length = snprintf(body, sizeof body, "{\"fanout\":{\"skill\":\"%s\",\"params\":%s}}", skill, params);
+    return zmq_send(socket, body, (size_t)length, 0) < 0 ? -1 : 0;
+}
+
 static int send_request(void *socket, long id, const char *skill, const char *params, int rounds, int unique) {
     unsigned char envelope[300];
     char digits[24], round[40] = "";
     size_t at = 5;
+    if (rounds == 2) return send_fanout(socket, id, skill, params);
     memcpy(envelope, "SKB2C", 5);
     at = put_field(envelope, at, "REQUEST", 7);
     at = put_field(envelope, at, digits, (size_t)snprintf(digits, sizeof digits, "%ld", id));
@@ -59,16 +77,24 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
     return zmq_send(socket, params, strlen(params), 0) < 0 ? -1 : 0;
 }
 
-// Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY (any message, when
-// `echoed`: the raw proxy's workers send the REQUEST itself back).
+// Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY or a ROUND whose
+// fan-out succeeded (any message, when `echoed`: the raw proxy's workers send the REQUEST itself back).
 static long receive_reply(void *socket, int echoed) {
     zmq_msg_t part;
     long id = -1;
-    int first = 1, more;
+    int first = 1, more, round = 0;
     zmq_msg_init(&part);
     do {
         if (zmq_msg_recv(&part, socket, 0) < 0) { zmq_msg_close(&part); return -2; }
-        if (first) {
+        if (round) {  // the round document: keys sorted, so the round's own status follows its shape
+            size_t size = zmq_msg_size(&part);
+            char *document = malloc(size + 1);
+            memcpy(document, zmq_msg_data(&part), size);
+            document[size] = 0;
+            if (!strstr(document, "\"shape\":\"fanout\",\"status\":\"ok\"")) id = -1;
+            free(document);
+            round = 0;
+        } else if (first) {
             const unsigned char *e = zmq_msg_data(&part);
             size_t size = zmq_msg_size(&part), at = 5, field = 1;
             const unsigned char *fields[5];
@@ -77,6 +103,12 @@ static long receive_reply(void *socket, int echoed) {
                 size_t n = e[at++];
                 if (n == 0xFF || at + n > size) break;
                 fields[field] = e + at; lengths[field] = n; at += n; field++;
+            }
+            if (field == 4 && lengths[1] == 5 && !memcmp(fields[1], "ROUND", 5)) {  // command, request, round id
+                char digits[24] = {0};
+                memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
+                id = strtol(digits, NULL, 10);
+                round = 1;
             }
             if (field == 5 && (echoed || (lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
                                           !memcmp(fields[4], "ok", 2)))) {
@@ -96,7 +128,8 @@ int main(int argc, char **argv) {
     if (argc < 4) { fprintf(stderr, "usage: drive ENDPOINT REQUESTS IN_FLIGHT\n"); return 2; }
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
-    int echoed = getenv("ECHOED") != NULL, rounds = getenv("ROUNDS") != NULL, unique = getenv("UNIQUE") != NULL;
+    int echoed = getenv("ECHOED") != NULL, unique = getenv("UNIQUE") != NULL;
+    int rounds = getenv("FANOUT") != NULL ? 2 : getenv("ROUNDS") != NULL;
     const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
     void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
     int linger = 0, timeout_ms = 30000;

@@ -14,16 +14,14 @@ extension CoordinatorState {
         case .invoke:
             let only = asked[0]
             document.agent = only.agent
-            document.result = only.result ?? .null
+            document.resultJSON = only.resultJSON ?? .value(.null)
             if only.status != .ok {
                 document.error = only.error ?? SkillbusError(.internalError, "'\(only.id)' ended without an error")
             }
         case .fanout(_, _, _, let aggregation):
             Self.aggregate(asked, aggregation, into: &document)
         case .plan:
-            var results: [String: JSONValue] = [:]
-            for step in asked where step.status == .ok { results[step.id] = step.result ?? .null }
-            document.result = .object(results)
+            document.resultJSON = RoundDocument.stepResults(asked)
             // The error that stopped the plan, not a step skipped because of it.
             if let first = asked.first(where: \.status.isFailure) ?? asked.first(where: { $0.status != .ok }) {
                 let counted = asked.count(where: \.status.isFailure)
@@ -46,13 +44,7 @@ extension CoordinatorState {
         let succeeded = asked.filter { $0.status == .ok }
         switch mode {
         case .all:
-            document.result = .array(
-                asked.map {
-                    [
-                        "agent": .string($0.id), "status": .string($0.status.documentName),
-                        "result": $0.result ?? .null, "error": $0.error?.json ?? .null,
-                    ]
-                })
+            document.resultJSON = RoundDocument.agentEntries(asked)
             guard succeeded.count < asked.count else { return }
             let failures = asked.filter { $0.status != .ok }.map(\.id)
             document.error = SkillbusError(
@@ -64,13 +56,13 @@ extension CoordinatorState {
                 return
             }
             document.agent = winner.id
-            document.result = winner.result ?? .null
+            document.resultJSON = winner.resultJSON ?? .value(.null)
         case .majority:
             // Results compared as canonical JSON: the serialized form sorts keys and spells numbers one way.
             var groups: [[UInt8]: RoundDocument.Vote.Group] = [:]
             for invocation in succeeded {
-                let value = invocation.result ?? .null
-                groups[value.serialized(), default: .init(result: value, agents: [])].agents.append(invocation.id)
+                let json = invocation.resultJSON ?? .value(.null)
+                groups[json.canonicalBytes, default: .init(result: json.value, agents: [])].agents.append(invocation.id)
             }
             // Most votes first; equal votes by the name of each group's first agent (every group has one).
             let split = groups.values.sorted {

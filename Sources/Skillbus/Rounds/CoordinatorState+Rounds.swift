@@ -94,6 +94,7 @@ extension CoordinatorState {
         run.retries = accepted.retries
         run.priority = accepted.priority
         run.noCache = accepted.noCache
+        if case .plan(let steps, _) = spec { run.hasReferences = steps.contains { $0.parameters.containsReference } }
         rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = []
         if publishesRoundEvents {
@@ -285,8 +286,8 @@ extension CoordinatorState {
             run.invocations[index].record.deduplicated = deduplicated || run.invocations[index].record.deduplicated
             if !run.invocations[index].record.deduplicated { run.invocations[index].record.reusedFrom = nil }
             run.invocations[index].end(with: outcome)
-            // Only a plan's steps refer to each other's results (`$ref`).
-            if case .plan = run.spec, let result = run.invocations[index].record.result {
+            // Only a plan's steps refer to each other's results (`$ref`), and only some plans do.
+            if run.hasReferences, let result = run.invocations[index].record.result {
                 run.results[run.invocations[index].id] = result
             }
             return (run.id, run.invocations[index].record, run.spec)

@@ -23,7 +23,7 @@ extension RoundDocument {
             invocation.write(to: &out)
         }
         out.append(UInt8(ascii: "]"))
-        members.value("result", result, to: &out)
+        members.json("result", resultJSON, to: &out)
         members.string("round", round, to: &out)
         members.string("shape", shape, to: &out)
         members.string("status", status.rawValue, to: &out)
@@ -46,11 +46,43 @@ extension RoundDocument.Invocation {
         members.string("id", id, to: &out)
         if !output.isEmpty { members.value("output", .array(output.map(\.json)), to: &out) }
         if outputTruncated { members.value("outputTruncated", true, to: &out) }
-        members.value("result", result, to: &out)
+        members.json("result", resultJSON, to: &out)
         members.string("reusedFrom", reusedFrom, to: &out)
         members.string("skill", skill, to: &out)
         members.string("status", status.documentName, to: &out)
         out.append(UInt8(ascii: "}"))
+    }
+}
+
+extension RoundDocument {
+    /// A fan-out's `all` result: one entry per agent, in agent order, with its result as it is held.
+    static func agentEntries(_ invocations: [Invocation]) -> DocumentJSON {
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        for (index, invocation) in invocations.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            var members = MemberWriter()
+            out.append(UInt8(ascii: "{"))
+            members.string("agent", invocation.id, to: &out)
+            members.value("error", invocation.error?.json, to: &out)
+            members.json("result", invocation.resultJSON, to: &out)
+            members.string("status", invocation.status.documentName, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "]"))
+        return .canonical(out)
+    }
+
+    /// A plan's result: each step that succeeded, by step id (sorted as `JSONValue` sorts keys).
+    static func stepResults(_ steps: [Invocation]) -> DocumentJSON {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        for (index, step) in steps.filter({ $0.status == .ok }).sorted(by: { $0.id < $1.id }).enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONValue.writeString(step.id, to: &out)
+            out.append(UInt8(ascii: ":"))
+            (step.resultJSON ?? .value(.null)).write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return .canonical(out)
     }
 }
 
@@ -92,5 +124,10 @@ private struct MemberWriter {
     mutating func value(_ name: StaticString, _ value: JSONValue?, to out: inout [UInt8]) {
         key(name, to: &out)
         (value ?? .null).write(to: &out)
+    }
+
+    mutating func json(_ name: StaticString, _ value: DocumentJSON?, to out: inout [UInt8]) {
+        key(name, to: &out)
+        if let value { value.write(to: &out) } else { out.append(contentsOf: "null".utf8) }
     }
 }

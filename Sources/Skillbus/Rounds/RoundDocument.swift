@@ -14,7 +14,12 @@ public struct RoundDocument: Sendable, Equatable {
         /// For a deduplicated invocation: the first invocation in this document with the same key.
         public var reusedFrom: String?
         /// The result form when `ok`.
-        public var result: JSONValue?
+        public var result: JSONValue? {
+            get { resultJSON?.value }
+            set { resultJSON = newValue.map(DocumentJSON.value) }
+        }
+        /// The result form as the document holds it: the bus keeps a worker's as the canonical bytes it sent.
+        var resultJSON: DocumentJSON?
         public var error: SkillbusError?
         /// The partial output it emitted while it ran, in order (PROTOCOL §3.9); for a deduplicated
         /// invocation that reused one of this document, empty: see that one.
@@ -43,7 +48,7 @@ public struct RoundDocument: Sendable, Equatable {
             self.durationMs = durationMs
             self.deduplicated = deduplicated
             self.reusedFrom = reusedFrom
-            self.result = result
+            self.resultJSON = result.map(DocumentJSON.value)
             self.error = error
         }
     }
@@ -123,7 +128,12 @@ public struct RoundDocument: Sendable, Equatable {
     /// `invoke`, `fanout` or `plan`; nil when the round was refused before its shape was known.
     public var shape: String?
     public var status: ReplyStatus
-    public var result: JSONValue
+    public var result: JSONValue {
+        get { resultJSON.value }
+        set { resultJSON = .value(newValue) }
+    }
+    /// The result as the document holds it: the bus writes an aggregate of its invocations' results once.
+    var resultJSON: DocumentJSON = .value(.null)
     public var error: SkillbusError?
     /// `invoke`: the agent that ran it; fan-out `first`: the winner.
     public var agent: String?
@@ -140,7 +150,7 @@ public struct RoundDocument: Sendable, Equatable {
         self.round = round
         self.shape = shape
         self.status = status
-        self.result = result
+        self.resultJSON = .value(result)
         self.error = error
         self.agent = agent
         self.vote = vote
@@ -152,6 +162,55 @@ public struct RoundDocument: Sendable, Equatable {
     /// A round refused before anything ran: status error, no invocations, all counts zero.
     public static func refusal(round: String, shape: String?, _ error: SkillbusError) -> RoundDocument {
         RoundDocument(round: round, shape: shape, status: .error, error: error)
+    }
+}
+
+/// A JSON value of a round document as the bus holds it: a parsed value, or canonical bytes (compact, keys
+/// sorted: what `JSONValue.serialized()` gives) that go into the document as they are and are parsed only
+/// when someone reads the value. A worker's result form is kept so, and a fan-out's aggregate is written so
+/// once, instead of parsing every result into a tree and writing it again.
+enum DocumentJSON: Sendable, Equatable {
+    case value(JSONValue)
+    case canonical([UInt8])
+
+    /// A worker's payload: its canonical form read straight from the bytes when the fast reader can, else
+    /// parsed (a payload that is not JSON is `null`, as it always was in the document).
+    init(payload: [UInt8]) {
+        if let canonical = CanonicalJSON.object(payload, defaults: [], after: []) {
+            self = .canonical(canonical)
+        } else {
+            self = .value((try? JSONValue(parsing: payload)) ?? .null)
+        }
+    }
+
+    var value: JSONValue {
+        switch self {
+        case .value(let value): value
+        case .canonical(let bytes): (try? JSONValue(parsing: bytes)) ?? .null
+        }
+    }
+
+    /// The canonical bytes, written once for a parsed value.
+    var canonicalBytes: [UInt8] {
+        switch self {
+        case .value(let value): value.serialized()
+        case .canonical(let bytes): bytes
+        }
+    }
+
+    func write(to out: inout [UInt8]) {
+        switch self {
+        case .value(let value): value.write(to: &out)
+        case .canonical(let bytes): out.append(contentsOf: bytes)
+        }
+    }
+
+    /// Equal when they are the same value, whichever form each is in.
+    static func == (left: DocumentJSON, right: DocumentJSON) -> Bool {
+        switch (left, right) {
+        case (.canonical(let first), .canonical(let second)): first == second
+        default: left.value == right.value
+        }
     }
 }
 

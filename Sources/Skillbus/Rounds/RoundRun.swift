@@ -15,6 +15,8 @@ struct RoundRun: Sendable {
     var firstByKey: [ByteKey: String] = [:]
     /// Result forms of finished plan steps, by step id, for `$ref`.
     var results: [String: JSONValue] = [:]
+    /// A plan some of whose steps refer to others' results: only then are results parsed into `results`.
+    var hasReferences = false
     /// No new invocation starts (a plan stopped at a failure, or a fan-out's first success won).
     var stopped = false
     var subCalls = 0
@@ -115,12 +117,11 @@ struct RoundInvocation: Sendable {
     mutating func end(with outcome: Outcome) {
         record.agent = outcome.agent.isEmpty ? nil : String(decoding: outcome.agent, as: UTF8.self)
         record.durationMs = Double(outcome.durationMicros) / 1000
-        let payload = (try? JSONValue(parsing: outcome.payload)) ?? .null
         if outcome.status == .ok {
             record.status = .ok
-            record.result = payload
+            record.resultJSON = DocumentJSON(payload: outcome.payload)
         } else {
-            let error = SkillbusError(json: payload)
+            let error = SkillbusError(json: (try? JSONValue(parsing: outcome.payload)) ?? .null)
             record.status = error.code == .cancelled ? .cancelled : .error
             record.error = error
         }
