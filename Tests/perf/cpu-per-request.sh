@@ -13,6 +13,7 @@
 #   PROXY=1 ... measures the bench's raw baseline instead: its ROUTER->DEALER proxy and echo workers.
 #   PROXY=zmtp ... the same with zmtp-proxy.c in the proxy's place: one thread speaking ZMTP itself, no libzmq.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
+#   WORKER_ENGINE=libzmq ... the workers talk to the bus through libzmq's DEALER instead of their own.
 #   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
 #   a pure echo with a cache lifetime then misses every time).
 #   MEMORY=1 ... sends each request in a round of its own with the bench's 100-byte text, and prints the
@@ -56,7 +57,7 @@ else
     for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
     bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
     for index in 0 1 2 3; do
-        LD_PRELOAD=$preload "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
+        LD_PRELOAD=$preload env ${WORKER_ENGINE:+SKILLBUS_BUS_ENGINE=$WORKER_ENGINE} "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
             ${WORKER_OPTIONS:-} --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
         pids+=("$!")
     done
