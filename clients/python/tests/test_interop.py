@@ -196,7 +196,11 @@ def test_timeouts_the_bus_answers_and_a_bus_that_never_answers(cluster, client):
 def test_ctrl_c_in_a_waiting_client_cancels_its_request_on_the_bus(cluster, client, tmp_path):
     cluster.swift_worker("swifty", "--skills", "sleep")
     program = tmp_path / "wait.py"
+    # Ctrl-C as a terminal gives it: a shell that starts this run in the background makes SIGINT ignored,
+    # and Python keeps an inherited SIG_IGN instead of raising KeyboardInterrupt.
     program.write_text(
+        "import signal\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from skillbus import Client\n"
         "with Client() as client:\n"
         "    client.request('sleep', {'ms': 20000}, timeout=30)\n")
