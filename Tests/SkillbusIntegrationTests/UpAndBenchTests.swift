@@ -291,6 +291,10 @@ struct UpAndBenchTests {
         let cpu = speed?["coordinatorCpuMicrosPerRequest64"]
         #expect((cpu?["proxyCpuMicrosPerRequest"]?.doubleValue ?? 0) > 0 && (cpu?["vsProxyRatio"]?.doubleValue ?? 0) > 0)
         let fanout = speed?["fanoutCpuPerInvocationVsRequestRatio"]
+        // The figure is the median of five pairs, each of which is listed.
+        let pairRatios = fanout?["pairRatios"]?.arrayValue?.compactMap(\.doubleValue) ?? []
+        #expect(pairRatios.count == 5 && pairRatios.allSatisfy { $0 > 0 }, "speed fan-out pairRatios")
+        #expect(pairRatios.count == 5 && pairRatios.sorted()[2] == fanout?["value"]?.doubleValue, "the median pair")
         for key in ["fanoutCpuMicrosPerInvocation", "requestCpuMicros"] {
             #expect((fanout?[key]?.doubleValue ?? 0) > 0, "speed fan-out \(key)")
         }

@@ -9,7 +9,8 @@ extension CoordinatorState {
             round: run.roundText, shape: run.spec.shape, status: .ok, durationMs: totalMs, invocations: invocations,
             summary: RoundDocument.Summary(invocations, totalMs: totalMs))
         // The round's own invocations; sub-calls come after them and never decide the outcome.
-        let asked = run.invocations.filter { $0.subCallRequest == nil }.map(\.record)
+        let asked =
+            run.subCalls == 0 ? invocations : run.invocations.filter { $0.subCallRequest == nil }.map(\.record)
         switch run.spec {
         case .invoke:
             let only = asked[0]

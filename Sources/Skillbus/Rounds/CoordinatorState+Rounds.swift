@@ -228,8 +228,9 @@ extension CoordinatorState {
         let keySkill = invocation.target.map { invocation.skill + "@" + $0 } ?? invocation.skill
         let schema = schema(of: invocation.skill)
         let key = SingleFlight.canonicalKey(skill: keySkill, parameters: bytes, schema: { _ in schema })
-        // Whom an identical invocation would reuse: the first of the round with this key.
-        let reusable: String? = key.flatMap { key in
+        // Whom an identical invocation would reuse: the first of the round with this key. A fan-out's
+        // invocations each name their own agent, so no other invocation of the round has their key.
+        let reusable: String? = (invocation.target == nil ? key : nil).flatMap { key in
             rounds.updateRunning(roundKey) { run in
                 if let first = run.firstByKey[key] { return first }
                 run.firstByKey[key] = invocation.id

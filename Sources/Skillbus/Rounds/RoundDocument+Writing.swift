@@ -4,7 +4,9 @@
 extension RoundDocument {
     public func serialized() -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(256 + invocations.count * 192)
+        // Results come twice in a fan-out's document (each invocation's, then the aggregate's entries).
+        let results = invocations.reduce(0) { $0 + $1.resultByteEstimate }
+        out.reserveCapacity(256 + invocations.count * 224 + 2 * results)
         write(to: &out)
         return out
     }
@@ -34,6 +36,11 @@ extension RoundDocument {
 }
 
 extension RoundDocument.Invocation {
+    /// The bytes its result takes when they are held as bytes (a parsed one counts as small).
+    var resultByteEstimate: Int {
+        if case .canonical(let bytes)? = resultJSON { bytes.count } else { 16 }
+    }
+
     func write(to out: inout [UInt8]) {
         var members = MemberWriter()
         out.append(UInt8(ascii: "{"))
@@ -57,7 +64,9 @@ extension RoundDocument.Invocation {
 extension RoundDocument {
     /// A fan-out's `all` result: one entry per agent, in agent order, with its result as it is held.
     static func agentEntries(_ invocations: [Invocation]) -> DocumentJSON {
-        var out: [UInt8] = [UInt8(ascii: "[")]
+        var out: [UInt8] = []
+        out.reserveCapacity(invocations.reduce(2) { $0 + 96 + $1.id.utf8.count + $1.resultByteEstimate })
+        out.append(UInt8(ascii: "["))
         for (index, invocation) in invocations.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             var members = MemberWriter()
@@ -108,7 +117,8 @@ private struct MemberWriter {
         first = false
         out.append(UInt8(ascii: "\""))
         name.withUTF8Buffer { out.append(contentsOf: $0) }
-        out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        out.append(UInt8(ascii: "\""))
+        out.append(UInt8(ascii: ":"))
     }
 
     mutating func string(_ name: StaticString, _ value: String?, to out: inout [UInt8]) {
