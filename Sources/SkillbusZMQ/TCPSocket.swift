@@ -94,6 +94,24 @@ public enum TCPSocket {
         return getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 ? error : errno
     }
 
+    /// Whether a connected socket is connected to itself: a connect to a local port in the ephemeral range
+    /// that nobody listens on can be given that same port as its own, and then the kernel joins the socket
+    /// to itself ("simultaneous open"). It must be closed, or it holds the port its server wants back.
+    public static func isConnectedToItself(_ fd: Int32) -> Bool {
+        func address(_ call: (Int32, UnsafeMutablePointer<sockaddr>, UnsafeMutablePointer<socklen_t>) -> Int32)
+            -> sockaddr_in?
+        {
+            var address = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let rc = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, &length) }
+            }
+            return rc == 0 ? address : nil
+        }
+        guard let local = address(getsockname), let peer = address(getpeername) else { return false }
+        return local.sin_port == peer.sin_port && local.sin_addr.s_addr == peer.sin_addr.s_addr
+    }
+
     /// Small messages go out at once rather than wait to be coalesced (what ZeroMQ sets on every TCP socket).
     public static func noDelay(_ fd: Int32) {
         var one: Int32 = 1

@@ -93,7 +93,9 @@ public final class ZMTPDealer {
         }
         if !established {
             guard readable || writable else { return }
-            guard TCPSocket.pendingError(connection.fd) == 0 else { return drop() }
+            guard TCPSocket.pendingError(connection.fd) == 0, !TCPSocket.isConnectedToItself(connection.fd) else {
+                return drop()
+            }
             established = true
             connection.output.append(contentsOf: ZMTP.greeting)
             connection.output.append(contentsOf: ZMTP.ready(socketType: "DEALER"))

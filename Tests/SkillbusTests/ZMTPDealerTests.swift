@@ -28,6 +28,20 @@ struct ZMTPDealerTests {
         }
     }
 
+    /// A router bound to `endpoint` once its port is free: libzmq closes a stopped socket's listener on its
+    /// I/O thread a moment after the socket's own thread has let go of it, so binding at once can find the
+    /// port still taken.
+    func routerOnceFree(_ context: ZMQContext, _ endpoint: String) async throws -> SocketLoop {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while true {
+            do {
+                return try router(context, endpoint)
+            } catch let error as ZMQError where error.errno == EADDRINUSE && ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+        }
+    }
+
     @Test("it serves tcp endpoints with an IPv4 address or localhost and a port; others stay with libzmq")
     func endpoints() {
         for endpoint in ["tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://10.0.0.7:65535"] {
@@ -39,6 +53,45 @@ struct ZMTPDealerTests {
         ] {
             #expect(!ZMTPDealer.serves(endpoint), "\(endpoint)")
         }
+    }
+
+    @Test("a socket the kernel joined to itself is told apart from one connected to a listener")
+    func selfConnection() throws {
+        func loopback(port: UInt16) -> sockaddr_in {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr = TCPSocket.ipv4("127.0.0.1")!
+            address.sin_port = port.bigEndian
+            return address
+        }
+        func call(_ fd: Int32, _ address: inout sockaddr_in, _ body: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { body(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+        // Bound to a port nobody listens on, a connect to that same address joins the socket to itself,
+        // as a reconnecting dealer's may when the kernel hands it its server's free port.
+        let alone = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(alone) }
+        var address = loopback(port: 0)
+        #expect(call(alone, &address, bind) == 0)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(alone, $0, &length) }
+        }
+        #expect(call(alone, &address, Glibc.connect) == 0)
+        #expect(TCPSocket.isConnectedToItself(alone))
+
+        guard case .success(let listener) = TCPSocket.listen(on: TCPSocket.ipv4("127.0.0.1")!, port: 0, backlog: 4) else {
+            Issue.record("no listener")
+            return
+        }
+        defer { close(listener.fd) }
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(client) }
+        var server = loopback(port: listener.port)
+        #expect(call(client, &server, Glibc.connect) == 0)
+        #expect(!TCPSocket.isConnectedToItself(client))
     }
 
     @Test("messages cross both ways with every frame intact, empty and long ones too")
@@ -69,7 +122,7 @@ struct ZMTPDealerTests {
         await first.stopAndWait()
         // Nobody listens now: these wait in the dealer while it tries again and again.
         for number in 0..<50 { client.send([Array("while away \(number)".utf8)]) }
-        let second = try router(context, endpoint)
+        let second = try await routerOnceFree(context, endpoint)
         defer { second.stop() }
         let messages = second.messages
         let texts = await withDeadline(.seconds(10)) {
