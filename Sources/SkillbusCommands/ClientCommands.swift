@@ -90,7 +90,10 @@ public enum SendCommand: SkillbusCommand {
             OptionSpec("--agents", value: "a,b,…", help: "Run SKILL on these agents."),
             OptionSpec("--aggregate", value: "MODE", help: "all, first or majority (default all)."),
             OptionSpec("--plan", value: "FILE", help: "Run the plan in FILE (JSON) instead of one SKILL."),
-            OptionSpec("--timeout", value: "SECONDS", help: "How long the whole round may take (default 15)."),
+            OptionSpec(
+                "--timeout", value: "SECONDS",
+                help: "How long the whole round may take (default: the skill's own, else the bus's 15)."),
+            connectTimeoutOption,
             OptionSpec(
                 "--retries", value: "N",
                 help: "Retry each invocation up to N times (0-10) instead of as its skill declares; 0 never."),
@@ -105,7 +108,9 @@ public enum SendCommand: SkillbusCommand {
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         let endpoint = try Defaults.bus(arguments, spec)
-        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 15
+        // None given: the ROUND carries none, and the bus applies the skill's own default (PROTOCOL §3.5.6).
+        let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec).map(Duration.seconds)
+        let connectTimeout = try Defaults.connectTimeout(arguments, spec, within: timeout)
         let stream = arguments.flag("--stream")
         let json = arguments.flag("--json") || stream
         let retries = try arguments.int("--retries", minimum: 0, maximum: RetryPolicy.maxRetries, in: spec)
@@ -132,6 +137,12 @@ public enum SendCommand: SkillbusCommand {
         let client = try await SkillbusClient.connect(
             endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
         Approval.install(on: client, yes: arguments.flag("--yes"))
+        do {
+            try await client.checkReachable(within: connectTimeout)
+        } catch {
+            client.close()
+            return report(failure: error, roundID: roundID, json: json, stream: stream, exitCode: 3)
+        }
         let printer = OutputPrinter(
             mode: stream ? .jsonLines : json ? .silent : .lines(labelled: round.shape != "invoke"))
         let code = await send(
@@ -144,36 +155,30 @@ public enum SendCommand: SkillbusCommand {
     }
 
     /// Sends the round and prints its document (and its output as it comes, through `printer`). Ctrl-C (or
-    /// SIGTERM) cancels the round on the bus, whose document then says `cancelled`.
+    /// SIGTERM) cancels the round on the bus, whose document then says `cancelled`; the exit code is then
+    /// the signal's (130 for Ctrl-C).
     static func send(
-        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Double, retries: Int?,
+        _ round: RoundSpec, client: SkillbusClient, roundID: String, session: String, timeout: Duration?, retries: Int?,
         priority: InvocationPriority = .normal, noCache: Bool = false, printer: OutputPrinter, json: Bool, stream: Bool
     ) async -> Int32 {
-        let signals = SignalWatcher()
-        let sending = Task { () async -> Result<RoundDocument, SkillbusError> in
+        let (outcome, stoppedBy) = await cancellingOnSignal { () async -> Result<RoundDocument, SkillbusError> in
             do throws(SkillbusError) {
                 return .success(
                     try await client.round(
-                        round, roundID: roundID, sessionID: session, timeout: .seconds(timeout), retries: retries,
+                        round, roundID: roundID, sessionID: session, timeout: timeout, retries: retries,
                         priority: priority, noCache: noCache,
                         onOutput: printer.receive))
             } catch {
                 return .failure(error)
             }
         }
-        let watcher = Task {
-            for await _ in signals.signals {
-                sending.cancel()
-                break
-            }
-        }
-        defer { watcher.cancel() }
         let document: RoundDocument
-        switch await sending.value {
+        switch outcome {
         case .success(let answer): document = answer
         case .failure(let error):
-            return report(
+            let code = report(
                 failure: error, roundID: roundID, json: json, stream: stream, exitCode: exitCode(for: error.code))
+            return stoppedBy ?? code
         }
         if stream {
             OutputPrinter.finish(document)
@@ -182,6 +187,7 @@ public enum SendCommand: SkillbusCommand {
         } else {
             render(document, printer: printer)
         }
+        if let stoppedBy { return stoppedBy }
         guard let error = document.error else { return 0 }
         return exitCode(for: error.code)
     }

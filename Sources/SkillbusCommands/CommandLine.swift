@@ -34,7 +34,7 @@ public struct CommandSpec: Sendable {
         self.abstract = abstract
         self.discussion = discussion
         self.positionals = positionals
-        self.options = options + [OptionSpec("--help", help: "Show this help.")]
+        self.options = options + [OptionSpec("--help", help: "Show this help (also -h).")]
         self.hidden = hidden
     }
 

@@ -252,28 +252,22 @@ public enum AskCommand: SkillbusCommand {
             }
         }
         let onProgress: (@Sendable (String, TurnProgress) -> Void)? = live ? view.show : nil
-        // Ctrl-C (or SIGTERM) cancels the turn: the ask gives up, and the agent stops it.
-        let signals = SignalWatcher()
+        // Ctrl-C (or SIGTERM) cancels the turn: the ask gives up, the agent stops it, and the exit code is 130.
         let agentName = arguments.value("--agent") ?? ""
-        let turn = Task { () async -> Result<(agent: String, document: JSONValue), SkillbusError> in
+        let printPieces = onPiece
+        let (outcome, stoppedBy) = await cancellingOnSignal {
+            () async -> Result<(agent: String, document: JSONValue), SkillbusError> in
             do throws(SkillbusError) {
                 return .success(
                     try await client.ask(
-                        message, agent: agentName, sessionID: session, timeout: .seconds(timeout), onPiece: onPiece,
+                        message, agent: agentName, sessionID: session, timeout: .seconds(timeout), onPiece: printPieces,
                         onProgress: onProgress))
             } catch {
                 return .failure(error)
             }
         }
-        let watcher = Task {
-            for await _ in signals.signals {
-                turn.cancel()
-                break
-            }
-        }
-        defer { watcher.cancel() }
         do throws(SkillbusError) {
-            let (agent, document) = try await turn.value.get()
+            let (agent, document) = try outcome.get()
             if json {
                 print(document.jsonString)
             } else {
@@ -294,7 +288,7 @@ public enum AskCommand: SkillbusCommand {
                 render(document, agent: document["agent"]?.stringValue ?? "")
             }
             printError("error: \(error.code): \(error.message)")
-            return SendCommand.exitCode(for: error.code)
+            return stoppedBy ?? SendCommand.exitCode(for: error.code)
         }
     }
 

@@ -100,3 +100,23 @@ func runUntilStopped(
     }
     return try await ServiceGroup(services: services, gracePeriod: grace, logger: logger).run(until: announced)
 }
+
+/// Runs `work` until it ends; a stop signal (SIGINT, SIGTERM) cancels it on the way. Returns its value, and
+/// the exit code the signal asks for (128 + its number: 130 for Ctrl-C, as shells expect) when one came.
+func cancellingOnSignal<Value: Sendable>(
+    _ work: @escaping @Sendable () async -> Value
+) async -> (value: Value, signalExit: Int32?) {
+    let signals = SignalWatcher()
+    let task = Task { await work() }
+    let watcher = Task { () -> Int32? in
+        for await number in signals.signals {
+            task.cancel()
+            return 128 + number
+        }
+        return nil
+    }
+    let value = await task.value
+    if task.isCancelled { return (value, await watcher.value) }
+    watcher.cancel()
+    return (value, nil)
+}

@@ -51,13 +51,13 @@ public enum SkillbusCLI {
             return 2
         }
         let rest = Array(arguments.dropFirst())
+        // -h or --help anywhere before a `--` shows the help, whatever else the line holds.
+        if rest.prefix(while: { $0 != "--" }).contains(where: { $0 == "-h" || $0 == "--help" }) {
+            print(command.spec.help)
+            return 0
+        }
         do {
-            let parsed = try command.spec.parse(rest)
-            if parsed.flag("--help") {
-                print(command.spec.help)
-                return 0
-            }
-            return try await command.run(parsed)
+            return try await command.run(try command.spec.parse(rest))
         } catch let error as UsageError {
             printError(error.description)
             return 2
@@ -124,6 +124,16 @@ enum Defaults {
         }
     }
 
+    /// How long a first contact may take: `--connect-timeout`, else 2 s; never longer than the command's
+    /// whole `timeout`. A coordinator that is not there is reported within it.
+    static func connectTimeout(
+        _ arguments: ParsedArguments, _ spec: CommandSpec, within timeout: Duration?
+    ) throws(UsageError) -> Duration {
+        let given = try arguments.double("--connect-timeout", minimum: 0.001, maximum: 3600, in: spec)
+        let connect = Duration.seconds(given ?? 2)
+        return timeout.map { min($0, connect) } ?? connect
+    }
+
     static func feed(_ arguments: ParsedArguments, _ spec: CommandSpec) throws(UsageError) -> String {
         if let flag = try arguments.endpoint("--feed", in: spec) { return flag }
         if let value = environmentFeed {
@@ -148,6 +158,8 @@ extension Logger.Level {
 
 let logLevelOption = OptionSpec("--log-level", value: "LEVEL", help: "debug, info (default), warning or error.")
 let coordinatorOption = OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus)).")
+let connectTimeoutOption = OptionSpec(
+    "--connect-timeout", value: "SECONDS", help: "How long to wait for the coordinator's first answer (default 2).")
 let feedOption = OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed)).")
 let serverKeyOption = OptionSpec(
     "--server-key", value: "FILE", help: "The coordinator's public key, or its file (else SKILLBUS_SERVER_KEY).")

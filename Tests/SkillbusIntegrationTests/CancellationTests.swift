@@ -42,7 +42,7 @@ struct CancellationTests {
             let done = try await feed.first(after: &round, within: .seconds(10)) { $0.topic == "round.done" }
             #expect(done["status"] == "error")
             cursor = max(bus, worker, round)
-            #expect(try await send.waitForExit() == 1)
+            #expect(try await send.waitForExit() == 130, "128 + SIGINT, as shells expect")
             await send.waitForOutputEnd()
             #expect(send.output.contains { $0.contains("cancelled") }, "\(send.output)")
         }

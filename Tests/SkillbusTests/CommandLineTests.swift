@@ -106,6 +106,18 @@ struct CommandLineTests {
         #expect(!SkillbusCLI.overview.contains("bench-baseline"))
     }
 
+    @Test("-h and --help show a command's help anywhere on its line, before anything else is checked or sent")
+    func helpEverywhere() async {
+        for command in SkillbusCLI.commands {
+            let name = command.spec.name
+            // `send -h` used to be a skill named -h; `agents -h` an unexpected argument.
+            for line in [[name, "-h"], [name, "--help"], [name, "no-such-thing", "-h"], [name, "--bogus", "--help"]] {
+                #expect(await SkillbusCLI.main(line) == 0, "\(line)")
+            }
+        }
+        #expect(await SkillbusCLI.main(["send", "echo", "--", "-h"]) != 0, "after --, -h is a positional")
+    }
+
     @Test(
         "endpoints are checked before any socket exists",
         arguments: [

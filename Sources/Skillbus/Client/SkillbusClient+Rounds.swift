@@ -15,35 +15,40 @@ extension SkillbusClient {
     /// when the bus's result cache holds their answer (§4.16).
     /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
     /// the document, and the batch), all of it before the document (on the client's socket thread).
+    /// A nil `timeout` sends none: the bus applies the skill's own `defaultTimeoutMs`, or its default (§3.5.6),
+    /// and the client waits for its answer as long as the bus may take (`Wire.maxTimeoutMs`).
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
-        timeout: Duration = .seconds(15), retries: Int? = nil, priority: InvocationPriority = .normal, noCache: Bool = false,
+        timeout: Duration? = .seconds(15), retries: Int? = nil, priority: InvocationPriority = .normal, noCache: Bool = false,
         onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> RoundDocument {
         let requestID = makeRequestID()
         if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
         defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
         let body = spec.body(retries: retries, priority: priority, noCache: noCache).serialized()
-        let deadline = ContinuousClock.now + timeout
+        let wait = timeout ?? .milliseconds(Wire.maxTimeoutMs)
+        let deadline = ContinuousClock.now + wait
         // Sent again (same round id) until answered: a round the bus already has is joined or answered from its
         // journal, so a restart of the coordinator costs a resend, never a second execution. Each copy carries
         // the time the caller has left, so the bus never works past the caller's deadline.
-        let request = { @Sendable (timeoutMs: Int) in
+        // Without a timeout of the caller's, every copy goes without one: the bus's deadline stands.
+        let request = { @Sendable (left: Duration) in
             RoundRequest(
-                requestID: requestID, roundID: roundID, sessionID: sessionID, timeoutMs: max(1, timeoutMs), body: body)
+                requestID: requestID, roundID: roundID, sessionID: sessionID,
+                timeoutMs: timeout == nil ? nil : max(1, Int(left / .milliseconds(1))), body: body)
         }
         let resend = PendingReplies.Resend(interval: Self.resendInterval, next: .now + Self.resendInterval) { now in
             guard now < deadline else { return nil }
-            return ClientMessage.round(request(Int((deadline - now) / .milliseconds(1)))).encoded()
+            return ClientMessage.round(request(deadline - now)).encoded()
         }
-        let first = request(Int(timeout / .milliseconds(1)))
         let answer = try await exchange(
-            .round(first), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true, resend: resend)
+            .round(request(wait)), requestID: requestID, waitFor: wait + .seconds(1), cancelsOnBus: true,
+            resend: resend)
         switch answer {
         case .round(_, _, let document):
             return try RoundDocument(parsing: document)
         case .error(_, let error): throw error
-        default: throw unreachable(after: timeout + .seconds(1))
+        default: throw unreachable(after: wait + .seconds(1))
         }
     }
 }

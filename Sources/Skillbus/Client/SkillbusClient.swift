@@ -261,6 +261,15 @@ public final class SkillbusClient: Sendable {
         idPrefix + "-" + String(nextID.add(1, ordering: .relaxed).newValue)
     }
 
+    /// Waits at most `wait` for any answer of the bus (a SKILLS listing, which every role may ask for):
+    /// a coordinator that is not there is reported within it, not after a round's whole timeout.
+    public func checkReachable(within wait: Duration) async throws(SkillbusError) {
+        let requestID = makeRequestID()
+        guard try await exchange(.listSkills(requestID: requestID), requestID: requestID, waitFor: wait) != nil else {
+            throw unreachable(after: wait)
+        }
+    }
+
     func unreachable(after wait: Duration) -> SkillbusError {
         SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
     }
