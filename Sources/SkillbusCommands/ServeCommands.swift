@@ -158,8 +158,9 @@ public enum WorkerCommand: SkillbusCommand {
         if let endpoint = try arguments.endpoint("--coordinator", in: spec) { configuration.coordinator = endpoint }
         if let endpoint = try arguments.endpoint("--feed", in: spec) { configuration.feed = endpoint }
         if let list = arguments.value("--skills") {
-            configuration.skills = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            for skill in configuration.skills where !BuiltinSkills.identifiers.contains(skill) {
+            let skills = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            configuration.skills = skills
+            for skill in skills where !BuiltinSkills.identifiers.contains(skill) {
                 throw UsageError(
                     spec,
                     "option '--skills': unknown skill '\(skill)' (known: \(BuiltinSkills.identifiers.joined(separator: ", ")))"
@@ -246,7 +247,7 @@ public enum WorkerCommand: SkillbusCommand {
     /// must be found (an error names the config key), with the config's policies applied.
     public static func skills(of configuration: WorkerConfiguration) throws -> [any AgentSkill] {
         let sandbox = try configuration.sandbox ?? DataDirectory.sandbox()
-        var skills = try BuiltinSkills.make(configuration.skills, sandbox: sandbox)
+        var skills = try BuiltinSkills.make(configuration.builtins, sandbox: sandbox)
         for spec in configuration.commands { skills.append(try CommandSkill(spec: spec, sandbox: sandbox)) }
         return try configuration.policies.apply(to: skills)
     }

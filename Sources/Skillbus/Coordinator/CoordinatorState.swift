@@ -23,56 +23,6 @@ public enum CoordinatorAction: Sendable, Equatable {
 /// (executions shared within a round). The extensions hold the paths through them: routing
 /// (CoordinatorState+Routing), membership (+Membership), listings (+Listings) and rounds (Rounds/).
 public struct CoordinatorState: Sendable {
-    public struct Settings: Sendable {
-        public var heartbeatMs = 1000
-        /// A worker is dead after this many of its heartbeat intervals without a word.
-        public var missedHeartbeats = 3
-        public var defaultTimeoutMs = 15_000
-        /// Requests that may wait for a free provider, over all skills.
-        public var queueLimit = 1024
-        /// The feed endpoint as workers should reach it; sent in WELCOME so that they can hold a replica.
-        public var feedEndpoint = ""
-        /// Single-flight within a round: an invocation identical to one the round already ran (or is
-        /// running) joins it instead of executing again.
-        public var deduplication = true
-        /// How long a finished invocation's outcome is kept for identical ones of its round.
-        public var roundRetentionMs = 600_000
-        /// Most finished outcomes kept; beyond it the oldest go first.
-        public var retainedOutcomesLimit = 100_000
-        /// Most finished ROUND documents kept for a round id sent again.
-        public var retainedRoundsLimit = 10_000
-        /// Most steps a plan may have.
-        public var planStepLimit = 1000
-        /// Most sessions whose agent the bus remembers; beyond it the least recently used is forgotten.
-        public var sessionAffinityLimit = 100_000
-        /// Most partial output the bus forwards for one invocation (bytes of parts); the rest is dropped.
-        public var maxOutputBytes = 4 << 20
-        /// Most partial output a round's document keeps, over all its invocations (bytes of parts).
-        public var maxRoundOutputBytes = 256 << 10
-        /// How long an agent may take to answer CANCEL before its skill is reported as ignoring it.
-        public var cancelGraceMs = 2000
-        /// A waiting request is promoted one priority class for each this long it waits (0: never).
-        public var priorityPromotionMs = 5000
-        /// Most of the wait queue one client connection may hold, as a fraction of `queueLimit` (at least one
-        /// request): one client's flood cannot take every slot.
-        public var clientQueueShare = 0.25
-        /// Requests per second (with a burst) that a skill, or each client connection, may have dispatched;
-        /// beyond it they wait in the queue (PROTOCOL §4.15).
-        public var rateLimits = RateLimits()
-        /// Most bytes the result cache of pure skills holds (PROTOCOL §4.16); 0 turns it off.
-        public var cacheBytesLimit = 64 << 20
-        /// Rounds go through the journal (`journal` actions, answered with `journalAnswered`).
-        public var journaled = false
-        /// How long after the start a request for a skill nobody offers waits for one (PROTOCOL §4.17).
-        public var startupGraceMs = 0
-        public init() {}
-
-        /// How many waiting requests one client may hold.
-        var clientQueueLimit: Int {
-            clientQueueShare >= 1 ? queueLimit : max(1, Int(Double(queueLimit) * clientQueueShare))
-        }
-    }
-
     public let settings: Settings
     /// Whether to build `request.*` feed events. The coordinator clears it while no watcher subscribes to
     /// them, so the hot path does not make events nobody reads.

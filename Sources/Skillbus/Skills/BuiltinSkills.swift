@@ -7,13 +7,12 @@ public enum BuiltinSkills {
         "memory.set", "memory.get", "memory.list", "memory.delete", "file.write", "text.lines",
     ]
 
-    /// Makes the named built-ins (all of them for an empty list). `sandbox` is where `file.read` may read.
+    /// Makes the named built-ins. `sandbox` is where `file.read` may read.
     public static func make(_ identifiers: [String], sandbox: String, maxFileBytes: Int = 1 << 20) throws(SkillbusError)
         -> [any AgentSkill]
     {
-        let wanted = identifiers.isEmpty ? Self.identifiers : identifiers
         var skills: [any AgentSkill] = []
-        for identifier in wanted {
+        for identifier in identifiers {
             switch identifier {
             case "echo": skills.append(EchoSkill())
             case "sleep": skills.append(SleepSkill())
