@@ -119,7 +119,7 @@ extension DocumentTests {
                 skill: "x", parameters: [:], agent: "", durationMs: 0, outcome: .failure(SkillbusError(.unknownSkill, "no")))),
         .confirmationPending(round: "r", confirmation: "c1", skill: "file.write", parameters: ["path": "a"]),
         .confirmationDone(confirmation: "c1", approved: true),
-        .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3),
+        .requestQueued(round: "r", request: "q", skill: "echo", waiting: 3, waitingFor: "rateLimit"),
         .requestDispatched(round: "r", request: "q", skill: "echo", agent: "alpha", invocation: "i1"),
         .requestDeduplicated(round: "r", request: "q", skill: "echo", finished: true),
         .requestDone(

@@ -63,6 +63,38 @@ struct RateLimitTests {
         #expect(timedOut && state.waitingCount == 0)
     }
 
+    @Test("a request a rate limit holds says so: request.queued waits for rateLimit, and the timeout names the limit")
+    func saysWhatItWaitedFor() throws {
+        var state = state(RateLimits(skills: ["echo": RateLimit(perSecond: 1, burst: 1)]))
+        let client: PeerID = [0xC1]
+        #expect(dispatched(state.handleInvoke(request("r0"), from: client, now: 0)) == 1)
+        let queued = state.handleInvoke(request("r1", timeoutMs: 50), from: client, now: 0)
+        let event = queued.compactMap { if case .publish(let event) = $0 { event } else { nil } }.first
+        #expect(event == .requestQueued(round: "", request: "r1", skill: "echo", waiting: 1, waitingFor: "rateLimit"))
+        // The agent is idle: "had no free slot" was untrue.
+        let payload = try #require(
+            state.tick(now: 60 * ms).compactMap { if case .toClient(_, .reply(let reply)) = $0 { reply.payload } else { nil } }
+                .first)
+        let error = try JSONValue(parsing: payload)
+        #expect(
+            error["message"] == "'echo' is over its rate limit (1 per second, burst 1), and it did not start within 50 ms")
+        #expect(error["details"]?["waitedFor"] == "rateLimit")
+    }
+
+    @Test("a round's invocation that waits publishes request.queued too, named by its id in the round")
+    func roundInvocationQueued() {
+        var state = state(RateLimits(skills: ["echo": RateLimit(perSecond: 1, burst: 1)]))
+        let client: PeerID = [0xC1]
+        #expect(dispatched(state.handleInvoke(request("r0"), from: client, now: 0)) == 1)
+        let body: JSONValue = ["plan": ["steps": [["id": "a", "skill": "echo", "params": [:]]]]]
+        let actions = state.handleRound(
+            RoundRequest(requestID: "q", roundID: "R", timeoutMs: 5000, body: body.serialized()), from: client, now: 0)
+        let queued = actions.contains {
+            if case .publish(.requestQueued(round: "R", request: "a", skill: "echo", _, "rateLimit")) = $0 { true } else { false }
+        }
+        #expect(queued, "\(actions)")
+    }
+
     @Test("each client connection has its own bucket: one over its rate does not hold up another")
     func clientRate() {
         var state = state(RateLimits(perClient: RateLimit(perSecond: 10, burst: 1)))

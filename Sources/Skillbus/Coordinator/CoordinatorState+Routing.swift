@@ -20,13 +20,12 @@ extension CoordinatorState {
                     request, SkillbusError(.agentLost, "the agent left before its invocation started"), agent: "",
                     executed: false, now: now)
             }
-            if free, !rateLimiter.isActive || rateLimiter.ready(request, now: now) {
-                return dispatch(request, to: target, now: now)
-            }
-            let name = workers[target]?.name ?? ""
-            if let refusal = queueRefusal(request, "agent '\(name)' is at capacity", now: now) { return refusal }
+            let limited = rateLimiter.isActive && !rateLimiter.ready(request, now: now)
+            if free, !limited { return dispatch(request, to: target, now: now) }
+            let reason = limited ? rateLimitReason(request, now: now) : "agent '\(workers[target]?.name ?? "")' is at capacity"
+            if let refusal = queueRefusal(request, reason, now: now) { return refusal }
             waiting.append(request, target: target)
-            return []
+            return queuedEvent(request, rateLimited: limited)
         }
         var candidates = workers.providers(of: request.skill)
         if !request.avoid.isEmpty {
@@ -49,17 +48,44 @@ extension CoordinatorState {
         }
         let reason =
             limited
-            ? "'\(request.skill)' is over its rate limit"
+            ? rateLimitReason(request, now: now)
             : "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity"
         if let refusal = queueRefusal(request, reason, now: now) { return refusal }
         waiting.append(request, skill: request.skill)
-        guard publishesRequestEvents, case .client = request.origin else { return [] }
+        return queuedEvent(request, rateLimited: limited)
+    }
+
+    /// `request.queued` for a client's request or a round's invocation (named by its id in the round), saying
+    /// what it waits for.
+    private func queuedEvent(_ request: Request, rateLimited: Bool) -> [CoordinatorAction] {
+        guard publishesRequestEvents, let id = eventID(of: request) else { return [] }
         return [
             .publish(
                 .requestQueued(
-                    round: request.roundText, request: request.requestText, skill: request.skill,
-                    waiting: waiting.count))
+                    round: request.roundText, request: id, skill: request.skill, waiting: waiting.count,
+                    waitingFor: rateLimited ? "rateLimit" : "capacity"))
         ]
+    }
+
+    /// How the feed names a request: a client's by its request id, a round's invocation by its id in the round;
+    /// nil for a call a turn runs itself.
+    func eventID(of request: Request) -> String? {
+        switch request.origin {
+        case .client: return request.requestText
+        case .step(let round, let index):
+            guard let run = rounds[round], run.invocations.indices.contains(index) else { return nil }
+            return run.invocations[index].id
+        case .claim: return nil
+        }
+    }
+
+    /// Which rate limit holds `request` back, in words.
+    func rateLimitReason(_ request: Request, now: UInt64) -> String {
+        switch rateLimiter.holdingBack(request, now: now) {
+        case .skill(let limit)?: "'\(request.skill)' is over its rate limit (\(limit))"
+        case .client(let limit)?: "this client is over its rate limit (\(limit))"
+        case nil: "'\(request.skill)' waits behind others for its rate limit"
+        }
     }
 
     /// Whether a rate limit lets `request` go now: a token is there, and no request of a rate-limited skill

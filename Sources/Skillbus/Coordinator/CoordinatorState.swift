@@ -255,9 +255,8 @@ public struct CoordinatorState: Sendable {
             now: now, retentionNanos: UInt64(settings.roundRetentionMs) * 1_000_000,
             limit: settings.retainedRoundsLimit)
         for (target, request) in waiting.removeTargeted(where: { $0.deadline <= now }) {
-            let error = SkillbusError(
-                .timeout, "agent '\(workers[target]?.name ?? "")' had no free slot before the deadline")
-            actions += fail(request, error, agent: "", executed: false, now: now)
+            let full = "agent '\(workers[target]?.name ?? "")' had no free slot before the deadline"
+            actions += fail(request, waitedTooLong(request, full, now: now), agent: "", executed: false, now: now)
         }
         for worker in workers.all {
             let silence = now &- worker.lastHeard
@@ -304,10 +303,21 @@ public struct CoordinatorState: Sendable {
         actions += expireGraceParked(now: now)
         if !cancelledTurnRounds.isEmpty { cancelledTurnRounds = cancelledTurnRounds.filter { $0.value > now } }
         for (skill, request) in waiting.removeExpiredBySkill(now: now) {
-            let error = SkillbusError(
-                .timeout, "no agent offering '\(skill)' had a free slot within \(request.timeoutMs) ms")
+            let full = "no agent offering '\(skill)' had a free slot within \(request.timeoutMs) ms"
+            let error = waitedTooLong(request, full, now: now)
             actions += fail(request, error, agent: "", executed: false, now: now)
         }
         return actions
+    }
+
+    /// The timeout of a request that waited in the queue past its deadline, saying what it waited for: a rate
+    /// limit holds it back although an agent may be idle; else the agents were full, as `full` says.
+    func waitedTooLong(_ request: Request, _ full: String, now: UInt64) -> SkillbusError {
+        guard rateLimiter.isActive, !rateLimiter.ready(request, now: now) else {
+            return SkillbusError(.timeout, full, details: ["waitedFor": "capacity"])
+        }
+        return SkillbusError(
+            .timeout, "\(rateLimitReason(request, now: now)), and it did not start within \(request.timeoutMs) ms",
+            details: ["waitedFor": "rateLimit"])
     }
 }

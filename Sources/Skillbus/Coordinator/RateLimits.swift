@@ -22,6 +22,14 @@ public struct RateLimits: Sendable, Equatable {
     public var isEmpty: Bool { skills.isEmpty && perClient == nil }
 }
 
+extension RateLimit: CustomStringConvertible {
+    /// `2 per second, burst 1`
+    public var description: String {
+        let rate = perSecond == perSecond.rounded() ? String(Int(perSecond)) : String(perSecond)
+        return "\(rate) per second, burst \(burst)"
+    }
+}
+
 /// A token bucket driven by `now` (monotonic nanoseconds): full at the start, one token per dispatch.
 struct TokenBucket: Sendable {
     let limit: RateLimit
@@ -78,14 +86,21 @@ struct RateLimiter: Sendable {
     func hasLimit(skill: String) -> Bool { limits.skills[skill] != nil }
 
     /// Whether `request` may be dispatched at `now`.
-    func ready(_ request: CoordinatorState.Request, now: UInt64) -> Bool {
-        if let limit = limits.skills[request.skill] {
-            guard skills[request.skill]?.hasToken(at: now) ?? (limit.burst >= 1) else { return false }
+    func ready(_ request: CoordinatorState.Request, now: UInt64) -> Bool { holdingBack(request, now: now) == nil }
+
+    /// The limit that keeps `request` from going at `now`: its skill's or its client's; nil when neither does.
+    enum Holder { case skill(RateLimit), client(RateLimit) }
+
+    func holdingBack(_ request: CoordinatorState.Request, now: UInt64) -> Holder? {
+        if let limit = limits.skills[request.skill], !(skills[request.skill]?.hasToken(at: now) ?? (limit.burst >= 1)) {
+            return .skill(limit)
         }
-        if let limit = limits.perClient, let client = request.client {
-            guard clients[client]?.hasToken(at: now) ?? (limit.burst >= 1) else { return false }
+        if let limit = limits.perClient, let client = request.client,
+            !(clients[client]?.hasToken(at: now) ?? (limit.burst >= 1))
+        {
+            return .client(limit)
         }
-        return true
+        return nil
     }
 
     /// Takes a token for a request that is dispatched.

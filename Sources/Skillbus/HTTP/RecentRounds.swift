@@ -75,7 +75,7 @@ public struct RecentRounds: Sendable {
             rounds[index].status = status.rawValue
             rounds[index].totalMs = summary.totalMs
             return rounds[index]
-        case .requestQueued(let round, let request, let skill, _):
+        case .requestQueued(let round, let request, let skill, _, _):
             return update(round, request, creating: true) { $0.skill = skill }
         case .requestDispatched(let round, let request, let skill, let agent, _):
             return update(round, request, creating: true) {

@@ -63,7 +63,7 @@ extension FeedEvent {
         case "request.queued":
             self = .requestQueued(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),
-                waiting: try field.int("waiting"))
+                waiting: try field.int("waiting"), waitingFor: try field.optionalString("waitingFor") ?? "capacity")
         case "request.dispatched":
             self = .requestDispatched(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),

@@ -19,7 +19,8 @@ public enum FeedEvent: Sendable, Equatable {
     case registrationRefused(agent: String, error: SkillbusError)
     /// An agent's store stopped taking writes (`problem`), or took them again (nil).
     case agentStorage(agent: String, problem: SkillbusError?)
-    case requestQueued(round: String, request: String, skill: String, waiting: Int)
+    /// `waitingFor`: `capacity` (no provider had a free slot) or `rateLimit` (a rate limit held it back).
+    case requestQueued(round: String, request: String, skill: String, waiting: Int, waitingFor: String)
     case requestDispatched(round: String, request: String, skill: String, agent: String, invocation: String)
     /// An invocation identical to one its round already ran (`finished`) or runs: it is not executed again.
     case requestDeduplicated(round: String, request: String, skill: String, finished: Bool)
@@ -138,10 +139,10 @@ public enum FeedEvent: Sendable, Equatable {
             return ["agent": .string(agent), "error": error.json]
         case .agentStorage(let agent, let problem):
             return ["agent": .string(agent), "problem": problem?.json ?? .null]
-        case .requestQueued(let round, let request, let skill, let waiting):
+        case .requestQueued(let round, let request, let skill, let waiting, let waitingFor):
             return [
                 "round": .string(round), "request": .string(request), "skill": .string(skill),
-                "waiting": .number(Double(waiting)),
+                "waiting": .number(Double(waiting)), "waitingFor": .string(waitingFor),
             ]
         case .requestDispatched(let round, let request, let skill, let agent, let invocation):
             return [
