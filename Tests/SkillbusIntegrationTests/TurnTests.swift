@@ -304,7 +304,7 @@ struct TurnTests {
             }
         }
         ask.signal(SIGINT)
-        #expect(try await ask.waitForExit() == 1)
+        #expect(try await ask.waitForExit() == 130, "128 + SIGINT")
         var failed = false
         var sleepCancelled = false
         while !(failed && sleepCancelled), let event = try await events.next() {
