@@ -78,6 +78,40 @@ struct RoundEngineTests {
         #expect(document?["error"]?["message"]?.stringValue?.contains(reason) == true, "\(document?["error"] ?? .null)")
     }
 
+    @Test("a plan's problems are listed at once, its steps' literal parameters checked against their skills first")
+    func everyPlanProblem() throws {
+        var state = state()
+        // Two problems of the body itself.
+        let shape: JSONValue = ["plan": ["steps": [["skill": "echo"], ["id": "b", "skill": "echo", "params": 3]]]]
+        let first = try #require(documents(state.handleRound(round(shape, id: "R1"), from: client, now: 0)).first)
+        #expect(first["error"]?["code"] == "invalid_round")
+        let message = first["error"]?["message"]?.stringValue ?? ""
+        #expect(message.contains("2 problems") && message.contains("step 1 has no string 'id'"), "\(message)")
+        #expect(message.contains("'params' must be an object"), "\(message)")
+        // A skill nobody offers and a literal parameter of the wrong name: nothing runs, both are named.
+        let steps: JSONValue = [
+            "plan": [
+                "steps": [
+                    ["id": "a", "skill": "teleport"], ["id": "b", "skill": "echo", "params": ["txt": "hi"]],
+                    ["id": "c", "skill": "echo", "params": ["text": ["$ref": "b.result.text"]]],
+                ]
+            ]
+        ]
+        let actions = state.handleRound(round(steps, id: "R2"), from: client, now: 0)
+        #expect(invocations(actions).isEmpty)
+        let second = try #require(documents(actions).first)
+        #expect(second["error"]?["code"] == "invalid_round")
+        let listed = second["error"]?["message"]?.stringValue ?? ""
+        #expect(listed.contains("2 problems") && listed.contains("no agent offers skill 'teleport'"), "\(listed)")
+        #expect(listed.contains("plan step 'b': invalid parameters for 'echo': missing required parameter 'text'"))
+        #expect(listed.contains("unknown parameter 'txt'"), "\(listed)")
+        #expect(!listed.contains("step 'c'"), "a reference is checked when it is resolved")
+        // One literal problem alone keeps its own code.
+        let one: JSONValue = ["plan": ["steps": [["id": "a", "skill": "echo", "params": ["text": 5]]]]]
+        let third = try #require(documents(state.handleRound(round(one, id: "R3"), from: client, now: 0)).first)
+        #expect(third["error"]?["code"] == "invalid_parameters")
+    }
+
     @Test("more steps than the limit are refused")
     func stepLimit() {
         var settings = CoordinatorState.Settings()

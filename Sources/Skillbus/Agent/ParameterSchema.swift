@@ -68,11 +68,27 @@ public struct ParameterSchema: Sendable, Equatable {
     /// Throws `invalid_parameters` listing every missing, mistyped and unknown field together.
     public func validate(_ parameters: [String: JSONValue], skill: String) throws(SkillbusError) -> [String: JSONValue]
     {
+        let (result, problems) = check(parameters, decidedLater: nil)
+        guard problems.isEmpty else {
+            throw SkillbusError(
+                .invalidParameters,
+                "invalid parameters for '\(skill)': " + problems.joined(separator: "; "),
+                details: .array(problems.map { .string($0) })
+            )
+        }
+        return result
+    }
+
+    /// Every problem with `parameters`, and them with defaults applied. A value `decidedLater` accepts (a
+    /// plan's reference to an earlier step) counts as present, of any type.
+    func check(
+        _ parameters: [String: JSONValue], decidedLater: ((JSONValue) -> Bool)?
+    ) -> (parameters: [String: JSONValue], problems: [String]) {
         var problems: [String] = []
         var result = parameters
         for field in fields {
             if let value = parameters[field.name] {
-                if !field.type.accepts(value) {
+                if !field.type.accepts(value), decidedLater?(value) != true {
                     problems.append("parameter '\(field.name)' must be \(field.type.rawValue), got \(value.typeName)")
                 }
             } else if field.required {
@@ -87,14 +103,7 @@ public struct ParameterSchema: Sendable, Equatable {
             let expected = fields.isEmpty ? "none" : fields.map(\.name).joined(separator: ", ")
             problems.append("unknown parameter '\(name)' (expected: \(expected))")
         }
-        guard problems.isEmpty else {
-            throw SkillbusError(
-                .invalidParameters,
-                "invalid parameters for '\(skill)': " + problems.joined(separator: "; "),
-                details: .array(problems.map { .string($0) })
-            )
-        }
-        return result
+        return (result, problems)
     }
 
     /// Problems with the schema itself (duplicate or empty names, defaults of the wrong type).

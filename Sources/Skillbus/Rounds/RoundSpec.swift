@@ -106,29 +106,44 @@ public enum RoundSpec: Sendable, Equatable {
             guard list.count <= stepLimit else {
                 throw Self.invalid("plan: \(list.count) steps is more than the limit of \(stepLimit)")
             }
+            // Every problem of every step at once, not one per attempt.
             var steps: [PlanStep] = []
+            var problems: [String] = []
             for (index, item) in list.enumerated() {
                 guard let id = item["id"]?.stringValue, !id.isEmpty else {
-                    throw Self.invalid("plan: step \(index + 1) has no string 'id'")
+                    problems.append("plan: step \(index + 1) has no string 'id'")
+                    continue
                 }
                 let what = "plan step '\(id)'"
                 var after: [String] = []
                 if let value = item["after"] {
-                    guard let names = value.arrayValue?.compactMap(\.stringValue),
-                        names.count == value.arrayValue?.count
-                    else { throw Self.invalid("\(what): 'after' must be a list of step ids") }
-                    after = names
+                    if let names = value.arrayValue?.compactMap(\.stringValue), names.count == value.arrayValue?.count {
+                        after = names
+                    } else {
+                        problems.append("\(what): 'after' must be a list of step ids")
+                    }
                 }
-                steps.append(
-                    PlanStep(
-                        id: id, skill: try skill(item["skill"], what), parameters: try parameters(item["params"], what),
-                        after: after))
+                do throws(SkillbusError) {
+                    steps.append(
+                        PlanStep(
+                            id: id, skill: try skill(item["skill"], what),
+                            parameters: try parameters(item["params"], what), after: after))
+                } catch {
+                    problems.append(error.message)
+                }
             }
             let failure = body["onFailure"]?.stringValue ?? "stop"
-            guard failure == "stop" || failure == "continue" else {
-                throw Self.invalid("plan: 'onFailure' must be stop or continue, got '\(failure)'")
+            if failure != "stop" && failure != "continue" {
+                problems.append("plan: 'onFailure' must be stop or continue, got '\(failure)'")
             }
-            try Self.checkGraph(steps)
+            if problems.isEmpty { problems = Self.graphProblems(steps) }
+            guard problems.isEmpty else {
+                throw problems.count == 1
+                    ? Self.invalid(problems[0])
+                    : SkillbusError(
+                        .invalidRound, "the plan has \(problems.count) problems: " + problems.joined(separator: "; "),
+                        details: .array(problems.map { .string($0) }))
+            }
             self = .plan(steps: steps, continueOnFailure: failure == "continue")
         default:
             throw Self.invalid("unknown round shape '\(shape)' (expected invoke, fanout or plan)")
@@ -137,23 +152,25 @@ public enum RoundSpec: Sendable, Equatable {
 
     static func invalid(_ message: String) -> SkillbusError { SkillbusError(.invalidRound, message) }
 
-    /// Duplicate ids, dependencies and references to steps that do not exist, and cycles.
-    static func checkGraph(_ steps: [PlanStep]) throws(SkillbusError) {
+    /// Duplicate ids, dependencies and references to steps that do not exist, and cycles: every one found.
+    static func graphProblems(_ steps: [PlanStep]) -> [String] {
+        var problems: [String] = []
         var ids = Set<String>()
         for step in steps where !ids.insert(step.id).inserted {
-            throw invalid("plan: step id '\(step.id)' is used twice")
+            problems.append("plan: step id '\(step.id)' is used twice")
         }
         for step in steps {
             for dependency in step.after where !ids.contains(dependency) {
-                throw invalid("plan step '\(step.id)': 'after' names '\(dependency)', which is no step of this plan")
+                problems.append("plan step '\(step.id)': 'after' names '\(dependency)', which is no step of this plan")
             }
             for reference in step.references where !ids.contains(reference.step) {
-                throw invalid(
+                problems.append(
                     "plan step '\(step.id)': reference '\(reference.text)' names step '\(reference.step)', which is no "
                         + "step of this plan")
             }
-            if step.dependencies.contains(step.id) { throw invalid("plan step '\(step.id)' depends on itself") }
+            if step.dependencies.contains(step.id) { problems.append("plan step '\(step.id)' depends on itself") }
         }
+        guard problems.isEmpty else { return problems }
         // Kahn's algorithm: whatever never becomes ready sits on a cycle.
         var remaining = Dictionary(uniqueKeysWithValues: steps.map { ($0.id, Set($0.dependencies)) })
         var progress = true
@@ -165,9 +182,9 @@ public enum RoundSpec: Sendable, Equatable {
             }
         }
         if !remaining.isEmpty {
-            throw invalid(
-                "plan: steps \(remaining.keys.sorted().joined(separator: ", ")) form a cycle or depend on one")
+            problems.append("plan: steps \(remaining.keys.sorted().joined(separator: ", ")) form a cycle or depend on one")
         }
+        return problems
     }
 }
 
