@@ -10,44 +10,6 @@ import Synchronization
 /// Once welcomed it also holds a `RegistryReplica`, so it knows what every other agent offers, and its
 /// skills can call any skill in the registry (`SkillExecutionContext.invoke`).
 public final class AgentWorker: Sendable {
-    public struct Options: Sendable {
-        public var name: String
-        public var coordinator: String
-        public var capacity: Int
-        public var heartbeatMs: Int
-        public var maxMessageBytes: Int
-        /// The coordinator's feed, for the registry replica; nil takes the one WELCOME names.
-        public var feed: String?
-        /// Where the agent keeps its context (sessions, history, memory); nil keeps none.
-        public var dataDirectory: String?
-        public var store: AgentStore.Options
-        /// Decides the agent's turns (ASK); nil: the agent takes none.
-        public var planner: (any Planner)?
-        /// Skill calls a turn may make before it fails.
-        public var turnStepLimit = 8
-        /// CURVE keys for every socket the agent opens (bus, its client connection, the feed); nil: none.
-        public var credentials: CurveCredentials?
-        /// Partial output one invocation may emit (bytes of parts); past it the invocation fails with
-        /// `output_too_large`.
-        public var maxOutputBytes = 1 << 20
-
-        public init(
-            name: String, coordinator: String, capacity: Int = 4, heartbeatMs: Int = 1000,
-            maxMessageBytes: Int = 1 << 20, feed: String? = nil, dataDirectory: String? = nil,
-            store: AgentStore.Options = AgentStore.Options(), planner: (any Planner)? = nil
-        ) {
-            self.planner = planner
-            self.name = name
-            self.coordinator = coordinator
-            self.feed = feed
-            self.capacity = capacity
-            self.heartbeatMs = heartbeatMs
-            self.maxMessageBytes = maxMessageBytes
-            self.dataDirectory = dataDirectory
-            self.store = store
-        }
-    }
-
     public let options: Options
     let logger: Logger
     let socket: SocketLoop
@@ -210,53 +172,6 @@ public final class AgentWorker: Sendable {
 
     private final class Owner: Sendable {
         let worker = Mutex(WeakWorker())
-    }
-
-    public var registration: Registration { state.withLock { registration(of: $0.skills) } }
-
-    private func registration(of skills: [String: any AgentSkill]) -> Registration {
-        Registration(
-            name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
-            skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier },
-            planner: options.planner != nil)
-    }
-
-    private func skillsMessage(_ skills: [String: any AgentSkill]) -> Multipart {
-        WorkerMessage.skills(.array(registration(of: skills).skills.map(\.json))).encoded()
-    }
-
-    /// This agent's copy of the whole registry; nil until the coordinator first welcomed it.
-    public var replica: RegistryReplica? { state.withLock { $0.replica } }
-
-    /// Offers a skill from now on (replacing one with the same identifier). The coordinator gets the new
-    /// list at once; it shows in the registry as one update.
-    public func addSkill(_ skill: any AgentSkill) {
-        changeSkills { $0[skill.identifier] = skill }
-    }
-
-    /// Stops offering a skill; invocations of it that already run finish.
-    public func removeSkill(_ identifier: String) {
-        changeSkills { $0[identifier] = nil }
-    }
-
-    /// Replaces the whole skill list (what a config reload does).
-    public func setSkills(_ skills: [any AgentSkill]) {
-        changeSkills { $0 = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first }) }
-    }
-
-    /// Changes the skills and tells the bus. The message is built and queued under the lock (`send` takes
-    /// only the outbox's own lock and never blocks), so lists reach the bus in the order the changes
-    /// happened and the last one sent is the list as it now is.
-    private func changeSkills(_ change: (inout [String: any AgentSkill]) -> Void) {
-        state.withLock { state in
-            change(&state.skills)
-            if state.registered {
-                socket.send(skillsMessage(state.skills))
-            } else {
-                // The next READY carries the new list; a WELCOME to an earlier READY is followed by SKILLS.
-                state.skillsChangedSinceReady = true
-            }
-        }
     }
 
     /// Registers, then watches the registration until `stop()` (the socket's thread sends the heartbeats).
