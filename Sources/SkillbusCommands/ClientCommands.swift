@@ -236,23 +236,7 @@ public enum SendCommand: SkillbusCommand {
                     .joined(separator: ", "))
         }
         if document.shape != "invoke" {
-            for invocation in document.invocations {
-                var line =
-                    "\(invocation.status == .ok ? "✓" : "✗") \(invocation.id) (\(invocation.skill) on "
-                    + "\(invocation.agent ?? "-"), " + String(format: "%.2f ms", invocation.durationMs) + ")"
-                if invocation.deduplicated {
-                    line += " deduplicated, reusing \(invocation.reusedFrom ?? "a running one")"
-                }
-                if invocation.status != .ok, let error = invocation.error {
-                    line += " \(invocation.status.documentName): \(error.message)"
-                }
-                if invocation.attempts.count > 1 {
-                    line += " after \(invocation.attempts.count) attempts ("
-                        + invocation.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
-                        .joined(separator: ", ") + ")"
-                }
-                printError(line)
-            }
+            for invocation in document.invocations { printError(line(for: invocation)) }
         }
         guard document.status == .ok else {
             let error = document.error ?? SkillbusError(.internalError, "the round failed without an error")
@@ -270,6 +254,30 @@ public enum SendCommand: SkillbusCommand {
         if let vote = document.vote, let votes = vote.votes { line += ", \(votes) of \(vote.of) agree" }
         line += "; \(document.summary.executions) execution(s), \(document.summary.deduplicated) deduplicated"
         printError(line)
+    }
+
+    /// One invocation of a fan-out or plan, for people: `✓ a (echo on alpha, 0.31 ms)`; one that never ran
+    /// says it was skipped and why.
+    static func line(for invocation: RoundDocument.Invocation) -> String {
+        guard invocation.status != .skipped else {
+            let reason = invocation.error?.message.replacingOccurrences(of: "skipped: ", with: "") ?? "the round stopped"
+            return "– \(invocation.id) (\(invocation.skill)) skipped: \(reason)"
+        }
+        var line =
+            "\(invocation.status == .ok ? "✓" : "✗") \(invocation.id) (\(invocation.skill) on "
+            + "\(invocation.agent ?? "-"), " + String(format: "%.2f ms", invocation.durationMs) + ")"
+        if invocation.deduplicated {
+            line += " deduplicated, reusing \(invocation.reusedFrom ?? "a running one")"
+        }
+        if invocation.status != .ok, let error = invocation.error {
+            line += " \(invocation.status.documentName): \(error.message)"
+        }
+        if invocation.attempts.count > 1 {
+            line += " after \(invocation.attempts.count) attempts ("
+                + invocation.attempts.map { "\($0.agent ?? "-") \($0.error?.code.rawValue ?? $0.status.documentName)" }
+                .joined(separator: ", ") + ")"
+        }
+        return line
     }
 
     static func exitCode(for code: SkillbusError.Code) -> Int32 {

@@ -76,13 +76,15 @@ public enum SkillsCommand: SkillbusCommand {
         for identifier in registry.skills.keys.sorted() {
             let skill = registry.skills[identifier]!
             let providers = skill.providers.map { name in "\(name) (capacity \(registry.agents[name]?.capacity ?? 0))" }
-            lines.append("\(identifier) — \(skill.descriptor.description)")
+            let description = skill.descriptor.description
+            lines.append(description.isEmpty ? identifier : "\(identifier) — \(description)")
             lines.append("    providers: \(providers.joined(separator: ", "))")
             if let ms = skill.descriptor.defaultTimeoutMs { lines.append("    default timeout: \(ms) ms") }
             for field in skill.descriptor.parameters.fields {
-                lines.append(
-                    "    \(field.name): \(field.type.rawValue), \(field.required ? "required" : "optional")"
-                        + " — \(field.description)")
+                var line = "    \(field.name): \(field.type.rawValue), \(field.required ? "required" : "optional")"
+                if let value = field.defaultValue { line += ", default \(value.jsonString)" }
+                if !field.description.isEmpty { line += " — \(field.description)" }
+                lines.append(line)
             }
         }
         return lines.joined(separator: "\n")

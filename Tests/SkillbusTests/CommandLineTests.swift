@@ -118,6 +118,30 @@ struct CommandLineTests {
         #expect(await SkillbusCLI.main(["send", "echo", "--", "-h"]) != 0, "after --, -h is a positional")
     }
 
+    @Test("a skipped plan step says skipped and why; skills shows defaults and no dangling dash")
+    func readableLines() {
+        let stopped = RoundDocument.Invocation(id: "b", skill: "echo", status: .skipped)
+        #expect(SendCommand.line(for: stopped) == "– b (echo) skipped: the round stopped")
+        let after = RoundDocument.Invocation(
+            id: "c", skill: "echo", status: .skipped,
+            error: SkillbusError(.skillFailed, "skipped: step 'a' did not succeed"))
+        #expect(SendCommand.line(for: after) == "– c (echo) skipped: step 'a' did not succeed")
+        let ok = RoundDocument.Invocation(id: "a", skill: "echo", agent: "alpha", status: .ok, durationMs: 0.5)
+        #expect(SendCommand.line(for: ok) == "✓ a (echo on alpha, 0.50 ms)")
+
+        let descriptor = SkillDescriptor(
+            identifier: "count", displayName: "Count", description: "",
+            parameters: ParameterSchema([
+                ParameterField("from", .integer, required: false, description: "Where to start", default: 5),
+                ParameterField("ms", .integer, required: false, default: 300),
+            ]))
+        let registry = Registry(agents: [Registry.Agent(name: "gamma", capacity: 2, skills: [descriptor])])
+        let text = SkillsCommand.render(registry)
+        #expect(text.hasPrefix("count\n"), "\(text)")
+        #expect(text.contains("    from: integer, optional, default 5 — Where to start"), "\(text)")
+        #expect(text.contains("    ms: integer, optional, default 300\n") || text.hasSuffix("ms: integer, optional, default 300"))
+    }
+
     @Test(
         "endpoints are checked before any socket exists",
         arguments: [
