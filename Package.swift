@@ -15,6 +15,8 @@ let package = Package(
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"])]
         ),
+        // Linux headers Swift's Glibc module lacks (epoll for the own ZMTP engine) and a line-buffered stdout.
+        .systemLibrary(name: "CLinux"),
         // SQLite from Debian's libsqlite3-dev, found through pkg-config: the agents' context stores.
         .systemLibrary(
             name: "CSQLite",
@@ -24,10 +26,10 @@ let package = Package(
         // libcurl, loaded with dlopen when the openai planner first needs it (no link, no headers): the binary
         // starts on a host without it.
         .target(name: "CCurlRuntime"),
-        .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ"]),
+        .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ", "CLinux"]),
         .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
-        .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CZeroMQ"]),
+        .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CLinux"]),
         .testTarget(name: "SkillbusTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
         .testTarget(name: "SkillbusIntegrationTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
     ],

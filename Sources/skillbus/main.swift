@@ -1,4 +1,4 @@
-import CZeroMQ
+import CLinux
 import Foundation
 import SkillbusCommands
 
