@@ -7,10 +7,11 @@ CONFIG ?= configs/local.json
 
 PREFIX ?= /usr/local
 
-# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and the
-# libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts with it (the binary
-# does not link it; the planner's tests need it); each installed only when missing (libcurl4 is libcurl4t64
-# from Debian 13 on).
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), libcurl's
+# headers (libcurl4-openssl-dev: the loader in Sources/CCurlRuntime takes its types and option numbers from
+# curl/curl.h), and the libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts
+# with it (the binary does not link it; the planner's tests need it); each installed only when missing
+# (libcurl4 is libcurl4t64 from Debian 13 on).
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
@@ -20,6 +21,10 @@ deps:
 		echo "installing libsqlite3-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsqlite3-dev pkg-config; }
+	@pkg-config --exists libcurl || { \
+		echo "installing libcurl4-openssl-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libcurl4-openssl-dev pkg-config; }
 	@{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | grep 'libcurl\.so\.4 ' >/dev/null || { \
 		echo "installing libcurl4"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -23,8 +23,8 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        // libcurl, loaded with dlopen when the openai planner first needs it (no link, no headers): the binary
-        // starts on a host without it.
+        // libcurl, loaded with dlopen when the openai planner first needs it (its header curl/curl.h at build time,
+        // from libcurl4-openssl-dev; no link): the binary starts on a host without it.
         .target(name: "CCurlRuntime"),
         .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ", "CLinux"]),
         .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
