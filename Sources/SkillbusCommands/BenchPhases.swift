@@ -35,6 +35,14 @@ struct Bench {
     static let levels = [1, 64]
     static let local = "tcp://127.0.0.1:*"
 
+    /// glibc's malloc on transparent huge pages, as deploy/skillbus-coordinator.service runs a coordinator: the
+    /// figures are a deployed coordinator's. A GLIBC_TUNABLES that names the huge-page tunable is kept as given.
+    static var hugePages: [String: String] {
+        let given = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"]
+        if given?.contains("glibc.malloc.hugetlb") == true { return [:] }
+        return ["GLIBC_TUNABLES": (given.map { $0 + ":" } ?? "") + "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1"]
+    }
+
     func note(_ text: String) { if !quiet { printError(text) } }
 
     var echoLoad: LoadGenerator { .skillbusEcho(payloadBytes: setup.payloadBytes) }
@@ -73,7 +81,7 @@ struct Bench {
             name: "\(name)-coordinator",
             arguments: ["coordinator", "--bus", Self.local, "--feed", Self.local, "--log-level", "warning"]
                 + coordinatorOptions + (keys.map { ["--config", $0.coordinatorConfig] } ?? []),
-            quiet: true)
+            environment: Self.hugePages, quiet: true)
         guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
             let feed = ready["feed"]
         else { return nil }
