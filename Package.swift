@@ -30,8 +30,18 @@ let package = Package(
         .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
         .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CLinux"]),
+        // What only the tests and the team's perf tool use: never part of the skillbus binary.
+        .target(name: "SkillbusTestSupport", dependencies: ["Skillbus", "SkillbusCommands"]),
+        // skillbus-perf, the team's benchmark (make bench): every figure the performance work tracks, measured
+        // on the skillbus it is given.
+        .target(
+            name: "SkillbusPerf",
+            dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands", "SkillbusTestSupport", "CZeroMQ"]),
+        .executableTarget(name: "skillbus-perf", dependencies: ["SkillbusPerf", "CLinux"]),
         .testTarget(name: "SkillbusTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
-        .testTarget(name: "SkillbusIntegrationTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
+        .testTarget(
+            name: "SkillbusIntegrationTests",
+            dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands", "SkillbusTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

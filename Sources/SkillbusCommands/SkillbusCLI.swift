@@ -9,7 +9,7 @@ public enum SkillbusCLI {
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
             AgentsCommand.self, TopCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
             AskCommand.self, CancelCommand.self, KeygenCommand.self,
-            UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
+            UpCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }
 
@@ -76,7 +76,8 @@ public protocol SkillbusCommand {
     static func run(_ arguments: ParsedArguments) async throws -> Int32
 }
 
-func printError(_ text: String) {
+/// A line on standard error (unbuffered, so it is not held back behind standard output).
+public func printError(_ text: String) {
     FileHandle.standardError.write(Data((text + "\n").utf8))
 }
 

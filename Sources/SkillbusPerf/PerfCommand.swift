@@ -1,13 +1,14 @@
-import CZeroMQ
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 
-/// `skillbus bench`
-public enum BenchCommand: SkillbusCommand {
+/// `skillbus-perf`: the team's benchmark (`make bench`), every figure the performance work tracks. Not part
+/// of the product: it runs the `skillbus` it is given, as `skillbus bench` runs itself.
+public enum PerfCommand {
     public static let spec = CommandSpec(
-        name: "bench",
-        abstract: "Measure echo throughput and latency against a raw ZeroMQ baseline.",
+        name: "",
+        abstract: "Measure every figure the performance work tracks, each against a baseline of the same run.",
         discussion: """
             Starts a coordinator with N workers (child processes on 127.0.0.1) and, beside it, a raw baseline:
             the same client and worker sockets through a plain ROUTER→DEALER proxy with no Skillbus logic.
@@ -26,10 +27,12 @@ public enum BenchCommand: SkillbusCommand {
             each figure, its target and whether it is met (the coordinator's and the raw proxy's CPU time are read
             from /proc during the same measurements).
             Absolute numbers depend on the machine; the ratio is the figure to compare.
+            Every process it starts runs --skillbus (by default the skillbus beside this program).
 
-            EXAMPLE: skillbus bench --workers 4 --json
+            EXAMPLE: skillbus-perf --workers 4 --json
             """,
         options: [
+            OptionSpec("--skillbus", value: "PATH", help: "The skillbus to measure (default: the one beside this program)."),
             OptionSpec("--workers", value: "N", help: "Worker processes on each side (default 4)."),
             OptionSpec("--requests", value: "N", help: "Requests per measurement: per side of each echo pair at 64 in flight (at 1 in flight at most 1000), and of each phase after (default 20000)."),
             OptionSpec("--payload-bytes", value: "N", help: "Echo payload size (default 100)."),
@@ -47,10 +50,40 @@ public enum BenchCommand: SkillbusCommand {
                 "--remembered-rounds", value: "N",
                 help: "Rounds a coordinator of its own answers and keeps before its memory is read (default 100000)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
-        ])
+        ], program: "skillbus-perf")
 
+    /// Runs the command line and returns the process exit code (2 for a usage error, as skillbus).
+    public static func main(_ arguments: [String]) async -> Int32 {
+        do {
+            let parsed = try spec.parse(arguments == ["help"] ? ["--help"] : arguments)
+            if parsed.flag("--help") {
+                print(spec.help)
+                return 0
+            }
+            return try await run(parsed)
+        } catch let error as UsageError {
+            printError(error.description)
+            return 2
+        } catch let error as SkillbusError {
+            printError("error: \(error.message)")
+            return 1
+        } catch {
+            printError("error: \(error)")
+            return 1
+        }
+    }
 
-    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+    /// The skillbus beside this program (both are built into the same folder).
+    static var besideThisProgram: String {
+        URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("skillbus").path
+    }
+
+    static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let skillbus = arguments.value("--skillbus") ?? besideThisProgram
+        guard FileManager.default.isExecutableFile(atPath: skillbus) else {
+            throw UsageError(spec, "no skillbus to run at '\(skillbus)' (build it, or name it with --skillbus)")
+        }
         let setup = BenchReport.Setup(
             workers: try arguments.int("--workers", minimum: 1, in: spec) ?? 4,
             payloadBytes: try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100,
@@ -67,7 +100,7 @@ public enum BenchCommand: SkillbusCommand {
             ?? SpeedFigures.defaultRememberedRounds
         let json = arguments.flag("--json")
 
-        let supervisor = try Supervisor()
+        let supervisor = try Supervisor(executable: skillbus)
         defer { supervisor.cleanUp() }
         let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
         bench.note(
@@ -124,22 +157,14 @@ public enum BenchCommand: SkillbusCommand {
         denominator > 0 ? (numerator / denominator * 1000).rounded() / 1000 : 0
     }
 
-    /// Runs the blocking load loop on a thread of its own, off the cooperative pool.
+    /// The load loop on a thread of its own, off the cooperative pool.
     static func measure(
         _ load: LoadGenerator, _ endpoint: String, _ context: ZMQContext, requests: Int, inFlight: Int,
         credentials: CurveCredentials? = nil, timeLimit: Duration = .seconds(60)
     ) async throws -> LoadReport {
-        try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(
-                    with: Result {
-                        try load.run(
-                            endpoint: endpoint, context: context, requests: requests, inFlight: inFlight,
-                            timeLimit: timeLimit, credentials: credentials)
-                    })
-            }
-            thread.start()
-        }
+        try await load.measure(
+            endpoint: endpoint, context: context, requests: requests, inFlight: inFlight, timeLimit: timeLimit,
+            credentials: credentials)
     }
 
     /// A process's resident memory in MB (VmRSS; 0 when it cannot be read).
@@ -177,26 +202,5 @@ public enum BenchCommand: SkillbusCommand {
             }
             try? await Task.sleep(for: .milliseconds(100))
         }
-    }
-
-    /// Asks the bus until `count` agents offer `skill` (and `agent` among them, when named), for at most 30 s.
-    static func waitForProviders(
-        bus: String, skill: String, count: Int, agent: String? = nil, context: ZMQContext,
-        credentials: CurveCredentials? = nil
-    ) async -> Bool {
-        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context, credentials: credentials)
-        else { return false }
-        defer { client.close() }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if let catalog = try? await client.skills(timeout: .seconds(2)),
-                let entry = catalog.skills.first(where: { $0.descriptor.identifier == skill }),
-                entry.providers.count >= count, agent.map({ name in entry.providers.contains { $0.agent == name } }) ?? true
-            {
-                return true
-            }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
-        return false
     }
 }
