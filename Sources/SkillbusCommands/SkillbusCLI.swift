@@ -9,7 +9,7 @@ public enum SkillbusCLI {
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
             AgentsCommand.self, TopCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
             AskCommand.self, CancelCommand.self, KeygenCommand.self,
-            UpCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
+            UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }
 
