@@ -7,10 +7,11 @@ CONFIG ?= configs/local.json
 
 PREFIX ?= /usr/local
 
-# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), and the
-# libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts with it (the binary
-# does not link it; the planner's tests need it); each installed only when missing (libcurl4 is libcurl4t64
-# from Debian 13 on).
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), libcurl's
+# headers (libcurl4-openssl-dev: the loader in Sources/CCurlRuntime takes its types and option numbers from
+# curl/curl.h), and the libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts
+# with it (the binary does not link it; the planner's tests need it); each installed only when missing
+# (libcurl4 is libcurl4t64 from Debian 13 on).
 deps:
 	@pkg-config --exists libzmq || { \
 		echo "installing libzmq3-dev"; \
@@ -20,6 +21,10 @@ deps:
 		echo "installing libsqlite3-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsqlite3-dev pkg-config; }
+	@pkg-config --exists libcurl || { \
+		echo "installing libcurl4-openssl-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libcurl4-openssl-dev pkg-config; }
 	@{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | grep 'libcurl\.so\.4 ' >/dev/null || { \
 		echo "installing libcurl4"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -63,10 +68,10 @@ release: deps
 up: release
 	.build/release/skillbus up --config $(CONFIG)
 
-# Every test: unit tests and integration tests with real processes on 127.0.0.1 (the full bench
+# Every test: unit tests and integration tests with real processes on 127.0.0.1 (skillbus-perf's full
 # figures only in `make bench-test`), then the Python package's tests and the fault suite's short form
 # (two seconds of each fault; the probe's p99 is printed, not checked).
-# The integration tests run the built `skillbus`, so build it first. The unit tests run in parallel; the
+# The integration tests run the built `skillbus` and `skillbus-perf`, so build them first. The unit tests run in parallel; the
 # integration tests one at a time, since each starts its own processes and two cores shared by dozens of
 # them turn waits for events into timeouts.
 test: test-deps
@@ -100,11 +105,15 @@ faults: test-deps
 	$(PYTHON) Tests/faults/fault_suite.py --binary .build/debug/skillbus
 	$(SWIFT) test --filter JournalClusterTests
 
+# The team's benchmark: skillbus-perf (a tool of its own, not part of the product) measures every figure the
+# performance work tracks on the release skillbus, which it starts as coordinators and workers. Built like
+# `release`, so both share one build.
 bench: release
-	.build/release/skillbus bench --workers 4
+	$(SWIFT) build -c release --static-swift-stdlib $(RELEASE_TOOLSET) --product skillbus-perf
+	.build/release/skillbus-perf --skillbus .build/release/skillbus --workers 4
 
-# The full-figure bench test (about ten seconds), left out of `make test`, which runs a small bench
-# smoke test instead.
+# The test of skillbus-perf's full figures (about ten seconds), left out of `make test`, which runs a small
+# smoke test of it instead. `swift build` builds skillbus-perf beside skillbus.
 bench-test: deps
 	$(SWIFT) build
 	SKILLBUS_BENCH_TESTS=1 $(SWIFT) test --filter benchReports

@@ -15,21 +15,33 @@ let package = Package(
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"])]
         ),
+        // Linux headers Swift's Glibc module lacks (epoll for the own ZMTP engine) and a line-buffered stdout.
+        .systemLibrary(name: "CLinux"),
         // SQLite from Debian's libsqlite3-dev, found through pkg-config: the agents' context stores.
         .systemLibrary(
             name: "CSQLite",
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        // libcurl, loaded with dlopen when the openai planner first needs it (no link, no headers): the binary
-        // starts on a host without it.
+        // libcurl, loaded with dlopen when the openai planner first needs it (its header curl/curl.h at build time,
+        // from libcurl4-openssl-dev; no link): the binary starts on a host without it.
         .target(name: "CCurlRuntime"),
-        .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ"]),
+        .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ", "CLinux"]),
         .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
-        .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CZeroMQ"]),
+        .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CLinux"]),
+        // What only the tests and the team's perf tool use: never part of the skillbus binary.
+        .target(name: "SkillbusTestSupport", dependencies: ["Skillbus", "SkillbusCommands"]),
+        // skillbus-perf, the team's benchmark (make bench): every figure the performance work tracks, measured
+        // on the skillbus it is given.
+        .target(
+            name: "SkillbusPerf",
+            dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands", "SkillbusTestSupport", "CZeroMQ"]),
+        .executableTarget(name: "skillbus-perf", dependencies: ["SkillbusPerf", "CLinux"]),
         .testTarget(name: "SkillbusTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
-        .testTarget(name: "SkillbusIntegrationTests", dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands"]),
+        .testTarget(
+            name: "SkillbusIntegrationTests",
+            dependencies: ["Skillbus", "SkillbusZMQ", "SkillbusCommands", "SkillbusTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

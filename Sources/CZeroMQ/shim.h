@@ -1,13 +1,4 @@
 #ifndef SKILLBUS_CZEROMQ_SHIM_H
 #define SKILLBUS_CZEROMQ_SHIM_H
-#include <stdio.h>
 #include <zmq.h>
-/* ZMTPRouter.swift speaks ZMTP on its own sockets: epoll, and TCP_NODELAY. */
-#include <sys/epoll.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
-
-/* Swift 6 refuses to touch C's global `stdout`; this makes it line-buffered from C instead,
-   so that output into pipes (skillbus up, feeds read by scripts) is live. */
-static inline void skillbus_line_buffer_stdout(void) { setvbuf(stdout, NULL, _IOLBF, 0); }
 #endif

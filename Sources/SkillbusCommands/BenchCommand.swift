@@ -1,202 +1,138 @@
-import CZeroMQ
 import Foundation
 import Skillbus
 import SkillbusZMQ
 
-/// `skillbus bench`
+/// `skillbus bench`: what Skillbus costs on this machine, against a plain ZeroMQ proxy, as `redis-benchmark`
+/// or `nats bench` measure theirs. The team's full figures are `skillbus-perf`'s (`make bench`).
 public enum BenchCommand: SkillbusCommand {
     public static let spec = CommandSpec(
         name: "bench",
-        abstract: "Measure echo throughput and latency against a raw ZeroMQ baseline.",
+        abstract: "Measure throughput and latency on this machine against a plain ZeroMQ proxy.",
         discussion: """
-            Starts a coordinator with N workers (child processes on 127.0.0.1) and, beside it, a raw baseline:
-            the same client and worker sockets through a plain ROUTER→DEALER proxy with no Skillbus logic.
-            Measures each at 1 and at 64 requests in flight in five pairs of alternating order, and prints both
-            and the medians of the pairs' ratios.
-            Its echo workers arm retries (idempotent, a retry policy with an attempt timeout); a third coordinator
-            whose workers give echo no policy measures what that costs, in alternation, as a ratio. A fourth, whose
-            echo is pure with a cache lifetime, measures the cache's miss path against the main one, and rounds
-            with priorities are measured against rounds without, both as ratios of the same run.
-            A fifth serves the operator HTTP endpoint (--http) while a watcher scrapes /metrics every 100 ms and
-            reads /events: its throughput against the main one's is what the endpoint costs the bus.
-            A sixth keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation.
-            A seventh, whose limits keep every round it answers, is read for resident memory when its workers have
-            registered and after --remembered-rounds rounds of one text; an eighth after as many rounds whose texts
-            all differ. The run ends with the rows of issue 14's speed targets:
-            each figure, its target and whether it is met (the coordinator's and the raw proxy's CPU time are read
-            from /proc during the same measurements).
-            Absolute numbers depend on the machine; the ratio is the figure to compare.
+            Starts a coordinator with N echo workers and, beside it, the baseline: the same client and worker
+            sockets through a plain ZeroMQ ROUTER→DEALER proxy, with no Skillbus logic. All are child processes
+            on 127.0.0.1, stopped when the run ends; they inherit its environment (GLIBC_TUNABLES, say, as
+            deploy/skillbus-coordinator.service sets it).
+            It sends echo requests to both at 1 and at 64 in flight, in five pairs whose order alternates (a
+            machine that gets busier or quieter weighs on both), then whole rounds at 16 in flight: rounds of one
+            invocation, and fan-out rounds that invoke echo on every worker.
+            The ratios (skillbus / baseline, the medians of the pairs) are the figures to compare between
+            machines; the absolute figures depend on this one. Exit status 1 when any request failed.
 
-            EXAMPLE: skillbus bench --workers 4 --json
+            EXAMPLE: skillbus bench
+                     skillbus bench --workers 2 --requests 5000 --json
             """,
         options: [
             OptionSpec("--workers", value: "N", help: "Worker processes on each side (default 4)."),
-            OptionSpec("--requests", value: "N", help: "Requests per measurement: per side of each echo pair at 64 in flight (at 1 in flight at most 1000), and of each phase after (default 20000)."),
-            OptionSpec("--payload-bytes", value: "N", help: "Echo payload size (default 100)."),
-            OptionSpec("--capacity", value: "N", help: "Capacity of each Skillbus worker (default 32)."),
             OptionSpec(
-                "--registry-agents", value: "N", help: "Registry-only agents for the registry figures (default 100)."),
-            OptionSpec("--skills-per-agent", value: "N", help: "Skills each of them offers (default 100)."),
-            OptionSpec("--snapshot-runs", value: "N", help: "New replicas timed (default 5)."),
-            OptionSpec("--kill-runs", value: "N", help: "Workers killed with kill -9 and timed (default 3)."),
-            OptionSpec("--store-sessions", value: "N", help: "Sessions in the large agent store (default 1000)."),
+                "--requests", value: "N",
+                help: "Echo requests per side of each pair at 64 in flight (at 1 in flight at most 1000; "
+                    + "rounds at most 5000) (default 20000)."),
+            OptionSpec("--payload-bytes", value: "N", help: "Echo text size (default 100)."),
             OptionSpec(
-                "--store-messages", value: "N",
-                help: "Messages per session in it, besides one of 1,000 (default 99: about 100,000 in all)."),
-            OptionSpec(
-                "--remembered-rounds", value: "N",
-                help: "Rounds a coordinator of its own answers and keeps before its memory is read (default 100000)."),
+                "--capacity", value: "N",
+                help: "Capacity of each Skillbus worker (default 32: requests wait for the bus, not for a worker)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
-
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
-        let setup = BenchReport.Setup(
-            workers: try arguments.int("--workers", minimum: 1, in: spec) ?? 4,
-            payloadBytes: try arguments.int("--payload-bytes", minimum: 1, in: spec) ?? 100,
-            requests: try arguments.int("--requests", minimum: 10, in: spec) ?? 20_000,
-            capacity: try arguments.int("--capacity", minimum: 1, in: spec) ?? 32)
-        let registryAgents = try arguments.int("--registry-agents", minimum: 1, maximum: 10_000, in: spec) ?? 100
-        let skillsPerAgent = try arguments.int("--skills-per-agent", minimum: 1, maximum: 10_000, in: spec) ?? 100
-        let snapshotRuns = try arguments.int("--snapshot-runs", minimum: 1, maximum: 1000, in: spec) ?? 5
-        let killRuns = try arguments.int("--kill-runs", minimum: 0, maximum: 100, in: spec) ?? 3
-        let contextSessions = try arguments.int("--store-sessions", minimum: 1, maximum: 100_000, in: spec) ?? 1000
-        let contextMessages = try arguments.int("--store-messages", minimum: 1, maximum: 10_000, in: spec) ?? 99
-        let rememberedRounds =
-            try arguments.int("--remembered-rounds", minimum: 1, maximum: 1_000_000, in: spec)
-            ?? SpeedFigures.defaultRememberedRounds
+        let setup = BenchRun.Setup(
+            workers: try arguments.int("--workers", minimum: 1, maximum: 64, in: spec) ?? 4,
+            requests: try arguments.int("--requests", minimum: 10, maximum: 10_000_000, in: spec) ?? 20_000,
+            payloadBytes: try arguments.int("--payload-bytes", minimum: 1, maximum: 1 << 20, in: spec) ?? 100,
+            capacity: try arguments.int("--capacity", minimum: 1, maximum: 100_000, in: spec) ?? 32)
         let json = arguments.flag("--json")
-
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
-        let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
-        bench.note(
-            "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache, a fifth serving HTTP, a sixth with a journal…")
-        guard let main = await bench.startCluster(name: "main"),
-            let plain = await bench.startCluster(name: "nodedup", coordinatorOptions: ["--no-dedup"]),
-            let unarmed = await bench.startCluster(name: "noretry", workerOptions: Bench.plainEcho),
-            let cached = await bench.startCluster(name: "cache", workerOptions: Bench.cachedEcho),
-            let watched = await bench.startCluster(name: "http", coordinatorOptions: ["--http", "127.0.0.1:0"]),
-            let journaled = await bench.startCluster(
-                name: "journal", coordinatorOptions: ["--data-dir", supervisor.directory + "/journal-coordinator"])
+        let bench = BenchRun(setup: setup, context: try ZMQContext(), quiet: json)
+        bench.note("starting a coordinator with \(setup.workers) echo worker(s), and the baseline proxy with as many…")
+        let capacity = String(setup.capacity)
+        guard
+            let cluster = await BenchCluster.start(
+                supervisor, name: "bench", workers: setup.workers,
+                workerArguments: { _ in ["--skills", "echo", "--capacity", capacity] }, context: bench.context)
         else {
-            printError("error: a coordinator or its workers did not start within 30 s")
+            printError("error: the coordinator or its workers did not start within 30 s")
             await supervisor.stopAll()
             return 1
         }
-        bench.note("starting the baseline proxy and \(setup.workers) raw worker(s)…")
-        guard let raw = await bench.startBaseline() else {
-            printError("error: the baseline proxy did not start")
+        guard let baseline = await BenchBaseline.start(supervisor, workers: setup.workers) else {
+            printError("error: the baseline proxy did not start within 20 s")
             await supervisor.stopAll()
             return 1
         }
-        var speed = SpeedFigures()
-        let echo = try await bench.echo(main: main, baseline: raw)
-        speed.echoCPU = echo.cpu
-        let deduplication = try await bench.deduplicationCost(with: main, without: plain)
-        let retries = try await bench.retryCost(armed: main, plain: unarmed)
-        let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
-        let http = try await bench.httpCost(main: main, http: watched)
-        let journal = try await bench.journalCost(memory: main, journaled: journaled)
-        let rounds: BenchReport.Rounds
-        (rounds, speed.fanout) = try await bench.rounds(main: main)
-        speed.memory = try await bench.rememberedRoundsMemory(rounds: rememberedRounds)
-        let contextFigures = try await bench.context(
-            main, sessions: contextSessions, messagesPerSession: contextMessages)
-        let turns = try await bench.turns(main)
-        let curve = try await bench.curve(plain: main)
-        let output = try await bench.output(bus: main.bus)
-        let registry = try await bench.registry(
-            main, agents: registryAgents, skillsPerAgent: skillsPerAgent, snapshotRuns: snapshotRuns,
-            killRuns: killRuns)
+        let echo = try await bench.echo(bus: cluster.bus, baseline: baseline.frontend)
+        let rounds = try await bench.rounds(bus: cluster.bus)
         await supervisor.stopAll()
 
-        let report = BenchReport(
-            setup: setup, skillbus: echo.skillbus, baseline: echo.baseline, echoPairRatios: echo.pairRatios,
-            deduplication: deduplication, rounds: rounds,
-            registry: registry, context: contextFigures, turns: turns, output: output, retries: retries,
-            curve: curve, priorityCache: priorityCache, http: http, journal: journal, speed: speed)
-        if json { print(report.json.jsonString) } else { report.printText() }
-        return report.failures == 0 ? 0 : 1
+        let results = BenchResults(setup: setup, echo: echo, rounds: rounds)
+        if json { print(results.json.jsonString) } else { results.printText() }
+        return results.failures == 0 ? 0 : 1
+    }
+}
+
+/// The measurements of one `skillbus bench` run.
+struct BenchRun {
+    struct Setup {
+        var workers: Int
+        var requests: Int
+        var payloadBytes: Int
+        var capacity: Int
     }
 
-    static func ratio(_ numerator: Double, _ denominator: Double) -> Double {
-        denominator > 0 ? (numerator / denominator * 1000).rounded() / 1000 : 0
+    let setup: Setup
+    let context: ZMQContext
+    /// With `--json`, progress notes stay off standard error.
+    let quiet: Bool
+
+    static let levels = [1, 64]
+    static let pairs = 5
+    static let roundsInFlight = 16
+
+    func note(_ text: String) { if !quiet { printError(text) } }
+
+    func measure(_ load: LoadGenerator, _ endpoint: String, requests: Int, inFlight: Int) async throws -> LoadReport {
+        try await load.measure(endpoint: endpoint, context: context, requests: requests, inFlight: inFlight)
     }
 
-    /// Runs the blocking load loop on a thread of its own, off the cooperative pool.
-    static func measure(
-        _ load: LoadGenerator, _ endpoint: String, _ context: ZMQContext, requests: Int, inFlight: Int,
-        credentials: CurveCredentials? = nil, timeLimit: Duration = .seconds(60)
-    ) async throws -> LoadReport {
-        try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread {
-                continuation.resume(
-                    with: Result {
-                        try load.run(
-                            endpoint: endpoint, context: context, requests: requests, inFlight: inFlight,
-                            timeLimit: timeLimit, credentials: credentials)
-                    })
+    /// Echo on the bus and on the baseline at each level, in pairs whose order alternates (the bus first, then
+    /// the baseline first, ...). Each side's figures merge its runs; each ratio is the median of the pairs'.
+    func echo(bus: String, baseline: String) async throws -> [Int: BenchResults.EchoLevel] {
+        let ours = LoadGenerator.skillbusEcho(payloadBytes: setup.payloadBytes)
+        let theirs = LoadGenerator.rawEcho(payloadBytes: setup.payloadBytes)
+        // Warm both paths (and let every raw worker connect) before measuring anything.
+        _ = try await measure(ours, bus, requests: min(2000, setup.requests), inFlight: 64)
+        _ = try await measure(theirs, baseline, requests: min(2000, setup.requests), inFlight: 64)
+        var levels: [Int: BenchResults.EchoLevel] = [:]
+        for level in Self.levels {
+            // At 1 in flight each request waits for a whole round trip: 1,000 are plenty.
+            let count = level == 1 ? min(setup.requests, 1000) : setup.requests
+            note("echo: \(Self.pairs) pairs of \(count) requests at \(level) in flight…")
+            var pairs: [(skillbus: LoadReport, baseline: LoadReport)] = []
+            for pair in 0..<Self.pairs {
+                if pair % 2 == 0 {
+                    let first = try await measure(ours, bus, requests: count, inFlight: level)
+                    pairs.append((first, try await measure(theirs, baseline, requests: count, inFlight: level)))
+                } else {
+                    let first = try await measure(theirs, baseline, requests: count, inFlight: level)
+                    pairs.append((try await measure(ours, bus, requests: count, inFlight: level), first))
+                }
             }
-            thread.start()
+            levels[level] = BenchResults.EchoLevel(pairs: pairs)
         }
+        return levels
     }
 
-    /// A process's resident memory in MB (VmRSS; 0 when it cannot be read).
-    static func residentMB(_ pid: Int32?) -> Double {
-        guard let pid, let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-            let kilobytes = line.split(whereSeparator: \.isWhitespace).dropFirst().first.flatMap({ Double($0) })
-        else { return 0 }
-        return kilobytes / 1024
-    }
-
-    /// CPU seconds that all threads of a process have run so far (0 when it cannot be read).
-    static func cpuSeconds(_ pid: Int32?) -> Double {
-        // The scheduler's own runtime of every thread (the first field of schedstat, in nanoseconds): exact,
-        // where /proc/PID/stat's ticks only sample which process happened to run at each tick.
-        guard let pid, let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
-        else { return 0 }
-        let nanos = threads.reduce(0) { total, thread in
-            let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/schedstat", encoding: .utf8)
-            return total + (stat?.split(separator: " ").first.flatMap { Int($0) } ?? 0)
-        }
-        return Double(nanos) / 1e9
-    }
-
-    /// Asks the bus until every worker's replica reports the bus's registry position, for at most 30 s.
-    static func waitForReplicasInSync(bus: String, context: ZMQContext) async {
-        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context) else { return }
-        defer { client.close() }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if let agents = try? await client.agents(timeout: .seconds(2))["agents"]?.arrayValue,
-                agents.allSatisfy({ $0["registry"] == .null || $0["registryInSync"] == true })
-            {
-                return
-            }
-            try? await Task.sleep(for: .milliseconds(100))
-        }
-    }
-
-    /// Asks the bus until `count` agents offer `skill` (and `agent` among them, when named), for at most 30 s.
-    static func waitForProviders(
-        bus: String, skill: String, count: Int, agent: String? = nil, context: ZMQContext,
-        credentials: CurveCredentials? = nil
-    ) async -> Bool {
-        guard let client = try? await SkillbusClient.connect(endpoint: bus, context: context, credentials: credentials)
-        else { return false }
-        defer { client.close() }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while ContinuousClock.now < deadline {
-            if let catalog = try? await client.skills(timeout: .seconds(2)),
-                let entry = catalog.skills.first(where: { $0.descriptor.identifier == skill }),
-                entry.providers.count >= count, agent.map({ name in entry.providers.contains { $0.agent == name } }) ?? true
-            {
-                return true
-            }
-            try? await Task.sleep(for: .milliseconds(50))
-        }
-        return false
+    /// Rounds of one echo invocation, and fan-out rounds that invoke echo on every worker.
+    func rounds(bus: String) async throws -> BenchResults.Rounds {
+        let count = min(setup.requests, 5000)
+        note("rounds: \(count) of one invocation, then \(count) fan-outs to \(setup.workers) worker(s)…")
+        let single = try await measure(
+            .rounds(.invoke(skill: "echo", parameters: ["text": "x"])), bus, requests: count,
+            inFlight: Self.roundsInFlight)
+        let fanout = try await measure(
+            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)), bus,
+            requests: count, inFlight: Self.roundsInFlight)
+        return BenchResults.Rounds(single: single, fanout: fanout, agents: setup.workers)
     }
 }

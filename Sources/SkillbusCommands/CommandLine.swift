@@ -25,11 +25,14 @@ public struct CommandSpec: Sendable {
     public var positionals: String
     public var options: [OptionSpec]
     public var hidden = false
+    /// The program the usage line starts with: `skillbus`, or a tool of its own (whose `name` is then empty).
+    public var program = "skillbus"
 
     public init(
         name: String, abstract: String, discussion: String, positionals: String = "", options: [OptionSpec],
-        hidden: Bool = false
+        hidden: Bool = false, program: String = "skillbus"
     ) {
+        self.program = program
         self.name = name
         self.abstract = abstract
         self.discussion = discussion
@@ -42,7 +45,8 @@ public struct CommandSpec: Sendable {
         let options = self.options.filter { $0.name != "--help" }.map { option in
             "[\(option.name)\(option.valueName.map { " \($0)" } ?? "")]"
         }
-        return (["skillbus", name] + (positionals.isEmpty ? [] : [positionals]) + options).joined(separator: " ")
+        return ([program] + (name.isEmpty ? [] : [name]) + (positionals.isEmpty ? [] : [positionals]) + options)
+            .joined(separator: " ")
     }
 
     public var help: String {
@@ -121,18 +125,22 @@ public struct ParsedArguments: Sendable {
 public struct UsageError: Error, Sendable, CustomStringConvertible {
     public let message: String
     public let usage: String
+    public let program: String
 
     public init(_ spec: CommandSpec, _ message: String) {
         self.message = message
         self.usage = spec.usage
+        self.program = spec.program
     }
 
-    public var description: String { "error: \(message)\nusage: \(usage)\nSee 'skillbus help' for more." }
+    public var description: String { "error: \(message)\nusage: \(usage)\nSee '\(program) help' for more." }
 }
 
 extension ParsedArguments {
     /// An integer option, checked against a lower bound, with the option named in the error.
-    func int(_ name: String, minimum: Int, maximum: Int = 1 << 40, in spec: CommandSpec) throws(UsageError) -> Int? {
+    public func int(_ name: String, minimum: Int, maximum: Int = 1 << 40, in spec: CommandSpec) throws(UsageError)
+        -> Int?
+    {
         guard let text = value(name) else { return nil }
         guard let number = Int(text), (minimum...maximum).contains(number) else {
             throw UsageError(spec, "option '\(name)' must be an integer from \(minimum) to \(maximum), got '\(text)'")

@@ -6,9 +6,12 @@ import Synchronization
 /// FileHandle's `readabilityHandler` is a dispatch source on the descriptor; on Linux, closing the pipe
 /// while that source is being cancelled can crash the process. A plain blocking `read` on a dedicated
 /// thread has no such race, and it owns the pipe until the writer closes it.
+///
+/// It ships because `up` and `bench` read their children's output through `run`; the tests' process
+/// harness spawns through the same `run`, so that one lock serializes every spawn of a process.
 public enum LineReader {
     /// Calls `onLine` for each line (without its newline, a final unterminated line included), then `onEnd`.
-    public static func start(
+    private static func start(
         _ pipe: Pipe, name: String,
         onLine: @escaping @Sendable (String) -> Void,
         onEnd: @escaping @Sendable () -> Void = {}

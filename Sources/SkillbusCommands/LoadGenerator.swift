@@ -25,7 +25,7 @@ public struct LoadReport: Sendable {
 
     /// Several runs as one: their requests, time and latencies together, and the client's CPU per request
     /// over all of them.
-    static func merged(_ runs: [LoadReport]) -> LoadReport {
+    public static func merged(_ runs: [LoadReport]) -> LoadReport {
         let completed = runs.reduce(0) { $0 + $1.completed }
         var report = LoadReport(
             completed: completed, failed: runs.reduce(0) { $0 + $1.failed }, seconds: runs.reduce(0) { $0 + $1.seconds },
@@ -50,7 +50,8 @@ public struct LoadReport: Sendable {
 
 /// Drives a DEALER with a fixed number of requests in flight, on its own thread, and times each one.
 /// The same generator measures Skillbus and the raw ZeroMQ baseline, so the two differ only in what
-/// sits between the sockets.
+/// sits between the sockets. `skillbus bench` needs it, so it ships; the shapes only the tests and the
+/// team's perf tool send are in SkillbusTestSupport.
 public struct LoadGenerator: Sendable {
     /// Builds request number `id`; the reply must let `replyID` recover that number.
     public var makeRequest: @Sendable (UInt64) -> Multipart
@@ -72,28 +73,6 @@ public struct LoadGenerator: Sendable {
         return skillbus(session: session) { _ in ("echo", parameters) }
     }
 
-    /// `echo` as `skillbusEcho` sends it, but every text different (the request's number, then `x` up to
-    /// `payloadBytes`), so that no two rounds share their parameters or their outcome.
-    public static func skillbusDistinctEcho(payloadBytes: Int) -> LoadGenerator {
-        let filler = String(repeating: "x", count: payloadBytes)
-        return skillbus(session: "") { id in
-            let number = String(id) + "-"
-            let text = number + filler.dropFirst(min(number.count, filler.count))
-            return ("echo", JSONValue.object(["text": .string(text)]).serialized())
-        }
-    }
-
-    /// `memory.set` of a `payloadBytes` text, then `memory.get` of the same key, in turn (over 1,000 keys).
-    public static func skillbusMemory(payloadBytes: Int, session: String) -> LoadGenerator {
-        let value = JSONValue.string(String(repeating: "x", count: payloadBytes))
-        return skillbus(session: session) { id in
-            let key = JSONValue.string("k" + String(id / 2 % 1000))
-            return id % 2 == 0
-                ? ("memory.set", JSONValue.object(["key": key, "value": value]).serialized())
-                : ("memory.get", JSONValue.object(["key": key]).serialized())
-        }
-    }
-
     /// Round ids no request of this process used before: a random prefix and a count. A reused one would be
     /// answered from the round's earlier outcome.
     private static let roundPrefix = "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36) + "-"
@@ -101,7 +80,9 @@ public struct LoadGenerator: Sendable {
 
     /// REQUESTs of whatever skill and parameters `request` gives for each number, each in a round of its own.
     /// Replies are read as a client of the library reads them (`BusToClientMessage.decode`: a REPLY in place).
-    static func skillbus(session: String, _ request: @escaping @Sendable (UInt64) -> (String, [UInt8])) -> LoadGenerator {
+    public static func skillbus(
+        session: String, _ request: @escaping @Sendable (UInt64) -> (String, [UInt8])
+    ) -> LoadGenerator {
         LoadGenerator(
             makeRequest: { id in
                 let (skill, parameters) = request(id)
@@ -116,24 +97,6 @@ public struct LoadGenerator: Sendable {
                 guard case .reply(let reply)? = try? BusToClientMessage.decode(frames), let id = UInt64(reply.requestID)
                 else { return nil }
                 return (id, reply.status == .ok)
-            })
-    }
-
-    /// Turns (ASK) with `message`, each in a round of its own; a reply counts as ok when the turn ended ok.
-    public static func turns(_ message: String, agent: String) -> LoadGenerator {
-        LoadGenerator(
-            makeRequest: { id in
-                ClientMessage.ask(
-                    AskRequest(
-                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        agent: agent, timeoutMs: 15_000, message: message)
-                ).encoded()
-            },
-            replyID: { frames in
-                guard let message = Wire.busMessageFields(frames), message.count == 6, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
-                    return nil
-                }
-                return (id, message[4] == Array("ok".utf8))
             })
     }
 
@@ -221,6 +184,18 @@ public struct LoadGenerator: Sendable {
         latencies.sort()
         report.latencies = latencies
         return report
+    }
+
+    /// `run` on a thread of its own, off the cooperative pool.
+    public func measure(
+        endpoint: String, context: ZMQContext, requests: Int, inFlight: Int, timeLimit: Duration = .seconds(60),
+        credentials: CurveCredentials? = nil
+    ) async throws -> LoadReport {
+        try await OwnThread.run {
+            try run(
+                endpoint: endpoint, context: context, requests: requests, inFlight: inFlight, timeLimit: timeLimit,
+                credentials: credentials)
+        }
     }
 
     private static func threadCPUNanos() -> UInt64 {

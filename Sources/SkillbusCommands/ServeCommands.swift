@@ -11,8 +11,8 @@ public enum CoordinatorCommand: SkillbusCommand {
             Binds a ROUTER (the bus) for clients and workers and an XPUB (the feed) for watchers, then serves
             until SIGINT or SIGTERM. Prints one line 'skillbus coordinator ready: bus=… feed=…' on standard
             output once both are bound (with real ports when an endpoint ends in ':*').
-            At start it restarts itself once (same process id) with glibc's malloc set to use transparent huge
-            pages, which keeps remembered rounds cheap to reach; GLIBC_TUNABLES=glibc.malloc.hugetlb=0 opts out.
+            deploy/skillbus-coordinator.service runs it with glibc's malloc on transparent huge pages
+            (GLIBC_TUNABLES), which keeps remembered rounds cheap to reach.
 
             Without keys it binds loopback endpoints only (127.x, localhost, ::1, ipc, inproc): with a
             "security" section in its config (its secret key, and every public key that may connect with its

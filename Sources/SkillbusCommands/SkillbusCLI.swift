@@ -76,7 +76,8 @@ public protocol SkillbusCommand {
     static func run(_ arguments: ParsedArguments) async throws -> Int32
 }
 
-func printError(_ text: String) {
+/// A line on standard error (unbuffered, so it is not held back behind standard output).
+public func printError(_ text: String) {
     FileHandle.standardError.write(Data((text + "\n").utf8))
 }
 

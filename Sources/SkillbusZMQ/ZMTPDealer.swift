@@ -1,5 +1,3 @@
-import CZeroMQ
-
 #if canImport(Glibc)
     import Glibc
 #endif

@@ -1,4 +1,4 @@
-import CZeroMQ
+import CLinux
 
 #if canImport(Glibc)
     import Glibc

@@ -1,8 +1,7 @@
-import CZeroMQ
+import CLinux
 import Foundation
 import SkillbusCommands
 
-if CommandLine.arguments.dropFirst().first == "coordinator" { HugePages.restartWithHugePagesIfNeeded() }
 skillbus_line_buffer_stdout()
 // A parent that spawns us from a thread that blocks signals (libdispatch's workers do) hands that mask
 // down; with SIGTERM blocked in every thread, `stop` would never arrive. Unblock what we handle.

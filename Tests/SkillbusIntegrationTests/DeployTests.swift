@@ -40,6 +40,14 @@ struct DeployTests {
         #expect(check.output.isEmpty, "systemd-analyze verify: \(check.output)")
     }
 
+    /// The coordinator does not set deployment tuning itself: its unit does.
+    @Test("the coordinator's unit runs it with glibc's malloc on huge pages")
+    func hugePages() throws {
+        let unit = try String(contentsOfFile: Self.deploy + "/skillbus-coordinator.service", encoding: .utf8)
+        let lines = unit.split(separator: "\n").filter { $0.hasPrefix("Environment=") }
+        #expect(lines == ["Environment=GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1"])
+    }
+
     @Test("under systemd ($STATE_DIRECTORY) a worker keeps its context in context/ and reads files in files/")
     func stateDirectory() async throws {
         let state = NSTemporaryDirectory() + "skillbus-state-\(getpid())-\(UUID().uuidString.prefix(8))"

@@ -90,34 +90,6 @@ struct EndToEndTests {
         #expect(badOutput.contains { $0.contains("SKILLBUS_COORDINATOR") })
     }
 
-    @Test(
-        "the coordinator restarts itself once with glibc's huge-page tunables, keeping others; naming them opts out",
-        arguments: [
-            (nil, ["glibc.malloc.hugetlb=1", "glibc.malloc.arena_max=1"]),
-            (
-                "glibc.malloc.tcache_count=8",
-                ["glibc.malloc.tcache_count=8", "glibc.malloc.hugetlb=1", "glibc.malloc.arena_max=1"]
-            ),
-            ("glibc.malloc.hugetlb=0", ["glibc.malloc.hugetlb=0"]),
-        ] as [(String?, [String])])
-    func hugePages(given: String?, expected: [String]) async throws {
-        let coordinator = try SkillbusProcess(
-            ["coordinator", "--bus", "tcp://127.0.0.1:*", "--feed", "tcp://127.0.0.1:*"], name: "coordinator",
-            environment: given.map { ["GLIBC_TUNABLES": $0] } ?? [:],
-            clearing: ["GLIBC_TUNABLES", "SKILLBUS_HUGE_PAGES_RESTARTED"])
-        defer { coordinator.signal(SIGTERM) }
-        _ = try await coordinator.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
-        // The same process (exec keeps its id), with the tunables in the environment it was started with.
-        // glibc may overwrite the separators of the variable in place as it parses it: split on both.
-        let environ = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(coordinator.pid)/environ"))
-        let tokens = String(decoding: environ, as: UTF8.self).split { $0 == "\0" || $0 == ":" }.map { String($0) }
-        let start = try #require(tokens.firstIndex { $0.hasPrefix("GLIBC_TUNABLES=") })
-        let tunables =
-            [String(tokens[start].dropFirst("GLIBC_TUNABLES=".count))]
-            + tokens[(start + 1)...].prefix { $0.hasPrefix("glibc.") }
-        #expect(tunables == expected)
-    }
-
     @Test("an unreachable coordinator gives exit code 3 within the timeout")
     func unreachable() async throws {
         let (code, output) = try await runSkillbus([

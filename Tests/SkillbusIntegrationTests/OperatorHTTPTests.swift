@@ -1,6 +1,6 @@
 import Foundation
 import Skillbus
-import SkillbusCommands
+import SkillbusTestSupport
 import SkillbusZMQ
 import Testing
 

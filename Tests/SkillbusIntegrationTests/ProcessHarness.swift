@@ -12,6 +12,15 @@ let skillbusBinary: String = {
     return root.appendingPathComponent(".build/debug/skillbus").path
 }()
 
+/// The team's perf tool (`skillbus-perf`): $SKILLBUS_PERF_BINARY, or this package's debug build. It is given
+/// the `skillbus` under test.
+let skillbusPerfBinary: String = {
+    if let path = ProcessInfo.processInfo.environment["SKILLBUS_PERF_BINARY"] { return path }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+    return root.appendingPathComponent(".build/debug/skillbus-perf").path
+}()
+
 struct TimedOut: Error, CustomStringConvertible {
     let what: String
     var description: String { "timed out waiting for \(what)" }
@@ -219,10 +228,12 @@ final class SkillbusProcess: Sendable {
 }
 
 /// Runs `skillbus ARGS…` to completion and returns (exit code, stdout+stderr lines).
-func runSkillbus(_ arguments: [String], timeout: Duration = .seconds(30), environment: [String: String] = [:])
-    async throws -> (code: Int32, output: [String])
-{
-    let process = try SkillbusProcess(arguments, name: "skillbus \(arguments.first ?? "")", environment: environment)
+func runSkillbus(
+    _ arguments: [String], timeout: Duration = .seconds(30), environment: [String: String] = [:],
+    executable: String = skillbusBinary
+) async throws -> (code: Int32, output: [String]) {
+    let name = URL(fileURLWithPath: executable).lastPathComponent + " " + (arguments.first ?? "")
+    let process = try SkillbusProcess(arguments, name: name, environment: environment, executable: executable)
     let code = try await process.waitForExit(timeout: timeout)
     // The exit can overtake the last bytes in the pipes: read until both are closed.
     await process.waitForOutputEnd()

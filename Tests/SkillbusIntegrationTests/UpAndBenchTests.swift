@@ -177,7 +177,7 @@ struct UpAndBenchTests {
         #expect(flagOutput.contains { $0.contains("--capacity") })
     }
 
-    /// Every key `bench --json` prints, per object.
+    /// Every key `skillbus-perf --json` prints, per object.
     static func expectBenchDocument(
         _ document: JSONValue, requests: Int, registrySkills: Int, killRuns: Int, rememberedRounds: Int
     ) {
@@ -307,14 +307,51 @@ struct UpAndBenchTests {
         #expect((memory?["distinctTextsMB"]?.doubleValue ?? 0) > 0, "speed memory distinctTextsMB")
     }
 
-    @Test("bench smoke: the smallest sizes the options allow run both sides and print every key")
-    func benchSmoke() async throws {
+    @Test("bench smoke: the user's bench measures echo on both sides, and rounds, as text and as JSON")
+    func userBenchSmoke() async throws {
         let (code, output) = try await runSkillbus(
+            ["bench", "--workers", "1", "--requests", "10", "--json"], timeout: .seconds(60))
+        #expect(code == 0, "\(output.suffix(20))")
+        let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
+        #expect(document["requests"]?.intValue == 10 && document["workers"]?.intValue == 1)
+        for level in ["inFlight1", "inFlight64"] {
+            for side in ["skillbus", "baseline"] {
+                let figures = document[side]?[level]
+                #expect((figures?["tasksPerSecond"]?.doubleValue ?? 0) > 0, "\(side).\(level)")
+                // Five alternating pairs of ten requests each.
+                #expect(figures?["failed"] == 0 && figures?["completed"]?.intValue == 50, "\(side).\(level)")
+            }
+            let ratios = document["ratios"]?[level]
+            #expect((ratios?["throughputRatio"]?.doubleValue ?? 0) > 0 && ratios?["p99LatencyRatio"] != nil)
+            #expect(ratios?["throughputRatios"]?.arrayValue?.count == 5, "ratios.\(level)")
+        }
+        let rounds = document["rounds"]
+        for key in ["singleInvocation", "fanout"] {
+            #expect(rounds?[key]?["failed"] == 0 && rounds?[key]?["completed"]?.intValue == 10, "rounds.\(key)")
+        }
+        #expect((rounds?["fanoutInvocationsVsSingleRatio"]?.doubleValue ?? 0) > 0)
+
+        let (textCode, text) = try await runSkillbus(["bench", "--workers", "1", "--requests", "10"], timeout: .seconds(60))
+        #expect(textCode == 0)
+        #expect(text.contains { $0.hasPrefix("  skillbus / baseline") } && text.contains { $0.hasPrefix("  fan-out to") })
+        // The figures of the team's perf work (targets, issues) are skillbus-perf's, not the product's.
+        #expect(!text.contains { $0.localizedCaseInsensitiveContains("issue") || $0.contains("target") })
+    }
+
+    /// `skillbus-perf` with its options, on the `skillbus` under test.
+    func runPerf(_ arguments: [String]) async throws -> (code: Int32, output: [String]) {
+        try await runSkillbus(
+            ["--skillbus", skillbusBinary] + arguments, timeout: .seconds(120), executable: skillbusPerfBinary)
+    }
+
+    @Test("perf smoke: the smallest sizes the options allow run both sides and print every key")
+    func benchSmoke() async throws {
+        let (code, output) = try await runPerf(
             [
-                "bench", "--workers", "1", "--requests", "10", "--registry-agents", "1", "--skills-per-agent", "1",
+                "--workers", "1", "--requests", "10", "--registry-agents", "1", "--skills-per-agent", "1",
                 "--snapshot-runs", "1", "--kill-runs", "0", "--store-sessions", "2", "--store-messages", "1",
                 "--remembered-rounds", "50", "--json",
-            ], timeout: .seconds(120))
+            ])
         #expect(code == 0, "\(output.suffix(20))")
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
         Self.expectBenchDocument(document, requests: 10, registrySkills: 1, killRuns: 0, rememberedRounds: 50)
@@ -323,15 +360,15 @@ struct UpAndBenchTests {
 
     /// The full figures take about ten seconds (a kill -9 waits out three missed heartbeats): `make bench-test`.
     @Test(
-        "bench runs both sides and prints every figure as JSON (SKILLBUS_BENCH_TESTS=1)",
+        "skillbus-perf runs both sides and prints every figure as JSON (SKILLBUS_BENCH_TESTS=1)",
         .enabled(if: ProcessInfo.processInfo.environment["SKILLBUS_BENCH_TESTS"] == "1"))
     func benchReports() async throws {
-        let (code, output) = try await runSkillbus(
+        let (code, output) = try await runPerf(
             [
-                "bench", "--workers", "1", "--requests", "200", "--registry-agents", "5", "--skills-per-agent", "20",
+                "--workers", "1", "--requests", "200", "--registry-agents", "5", "--skills-per-agent", "20",
                 "--snapshot-runs", "2", "--kill-runs", "1", "--store-sessions", "20", "--store-messages", "50",
                 "--remembered-rounds", "1000", "--json",
-            ], timeout: .seconds(120))
+            ])
         #expect(code == 0)
         let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
         Self.expectBenchDocument(document, requests: 200, registrySkills: 100, killRuns: 1, rememberedRounds: 1000)

@@ -17,7 +17,7 @@
 #   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
 #   a pure echo with a cache lifetime then misses every time).
 #   MEMORY=1 ... sends each request in a round of its own with the bench's 100-byte text, and prints the
-#   coordinator's resident memory idle and after them (on huge pages, as `skillbus bench` starts it).
+#   coordinator's resident memory idle and after them (on huge pages, as its systemd unit and skillbus-perf run it).
 set -euo pipefail
 binary=$(realpath "$1"); requests=${2:-100000}; in_flight=${3:-64}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,8 +49,8 @@ if [ "${PROXY:-0}" != 0 ]; then
         pids+=("$!")
     done
 else
-    # The marker keeps the coordinator from restarting itself on huge pages (HugePages.swift), but for MEMORY.
-    huge_pages=(SKILLBUS_HUGE_PAGES_RESTARTED=1); [ "${MEMORY:-0}" = 1 ] && huge_pages=()
+    # glibc's huge pages for MEMORY alone, as deploy/skillbus-coordinator.service sets them.
+    huge_pages=(); [ "${MEMORY:-0}" = 1 ] && huge_pages=(GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1)
     LD_PRELOAD=$preload env "${huge_pages[@]}" "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
         --feed 'tcp://127.0.0.1:*' --log-level warning >"$work/coordinator.out" 2>&1 &
     coordinator=$!; pids+=("$coordinator")

@@ -1,6 +1,6 @@
 // libcurl for the openai planner's HTTP client, loaded at run time with dlopen rather than linked, so that the
-// skillbus binary starts on a host without libcurl. Needs no libcurl headers: the C file declares the few
-// functions and option numbers it uses (libcurl's ABI, stable since 7.x).
+// skillbus binary starts on a host without libcurl. The C file takes libcurl's types and option numbers from
+// curl/curl.h at build time; this header does not include it, so Swift sees only what is declared here.
 #ifndef CCURL_RUNTIME_H
 #define CCURL_RUNTIME_H
 
@@ -34,7 +34,7 @@ typedef struct ccurl_request {
 
 /// Code of `ccurl_perform` when no libcurl was loaded or it gave no handle (libcurl's own codes are >= 0).
 #define CCURL_NOT_LOADED (-1)
-/// libcurl's codes that the caller tells apart.
+/// libcurl's codes that the caller tells apart (the C file checks each against curl.h).
 #define CCURL_E_OK 0
 #define CCURL_E_WRITE_ERROR 23
 #define CCURL_E_OPERATION_TIMEDOUT 28

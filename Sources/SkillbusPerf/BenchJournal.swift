@@ -1,5 +1,7 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
+import SkillbusTestSupport
 import SkillbusZMQ
 
 /// What the coordinator's round journal costs: the same rounds of one echo (each a new round id, so each is
@@ -62,9 +64,9 @@ extension Bench {
             figures.failures += loaded.journaled.failed + loaded.memory.failed + serial.journaled.failed
                 + serial.memory.failed
             figures.throughputRatios.append(
-                BenchCommand.ratio(loaded.journaled.tasksPerSecond, loaded.memory.tasksPerSecond))
+                PerfCommand.ratio(loaded.journaled.tasksPerSecond, loaded.memory.tasksPerSecond))
             figures.latencyRatios.append(
-                BenchCommand.ratio(serial.journaled.percentileMs(0.5), serial.memory.percentileMs(0.5)))
+                PerfCommand.ratio(serial.journaled.percentileMs(0.5), serial.memory.percentileMs(0.5)))
             if (figures.best?.journaled.tasksPerSecond ?? -1) < loaded.journaled.tasksPerSecond {
                 figures.best = loaded
             }

@@ -1,5 +1,7 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
+import SkillbusTestSupport
 
 /// The figures issue 14 sets speed targets for, each against a baseline measured in the same run: echo and
 /// the coordinator's CPU against the raw proxy, a fan-out's CPU per invocation against a plain request's on
@@ -22,7 +24,7 @@ struct SpeedFigures {
         /// Every pair's ratio, in the order measured.
         var pairRatios: [Double] = []
 
-        var ratio: Double { BenchCommand.ratio(perInvocation, perRequest) }
+        var ratio: Double { PerfCommand.ratio(perInvocation, perRequest) }
     }
 
     /// A coordinator of its own whose limits keep every round it answers: resident memory right after its
@@ -118,7 +120,7 @@ extension BenchReport {
         let cpu = speed.echoCPU
         let fanout = speed.fanout
         let memory = speed.memory
-        let cpuVsProxy = BenchCommand.ratio(cpu.coordinator, cpu.proxy)
+        let cpuVsProxy = PerfCommand.ratio(cpu.coordinator, cpu.proxy)
         return [
             SpeedRow(
                 key: "echo64ThroughputRatio", label: "echo at 64 in flight, skillbus / raw proxy throughput",
@@ -202,10 +204,10 @@ extension Bench {
             guard let cluster = await startCluster(name: "memory\(index)", coordinatorOptions: ["--config", file]) else {
                 throw SkillbusError(.timeout, "the memory coordinator or its workers did not start within 30 s")
             }
-            let idle = BenchCommand.residentMB(cluster.coordinator.pid)
-            let report = try await BenchCommand.measure(
+            let idle = PerfCommand.residentMB(cluster.coordinator.pid)
+            let report = try await PerfCommand.measure(
                 load, cluster.bus, context, requests: rounds, inFlight: 64, timeLimit: .seconds(30))
-            let remembered = BenchCommand.residentMB(cluster.coordinator.pid)
+            let remembered = PerfCommand.residentMB(cluster.coordinator.pid)
             if index == 0 {
                 (figures.idleMB, figures.rememberedMB) = (idle, remembered)
                 figures.rounds = report.completed - report.failed

@@ -1,5 +1,7 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
+import SkillbusTestSupport
 import Synchronization
 
 #if canImport(Glibc)
@@ -110,9 +112,9 @@ extension Bench {
             return figures
         }
         func timed(_ cluster: Cluster) async throws -> (LoadReport, Double) {
-            let before = BenchCommand.cpuSeconds(cluster.coordinator.pid)
+            let before = PerfCommand.cpuSeconds(cluster.coordinator.pid)
             let report = try await measure(echoLoad, cluster.bus, requests: setup.requests, inFlight: 64)
-            let cpu = BenchCommand.cpuSeconds(cluster.coordinator.pid) - before
+            let cpu = PerfCommand.cpuSeconds(cluster.coordinator.pid) - before
             return (report, cpu / Double(max(report.completed, 1)) * 1e6)
         }
         let watcher = HTTPWatcher(port: port)
@@ -126,7 +128,7 @@ extension Bench {
             figures.failures += on.failed + off.failed
             figures.cpuHTTP.append(cpuOn)
             figures.cpuPlain.append(cpuOff)
-            figures.ratios.append(BenchCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
+            figures.ratios.append(PerfCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
             let best = figures.best
             figures.best = (
                 best.map { $0.http.tasksPerSecond >= on.tasksPerSecond ? $0.http : on } ?? on,
@@ -139,30 +141,5 @@ extension Bench {
         // A watcher that saw nothing measured nothing: count it as a failure of the run.
         if watched.scrapes == 0 || watched.streamed == 0 { figures.failures += 1 }
         return figures
-    }
-}
-
-/// A blocking TCP connection to 127.0.0.1 (the bench's HTTP watcher, and the tests' HTTP probe).
-public enum LoopbackTCP {
-    /// The connected descriptor, whose reads give up after `receiveTimeoutSeconds`; nil when it fails.
-    public static func connect(_ port: UInt16, receiveTimeoutSeconds: Int) -> Int32? {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return nil }
-        var timeout = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else {
-            close(fd)
-            return nil
-        }
-        return fd
     }
 }

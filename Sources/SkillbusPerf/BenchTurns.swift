@@ -1,5 +1,7 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
+import SkillbusTestSupport
 import SkillbusZMQ
 
 /// A turn of the rules planner with one skill call (`echo`), against a plain REQUEST of that skill, at
@@ -8,7 +10,7 @@ struct TurnFigures {
     var send: LoadReport
     var turn: LoadReport
 
-    var p50Ratio: Double { BenchCommand.ratio(turn.percentileMs(0.5), send.percentileMs(0.5)) }
+    var p50Ratio: Double { PerfCommand.ratio(turn.percentileMs(0.5), send.percentileMs(0.5)) }
 
     var json: JSONValue {
         ["sendEcho": send.json, "turnWithOneCall": turn.json, "turnVsSendP50Ratio": .number(p50Ratio)]
@@ -39,7 +41,7 @@ extension Bench {
             name: "bench-planner",
             arguments: ["worker", "--config", config, "--coordinator", cluster.bus, "--log-level", "warning"], quiet: true)
         guard
-            await BenchCommand.waitForProviders(
+            await BenchCluster.waitForProviders(
                 bus: cluster.bus, skill: "echo", count: setup.workers + 1, agent: "bench-planner", context: context)
         else { throw SkillbusError(.timeout, "the planner agent did not register within 30 s") }
         let count = min(setup.requests, 2000)

@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 
 /// What streamed output costs: `text.lines` sending the echo payload as three parts of partial output
@@ -13,7 +14,7 @@ struct OutputFigures {
     static let levels = [1, 64]
 
     func ratio(_ level: Int) -> Double {
-        BenchCommand.ratio(lines[level]?.tasksPerSecond ?? 0, echo[level]?.tasksPerSecond ?? 0)
+        PerfCommand.ratio(lines[level]?.tasksPerSecond ?? 0, echo[level]?.tasksPerSecond ?? 0)
     }
 
     var failures: Int { (echo.values.map(\.failed) + lines.values.map(\.failed)).reduce(0, +) }

@@ -17,7 +17,7 @@ public enum BaselineProxyCommand: SkillbusCommand {
         let backendEndpoint = try arguments.endpoint("--backend", in: spec) ?? "tcp://127.0.0.1:*"
         let context = try ZMQContext()
         // zmq_proxy blocks for good: on a thread of its own, never on the cooperative pool.
-        try await RegistryBench.onThread {
+        try await OwnThread.run {
             let frontend = try ZMQSocket(context: context, type: .router)
             let backend = try ZMQSocket(context: context, type: .dealer)
             for socket in [frontend, backend] {
@@ -46,7 +46,7 @@ public enum BaselineWorkerCommand: SkillbusCommand {
         }
         let context = try ZMQContext()
         // Blocking receives: on a thread of its own, never on the cooperative pool.
-        try await RegistryBench.onThread {
+        try await OwnThread.run {
             let socket = try ZMQSocket(context: context, type: .dealer)
             try socket.connect(endpoint)
             while let message = try socket.receive() { try socket.send(message) }

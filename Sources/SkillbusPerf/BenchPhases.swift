@@ -1,30 +1,12 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 
-/// The phases of one `skillbus bench` run, each measuring one part of `BenchReport`.
+/// The phases of one `skillbus-perf` run, each measuring one part of `BenchReport`.
 struct Bench {
     /// A coordinator with its echo workers, ready.
-    struct Cluster {
-        let bus: String
-        let feed: String
-        let coordinator: Child
-        /// The operator HTTP endpoint (`HOST:PORT`), for a coordinator started with `--http`.
-        var http: String? = nil
-        var workers: [Child] = []
-
-        /// Workers first, then the coordinator, so nobody loses its coordinator mid-request.
-        func stop() async {
-            for worker in workers.reversed() { await worker.stop(grace: .seconds(5)) }
-            await coordinator.stop(grace: .seconds(5))
-        }
-    }
-
-    /// The raw baseline: the proxy process (whose CPU time can be read) and its client endpoint.
-    struct Baseline {
-        let frontend: String
-        let proxy: Child
-    }
+    typealias Cluster = BenchCluster
 
     let setup: BenchReport.Setup
     let supervisor: Supervisor
@@ -33,7 +15,14 @@ struct Bench {
     let quiet: Bool
 
     static let levels = [1, 64]
-    static let local = "tcp://127.0.0.1:*"
+
+    /// glibc's malloc on transparent huge pages, as deploy/skillbus-coordinator.service runs a coordinator: the
+    /// figures are a deployed coordinator's. A GLIBC_TUNABLES that names the huge-page tunable is kept as given.
+    static var hugePages: [String: String] {
+        let given = ProcessInfo.processInfo.environment["GLIBC_TUNABLES"]
+        if given?.contains("glibc.malloc.hugetlb") == true { return [:] }
+        return ["GLIBC_TUNABLES": (given.map { $0 + ":" } ?? "") + "glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1"]
+    }
 
     func note(_ text: String) { if !quiet { printError(text) } }
 
@@ -42,8 +31,8 @@ struct Bench {
     func measure(
         _ load: LoadGenerator, _ endpoint: String, requests: Int, inFlight: Int, credentials: CurveCredentials? = nil
     ) async throws -> LoadReport {
-        try await BenchCommand.measure(
-            load, endpoint, context, requests: requests, inFlight: inFlight, credentials: credentials)
+        try await load.measure(
+            endpoint: endpoint, context: context, requests: requests, inFlight: inFlight, credentials: credentials)
     }
 
     /// One measurement at 64 in flight and the coordinator's CPU microseconds per request during it (its
@@ -57,9 +46,9 @@ struct Bench {
     func measureWithCPU(
         _ load: LoadGenerator, _ endpoint: String, of process: Child, requests: Int, inFlight: Int
     ) async throws -> (LoadReport, Double) {
-        let before = BenchCommand.cpuSeconds(process.pid)
+        let before = PerfCommand.cpuSeconds(process.pid)
         let report = try await measure(load, endpoint, requests: requests, inFlight: inFlight)
-        let cpu = BenchCommand.cpuSeconds(process.pid) - before
+        let cpu = PerfCommand.cpuSeconds(process.pid) - before
         return (report, cpu / Double(max(report.completed, 1)) * 1e6)
     }
 
@@ -69,51 +58,25 @@ struct Bench {
         name: String, coordinatorOptions: [String] = [], workerOptions: [String] = Bench.armedEcho,
         keys: BenchKeys? = nil
     ) async -> Cluster? {
-        let coordinator = supervisor.start(
-            name: "\(name)-coordinator",
-            arguments: ["coordinator", "--bus", Self.local, "--feed", Self.local, "--log-level", "warning"]
-                + coordinatorOptions + (keys.map { ["--config", $0.coordinatorConfig] } ?? []),
-            quiet: true)
-        guard let ready = await coordinator.readyLine(timeout: .seconds(20)), let bus = ready["bus"],
-            let feed = ready["feed"]
-        else { return nil }
-        let workers = (0..<setup.workers).map { index in
-            supervisor.start(
-                name: "\(name)-worker-\(index)",
-                arguments: [
-                    "worker", "--name", "bench-\(index)", "--coordinator", bus, "--skills", "echo,memory.set,memory.get,text.lines",
-                    "--capacity",
-                    String(setup.capacity), "--log-level", "warning",
-                    "--data-dir", supervisor.directory + "/\(name)-agent-\(index)",
-                ] + workerOptions + (keys?.workerArguments(index) ?? []), quiet: true)
-        }
-        let registered = await BenchCommand.waitForProviders(
-            bus: bus, skill: "echo", count: setup.workers, context: context, credentials: keys?.client)
-        return registered
-            ? Cluster(bus: bus, feed: feed, coordinator: coordinator, http: ready["http"], workers: workers) : nil
+        let capacity = setup.capacity
+        return await BenchCluster.start(
+            supervisor, name: name, workers: setup.workers,
+            coordinatorArguments: coordinatorOptions + (keys.map { ["--config", $0.coordinatorConfig] } ?? []),
+            coordinatorEnvironment: Self.hugePages,
+            workerArguments: { index in
+                ["--skills", "echo,memory.set,memory.get,text.lines", "--capacity", String(capacity)] + workerOptions
+                    + (keys?.workerArguments(index) ?? [])
+            }, context: context, credentials: keys?.client)
     }
 
     /// The raw ROUTER→DEALER proxy (a child process, like the coordinators) and its echo workers.
-    func startBaseline() async -> Baseline? {
-        let proxy = supervisor.start(
-            name: "proxy",
-            arguments: [BaselineProxyCommand.spec.name, "--frontend", Self.local, "--backend", Self.local],
-            quiet: true)
-        guard let ready = await proxy.readyLine(timeout: .seconds(20)), let frontend = ready["frontend"],
-            let backend = ready["backend"]
-        else { return nil }
-        for index in 0..<setup.workers {
-            _ = supervisor.start(
-                name: "raw-\(index)", arguments: [BaselineWorkerCommand.spec.name, "--connect", backend], quiet: true)
-        }
-        return Baseline(frontend: frontend, proxy: proxy)
-    }
+    func startBaseline() async -> BenchBaseline? { await BenchBaseline.start(supervisor, workers: setup.workers) }
 
     /// Echo on Skillbus and on the baseline at each level in flight, in `echoPairs` pairs whose order
     /// alternates (Skillbus first, then the baseline first, ...), so that a machine that gets busier or
     /// quieter weighs on both sides. Each side's report merges its pairs; each ratio is the median of the
     /// pairs' ratios, and so is the CPU per request at 64 in flight (the coordinator's and the proxy's).
-    func echo(main: Cluster, baseline raw: Baseline) async throws -> EchoFigures {
+    func echo(main: Cluster, baseline raw: BenchBaseline) async throws -> EchoFigures {
         let (bus, frontend) = (main.bus, raw.frontend)
         let baselineLoad = LoadGenerator.rawEcho(payloadBytes: setup.payloadBytes)
         var figures = EchoFigures()
@@ -152,9 +115,9 @@ struct Bench {
             figures.baseline[level] = .merged(pairs.map(\.1))
             figures.pairRatios[level] = pairs.map { ours, theirs in
                 BenchReport.LevelRatios(
-                    throughput: BenchCommand.ratio(ours.tasksPerSecond, theirs.tasksPerSecond),
-                    p50: BenchCommand.ratio(ours.percentileMs(0.5), theirs.percentileMs(0.5)),
-                    p99: BenchCommand.ratio(ours.percentileMs(0.99), theirs.percentileMs(0.99)))
+                    throughput: PerfCommand.ratio(ours.tasksPerSecond, theirs.tasksPerSecond),
+                    p50: PerfCommand.ratio(ours.percentileMs(0.5), theirs.percentileMs(0.5)),
+                    p99: PerfCommand.ratio(ours.percentileMs(0.99), theirs.percentileMs(0.99)))
             }
         }
         figures.cpu = SpeedFigures.EchoCPU(coordinator: coordinatorCPU.median, proxy: proxyCPU.median)
@@ -191,7 +154,7 @@ struct Bench {
             let ((on, cpuOn), (off, cpuOff)) = onFirst ? (first, second) : (second, first)
             figures.cpuWith.append(cpuOn)
             figures.cpuWithout.append(cpuOff)
-            figures.ratios.append(BenchCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
+            figures.ratios.append(PerfCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
             let best = figures.best
             figures.best = (
                 best.map { $0.with.tasksPerSecond >= on.tasksPerSecond ? $0.with : on } ?? on,
@@ -200,7 +163,7 @@ struct Bench {
         }
         // What remembering rounds costs in memory, after all those requests (up to the retention limit).
         figures.residentMB = (
-            BenchCommand.residentMB(main.coordinator.pid), BenchCommand.residentMB(plain.coordinator.pid)
+            PerfCommand.residentMB(main.coordinator.pid), PerfCommand.residentMB(plain.coordinator.pid)
         )
         return figures
     }
@@ -260,14 +223,14 @@ struct Bench {
         for round in 1...2 {
             note("registry: routing with 10 skills registered (round \(round) of 2)…")
             let small = try await RegisteredOnlyAgents.start(bus: bus, context: context, agents: 1, skillsPerAgent: 9, prefix: "small")
-            await BenchCommand.waitForReplicasInSync(bus: bus, context: context)
+            await PerfCommand.waitForReplicasInSync(bus: bus, context: context)
             let smallReport = try await measure(echoLoad, bus, requests: setup.requests, inFlight: 64)
             await small.close()
             note("registry: routing with \(agents * skillsPerAgent) skills over \(agents) agents (round \(round) of 2)…")
             large = try await RegisteredOnlyAgents.start(
                 bus: bus, context: context, agents: agents, skillsPerAgent: skillsPerAgent, prefix: "large")
             // Steady state: the workers' replicas have taken in the new registry before routing is timed.
-            await BenchCommand.waitForReplicasInSync(bus: bus, context: context)
+            await PerfCommand.waitForReplicasInSync(bus: bus, context: context)
             let largeReport = try await measure(echoLoad, bus, requests: setup.requests, inFlight: 64)
             if (best.small?.tasksPerSecond ?? -1) < smallReport.tasksPerSecond { best.small = smallReport }
             if (best.large?.tasksPerSecond ?? -1) < largeReport.tasksPerSecond { best.large = largeReport }

@@ -1,8 +1,10 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
+import SkillbusTestSupport
 import SkillbusZMQ
 
-/// The agent context figures of `skillbus bench`: memory through the bus against echo, and a large
+/// The agent context figures of `skillbus-perf`: memory through the bus against echo, and a large
 /// store's open time, history read and worker memory.
 struct ContextFigures {
     /// At each level in flight: echo and memory.set/get alternating, both in one session (so both are
@@ -20,7 +22,7 @@ struct ContextFigures {
     static let levels = [1, 16]
 
     func memoryVsEchoP50(_ level: Int) -> Double {
-        BenchCommand.ratio(memory[level]?.percentileMs(0.5) ?? 0, echoInSession[level]?.percentileMs(0.5) ?? 0)
+        PerfCommand.ratio(memory[level]?.percentileMs(0.5) ?? 0, echoInSession[level]?.percentileMs(0.5) ?? 0)
     }
 
     var failures: Int { [echo, echoInSession, memory].reduce(0) { $0 + $1.values.reduce(0) { $0 + $1.failed } } }
@@ -123,11 +125,11 @@ extension Bench {
                 "worker", "--name", name, "--coordinator", bus, "--skills", "memory.get", "--data-dir", directory,
                 "--log-level", "warning",
             ], quiet: true)
-        guard await BenchCommand.waitForProviders(bus: bus, skill: "memory.get", count: 1, agent: name, context: context)
+        guard await BenchCluster.waitForProviders(bus: bus, skill: "memory.get", count: 1, agent: name, context: context)
         else {
             throw SkillbusError(.timeout, "worker \(name) did not register within 30 s")
         }
-        let resident = BenchCommand.residentMB(worker.pid)
+        let resident = PerfCommand.residentMB(worker.pid)
         await worker.stop(grace: .seconds(5))
         return resident
     }

@@ -1,6 +1,7 @@
 import CZeroMQ
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 import Synchronization
 
@@ -17,7 +18,7 @@ final class RegisteredOnlyAgents: Sendable {
     static func start(
         bus: String, context: ZMQContext, agents: Int, skillsPerAgent: Int, prefix: String
     ) async throws -> RegisteredOnlyAgents {
-        try await RegistryBench.onThread {
+        try await OwnThread.run {
             try RegisteredOnlyAgents(
                 bus: bus, context: context, agents: agents, skillsPerAgent: skillsPerAgent, prefix: prefix)
         }
@@ -83,11 +84,11 @@ final class RegisteredOnlyAgents: Sendable {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         stop.signal()
         let stopped = self.stopped
-        _ = try? await RegistryBench.onThread { stopped.wait() }
+        _ = try? await OwnThread.run { stopped.wait() }
     }
 }
 
-/// The registry figures of `skillbus bench`.
+/// The registry figures of `skillbus-perf`.
 enum RegistryBench {
     /// Milliseconds until a new replica holds a registry of at least `agents` agents, `runs` times; and, as
     /// the baseline, the milliseconds a raw DEALER takes to receive the same snapshot's frames unparsed.
@@ -106,7 +107,7 @@ enum RegistryBench {
             client.close()
             guard synced else { throw SkillbusError(.timeout, "a replica did not sync within 30 s") }
             replicaTimes.append(elapsed)
-            rawTimes.append(try await onThread { try rawSnapshot(bus: bus, context: context) })
+            rawTimes.append(try await OwnThread.run { try rawSnapshot(bus: bus, context: context) })
         }
         return (replicaTimes, rawTimes)
     }
@@ -166,13 +167,6 @@ enum RegistryBench {
 
     static func milliseconds(_ duration: Duration) -> Double {
         (duration / .milliseconds(1)).rounded(toPlaces: 3)
-    }
-
-    /// Runs blocking socket work on a thread of its own, off the cooperative pool.
-    static func onThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try work() }) }.start()
-        }
     }
 }
 

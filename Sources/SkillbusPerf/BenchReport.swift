@@ -1,8 +1,9 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 
-/// Everything one `skillbus bench` run measured, and the two ways it is printed: one JSON object
+/// Everything one `skillbus-perf` run measured, and the two ways it is printed: one JSON object
 /// (`--json`) or tables for people.
 struct BenchReport {
     struct Setup {
@@ -28,9 +29,9 @@ struct BenchReport {
         var fanoutAgents: Int
 
         var fanoutInvocationsVsSingle: Double {
-            BenchCommand.ratio(fanout.tasksPerSecond * Double(fanoutAgents), single.tasksPerSecond)
+            PerfCommand.ratio(fanout.tasksPerSecond * Double(fanoutAgents), single.tasksPerSecond)
         }
-        var planVsSingleP50: Double { BenchCommand.ratio(plan.percentileMs(0.5), single.percentileMs(0.5)) }
+        var planVsSingleP50: Double { PerfCommand.ratio(plan.percentileMs(0.5), single.percentileMs(0.5)) }
     }
 
     struct RegistryFigures {
@@ -119,15 +120,15 @@ struct BenchReport {
                 "agents": .number(Double(registry.agents)), "skills": .number(Double(registry.skills)),
                 "newReplicaMs": series(registry.newReplicaMs), "rawSnapshotMs": series(registry.rawSnapshotMs),
                 "newReplicaVsRawRatio": .number(
-                    BenchCommand.ratio(registry.newReplicaMs.median, registry.rawSnapshotMs.median)),
+                    PerfCommand.ratio(registry.newReplicaMs.median, registry.rawSnapshotMs.median)),
                 "killToReplicaMs": [
                     "median": .number(kills.median), "max": .number(kills.max() ?? 0),
                     "runs": .array(kills.map { .number($0) }),
                 ],
-                "killVsLivenessBoundRatio": .number(BenchCommand.ratio(kills.max() ?? 0, Self.livenessBoundMs)),
+                "killVsLivenessBoundRatio": .number(PerfCommand.ratio(kills.max() ?? 0, Self.livenessBoundMs)),
                 "routing10Skills": registry.routingSmall.json, "routingLargeRegistry": registry.routingLarge.json,
                 "routingLargeVsSmallRatio": .number(
-                    BenchCommand.ratio(registry.routingLarge.tasksPerSecond, registry.routingSmall.tasksPerSecond)),
+                    PerfCommand.ratio(registry.routingLarge.tasksPerSecond, registry.routingSmall.tasksPerSecond)),
             ],
             "rounds": [
                 "singleInvocation": rounds.single.json, "fanout": rounds.fanout.json,
@@ -162,7 +163,7 @@ struct BenchReport {
     /// The tables for people, on standard output.
     func printText() {
         print(
-            "skillbus bench: \(setup.workers) workers, \(setup.payloadBytes)-byte echo payload, "
+            "skillbus-perf: \(setup.workers) workers, \(setup.payloadBytes)-byte echo payload, "
                 + "libzmq \(ZMQContext.libraryVersion)")
         print("in flight  system      tasks/s     p50 ms   p99 ms   max ms   failed")
         for level in levels {
@@ -233,7 +234,7 @@ struct BenchReport {
             String(
                 format: "  new replica holds it in   %8.1f ms median (target < 200); raw snapshot transfer %.1f ms (%.2fx)",
                 registry.newReplicaMs.median, registry.rawSnapshotMs.median,
-                BenchCommand.ratio(registry.newReplicaMs.median, registry.rawSnapshotMs.median)))
+                PerfCommand.ratio(registry.newReplicaMs.median, registry.rawSnapshotMs.median)))
         if !registry.killToReplicaMs.isEmpty {
             print(
                 String(
@@ -245,7 +246,7 @@ struct BenchReport {
             String(
                 format: "  routing at 64 in flight   %8.0f tasks/s with 10 skills, %.0f with %d (%.2fx)",
                 registry.routingSmall.tasksPerSecond, registry.routingLarge.tasksPerSecond, registry.skills + 1,
-                BenchCommand.ratio(registry.routingLarge.tasksPerSecond, registry.routingSmall.tasksPerSecond)))
+                PerfCommand.ratio(registry.routingLarge.tasksPerSecond, registry.routingSmall.tasksPerSecond)))
         print("")
         printSpeed()
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 
 /// The key set of the bench's CURVE cluster: a coordinator config with keys, a key per worker, a client key.
@@ -42,9 +43,9 @@ struct CurveFigures {
         var curve: [LoadReport] = []
 
         var throughputRatios: [Double] {
-            zip(curve, plain).map { BenchCommand.ratio($0.tasksPerSecond, $1.tasksPerSecond) }
+            zip(curve, plain).map { PerfCommand.ratio($0.tasksPerSecond, $1.tasksPerSecond) }
         }
-        var p50Ratios: [Double] { zip(curve, plain).map { BenchCommand.ratio($0.percentileMs(0.5), $1.percentileMs(0.5)) } }
+        var p50Ratios: [Double] { zip(curve, plain).map { PerfCommand.ratio($0.percentileMs(0.5), $1.percentileMs(0.5)) } }
         static func best(_ runs: [LoadReport]) -> LoadReport? { runs.max { $0.tasksPerSecond < $1.tasksPerSecond } }
     }
 

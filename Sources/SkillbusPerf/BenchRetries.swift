@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 import SkillbusZMQ
 
 /// What arming retries costs on the hot path: echo at 64 in flight with a full retry policy (idempotent, an
@@ -57,7 +58,7 @@ extension Bench {
             figures.failures += on.failed + off.failed
             figures.cpuArmed.append(cpuOn)
             figures.cpuPlain.append(cpuOff)
-            figures.ratios.append(BenchCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
+            figures.ratios.append(PerfCommand.ratio(on.tasksPerSecond, off.tasksPerSecond))
             let best = figures.best
             figures.best = (
                 best.map { $0.armed.tasksPerSecond >= on.tasksPerSecond ? $0.armed : on } ?? on,

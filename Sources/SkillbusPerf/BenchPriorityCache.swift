@@ -1,5 +1,7 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
+import SkillbusTestSupport
 import SkillbusZMQ
 
 /// What priorities and the result cache cost on the hot path, as ratios to the plain path of the same run:
@@ -48,46 +50,10 @@ struct PriorityCacheFigures {
         print(
             String(
                 format: "  coordinator CPU %.1f us/request cache armed, %.1f plain (%.2fx)", cpuArmed.median,
-                cpuPlain.median, BenchCommand.ratio(cpuArmed.median, cpuPlain.median)))
+                cpuPlain.median, PerfCommand.ratio(cpuArmed.median, cpuPlain.median)))
         print(
             String(
                 format: "  cache after the run: %d entries, %.1f MB", cacheEntries, Double(cacheBytes) / 1_048_576))
-    }
-}
-
-extension LoadGenerator {
-    /// `echo` REQUESTs whose text ends in a random number: no two are identical (request numbers repeat
-    /// from one run to the next), so a cache never hits.
-    static func skillbusUniqueEcho(payloadBytes: Int) -> LoadGenerator {
-        let text = String(repeating: "x", count: payloadBytes)
-        return skillbus(session: "") { _ in
-            ("echo", JSONValue.object(["text": .string(text + String(UInt64.random(in: 0...UInt64.max), radix: 36))]).serialized())
-        }
-    }
-
-    /// Rounds of one echo invocation; with `priorities`, every other one high and the rest low.
-    static func echoRounds(payloadBytes: Int, priorities: Bool) -> LoadGenerator {
-        let spec = try! RoundSpec(
-            json: ["invoke": ["skill": "echo", "params": ["text": .string(String(repeating: "x", count: payloadBytes))]]],
-            stepLimit: 1)
-        let bodies =
-            priorities
-            ? [spec.body(retries: nil, priority: .high).serialized(), spec.body(retries: nil, priority: .low).serialized()]
-            : [spec.json.serialized()]
-        return LoadGenerator(
-            makeRequest: { id in
-                ClientMessage.round(
-                    RoundRequest(
-                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        timeoutMs: 15_000, body: bodies[Int(id % UInt64(bodies.count))])
-                ).encoded()
-            },
-            replyID: { frames in
-                guard let message = Wire.busMessageFields(frames), message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
-                    return nil
-                }
-                return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
-            })
     }
 }
 
@@ -124,8 +90,8 @@ extension Bench {
             figures.cpuPlain.append(cpuPlain)
             figures.failures += withPriorities.failed + withoutPriorities.failed + armed.failed + plain.failed
             figures.priorityRatios.append(
-                BenchCommand.ratio(withPriorities.tasksPerSecond, withoutPriorities.tasksPerSecond))
-            figures.cacheRatios.append(BenchCommand.ratio(armed.tasksPerSecond, plain.tasksPerSecond))
+                PerfCommand.ratio(withPriorities.tasksPerSecond, withoutPriorities.tasksPerSecond))
+            figures.cacheRatios.append(PerfCommand.ratio(armed.tasksPerSecond, plain.tasksPerSecond))
             func better(_ old: LoadReport?, _ new: LoadReport) -> LoadReport {
                 guard let old, old.tasksPerSecond >= new.tasksPerSecond else { return new }
                 return old

@@ -1,0 +1,127 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+
+/// What one `skillbus bench` run measured, printed as tables for people or as one JSON object (`--json`).
+struct BenchResults {
+    /// Echo at one level in flight: each side's runs merged, and the ratios of each pair.
+    struct EchoLevel {
+        var skillbus: LoadReport
+        var baseline: LoadReport
+        var throughputRatios: [Double]
+        var p50Ratios: [Double]
+        var p99Ratios: [Double]
+
+        init(pairs: [(skillbus: LoadReport, baseline: LoadReport)]) {
+            skillbus = .merged(pairs.map(\.skillbus))
+            baseline = .merged(pairs.map(\.baseline))
+            throughputRatios = pairs.map { BenchResults.ratio($0.skillbus.tasksPerSecond, $0.baseline.tasksPerSecond) }
+            p50Ratios = pairs.map { BenchResults.ratio($0.skillbus.percentileMs(0.5), $0.baseline.percentileMs(0.5)) }
+            p99Ratios = pairs.map { BenchResults.ratio($0.skillbus.percentileMs(0.99), $0.baseline.percentileMs(0.99)) }
+        }
+    }
+
+    struct Rounds {
+        var single: LoadReport
+        var fanout: LoadReport
+        /// Workers each fan-out invokes echo on.
+        var agents: Int
+
+        /// Invocations a second in fan-out rounds against rounds a second of one invocation.
+        var fanoutInvocationsVsSingle: Double {
+            BenchResults.ratio(fanout.tasksPerSecond * Double(agents), single.tasksPerSecond)
+        }
+    }
+
+    var setup: BenchRun.Setup
+    var echo: [Int: EchoLevel]
+    var rounds: Rounds
+
+    var levels: [Int] { echo.keys.sorted() }
+
+    var failures: Int {
+        echo.values.reduce(0) { $0 + $1.skillbus.failed + $1.baseline.failed } + rounds.single.failed
+            + rounds.fanout.failed
+    }
+
+    /// `numerator / denominator` to three decimals; 0 when there is nothing to divide by.
+    static func ratio(_ numerator: Double, _ denominator: Double) -> Double {
+        denominator > 0 ? (numerator / denominator * 1000).rounded() / 1000 : 0
+    }
+
+    static func median(_ values: [Double]) -> Double { values.isEmpty ? 0 : values.sorted()[values.count / 2] }
+
+    var json: JSONValue {
+        func key(_ level: Int) -> String { "inFlight\(level)" }
+        func numbers(_ values: [Double]) -> JSONValue { .array(values.map { .number($0) }) }
+        var skillbus: [String: JSONValue] = [:]
+        var baseline: [String: JSONValue] = [:]
+        var ratios: [String: JSONValue] = [:]
+        for (level, figures) in echo {
+            skillbus[key(level)] = figures.skillbus.json
+            baseline[key(level)] = figures.baseline.json
+            ratios[key(level)] = [
+                "throughputRatio": .number(Self.median(figures.throughputRatios)),
+                "p50LatencyRatio": .number(Self.median(figures.p50Ratios)),
+                "p99LatencyRatio": .number(Self.median(figures.p99Ratios)),
+                "throughputRatios": numbers(figures.throughputRatios), "p50LatencyRatios": numbers(figures.p50Ratios),
+            ]
+        }
+        return [
+            "workers": .number(Double(setup.workers)), "payloadBytes": .number(Double(setup.payloadBytes)),
+            "requests": .number(Double(setup.requests)), "workerCapacity": .number(Double(setup.capacity)),
+            "libzmq": .string(ZMQContext.libraryVersion),
+            "skillbus": .object(skillbus), "baseline": .object(baseline), "ratios": .object(ratios),
+            "rounds": [
+                "inFlight": .number(Double(BenchRun.roundsInFlight)),
+                "singleInvocation": rounds.single.json, "fanout": rounds.fanout.json,
+                "fanoutAgents": .number(Double(rounds.agents)),
+                "fanoutInvocationsVsSingleRatio": .number(rounds.fanoutInvocationsVsSingle),
+            ],
+        ]
+    }
+
+    /// One table row: a name, then the figures in columns.
+    private static func row(_ name: String, _ columns: [String]) -> String {
+        "  " + name.padding(toLength: 24, withPad: " ", startingAt: 0)
+            + columns.map { String(repeating: " ", count: max(1, 10 - $0.count)) + $0 }.joined()
+    }
+
+    private static func figures(_ report: LoadReport) -> [String] {
+        [
+            String(format: "%.0f", report.tasksPerSecond), String(format: "%.3f", report.percentileMs(0.5)),
+            String(format: "%.3f", report.percentileMs(0.99)), String(format: "%.3f", report.maxMs),
+            String(report.failed),
+        ]
+    }
+
+    func printText() {
+        print(
+            "skillbus bench: \(setup.workers) worker(s) of capacity \(setup.capacity), \(setup.payloadBytes)-byte "
+                + "echo text, libzmq \(ZMQContext.libraryVersion), on 127.0.0.1")
+        print("baseline: the same client and workers through a plain ZeroMQ ROUTER→DEALER proxy")
+        print("")
+        print(Self.row("echo", ["in flight", "tasks/s", "p50 ms", "p99 ms", "max ms", "failed"]))
+        for level in levels {
+            guard let figures = echo[level] else { continue }
+            let inFlight = String(level)
+            print(Self.row("skillbus", [inFlight] + Self.figures(figures.skillbus)))
+            print(Self.row("baseline", [inFlight] + Self.figures(figures.baseline)))
+            let ratios = [figures.throughputRatios, figures.p50Ratios, figures.p99Ratios].map {
+                String(format: "%.2fx", Self.median($0))
+            }
+            print(Self.row("skillbus / baseline", [inFlight] + ratios))
+        }
+        print("  (each ratio is the median of \(BenchRun.pairs) pairs run in alternating order; each side's row merges its runs)")
+        print("")
+        print(Self.row("rounds", ["in flight", "rounds/s", "p50 ms", "p99 ms", "max ms", "failed"]))
+        let inFlight = String(BenchRun.roundsInFlight)
+        print(Self.row("one invocation", [inFlight] + Self.figures(rounds.single)))
+        print(Self.row("fan-out to \(rounds.agents) worker(s)", [inFlight] + Self.figures(rounds.fanout)))
+        print(
+            String(
+                format: "  fan-out rounds run %.2fx the invocations/s of one-invocation rounds",
+                rounds.fanoutInvocationsVsSingle))
+        if failures > 0 { print("\n\(failures) request(s) failed") }
+    }
+}
