@@ -41,8 +41,8 @@ public enum UpCommand: SkillbusCommand {
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
 
-        // The coordinator's journal lives beside the workers' data, so that rounds outlive this run too.
-        if cluster.coordinator.dataDir == nil { cluster.coordinator.dataDir = cluster.dataRoot + "/coordinator-journal" }
+        // The coordinator journals its rounds, so that they outlive this run too.
+        if cluster.coordinator.dataDir == nil { cluster.coordinator.dataDir = cluster.journalDirectory }
         let coordinatorFile = try supervisor.write(cluster.coordinator.json, name: "coordinator.json")
         let coordinator = supervisor.start(
             name: "coordinator", arguments: ["coordinator", "--config", coordinatorFile])
@@ -60,6 +60,7 @@ public enum UpCommand: SkillbusCommand {
             "skillbus up: coordinator on \(bus) (feed \(feed)), \(cluster.workers.count) worker(s). "
                 + "Try: skillbus send echo text=hello --coordinator \(bus)   ·   skillbus feed --feed \(feed)")
         print("skillbus up: agents keep their context under \(cluster.dataRoot)")
+        print("skillbus up: the coordinator journals rounds in \(cluster.coordinator.dataDir ?? "")")
         if let localKeys {
             print("skillbus up: keys in \(localKeys.directory); a client needs: export \(localKeys.environment)")
         }

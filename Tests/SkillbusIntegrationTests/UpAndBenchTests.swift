@@ -79,6 +79,10 @@ struct UpAndBenchTests {
         let (first, bus) = try await startUp()
         defer { first.signal(SIGKILL) }
         #expect(first.output.contains("skillbus up: agents keep their context under \(state)/skillbus/agents"))
+        // The journal beside the agents' folder, not in it as if it were an agent's.
+        #expect(first.output.contains("skillbus up: the coordinator journals rounds in \(state)/skillbus/coordinator"))
+        let agentFolders = try FileManager.default.contentsOfDirectory(atPath: state + "/skillbus/agents")
+        #expect(agentFolders == ["alpha"], "\(agentFolders)")
         let (setCode, _) = try await runSkillbus(
             ["send", "memory.set", "key=colour", "value=blue", "--session", "s1", "--coordinator", bus])
         #expect(setCode == 0)

@@ -200,6 +200,10 @@ public struct ClusterConfiguration: Sendable, Equatable {
     /// The folder `up` puts its workers' data directories in.
     public var dataRoot: String { dataDir ?? DataDirectory.agents }
 
+    /// Where `up`'s coordinator journals its rounds when its own config names no `dataDir`: in the cluster's
+    /// `dataDir` when it names one, else beside the default agents' folder.
+    public var journalDirectory: String { dataDir.map { $0 + "/coordinator-journal" } ?? DataDirectory.coordinator }
+
     public static func load(path: String) throws(SkillbusError) -> ClusterConfiguration {
         let root = try ConfigObject.load(path: path)
         try root.checkKeys(["coordinator", "workers", "dataDir"])

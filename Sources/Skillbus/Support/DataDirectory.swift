@@ -1,16 +1,22 @@
 import Foundation
 
-/// Where agents keep their context by default: `$XDG_STATE_HOME/skillbus/agents/<name>`, else
-/// `~/.local/state/skillbus/agents/<name>`.
+/// Where Skillbus keeps its state by default: `$XDG_STATE_HOME/skillbus`, else `~/.local/state/skillbus`;
+/// agents under `agents/<name>`, the coordinator `up` starts under `coordinator`.
 public enum DataDirectory {
-    /// The folder that holds every agent's directory.
-    public static var agents: String {
+    public static var root: String {
         let environment = ProcessInfo.processInfo.environment
         let state =
             environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
             ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state"
-        return state + "/skillbus/agents"
+        return state + "/skillbus"
     }
+
+    /// The folder that holds every agent's directory.
+    public static var agents: String { root + "/agents" }
+
+    /// The journal of the coordinator `up` starts: beside the agents' folder, not in it (where it looked like
+    /// an agent's, and an agent named after it would have shared it).
+    public static var coordinator: String { root + "/coordinator" }
 
     public static func agent(_ name: String, under root: String = agents) -> String { root + "/" + name }
 
