@@ -84,7 +84,8 @@ struct ContextTests {
         let sessions = try await run(cluster, ["sessions", "--json"])
         let held = sessions.json?["agents"]?.arrayValue?.first?["sessions"]?.arrayValue ?? []
         #expect(sessions.code == 0 && held.count == 1 && held.first?["session"] == "s1")
-        #expect(held.first?["messages"] == 6 && held.first?["turns"] == 3)
+        // Three plain sends: six messages (each call and result), no turn (nobody asked the agent anything).
+        #expect(held.first?["messages"] == 6 && held.first?["turns"] == 0)
         let history = try await run(cluster, ["history", "s1", "--json"])
         let messages = history.json?["messages"]?.arrayValue ?? []
         #expect(history.code == 0 && history.json?["agent"] == "keeper")

@@ -17,6 +17,21 @@ struct AgentStoreTests {
         return error?.code == .storeRefused && error?.details?["reason"]?.stringValue == reason
     }
 
+    @Test("plain sends in a session (a skill's call and result, no user message) are messages, not turns")
+    func plainSendsAreNoTurns() async throws {
+        try await withTemporaryDirectory { directory in
+            let store = try await AgentStore.open(directory: directory, agent: "alpha", options: Self.manual)
+            for round in ["r1", "r2"] {
+                try store.append(.skillCall, ["skill": "echo"], session: "s1", round: round)
+                try store.append(.skillResult, ["text": "hi"], session: "s1", round: round)
+            }
+            try store.append(.user, "hello", session: "s1", round: "r3")
+            #expect(store.session("s1")?.messages == 5)
+            #expect(store.session("s1")?.turns == 1)
+            await store.close()
+        }
+    }
+
     @Test("sessions keep their messages in order, count turns per distinct round, and take a title")
     func sessionsAndHistory() async throws {
         try await withTemporaryDirectory { directory in

@@ -28,8 +28,8 @@ struct StoreBatch: Sendable {
 /// session summaries, all memory, the changes not committed yet, and the storage problem if there is one.
 /// Reads answer from here at once; writes change it at once and queue a `StoreChange`.
 struct StoreContents: Sendable {
-    /// How many recent rounds a session remembers to count its turns. A round counts once even when rounds
-    /// of other messages came between, as long as it is one of the session's last 16 rounds.
+    /// How many recent rounds a session remembers to count its turns. A round with a user's message counts
+    /// once even when rounds of other messages came between, as long as it is one of the session's last 16.
     static let recentRoundLimit = 16
     static let titleLength = 80
 
@@ -59,7 +59,8 @@ struct StoreContents: Sendable {
             index: record.summary.messages, role: role, content: content, time: date, round: round)
         record.summary.messages += 1
         record.summary.updated = max(record.summary.updated, date)
-        if !round.isEmpty, !record.recentRounds.contains(round) {
+        // A turn is a round with a user's message in it: a plain skill call's round (skillCall, skillResult) is none.
+        if role == .user, !round.isEmpty, !record.recentRounds.contains(round) {
             record.summary.turns += 1
             record.recentRounds.append(round)
             if record.recentRounds.count > Self.recentRoundLimit { record.recentRounds.removeFirst() }
