@@ -130,6 +130,10 @@ def test_the_readme_worker_in_ten_lines_runs_as_written(cluster):
 
     worker = cluster.python(str(EXAMPLE), "words worker")
     cluster.wait_joined("py-words")
+    # It says what it offers and where as it starts, as `skillbus worker` does (it used to print nothing).
+    worker.wait_for_line(lambda line: "worker 'py-words': connecting to " + cluster.bus in line
+                         and "py.words" in line, "the start line")
+    worker.wait_for_line(lambda line: "worker 'py-words': registered" in line, "the registered line")
     code, lines = cluster.skillbus("send", "py.words", "text=to be or not", "--stream", "--coordinator", cluster.bus)
     assert code == 0
     streamed = [line for line in lines if line.startswith('{"event":"output"')]
@@ -140,3 +144,4 @@ def test_the_readme_worker_in_ten_lines_runs_as_written(cluster):
     worker.popen.send_signal(signal.SIGTERM)
     assert worker.wait(10) == 0
     assert "left: disconnected" in cluster.wait_left("py-words")
+    assert any("worker 'py-words': left the bus" in line for line in worker.lines)

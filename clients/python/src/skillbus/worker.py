@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import inspect
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -186,15 +187,23 @@ class Worker:
         self._loop, self.replica = None, None
 
     def run(self) -> None:
-        """Starts, serves until SIGINT or SIGTERM, then stops gracefully. Call it from the main thread."""
+        """Starts, serves until SIGINT or SIGTERM, then stops gracefully. Call it from the main thread.
+        Says on standard error what it offers and where, when the coordinator welcomes it, and when it leaves,
+        as `skillbus worker` does."""
         self._stop_signal.clear()
         previous = {s: signal.signal(s, lambda *_: self._stop_signal.set()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.start()
+            skills = ", ".join(sorted(self.skills())) or "no skills"
+            _say(f"worker '{self.name}': connecting to {self.coordinator} with {skills}; Ctrl-C stops it")
+            welcomed = self._loop.welcomed
+            threading.Thread(target=lambda: welcomed.wait() and _say(f"worker '{self.name}': registered"),
+                             name=f"skillbus-welcome-{self.name}", daemon=True).start()
             while not self._stop_signal.wait(3600):
                 pass
         finally:
             self.stop()
+            _say(f"worker '{self.name}': left the bus")
             for number, handler in previous.items():
                 signal.signal(number, handler)
 
@@ -220,3 +229,7 @@ class Worker:
         reply = self._client.request(skill, params, round_id=invocation.round_id, session=invocation.session,
                                      timeout=max(0.001, left))
         return reply.result
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
