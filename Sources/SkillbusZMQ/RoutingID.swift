@@ -53,24 +53,9 @@ public struct RoutingID: Hashable, Sendable, ExpressibleByArrayLiteral {
         lhs.head == rhs.head && lhs.tail == rhs.tail && lhs.count == rhs.count && lhs.long == rhs.long
     }
 
-    /// What Dictionary and Set hash, with the seed they were given: an inline id is two multiply-folds of
-    /// its words with that seed. Hasher's SipHash cost more than every other lookup of a request (the
-    /// coordinator looks a peer up about ten times per request). The seed is random per process, so ids a
-    /// peer chose cannot be lined up to collide; a long id still goes through Hasher.
-    public func _rawHashValue(seed: Int) -> Int {
-        guard long == nil else {
-            var hasher = Hasher()
-            hasher.combine(seed)
-            hash(into: &hasher)
-            return hasher.finalize()
-        }
-        let first = (head ^ UInt64(bitPattern: Int64(seed))).multipliedFullWidth(by: 0x9E37_79B9_7F4A_7C15)
-        let second = (tail ^ UInt64(count) << 56 ^ first.low).multipliedFullWidth(by: 0xC2B2_AE3D_27D4_EB4F ^ first.high)
-        return Int(bitPattern: UInt(second.high ^ second.low))
-    }
-
-    /// For a hash that covers more than the id: two words for an inline id (its length in the top byte of
-    /// the second, which only a 16-byte id fills).
+    /// Two words for an inline id (its length in the top byte of the second, which only a 16-byte id fills),
+    /// through the standard Hasher and its per-process seed, so that ids a peer chose cannot be lined up to
+    /// collide.
     public func hash(into hasher: inout Hasher) {
         if let long {
             hasher.combine(long)
