@@ -56,7 +56,7 @@ struct SettingsFileTests {
     func everyProblemAtOnce() async throws {
         try await withTemporaryDirectory { directory in
             let worker: JSONValue = [
-                "version": 1, "name": "w", "capacity": 0, "skills": ["echo", "nope"], "colour": "blue",
+                "version": 1, "name": "w", "capacity": 0, "skills": ["echo", "nope", "zzz"], "colour": "blue",
                 "heartbeatMs": "fast",
             ]
             let path = try write(worker, in: directory)
@@ -64,7 +64,9 @@ struct SettingsFileTests {
                 try WorkerConfiguration.load(path: path)
             } throws: { error in
                 let message = (error as? SkillbusError)?.message ?? ""
-                return message.hasPrefix("4 problems:") && message.contains("colour: unknown key")
+                // The two unknown skills are two lines of the one list, not a list within it.
+                return message.hasPrefix("5 problems:") && message.contains("colour: unknown key")
+                    && message.contains("skills[2]: unknown built-in skill 'zzz'")
                     && message.contains("capacity: must be from 1 to 100000, got 0")
                     && message.contains("skills[1]: unknown built-in skill 'nope'")
                     && message.contains("heartbeatMs: expected an integer, got string")

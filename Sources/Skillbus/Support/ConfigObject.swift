@@ -47,11 +47,17 @@ struct ConfigObject {
         }
     }
 
-    /// Nothing when there are no problems; else one error that lists them all, a line each.
+    /// Nothing when there are no problems; else one error that lists them all, a line each (and in `details`,
+    /// so that a reader of an enclosing object lists them among its own: `problems(in:)`).
     static func throwing(_ problems: [String]) throws(SkillbusError) {
         guard !problems.isEmpty else { return }
         let message = problems.count == 1 ? problems[0] : "\(problems.count) problems:\n" + problems.joined(separator: "\n")
-        throw SkillbusError(.invalidConfiguration, message)
+        throw SkillbusError(.invalidConfiguration, message, details: .array(problems.map { .string($0) }))
+    }
+
+    /// The problems an error of `throwing` lists, or its message.
+    static func problems(in error: SkillbusError) -> [String] {
+        error.details?.arrayValue?.compactMap(\.stringValue) ?? [error.message]
     }
 
     func string(_ key: String) throws(SkillbusError) -> String? {

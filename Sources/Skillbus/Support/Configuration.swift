@@ -164,7 +164,7 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
                     do throws(SkillbusError) {
                         worker.commands.append(try CommandSkillSpec(reading: child))
                     } catch {
-                        problems.append(error.message)
+                        problems += ConfigObject.problems(in: error)
                     }
                 }
                 try ConfigObject.throwing(problems)

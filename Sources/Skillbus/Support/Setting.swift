@@ -107,7 +107,7 @@ extension SettingsFile {
             do throws(SkillbusError) {
                 try setting.read(object, &self)
             } catch {
-                problems.append(error.message)
+                problems += ConfigObject.problems(in: error)
             }
         }
         try ConfigObject.throwing(problems)
