@@ -213,5 +213,13 @@ struct EnvelopeTests {
         #expect(Wire.requestID(of: ClientMessage.cancel(requestID: "r7").encoded()) == "r7")
         #expect(Wire.requestID(of: [Self.bytes("SKB2C") + [5] + Self.bytes("DANCE") + [2] + Self.bytes("r8"), [1]]) == "r8")
         #expect(Wire.requestID(of: [Self.bytes("SKB2C") + [9]]) == "")
+        // Past field 2 anything may be wrong: 40 fields, or a later length that runs past the end.
+        let head = Self.bytes("SKB2C") + [7] + Self.bytes("REQUEST") + [2] + Self.bytes("r9")
+        let many = head + Array(repeating: [1, 0x61], count: 37).flatMap { $0 }
+        #expect(Wire.requestID(of: [many]) == "r9")
+        #expect(throws: SkillbusError.self) { try Wire.unpack([many], header: Self.bytes("SKB2C"), [:]) }
+        #expect(Wire.requestID(of: [head + [0xFF, 0, 0]]) == "r9")
+        // A long length form for field 2 itself.
+        #expect(Wire.requestID(of: [Self.bytes("SKB2C") + [7] + Self.bytes("REQUEST") + [0xFF, 0, 0, 0, 2] + Self.bytes("rA")]) == "rA")
     }
 }

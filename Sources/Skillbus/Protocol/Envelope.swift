@@ -141,21 +141,8 @@ extension Wire {
             guard fields.count < maxEnvelopeFields else {
                 throw SkillbusError(.malformedMessage, "envelope holds more than \(maxEnvelopeFields) fields")
             }
-            var count = Int(envelope[index])
-            index += 1
-            if count == 0xFF {
-                guard index + 4 <= envelope.count else {
-                    throw SkillbusError(.malformedMessage, "envelope field \(fields.count): its length runs past the end")
-                }
-                count = envelope[index..<index + 4].reduce(0) { $0 << 8 | Int($1) }
-                index += 4
-            }
-            guard count <= envelope.count - index else {
-                throw SkillbusError(
-                    .malformedMessage,
-                    "envelope field \(fields.count) says \(count) bytes; only \(envelope.count - index) follow")
-            }
-            let bytes = envelope[index..<index + count]
+            let range = try nextField(of: envelope, at: &index, number: fields.count)
+            let bytes = envelope[range]
             // The command is looked up once, here, and kept as its shared frame: one Array less per message.
             if fields.count == 1, let known = Command.allCases.first(where: { $0.frame.elementsEqual(bytes) }) {
                 command = known
@@ -163,7 +150,6 @@ extension Wire {
             } else {
                 fields.append(Array(bytes))
             }
-            index += count
         }
         let inEnvelope = fields.count
         guard inEnvelope > 1 || frames.count == 1 else {
@@ -182,6 +168,26 @@ extension Wire {
             }
         }
         return fields
+    }
+
+    /// The bytes of envelope field `number`, which starts at `index` (its length, then its bytes); `index` moves
+    /// past it. Throws when its length runs past the end of the envelope.
+    static func nextField(of envelope: [UInt8], at index: inout Int, number: Int) throws(SkillbusError) -> Range<Int> {
+        var count = Int(envelope[index])
+        index += 1
+        if count == 0xFF {
+            guard index + 4 <= envelope.count else {
+                throw SkillbusError(.malformedMessage, "envelope field \(number): its length runs past the end")
+            }
+            count = envelope[index..<index + 4].reduce(0) { $0 << 8 | Int($1) }
+            index += 4
+        }
+        guard count <= envelope.count - index else {
+            throw SkillbusError(
+                .malformedMessage, "envelope field \(number) says \(count) bytes; only \(envelope.count - index) follow")
+        }
+        defer { index += count }
+        return index..<index + count
     }
 
     /// v1's header frames: a v1 peer is told, in its own framing, that this bus speaks v2.
@@ -209,10 +215,18 @@ extension Wire {
         return try? unpack([envelope], header: Array(envelope.prefix(5)), [:])
     }
 
-    /// Field 2 of a message, its request id in every client command, when its envelope can be read.
+    /// Field 2 of a message, its request id in every client command, when the envelope's fields up to it can be
+    /// read, whatever follows them (too many fields, a broken length later): the refusal then names the request.
     static func requestID(of frames: Multipart) -> String {
-        guard let fields = envelopeFields(frames), fields.count > 2 else { return "" }
-        return String(validating: fields[2].prefix(256), as: UTF8.self) ?? ""
+        guard let envelope = frames.first, envelope.count > 5 else { return "" }
+        var index = 5
+        for number in 1...2 {
+            guard index < envelope.count, let range = try? nextField(of: envelope, at: &index, number: number) else {
+                return ""
+            }
+            if number == 2 { return String(validating: envelope[range].prefix(256), as: UTF8.self) ?? "" }
+        }
+        return ""
     }
 
     /// The numbered fields of a message from the bus (to a client or a worker, by its header), or nil when
