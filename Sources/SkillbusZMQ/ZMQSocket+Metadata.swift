@@ -10,12 +10,16 @@ public struct ReceiveLimits: Sendable, Equatable {
         self.frames = frames
         self.bytes = bytes
     }
+
+    /// When the first frame alone passes a limit, this much of it is kept all the same: enough of an envelope
+    /// to answer in the sender's dialect with its request id, never the whole of a giant frame.
+    public static let keptOfFirstFrame = 512
 }
 
 /// One message as a serving socket receives it, with what libzmq knows of its connection.
 public struct ReceivedMessage {
-    /// Every frame, or when `overLimit` only those read before a limit was passed; after the routing id
-    /// when the message was received `routed`.
+    /// Every frame, or when `overLimit` only those read before a limit was passed (at least the start of the
+    /// first, `ReceiveLimits.keptOfFirstFrame`); after the routing id when the message was received `routed`.
     public var frames: Multipart
     /// The sender's routing id, when the message was received `routed` (a ROUTER's); nil otherwise.
     public var routingID: RoutingID?

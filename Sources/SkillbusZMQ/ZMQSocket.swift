@@ -173,7 +173,12 @@ public final class ZMQSocket {
             count += 1
             bytes += size
             if let limits, !overLimit, count > limits.frames || bytes > limits.bytes { overLimit = true }
-            if overLimit { continue }
+            if overLimit {
+                if count == 1, let data = zmq_msg_data(&message) {
+                    frames.append(Array(UnsafeRawBufferPointer(start: data, count: min(size, ReceiveLimits.keptOfFirstFrame))))
+                }
+                continue
+            }
             inspect(&message)
             if let data = zmq_msg_data(&message), size > 0 {
                 frames.append(Array(UnsafeRawBufferPointer(start: data, count: size)))

@@ -131,7 +131,11 @@ final class ZMTPConnection {
             let bodyStart = inputStart + header
             byteCount += size
             if !overLimit, number > limits.frames || byteCount > limits.bytes { overLimit = true }
-            if !overLimit { frames.append(Array(input[bodyStart..<bodyStart + size])) }
+            if !overLimit {
+                frames.append(Array(input[bodyStart..<bodyStart + size]))
+            } else if number == 1 {
+                frames.append(Array(input[bodyStart..<bodyStart + min(size, ReceiveLimits.keptOfFirstFrame)]))
+            }
             inputStart = bodyStart + size
         }
         return .message(frames, frameCount: frameCount, byteCount: byteCount, overLimit: overLimit)

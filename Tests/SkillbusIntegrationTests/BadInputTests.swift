@@ -168,6 +168,12 @@ struct BadInputTests {
         try await expectError(
             raw: [envelope(["SKB2C", "REQUEST", "sum"])] + Array(repeating: [UInt8](repeating: 0x42, count: 1000), count: 8),
             code: "message_too_large", mentioning: "message of 8017 bytes exceeds the limit of 4096 bytes")
+        // An envelope alone over the limit: still answered in its dialect, with its request id, as too large
+        // (it used to be "empty message (no protocol header frame)" with no request id).
+        let hugeEnvelope = envelope(["SKB2C", "REQUEST", "huge-envelope", "r", "", "echo", String(repeating: "9", count: 5000)])
+        let tooLarge = try await peer.exchange([hugeEnvelope, Array("{}".utf8)])
+        #expect(text(tooLarge[1]) == "ERROR" && text(tooLarge[2]) == "huge-envelope")
+        #expect(try JSONValue(parsing: tooLarge.last!)["code"] == "message_too_large")
         let big = JSONValue.object(["text": .string(String(repeating: "x", count: 5000))]).serialized()
         try await expectError(
             raw: ClientMessage.invoke(InvokeRequest(requestID: "big", roundID: "r", skill: "echo", parameters: big))
