@@ -163,6 +163,13 @@ struct SecurityTests {
         #expect(security.policy.key(named: "alice")?.role == .client)
         #expect(security.policy.feedRoles == [.worker])
         #expect(BindCheck.problem(loaded) == nil)
+        // A key-shaped name of a file beside the config is that file, whatever the working directory.
+        var named = try CurveKeyPair.generate()
+        while named.publicKey.contains("/") { named = try CurveKeyPair.generate() }
+        try Data((worker.keys.publicKey + "\n").utf8).write(to: URL(fileURLWithPath: directory + "/" + named.publicKey))
+        let beside = try load(
+            #"{"secretKey": "keys/coordinator.key", "keys": [{"name": "bob", "role": "client", "publicKey": "\#(named.publicKey)"}]}"#)
+        #expect(beside.security?.policy.key(named: "bob")?.publicKey == worker.keys.publicKey)
         let cases = [
             (#"{"keys": []}"#, "security.secretKey: missing"),
             (#"{"secretKey": "keys/w1.pub"}"#, "public key file"),

@@ -41,7 +41,7 @@ public struct CoordinatorSecurity: Sendable, Equatable {
             guard let given = try child.string("publicKey") else { throw child.error("publicKey", "missing") }
             let publicKey: String
             do {
-                publicKey = try KeyFiles.loadPublic(Curve.decode(given) != nil ? given : child.resolvedPath(given))
+                publicKey = try KeyFiles.publicKey(given, besideConfig: child)
             } catch {
                 throw child.error("publicKey", error.message)
             }
@@ -88,6 +88,23 @@ extension ConfigObject {
         if path.hasPrefix("/") { return path }
         let folder = URL(fileURLWithPath: file).deletingLastPathComponent().path
         return URL(fileURLWithPath: folder).appendingPathComponent(path).standardizedFileURL.path
+    }
+}
+
+extension KeyFiles {
+    /// A public key as a config file gives it: the key itself (40 Z85 characters that decode) unless a file
+    /// of that name lies beside the config, else that file's path, relative to the config's folder like every
+    /// other file name in it (not to the working directory).
+    static func publicKeyOrPath(_ given: String, besideConfig object: ConfigObject) -> String {
+        let path = object.resolvedPath(given)
+        return Curve.decode(given) != nil && !FileManager.default.fileExists(atPath: path) ? given : path
+    }
+
+    /// The public key a config file gives, read from its file when it names one.
+    static func publicKey(_ given: String, besideConfig object: ConfigObject) throws(SkillbusError) -> String {
+        let path = object.resolvedPath(given)
+        if Curve.decode(given) != nil, !FileManager.default.fileExists(atPath: path) { return given }
+        return try loadPublic(file: path)
     }
 }
 

@@ -84,9 +84,14 @@ public enum KeyFiles {
     /// A public key given as its 40 Z85 characters, or as the path of a file that holds them.
     public static func loadPublic(_ value: String) throws(SkillbusError) -> String {
         if Curve.decode(value) != nil, !FileManager.default.fileExists(atPath: value) { return value }
-        let text = try readKey(value, what: "public key")
+        return try loadPublic(file: value)
+    }
+
+    /// The public key in the file at `path`.
+    static func loadPublic(file path: String) throws(SkillbusError) -> String {
+        let text = try readKey(path, what: "public key")
         guard Curve.decode(text) != nil else {
-            throw SkillbusError(.invalidConfiguration, "\(value) holds no CURVE key (one line of 40 Z85 characters)")
+            throw SkillbusError(.invalidConfiguration, "\(path) holds no CURVE key (one line of 40 Z85 characters)")
         }
         return text
     }

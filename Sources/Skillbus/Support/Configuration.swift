@@ -149,7 +149,7 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
         .value(
             "serverKey", \.serverKey, "The coordinator's public key, or its file.",
             reading: { object, key throws(SkillbusError) in
-                try object.string(key).map { Curve.decode($0) != nil ? $0 : object.resolvedPath($0) }
+                try object.string(key).map { KeyFiles.publicKeyOrPath($0, besideConfig: object) }
             }, writing: { $0.map { .string($0) } }),
         .value(
             "key", \.key, "This worker's secret key file (NAME.key).",
