@@ -7,18 +7,18 @@ extension CoordinatorState {
     /// When the loop must call `fireTimers` next, besides its regular tick: the next retry due, or while
     /// requests wait, the next token of an empty rate-limit bucket (PROTOCOL §4.15).
     public var nextTimer: UInt64? {
-        guard rateLimiter.isActive, waiting.count > 0, let token = rateLimiter.nextToken else {
-            return retryQueue.nextDue
+        guard rateLimiter.isActive, requests.queuedCount > 0, let token = rateLimiter.nextToken else {
+            return requests.nextDue
         }
-        return min(retryQueue.nextDue ?? token, token)
+        return min(requests.nextDue ?? token, token)
     }
 
     /// Attempts whose backoff is over go on their way, and requests that waited for a rate limit's token.
     /// The loop calls it when `nextTimer` comes, so that neither is up to a tick late.
     public mutating func fireTimers(now: UInt64) -> [CoordinatorAction] {
         var actions = dispatchRateLimited(now: now)
-        guard let due = retryQueue.nextDue, due <= now else { return actions }
-        for request in retryQueue.removeDue(now: now) { actions += route(request, now: now) }
+        guard let due = requests.nextDue, due <= now else { return actions }
+        for request in requests.removeDue(now: now) { actions += route(request, now: now) }
         return actions
     }
 
@@ -76,7 +76,7 @@ extension CoordinatorState {
         let name = String(decoding: agent, as: UTF8.self)
         if !name.isEmpty, !next.avoid.contains(name) { next.avoid.append(name) }
         recordAttempt(request, status: .error, agent: agent, error: error, now: now)
-        retryQueue.append(next, due: due)
+        requests.backOff(next, until: due)
         return retryingEvent(request, agent: name, error: error, backoffMicros: Int(wait / 1000))
     }
 

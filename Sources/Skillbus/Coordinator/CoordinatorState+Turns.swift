@@ -70,13 +70,13 @@ extension CoordinatorState {
         var actions = endLease(of: entry.round, turnID: turnID, now: now)
         actions.append(.toWorker(entry.worker, .cancel(invocationID: turnID)))
         let cancelled = Self.cancelledError("the turn that made this call was cancelled", .client)
-        for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
-            actions += sendCancel(invocationID, running, reason: .client, now: now)
+        for running in requests.answerRunning(where: { $0.roundID == entry.round }) {
+            actions += sendCancel(running, reason: .client, now: now)
             actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
         }
         // Calls that wait for a slot or for their next attempt would otherwise still run.
         let round = entry.round
-        for request in waiting.remove(where: { $0.roundID == round }) + retryQueue.remove(where: { $0.roundID == round }) {
+        for (_, request) in requests.removeUnstarted(where: { $0.phase.waitsToRun && $0.request.roundID == round }) {
             actions += cancelledEvent(request, agent: "", reason: .client)
             actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }

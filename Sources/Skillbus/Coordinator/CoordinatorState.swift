@@ -18,9 +18,9 @@ public enum CoordinatorAction: Sendable, Equatable {
 /// time comes in as `now` (monotonic nanoseconds), so every decision is unit-testable.
 ///
 /// It is composed of parts that each own one invariant and offer operations, not fields: `WorkerTable`
-/// (workers by peer, name and skill), `RunningInvocations` (what runs where, and every worker's load),
-/// `WaitQueues` (what waits for a slot), `RoundTable` (the rounds the bus runs) and `SingleFlight`
-/// (executions shared within a round). The extensions hold the paths through them: routing
+/// (workers by peer, name and skill), `RequestTable` (every accepted request in its phase, what runs where, and
+/// every worker's load), `RoundTable` (the rounds the bus runs) and `SingleFlight` (executions shared within a
+/// round). The extensions hold the paths through them: routing
 /// (CoordinatorState+Routing), membership (+Membership), listings (+Listings) and rounds (Rounds/).
 public struct CoordinatorState: Sendable {
     public let settings: Settings
@@ -33,8 +33,8 @@ public struct CoordinatorState: Sendable {
     public internal(set) var workers = WorkerTable()
     /// The authoritative registry and its update sequence.
     public internal(set) var ledger: RegistryLedger
-    var running = RunningInvocations()
-    var waiting = WaitQueues()
+    /// Every request accepted and not answered for good, in its phase: confirming, queued, backing off, running.
+    var requests = RequestTable()
     /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
     var rounds = RoundTable()
     /// Executions that identical invocations of a round share, running or finished.
@@ -55,9 +55,6 @@ public struct CoordinatorState: Sendable {
     var leases: [ByteKey: TurnLease] = [:]
     /// Calls that turns run themselves and have not reported ended.
     var claims: [ClaimKey: Claim] = [:]
-    /// Invocations waiting for a client's approval, by confirmation id.
-    var confirmations: [String: PendingConfirmation] = [:]
-    var lastConfirmation: UInt64 = 0
     var lastHeartbeatSent: UInt64 = 0
     /// Waiters that gave up on an execution that goes on for others: its outcome passes them by
     /// (CoordinatorState+Cancel).
@@ -66,8 +63,6 @@ public struct CoordinatorState: Sendable {
     var joinedClients: [Waiter: (execution: SingleFlight.ExecutionID, round: [UInt8])] = [:]
     /// CANCELs sent and not yet answered by a RESULT, oldest first, to report the skills that ignore them.
     var cancelWatch = FinishOrder<WatchedCancel>()
-    /// Attempts waiting out their backoff (CoordinatorState+Retries).
-    var retryQueue = RetryQueue()
     /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
     var attemptTimeouts: [String: Int] = [:]
     /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
@@ -111,11 +106,11 @@ public struct CoordinatorState: Sendable {
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
-    public var runningCount: Int { running.count }
+    public var runningCount: Int { requests.runningCount }
     /// Requests waiting for a free slot, over all queues.
-    public var waitingCount: Int { waiting.count }
+    public var waitingCount: Int { requests.queuedCount }
     /// Attempts waiting out their backoff before they are retried.
-    public var retryingCount: Int { retryQueue.count }
+    public var retryingCount: Int { requests.backingOffCount }
     /// Invocations the coordinator keeps for single-flight: running or finished.
     public var sharedExecutionCount: Int { singleFlight.count }
     /// Entries and bytes in the result cache.
@@ -254,8 +249,8 @@ public struct CoordinatorState: Sendable {
         rounds.evict(
             now: now, retentionNanos: UInt64(settings.roundRetentionMs) * 1_000_000,
             limit: settings.retainedRoundsLimit)
-        for (target, request) in waiting.removeTargeted(where: { $0.deadline <= now }) {
-            let full = "agent '\(workers[target]?.name ?? "")' had no free slot before the deadline"
+        for (target, request) in requests.removeExpiredQueued(now: now, targeted: true) {
+            let full = "agent '\(target.flatMap { workers[$0] }?.name ?? "")' had no free slot before the deadline"
             actions += fail(request, waitedTooLong(request, full, now: now), agent: "", executed: false, now: now)
         }
         for worker in workers.all {
@@ -274,12 +269,12 @@ public struct CoordinatorState: Sendable {
                     .registryHeartbeat(
                         epoch: ledger.epoch, sequence: ledger.sequence, intervalMs: settings.heartbeatMs)))
         }
-        for peer in running.abandon(now: now, grace: Self.abandonAfterNanos, workers: &workers) {
+        for peer in requests.abandon(now: now, grace: Self.abandonAfterNanos, workers: &workers) {
             actions += dispatchWaiting(to: peer, now: now)
         }
-        for (invocationID, entry) in running.answer(where: { $0.request.attemptEnds <= now }) {
-            let agent = workers[entry.worker]?.name ?? ""
-            let request = entry.request
+        for running in requests.answerRunning(where: { $0.attemptEnds <= now }) {
+            let agent = workers[running.worker]?.name ?? ""
+            let request = running.request
             let error =
                 request.deadline <= now
                 ? SkillbusError(
@@ -288,8 +283,8 @@ public struct CoordinatorState: Sendable {
                     .timeout,
                     "attempt \(request.attempt) of '\(request.skill)' on agent '\(agent)' did not finish within its "
                         + "\((request.attemptDeadline &- request.attemptStarted) / 1_000_000) ms")
-            actions += sendCancel(invocationID, entry, reason: .deadline, now: now)
-            actions += fail(entry.request, error, agent: agent, now: now)
+            actions += sendCancel(running, reason: .deadline, now: now)
+            actions += fail(request, error, agent: agent, now: now)
         }
         actions += reportIgnoredCancels(now: now)
         actions += failQueries(queries.removeExpired(now: now)) {
@@ -302,8 +297,8 @@ public struct CoordinatorState: Sendable {
         actions += expireParked(now: now)
         actions += expireGraceParked(now: now)
         if !cancelledTurnRounds.isEmpty { cancelledTurnRounds = cancelledTurnRounds.filter { $0.value > now } }
-        for (skill, request) in waiting.removeExpiredBySkill(now: now) {
-            let full = "no agent offering '\(skill)' had a free slot within \(request.timeoutMs) ms"
+        for (_, request) in requests.removeExpiredQueued(now: now, targeted: false) {
+            let full = "no agent offering '\(request.skill)' had a free slot within \(request.timeoutMs) ms"
             let error = waitedTooLong(request, full, now: now)
             actions += fail(request, error, agent: "", executed: false, now: now)
         }

@@ -277,18 +277,22 @@ extension CoordinatorState {
         guard let run = rounds[roundKey] else { return [] }
         let cancelled = Self.cancelledError("another agent answered first", .lostRace)
         var actions: [CoordinatorAction] = []
-        for (invocationID, entry) in running.answer(where: { $0.request.isStep(of: roundKey) }) {
+        for running in requests.answerRunning(where: { $0.isStep(of: roundKey) }) {
             // Announced before its outcome, so the feed reads: cancelled, then done, then the round.
-            actions += sendCancel(invocationID, entry, reason: .lostRace, now: now)
-            actions += fail(entry.request, cancelled, agent: workers[entry.worker]?.name ?? "", now: now)
+            actions += sendCancel(running, reason: .lostRace, now: now)
+            actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
         }
         // A loser waiting out a retry's backoff never runs.
-        for request in retryQueue.remove(where: { $0.isStep(of: roundKey) }) {
+        let backingOff = requests.removeUnstarted { $0.phase.isBackingOff && $0.request.isStep(of: roundKey) }
+        for (_, request) in backingOff {
             actions += cancelledEvent(request, agent: "", reason: .lostRace)
             actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
-        for (target, request) in waiting.removeTargeted(where: { $0.isStep(of: roundKey) }) {
-            if case .step(_, let index) = request.origin {
+        let queued = requests.removeUnstarted {
+            $0.phase == .queued && $0.request.target != nil && $0.request.isStep(of: roundKey)
+        }
+        for (_, request) in queued {
+            if case .step(_, let index) = request.origin, let target = request.target {
                 actions.append(
                     .publish(
                         .invocationCancelled(
