@@ -219,6 +219,44 @@ struct RequestTableTests {
         #expect(requests.runningCount == 1 && requests.running(onBeta) != nil && table[Self.beta]?.inFlight == 1)
     }
 
+    @Test("a CANCEL is watched until its worker reports; one still running after the grace is handed out once")
+    func cancelWatch() throws {
+        var table = workers()
+        var requests = RequestTable()
+        let ignored = requests.startRunning(Self.request("a"), on: Self.alpha, workers: &table)
+        let reported = requests.startRunning(Self.request("b"), on: Self.alpha, workers: &table)
+        for id in [ignored, reported] {
+            let key = try #require(requests.key(invocation: id))
+            let running = requests.answer(key)
+            requests.watchCancel(try #require(running), at: 10)
+        }
+        _ = requests.finish(reported, from: Self.alpha, workers: &table)
+        #expect(requests.removeIgnoredCancels(now: 14, grace: 5).isEmpty)
+        let late = requests.removeIgnoredCancels(now: 15, grace: 5)
+        #expect(late.map(\.running.invocationID) == [ignored] && late.map(\.sent) == [10])
+        #expect(requests.removeIgnoredCancels(now: 99, grace: 5).isEmpty)
+    }
+
+    @Test("waiters: a joined client until it is answered; a withdrawn one until its outcome passes it by")
+    func waiters() {
+        var waiters = Waiters()
+        let execution = SingleFlight.ExecutionID(slot: 0, execution: 0)
+        #expect(waiters.isEmpty && waiters.joined(Self.origin("j")) == nil && !waiters.passBy(Self.origin("j")))
+        waiters.join(Self.origin("j"), execution, round: Array("R".utf8))
+        waiters.join(Self.origin("k"), execution, round: Array("S".utf8))
+        #expect(waiters.joined(Self.origin("j"))?.execution == execution)
+        #expect(waiters.joined(round: Array("R".utf8)) == [Self.origin("j")])
+        waiters.withdraw(Self.origin("j"))
+        #expect(waiters.hasWithdrawn(Self.origin("j")) && !waiters.hasWithdrawn(Self.origin("k")))
+        // Answered when it withdrew: the outcome passes it by, once.
+        waiters.answered(Self.origin("j"))
+        #expect(waiters.passBy(Self.origin("j")) && !waiters.passBy(Self.origin("j")))
+        waiters.withdraw(Self.origin("k"))
+        waiters.answered(Self.origin("k"))
+        waiters.forget(Self.origin("k"))
+        #expect(waiters.isEmpty)
+    }
+
     @Test("through random operations a worker's inFlight equals its running entries and every count its phase's")
     func invariantsHold() {
         var table = workers(capacity: 3)

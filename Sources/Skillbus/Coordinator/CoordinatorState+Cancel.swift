@@ -12,12 +12,6 @@ extension CoordinatorState {
         case lostRace = "lost race"
     }
 
-    /// A CANCEL sent, watched until its RESULT comes.
-    struct WatchedCancel: Sendable {
-        let invocationID: String
-        let worker: PeerID
-    }
-
     /// What a CANCEL naming a round stopped: the CANCELLED answer.
     struct CancelTally {
         var requests = 0
@@ -89,7 +83,7 @@ extension CoordinatorState {
             let origin = requests[key].request.origin
             if case .client = origin, !waiters.contains(origin) { waiters.append(origin) }
         }
-        waiters += joinedClients.filter { $0.value.round == round }.map(\.key)
+        waiters += requests.waiters.joined(round: round)
         for waiter in waiters {
             actions += withdraw(waiter, error, reason: .client, now: now, &tally) ?? []
         }
@@ -110,7 +104,7 @@ extension CoordinatorState {
         _ waiter: Waiter, _ error: SkillbusError, reason: CancelReason, now: UInt64, _ tally: inout CancelTally
     ) -> [CoordinatorAction]? {
         let started = requests.key(origin: waiter)
-        if case .client = waiter, started != nil || joinedClients[waiter] != nil {
+        if case .client = waiter, started != nil || requests.waiters.joined(waiter) != nil {
             tally.requests += 1
         }
         // It started an execution: running, waiting for a slot or its next attempt, or for an approval.
@@ -119,7 +113,7 @@ extension CoordinatorState {
             let agent = agentName(of: key)
             if let id = request.shared, isWanted(id, besides: waiter) {
                 let actions = answerCancelled(waiter, request, error, agent: agent, now: now)
-                withdrawn.insert(waiter)
+                requests.waiters.withdraw(waiter)
                 return actions
             }
             // Stopped first, so that the feed reads: cancelled, then done.
@@ -130,17 +124,18 @@ extension CoordinatorState {
         if let id = joinedExecution(of: waiter) {
             guard let key = requests.key(execution: id) else {
                 // A call a turn runs itself (CLAIM): the bus cannot stop it, but this waiter is done with it.
-                guard case .client(let client, let requestID) = waiter, let joined = joinedClients[waiter] else { return nil }
-                joinedClients[waiter] = nil
-                withdrawn.insert(waiter)
+                guard case .client(let client, let requestID) = waiter, let joined = requests.waiters.joined(waiter)
+                else { return nil }
+                requests.waiters.answered(waiter)
+                requests.waiters.withdraw(waiter)
                 let outcome = Outcome(status: .error, agent: [], payload: error.json.serialized(), durationMicros: 0)
                 return [.toClient(client, outcome.reply(requestID: requestID, roundID: joined.round))]
             }
             let request = requests[key].request
             var actions = answerCancelled(waiter, request, error, agent: agentName(of: key), now: now)
-            withdrawn.insert(waiter)
-            if !withdrawn.contains(request.origin) || isWanted(id, besides: waiter) { return actions }
-            withdrawn.remove(request.origin)
+            requests.waiters.withdraw(waiter)
+            if !requests.waiters.hasWithdrawn(request.origin) || isWanted(id, besides: waiter) { return actions }
+            requests.waiters.forget(request.origin)
             actions += stop(key, reason: reason, now: now, &tally)
             return actions
         }
@@ -151,12 +146,12 @@ extension CoordinatorState {
 
     /// Whether a waiter of execution `id` other than `waiter` has not given up.
     func isWanted(_ id: SingleFlight.ExecutionID, besides waiter: Waiter) -> Bool {
-        singleFlight.joiners(of: id).contains { $0 != waiter && !withdrawn.contains($0) }
+        singleFlight.joiners(of: id).contains { $0 != waiter && !requests.waiters.hasWithdrawn($0) }
     }
 
     func joinedExecution(of waiter: Waiter) -> SingleFlight.ExecutionID? {
         switch waiter {
-        case .client: return joinedClients[waiter]?.execution
+        case .client: return requests.waiters.joined(waiter)?.execution
         case .step(let round, let index):
             guard let run = rounds[round], run.invocations.indices.contains(index),
                 run.invocations[index].status == .running
@@ -230,9 +225,8 @@ extension CoordinatorState {
     mutating func sendCancel(
         _ running: RequestTable.Running, reason: CancelReason, now: UInt64
     ) -> [CoordinatorAction] {
-        let invocationID = running.invocationID
-        cancelWatch.append(WatchedCancel(invocationID: invocationID, worker: running.worker), at: now)
-        return [.toWorker(running.worker, .cancel(invocationID: invocationID))]
+        requests.watchCancel(running, at: now)
+        return [.toWorker(running.worker, .cancel(invocationID: running.invocationID))]
             + cancelledEvent(running.request, agent: workers[running.worker]?.name ?? "", reason: reason)
     }
 
@@ -263,9 +257,7 @@ extension CoordinatorState {
     mutating func reportIgnoredCancels(now: UInt64) -> [CoordinatorAction] {
         let grace = UInt64(settings.cancelGraceMs) * 1_000_000
         var actions: [CoordinatorAction] = []
-        while let (watched, at) = cancelWatch.oldest, at &+ grace <= now {
-            cancelWatch.removeOldest()
-            guard let entry = requests.running(watched.invocationID), entry.worker == watched.worker else { continue }
+        for (entry, at) in requests.removeIgnoredCancels(now: now, grace: grace) {
             let request = entry.request
             var id = request.requestText
             if case .step(let round, let index) = request.origin, let run = rounds[round],
@@ -277,7 +269,7 @@ extension CoordinatorState {
                 .publish(
                     .cancelIgnored(
                         round: request.roundText, request: id, skill: request.skill,
-                        agent: workers[entry.worker]?.name ?? "", invocation: watched.invocationID,
+                        agent: workers[entry.worker]?.name ?? "", invocation: entry.invocationID,
                         waitedMs: Int((now &- at) / 1_000_000))))
         }
         return actions

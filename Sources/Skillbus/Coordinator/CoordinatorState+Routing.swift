@@ -263,7 +263,7 @@ extension CoordinatorState {
         if status == .ok, let key = request.cacheKey { storeInCache(key, request.skill, outcome, now: now) }
         let joiners = request.shared.map { singleFlight.finish($0, outcome: keep ? outcome : nil, now: now) } ?? []
         // A client that gave up was answered when it did (CoordinatorState+Cancel).
-        let originWithdrawn = !withdrawn.isEmpty && withdrawn.contains(request.origin)
+        let originWithdrawn = requests.waiters.hasWithdrawn(request.origin)
         var actions: [CoordinatorAction] = []
         deliver(outcome, to: request.origin, roundID: request.roundID, origin: request.origin, now: now, into: &actions)
         for joiner in joiners {
@@ -295,10 +295,10 @@ extension CoordinatorState {
         _ outcome: Outcome, to waiter: Waiter, roundID: [UInt8], origin: Waiter, now: UInt64,
         into actions: inout [CoordinatorAction]
     ) {
-        if !withdrawn.isEmpty, withdrawn.remove(waiter) != nil { return }
+        if requests.waiters.passBy(waiter) { return }
         switch waiter {
         case .client(let client, let requestID):
-            if !joinedClients.isEmpty { joinedClients[waiter] = nil }
+            requests.waiters.answered(waiter)
             actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
             if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
         case .step(let round, let index):

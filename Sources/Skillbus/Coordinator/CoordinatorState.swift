@@ -56,13 +56,6 @@ public struct CoordinatorState: Sendable {
     /// Calls that turns run themselves and have not reported ended.
     var claims: [ClaimKey: Claim] = [:]
     var lastHeartbeatSent: UInt64 = 0
-    /// Waiters that gave up on an execution that goes on for others: its outcome passes them by
-    /// (CoordinatorState+Cancel).
-    var withdrawn: Set<Waiter> = []
-    /// Clients' REQUESTs that joined an identical execution, with it and its round, until answered.
-    var joinedClients: [Waiter: (execution: SingleFlight.ExecutionID, round: [UInt8])] = [:]
-    /// CANCELs sent and not yet answered by a RESULT, oldest first, to report the skills that ignore them.
-    var cancelWatch = FinishOrder<WatchedCancel>()
     /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
     var attemptTimeouts: [String: Int] = [:]
     /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
@@ -170,7 +163,8 @@ public struct CoordinatorState: Sendable {
             case .first(let execution): pending.shared = execution
             case .joined(let execution):
                 if inRound { noteSubCall(request, deduplicated: true) }
-                joinedClients[.client(client, requestID: request.$requestID)] = (execution, request.$roundID)
+                let waiter = Waiter.client(client, requestID: request.$requestID)
+                requests.waiters.join(waiter, execution, round: request.$roundID)
                 return deduplicated(request, finished: nil)
             case .finished(let outcome):
                 if inRound {

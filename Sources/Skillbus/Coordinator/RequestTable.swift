@@ -11,54 +11,10 @@
 struct RequestTable: Sendable {
     typealias Request = CoordinatorState.Request
 
-    enum Phase: Sendable, Equatable {
-        /// Held until `client` approves it (confirmation id `c` and the number), at most until `deadline`.
-        case confirming(id: UInt64, client: PeerID, deadline: UInt64)
-        /// Waiting for a free slot: in its skill's lane for its priority, or in its target agent's queue.
-        case queued
-        /// Waiting out the backoff before its next attempt, until `until`.
-        case backingOff(until: UInt64)
-        /// Sent to `worker` as invocation `i` and the number. `answered`: its waiters were answered (its deadline
-        /// passed, or it was cancelled) and it only holds the slot until the worker reports; `outputBytes`: the
-        /// partial output relayed so far.
-        case running(invocation: UInt64, worker: PeerID, answered: Bool, outputBytes: Int)
-
-        var isBackingOff: Bool {
-            if case .backingOff = self { return true }
-            return false
-        }
-
-        /// Queued or backing off: it will run unless something takes it out.
-        var waitsToRun: Bool { self == .queued || isBackingOff }
-    }
-
-    struct Entry: Sendable {
-        var request: Request
-        var phase: Phase
-        /// `request.origin`'s hash, to take the entry out of the origin index without hashing it again.
-        let originHash: UInt32
-
-        /// Whether anybody still waits for it: every entry but a running one already answered.
-        var isAwaited: Bool {
-            if case .running(_, _, true, _) = phase { return false }
-            return true
-        }
-    }
-
     /// An entry's place in the table, stable while the entry lives. Callers keep it only within one operation
     /// of the coordinator.
     struct Key: Equatable, Sendable {
         fileprivate let slot: UInt32
-    }
-
-    /// A running entry as the operations that answer or end it hand it out.
-    struct Running: Sendable {
-        let invocation: UInt64
-        let worker: PeerID
-        let answered: Bool
-        let request: Request
-
-        var invocationID: String { RequestTable.invocationID(invocation) }
     }
 
     private var entries = RequestSlots()
@@ -74,6 +30,10 @@ struct RequestTable: Sendable {
     private var lastConfirmation: UInt64 = 0
     private(set) var runningCount = 0
     private(set) var confirmingCount = 0
+    /// CANCELs sent to running entries' workers, oldest first, watched until the worker reports.
+    private var cancelWatch = FinishOrder<(invocation: UInt64, worker: PeerID)>()
+    /// Who waits besides each entry's origin: clients joined to an execution, and waiters that gave up.
+    var waiters = Waiters()
 
     var count: Int { entries.count }
     var queuedCount: Int { waiting.count }
@@ -97,8 +57,11 @@ struct RequestTable: Sendable {
 
     /// The running entry of an invocation id, answered or not.
     func key(invocation invocationID: String) -> Key? {
-        guard let number = Self.number(of: invocationID, prefix: "i") else { return nil }
-        return byInvocation.find(hash: Self.hash(number)) { slot in
+        Self.number(of: invocationID, prefix: "i").flatMap(key(invocation:))
+    }
+
+    private func key(invocation number: UInt64) -> Key? {
+        byInvocation.find(hash: Self.hash(number)) { slot in
             if case .running(number, _, _, _) = entries[slot].phase { return true }
             return false
         }.value.map(Key.init)
@@ -334,6 +297,25 @@ struct RequestTable: Sendable {
         runningCount -= 1
         return Running(
             invocation: number, worker: worker, answered: answered, request: entries.remove(key.slot).request)
+    }
+
+    /// CANCEL went to the running entry's worker at `now`: it is watched until the worker reports.
+    mutating func watchCancel(_ running: Running, at now: UInt64) {
+        cancelWatch.append((running.invocation, running.worker), at: now)
+    }
+
+    /// The CANCELs sent `grace` or longer before `now` whose invocation still runs on the worker they went to, with
+    /// when each was sent: each is handed out once.
+    mutating func removeIgnoredCancels(now: UInt64, grace: UInt64) -> [(running: Running, sent: UInt64)] {
+        var ignored: [(Running, UInt64)] = []
+        while let (watched, sent) = cancelWatch.oldest, sent &+ grace <= now {
+            cancelWatch.removeOldest()
+            guard let key = key(invocation: watched.invocation), let running = running(at: key),
+                running.worker == watched.worker
+            else { continue }
+            ignored.append((running, sent))
+        }
+        return ignored
     }
 
     private static func takeSlot(_ skill: String, on peer: PeerID, _ workers: inout WorkerTable) {
