@@ -87,7 +87,8 @@ extension CoordinatorState {
         for waiter in waiters {
             actions += withdraw(waiter, error, reason: .client, now: now, &tally) ?? []
         }
-        actions += cancelParked(round: round, error, now: now, &tally)
+        // REQUESTs of the round parked behind a turn's lease on it.
+        actions += dropParked(error, now: now, &tally) { $0.wait.isLease && $0.request.$roundID == round }
         if let (turnID, entry) = turns.find(where: { $0.round == round }) {
             tally.turns += 1
             actions += cancelTurn(turnID, entry, now: now)
@@ -139,8 +140,11 @@ extension CoordinatorState {
             actions += stop(key, reason: reason, now: now, &tally)
             return actions
         }
+        // It waits behind a turn's lease on its round.
         guard case .client = waiter else { return nil }
-        let parked = cancelParked(where: { .client($1, requestID: $0.$requestID) == waiter }, error, now: now, &tally)
+        let parked = dropParked(error, now: now, &tally) { parked in
+            parked.wait.isLease && .client(parked.client, requestID: parked.request.$requestID) == waiter
+        }
         return parked.isEmpty ? nil : parked
     }
 
@@ -296,32 +300,5 @@ extension CoordinatorState {
             actions += withdraw(.step(round: key, index: index), stepError, reason: reason, now: now, &tally) ?? []
         }
         return actions + advance(key, now: now)
-    }
-
-    /// REQUESTs parked behind a turn's lease that `matches` picks (by request and client): answered
-    /// `cancelled`, never run.
-    mutating func cancelParked(
-        where matches: (InvokeRequest, PeerID) -> Bool, _ error: SkillbusError, now: UInt64,
-        _ tally: inout CancelTally
-    ) -> [CoordinatorAction] {
-        guard !leases.isEmpty else { return [] }
-        var actions: [CoordinatorAction] = []
-        for (key, lease) in leases where !lease.parked.isEmpty {
-            let (gone, kept) = lease.parked.split { matches($0.request, $0.client) }
-            guard !gone.isEmpty else { continue }
-            leases[key]?.parked = kept
-            tally.requests += gone.count
-            for parked in gone {
-                actions += unrunReply(parked.request, client: parked.client, arrived: parked.accepted, error, now: now)
-            }
-        }
-        return actions
-    }
-
-    /// Every REQUEST parked behind the lease of `round`.
-    mutating func cancelParked(
-        round: [UInt8], _ error: SkillbusError, now: UInt64, _ tally: inout CancelTally
-    ) -> [CoordinatorAction] {
-        cancelParked(where: { request, _ in request.$roundID == round }, error, now: now, &tally)
     }
 }

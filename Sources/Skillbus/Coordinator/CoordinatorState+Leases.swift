@@ -7,11 +7,10 @@
 /// decides on sees every call of the turn before it. Two passes through the bus per call are saved;
 /// deduplication holds as it does for invocations the bus routes.
 extension CoordinatorState {
+    /// The round's REQUESTs that come while it is held wait in `ParkedRequests`, in the phase `parked(lease)`.
     struct TurnLease: Sendable {
         let holder: PeerID
         let turnID: String
-        /// REQUESTs of the round that came while it was held, oldest first, with when they came.
-        var parked: [(request: InvokeRequest, client: PeerID, accepted: UInt64)] = []
     }
 
     struct ClaimKey: Hashable, Sendable {
@@ -37,7 +36,7 @@ extension CoordinatorState {
     mutating func parkIfLeased(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> Bool {
         let key = ByteKey(request.$roundID)
         guard leases[key] != nil else { return false }
-        leases[key]?.parked.append((request, client, now))
+        parked.park(request, client: client, arrived: now, .lease(key))
         return true
     }
 
@@ -97,8 +96,11 @@ extension CoordinatorState {
         guard let lease = leases[key], lease.turnID == turnID else { return [] }
         leases[key] = nil
         var actions: [CoordinatorAction] = []
-        for parked in lease.parked {
-            actions += acceptInvoke(parked.request, from: parked.client, accepted: parked.accepted, now: now)
+        for item in parked.releaseLease(key) {
+            guard case .invoke(let request, let client, let arrived) = item else {
+                preconditionFailure("a ROUND waited behind a lease: a leased round refuses ROUNDs")
+            }
+            actions += acceptInvoke(request, from: client, accepted: arrived, now: now)
         }
         return actions
     }
@@ -123,20 +125,19 @@ extension CoordinatorState {
     /// Parked REQUESTs whose time ran out while their round was held.
     mutating func expireParked(now: UInt64) -> [CoordinatorAction] {
         guard !leases.isEmpty else { return [] }
+        let (ledger, settings) = (ledger, settings)
+        func timeoutMs(_ request: InvokeRequest) -> Int {
+            request.timeoutMs ?? Self.defaultTimeoutMs(skill: request.skill, ledger: ledger, settings: settings)
+        }
+        let expired = parked.removeExpiredLeased { item in
+            guard case .invoke(let request, _, let arrived) = item else { return false }
+            return arrived &+ UInt64(timeoutMs(request)) * 1_000_000 <= now
+        }
         var actions: [CoordinatorAction] = []
-        for (key, lease) in leases where !lease.parked.isEmpty {
-            var kept: [(request: InvokeRequest, client: PeerID, accepted: UInt64)] = []
-            for parked in lease.parked {
-                let timeoutMs = parked.request.timeoutMs ?? defaultTimeoutMs(skill: parked.request.skill)
-                if parked.accepted &+ UInt64(timeoutMs) * 1_000_000 > now {
-                    kept.append(parked)
-                    continue
-                }
-                let error = SkillbusError(
-                    .timeout, "'\(parked.request.skill)' waited \(timeoutMs) ms for its round, which a turn held")
-                actions += unrunReply(parked.request, client: parked.client, arrived: parked.accepted, error, now: now)
-            }
-            leases[key]?.parked = kept
+        for case .invoke(let request, let client, let arrived) in expired {
+            let error = SkillbusError(
+                .timeout, "'\(request.skill)' waited \(timeoutMs(request)) ms for its round, which a turn held")
+            actions += unrunReply(request, client: client, arrived: arrived, error, now: now)
         }
         return actions
     }

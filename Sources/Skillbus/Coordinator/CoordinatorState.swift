@@ -69,13 +69,8 @@ public struct CoordinatorState: Sendable {
     var rateLimiter: RateLimiter
     /// Where the retry jitter's numbers come from.
     var jitterState: UInt64
-    /// New rounds waiting for the journal's answer, by round id.
-    var journalPending: [ByteKey: AcceptedRound] = [:]
-    /// Rounds cancelled while the journal held their accept: its answer must not start them.
-    var journalCancelled: Set<ByteKey> = []
-    /// When the startup grace ends (monotonic nanoseconds; 0: no grace), and what waits in it.
-    var graceEnds: UInt64 = 0
-    var graceParked: [GraceParked] = []
+    /// What was accepted and waits to start: in the startup grace, behind a turn's lease, for the journal.
+    var parked = ParkedRequests()
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -112,6 +107,11 @@ public struct CoordinatorState: Sendable {
     /// The timeout of a REQUEST or ROUND sent without one: its skill's own `defaultTimeoutMs` if it has one,
     /// else the bus default. A plan (no one skill; each step may have another) gets the bus default.
     func defaultTimeoutMs(skill: String?) -> Int {
+        Self.defaultTimeoutMs(skill: skill, ledger: ledger, settings: settings)
+    }
+
+    /// The same, for a closure that must not capture the whole state while a part of it changes.
+    static func defaultTimeoutMs(skill: String?, ledger: RegistryLedger, settings: Settings) -> Int {
         skill.flatMap { ledger.registry.skills[$0]?.descriptor.defaultTimeoutMs } ?? settings.defaultTimeoutMs
     }
 
@@ -127,7 +127,7 @@ public struct CoordinatorState: Sendable {
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
         if !leases.isEmpty, parkIfLeased(request, from: client, now: now) { return [] }
-        if graceEnds > now, parkInGrace(request, from: client, now: now) { return [] }
+        if parked.graceEnds > now, parkInGrace(request, from: client, now: now) { return [] }
         return acceptInvoke(request, from: client, accepted: now, now: now)
     }
 

@@ -45,7 +45,7 @@ extension CoordinatorState {
         let accepted = AcceptedRound(
             request: request, spec: spec, body: body, retries: retries, priority: priority, noCache: noCache,
             clients: clients, arrived: now)
-        if !graceParked.isEmpty, let joined = joinParkedRound(accepted) { return joined }
+        if parked.hasGraceItems, let joined = joinParkedRound(accepted) { return joined }
         if settings.journaled { return journal(accepted, roundKey) }
         return startRound(accepted, roundKey, now: now)
     }
@@ -79,7 +79,7 @@ extension CoordinatorState {
             invocations = try plannedInvocations(spec)
         } catch {
             if error.code == .unknownSkill, inStartupGrace(now: now) {
-                graceParked.append(.round(accepted))
+                parked.park(accepted, .grace)
                 return []
             }
             var actions = refuseRound(request.$roundID, shape: spec.shape, error, to: accepted.clients)
