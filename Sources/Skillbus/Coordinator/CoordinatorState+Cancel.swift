@@ -89,7 +89,7 @@ extension CoordinatorState {
         }
         // REQUESTs of the round parked behind a turn's lease on it.
         actions += dropParked(error, now: now, &tally) { $0.wait.isLease && $0.request.$roundID == round }
-        if let (turnID, entry) = turns.find(where: { $0.round == round }) {
+        if let (turnID, entry) = turns.turn(inRound: round) {
             tally.turns += 1
             actions += cancelTurn(turnID, entry, now: now)
         }

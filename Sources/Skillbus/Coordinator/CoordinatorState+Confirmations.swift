@@ -14,7 +14,7 @@ extension CoordinatorState {
     func asker(of request: Request) -> (client: PeerID, requestID: String)? {
         switch request.origin {
         case .client(let client, let requestID):
-            if let turn = turns.first(where: { $0.round == request.roundID }) { return (turn.client, turn.requestID) }
+            if let (_, turn) = turns.turn(inRound: request.roundID) { return (turn.client, turn.requestID) }
             return (client, String(decoding: requestID, as: UTF8.self))
         case .step(let round, _):
             return rounds[round]?.clients.first.map { ($0.client, String(decoding: $0.requestID, as: UTF8.self)) }

@@ -43,18 +43,8 @@ public struct CoordinatorState: Sendable {
     var affinity: SessionAffinity
     /// QUERYs waiting for their worker's ANSWER.
     var queries = PendingQueries(prefix: "q")
-    /// Turns waiting for their agent's TURNEND.
-    var turns = PendingQueries(prefix: "t")
-    /// Rounds of cancelled turns, until a while after they ended (monotonic nanoseconds; `UInt64.max` while
-    /// the turn runs): a call of theirs still on its way is refused, even one that arrives after the turn's
-    /// end on another connection.
-    var cancelledTurnRounds: [ByteKey: UInt64] = [:]
-    /// How long a cancelled turn's round stays marked after the turn ended.
-    static let cancelledRoundGraceNanos: UInt64 = 30_000_000_000
-    /// Rounds held by the turn running in them, by round id (CoordinatorState+Leases).
-    var leases: [ByteKey: TurnLease] = [:]
-    /// Calls that turns run themselves and have not reported ended.
-    var claims: [ClaimKey: Claim] = [:]
+    /// Turns waiting for their agent's TURNEND, with the leases, claims and cancelled rounds they hold.
+    var turns = TurnTable()
     var lastHeartbeatSent: UInt64 = 0
     /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
     var attemptTimeouts: [String: Int] = [:]
@@ -126,7 +116,7 @@ public struct CoordinatorState: Sendable {
 
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
-        if !leases.isEmpty, parkIfLeased(request, from: client, now: now) { return [] }
+        if turns.hasLeases, parkIfLeased(request, from: client, now: now) { return [] }
         if parked.graceEnds > now, parkInGrace(request, from: client, now: now) { return [] }
         return acceptInvoke(request, from: client, accepted: now, now: now)
     }
@@ -143,7 +133,7 @@ public struct CoordinatorState: Sendable {
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: accepted,
             deadline: accepted &+ UInt64(timeoutMs) * 1_000_000)
         pending.client = client
-        if !cancelledTurnRounds.isEmpty, cancelledTurnRounds[ByteKey(request.$roundID)] != nil {
+        if turns.isCancelled(round: request.$roundID) {
             let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
             return fail(pending, error, agent: "", executed: false, now: now)
         }
@@ -290,7 +280,7 @@ public struct CoordinatorState: Sendable {
         }
         actions += expireParked(now: now)
         actions += expireGraceParked(now: now)
-        if !cancelledTurnRounds.isEmpty { cancelledTurnRounds = cancelledTurnRounds.filter { $0.value > now } }
+        turns.evictCancelled(now: now)
         for (_, request) in requests.removeExpiredQueued(now: now, targeted: false) {
             let full = "no agent offering '\(request.skill)' had a free slot within \(request.timeoutMs) ms"
             let error = waitedTooLong(request, full, now: now)

@@ -24,7 +24,7 @@ extension CoordinatorState {
         } catch {
             return refuseRound(request.$roundID, shape: nil, error, to: clients)
         }
-        if leases[roundKey] != nil {
+        if turns.lease(of: roundKey) != nil {
             let error = SkillbusError(
                 .roundConflict, "round '\(request.roundID)' belongs to a running turn; use a new round id")
             return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
