@@ -59,6 +59,52 @@ struct CoordinatorPartsTests {
         #expect(table.pickProvider([alpha, beta]) == nil)
     }
 
+    @Test("the descriptor index follows the registry's attempt timeouts and cache lifetimes, skill by skill")
+    func descriptorIndex() {
+        func descriptor(_ identifier: String, attemptMs: Int? = nil, cacheMs: Int? = nil) -> SkillDescriptor {
+            SkillDescriptor(
+                identifier: identifier, displayName: identifier, description: "", parameters: ParameterSchema([]),
+                retry: attemptMs.map { RetryPolicy(attemptTimeoutMs: $0) }, pure: cacheMs != nil, cacheMs: cacheMs)
+        }
+        var registry = Registry()
+        _ = registry.set(
+            "alpha", to: Registry.Agent(name: "alpha", capacity: 1, skills: [descriptor("slow", attemptMs: 50)]))
+        _ = registry.set(
+            "beta", to: Registry.Agent(name: "beta", capacity: 1, skills: [descriptor("pure", cacheMs: 1000)]))
+        var index = DescriptorIndex()
+        #expect(!index.hasCacheLifetimes && index.attemptTimeoutMs(of: "slow") == nil)
+        index.refresh(["slow", "pure", "echo"], from: registry)
+        #expect(index.attemptTimeoutMs(of: "slow") == 50 && index.attemptTimeoutMs(of: "pure") == nil)
+        #expect(index.hasCacheLifetimes && index.cacheLifetimeMs(of: "pure") == 1000)
+        #expect(index.cacheLifetimeMs(of: "echo") == nil)
+        // The skill leaves the registry: its entries go at the next refresh, but a departing worker's still count.
+        _ = registry.set("alpha", to: nil)
+        index.refresh(["slow"], from: registry)
+        #expect(index.attemptTimeoutMs(of: "slow") == nil && index.descriptor(of: "slow", in: registry) == nil)
+        index.beginDeparture(["slow": descriptor("slow", attemptMs: 50)])
+        #expect(index.descriptor(of: "slow", in: registry)?.retry?.attemptTimeoutMs == 50)
+        index.endDeparture()
+        #expect(index.descriptor(of: "slow", in: registry) == nil && index.descriptor(of: "pure", in: registry) != nil)
+    }
+
+    @Test("the workers are due the bus's heartbeat once per interval")
+    func heartbeatSchedule() {
+        var table = WorkerTable()
+        let first = table.heartbeatDue(now: 1000, interval: 1000)
+        let tooSoon = table.heartbeatDue(now: 1999, interval: 1000)
+        let next = table.heartbeatDue(now: 2000, interval: 1000)
+        #expect(first && !tooSoon && next)
+    }
+
+    @Test("the retry order's jitter is a number from 0 to 1, the same from the same seed")
+    func retryJitter() {
+        var one = RetryQueue(jitterSeed: 42)
+        var other = RetryQueue(jitterSeed: 42)
+        let numbers = (0..<100).map { _ in one.nextJitter() }
+        #expect(numbers.allSatisfy { (0..<1).contains($0) } && Set(numbers).count == 100)
+        #expect(numbers == (0..<100).map { _ in other.nextJitter() })
+    }
+
     @Test("the round table counts running rounds and forgets finished ones by age and by number")
     func roundTable() {
         var table = RoundTable()

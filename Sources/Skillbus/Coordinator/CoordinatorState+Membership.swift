@@ -105,7 +105,7 @@ extension CoordinatorState {
         guard let worker = workers[peer] else { return [] }
         let entry = Registry.Agent(name: worker.name, capacity: worker.capacity, skills: Array(worker.skills.values))
         guard let update = ledger.set(worker.name, to: entry, reason: reason) else { return [] }
-        refreshAttemptTimeouts(worker.skills.keys)
+        descriptors.refresh(worker.skills.keys, from: ledger.registry)
         return [.publish(.registryUpdate(update))]
     }
 
@@ -121,9 +121,9 @@ extension CoordinatorState {
         if let update = ledger.set(worker.name, to: nil, reason: reason) {
             actions.append(.publish(.registryUpdate(update)))
         }
-        refreshAttemptTimeouts(worker.skills.keys)
-        departingSkills = worker.skills
-        defer { departingSkills = [:] }
+        descriptors.refresh(worker.skills.keys, from: ledger.registry)
+        descriptors.beginDeparture(worker.skills)
+        defer { descriptors.endDeparture() }
         for entry in requests.removeRunning(on: peer) where !entry.answered {
             let error = SkillbusError(
                 .agentLost, "agent '\(worker.name)' was lost while running '\(entry.request.skill)' (\(reason))")

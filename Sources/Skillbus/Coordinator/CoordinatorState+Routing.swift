@@ -131,7 +131,7 @@ extension CoordinatorState {
 
     /// When an attempt of `skill` starting now gives up by its own timeout (`attemptTimeoutMs`); 0: none.
     private func attemptDeadline(of skill: String, now: UInt64) -> UInt64 {
-        guard !attemptTimeouts.isEmpty, let ms = attemptTimeouts[skill] else { return 0 }
+        guard let ms = descriptors.attemptTimeoutMs(of: skill) else { return 0 }
         return now &+ UInt64(ms) * 1_000_000
     }
 

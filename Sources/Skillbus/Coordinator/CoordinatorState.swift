@@ -17,11 +17,19 @@ public enum CoordinatorAction: Sendable, Equatable {
 /// bounded wait queue, rounds, single-flight, deadlines and worker liveness. No sockets, no clocks:
 /// time comes in as `now` (monotonic nanoseconds), so every decision is unit-testable.
 ///
-/// It is composed of parts that each own one invariant and offer operations, not fields: `WorkerTable`
-/// (workers by peer, name and skill), `RequestTable` (every accepted request in its phase, what runs where, and
-/// every worker's load), `RoundTable` (the rounds the bus runs) and `SingleFlight` (executions shared within a
-/// round). The extensions hold the paths through them: routing
-/// (CoordinatorState+Routing), membership (+Membership), listings (+Listings) and rounds (Rounds/).
+/// It is composed of twelve parts, each of which owns its invariants and offers operations, not fields, and is
+/// tested alone (docs/ARCHITECTURE.md lists them with their invariants):
+/// - `workers` (`WorkerTable`): workers by peer, name and skill, and their heartbeat schedule;
+/// - `ledger` (`RegistryLedger`): the authoritative registry; `descriptors` (`DescriptorIndex`): what its
+///   descriptors say that every request reads;
+/// - `requests` (`RequestTable`): every accepted request, one entry each in its phase (confirming, queued, backing
+///   off, running), with the wait queues, the retry order and every worker's load;
+/// - `parked` (`ParkedRequests`): what was accepted and waits to start (startup grace, a turn's lease, the journal);
+/// - `turns` (`TurnTable`): turns, the leases and claims they hold, cancelled turns' rounds;
+/// - `queries` (`PendingQueries`), `rounds` (`RoundTable`), `singleFlight` (`SingleFlight`), `affinity`
+///   (`SessionAffinity`), `cache` (`ResultCache`), `rateLimiter` (`RateLimiter`).
+/// The extensions hold the paths through them: routing (CoordinatorState+Routing), membership (+Membership),
+/// cancellation (+Cancel, +Unstarted), listings (+Listings) and rounds (Rounds/).
 public struct CoordinatorState: Sendable {
     public let settings: Settings
     /// Whether to build `request.*` feed events. The coordinator clears it while no watcher subscribes to
@@ -33,34 +41,26 @@ public struct CoordinatorState: Sendable {
     public internal(set) var workers = WorkerTable()
     /// The authoritative registry and its update sequence.
     public internal(set) var ledger: RegistryLedger
+    /// Skills' attempt timeouts and cache lifetimes, as the registry's descriptors say them.
+    var descriptors = DescriptorIndex()
     /// Every request accepted and not answered for good, in its phase: confirming, queued, backing off, running.
-    var requests = RequestTable()
+    var requests: RequestTable
+    /// What was accepted and waits to start: in the startup grace, behind a turn's lease, for the journal.
+    var parked = ParkedRequests()
+    /// Turns waiting for their agent's TURNEND, with the leases, claims and cancelled rounds they hold.
+    var turns = TurnTable()
+    /// QUERYs waiting for their worker's ANSWER.
+    var queries = PendingQueries(prefix: "q")
     /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
     var rounds = RoundTable()
     /// Executions that identical invocations of a round share, running or finished.
     var singleFlight: SingleFlight
     /// The agent each session went to last: its later invocations go there too.
     var affinity: SessionAffinity
-    /// QUERYs waiting for their worker's ANSWER.
-    var queries = PendingQueries(prefix: "q")
-    /// Turns waiting for their agent's TURNEND, with the leases, claims and cancelled rounds they hold.
-    var turns = TurnTable()
-    var lastHeartbeatSent: UInt64 = 0
-    /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
-    var attemptTimeouts: [String: Int] = [:]
-    /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
-    /// judged by their own descriptor.
-    var departingSkills: [String: SkillDescriptor] = [:]
     /// Outcomes of pure skills kept across rounds (CoordinatorState+Cache).
     var cache: ResultCache
-    /// Pure skills with a cache lifetime, by identifier: only their invocations look in the cache.
-    var cacheLifetimes: [String: Int] = [:]
     /// The token buckets of `settings.rateLimits`.
     var rateLimiter: RateLimiter
-    /// Where the retry jitter's numbers come from.
-    var jitterState: UInt64
-    /// What was accepted and waits to start: in the startup grace, behind a turn's lease, for the journal.
-    var parked = ParkedRequests()
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -76,7 +76,9 @@ public struct CoordinatorState: Sendable {
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
         self.rateLimiter = RateLimiter(settings.rateLimits)
         self.cache = ResultCache(limitBytes: settings.cacheBytesLimit)
-        self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+        // The retries' jitter is repeatable from the epoch.
+        self.requests = RequestTable(
+            jitterSeed: epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 })
     }
 
     public static func makeEpoch() -> String {
@@ -138,7 +140,7 @@ public struct CoordinatorState: Sendable {
             return fail(pending, error, agent: "", executed: false, now: now)
         }
         let inRound = rounds.runningCount > 0
-        if !cacheLifetimes.isEmpty, let lifetime = cacheLifetimes[request.skill] {
+        if let lifetime = descriptors.cacheLifetimeMs(of: request.skill) {
             let answer = answerFromCache(
                 request, &pending, lifetimeMs: lifetime, client: client, inRound: inRound, now: now)
             if let answer { return answer }
@@ -245,8 +247,7 @@ public struct CoordinatorState: Sendable {
                 actions += remove(worker.peer, reason: "no heartbeat for \(seconds) s", now: now)
             }
         }
-        if now &- lastHeartbeatSent >= UInt64(settings.heartbeatMs) * 1_000_000 {
-            lastHeartbeatSent = now
+        if workers.heartbeatDue(now: now, interval: UInt64(settings.heartbeatMs) * 1_000_000) {
             for peer in workers.peers { actions.append(.toWorker(peer, .heartbeat(intervalMs: settings.heartbeatMs))) }
             actions.append(
                 .publish(

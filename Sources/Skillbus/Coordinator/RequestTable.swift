@@ -25,7 +25,7 @@ struct RequestTable: Sendable {
     /// Queued entries, by skill and priority or by agent.
     private(set) var waiting = WaitQueues()
     /// Entries backing off, the one due first in front.
-    private var retries = RetryQueue()
+    private var retries: RetryQueue
     private var lastInvocation: UInt64 = 0
     private var lastConfirmation: UInt64 = 0
     private(set) var runningCount = 0
@@ -34,6 +34,9 @@ struct RequestTable: Sendable {
     private var cancelWatch = FinishOrder<(invocation: UInt64, worker: PeerID)>()
     /// Who waits besides each entry's origin: clients joined to an execution, and waiters that gave up.
     var waiters = Waiters()
+
+    /// `jitterSeed` starts the backoffs' jitter (`nextJitter`).
+    init(jitterSeed: UInt64 = 0) { retries = RetryQueue(jitterSeed: jitterSeed) }
 
     var count: Int { entries.count }
     var queuedCount: Int { waiting.count }
@@ -177,6 +180,9 @@ struct RequestTable: Sendable {
     mutating func backOff(_ request: consuming Request, until due: UInt64) {
         retries.append(insert(request, .backingOff(until: due)), due: due)
     }
+
+    /// A number from 0 to 1 for the jitter of a backoff.
+    mutating func nextJitter() -> Double { retries.nextJitter() }
 
     /// The requests whose backoff is over by `now`, soonest first: they leave, to be routed again.
     mutating func removeDue(now: UInt64) -> [Request] {
