@@ -95,7 +95,7 @@ struct CancelTests {
         let gaveUp = state.handleCancel(requestID: "first", from: client, now: 1)
         #expect(replies(gaveUp) == ["first": "cancelled"] && cancels(gaveUp).isEmpty)
         #expect(replies(result(sent[0], &state)) == ["joined": "ok"])
-        #expect(state.withdrawn.isEmpty && state.joinedClients.isEmpty)
+        #expect(state.requests.waiters.isEmpty)
 
         // The joiner gives up first, then the one that started it: the last one out stops it.
         let again = invocations(state.handleInvoke(request("a", round: "R2"), from: client, now: 2))
@@ -105,7 +105,7 @@ struct CancelTests {
         let lastOut = state.handleCancel(requestID: "a", from: client, now: 4)
         #expect(replies(lastOut) == ["a": "cancelled"] && cancels(lastOut) == [again[0].invocationID])
         #expect(replies(result(again[0], &state)).isEmpty)
-        #expect(state.withdrawn.isEmpty && state.joinedClients.isEmpty)
+        #expect(state.requests.waiters.isEmpty)
     }
 
     @Test("a ROUND cancelled by its client: CANCEL to the running step, the rest skipped, the document says cancelled and is not kept")

@@ -2,8 +2,8 @@ import Testing
 
 @testable import Skillbus
 
-/// The parts the coordinator's state is made of, each alone: the worker table, the wait queues, the
-/// running invocations and the round table keep their invariants through their operations.
+/// The parts the coordinator's state is made of, each alone: the worker table and the round table keep their
+/// invariants through their operations (the request table has RequestTableTests).
 @Suite("Coordinator parts")
 struct CoordinatorPartsTests {
     let alpha: PeerID = [0xA1]
@@ -59,71 +59,50 @@ struct CoordinatorPartsTests {
         #expect(table.pickProvider([alpha, beta]) == nil)
     }
 
-    @Test("running invocations hold their worker's slots: start takes one, end and abandonment give it back")
-    func runningInvocations() {
-        var table = WorkerTable()
-        table.insert(worker(alpha, "alpha", skills: ["echo"]))
-        var running = RunningInvocations()
-        let first = running.start(request("a", deadline: 10), on: alpha, workers: &table)
-        let second = running.start(request("b", deadline: 10), on: alpha, workers: &table)
-        #expect(first != second && table[alpha]?.inFlight == 2 && running.count == 2)
-        // Only the worker it was sent to can end it.
-        #expect(running.end(first, from: beta, workers: &table) == nil)
-        #expect(running.end(first, from: alpha, workers: &table)?.request.requestID == Array("a".utf8))
-        #expect(table[alpha]?.inFlight == 1)
-        #expect(running.end(first, from: alpha, workers: &table) == nil)
-        // Ids it never gave find nothing, however they are spelled.
-        for stranger in ["", "i", "i0", "i02", "x2", "i2x", "i-2", "i99999999999999999999", second + "0"] {
-            #expect(running.end(stranger, from: alpha, workers: &table) == nil)
+    @Test("the descriptor index follows the registry's attempt timeouts and cache lifetimes, skill by skill")
+    func descriptorIndex() {
+        func descriptor(_ identifier: String, attemptMs: Int? = nil, cacheMs: Int? = nil) -> SkillDescriptor {
+            SkillDescriptor(
+                identifier: identifier, displayName: identifier, description: "", parameters: ParameterSchema([]),
+                retry: attemptMs.map { RetryPolicy(attemptTimeoutMs: $0) }, pure: cacheMs != nil, cacheMs: cacheMs)
         }
-        #expect(RunningInvocations.number(of: second).map(RunningInvocations.invocationID) == second)
-        // Answered at its deadline, it keeps the slot until the grace has passed too.
-        #expect(running.answer(where: { $0.request.deadline <= 10 }).map(\.invocationID) == [second])
-        #expect(running.answer(where: { _ in true }).isEmpty)
-        #expect(running.abandon(now: 14, grace: 5, workers: &table).isEmpty && table[alpha]?.inFlight == 1)
-        #expect(running.abandon(now: 15, grace: 5, workers: &table) == [alpha] && table[alpha]?.inFlight == 0)
-        #expect(running.count == 0)
+        var registry = Registry()
+        _ = registry.set(
+            "alpha", to: Registry.Agent(name: "alpha", capacity: 1, skills: [descriptor("slow", attemptMs: 50)]))
+        _ = registry.set(
+            "beta", to: Registry.Agent(name: "beta", capacity: 1, skills: [descriptor("pure", cacheMs: 1000)]))
+        var index = DescriptorIndex()
+        #expect(!index.hasCacheLifetimes && index.attemptTimeoutMs(of: "slow") == nil)
+        index.refresh(["slow", "pure", "echo"], from: registry)
+        #expect(index.attemptTimeoutMs(of: "slow") == 50 && index.attemptTimeoutMs(of: "pure") == nil)
+        #expect(index.hasCacheLifetimes && index.cacheLifetimeMs(of: "pure") == 1000)
+        #expect(index.cacheLifetimeMs(of: "echo") == nil)
+        // The skill leaves the registry: its entries go at the next refresh, but a departing worker's still count.
+        _ = registry.set("alpha", to: nil)
+        index.refresh(["slow"], from: registry)
+        #expect(index.attemptTimeoutMs(of: "slow") == nil && index.descriptor(of: "slow", in: registry) == nil)
+        index.beginDeparture(["slow": descriptor("slow", attemptMs: 50)])
+        #expect(index.descriptor(of: "slow", in: registry)?.retry?.attemptTimeoutMs == 50)
+        index.endDeparture()
+        #expect(index.descriptor(of: "slow", in: registry) == nil && index.descriptor(of: "pure", in: registry) != nil)
     }
 
-    @Test("running invocations: slots are reused and ids stay unique through many starts and ends")
-    func runningInvocationsReuseSlots() {
+    @Test("the workers are due the bus's heartbeat once per interval")
+    func heartbeatSchedule() {
         var table = WorkerTable()
-        table.insert(worker(alpha, "alpha", skills: ["echo"]))
-        var running = RunningInvocations()
-        var live: [String: String] = [:]  // invocation id → request id
-        for round in 0..<3 {
-            for index in 0..<700 {
-                let requestID = "\(round)-\(index)"
-                let id = running.start(request(requestID, deadline: 10), on: alpha, workers: &table)
-                #expect(live.updateValue(requestID, forKey: id) == nil)
-            }
-            for (id, requestID) in live.sorted(by: { $0.key < $1.key }).enumerated().filter({ $0.offset % 3 != 0 }).map(\.element) {
-                #expect(running.end(id, from: alpha, workers: &table)?.request.requestText == requestID)
-                live[id] = nil
-            }
-            #expect(running.count == live.count && table[alpha]?.inFlight == live.count)
-        }
-        for (id, requestID) in live { #expect(running[id]?.request.requestText == requestID) }
-        for id in live.keys { #expect(running.end(id, from: alpha, workers: &table) != nil) }
-        #expect(running.count == 0 && table[alpha]?.inFlight == 0)
+        let first = table.heartbeatDue(now: 1000, interval: 1000)
+        let tooSoon = table.heartbeatDue(now: 1999, interval: 1000)
+        let next = table.heartbeatDue(now: 2000, interval: 1000)
+        #expect(first && !tooSoon && next)
     }
 
-    @Test("wait queues: agent-bound requests first, then the oldest for any of the worker's skills; one count")
-    func waitQueues() {
-        var queues = WaitQueues()
-        let alphaWorker = worker(alpha, "alpha", skills: ["echo", "sleep"])
-        queues.append(request("late-echo", accepted: 5), skill: "echo")
-        queues.append(request("early-sleep", accepted: 1), skill: "sleep")
-        queues.append(request("bound", accepted: 9), target: alpha)
-        queues.append(request("other", accepted: 0), skill: "math")
-        #expect(queues.count == 4)
-        let order = (0..<4).compactMap { _ in queues.next(for: alphaWorker, now: 10, promotionNanos: 0) }.map(\.requestText)
-        #expect(order == ["bound", "early-sleep", "late-echo"])
-        #expect(queues.count == 1)
-        #expect(queues.removeExpiredBySkill(now: 99).isEmpty)
-        #expect(queues.removeExpiredBySkill(now: 100).map(\.skill) == ["math"] && queues.count == 0)
-        queues.append(request("x"), target: beta)
-        #expect(queues.removeTargeted(where: { _ in true }).map(\.target) == [beta] && queues.count == 0)
+    @Test("the retry order's jitter is a number from 0 to 1, the same from the same seed")
+    func retryJitter() {
+        var one = RetryQueue(jitterSeed: 42)
+        var other = RetryQueue(jitterSeed: 42)
+        let numbers = (0..<100).map { _ in one.nextJitter() }
+        #expect(numbers.allSatisfy { (0..<1).contains($0) } && Set(numbers).count == 100)
+        #expect(numbers == (0..<100).map { _ in other.nextJitter() })
     }
 
     @Test("the round table counts running rounds and forgets finished ones by age and by number")

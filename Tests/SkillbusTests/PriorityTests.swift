@@ -129,12 +129,12 @@ struct PriorityTests {
         let first = dispatched(state.handleInvoke(request("r0"), from: client, now: 0))
         _ = state.handleInvoke(request("r1"), from: client, now: 0)
         _ = state.handleInvoke(request("r2"), from: client, now: 0)
-        #expect(state.waiting.count(of: client) == 2)
+        #expect(state.requests.waiting.count(of: client) == 2)
         let refused = state.handleInvoke(request("r3"), from: client, now: 0)
         #expect(refused.contains { if case .toClient(_, .reply(let reply)) = $0 { reply.status == .error } else { false } })
         _ = state.handleWorker(
             .result(invocationID: first[0].id, status: .ok, payload: JSONValue("x").serialized()), from: alpha, now: 1)
-        #expect(state.waiting.count(of: client) == 1)
+        #expect(state.requests.waiting.count(of: client) == 1)
     }
 
     @Test("the coordinator file sets the promotion time and the share; a share outside (0, 1] is refused")

@@ -37,8 +37,8 @@ extension CoordinatorState {
     mutating func answerStepFromCache(
         _ roundKey: ByteKey, _ index: Int, _ request: inout Request, key: ByteKey?, noCache: Bool, now: UInt64
     ) -> [CoordinatorAction]? {
-        guard !cacheLifetimes.isEmpty, settings.cacheBytesLimit > 0, request.target == nil,
-            cacheLifetimes[request.skill] != nil, let key
+        guard descriptors.hasCacheLifetimes, settings.cacheBytesLimit > 0, request.target == nil,
+            descriptors.cacheLifetimeMs(of: request.skill) != nil, let key
         else { return nil }
         request.cacheKey = key
         guard !noCache, let stored = cache.lookup(key, now: now) else { return nil }
@@ -56,7 +56,7 @@ extension CoordinatorState {
 
     /// Keeps an `ok` outcome for its skill's lifetime (the skill's current descriptor decides).
     mutating func storeInCache(_ key: ByteKey, _ skill: String, _ outcome: Outcome, now: UInt64) {
-        guard let lifetime = cacheLifetimes[skill] else { return }
+        guard let lifetime = descriptors.cacheLifetimeMs(of: skill) else { return }
         cache.store(key, outcome, lifetimeMs: lifetime, now: now)
     }
 }

@@ -12,12 +12,6 @@ extension CoordinatorState {
         case lostRace = "lost race"
     }
 
-    /// A CANCEL sent, watched until its RESULT comes.
-    struct WatchedCancel: Sendable {
-        let invocationID: String
-        let worker: PeerID
-    }
-
     /// What a CANCEL naming a round stopped: the CANCELLED answer.
     struct CancelTally {
         var requests = 0
@@ -32,15 +26,6 @@ extension CoordinatorState {
                 "turns": .number(Double(turns)), "stopped": .number(Double(stopped)),
             ]
         }
-    }
-
-    /// Where an execution the bus decides on stands.
-    enum Place {
-        case running(invocationID: String)
-        case waiting
-        case confirming(id: String)
-        /// Between two attempts (CoordinatorState+Retries).
-        case backingOff
     }
 
     static func cancelledError(_ message: String, _ reason: CancelReason) -> SkillbusError {
@@ -94,21 +79,17 @@ extension CoordinatorState {
         // One that has not started yet (it waits for the journal, or in the startup grace) never will.
         actions += cancelUnstarted(round: round, error, now: now, &tally)
         var waiters: [Waiter] = []
-        func note(_ request: Request) {
-            if case .client = request.origin, request.roundID == round, !waiters.contains(request.origin) {
-                waiters.append(request.origin)
-            }
+        for key in requests.keys(where: { $0.isAwaited && $0.request.roundID == round }) {
+            let origin = requests[key].request.origin
+            if case .client = origin, !waiters.contains(origin) { waiters.append(origin) }
         }
-        running.forEachUnanswered { note($0.request) }
-        waiting.forEach(note)
-        retryQueue.forEach(note)
-        for pending in confirmations.values { note(pending.request) }
-        waiters += joinedClients.filter { $0.value.round == round }.map(\.key)
+        waiters += requests.waiters.joined(round: round)
         for waiter in waiters {
             actions += withdraw(waiter, error, reason: .client, now: now, &tally) ?? []
         }
-        actions += cancelParked(round: round, error, now: now, &tally)
-        if let (turnID, entry) = turns.find(where: { $0.round == round }) {
+        // REQUESTs of the round parked behind a turn's lease on it.
+        actions += dropParked(error, now: now, &tally) { $0.wait.isLease && $0.request.$roundID == round }
+        if let (turnID, entry) = turns.turn(inRound: round) {
             tally.turns += 1
             actions += cancelTurn(turnID, entry, now: now)
         }
@@ -123,51 +104,58 @@ extension CoordinatorState {
     mutating func withdraw(
         _ waiter: Waiter, _ error: SkillbusError, reason: CancelReason, now: UInt64, _ tally: inout CancelTally
     ) -> [CoordinatorAction]? {
-        if case .client = waiter, findExecution({ $0.origin == waiter }) != nil || joinedClients[waiter] != nil {
+        let started = requests.key(origin: waiter)
+        if case .client = waiter, started != nil || requests.waiters.joined(waiter) != nil {
             tally.requests += 1
         }
-        // It started an execution: running, waiting for a slot, or for an approval.
-        if let (request, place) = findExecution({ $0.origin == waiter }) {
-            let agent = agentName(at: place)
+        // It started an execution: running, waiting for a slot or its next attempt, or for an approval.
+        if let key = started {
+            let request = requests[key].request
+            let agent = agentName(of: key)
             if let id = request.shared, isWanted(id, besides: waiter) {
                 let actions = answerCancelled(waiter, request, error, agent: agent, now: now)
-                withdrawn.insert(waiter)
+                requests.waiters.withdraw(waiter)
                 return actions
             }
             // Stopped first, so that the feed reads: cancelled, then done.
-            return stop(request, at: place, reason: reason, now: now, &tally)
+            return stop(key, reason: reason, now: now, &tally)
                 + answerCancelled(waiter, request, error, agent: agent, now: now)
         }
         // It joined an identical execution.
         if let id = joinedExecution(of: waiter) {
-            guard let (request, place) = findExecution({ $0.shared == id }) else {
+            guard let key = requests.key(execution: id) else {
                 // A call a turn runs itself (CLAIM): the bus cannot stop it, but this waiter is done with it.
-                guard case .client(let client, let requestID) = waiter, let joined = joinedClients[waiter] else { return nil }
-                joinedClients[waiter] = nil
-                withdrawn.insert(waiter)
+                guard case .client(let client, let requestID) = waiter, let joined = requests.waiters.joined(waiter)
+                else { return nil }
+                requests.waiters.answered(waiter)
+                requests.waiters.withdraw(waiter)
                 let outcome = Outcome(status: .error, agent: [], payload: error.json.serialized(), durationMicros: 0)
                 return [.toClient(client, outcome.reply(requestID: requestID, roundID: joined.round))]
             }
-            var actions = answerCancelled(waiter, request, error, agent: agentName(at: place), now: now)
-            withdrawn.insert(waiter)
-            if !withdrawn.contains(request.origin) || isWanted(id, besides: waiter) { return actions }
-            withdrawn.remove(request.origin)
-            actions += stop(request, at: place, reason: reason, now: now, &tally)
+            let request = requests[key].request
+            var actions = answerCancelled(waiter, request, error, agent: agentName(of: key), now: now)
+            requests.waiters.withdraw(waiter)
+            if !requests.waiters.hasWithdrawn(request.origin) || isWanted(id, besides: waiter) { return actions }
+            requests.waiters.forget(request.origin)
+            actions += stop(key, reason: reason, now: now, &tally)
             return actions
         }
+        // It waits behind a turn's lease on its round.
         guard case .client = waiter else { return nil }
-        let parked = cancelParked(where: { .client($1, requestID: $0.$requestID) == waiter }, error, now: now, &tally)
+        let parked = dropParked(error, now: now, &tally) { parked in
+            parked.wait.isLease && .client(parked.client, requestID: parked.request.$requestID) == waiter
+        }
         return parked.isEmpty ? nil : parked
     }
 
     /// Whether a waiter of execution `id` other than `waiter` has not given up.
     func isWanted(_ id: SingleFlight.ExecutionID, besides waiter: Waiter) -> Bool {
-        singleFlight.joiners(of: id).contains { $0 != waiter && !withdrawn.contains($0) }
+        singleFlight.joiners(of: id).contains { $0 != waiter && !requests.waiters.hasWithdrawn($0) }
     }
 
     func joinedExecution(of waiter: Waiter) -> SingleFlight.ExecutionID? {
         switch waiter {
-        case .client: return joinedClients[waiter]?.execution
+        case .client: return requests.waiters.joined(waiter)?.execution
         case .step(let round, let index):
             guard let run = rounds[round], run.invocations.indices.contains(index),
                 run.invocations[index].status == .running
@@ -177,22 +165,10 @@ extension CoordinatorState {
         }
     }
 
-    /// The execution that `matches` picks (by its request), where it stands.
-    func findExecution(_ matches: (Request) -> Bool) -> (request: Request, place: Place)? {
-        if let (invocationID, entry) = running.firstUnanswered(where: { matches($0.request) }) {
-            return (entry.request, .running(invocationID: invocationID))
-        }
-        if let request = waiting.first(where: matches) { return (request, .waiting) }
-        if let request = retryQueue.first(where: matches) { return (request, .backingOff) }
-        if let (id, pending) = confirmations.first(where: { matches($0.value.request) }) {
-            return (pending.request, .confirming(id: id))
-        }
-        return nil
-    }
-
-    func agentName(at place: Place) -> [UInt8] {
-        guard case .running(let invocationID) = place, let entry = running[invocationID] else { return [] }
-        return workers[entry.worker]?.nameFrame ?? []
+    /// The agent running the entry, if it runs.
+    func agentName(of key: RequestTable.Key) -> [UInt8] {
+        guard case .running(_, let worker, _, _) = requests[key].phase else { return [] }
+        return workers[worker]?.nameFrame ?? []
     }
 
     /// The cancelled outcome, to `waiter` alone: a REPLY (and `request.done`), or its round's step ends.
@@ -217,22 +193,23 @@ extension CoordinatorState {
     /// Stops an execution nobody wants any more. Its outcome is not kept; whoever had joined it gave up
     /// already and was answered then.
     mutating func stop(
-        _ request: Request, at place: Place, reason: CancelReason, now: UInt64, _ tally: inout CancelTally
+        _ key: RequestTable.Key, reason: CancelReason, now: UInt64, _ tally: inout CancelTally
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
-        switch place {
-        case .running(let invocationID):
-            if let entry = running.markAnswered(invocationID) {
-                actions += sendCancel(invocationID, entry, reason: reason, now: now)
+        let request: Request
+        switch requests[key].phase {
+        case .running:
+            guard let running = requests.answer(key) else {
+                preconditionFailure("a running entry found by its waiter was answered: answered ones are not found")
             }
-        case .waiting:
-            _ = waiting.remove { $0.origin == request.origin }
-            actions += cancelledEvent(request, agent: "", reason: reason)
-        case .confirming(let id):
-            confirmations[id] = nil
+            request = running.request
+            actions += sendCancel(running, reason: reason, now: now)
+        case .confirming(let number, _, _):
+            request = requests.remove(key)
+            let id = RequestTable.confirmationID(number)
             actions.append(.publish(.confirmationDone(confirmation: id, approved: false)))
-        case .backingOff:
-            _ = retryQueue.remove { $0.origin == request.origin }
+        case .queued, .backingOff:
+            request = requests.remove(key)
             actions += cancelledEvent(request, agent: "", reason: reason)
         }
         tally.stopped += 1
@@ -250,11 +227,11 @@ extension CoordinatorState {
     /// CANCEL to the agent running `entry` (already answered), announced on the feed and watched: an agent
     /// that does not report within the grace period is said to ignore it.
     mutating func sendCancel(
-        _ invocationID: String, _ entry: RunningInvocations.Entry, reason: CancelReason, now: UInt64
+        _ running: RequestTable.Running, reason: CancelReason, now: UInt64
     ) -> [CoordinatorAction] {
-        cancelWatch.append(WatchedCancel(invocationID: invocationID, worker: entry.worker), at: now)
-        return [.toWorker(entry.worker, .cancel(invocationID: invocationID))]
-            + cancelledEvent(entry.request, agent: workers[entry.worker]?.name ?? "", reason: reason)
+        requests.watchCancel(running, at: now)
+        return [.toWorker(running.worker, .cancel(invocationID: running.invocationID))]
+            + cancelledEvent(running.request, agent: workers[running.worker]?.name ?? "", reason: reason)
     }
 
     func cancelledEvent(_ request: Request, agent: String, reason: CancelReason) -> [CoordinatorAction] {
@@ -284,9 +261,7 @@ extension CoordinatorState {
     mutating func reportIgnoredCancels(now: UInt64) -> [CoordinatorAction] {
         let grace = UInt64(settings.cancelGraceMs) * 1_000_000
         var actions: [CoordinatorAction] = []
-        while let (watched, at) = cancelWatch.oldest, at &+ grace <= now {
-            cancelWatch.removeOldest()
-            guard let entry = running[watched.invocationID], entry.worker == watched.worker else { continue }
+        for (entry, at) in requests.removeIgnoredCancels(now: now, grace: grace) {
             let request = entry.request
             var id = request.requestText
             if case .step(let round, let index) = request.origin, let run = rounds[round],
@@ -298,7 +273,7 @@ extension CoordinatorState {
                 .publish(
                     .cancelIgnored(
                         round: request.roundText, request: id, skill: request.skill,
-                        agent: workers[entry.worker]?.name ?? "", invocation: watched.invocationID,
+                        agent: workers[entry.worker]?.name ?? "", invocation: entry.invocationID,
                         waitedMs: Int((now &- at) / 1_000_000))))
         }
         return actions
@@ -325,32 +300,5 @@ extension CoordinatorState {
             actions += withdraw(.step(round: key, index: index), stepError, reason: reason, now: now, &tally) ?? []
         }
         return actions + advance(key, now: now)
-    }
-
-    /// REQUESTs parked behind a turn's lease that `matches` picks (by request and client): answered
-    /// `cancelled`, never run.
-    mutating func cancelParked(
-        where matches: (InvokeRequest, PeerID) -> Bool, _ error: SkillbusError, now: UInt64,
-        _ tally: inout CancelTally
-    ) -> [CoordinatorAction] {
-        guard !leases.isEmpty else { return [] }
-        var actions: [CoordinatorAction] = []
-        for (key, lease) in leases where !lease.parked.isEmpty {
-            let (gone, kept) = lease.parked.split { matches($0.request, $0.client) }
-            guard !gone.isEmpty else { continue }
-            leases[key]?.parked = kept
-            tally.requests += gone.count
-            for parked in gone {
-                actions += unrunReply(parked.request, client: parked.client, arrived: parked.accepted, error, now: now)
-            }
-        }
-        return actions
-    }
-
-    /// Every REQUEST parked behind the lease of `round`.
-    mutating func cancelParked(
-        round: [UInt8], _ error: SkillbusError, now: UInt64, _ tally: inout CancelTally
-    ) -> [CoordinatorAction] {
-        cancelParked(where: { request, _ in request.$roundID == round }, error, now: now, &tally)
     }
 }

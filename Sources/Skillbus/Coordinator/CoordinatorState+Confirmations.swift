@@ -4,14 +4,6 @@ extension CoordinatorState {
     /// How long an invocation waits for its approval.
     static let confirmationNanos: UInt64 = 60_000_000_000
 
-    /// One invocation waiting for approval.
-    struct PendingConfirmation: Sendable {
-        let request: Request
-        /// Who was asked: only that client's APPROVE counts.
-        let client: PeerID
-        let deadline: UInt64
-    }
-
     /// Whether `request` must wait for an approval before it may be routed.
     func needsConfirmation(_ request: Request) -> Bool {
         !request.confirmed && ledger.registry.skills[request.skill]?.descriptor.needsConfirmation == true
@@ -22,7 +14,7 @@ extension CoordinatorState {
     func asker(of request: Request) -> (client: PeerID, requestID: String)? {
         switch request.origin {
         case .client(let client, let requestID):
-            if let turn = turns.first(where: { $0.round == request.roundID }) { return (turn.client, turn.requestID) }
+            if let (_, turn) = turns.turn(inRound: request.roundID) { return (turn.client, turn.requestID) }
             return (client, String(decoding: requestID, as: UTF8.self))
         case .step(let round, _):
             return rounds[round]?.clients.first.map { ($0.client, String(decoding: $0.requestID, as: UTF8.self)) }
@@ -38,10 +30,9 @@ extension CoordinatorState {
                 request, SkillbusError(.confirmationRequired, "nobody can approve '\(request.skill)' here"),
                 agent: "", executed: false, now: now)
         }
-        lastConfirmation &+= 1
-        let id = "c" + String(lastConfirmation)
-        confirmations[id] = PendingConfirmation(
-            request: request, client: client, deadline: min(request.deadline, now &+ Self.confirmationNanos))
+        // Only the client asked may approve it (RequestTable.approve).
+        let id = requests.confirm(
+            request, asking: client, deadline: min(request.deadline, now &+ Self.confirmationNanos))
         return [
             .toClient(
                 client,
@@ -57,9 +48,7 @@ extension CoordinatorState {
     public mutating func handleApprove(
         _ confirmationID: String, approved: Bool, from client: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
-        guard let pending = confirmations[confirmationID], pending.client == client else { return [] }
-        confirmations[confirmationID] = nil
-        var request = pending.request
+        guard var request = requests.approve(confirmationID, by: client) else { return [] }
         let done = FeedEvent.confirmationDone(confirmation: confirmationID, approved: approved)
         guard approved else {
             let error = SkillbusError(
@@ -72,14 +61,12 @@ extension CoordinatorState {
 
     /// Approvals that did not come in time.
     mutating func expireConfirmations(now: UInt64) -> [CoordinatorAction] {
-        guard !confirmations.isEmpty else { return [] }
         var actions: [CoordinatorAction] = []
-        for (id, pending) in confirmations where pending.deadline <= now {
-            confirmations[id] = nil
+        for (id, request) in requests.removeExpiredConfirmations(now: now) {
             let error = SkillbusError(
-                .confirmationRequired, "'\(pending.request.skill)' needs confirmation, and no answer came in time")
+                .confirmationRequired, "'\(request.skill)' needs confirmation, and no answer came in time")
             actions.append(.publish(.confirmationDone(confirmation: id, approved: false)))
-            actions += fail(pending.request, error, agent: "", executed: false, now: now)
+            actions += fail(request, error, agent: "", executed: false, now: now)
         }
         return actions
     }

@@ -1,53 +1,39 @@
 /// The startup grace (PROTOCOL §4.17): for `startupGraceMs` after the coordinator starts, a REQUEST or ROUND
 /// for a skill nobody offers yet waits for an agent to register it, instead of failing `unknown_skill`: after
 /// a restart, workers need a moment to come back. It waits until it can run, until its own deadline
-/// (`timeout`), or until the grace ends (`unknown_skill`, as it would have got at once).
+/// (`timeout`), or until the grace ends (`unknown_skill`, as it would have got at once). It waits in
+/// `ParkedRequests`, in the phase `parked(grace)`.
 extension CoordinatorState {
-    /// Something waiting in the startup grace for a skill to be offered.
-    enum GraceParked: Sendable {
-        case invoke(InvokeRequest, client: PeerID, arrived: UInt64)
-        case round(AcceptedRound)
-    }
-
     /// Starts the grace at `now` (the coordinator calls it once, when it starts serving).
     public mutating func beginStartupGrace(now: UInt64) {
-        graceEnds = now &+ UInt64(settings.startupGraceMs) * 1_000_000
+        parked.beginGrace(until: now &+ UInt64(settings.startupGraceMs) * 1_000_000)
     }
 
-    func inStartupGrace(now: UInt64) -> Bool { now < graceEnds }
+    func inStartupGrace(now: UInt64) -> Bool { parked.inGrace(now: now) }
 
     /// A REQUEST for a skill nobody offers, during the grace: it waits.
     mutating func parkInGrace(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> Bool {
         guard inStartupGrace(now: now), !workers.offers(request.skill) else { return false }
-        graceParked.append(.invoke(request, client: client, arrived: now))
+        parked.park(request, client: client, arrived: now, .grace)
         return true
     }
 
     /// The same round sent again while it waits in the grace joins it ([]), or is refused when its body
     /// differs; nil when it does not wait there.
     mutating func joinParkedRound(_ accepted: AcceptedRound) -> [CoordinatorAction]? {
-        for (index, item) in graceParked.enumerated() {
-            guard case .round(var parked) = item, parked.request.$roundID == accepted.request.$roundID else { continue }
-            guard parked.body == accepted.body else {
-                return refuseConflict(accepted.request, accepted.spec, to: accepted.clients)
-            }
-            for client in accepted.clients where !parked.clients.contains(where: { $0 == client }) {
-                parked.clients.append(client)
-            }
-            graceParked[index] = .round(parked)
-            return []
+        switch parked.join(accepted, in: .grace) {
+        case nil: return nil
+        case false?: return refuseConflict(accepted.request, accepted.spec, to: accepted.clients)
+        case true?: return []
         }
-        return nil
     }
 
     /// The registry changed (or the grace or a deadline ended): everything parked is tried again. What still
     /// lacks its skill parks again while the grace lasts, and fails as it would have without one afterwards.
     mutating func retryGraceParked(now: UInt64) -> [CoordinatorAction] {
-        guard !graceParked.isEmpty else { return [] }
-        let parked = graceParked
-        graceParked = []
+        guard parked.hasGraceItems else { return [] }
         var actions: [CoordinatorAction] = []
-        for item in parked {
+        for item in parked.takeGrace() {
             switch item {
             case .invoke(let request, let client, let arrived):
                 let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: request.skill)
@@ -74,8 +60,8 @@ extension CoordinatorState {
 
     /// At each tick: the parked ones whose deadline passed, or all of them once the grace is over.
     mutating func expireGraceParked(now: UInt64) -> [CoordinatorAction] {
-        guard !graceParked.isEmpty else { return [] }
-        let due = !inStartupGrace(now: now) || graceParked.contains { item in
+        guard parked.hasGraceItems else { return [] }
+        let due = !inStartupGrace(now: now) || parked.graceContains { item in
             switch item {
             case .invoke(let request, _, let arrived):
                 arrived &+ UInt64(request.timeoutMs ?? defaultTimeoutMs(skill: request.skill)) * 1_000_000 <= now

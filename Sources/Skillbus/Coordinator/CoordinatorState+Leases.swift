@@ -7,37 +7,19 @@
 /// decides on sees every call of the turn before it. Two passes through the bus per call are saved;
 /// deduplication holds as it does for invocations the bus routes.
 extension CoordinatorState {
-    struct TurnLease: Sendable {
-        let holder: PeerID
-        let turnID: String
-        /// REQUESTs of the round that came while it was held, oldest first, with when they came.
-        var parked: [(request: InvokeRequest, client: PeerID, accepted: UInt64)] = []
-    }
-
-    struct ClaimKey: Hashable, Sendable {
-        let worker: PeerID
-        let turnID: String
-        let claimID: String
-    }
-
-    struct Claim: Sendable {
-        let execution: SingleFlight.ExecutionID
-        let round: [UInt8]
-        let accepted: UInt64
-    }
-
     /// Whether a turn starting now in `round` may hold it: nothing ran or runs in it, and nothing holds it.
     func mayLease(_ round: [UInt8]) -> Bool {
         let key = ByteKey(round)
-        return settings.deduplication && !round.isEmpty && leases[key] == nil && !rounds.holds(key)
+        return settings.deduplication && !round.isEmpty && turns.lease(of: key) == nil && !rounds.holds(key)
             && !singleFlight.knows(round: round)
     }
 
-    /// A REQUEST of a round a turn holds waits for the round to come back. True when it was parked.
+    /// A REQUEST of a round a turn holds waits for the round to come back (in `ParkedRequests`, in the phase
+    /// `parked(lease)`). True when it was parked.
     mutating func parkIfLeased(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> Bool {
         let key = ByteKey(request.$roundID)
-        guard leases[key] != nil else { return false }
-        leases[key]?.parked.append((request, client, now))
+        guard turns.lease(of: key) != nil else { return false }
+        parked.park(request, client: client, arrived: now, .lease(key))
         return true
     }
 
@@ -46,7 +28,7 @@ extension CoordinatorState {
         turnID: String, claimID: String, skill: String, parameters: [UInt8], from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         if let claim = enter(turnID, skill, parameters, from: peer, now: now) {
-            claims[ClaimKey(worker: peer, turnID: turnID, claimID: claimID)] = claim
+            turns.claim(claim, as: TurnTable.ClaimKey(worker: peer, turnID: turnID, claimID: claimID))
         }
         return []
     }
@@ -54,14 +36,16 @@ extension CoordinatorState {
     /// The turn's call as an execution of its round, when the turn holds the round.
     private mutating func enter(
         _ turnID: String, _ skill: String, _ parameters: [UInt8], from peer: PeerID, now: UInt64
-    ) -> Claim? {
-        guard let turn = turns.entry(turnID, of: peer), leases[ByteKey(turn.round)]?.turnID == turnID else { return nil }
+    ) -> TurnTable.Claim? {
+        guard let turn = turns.turn(turnID, of: peer), turns.lease(of: ByteKey(turn.round))?.turnID == turnID else {
+            return nil
+        }
         let admission = singleFlight.admit(
             round: turn.round, skill: skill, parameters: parameters, waiter: .claim,
             schema: { ledger.registry.skills[$0]?.descriptor.parameters })
         // Only the holder adds to a held round, and it runs each call once: its call is always the first.
         guard case .first(let execution) = admission else { return nil }
-        return Claim(execution: execution, round: turn.round, accepted: now)
+        return TurnTable.Claim(execution: execution, round: turn.round, accepted: now)
     }
 
     /// CALLED: the call ended; whoever joined it gets its outcome. One with no CLAIM before it ended while
@@ -71,7 +55,7 @@ extension CoordinatorState {
         from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         guard
-            let claim = claims.removeValue(forKey: ClaimKey(worker: peer, turnID: turnID, claimID: claimID))
+            let claim = turns.takeClaim(TurnTable.ClaimKey(worker: peer, turnID: turnID, claimID: claimID))
                 ?? enter(turnID, skill, parameters, from: peer, now: now)
         else { return [] }
         let agent = workers[peer]?.nameFrame ?? []
@@ -87,30 +71,30 @@ extension CoordinatorState {
 
     /// RELEASE: the turn gives its round back.
     mutating func noteRelease(turnID: String, from peer: PeerID, now: UInt64) -> [CoordinatorAction] {
-        guard let turn = turns.entry(turnID, of: peer) else { return [] }
+        guard let turn = turns.turn(turnID, of: peer) else { return [] }
         return endLease(of: turn.round, turnID: turnID, now: now)
     }
 
     /// The round comes back from the turn `turnID` (if it holds it): what waited for it is handled now.
     mutating func endLease(of round: [UInt8], turnID: String, now: UInt64) -> [CoordinatorAction] {
         let key = ByteKey(round)
-        guard let lease = leases[key], lease.turnID == turnID else { return [] }
-        leases[key] = nil
+        guard turns.endLease(of: key, turnID: turnID) else { return [] }
         var actions: [CoordinatorAction] = []
-        for parked in lease.parked {
-            actions += acceptInvoke(parked.request, from: parked.client, accepted: parked.accepted, now: now)
+        for item in parked.releaseLease(key) {
+            guard case .invoke(let request, let client, let arrived) = item else {
+                preconditionFailure("a ROUND waited behind a lease: a leased round refuses ROUNDs")
+            }
+            actions += acceptInvoke(request, from: client, accepted: arrived, now: now)
         }
         return actions
     }
 
     /// Claims that will never be reported: their turn ended, or their agent left.
     mutating func dropClaims(
-        where matches: (ClaimKey) -> Bool, _ error: SkillbusError, now: UInt64
+        where matches: (TurnTable.ClaimKey) -> Bool, _ error: SkillbusError, now: UInt64
     ) -> [CoordinatorAction] {
-        guard !claims.isEmpty else { return [] }
         var actions: [CoordinatorAction] = []
-        for (key, claim) in claims where matches(key) {
-            claims[key] = nil
+        for (key, claim) in turns.takeClaims(where: matches) {
             let agent = workers[key.worker]?.nameFrame ?? []
             let outcome = Outcome(
                 status: .error, agent: agent, payload: error.json.serialized(),
@@ -122,26 +106,25 @@ extension CoordinatorState {
 
     /// Parked REQUESTs whose time ran out while their round was held.
     mutating func expireParked(now: UInt64) -> [CoordinatorAction] {
-        guard !leases.isEmpty else { return [] }
+        guard turns.hasLeases else { return [] }
+        let (ledger, settings) = (ledger, settings)
+        func timeoutMs(_ request: InvokeRequest) -> Int {
+            request.timeoutMs ?? Self.defaultTimeoutMs(skill: request.skill, ledger: ledger, settings: settings)
+        }
+        let expired = parked.removeExpiredLeased { item in
+            guard case .invoke(let request, _, let arrived) = item else { return false }
+            return arrived &+ UInt64(timeoutMs(request)) * 1_000_000 <= now
+        }
         var actions: [CoordinatorAction] = []
-        for (key, lease) in leases where !lease.parked.isEmpty {
-            var kept: [(request: InvokeRequest, client: PeerID, accepted: UInt64)] = []
-            for parked in lease.parked {
-                let timeoutMs = parked.request.timeoutMs ?? defaultTimeoutMs(skill: parked.request.skill)
-                if parked.accepted &+ UInt64(timeoutMs) * 1_000_000 > now {
-                    kept.append(parked)
-                    continue
-                }
-                let error = SkillbusError(
-                    .timeout, "'\(parked.request.skill)' waited \(timeoutMs) ms for its round, which a turn held")
-                actions += unrunReply(parked.request, client: parked.client, arrived: parked.accepted, error, now: now)
-            }
-            leases[key]?.parked = kept
+        for case .invoke(let request, let client, let arrived) in expired {
+            let error = SkillbusError(
+                .timeout, "'\(request.skill)' waited \(timeoutMs(request)) ms for its round, which a turn held")
+            actions += unrunReply(request, client: client, arrived: arrived, error, now: now)
         }
         return actions
     }
 
-    private mutating func settle(_ claim: Claim, _ outcome: Outcome, now: UInt64) -> [CoordinatorAction] {
+    private mutating func settle(_ claim: TurnTable.Claim, _ outcome: Outcome, now: UInt64) -> [CoordinatorAction] {
         let waiters = singleFlight.finish(claim.execution, outcome: outcome, now: now)
         return deliver(outcome, to: waiters, roundID: claim.round, origin: .claim, now: now)
     }

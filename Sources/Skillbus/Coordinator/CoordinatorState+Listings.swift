@@ -46,7 +46,7 @@ extension CoordinatorState {
             return .object(entry)
         }
         return [
-            "agents": .array(agents), "registry": position.json, "waiting": .number(Double(waiting.count)),
+            "agents": .array(agents), "registry": position.json, "waiting": .number(Double(requests.queuedCount)),
             "cache": cache.json, "bySkill": skillActivity(),
         ]
     }
@@ -60,7 +60,7 @@ extension CoordinatorState {
             for (skill, counts) in worker.results { results[skill, default: ResultCounts()] += counts }
         }
         var queued: [String: Int] = [:]
-        waiting.forEach { queued[$0.skill, default: 0] += 1 }
+        requests.forEachQueued { queued[$0.skill, default: 0] += 1 }
         var activity: [String: JSONValue] = [:]
         for skill in Set(results.keys).union(queued.keys) {
             var entry = (results[skill] ?? ResultCounts()).json.objectValue ?? [:]

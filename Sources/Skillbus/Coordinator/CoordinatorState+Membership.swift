@@ -105,7 +105,7 @@ extension CoordinatorState {
         guard let worker = workers[peer] else { return [] }
         let entry = Registry.Agent(name: worker.name, capacity: worker.capacity, skills: Array(worker.skills.values))
         guard let update = ledger.set(worker.name, to: entry, reason: reason) else { return [] }
-        refreshAttemptTimeouts(worker.skills.keys)
+        descriptors.refresh(worker.skills.keys, from: ledger.registry)
         return [.publish(.registryUpdate(update))]
     }
 
@@ -121,17 +121,17 @@ extension CoordinatorState {
         if let update = ledger.set(worker.name, to: nil, reason: reason) {
             actions.append(.publish(.registryUpdate(update)))
         }
-        refreshAttemptTimeouts(worker.skills.keys)
-        departingSkills = worker.skills
-        defer { departingSkills = [:] }
-        for (_, entry) in running.removeAll(of: peer) where !entry.answered {
+        descriptors.refresh(worker.skills.keys, from: ledger.registry)
+        descriptors.beginDeparture(worker.skills)
+        defer { descriptors.endDeparture() }
+        for entry in requests.removeRunning(on: peer) where !entry.answered {
             let error = SkillbusError(
                 .agentLost, "agent '\(worker.name)' was lost while running '\(entry.request.skill)' (\(reason))")
             actions += fail(entry.request, error, agent: worker.name, now: now)
         }
         actions += failWaitingWithoutProvider(
             Array(worker.skills.keys), reason: "agent '\(worker.name)' left (\(reason))", now: now)
-        for request in waiting.removeAll(target: peer) {
+        for request in requests.removeQueued(target: peer) {
             let error = SkillbusError(.agentLost, "agent '\(worker.name)' left (\(reason)) before it ran this")
             actions += fail(request, error, agent: worker.name, executed: false, now: now)
         }
@@ -154,7 +154,7 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         for identifier in identifiers where !workers.offers(identifier) {
-            for request in waiting.removeAll(skill: identifier) {
+            for request in requests.removeQueued(skill: identifier) {
                 let error = SkillbusError(
                     .unknownSkill, "no agent offers '\(identifier)' any more (\(reason)) while the request waited")
                 actions += fail(request, error, agent: "", executed: false, now: now)

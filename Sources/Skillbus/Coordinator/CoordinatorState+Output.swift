@@ -6,7 +6,7 @@ extension CoordinatorState {
     mutating func relayOutput(_ invocationID: String, _ batch: OutputBatch, from peer: PeerID) -> [CoordinatorAction] {
         let size = batch.byteCount
         guard
-            let request = running.noteOutput(invocationID, from: peer, bytes: size, limit: settings.maxOutputBytes)
+            let request = requests.noteOutput(invocationID, from: peer, bytes: size, limit: settings.maxOutputBytes)
         else { return [] }
         var waiters = [request.origin]
         if let shared = request.shared { waiters += singleFlight.joiners(of: shared) }

@@ -7,25 +7,25 @@ extension CoordinatorState {
     /// When the loop must call `fireTimers` next, besides its regular tick: the next retry due, or while
     /// requests wait, the next token of an empty rate-limit bucket (PROTOCOL §4.15).
     public var nextTimer: UInt64? {
-        guard rateLimiter.isActive, waiting.count > 0, let token = rateLimiter.nextToken else {
-            return retryQueue.nextDue
+        guard rateLimiter.isActive, requests.queuedCount > 0, let token = rateLimiter.nextToken else {
+            return requests.nextDue
         }
-        return min(retryQueue.nextDue ?? token, token)
+        return min(requests.nextDue ?? token, token)
     }
 
     /// Attempts whose backoff is over go on their way, and requests that waited for a rate limit's token.
     /// The loop calls it when `nextTimer` comes, so that neither is up to a tick late.
     public mutating func fireTimers(now: UInt64) -> [CoordinatorAction] {
         var actions = dispatchRateLimited(now: now)
-        guard let due = retryQueue.nextDue, due <= now else { return actions }
-        for request in retryQueue.removeDue(now: now) { actions += route(request, now: now) }
+        guard let due = requests.nextDue, due <= now else { return actions }
+        for request in requests.removeDue(now: now) { actions += route(request, now: now) }
         return actions
     }
 
     /// The descriptor that decides about retries for `skill`, when it declares anything about them.
     /// A worker that is being removed has taken the skill out of the registry already: its own copy counts.
     func retryDescriptor(of skill: String) -> SkillDescriptor? {
-        guard let descriptor = ledger.registry.skills[skill]?.descriptor ?? departingSkills[skill],
+        guard let descriptor = descriptors.descriptor(of: skill, in: ledger.registry),
             descriptor.idempotent || descriptor.retry != nil
         else { return nil }
         return descriptor
@@ -68,7 +68,7 @@ extension CoordinatorState {
         guard workers.offers(request.skill) || descriptor.isRetryable(SkillbusError.Code.unknownSkill.rawValue) else {
             return nil
         }
-        let wait = policy.backoffNanos(retry: request.attempt, random: nextJitter())
+        let wait = policy.backoffNanos(retry: request.attempt, random: requests.nextJitter())
         let due = now &+ wait
         guard due < request.deadline else { return nil }
         next.attempt += 1
@@ -76,7 +76,7 @@ extension CoordinatorState {
         let name = String(decoding: agent, as: UTF8.self)
         if !name.isEmpty, !next.avoid.contains(name) { next.avoid.append(name) }
         recordAttempt(request, status: .error, agent: agent, error: error, now: now)
-        retryQueue.append(next, due: due)
+        requests.backOff(next, until: due)
         return retryingEvent(request, agent: name, error: error, backoffMicros: Int(wait / 1000))
     }
 
@@ -144,25 +144,5 @@ extension CoordinatorState {
         guard status == .error else { return recordAttempt(request, status: .ok, agent: agent, error: nil, now: now) }
         let error = SkillbusError(json: (try? JSONValue(parsing: payload)) ?? .null)
         recordAttempt(request, status: error.code == .cancelled ? .cancelled : .error, agent: agent, error: error, now: now)
-    }
-
-    /// Skills whose attempts have a timeout of their own, for `dispatch`, and skills with a cache lifetime:
-    /// updated whenever the registry's entries for `identifiers` may have changed.
-    mutating func refreshAttemptTimeouts(_ identifiers: some Sequence<String>) {
-        for identifier in identifiers {
-            let descriptor = ledger.registry.skills[identifier]?.descriptor
-            attemptTimeouts[identifier] = descriptor?.retry?.attemptTimeoutMs
-            cacheLifetimes[identifier] = descriptor.flatMap { $0.pure ? $0.cacheMs : nil }
-        }
-    }
-
-    /// A number from 0 to 1 for a backoff's jitter (SplitMix64: fast, and repeatable from the epoch).
-    mutating func nextJitter() -> Double {
-        jitterState &+= 0x9E37_79B9_7F4A_7C15
-        var value = jitterState
-        value = (value ^ (value >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        value = (value ^ (value >> 27)) &* 0x94D0_49BB_1331_11EB
-        value ^= value >> 31
-        return Double(value >> 11) / Double(1 << 53)
     }
 }

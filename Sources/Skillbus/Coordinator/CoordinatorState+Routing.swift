@@ -24,7 +24,7 @@ extension CoordinatorState {
             if free, !limited { return dispatch(request, to: target, now: now) }
             let reason = limited ? rateLimitReason(request, now: now) : "agent '\(workers[target]?.name ?? "")' is at capacity"
             if let refusal = queueRefusal(request, reason, now: now) { return refusal }
-            waiting.append(request, target: target)
+            requests.queue(request)
             return queuedEvent(request, rateLimited: limited)
         }
         var candidates = workers.providers(of: request.skill)
@@ -51,7 +51,7 @@ extension CoordinatorState {
             ? rateLimitReason(request, now: now)
             : "all \(candidates.count) agent(s) offering '\(request.skill)' are at capacity"
         if let refusal = queueRefusal(request, reason, now: now) { return refusal }
-        waiting.append(request, skill: request.skill)
+        requests.queue(request)
         return queuedEvent(request, rateLimited: limited)
     }
 
@@ -62,7 +62,7 @@ extension CoordinatorState {
         return [
             .publish(
                 .requestQueued(
-                    round: request.roundText, request: id, skill: request.skill, waiting: waiting.count,
+                    round: request.roundText, request: id, skill: request.skill, waiting: requests.queuedCount,
                     waitingFor: rateLimited ? "rateLimit" : "capacity"))
         ]
     }
@@ -92,15 +92,15 @@ extension CoordinatorState {
     /// waits for one before it (it would take the token they wait for).
     private func rateReady(_ request: Request, now: UInt64) -> Bool {
         guard rateLimiter.ready(request, now: now) else { return false }
-        return !rateLimiter.hasLimit(skill: request.skill) || !waiting.isWaiting(skill: request.skill)
+        return !rateLimiter.hasLimit(skill: request.skill) || !requests.waiting.isWaiting(skill: request.skill)
     }
 
     /// `busy` when `request` may not wait: the queue is full, or its client holds its share of it already.
     private mutating func queueRefusal(_ request: Request, _ reason: String, now: UInt64) -> [CoordinatorAction]? {
         let message: String
-        if waiting.count >= settings.queueLimit {
+        if requests.queuedCount >= settings.queueLimit {
             message = reason + " and the wait queue is full (\(settings.queueLimit) requests)"
-        } else if let client = request.client, waiting.count(of: client) >= settings.clientQueueLimit {
+        } else if let client = request.client, requests.waiting.count(of: client) >= settings.clientQueueLimit {
             message =
                 reason + " and this client holds its share of the wait queue already (\(settings.clientQueueLimit) "
                 + "of \(settings.queueLimit) requests)"
@@ -114,11 +114,31 @@ extension CoordinatorState {
     mutating func dispatch(_ request: Request, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         var request = request
         request.attemptStarted = now
-        if !attemptTimeouts.isEmpty, let ms = attemptTimeouts[request.skill] {
-            request.attemptDeadline = now &+ UInt64(ms) * 1_000_000
-        }
+        request.attemptDeadline = attemptDeadline(of: request.skill, now: now)
         if rateLimiter.isActive { rateLimiter.take(request, now: now) }
-        let invocationID = running.start(request, on: peer, workers: &workers)
+        let invocationID = requests.startRunning(request, on: peer, workers: &workers)
+        return invoke(request, invocationID, on: peer, now: now)
+    }
+
+    /// The same for a request the table holds queued.
+    private mutating func dispatch(queued key: RequestTable.Key, to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
+        let attemptDeadline = attemptDeadline(of: requests[key].request.skill, now: now)
+        let (invocationID, request) = requests.startRunning(
+            key, on: peer, now: now, attemptDeadline: attemptDeadline, workers: &workers)
+        if rateLimiter.isActive { rateLimiter.take(request, now: now) }
+        return invoke(request, invocationID, on: peer, now: now)
+    }
+
+    /// When an attempt of `skill` starting now gives up by its own timeout (`attemptTimeoutMs`); 0: none.
+    private func attemptDeadline(of skill: String, now: UInt64) -> UInt64 {
+        guard let ms = descriptors.attemptTimeoutMs(of: skill) else { return 0 }
+        return now &+ UInt64(ms) * 1_000_000
+    }
+
+    /// The INVOKE of a request that started running, and its feed event.
+    private mutating func invoke(
+        _ request: Request, _ invocationID: String, on peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
         let agent = workers[peer]?.name ?? ""
         if !request.sessionID.isEmpty { affinity.record(request.sessionID, agent: agent) }
         let ends = request.attemptEnds
@@ -151,36 +171,36 @@ extension CoordinatorState {
     /// Gives a worker with free slots the oldest requests waiting for it or for any of its skills.
     mutating func dispatchWaiting(to peer: PeerID, now: UInt64) -> [CoordinatorAction] {
         // Called after every RESULT: with nothing waiting, look no further.
-        guard waiting.count > 0 else { return [] }
+        guard requests.queuedCount > 0 else { return [] }
         var actions: [CoordinatorAction] = []
         let promotion = UInt64(settings.priorityPromotionMs) * 1_000_000
-        while let worker = workers[peer], worker.hasFreeSlot, let request = nextWaiting(for: worker, now: now, promotion)
-        {
+        while let worker = workers[peer], worker.hasFreeSlot, let key = nextWaiting(for: worker, now: now, promotion) {
             // Its client has given up (the deadline the request carried passed while it waited): it never runs.
-            guard request.deadline > now else {
+            guard requests[key].request.deadline > now else {
+                let request = requests.remove(key)
                 let error = SkillbusError(
                     .timeout, "'\(request.skill)' waited for a free slot past its \(request.timeoutMs) ms deadline")
                 actions += fail(request, error, agent: "", executed: false, now: now)
                 continue
             }
-            actions += dispatch(request, to: peer, now: now)
+            actions += dispatch(queued: key, to: peer, now: now)
         }
         return actions
     }
 
-    /// The waiting request `worker` takes next; under rate limits, only one whose buckets hold a token.
-    private mutating func nextWaiting(for worker: Worker, now: UInt64, _ promotion: UInt64) -> Request? {
-        guard rateLimiter.isActive else { return waiting.next(for: worker, now: now, promotionNanos: promotion) }
-        // A copy for the closure, gone before `dispatch` takes a token (so the buckets are not copied).
-        let limiter = rateLimiter
-        return waiting.next(for: worker, now: now, promotionNanos: promotion) { limiter.ready($0, now: now) }
+    /// The queued request `worker` takes next; under rate limits, only one whose buckets hold a token.
+    private func nextWaiting(for worker: Worker, now: UInt64, _ promotion: UInt64) -> RequestTable.Key? {
+        guard rateLimiter.isActive else {
+            return requests.nextQueued(for: worker, now: now, promotionNanos: promotion) { _ in true }
+        }
+        return requests.nextQueued(for: worker, now: now, promotionNanos: promotion) { rateLimiter.ready($0, now: now) }
     }
 
     /// Requests that waited for a rate limit's token go to every worker with a free slot.
     mutating func dispatchRateLimited(now: UInt64) -> [CoordinatorAction] {
         guard rateLimiter.isActive else { return [] }
         rateLimiter.refill(now: now)
-        guard waiting.count > 0 else { return [] }
+        guard requests.queuedCount > 0 else { return [] }
         var actions: [CoordinatorAction] = []
         for worker in workers.all where worker.hasFreeSlot { actions += dispatchWaiting(to: worker.peer, now: now) }
         return actions
@@ -192,7 +212,7 @@ extension CoordinatorState {
         _ invocationID: String, status: ReplyStatus, payload: [UInt8], from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         // A result for an unknown or foreign invocation is late or bogus: drop it, keep serving.
-        guard let entry = running.end(invocationID, from: peer, workers: &workers) else { return [] }
+        guard let entry = requests.finish(invocationID, from: peer, workers: &workers) else { return [] }
         var actions: [CoordinatorAction] = []
         let malformed = status == .ok ? SkillResult.problem(in: payload) : nil
         workers.update(peer) { worker in
@@ -243,7 +263,7 @@ extension CoordinatorState {
         if status == .ok, let key = request.cacheKey { storeInCache(key, request.skill, outcome, now: now) }
         let joiners = request.shared.map { singleFlight.finish($0, outcome: keep ? outcome : nil, now: now) } ?? []
         // A client that gave up was answered when it did (CoordinatorState+Cancel).
-        let originWithdrawn = !withdrawn.isEmpty && withdrawn.contains(request.origin)
+        let originWithdrawn = requests.waiters.hasWithdrawn(request.origin)
         var actions: [CoordinatorAction] = []
         deliver(outcome, to: request.origin, roundID: request.roundID, origin: request.origin, now: now, into: &actions)
         for joiner in joiners {
@@ -275,10 +295,10 @@ extension CoordinatorState {
         _ outcome: Outcome, to waiter: Waiter, roundID: [UInt8], origin: Waiter, now: UInt64,
         into actions: inout [CoordinatorAction]
     ) {
-        if !withdrawn.isEmpty, withdrawn.remove(waiter) != nil { return }
+        if requests.waiters.passBy(waiter) { return }
         switch waiter {
         case .client(let client, let requestID):
-            if !joinedClients.isEmpty { joinedClients[waiter] = nil }
+            requests.waiters.answered(waiter)
             actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
             if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
         case .step(let round, let index):

@@ -35,12 +35,11 @@ extension CoordinatorState {
         let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
         let round = Array(request.roundID.utf8)
         let leased = mayLease(round)
-        let turnID = turns.add(
+        let turnID = turns.start(
             .init(
                 client: client, requestID: request.requestID, worker: peer, agent: agent,
                 deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: round, session: request.sessionID,
-                progress: request.progress))
-        if leased { leases[ByteKey(round)] = TurnLease(holder: peer, turnID: turnID) }
+                progress: request.progress), leasing: leased)
         return [
             .toWorker(
                 peer,
@@ -55,7 +54,7 @@ extension CoordinatorState {
     /// invocations are cancelled (CANCEL to their workers) and answered `cancelled`. The agent's TURNEND
     /// still answers the client. An ASK the bus does not hold (already ended) is ignored.
     public mutating func handleCancel(requestID: String, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
-        guard let (turnID, entry) = turns.find(client: client, requestID: requestID) else {
+        guard let (turnID, entry) = turns.turn(client: client, requestID: requestID) else {
             // Not an ASK: a REQUEST or a ROUND of this client (CoordinatorState+Cancel).
             return cancelWait(requestID: Array(requestID.utf8), from: client, now: now)
         }
@@ -65,18 +64,18 @@ extension CoordinatorState {
     /// The turn stops on its agent, and its round's running invocations are cancelled and answered.
     mutating func cancelTurn(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
         // A call of the turn may still be on its way from the agent: it is refused when it comes.
-        cancelledTurnRounds[ByteKey(entry.round)] = .max
+        turns.markCancelled(round: entry.round)
         // The calls that waited for the round are the turn's own: refused now, as cancelled.
         var actions = endLease(of: entry.round, turnID: turnID, now: now)
         actions.append(.toWorker(entry.worker, .cancel(invocationID: turnID)))
         let cancelled = Self.cancelledError("the turn that made this call was cancelled", .client)
-        for (invocationID, running) in running.answer(where: { $0.request.roundID == entry.round }) {
-            actions += sendCancel(invocationID, running, reason: .client, now: now)
+        for running in requests.answerRunning(where: { $0.roundID == entry.round }) {
+            actions += sendCancel(running, reason: .client, now: now)
             actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
         }
         // Calls that wait for a slot or for their next attempt would otherwise still run.
         let round = entry.round
-        for request in waiting.remove(where: { $0.roundID == round }) + retryQueue.remove(where: { $0.roundID == round }) {
+        for (_, request) in requests.removeUnstarted(where: { $0.phase.waitsToRun && $0.request.roundID == round }) {
             actions += cancelledEvent(request, agent: "", reason: .client)
             actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
@@ -92,7 +91,7 @@ extension CoordinatorState {
         })
         else { return [] }
         var actions: [CoordinatorAction] = [.publish(.turnState(agent: agent, state: state, turn: turn))]
-        if let entry = turns.entry(turn.turn, of: peer), entry.progress {
+        if let entry = turns.turn(turn.turn, of: peer), entry.progress {
             actions.append(
                 .toClient(entry.client, .progress(requestID: entry.requestID, agent: agent, .state(state, parameters: turn.parameters))))
         }
@@ -101,7 +100,7 @@ extension CoordinatorState {
 
     /// STEP: a call of the turn ended; on the feed, and to the client when it follows the turn.
     func noteStep(_ turnID: String, _ call: TurnCall, from peer: PeerID) -> [CoordinatorAction] {
-        guard let entry = turns.entry(turnID, of: peer) else { return [] }
+        guard let entry = turns.turn(turnID, of: peer) else { return [] }
         var actions: [CoordinatorAction] = [
             .publish(.turnCall(agent: entry.agent, turn: TurnRef(session: entry.session, turn: turnID), call: call))
         ]
@@ -113,7 +112,7 @@ extension CoordinatorState {
 
     /// A piece of a turn's reply: to the client that asked, and on the feed.
     func relayStream(_ turnID: String, _ text: String, from peer: PeerID) -> [CoordinatorAction] {
-        guard let entry = turns.entry(turnID, of: peer) else { return [] }
+        guard let entry = turns.turn(turnID, of: peer) else { return [] }
         return [
             .toClient(entry.client, .stream(requestID: entry.requestID, text: text)),
             .publish(.turnStream(agent: entry.agent, turn: turnID, text: text)),
@@ -145,8 +144,7 @@ extension CoordinatorState {
 
     /// What a turn held goes with it: its round, and calls it never reported ended.
     private mutating func turnEnded(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
-        let key = ByteKey(entry.round)
-        if cancelledTurnRounds[key] != nil { cancelledTurnRounds[key] = now &+ Self.cancelledRoundGraceNanos }
+        turns.turnEnded(round: entry.round, now: now)
         let unreported = SkillbusError(.agentLost, "turn \(turnID) ended before it said how this call ended")
         return dropClaims(where: { $0.turnID == turnID && $0.worker == entry.worker }, unreported, now: now)
             + endLease(of: entry.round, turnID: turnID, now: now)

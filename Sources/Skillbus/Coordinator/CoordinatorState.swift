@@ -17,11 +17,19 @@ public enum CoordinatorAction: Sendable, Equatable {
 /// bounded wait queue, rounds, single-flight, deadlines and worker liveness. No sockets, no clocks:
 /// time comes in as `now` (monotonic nanoseconds), so every decision is unit-testable.
 ///
-/// It is composed of parts that each own one invariant and offer operations, not fields: `WorkerTable`
-/// (workers by peer, name and skill), `RunningInvocations` (what runs where, and every worker's load),
-/// `WaitQueues` (what waits for a slot), `RoundTable` (the rounds the bus runs) and `SingleFlight`
-/// (executions shared within a round). The extensions hold the paths through them: routing
-/// (CoordinatorState+Routing), membership (+Membership), listings (+Listings) and rounds (Rounds/).
+/// It is composed of twelve parts, each of which owns its invariants and offers operations, not fields, and is
+/// tested alone (docs/ARCHITECTURE.md lists them with their invariants):
+/// - `workers` (`WorkerTable`): workers by peer, name and skill, and their heartbeat schedule;
+/// - `ledger` (`RegistryLedger`): the authoritative registry; `descriptors` (`DescriptorIndex`): what its
+///   descriptors say that every request reads;
+/// - `requests` (`RequestTable`): every accepted request, one entry each in its phase (confirming, queued, backing
+///   off, running), with the wait queues, the retry order and every worker's load;
+/// - `parked` (`ParkedRequests`): what was accepted and waits to start (startup grace, a turn's lease, the journal);
+/// - `turns` (`TurnTable`): turns, the leases and claims they hold, cancelled turns' rounds;
+/// - `queries` (`PendingQueries`), `rounds` (`RoundTable`), `singleFlight` (`SingleFlight`), `affinity`
+///   (`SessionAffinity`), `cache` (`ResultCache`), `rateLimiter` (`RateLimiter`).
+/// The extensions hold the paths through them: routing (CoordinatorState+Routing), membership (+Membership),
+/// cancellation (+Cancel, +Unstarted), listings (+Listings) and rounds (Rounds/).
 public struct CoordinatorState: Sendable {
     public let settings: Settings
     /// Whether to build `request.*` feed events. The coordinator clears it while no watcher subscribes to
@@ -33,61 +41,26 @@ public struct CoordinatorState: Sendable {
     public internal(set) var workers = WorkerTable()
     /// The authoritative registry and its update sequence.
     public internal(set) var ledger: RegistryLedger
-    var running = RunningInvocations()
-    var waiting = WaitQueues()
+    /// Skills' attempt timeouts and cache lifetimes, as the registry's descriptors say them.
+    var descriptors = DescriptorIndex()
+    /// Every request accepted and not answered for good, in its phase: confirming, queued, backing off, running.
+    var requests: RequestTable
+    /// What was accepted and waits to start: in the startup grace, behind a turn's lease, for the journal.
+    var parked = ParkedRequests()
+    /// Turns waiting for their agent's TURNEND, with the leases, claims and cancelled rounds they hold.
+    var turns = TurnTable()
+    /// QUERYs waiting for their worker's ANSWER.
+    var queries = PendingQueries(prefix: "q")
     /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
     var rounds = RoundTable()
     /// Executions that identical invocations of a round share, running or finished.
     var singleFlight: SingleFlight
     /// The agent each session went to last: its later invocations go there too.
     var affinity: SessionAffinity
-    /// QUERYs waiting for their worker's ANSWER.
-    var queries = PendingQueries(prefix: "q")
-    /// Turns waiting for their agent's TURNEND.
-    var turns = PendingQueries(prefix: "t")
-    /// Rounds of cancelled turns, until a while after they ended (monotonic nanoseconds; `UInt64.max` while
-    /// the turn runs): a call of theirs still on its way is refused, even one that arrives after the turn's
-    /// end on another connection.
-    var cancelledTurnRounds: [ByteKey: UInt64] = [:]
-    /// How long a cancelled turn's round stays marked after the turn ended.
-    static let cancelledRoundGraceNanos: UInt64 = 30_000_000_000
-    /// Rounds held by the turn running in them, by round id (CoordinatorState+Leases).
-    var leases: [ByteKey: TurnLease] = [:]
-    /// Calls that turns run themselves and have not reported ended.
-    var claims: [ClaimKey: Claim] = [:]
-    /// Invocations waiting for a client's approval, by confirmation id.
-    var confirmations: [String: PendingConfirmation] = [:]
-    var lastConfirmation: UInt64 = 0
-    var lastHeartbeatSent: UInt64 = 0
-    /// Waiters that gave up on an execution that goes on for others: its outcome passes them by
-    /// (CoordinatorState+Cancel).
-    var withdrawn: Set<Waiter> = []
-    /// Clients' REQUESTs that joined an identical execution, with it and its round, until answered.
-    var joinedClients: [Waiter: (execution: SingleFlight.ExecutionID, round: [UInt8])] = [:]
-    /// CANCELs sent and not yet answered by a RESULT, oldest first, to report the skills that ignore them.
-    var cancelWatch = FinishOrder<WatchedCancel>()
-    /// Attempts waiting out their backoff (CoordinatorState+Retries).
-    var retryQueue = RetryQueue()
-    /// Skills whose attempts have a timeout of their own (`attemptTimeoutMs`), by identifier.
-    var attemptTimeouts: [String: Int] = [:]
-    /// While a worker is removed: its skills, which have left the registry, so that its lost invocations are
-    /// judged by their own descriptor.
-    var departingSkills: [String: SkillDescriptor] = [:]
     /// Outcomes of pure skills kept across rounds (CoordinatorState+Cache).
     var cache: ResultCache
-    /// Pure skills with a cache lifetime, by identifier: only their invocations look in the cache.
-    var cacheLifetimes: [String: Int] = [:]
     /// The token buckets of `settings.rateLimits`.
     var rateLimiter: RateLimiter
-    /// Where the retry jitter's numbers come from.
-    var jitterState: UInt64
-    /// New rounds waiting for the journal's answer, by round id.
-    var journalPending: [ByteKey: AcceptedRound] = [:]
-    /// Rounds cancelled while the journal held their accept: its answer must not start them.
-    var journalCancelled: Set<ByteKey> = []
-    /// When the startup grace ends (monotonic nanoseconds; 0: no grace), and what waits in it.
-    var graceEnds: UInt64 = 0
-    var graceParked: [GraceParked] = []
 
     /// Longest heartbeat interval a worker may announce (one hour).
     public static let maxHeartbeatMs = 3_600_000
@@ -103,7 +76,9 @@ public struct CoordinatorState: Sendable {
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
         self.rateLimiter = RateLimiter(settings.rateLimits)
         self.cache = ResultCache(limitBytes: settings.cacheBytesLimit)
-        self.jitterState = epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+        // The retries' jitter is repeatable from the epoch.
+        self.requests = RequestTable(
+            jitterSeed: epoch.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 })
     }
 
     public static func makeEpoch() -> String {
@@ -111,11 +86,11 @@ public struct CoordinatorState: Sendable {
         return String(repeating: "0", count: 16 - hex.count) + hex
     }
 
-    public var runningCount: Int { running.count }
+    public var runningCount: Int { requests.runningCount }
     /// Requests waiting for a free slot, over all queues.
-    public var waitingCount: Int { waiting.count }
+    public var waitingCount: Int { requests.queuedCount }
     /// Attempts waiting out their backoff before they are retried.
-    public var retryingCount: Int { retryQueue.count }
+    public var retryingCount: Int { requests.backingOffCount }
     /// Invocations the coordinator keeps for single-flight: running or finished.
     public var sharedExecutionCount: Int { singleFlight.count }
     /// Entries and bytes in the result cache.
@@ -124,6 +99,11 @@ public struct CoordinatorState: Sendable {
     /// The timeout of a REQUEST or ROUND sent without one: its skill's own `defaultTimeoutMs` if it has one,
     /// else the bus default. A plan (no one skill; each step may have another) gets the bus default.
     func defaultTimeoutMs(skill: String?) -> Int {
+        Self.defaultTimeoutMs(skill: skill, ledger: ledger, settings: settings)
+    }
+
+    /// The same, for a closure that must not capture the whole state while a part of it changes.
+    static func defaultTimeoutMs(skill: String?, ledger: RegistryLedger, settings: Settings) -> Int {
         skill.flatMap { ledger.registry.skills[$0]?.descriptor.defaultTimeoutMs } ?? settings.defaultTimeoutMs
     }
 
@@ -138,8 +118,8 @@ public struct CoordinatorState: Sendable {
 
     public mutating func handleInvoke(_ request: InvokeRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction]
     {
-        if !leases.isEmpty, parkIfLeased(request, from: client, now: now) { return [] }
-        if graceEnds > now, parkInGrace(request, from: client, now: now) { return [] }
+        if turns.hasLeases, parkIfLeased(request, from: client, now: now) { return [] }
+        if parked.graceEnds > now, parkInGrace(request, from: client, now: now) { return [] }
         return acceptInvoke(request, from: client, accepted: now, now: now)
     }
 
@@ -155,12 +135,12 @@ public struct CoordinatorState: Sendable {
             sessionID: request.$sessionID, skill: request.skill, parameters: request.parameters, accepted: accepted,
             deadline: accepted &+ UInt64(timeoutMs) * 1_000_000)
         pending.client = client
-        if !cancelledTurnRounds.isEmpty, cancelledTurnRounds[ByteKey(request.$roundID)] != nil {
+        if turns.isCancelled(round: request.$roundID) {
             let error = SkillbusError(.cancelled, "the turn that made this call was cancelled")
             return fail(pending, error, agent: "", executed: false, now: now)
         }
         let inRound = rounds.runningCount > 0
-        if !cacheLifetimes.isEmpty, let lifetime = cacheLifetimes[request.skill] {
+        if let lifetime = descriptors.cacheLifetimeMs(of: request.skill) {
             let answer = answerFromCache(
                 request, &pending, lifetimeMs: lifetime, client: client, inRound: inRound, now: now)
             if let answer { return answer }
@@ -175,7 +155,8 @@ public struct CoordinatorState: Sendable {
             case .first(let execution): pending.shared = execution
             case .joined(let execution):
                 if inRound { noteSubCall(request, deduplicated: true) }
-                joinedClients[.client(client, requestID: request.$requestID)] = (execution, request.$roundID)
+                let waiter = Waiter.client(client, requestID: request.$requestID)
+                requests.waiters.join(waiter, execution, round: request.$roundID)
                 return deduplicated(request, finished: nil)
             case .finished(let outcome):
                 if inRound {
@@ -254,8 +235,8 @@ public struct CoordinatorState: Sendable {
         rounds.evict(
             now: now, retentionNanos: UInt64(settings.roundRetentionMs) * 1_000_000,
             limit: settings.retainedRoundsLimit)
-        for (target, request) in waiting.removeTargeted(where: { $0.deadline <= now }) {
-            let full = "agent '\(workers[target]?.name ?? "")' had no free slot before the deadline"
+        for (target, request) in requests.removeExpiredQueued(now: now, targeted: true) {
+            let full = "agent '\(target.flatMap { workers[$0] }?.name ?? "")' had no free slot before the deadline"
             actions += fail(request, waitedTooLong(request, full, now: now), agent: "", executed: false, now: now)
         }
         for worker in workers.all {
@@ -266,20 +247,19 @@ public struct CoordinatorState: Sendable {
                 actions += remove(worker.peer, reason: "no heartbeat for \(seconds) s", now: now)
             }
         }
-        if now &- lastHeartbeatSent >= UInt64(settings.heartbeatMs) * 1_000_000 {
-            lastHeartbeatSent = now
+        if workers.heartbeatDue(now: now, interval: UInt64(settings.heartbeatMs) * 1_000_000) {
             for peer in workers.peers { actions.append(.toWorker(peer, .heartbeat(intervalMs: settings.heartbeatMs))) }
             actions.append(
                 .publish(
                     .registryHeartbeat(
                         epoch: ledger.epoch, sequence: ledger.sequence, intervalMs: settings.heartbeatMs)))
         }
-        for peer in running.abandon(now: now, grace: Self.abandonAfterNanos, workers: &workers) {
+        for peer in requests.abandon(now: now, grace: Self.abandonAfterNanos, workers: &workers) {
             actions += dispatchWaiting(to: peer, now: now)
         }
-        for (invocationID, entry) in running.answer(where: { $0.request.attemptEnds <= now }) {
-            let agent = workers[entry.worker]?.name ?? ""
-            let request = entry.request
+        for running in requests.answerRunning(where: { $0.attemptEnds <= now }) {
+            let agent = workers[running.worker]?.name ?? ""
+            let request = running.request
             let error =
                 request.deadline <= now
                 ? SkillbusError(
@@ -288,8 +268,8 @@ public struct CoordinatorState: Sendable {
                     .timeout,
                     "attempt \(request.attempt) of '\(request.skill)' on agent '\(agent)' did not finish within its "
                         + "\((request.attemptDeadline &- request.attemptStarted) / 1_000_000) ms")
-            actions += sendCancel(invocationID, entry, reason: .deadline, now: now)
-            actions += fail(entry.request, error, agent: agent, now: now)
+            actions += sendCancel(running, reason: .deadline, now: now)
+            actions += fail(request, error, agent: agent, now: now)
         }
         actions += reportIgnoredCancels(now: now)
         actions += failQueries(queries.removeExpired(now: now)) {
@@ -301,9 +281,9 @@ public struct CoordinatorState: Sendable {
         }
         actions += expireParked(now: now)
         actions += expireGraceParked(now: now)
-        if !cancelledTurnRounds.isEmpty { cancelledTurnRounds = cancelledTurnRounds.filter { $0.value > now } }
-        for (skill, request) in waiting.removeExpiredBySkill(now: now) {
-            let full = "no agent offering '\(skill)' had a free slot within \(request.timeoutMs) ms"
+        turns.evictCancelled(now: now)
+        for (_, request) in requests.removeExpiredQueued(now: now, targeted: false) {
+            let full = "no agent offering '\(request.skill)' had a free slot within \(request.timeoutMs) ms"
             let error = waitedTooLong(request, full, now: now)
             actions += fail(request, error, agent: "", executed: false, now: now)
         }

@@ -39,9 +39,6 @@ struct PendingQueries: Sendable {
         return entry
     }
 
-    /// The first entry that matches.
-    func first(where matches: (Entry) -> Bool) -> Entry? { entries.values.first(where: matches) }
-
     /// The id and entry of the first that matches.
     func find(where matches: (Entry) -> Bool) -> (id: String, entry: Entry)? {
         entries.first { matches($0.value) }.map { ($0.key, $0.value) }

@@ -1,8 +1,10 @@
-/// Requests that wait for a free slot: by skill and priority (any provider will do) and by agent (a
-/// fan-out's invocation, which only its agent may run). It owns the count over both, which the bus's
-/// `queueLimit` bounds, and each client's count, which its share bounds; it never keeps an empty queue.
+/// The wait queues, an index into the `RequestTable`: the keys of its queued entries by skill and priority (any
+/// provider will do) and by agent (a fan-out's invocation, which only its agent may run), each oldest first. It
+/// owns the count over both, which the bus's `queueLimit` bounds, and each client's count, which its share bounds;
+/// it never keeps an empty queue. Beside each key it keeps what it counts, ranks and expires by (client, times), so
+/// that none of that needs a look into the table.
 struct WaitQueues: Sendable {
-    typealias Request = CoordinatorState.Request
+    typealias Key = RequestTable.Key
 
     /// One queue per skill and priority: each is oldest first, so its head is its best candidate.
     struct Lane: Hashable, Sendable {
@@ -10,13 +12,31 @@ struct WaitQueues: Sendable {
         let priority: InvocationPriority
     }
 
-    /// Skill and priority → requests waiting for any provider, oldest first.
-    private var bySkill: [Lane: [Request]] = [:]
+    /// Which queue a request waits in.
+    enum Queue: Sendable {
+        case lane(Lane)
+        case target(PeerID)
+    }
+
+    struct Item: Sendable {
+        let key: Key
+        let client: PeerID?
+        let accepted: UInt64
+        let deadline: UInt64
+    }
+
+    /// Skill and priority → entries waiting for any provider, oldest first.
+    private var bySkill: [Lane: [Item]] = [:]
     /// Agent → fan-out invocations waiting for a slot on it, oldest first.
-    private var byTarget: [PeerID: [Request]] = [:]
+    private var byTarget: [PeerID: [Item]] = [:]
     /// Client → how many of its requests wait (only clients with at least one).
     private var byClient: [PeerID: Int] = [:]
     private(set) var count = 0
+
+    /// The queue `request` waits in: its target's, else its skill's lane for its priority.
+    static func queue(of request: CoordinatorState.Request) -> Queue {
+        request.target.map(Queue.target) ?? .lane(Lane(skill: request.skill, priority: request.priority))
+    }
 
     /// Whether any request waits for `skill` (by skill, not for an agent).
     func isWaiting(skill: String) -> Bool {
@@ -26,147 +46,116 @@ struct WaitQueues: Sendable {
     /// How many of `client`'s requests wait.
     func count(of client: PeerID) -> Int { byClient[client] ?? 0 }
 
-    mutating func append(_ request: Request, skill: String) {
-        bySkill[Lane(skill: skill, priority: request.priority), default: []].append(request)
-        added(request)
-    }
-
-    mutating func append(_ request: Request, target: PeerID) {
-        byTarget[target, default: []].append(request)
-        added(request)
-    }
-
-    private mutating func added(_ request: Request) {
+    mutating func append(_ item: Item, to queue: Queue) {
+        switch queue {
+        case .lane(let lane): bySkill[lane, default: []].append(item)
+        case .target(let peer): byTarget[peer, default: []].append(item)
+        }
         count += 1
-        if let client = request.client { byClient[client, default: 0] += 1 }
+        if let client = item.client { byClient[client, default: 0] += 1 }
     }
 
-    private mutating func taken(_ request: Request) {
+    /// Takes `key` out of `queue`, where it must be.
+    mutating func remove(_ key: Key, from queue: Queue) {
+        let item: Item?
+        switch queue {
+        case .lane(let lane): item = Self.remove(key, from: &bySkill, at: lane)
+        case .target(let peer): item = Self.remove(key, from: &byTarget, at: peer)
+        }
+        guard let item else { preconditionFailure("a queued entry was not in the queue its request names") }
+        taken(item)
+    }
+
+    private mutating func taken(_ item: Item) {
         count -= 1
-        guard let client = request.client, let index = byClient.index(forKey: client) else { return }
+        guard let client = item.client, let index = byClient.index(forKey: client) else { return }
         if byClient.values[index] <= 1 { byClient.remove(at: index) } else { byClient.values[index] -= 1 }
     }
 
-    private mutating func taken(_ requests: [Request]) { for request in requests { taken(request) } }
-
-    /// The next request `worker` should run: one only it may run first, else the best waiting for any of its
-    /// skills — of a skill it can run now (below the skill's concurrency limit) and that `ready` lets go
-    /// (its rate limit) — by rank (priority, promoted after waiting `promotionNanos`), then age.
-    mutating func next(
-        for worker: CoordinatorState.Worker, now: UInt64, promotionNanos: UInt64,
-        ready: ((Request) -> Bool)? = nil
-    ) -> Request? {
+    /// The key `worker` should run next: one only it may run whose request `runnable` accepts, first; else the best
+    /// waiting for any of its skills — of a skill it can run now (below the skill's concurrency limit), the first
+    /// of its lane that `ready` lets go (its rate limit) — by rank (priority, promoted after waiting
+    /// `promotionNanos`), then age. It stays queued.
+    func next(
+        for worker: CoordinatorState.Worker, now: UInt64, promotionNanos: UInt64, runnable: (Key) -> Bool,
+        ready: (Key) -> Bool
+    ) -> Key? {
         guard count > 0 else { return nil }
-        let runnable: (Request) -> Bool = { request in
-            worker.canRun(request.skill) && (ready?(request) ?? true)
+        if let index = byTarget.index(forKey: worker.peer),
+            let item = byTarget.values[index].first(where: { runnable($0.key) })
+        {
+            return item.key
         }
-        if let request = Self.removeFirst(from: &byTarget, key: worker.peer, where: runnable) {
-            taken(request)
-            return request
-        }
-        var best: (lane: Lane, position: Int, rank: Int, accepted: UInt64)?
+        var best: (key: Key, rank: Int, accepted: UInt64)?
         for skill in worker.skills.keys where worker.limits.isEmpty || worker.canRun(skill) {
             for priority in InvocationPriority.allCases {
-                let lane = Lane(skill: skill, priority: priority)
-                guard let queue = bySkill[lane] else { continue }
+                guard let index = bySkill.index(forKey: Lane(skill: skill, priority: priority)) else { continue }
                 // Under a rate limit the head may belong to a client that must wait: the first that may go.
-                guard let position = ready == nil ? 0 : queue.firstIndex(where: ready!) else { continue }
-                let head = queue[position]
+                guard let head = bySkill.values[index].first(where: { ready($0.key) }) else { continue }
                 let rank = priority.rank(waited: now &- head.accepted, promotionNanos: promotionNanos)
                 if let current = best, (current.rank, current.accepted) <= (rank, head.accepted) { continue }
-                best = (lane, position, rank, head.accepted)
+                best = (head.key, rank, head.accepted)
             }
         }
-        guard let best, let index = bySkill.index(forKey: best.lane) else { return nil }
-        let request = bySkill.values[index].remove(at: best.position)
-        if bySkill.values[index].isEmpty { bySkill.remove(at: index) }
-        taken(request)
-        return request
+        return best?.key
     }
 
-    /// Takes every request waiting for `skill`.
-    mutating func removeAll(skill: String) -> [Request] {
-        var requests: [Request] = []
+    /// Takes every key waiting for `skill`, oldest first.
+    mutating func removeAll(skill: String) -> [Key] {
+        var items: [Item] = []
         for priority in InvocationPriority.allCases {
-            requests += bySkill.removeValue(forKey: Lane(skill: skill, priority: priority)) ?? []
+            items += bySkill.removeValue(forKey: Lane(skill: skill, priority: priority)) ?? []
         }
-        taken(requests)
-        return requests.sorted { $0.accepted < $1.accepted }
+        for item in items { taken(item) }
+        return items.sorted { $0.accepted < $1.accepted }.map(\.key)
     }
 
-    /// Takes every request waiting for `target`.
-    mutating func removeAll(target: PeerID) -> [Request] {
-        let requests = byTarget.removeValue(forKey: target) ?? []
-        taken(requests)
-        return requests
+    /// Takes every key waiting for `target`, oldest first.
+    mutating func removeAll(target: PeerID) -> [Key] {
+        let items = byTarget.removeValue(forKey: target) ?? []
+        for item in items { taken(item) }
+        return items.map(\.key)
     }
 
-    /// Takes the agent-bound requests that match, with the agent each waited for.
-    mutating func removeTargeted(where matches: (Request) -> Bool) -> [(target: PeerID, request: Request)] {
-        var removed: [(PeerID, Request)] = []
-        for (target, queue) in byTarget {
-            let (taken, kept) = queue.split(by: matches)
-            guard !taken.isEmpty else { continue }
-            byTarget[target] = kept.isEmpty ? nil : kept
-            self.taken(taken)
-            removed += taken.map { (target, $0) }
+    /// Takes the keys whose deadline passed by `now`: those waiting for one agent (with it), or those waiting by
+    /// skill.
+    mutating func removeExpired(now: UInt64, targeted: Bool) -> [(key: Key, target: PeerID?)] {
+        guard count > 0 else { return [] }
+        var removed: [(Key, PeerID?)] = []
+        if targeted {
+            for (target, queue) in byTarget {
+                let (expired, kept) = queue.split { $0.deadline <= now }
+                guard !expired.isEmpty else { continue }
+                byTarget[target] = kept.isEmpty ? nil : kept
+                for item in expired { taken(item) }
+                removed += expired.map { ($0.key, target) }
+            }
+        } else {
+            for (lane, queue) in bySkill {
+                let (expired, kept) = queue.split { $0.deadline <= now }
+                guard !expired.isEmpty else { continue }
+                bySkill[lane] = kept.isEmpty ? nil : kept
+                for item in expired { taken(item) }
+                removed += expired.map { ($0.key, nil) }
+            }
         }
         return removed
     }
 
-    /// The first waiting request that matches, in either kind of queue.
-    func first(where matches: (Request) -> Bool) -> Request? {
-        guard count > 0 else { return nil }
-        for queue in bySkill.values { if let request = queue.first(where: matches) { return request } }
-        for queue in byTarget.values { if let request = queue.first(where: matches) { return request } }
-        return nil
+    func forEach(_ body: (Key) -> Void) {
+        for queue in bySkill.values { for item in queue { body(item.key) } }
+        for queue in byTarget.values { for item in queue { body(item.key) } }
     }
 
-    func forEach(_ body: (Request) -> Void) {
-        for queue in bySkill.values { queue.forEach(body) }
-        for queue in byTarget.values { queue.forEach(body) }
-    }
-
-    /// Takes every waiting request that matches, from both kinds of queue.
-    mutating func remove(where matches: (Request) -> Bool) -> [Request] {
-        guard count > 0 else { return [] }
-        var removed: [Request] = []
-        for (lane, queue) in bySkill {
-            let (taken, kept) = queue.split(by: matches)
-            guard !taken.isEmpty else { continue }
-            bySkill[lane] = kept.isEmpty ? nil : kept
-            self.taken(taken)
-            removed += taken
-        }
-        // removeTargeted keeps the count itself.
-        return removed + removeTargeted(where: matches).map(\.request)
-    }
-
-    /// Takes the requests waiting by skill whose deadline has passed, with their skill.
-    mutating func removeExpiredBySkill(now: UInt64) -> [(skill: String, request: Request)] {
-        guard count > 0 else { return [] }
-        var removed: [(String, Request)] = []
-        for (lane, queue) in bySkill {
-            let (expired, kept) = queue.split { $0.deadline <= now }
-            guard !expired.isEmpty else { continue }
-            bySkill[lane] = kept.isEmpty ? nil : kept
-            taken(expired)
-            removed += expired.map { (lane.skill, $0) }
-        }
-        return removed
-    }
-
-    /// The oldest request under `key` whose skill `runnable` accepts (a fan-out's invocations may be of a
-    /// skill at its limit while the next one is not).
-    private static func removeFirst<Key: Hashable>(
-        from queues: inout [Key: [Request]], key: Key, where runnable: (Request) -> Bool
-    ) -> Request? {
-        guard let index = queues.index(forKey: key),
-            let position = queues.values[index].firstIndex(where: runnable)
+    private static func remove<QueueKey: Hashable>(
+        _ key: Key, from queues: inout [QueueKey: [Item]], at queueKey: QueueKey
+    ) -> Item? {
+        guard let index = queues.index(forKey: queueKey),
+            let position = queues.values[index].firstIndex(where: { $0.key == key })
         else { return nil }
-        let request = queues.values[index].remove(at: position)
+        let item = queues.values[index].remove(at: position)
         if queues.values[index].isEmpty { queues.remove(at: index) }
-        return request
+        return item
     }
 }
 

@@ -62,6 +62,8 @@ public struct WorkerTable: Sendable {
     private var providers: [String: [PeerID]] = [:]
     /// Where the round-robin among equally loaded providers goes next.
     private var rotation = 0
+    /// When the bus last sent the workers its heartbeat (monotonic nanoseconds).
+    private var lastHeartbeat: UInt64 = 0
 
     public subscript(peer: PeerID) -> Worker? { byPeer[peer] }
     public var isEmpty: Bool { byPeer.isEmpty }
@@ -70,6 +72,14 @@ public struct WorkerTable: Sendable {
     var peers: Dictionary<PeerID, Worker>.Keys { byPeer.keys }
 
     func peer(named name: String) -> PeerID? { peerByName[name] }
+
+    /// Whether the workers are due the bus's heartbeat at `now`, one every `interval`; when they are, it counts as
+    /// sent.
+    mutating func heartbeatDue(now: UInt64, interval: UInt64) -> Bool {
+        guard now &- lastHeartbeat >= interval else { return false }
+        lastHeartbeat = now
+        return true
+    }
 
     /// The peers offering `skill`, in registration order; empty when nobody does.
     func providers(of skill: String) -> [PeerID] { providers[skill] ?? [] }

@@ -40,7 +40,7 @@ final class OperatorEndpoint {
                 name: worker.name, capacity: worker.capacity, inFlight: worker.inFlight, state: worker.state,
                 skills: worker.skills.keys.sorted())
         }.sorted { $0.name < $1.name }
-        snapshot.waiting = state.waiting.count
+        snapshot.waiting = state.waitingCount
         snapshot.runningRounds = state.rounds.runningCount
         snapshot.registryEpoch = state.ledger.epoch
         snapshot.registrySequence = state.ledger.sequence

@@ -4,20 +4,15 @@
 extension CoordinatorState {
     /// Hands a new round to the journal; it starts when the journal answers (`journalAnswered`).
     mutating func journal(_ accepted: AcceptedRound, _ roundKey: ByteKey) -> [CoordinatorAction] {
-        if var waiting = journalPending[roundKey] {
-            guard waiting.body == accepted.body else {
-                return refuseConflict(accepted.request, accepted.spec, to: accepted.clients)
-            }
-            for client in accepted.clients where !waiting.clients.contains(where: { $0 == client }) {
-                waiting.clients.append(client)
-            }
-            journalPending[roundKey] = waiting
-            return []
+        switch parked.join(accepted, in: .journal) {
+        case false?: return refuseConflict(accepted.request, accepted.spec, to: accepted.clients)
+        case true?: return []
+        case nil: break
         }
-        journalPending[roundKey] = accepted
+        parked.park(accepted, .journal)
         // The accept of a round cancelled while it waited is still with the journal: one accept of an id at a
         // time, so this one goes when that answer comes.
-        if journalCancelled.contains(roundKey) { return [] }
+        if parked.isAcceptOutstanding(roundKey) { return [] }
         return [acceptEntry(accepted)]
     }
 
@@ -26,20 +21,13 @@ extension CoordinatorState {
         return .journal(.accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent))
     }
 
-    /// A round cancelled before the journal answered its accept (CoordinatorState+Unstarted): it never starts,
-    /// and the answer, when it comes, is its own (`journalAnswered`). A round sent again after the cancel, whose
-    /// accept is not sent yet, leaves the same mark.
-    mutating func withdrawFromJournal(_ roundKey: ByteKey) {
-        journalPending[roundKey] = nil
-        journalCancelled.insert(roundKey)
-    }
-
-    /// The answer to a cancelled round's accept: a row the journal recorded as running for it is deleted, and
-    /// the same round sent again since then is handed to the journal now.
-    private func answeredCancelled(_ answer: JournalAnswer, _ roundKey: ByteKey) -> [CoordinatorAction] {
+    /// The answer to the accept of a round cancelled before it came (CoordinatorState+Unstarted): a row the
+    /// journal recorded as running for it is deleted, and the same round sent again since then (`resent`) is handed
+    /// to the journal now.
+    private func answeredCancelled(_ answer: JournalAnswer, resent: AcceptedRound?) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         if case .accepted = answer { actions.append(.journal(.forget(roundID: answer.roundID))) }
-        if let resent = journalPending[roundKey] { actions.append(acceptEntry(resent)) }
+        if let resent { actions.append(acceptEntry(resent)) }
         return actions
     }
 
@@ -48,11 +36,14 @@ extension CoordinatorState {
         var actions: [CoordinatorAction] = []
         for answer in answers {
             let roundKey = ByteKey(answer.roundID)
-            if !journalCancelled.isEmpty, journalCancelled.remove(roundKey) != nil {
-                actions += answeredCancelled(answer, roundKey)
+            let accepted: AcceptedRound
+            switch parked.journalAnswered(roundKey) {
+            case nil: continue
+            case .cancelled(let resent)?:
+                actions += answeredCancelled(answer, resent: resent)
                 continue
+            case .pending(let round)?: accepted = round
             }
-            guard let accepted = journalPending.removeValue(forKey: roundKey) else { continue }
             let request = accepted.request
             switch answer {
             case .accepted:

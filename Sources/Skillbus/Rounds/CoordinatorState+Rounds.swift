@@ -24,7 +24,7 @@ extension CoordinatorState {
         } catch {
             return refuseRound(request.$roundID, shape: nil, error, to: clients)
         }
-        if leases[roundKey] != nil {
+        if turns.lease(of: roundKey) != nil {
             let error = SkillbusError(
                 .roundConflict, "round '\(request.roundID)' belongs to a running turn; use a new round id")
             return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
@@ -45,7 +45,7 @@ extension CoordinatorState {
         let accepted = AcceptedRound(
             request: request, spec: spec, body: body, retries: retries, priority: priority, noCache: noCache,
             clients: clients, arrived: now)
-        if !graceParked.isEmpty, let joined = joinParkedRound(accepted) { return joined }
+        if parked.hasGraceItems, let joined = joinParkedRound(accepted) { return joined }
         if settings.journaled { return journal(accepted, roundKey) }
         return startRound(accepted, roundKey, now: now)
     }
@@ -79,7 +79,7 @@ extension CoordinatorState {
             invocations = try plannedInvocations(spec)
         } catch {
             if error.code == .unknownSkill, inStartupGrace(now: now) {
-                graceParked.append(.round(accepted))
+                parked.park(accepted, .grace)
                 return []
             }
             var actions = refuseRound(request.$roundID, shape: spec.shape, error, to: accepted.clients)
@@ -277,18 +277,22 @@ extension CoordinatorState {
         guard let run = rounds[roundKey] else { return [] }
         let cancelled = Self.cancelledError("another agent answered first", .lostRace)
         var actions: [CoordinatorAction] = []
-        for (invocationID, entry) in running.answer(where: { $0.request.isStep(of: roundKey) }) {
+        for running in requests.answerRunning(where: { $0.isStep(of: roundKey) }) {
             // Announced before its outcome, so the feed reads: cancelled, then done, then the round.
-            actions += sendCancel(invocationID, entry, reason: .lostRace, now: now)
-            actions += fail(entry.request, cancelled, agent: workers[entry.worker]?.name ?? "", now: now)
+            actions += sendCancel(running, reason: .lostRace, now: now)
+            actions += fail(running.request, cancelled, agent: workers[running.worker]?.name ?? "", now: now)
         }
         // A loser waiting out a retry's backoff never runs.
-        for request in retryQueue.remove(where: { $0.isStep(of: roundKey) }) {
+        let backingOff = requests.removeUnstarted { $0.phase.isBackingOff && $0.request.isStep(of: roundKey) }
+        for (_, request) in backingOff {
             actions += cancelledEvent(request, agent: "", reason: .lostRace)
             actions += fail(request, cancelled, agent: "", executed: false, now: now)
         }
-        for (target, request) in waiting.removeTargeted(where: { $0.isStep(of: roundKey) }) {
-            if case .step(_, let index) = request.origin {
+        let queued = requests.removeUnstarted {
+            $0.phase == .queued && $0.request.target != nil && $0.request.isStep(of: roundKey)
+        }
+        for (_, request) in queued {
+            if case .step(_, let index) = request.origin, let target = request.target {
                 actions.append(
                     .publish(
                         .invocationCancelled(

@@ -1,0 +1,131 @@
+/// Turns through the bus and what each holds (PROTOCOL §3.7, §3.10): the turns waiting for their agent's TURNEND,
+/// the lease a turn holds on its round, the calls a turn runs itself and has not reported ended (claims), and the
+/// rounds of cancelled turns, marked until a while after the turn ended so that a call of theirs still on its way
+/// is refused. It owns what ties them together: a round has at most one lease, held by a turn of this table that
+/// was granted it when it started; a claim is made only by the turn that holds its round's lease. A lease ends
+/// with its turn: every path that ends a turn (TURNEND, its deadline, its agent lost) calls `endLease`
+/// (CoordinatorState+Turns), which also hands back what waited behind it (`ParkedRequests`).
+///
+/// Nested turns and handoffs (an agent asking another within the round, a session's agent moving) belong here.
+struct TurnTable: Sendable {
+    typealias Turn = PendingQueries.Entry
+
+    struct Lease: Sendable, Equatable {
+        let holder: PeerID
+        let turnID: String
+    }
+
+    struct ClaimKey: Hashable, Sendable {
+        let worker: PeerID
+        let turnID: String
+        let claimID: String
+    }
+
+    /// A call a turn runs itself, entered among its round's executions.
+    struct Claim: Sendable {
+        let execution: SingleFlight.ExecutionID
+        let round: [UInt8]
+        let accepted: UInt64
+    }
+
+    /// How long a cancelled turn's round stays marked after the turn ended.
+    static let cancelledRoundGraceNanos: UInt64 = 30_000_000_000
+
+    private var turns = PendingQueries(prefix: "t")
+    private var leases: [ByteKey: Lease] = [:]
+    private var claims: [ClaimKey: Claim] = [:]
+    /// Round → until when it stays marked (monotonic nanoseconds; `UInt64.max` while its turn runs).
+    private var cancelledRounds: [ByteKey: UInt64] = [:]
+
+    var count: Int { turns.count }
+
+    // MARK: Turns
+
+    /// A turn starts: it waits for its agent's TURNEND, and holds its round when `leasing` (the caller checked that
+    /// nothing else does); returns its id.
+    mutating func start(_ turn: Turn, leasing: Bool) -> String {
+        let turnID = turns.add(turn)
+        if leasing {
+            guard leases.updateValue(Lease(holder: turn.worker, turnID: turnID), forKey: ByteKey(turn.round)) == nil
+            else { preconditionFailure("a round was leased to a second turn: a round has at most one lease") }
+        }
+        return turnID
+    }
+
+    /// The turn `worker` runs as `turnID`, which goes on.
+    func turn(_ turnID: String, of worker: PeerID) -> Turn? { turns.entry(turnID, of: worker) }
+
+    /// The turn `client` asked for with `requestID`.
+    func turn(client: PeerID, requestID: String) -> (id: String, turn: Turn)? {
+        turns.find(client: client, requestID: requestID).map { ($0.id, $0.entry) }
+    }
+
+    /// A turn running in `round`.
+    func turn(inRound round: [UInt8]) -> (id: String, turn: Turn)? {
+        guard turns.count > 0 else { return nil }
+        return turns.find { $0.round == round }.map { ($0.id, $0.entry) }
+    }
+
+    /// TURNEND from `worker`: the turn, when it is one `worker` runs; it leaves.
+    mutating func answered(_ turnID: String, by worker: PeerID) -> Turn? { turns.answered(turnID, by: worker) }
+
+    /// Turns whose time ran out: they leave.
+    mutating func removeExpired(now: UInt64) -> [(id: String, entry: Turn)] { turns.removeExpired(now: now) }
+
+    /// The turns of an agent that left: they leave.
+    mutating func removeAll(of worker: PeerID) -> [(id: String, entry: Turn)] { turns.removeAll(of: worker) }
+
+    // MARK: Leases
+
+    var hasLeases: Bool { !leases.isEmpty }
+
+    func lease(of round: ByteKey) -> Lease? { leases.isEmpty ? nil : leases[round] }
+
+    /// The round comes back from turn `turnID`: true when that turn held it (it no longer does).
+    mutating func endLease(of round: ByteKey, turnID: String) -> Bool {
+        guard let index = leases.index(forKey: round), leases.values[index].turnID == turnID else { return false }
+        leases.remove(at: index)
+        return true
+    }
+
+    // MARK: Claims
+
+    /// A turn's call enters its round as an execution, to be settled when the turn reports it ended.
+    mutating func claim(_ claim: Claim, as key: ClaimKey) {
+        guard lease(of: ByteKey(claim.round))?.turnID == key.turnID else {
+            preconditionFailure("a claim was made by a turn that does not hold its round")
+        }
+        claims[key] = claim
+    }
+
+    /// The turn reported the call ended: its claim leaves.
+    mutating func takeClaim(_ key: ClaimKey) -> Claim? { claims.isEmpty ? nil : claims.removeValue(forKey: key) }
+
+    /// Claims that will never be reported (their turn ended, or their agent left): they leave.
+    mutating func takeClaims(where matches: (ClaimKey) -> Bool) -> [(key: ClaimKey, claim: Claim)] {
+        guard !claims.isEmpty else { return [] }
+        let taken = claims.filter { matches($0.key) }
+        for key in taken.keys { claims[key] = nil }
+        return taken.map { ($0.key, $0.value) }
+    }
+
+    // MARK: Cancelled turns' rounds
+
+    /// The turn in `round` was cancelled: a call of its still on the way is refused, until a while after it ended.
+    mutating func markCancelled(round: [UInt8]) { cancelledRounds[ByteKey(round)] = .max }
+
+    /// A turn in `round` ended: a cancelled one's mark goes after the grace.
+    mutating func turnEnded(round: [UInt8], now: UInt64) {
+        let key = ByteKey(round)
+        guard !cancelledRounds.isEmpty, cancelledRounds[key] != nil else { return }
+        cancelledRounds[key] = now &+ Self.cancelledRoundGraceNanos
+    }
+
+    /// Whether `round` is a cancelled turn's.
+    func isCancelled(round: [UInt8]) -> Bool { !cancelledRounds.isEmpty && cancelledRounds[ByteKey(round)] != nil }
+
+    /// The marks whose grace has passed go.
+    mutating func evictCancelled(now: UInt64) {
+        if !cancelledRounds.isEmpty { cancelledRounds = cancelledRounds.filter { $0.value > now } }
+    }
+}
