@@ -133,7 +133,14 @@ public enum AgentsCommand: SkillbusCommand {
                 + "  STATE                 LOAD     HEARTBEAT  REPLICA     SESSIONS  SKILLS")
         for agent in agents {
             var state = agent["state"]?["state"]?.stringValue ?? "?"
-            if let skill = agent["state"]?["skill"]?.stringValue { state += "(\(skill))" }
+            // What runs now, from the bus's slots; the state's own skill is only the one started last.
+            let running = (agent["running"]?.objectValue ?? [:]).sorted { $0.key < $1.key }
+                .map { $0.value.intValue == 1 ? $0.key : "\($0.key)×\($0.value.intValue ?? 0)" }
+            if !running.isEmpty {
+                state = "running " + running.joined(separator: ", ")
+            } else if let skill = agent["state"]?["skill"]?.stringValue {
+                state += "(\(skill))"
+            }
             let load = "\(agent["inFlight"]?.intValue ?? 0)/\(agent["capacity"]?.intValue ?? 0)"
             let age = String(format: "%.1f s ago", (agent["lastHeartbeatAgeMs"]?.doubleValue ?? 0) / 1000)
             var replica = "-"

@@ -118,6 +118,17 @@ struct CommandLineTests {
         #expect(await SkillbusCLI.main(["send", "echo", "--", "-h"]) != 0, "after --, -h is a positional")
     }
 
+    @Test("agents shows what each agent runs now, not only the skill its state names")
+    func agentsShowWhatRuns() throws {
+        let listing = try JSONValue(
+            parsing: #"{"registry": {"seq": 3}, "agents": [{"agent": "alpha", "capacity": 4, "inFlight": 3, "#
+                + #""running": {"sleep": 2, "echo": 1}, "state": {"state": "executingSkill", "skill": "echo"}, "#
+                + #""skills": ["echo", "sleep"], "lastHeartbeatAgeMs": 100}]}"#)
+        let text = AgentsCommand.render(listing)
+        #expect(text.contains("running echo, sleep×2"), "\(text)")
+        #expect(!text.contains("executingSkill(echo)"), "\(text)")
+    }
+
     @Test("a skipped plan step says skipped and why; skills shows defaults and no dangling dash")
     func readableLines() {
         let stopped = RoundDocument.Invocation(id: "b", skill: "echo", status: .skipped)

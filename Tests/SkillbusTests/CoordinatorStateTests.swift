@@ -86,6 +86,9 @@ struct CoordinatorStateTests {
         let agents = listing["agents"]?.arrayValue ?? []
         #expect(agents.first { $0["agent"] == "alpha" }?["results"] == ["ok": 1, "error": 2])
         #expect(agents.first { $0["agent"] == "beta" }?["results"] == ["ok": 0, "error": 0])
+        // What each runs now, from the bus's own slots (a worker's state names only the skill started last).
+        #expect(agents.first { $0["agent"] == "alpha" }?["running"] == ["sleep": 2])
+        #expect(agents.first { $0["agent"] == "beta" }?["running"] == ["sleep": 1])
         #expect(
             listing["bySkill"]
                 == ["echo": ["ok": 1, "error": 2, "waiting": 0], "sleep": ["ok": 0, "error": 0, "waiting": 1]])

@@ -25,11 +25,14 @@ extension CoordinatorState {
     /// Live agents with their skills, capacity, load, state, heartbeat age and replica position.
     public mutating func agentsListing(now: UInt64) -> JSONValue {
         let position = ledger.position()
+        let running = requests.runningSkills()
         let agents = workers.all.sorted { $0.name < $1.name }.map { worker -> JSONValue in
             let ageMs = now > worker.lastHeard ? Double((now - worker.lastHeard) / 1_000_000) : 0
             var entry: [String: JSONValue] = [
                 "agent": .string(worker.name), "capacity": .number(Double(worker.capacity)),
                 "inFlight": .number(Double(worker.inFlight)), "state": worker.state.json,
+                // What its slots run now; `state` names only the skill the worker started last.
+                "running": .object((running[worker.peer] ?? [:]).mapValues { .number(Double($0)) }),
                 "skills": .array(worker.skills.keys.sorted().map { .string($0) }),
                 // Any message from the worker is a sign of life, not only HEARTBEAT.
                 "heartbeatMs": .number(Double(worker.heartbeatMs)), "lastHeartbeatAgeMs": .number(ageMs),

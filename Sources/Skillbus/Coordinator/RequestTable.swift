@@ -90,6 +90,16 @@ struct RequestTable: Sendable {
     /// The keys of the entries that `matches` picks, in slot order.
     func keys(where matches: (Entry) -> Bool) -> [Key] { entries.slots(where: matches).map(Key.init) }
 
+    /// Per worker, the skills of its running entries and how many of each: what it runs now (AGENTS).
+    func runningSkills() -> [PeerID: [String: Int]] {
+        var skills: [PeerID: [String: Int]] = [:]
+        for key in keys(where: { if case .running = $0.phase { true } else { false } }) {
+            guard let running = running(at: key) else { continue }
+            skills[running.worker, default: [:]][running.request.skill, default: 0] += 1
+        }
+        return skills
+    }
+
     private mutating func insert(_ request: consuming Request, _ phase: Phase) -> Key {
         let hash = Self.hash(request.origin)
         return Key(slot: entries.insert(Entry(request: request, phase: phase, originHash: hash)))
