@@ -238,9 +238,11 @@ public enum SendCommand: SkillbusCommand {
         if document.shape != "invoke" {
             for invocation in document.invocations { printError(line(for: invocation)) }
         }
+        // A round id sent again is answered from what the bus kept: say so, and that nothing ran now.
+        let round = document.stored ? "stored result of round \(document.round)" : "round \(document.round)"
         guard document.status == .ok else {
             let error = document.error ?? SkillbusError(.internalError, "the round failed without an error")
-            return printError("✗ round \(document.round) failed: \(error.code): \(error.message)")
+            return printError("✗ \(round) failed: \(error.code): \(error.message)")
         }
         if let form = try? SkillResult(json: document.result) {
             let only = document.invocations.first?.id ?? ""
@@ -248,9 +250,9 @@ public enum SendCommand: SkillbusCommand {
         } else {
             print(document.result.prettyString())
         }
-        var line = "✓ round \(document.round)"
+        var line = "✓ \(round)"
         if let agent = document.agent { line += " on \(agent)" }
-        line += String(format: " in %.2f ms", document.durationMs)
+        line += String(format: document.stored ? " (it ran in %.2f ms; nothing ran now)" : " in %.2f ms", document.durationMs)
         if let vote = document.vote, let votes = vote.votes { line += ", \(votes) of \(vote.of) agree" }
         line += "; \(document.summary.executions) execution(s), \(document.summary.deduplicated) deduplicated"
         printError(line)

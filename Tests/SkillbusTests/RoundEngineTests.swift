@@ -273,7 +273,7 @@ struct RoundEngineTests {
     }
 
     @Test("the same round id again: the stored document, or a place among the waiting; another body is refused")
-    func idempotent() {
+    func idempotent() throws {
         var state = state()
         let body: JSONValue = ["invoke": ["skill": "echo", "params": ["text": "once"]]]
         let sent = invocations(state.handleRound(round(body, requestID: "q1"), from: client, now: 0))
@@ -283,7 +283,11 @@ struct RoundEngineTests {
         #expect(documents(done).count == 2)
         let again = state.handleRound(round(body, requestID: "q3"), from: client, now: 3)
         #expect(invocations(again).isEmpty)
-        #expect(documents(again).first == documents(done).first)
+        // The kept document, marked as such; otherwise the same.
+        var kept = try #require(documents(again).first?.objectValue)
+        #expect(kept.removeValue(forKey: "stored") == true)
+        #expect(JSONValue.object(kept) == documents(done).first)
+        #expect(documents(done).first?["stored"] == nil)
         let other = documents(
             state.handleRound(round(["invoke": ["skill": "echo", "params": ["text": "twice"]]]), from: client, now: 4))
         #expect(other.first?["error"]?["code"] == "round_conflict")

@@ -49,6 +49,7 @@ extension CoordinatorState {
             case .accepted:
                 actions += startRound(accepted, roundKey, now: now)
             case .stored(let roundID, let document):
+                let document = RoundDocument.markedStored(document)
                 actions += accepted.clients.map {
                     .toClient($0.client, .round(requestID: $0.requestID, roundID: roundID, document: document))
                 }

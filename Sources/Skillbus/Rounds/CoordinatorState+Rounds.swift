@@ -32,10 +32,8 @@ extension CoordinatorState {
         let body = spec.json.serialized()
         if let existing = rounds.finishedRound(roundKey) {
             guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
-            return [
-                .toClient(
-                    client, .round(requestID: request.$requestID, roundID: request.$roundID, document: existing.document))
-            ]
+            let document = RoundDocument.markedStored(existing.document)
+            return [.toClient(client, .round(requestID: request.$requestID, roundID: request.$roundID, document: document))]
         }
         if let existing = rounds[roundKey] {
             guard existing.body == body else { return refuseConflict(request, spec, to: clients) }

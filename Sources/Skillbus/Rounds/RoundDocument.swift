@@ -141,6 +141,9 @@ public struct RoundDocument: Sendable, Equatable {
     public var durationMs: Double
     public var invocations: [Invocation]
     public var summary: Summary
+    /// The bus answered from what it kept of an earlier run of this round id (PROTOCOL §3.5.8): nothing ran
+    /// for this request. Written only when true.
+    public var stored = false
 
     public init(
         round: String, shape: String?, status: ReplyStatus, result: JSONValue = .null, error: SkillbusError? = nil,
@@ -314,7 +317,15 @@ extension RoundDocument {
         ]
         if shape == "invoke" || agent != nil { object["agent"] = agent.map { .string($0) } ?? .null }
         if let vote { object["aggregate"] = vote.json }
+        if stored { object["stored"] = true }
         return .object(object)
+    }
+
+    /// A kept document's bytes as the bus sends them again: with `"stored": true` (keys stay in order).
+    static func markedStored(_ document: [UInt8]) -> [UInt8] {
+        guard case .object(var object)? = try? JSONValue(parsing: document) else { return document }
+        object["stored"] = true
+        return JSONValue.object(object).serialized()
     }
 
     public init(json: JSONValue) throws(SkillbusError) {
@@ -327,6 +338,7 @@ extension RoundDocument {
             agent: try reader.optionalString("agent"), vote: try reader.optional("aggregate").map(Vote.init(json:)),
             durationMs: try reader.number("durationMs"), invocations: invocations,
             summary: try Summary(json: reader.optional("summary") ?? .null))
+        stored = reader.optional("stored")?.boolValue ?? false
     }
 
     public init(parsing bytes: [UInt8]) throws(SkillbusError) {
