@@ -10,15 +10,7 @@ struct CoordinatorPartsTests {
     let beta: PeerID = [0xB1]
 
     func worker(_ peer: PeerID, _ name: String, skills: [String], capacity: Int = 2) -> CoordinatorState.Worker {
-        let descriptors = skills.map {
-            SkillDescriptor(identifier: $0, displayName: $0, description: "", parameters: ParameterSchema([]))
-        }
-        return CoordinatorState.Worker(
-            peer: peer, name: name, nameFrame: Array(name.utf8), capacity: capacity, heartbeatMs: 1000,
-            skills: Dictionary(uniqueKeysWithValues: descriptors.map { ($0.identifier, $0) }), lastHeard: 0,
-            registration: Registration(name: name, capacity: capacity, heartbeatMs: nil, skills: descriptors),
-            offers: descriptors.map(SkillOffer.parsed),
-            welcome: Welcome(heartbeatMs: 1000, accepted: skills, refused: [], feed: "", epoch: "e"))
+        RequestTableTests.worker(peer, name, skills: skills, capacity: capacity)
     }
 
     func request(_ id: String, skill: String = "echo", accepted: UInt64 = 0, deadline: UInt64 = 100) -> CoordinatorState.Request {
