@@ -51,8 +51,7 @@ public enum SkillbusCLI {
             return 2
         }
         let rest = Array(arguments.dropFirst())
-        // -h or --help anywhere before a `--` shows the help, whatever else the line holds.
-        if rest.prefix(while: { $0 != "--" }).contains(where: { $0 == "-h" || $0 == "--help" }) {
+        if asksForHelp(rest) {
             print(command.spec.help)
             return 0
         }
@@ -68,6 +67,13 @@ public enum SkillbusCLI {
             printError("error: \(error)")
             return 1
         }
+    }
+}
+
+extension SkillbusCLI {
+    /// -h or --help anywhere before a `--` asks for the command's help, whatever else the line holds.
+    static func asksForHelp(_ arguments: [String]) -> Bool {
+        arguments.prefix(while: { $0 != "--" }).contains { $0 == "-h" || $0 == "--help" }
     }
 }
 
