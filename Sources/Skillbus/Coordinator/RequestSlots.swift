@@ -30,11 +30,12 @@ struct RequestSlots: Sendable {
         let slot: UInt32
         if let free = freeSlots.popLast() {
             slot = free
-            slots[Int(slot)] = entry
         } else {
             slot = UInt32(slots.count)
-            slots.append(entry)
+            slots.append(nil)
         }
+        // Moved in, not copied: a copy retained every array of the request once more.
+        slots[Int(slot)] = consume entry
         if self[slot].isAwaited { index(slot) }
         return slot
     }
@@ -125,10 +126,20 @@ extension RequestTable {
         hash(UInt64(truncatingIfNeeded: execution.slot) << 32 ^ UInt64(truncatingIfNeeded: execution.execution))
     }
 
-    /// A client chooses its request ids: they are hashed with the seeded `Hasher`.
+    /// A client chooses its request ids: they are hashed with the seeded `Hasher`, as bytes (the synthesized hash
+    /// of `Waiter` fed an array to it byte by byte).
     static func hash(_ origin: Waiter) -> UInt32 {
         var hasher = Hasher()
-        hasher.combine(origin)
+        switch origin {
+        case .client(let client, let requestID):
+            hasher.combine(client)
+            requestID.withUnsafeBytes { hasher.combine(bytes: $0) }
+        case .step(let round, let index):
+            hasher.combine(round)
+            hasher.combine(index)
+        case .claim:
+            break
+        }
         return UInt32(truncatingIfNeeded: hasher.finalize()) | 1
     }
 }
