@@ -63,27 +63,37 @@ extension Setting {
     }
 
     static func text(_ key: String, _ path: WritableKeyPath<Root, String> & Sendable, _ help: String) -> Setting {
-        value(
-            key, path, help, reading: { object, key throws(SkillbusError) in try object.string(key) },
-            writing: { .string($0) })
+        string(key, path, help) { object, key throws(SkillbusError) in try object.string(key) }
     }
 
     /// A string that may be absent (nil: not in the file either).
     static func text(_ key: String, _ path: WritableKeyPath<Root, String?> & Sendable, _ help: String) -> Setting {
-        value(
-            key, path, help, reading: { object, key throws(SkillbusError) in try object.string(key).map { $0 } },
-            writing: { $0.map { .string($0) } })
+        string(key, path, help) { object, key throws(SkillbusError) in try object.string(key) }
     }
 
     static func endpoint(_ key: String, _ path: WritableKeyPath<Root, String> & Sendable, _ help: String) -> Setting {
-        value(
-            key, path, help, reading: { object, key throws(SkillbusError) in try object.endpoint(key) },
-            writing: { .string($0) })
+        string(key, path, help) { object, key throws(SkillbusError) in try object.endpoint(key) }
     }
 
     static func endpoint(_ key: String, _ path: WritableKeyPath<Root, String?> & Sendable, _ help: String) -> Setting {
+        string(key, path, help) { object, key throws(SkillbusError) in try object.endpoint(key) }
+    }
+
+    /// A string read by `reading` (a plain one, or an endpoint checked as one).
+    private static func string(
+        _ key: String, _ path: WritableKeyPath<Root, String> & Sendable, _ help: String,
+        reading: @escaping @Sendable (ConfigObject, String) throws(SkillbusError) -> String?
+    ) -> Setting {
+        value(key, path, help, reading: reading, writing: { .string($0) })
+    }
+
+    /// The same for a string that may be absent.
+    private static func string(
+        _ key: String, _ path: WritableKeyPath<Root, String?> & Sendable, _ help: String,
+        reading: @escaping @Sendable (ConfigObject, String) throws(SkillbusError) -> String?
+    ) -> Setting {
         value(
-            key, path, help, reading: { object, key throws(SkillbusError) in try object.endpoint(key).map { $0 } },
+            key, path, help, reading: { object, key throws(SkillbusError) in try reading(object, key).map { $0 } },
             writing: { $0.map { .string($0) } })
     }
 }
