@@ -199,8 +199,8 @@ public enum AskCommand: SkillbusCommand {
         name: "ask",
         abstract: "Ask an agent: its planner decides which skills to call, and it answers.",
         discussion: """
-            Sends MESSAGE for a turn: to the named agent, else the agent that holds the session, else the least
-            loaded agent with a planner. Prints the reply as it streams in; on standard error each skill call of the
+            Sends MESSAGE for a turn: to the named agent (or one that plays --role), else the session's current
+            agent, else the coordinator's default agent, else the least loaded agent with a planner. Prints the reply as it streams in; on standard error each skill call of the
             turn and the states it went through (on a terminal, as they happen). --json prints the turn document (PROTOCOL §5.18). Exit codes as for send.
 
             EXAMPLE: skillbus ask "what is (1+2)*3" --session s1
@@ -208,6 +208,7 @@ public enum AskCommand: SkillbusCommand {
         positionals: "MESSAGE",
         options: [
             OptionSpec("--agent", value: "NAME", help: "The agent to ask."),
+            OptionSpec("--role", value: "ROLE", help: "Ask an agent that plays this role (in a session: the same one)."),
             OptionSpec("--session", value: "ID", help: "The session the turn belongs to (default: none)."),
             Approval.option,
             OptionSpec("--json", help: "Print the turn document as JSON."),
@@ -217,6 +218,9 @@ public enum AskCommand: SkillbusCommand {
 
     public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
         guard !arguments.positionals.isEmpty else { throw UsageError(spec, "give the message to ask") }
+        if arguments.value("--agent") != nil && arguments.value("--role") != nil {
+            throw UsageError(spec, "give --agent or --role, not both")
+        }
         let message = arguments.positionals.joined(separator: " ")
         let session = arguments.value("--session") ?? ""
         guard session.utf8.count <= Wire.maxSessionIDBytes else {
@@ -253,7 +257,7 @@ public enum AskCommand: SkillbusCommand {
         }
         let onProgress: (@Sendable (String, TurnProgress) -> Void)? = live ? view.show : nil
         // Ctrl-C (or SIGTERM) cancels the turn: the ask gives up, the agent stops it, and the exit code is 130.
-        let agentName = arguments.value("--agent") ?? ""
+        let agentName = arguments.value("--role").map { AgentTarget.role($0).text } ?? arguments.value("--agent") ?? ""
         let printPieces = onPiece
         let (outcome, stoppedBy) = await cancellingOnSignal {
             () async -> Result<(agent: String, document: JSONValue), SkillbusError> in
@@ -292,17 +296,33 @@ public enum AskCommand: SkillbusCommand {
         }
     }
 
-    /// The calls and states on standard error, the reply on standard output.
-    static func render(_ document: JSONValue, agent: String, printReply: Bool = true) {
+    /// The calls and states on standard error, the reply on standard output. A turn handed over shows the
+    /// handing turn first; a call that asked another agent shows that agent's turn indented under it.
+    static func render(_ document: JSONValue, agent: String, printReply: Bool = true, indent: String = "") {
+        if let handedOver = document["handedOverBy"] {
+            if let earlier = handedOver["turn"], earlier != .null {
+                render(earlier, agent: earlier["agent"]?.stringValue ?? "", printReply: false, indent: indent)
+            }
+            printError(
+                "\(indent)↪ \(handedOver["agent"]?.stringValue ?? "?") handed over to \(agent): "
+                    + (handedOver["note"]?.stringValue ?? ""))
+        }
         for call in document["calls"]?.arrayValue ?? [] {
             let ok = call["status"] == "ok"
             let outcome = ok ? (call["result"] ?? .null).jsonString : call["error"]?["message"]?.stringValue ?? "?"
-            printError(
-                "\(ok ? "✓" : "✗") \(call["skill"]?.stringValue ?? "?") \((call["parameters"] ?? [:]).jsonString.prefix(80))"
-                    + " → \(outcome.prefix(120))")
+            let what =
+                if let ask = call["ask"] {
+                    "ask \(ask["to"]?.stringValue ?? "?") \((ask["message"] ?? "").jsonString.prefix(80))"
+                } else {
+                    "\(call["skill"]?.stringValue ?? "?") \((call["parameters"] ?? [:]).jsonString.prefix(80))"
+                }
+            printError("\(indent)\(ok ? "✓" : "✗") \(what) → \(outcome.prefix(120))")
+            if let nested = call["turn"], nested != .null {
+                render(nested, agent: nested["agent"]?.stringValue ?? "", printReply: false, indent: indent + "    ")
+            }
         }
         let states = (document["states"]?.arrayValue ?? []).compactMap { $0["state"]?.stringValue }
-        printError("\(agent): " + states.joined(separator: " → "))
+        printError("\(indent)\(agent): " + states.joined(separator: " → "))
         if printReply, let reply = document["reply"]?.stringValue { print(reply) }
     }
 }

@@ -75,7 +75,10 @@ public enum SkillsCommand: SkillbusCommand {
         var lines: [String] = []
         for identifier in registry.skills.keys.sorted() {
             let skill = registry.skills[identifier]!
-            let providers = skill.providers.map { name in "\(name) (capacity \(registry.agents[name]?.capacity ?? 0))" }
+            let providers = skill.providers.map { name in
+                let role = registry.agents[name]?.profile.role.map { ", role \($0)" } ?? ""
+                return "\(name) (capacity \(registry.agents[name]?.capacity ?? 0)\(role))"
+            }
             let description = skill.descriptor.description
             lines.append(description.isEmpty ? identifier : "\(identifier) — \(description)")
             lines.append("    providers: \(providers.joined(separator: ", "))")
@@ -147,7 +150,13 @@ public enum AgentsCommand: SkillbusCommand {
             if let seq = agent["registry"]?["seq"]?.intValue {
                 replica = "seq \(seq) " + (agent["registryInSync"]?.boolValue == true ? "ok" : "behind")
             }
-            let skills = agent["skills"]?.arrayValue?.compactMap(\.stringValue).joined(separator: ", ") ?? ""
+            var skills = agent["skills"]?.arrayValue?.compactMap(\.stringValue).joined(separator: ", ") ?? ""
+            // What it is to a team: whether it takes turns, its role and what it is good at.
+            if agent["planner"]?.boolValue == true {
+                let role = agent["role"]?.stringValue.map { " as \($0)" } ?? ""
+                let about = agent["description"]?.stringValue.map { " — \($0)" } ?? ""
+                skills += (skills.isEmpty ? "" : "; ") + "takes turns\(role)\(about)"
+            }
             // A store that cannot write is worth a look: say so beside the count.
             var sessions = agent["sessions"]?.intValue.map(String.init) ?? "-"
             if agent["storage"]?["code"] != nil { sessions += " (no writes)" }

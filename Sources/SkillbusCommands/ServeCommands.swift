@@ -216,6 +216,8 @@ public enum WorkerCommand: SkillbusCommand {
             maxMessageBytes: configuration.maxMessageBytes, feed: configuration.feed,
             dataDirectory: dataDirectory, store: storeOptions)
         options.maxOutputBytes = configuration.maxOutputBytes
+        options.role = configuration.role
+        options.description = configuration.description
         let worker: AgentWorker
         do {
             // A planner that cannot be made (its key variable is unset, say) stops the start like a store would.

@@ -15,6 +15,9 @@ extension AgentWorker {
         public var store: AgentStore.Options
         /// Decides the agent's turns (ASK); nil: the agent takes none.
         public var planner: (any Planner)?
+        /// The role it plays in a team and what it is good at (its registration says them to every agent).
+        public var role: String?
+        public var description: String?
         /// Skill calls a turn may make before it fails.
         public var turnStepLimit = 8
         /// CURVE keys for every socket the agent opens (bus, its client connection, the feed); nil: none.

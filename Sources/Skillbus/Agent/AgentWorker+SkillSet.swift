@@ -8,7 +8,7 @@ extension AgentWorker {
         Registration(
             name: options.name, capacity: options.capacity, heartbeatMs: options.heartbeatMs,
             skills: skills.values.map(\.descriptor).sorted { $0.identifier < $1.identifier },
-            planner: options.planner != nil)
+            profile: AgentProfile(planner: options.planner != nil, role: options.role, description: options.description))
     }
 
     func skillsMessage(_ skills: [String: any AgentSkill]) -> Multipart {

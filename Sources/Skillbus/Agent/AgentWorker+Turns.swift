@@ -16,7 +16,7 @@ extension AgentWorker {
             let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
             if turn.leased { state.leases[turn.roundID] = turn.turnID }
             state.turns[turn.turnID] = Task(executorPreference: executor) {
-                let answer = await self.take(turn, with: planner)
+                let (answer, handoff) = await self.take(turn, with: planner)
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
                     // TURNEND gives the round back.
@@ -24,7 +24,7 @@ extension AgentWorker {
                     // The turn's last state stands until the agent's own state is said again.
                     state.reported = nil
                 }
-                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, RelayedAnswer(answer)).encoded())
+                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, RelayedAnswer(answer), handoff: handoff).encoded())
                 self.socket.wake()
             }
             return nil
@@ -32,10 +32,10 @@ extension AgentWorker {
         if let refusal { socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, .error(refusal)).encoded()) }
     }
 
-    /// One turn, to its end: the turn document when the planner replied, an error (with the document in
-    /// its details) when it did not.
-    func take(_ turn: TurnRequest, with planner: any Planner) async -> AgentAnswer {
-        var record = TurnRecord(turn: turn, agent: options.name)
+    /// One turn, to its end: the turn document when the planner replied (or handed the session over: then
+    /// with the handoff), an error (with the document in its details) when it did not.
+    func take(_ turn: TurnRequest, with planner: any Planner) async -> (AgentAnswer, HandoffRequest?) {
+        var record = TurnRecord(turn: turn, agent: options.name, role: options.role)
         let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
         func enter(_ state: AgentState, parameters: [String: JSONValue]? = nil) {
             record.states.append((state, Date()))
@@ -44,15 +44,19 @@ extension AgentWorker {
             socket.send(WorkerMessage.turnState(state, ref).encoded())
         }
         func ended(_ call: TurnCall) {
-            record.calls.append(PlannerStep(skill: call.skill, parameters: call.parameters, outcome: call.outcome))
+            record.calls.append(
+                PlannerStep(skill: call.skill, parameters: call.parameters, outcome: call.outcome, asked: call.asked))
             record.ran.append(call)
             socket.send(WorkerMessage.step(turnID: turn.turnID, call).encoded())
         }
-        func fail(_ error: SkillbusError) -> AgentAnswer {
+        func fail(_ error: SkillbusError) -> (AgentAnswer, HandoffRequest?) {
             enter(.failed(error.message))
             var document = record.json(status: "error")
             document["error"] = error.json
-            return .error(SkillbusError(error.code, error.message, details: .object(document)))
+            return (.error(SkillbusError(error.code, error.message, details: .object(document))), nil)
+        }
+        func outOfSteps() -> (AgentAnswer, HandoffRequest?) {
+            fail(SkillbusError(.skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
         }
         let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
         // Outcomes of the calls run on this agent under the turn's lease, by skill and parameters.
@@ -68,23 +72,26 @@ extension AgentWorker {
             guard ContinuousClock.now < deadline else {
                 return fail(SkillbusError(.timeout, "the turn ran out of time after \(record.calls.count) skill call(s)"))
             }
-            let skills = state.withLock { $0.replica }?.registry.skills.values.map(\.descriptor) ?? []
+            let registry = state.withLock { $0.replica }?.registry
+            let skills = registry?.skills.values.map(\.descriptor) ?? []
             let decision: PlannerDecision
             do {
                 decision = try await planner.next(
-                    PlannerInput(message: turn.message, history: history, steps: record.calls, skills: skills))
+                    PlannerInput(
+                        message: turn.message, history: history, steps: record.calls, skills: skills,
+                        agents: teamMembers(in: registry), team: turn.team))
             } catch {
                 // A planner that was waiting for something when the turn was cancelled fails for that reason.
                 if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
             }
-            func finish(_ text: String) -> AgentAnswer {
+            func finish(_ text: String) -> (AgentAnswer, HandoffRequest?) {
                 record.reply = text
                 if !turn.sessionID.isEmpty {
                     try? store?.append(.agent, .string(text), session: turn.sessionID, round: turn.roundID)
                 }
                 enter(.completed)
-                return .ok(.object(record.json(status: "ok")))
+                return (.ok(.object(record.json(status: "ok"))), nil)
             }
             switch decision {
             case .reply(let text):
@@ -98,12 +105,17 @@ extension AgentWorker {
                     if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
                     return fail(SkillbusError(.skillFailed, "the planner's reply broke off: \(error)"))
                 }
+            case .ask(let target, let message):
+                guard record.calls.count < options.turnStepLimit else { return outOfSteps() }
+                enter(.delegating(target.text))
+                ended(await delegate(message, to: target, in: turn, deadline: deadline))
+            case .handoff(let target, let note):
+                // The turn ends here; the bus gives the same message to the agent it names.
+                record.handoff = HandoffRequest(to: target, note: note)
+                enter(.completed)
+                return (.ok(.object(record.json(status: "ok"))), record.handoff)
             case .call(let skill, let parameters):
-                guard record.calls.count < options.turnStepLimit else {
-                    return fail(
-                        SkillbusError(
-                            .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
-                }
+                guard record.calls.count < options.turnStepLimit else { return outOfSteps() }
                 enter(.selectingSkill)
                 ended(
                     await call(skill, parameters, in: turn, skills: skills, deadline: deadline, ranHere: &ranHere) {
@@ -111,11 +123,7 @@ extension AgentWorker {
                     })
             case .invalidCall(let skill, let error):
                 // Recorded like a call the loop refused, so the planner hears why; it counts as a call.
-                guard record.calls.count < options.turnStepLimit else {
-                    return fail(
-                        SkillbusError(
-                            .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
-                }
+                guard record.calls.count < options.turnStepLimit else { return outOfSteps() }
                 enter(.selectingSkill)
                 ended(TurnCall(skill: skill, parameters: [:], agent: "", durationMs: 0, outcome: .failure(error)))
             }
@@ -197,19 +205,45 @@ extension AgentWorker {
 struct TurnRecord {
     let turn: TurnRequest
     let agent: String
+    let role: String?
     var states: [(AgentState, Date)] = []
     /// The calls as the planner sees them, and as they ran (with agent and duration).
     var calls: [PlannerStep] = []
     var ran: [TurnCall] = []
     var reply: String?
+    var handoff: HandoffRequest?
 
-    init(turn: TurnRequest, agent: String) {
+    init(turn: TurnRequest, agent: String, role: String?) {
         self.turn = turn
         self.agent = agent
+        self.role = role
     }
 
     /// The turn document (PROTOCOL §5.18).
     func json(status: String) -> [String: JSONValue] {
+        var document = teamJSON
+        document.merge(plainJSON(status: status)) { _, plain in plain }
+        return document
+    }
+
+    /// Where the turn stood in its team: its role, the turn that asked it, who handed it over, whom it handed to.
+    private var teamJSON: [String: JSONValue] {
+        var object: [String: JSONValue] = [:]
+        if let role { object["role"] = .string(role) }
+        if let parent = turn.team?.parentTurnID {
+            object["parent"] = .string(parent)
+            object["depth"] = .number(Double(turn.team?.depth ?? 0))
+        }
+        if let handedOver = turn.team?.handoff {
+            object["handedOverBy"] = [
+                "agent": .string(handedOver.from), "note": .string(handedOver.note), "turn": handedOver.transcript,
+            ]
+        }
+        if let handoff { object["handoff"] = handoff.json }
+        return object
+    }
+
+    private func plainJSON(status: String) -> [String: JSONValue] {
         [
             "turn": .string(turn.turnID), "round": .string(turn.roundID), "session": .string(turn.sessionID),
             "agent": .string(agent), "status": .string(status), "reply": reply.map { .string($0) } ?? .null,

@@ -30,12 +30,13 @@ extension SkillbusClient {
     public func ask(
         _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
         timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil,
-        onProgress: (@Sendable (_ agent: String, TurnProgress) -> Void)? = nil
+        onProgress: (@Sendable (_ agent: String, TurnProgress) -> Void)? = nil, parentTurnID: String = ""
     ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
         let requestID = makeRequestID()
         let request = AskRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
-            timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message, progress: onProgress != nil)
+            timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message, progress: onProgress != nil,
+            parentTurnID: parentTurnID)
         if let onPiece { partials.replyPieces.withLock { $0[requestID] = onPiece } }
         if let onProgress { partials.progress.withLock { $0[requestID] = onProgress } }
         defer {

@@ -41,6 +41,7 @@ extension CoordinatorState {
             if let replica = worker.registryPosition {
                 entry["registryInSync"] = .bool(replica == position)
             }
+            worker.registration.profile.write(into: &entry)
             entry["results"] = worker.results.values.reduce(ResultCounts(), +).json
             if let context = worker.context {
                 entry["sessions"] = .number(Double(context.sessions))

@@ -103,7 +103,9 @@ extension CoordinatorState {
     /// Records a worker's current skills in the registry; the update goes on the feed.
     mutating func publishEntry(of peer: PeerID, reason: String) -> [CoordinatorAction] {
         guard let worker = workers[peer] else { return [] }
-        let entry = Registry.Agent(name: worker.name, capacity: worker.capacity, skills: Array(worker.skills.values))
+        let entry = Registry.Agent(
+            name: worker.name, capacity: worker.capacity, skills: Array(worker.skills.values),
+            profile: worker.registration.profile)
         guard let update = ledger.set(worker.name, to: entry, reason: reason) else { return [] }
         descriptors.refresh(worker.skills.keys, from: ledger.registry)
         return [.publish(.registryUpdate(update))]

@@ -12,6 +12,11 @@ extension CoordinatorState {
         public var retainedRoundsLimit = 10_000
         public var planStepLimit = 1000
         public var sessionAffinityLimit = 100_000
+        /// The agent (or `role:NAME`) an ASK that names none goes to when its session has no agent yet; "": the
+        /// least loaded agent with a planner.
+        public var defaultAgent = ""
+        /// How deep turns may nest: an agent asking another that asks another… (§3.7.1).
+        public var delegationDepthLimit = 4
         public var maxOutputBytes = 4 << 20
         public var maxRoundOutputBytes = 256 << 10
         public var cancelGraceMs = 2000
@@ -59,6 +64,12 @@ extension CoordinatorState {
             .integer(
                 "sessionAffinityLimit", \.sessionAffinityLimit, 1...100_000_000,
                 "Most sessions whose agent the bus remembers; the least recently used is forgotten first."),
+            .text(
+                "defaultAgent", \.defaultAgent,
+                "The agent (or role:NAME) a turn that names none goes to when its session has no agent yet."),
+            .integer(
+                "delegationDepthLimit", \.delegationDepthLimit, 1...32,
+                "How deep turns may nest: an agent asking another agent that asks another…"),
             .integer(
                 "maxOutputBytes", \.maxOutputBytes, 0...(1 << 34),
                 "Most partial output the bus forwards for one invocation (bytes of parts); the rest is dropped."),

@@ -2,52 +2,73 @@
 /// loaded), its states published as they happen, and its TURNEND relayed to the client that asked.
 extension CoordinatorState {
     public mutating func handleAsk(_ request: AskRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
-        func refuse(_ agent: String, _ error: SkillbusError) -> [CoordinatorAction] {
-            [.toClient(client, .turn(requestID: request.requestID, agent: agent, .error(error)))]
+        func refuse(_ error: SkillbusError) -> [CoordinatorAction] {
+            [.toClient(client, .turn(requestID: request.requestID, agent: request.agent, .error(error)))]
         }
-        let planners = workers.all.filter(\.registration.planner).map(\.peer)
         let session = Array(request.sessionID.utf8)
         let peer: PeerID
-        if !request.agent.isEmpty {
-            guard let named = workers.peer(named: request.agent) else {
-                return refuse(
-                    request.agent,
-                    SkillbusError(
-                        .unknownAgent, "no live agent is named '\(request.agent.prefix(128))'",
-                        details: ["agent": .string(request.agent)]))
-            }
-            guard planners.contains(named) else {
-                return refuse(
-                    request.agent, SkillbusError(.unsupported, "agent '\(request.agent)' has no planner: it takes no turns"))
-            }
-            peer = named
-        } else if !session.isEmpty, let holder = affinity.agent(of: session).flatMap(workers.peer(named:)),
-            planners.contains(holder)
-        {
-            peer = holder
-        } else if let chosen = workers.pickProvider(planners) ?? planners.first {
-            peer = chosen
-        } else {
-            return refuse("", SkillbusError(.unknownAgent, "no live agent has a planner to take the turn"))
+        switch turnTaker(for: AgentTarget(request.agent), session: session) {
+        case .success(let taker): peer = taker
+        case .failure(let error): return refuse(error)
         }
         let agent = workers[peer]?.name ?? ""
-        if !session.isEmpty { affinity.record(session, agent: agent) }
-        let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
+        let role = workers[peer]?.registration.profile.role
         let round = Array(request.roundID.utf8)
-        let leased = mayLease(round)
-        let turnID = turns.start(
+        let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
+        var deadline = now &+ UInt64(timeoutMs) * 1_000_000
+        var standing = TurnTable.Standing(agent: agent, message: request.message, parent: nil, depth: 0)
+        if !request.parentTurnID.isEmpty {
+            switch nesting(
+                under: request.parentTurnID, agent: agent, message: request.message, round: round,
+                session: request.sessionID)
+            {
+            case .success(let nested):
+                standing = nested.standing
+                deadline = min(deadline, nested.deadline)
+            case .failure(let error):
+                return refuse(error)
+            }
+        }
+        recordTurn(session, agent: agent, role: role, nested: standing.parent != nil)
+        return startTurn(
             .init(
-                client: client, requestID: request.requestID, worker: peer, agent: agent,
-                deadline: now &+ UInt64(timeoutMs) * 1_000_000, round: round, session: request.sessionID,
-                progress: request.progress), leasing: leased)
-        return [
+                client: client, requestID: request.requestID, worker: peer, agent: agent, deadline: deadline,
+                round: round, session: request.sessionID, progress: request.progress),
+            standing: standing, message: request.message, now: now
+        ).actions
+    }
+
+    /// Sends the turn to its agent; a nested one is announced on the feed as its parent's delegation.
+    mutating func startTurn(
+        _ entry: PendingQueries.Entry, standing: TurnTable.Standing, message: String, handoff: TeamContext.Handoff? = nil,
+        now: UInt64
+    ) -> (turnID: String, actions: [CoordinatorAction]) {
+        let leased = mayLease(entry.round)
+        let turnID = turns.start(entry, leasing: leased, standing: standing)
+        var team: TeamContext?
+        if standing.parent != nil || handoff != nil {
+            team = TeamContext(
+                parentTurnID: standing.parent, caller: standing.parent.flatMap { turns.standing(of: $0)?.agent },
+                depth: standing.depth, handoff: handoff)
+        }
+        let deadlineMs = Int(max(1, (entry.deadline &- min(now, entry.deadline)) / 1_000_000))
+        var actions: [CoordinatorAction] = [
             .toWorker(
-                peer,
+                entry.worker,
                 .turn(
                     TurnRequest(
-                        turnID: turnID, roundID: request.roundID, sessionID: request.sessionID, deadlineMs: timeoutMs,
-                        message: request.message, leased: leased)))
+                        turnID: turnID, roundID: String(decoding: entry.round, as: UTF8.self), sessionID: entry.session,
+                        deadlineMs: deadlineMs, message: message, leased: leased, team: team)))
         ]
+        if handoff == nil, let parent = standing.parent, let caller = turns.standing(of: parent) {
+            actions.append(
+                .publish(
+                    .turnDelegated(
+                        agent: caller.agent, turn: TurnRef(session: entry.session, turn: parent),
+                        round: String(decoding: entry.round, as: UTF8.self), to: entry.agent,
+                        role: workers[entry.worker]?.registration.profile.role, message: message, child: turnID)))
+        }
+        return (turnID, actions)
     }
 
     /// The client gave up on its ASK (Ctrl-C): the agent is told to stop the turn, and the turn's running
@@ -63,10 +84,18 @@ extension CoordinatorState {
 
     /// The turn stops on its agent, and its round's running invocations are cancelled and answered.
     mutating func cancelTurn(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
+        // Every turn nested under it stops too; each one's TURNEND still answers the agent that asked for it.
+        var actions: [CoordinatorAction] = turns.descendants(of: turnID).compactMap { nested in
+            turns.turn(nested).map { .toWorker($0.worker, .cancel(invocationID: nested)) }
+        }
+        // A nested turn shares its round with the turns around it: only it stops (its agent cancels its calls).
+        if turns.standing(of: turnID)?.parent != nil {
+            return actions + [.toWorker(entry.worker, .cancel(invocationID: turnID))]
+        }
         // A call of the turn may still be on its way from the agent: it is refused when it comes.
         turns.markCancelled(round: entry.round)
         // The calls that waited for the round are the turn's own: refused now, as cancelled.
-        var actions = endLease(of: entry.round, turnID: turnID, now: now)
+        actions += endLease(of: entry.round, turnID: turnID, now: now)
         actions.append(.toWorker(entry.worker, .cancel(invocationID: turnID)))
         let cancelled = Self.cancelledError("the turn that made this call was cancelled", .client)
         for running in requests.answerRunning(where: { $0.roundID == entry.round }) {
@@ -90,6 +119,11 @@ extension CoordinatorState {
             return worker.name
         })
         else { return [] }
+        var turn = turn
+        if let standing = turns.standing(of: turn.turn), let parent = standing.parent {
+            turn.parent = parent
+            turn.depth = standing.depth
+        }
         var actions: [CoordinatorAction] = [.publish(.turnState(agent: agent, state: state, turn: turn))]
         if let entry = turns.turn(turn.turn, of: peer), entry.progress {
             actions.append(
@@ -143,7 +177,7 @@ extension CoordinatorState {
     }
 
     /// What a turn held goes with it: its round, and calls it never reported ended.
-    private mutating func turnEnded(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
+    mutating func turnEnded(_ turnID: String, _ entry: PendingQueries.Entry, now: UInt64) -> [CoordinatorAction] {
         turns.turnEnded(round: entry.round, now: now)
         let unreported = SkillbusError(.agentLost, "turn \(turnID) ended before it said how this call ended")
         return dropClaims(where: { $0.turnID == turnID && $0.worker == entry.worker }, unreported, now: now)

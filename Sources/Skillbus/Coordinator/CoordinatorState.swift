@@ -207,7 +207,8 @@ public struct CoordinatorState: Sendable {
             return noteContext(status, from: peer)
         case .turnState(let state, let turn):
             return noteTurnState(state, turn, from: peer)
-        case .turnEnd(let turnID, let answer):
+        case .turnEnd(let turnID, let answer, let handoff):
+            if let handoff { return handOff(turnID, answer, handoff, from: peer, now: now) }
             return relayTurnEnd(turnID, answer, from: peer, now: now)
         case .stream(let turnID, let text):
             return relayStream(turnID, text, from: peer)

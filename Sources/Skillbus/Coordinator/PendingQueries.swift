@@ -4,8 +4,9 @@ struct PendingQueries: Sendable {
     struct Entry: Sendable {
         let client: PeerID
         let requestID: String
-        let worker: PeerID
-        let agent: String
+        /// The agent that answers (a turn handed over moves to another).
+        var worker: PeerID
+        var agent: String
         let deadline: UInt64
         /// A turn's round: its invocations go when the turn is cancelled.
         var round: [UInt8] = []
@@ -48,6 +49,12 @@ struct PendingQueries: Sendable {
     func find(client: PeerID, requestID: String) -> (id: String, entry: Entry)? {
         entries.first { $0.value.client == client && $0.value.requestID == requestID }.map { ($0.key, $0.value) }
     }
+
+    /// How many entries each worker is answering.
+    func countByWorker() -> [PeerID: Int] { entries.values.reduce(into: [:]) { $0[$1.worker, default: 0] += 1 } }
+
+    /// The entry with this id, whoever answers it.
+    func entry(_ queryID: String) -> Entry? { entries[queryID] }
 
     /// The entry `worker` is answering, which stays pending (a turn streaming its reply).
     func entry(_ queryID: String, of worker: PeerID) -> Entry? {

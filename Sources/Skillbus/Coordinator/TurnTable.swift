@@ -6,7 +6,8 @@
 /// with its turn: every path that ends a turn (TURNEND, its deadline, its agent lost) calls `endLease`
 /// (CoordinatorState+Turns), which also hands back what waited behind it (`ParkedRequests`).
 ///
-/// Nested turns and handoffs (an agent asking another within the round, a session's agent moving) belong here.
+/// Teams (§3.7.1, §3.7.2): a turn asked by another turn's agent is nested under it (its parent, its depth); the
+/// message and agent of every turn are kept so that a delegation that would go round in a circle is refused.
 struct TurnTable: Sendable {
     typealias Turn = PendingQueries.Entry
 
@@ -31,7 +32,21 @@ struct TurnTable: Sendable {
     /// How long a cancelled turn's round stays marked after the turn ended.
     static let cancelledRoundGraceNanos: UInt64 = 30_000_000_000
 
+    /// Where a running turn stands in its team.
+    struct Standing: Sendable {
+        let agent: String
+        let message: String
+        /// The turn whose agent asked for this one; nil for a client's own.
+        let parent: String?
+        /// 0 for a client's turn, its parent's + 1 for a nested one.
+        let depth: Int
+        /// Agents the client's ASK went through by handoff before this one (bounded like depth).
+        var handoffs = 0
+    }
+
     private var turns = PendingQueries(prefix: "t")
+    private var standings: [String: Standing] = [:]
+    private var rotation = 0
     private var leases: [ByteKey: Lease] = [:]
     private var claims: [ClaimKey: Claim] = [:]
     /// Round → until when it stays marked (monotonic nanoseconds; `UInt64.max` while its turn runs).
@@ -43,8 +58,9 @@ struct TurnTable: Sendable {
 
     /// A turn starts: it waits for its agent's TURNEND, and holds its round when `leasing` (the caller checked that
     /// nothing else does); returns its id.
-    mutating func start(_ turn: Turn, leasing: Bool) -> String {
+    mutating func start(_ turn: Turn, leasing: Bool, standing: Standing) -> String {
         let turnID = turns.add(turn)
+        standings[turnID] = standing
         if leasing {
             guard leases.updateValue(Lease(holder: turn.worker, turnID: turnID), forKey: ByteKey(turn.round)) == nil
             else { preconditionFailure("a round was leased to a second turn: a round has at most one lease") }
@@ -67,13 +83,62 @@ struct TurnTable: Sendable {
     }
 
     /// TURNEND from `worker`: the turn, when it is one `worker` runs; it leaves.
-    mutating func answered(_ turnID: String, by worker: PeerID) -> Turn? { turns.answered(turnID, by: worker) }
+    mutating func answered(_ turnID: String, by worker: PeerID) -> Turn? {
+        guard let turn = turns.answered(turnID, by: worker) else { return nil }
+        standings[turnID] = nil
+        return turn
+    }
 
     /// Turns whose time ran out: they leave.
-    mutating func removeExpired(now: UInt64) -> [(id: String, entry: Turn)] { turns.removeExpired(now: now) }
+    mutating func removeExpired(now: UInt64) -> [(id: String, entry: Turn)] { forget(turns.removeExpired(now: now)) }
 
     /// The turns of an agent that left: they leave.
-    mutating func removeAll(of worker: PeerID) -> [(id: String, entry: Turn)] { turns.removeAll(of: worker) }
+    mutating func removeAll(of worker: PeerID) -> [(id: String, entry: Turn)] { forget(turns.removeAll(of: worker)) }
+
+    private mutating func forget(_ removed: [(id: String, entry: Turn)]) -> [(id: String, entry: Turn)] {
+        for (turnID, _) in removed { standings[turnID] = nil }
+        return removed
+    }
+
+    // MARK: Teams
+
+    /// Turns running on each agent now.
+    func runningCounts() -> [PeerID: Int] { turns.countByWorker() }
+
+    /// A number that moves on at each call: who goes first among equally loaded agents.
+    mutating func nextRotation() -> Int {
+        rotation &+= 1
+        return rotation & Int.max
+    }
+
+    /// Where the running turn `turnID` stands; nil when it is not running.
+    func standing(of turnID: String) -> Standing? { standings[turnID] }
+
+    /// The running turn `turnID`, whoever runs it.
+    func turn(_ turnID: String) -> Turn? { turns.entry(turnID) }
+
+    /// The chain of turns from `turnID` up to the client's turn, nearest first.
+    func ancestry(of turnID: String) -> [(id: String, standing: Standing)] {
+        var chain: [(String, Standing)] = []
+        var next: String? = turnID
+        while let id = next, let standing = standings[id], chain.count <= standings.count {
+            chain.append((id, standing))
+            next = standing.parent
+        }
+        return chain
+    }
+
+    /// The running turns that `turnID` asked for, and theirs, all the way down.
+    func descendants(of turnID: String) -> [String] {
+        var found: [String] = []
+        var frontier = [turnID]
+        while let parent = frontier.popLast() {
+            let children = standings.filter { $0.value.parent == parent }.map(\.key).sorted()
+            found += children
+            frontier += children
+        }
+        return found
+    }
 
     // MARK: Leases
 

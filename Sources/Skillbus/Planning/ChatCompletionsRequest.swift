@@ -10,7 +10,7 @@ enum ChatCompletionsRequest {
             "model": .string(settings.model), "stream": true,
             "messages": .array(messages(system: settings.system, input)),
         ]
-        let tools = tools(input.skills)
+        let tools = tools(input.skills) + AgentTools.tools(input.agents)
         if !tools.isEmpty { body["tools"] = .array(tools) }
         if let temperature = settings.temperature { body["temperature"] = .number(temperature) }
         return .object(body)
@@ -57,11 +57,17 @@ enum ChatCompletionsRequest {
     static func messages(system: String?, _ input: PlannerInput) -> [JSONValue] {
         var messages: [JSONValue] = []
         if let system, !system.isEmpty { messages.append(["role": "system", "content": .string(system)]) }
+        if let handoff = input.team?.handoff {
+            let note = handoff.note.isEmpty ? "" : " Its note: \(handoff.note)"
+            messages.append(
+                ["role": "system", "content": .string("Agent '\(handoff.from)' handed this conversation to you.\(note)")])
+        }
         messages += history(input.history)
         messages.append(["role": "user", "content": .string(input.message)])
         for (index, step) in input.steps.enumerated() {
             messages += exchange(
-                id: "call_\(index)", skill: step.skill, arguments: .object(step.parameters), outcome: step.outcome)
+                id: "call_\(index)", name: step.asked.map(AgentTools.askName) ?? ToolNames.name(for: step.skill),
+                arguments: .object(step.parameters), outcome: step.outcome)
         }
         return messages
     }
@@ -94,7 +100,8 @@ enum ChatCompletionsRequest {
                     outcome = .failure(SkillbusError(json: message.content["error"] ?? [:]))
                 }
                 messages += exchange(
-                    id: "history_\(message.index)", skill: skill, arguments: arguments, outcome: outcome)
+                    id: "history_\(message.index)", name: ToolNames.name(for: skill), arguments: arguments,
+                    outcome: outcome)
             }
         }
         return messages
@@ -102,11 +109,11 @@ enum ChatCompletionsRequest {
 
     /// An assistant message with one tool call, and the tool's answer to it.
     static func exchange(
-        id: String, skill: String, arguments: JSONValue, outcome: Result<SkillResult, SkillbusError>
+        id: String, name: String, arguments: JSONValue, outcome: Result<SkillResult, SkillbusError>
     ) -> [JSONValue] {
         let call: JSONValue = [
             "id": .string(id), "type": "function",
-            "function": ["name": .string(ToolNames.name(for: skill)), "arguments": .string(arguments.jsonString)],
+            "function": ["name": .string(name), "arguments": .string(arguments.jsonString)],
         ]
         return [
             ["role": "assistant", "tool_calls": [call]],

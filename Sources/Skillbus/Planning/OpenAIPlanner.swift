@@ -70,7 +70,7 @@ public struct OpenAIPlanner: Planner {
                     }))
         case .toolCalls(let calls):
             let decisions = try calls.map { call throws(ChatEndpointError) in
-                try Self.decision(for: call, skills: input.skills)
+                try Self.decision(for: call, skills: input.skills, agents: input.agents)
             }
             guard let first = decisions.first else {
                 throw ChatEndpointError(.malformedResponse, "the endpoint's answer holds an empty list of tool calls")
@@ -82,11 +82,14 @@ public struct OpenAIPlanner: Planner {
 
     /// A tool call as the loop's next step: the skill its name stands for, with its arguments parsed. The
     /// model gets arguments that are not a JSON object back as a failed step.
-    static func decision(for call: ChatCompletionStream.ToolCall, skills: [SkillDescriptor]) throws(ChatEndpointError)
-        -> PlannerDecision
-    {
+    static func decision(
+        for call: ChatCompletionStream.ToolCall, skills: [SkillDescriptor], agents: [TeamMember] = []
+    ) throws(ChatEndpointError) -> PlannerDecision {
         guard !call.name.isEmpty else {
             throw ChatEndpointError(.malformedResponse, "the answer holds a tool call without a function name")
+        }
+        if let asked = AgentTools.decision(for: call.name, arguments: try? JSONValue(parsing: call.arguments), among: agents) {
+            return asked
         }
         let skill = ToolNames.skill(for: call.name, among: skills)
         let text = call.arguments.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -227,6 +230,7 @@ final class PendingCalls: Sendable {
         switch decision {
         case .call(let skill, let parameters): step.skill == skill && step.parameters == parameters
         case .invalidCall(let skill, _): step.skill == skill && step.parameters.isEmpty
+        case .ask(let target, let message): step.asked == target && step.parameters["message"]?.stringValue == message
         default: false
         }
     }

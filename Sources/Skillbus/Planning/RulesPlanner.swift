@@ -1,20 +1,30 @@
 import Foundation
 
 /// The planner that needs nothing outside the process: intents from configuration. Each rule is a regular
-/// expression with named groups, the skill to call with a parameter template that uses the groups, and a
-/// reply template that uses the result. Every rule whose expression matches the message fires, in the
-/// order given, one skill call each; then the replies of the rules that fired make the answer. A message
-/// no rule matches is answered with what the agent can do.
+/// expression with named groups, an action — the skill to call with a parameter template, another agent (or
+/// role) to ask a message template, or one to hand the session over to with a note template — that uses the
+/// groups, and a reply template that uses the result. Every rule whose expression matches the message fires,
+/// in the order given, one step each; then the replies of the rules that fired make the answer (a handoff
+/// ends the turn instead). A message no rule matches is answered with what the agent can do.
 public struct RulesPlanner: Planner {
     /// Matching a few expressions takes microseconds.
     public var executionStyle: SkillExecutionStyle { .quick }
 
+    /// What a rule does when it fires; its templates' `{group}` are replaced by the groups' texts.
+    public enum Action: Sendable {
+        case call(skill: String, parameters: [String: JSONValue])
+        case ask(AgentTarget, message: String)
+        case handoff(AgentTarget, note: String)
+    }
+
     public struct Rule: Sendable {
         /// The regular expression, matched anywhere in the message, ignoring case.
         public let intent: String
-        public let skill: String
-        /// A JSON object whose strings may hold `{group}`: each is replaced by that group's text.
-        public let parameters: [String: JSONValue]
+        public let action: Action
+        /// The skill it calls; "" for a rule that asks or hands over.
+        public var skill: String {
+            if case .call(let skill, _) = action { skill } else { "" }
+        }
         /// `{group}`, `{result}` (the result for people), `{result.KEY.KEY}` (a field of a JSON result) and
         /// `{error}` (the message, when the call failed).
         public let reply: String
@@ -30,6 +40,10 @@ public struct RulesPlanner: Planner {
             intent: String, skill: String, parameters: [String: JSONValue] = [:], reply: String,
             example: String? = nil
         ) throws(SkillbusError) {
+            try self.init(intent: intent, action: .call(skill: skill, parameters: parameters), reply: reply, example: example)
+        }
+
+        public init(intent: String, action: Action, reply: String, example: String? = nil) throws(SkillbusError) {
             do {
                 expression = Expression(try NSRegularExpression(pattern: intent, options: [.caseInsensitive]))
             } catch {
@@ -37,14 +51,18 @@ public struct RulesPlanner: Planner {
             }
             let groups = Self.groupNames(in: intent)
             self.groups = groups.sorted()
-            for name in Self.placeholders(in: .object(parameters)) where !groups.contains(name) {
+            let (what, template): (String, JSONValue) =
+                switch action {
+                case .call(let skill, let parameters): ("the parameters of the rule for '\(skill)'", .object(parameters))
+                case .ask(let target, let message): ("the message of the rule that asks \(target)", .string(message))
+                case .handoff(let target, let note): ("the note of the rule that hands over to \(target)", .string(note))
+                }
+            for name in Self.placeholders(in: template) where !groups.contains(name) {
                 throw SkillbusError(
-                    .invalidConfiguration,
-                    "the parameters of the rule for '\(skill)' use {\(name)}, which intent '\(intent)' has no group for")
+                    .invalidConfiguration, "\(what) uses {\(name)}, which intent '\(intent)' has no group for")
             }
             self.intent = intent
-            self.skill = skill
-            self.parameters = parameters
+            self.action = action
             self.reply = reply
             self.replyTemplate = Template(reply)
             self.example = example
@@ -93,7 +111,8 @@ public struct RulesPlanner: Planner {
     public init(rules: [Rule]) { self.rules = rules }
 
     /// From configuration: `{"rules": [{"intent", "skill", "params", "reply", "example"}, …]}` (`params` and
-    /// `example` may be left out). An error names the rule and the key.
+    /// `example` may be left out); in place of `skill` and `params`, `ask` (an agent or `role:NAME`) with a
+    /// `message`, or `handoff` with a `note` (then `reply` may be left out). An error names the rule and the key.
     public init(json: JSONValue) throws(SkillbusError) {
         guard let list = json["rules"]?.arrayValue, json.objectValue?.count == 1 else {
             throw SkillbusError(.invalidConfiguration, "a rules planner is {\"rules\": [rule, …]}")
@@ -103,20 +122,23 @@ public struct RulesPlanner: Planner {
             func problem(_ message: String) -> SkillbusError {
                 SkillbusError(.invalidConfiguration, "rules[\(index)]: \(message)")
             }
-            let known: Set<String> = ["intent", "skill", "params", "reply", "example"]
+            let known: Set<String> = ["intent", "skill", "params", "ask", "message", "handoff", "note", "reply", "example"]
             guard let fields = item.objectValue else { throw problem("expected an object") }
             if let unknown = fields.keys.sorted().first(where: { !known.contains($0) }) {
-                throw problem("unknown key '\(unknown)' (known: example, intent, params, reply, skill)")
+                throw problem("unknown key '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
             }
-            guard let intent = fields["intent"]?.stringValue, let skill = fields["skill"]?.stringValue,
-                let reply = fields["reply"]?.stringValue
-            else { throw problem("'intent', 'skill' and 'reply' are strings, and required") }
-            guard let parameters = (fields["params"] ?? [:]).objectValue else { throw problem("'params' must be an object") }
+            let action: Action
             do throws(SkillbusError) {
-                rules.append(
-                    try Rule(
-                        intent: intent, skill: skill, parameters: parameters, reply: reply,
-                        example: fields["example"]?.stringValue))
+                action = try Self.action(fields)
+            } catch {
+                throw problem(error.message)
+            }
+            let handsOver = if case .handoff = action { true } else { false }
+            guard let intent = fields["intent"]?.stringValue,
+                let reply = fields["reply"]?.stringValue ?? (handsOver ? "" : nil)
+            else { throw problem("'intent' and 'reply' are strings, and required") }
+            do throws(SkillbusError) {
+                rules.append(try Rule(intent: intent, action: action, reply: reply, example: fields["example"]?.stringValue))
             } catch {
                 throw problem(error.message)
             }
@@ -124,22 +146,69 @@ public struct RulesPlanner: Planner {
         self.init(rules: rules)
     }
 
+    /// A rule's action: exactly one of `skill` (with `params`), `ask` (with `message`) or `handoff` (with `note`).
+    static func action(_ fields: [String: JSONValue]) throws(SkillbusError) -> Action {
+        let chosen = ["skill", "ask", "handoff"].filter { fields[$0] != nil }
+        guard chosen.count == 1 else {
+            throw SkillbusError(.invalidConfiguration, "a rule has exactly one of 'skill', 'ask' or 'handoff'")
+        }
+        func target(_ key: String) throws(SkillbusError) -> AgentTarget {
+            guard let text = fields[key]?.stringValue, let target = AgentTarget(text) else {
+                throw SkillbusError(.invalidConfiguration, "'\(key)' must be an agent name or role:NAME")
+            }
+            return target
+        }
+        switch chosen[0] {
+        case "ask":
+            guard let message = fields["message"]?.stringValue else {
+                throw SkillbusError(.invalidConfiguration, "a rule that asks needs a 'message' string")
+            }
+            return .ask(try target("ask"), message: message)
+        case "handoff":
+            return .handoff(try target("handoff"), note: fields["note"]?.stringValue ?? "")
+        default:
+            guard let skill = fields["skill"]?.stringValue else {
+                throw SkillbusError(.invalidConfiguration, "'skill' must be a string")
+            }
+            guard let parameters = (fields["params"] ?? [:]).objectValue else {
+                throw SkillbusError(.invalidConfiguration, "'params' must be an object")
+            }
+            return .call(skill: skill, parameters: parameters)
+        }
+    }
+
     public func next(_ input: PlannerInput) async throws -> PlannerDecision {
         let fired = rules.compactMap { rule in rule.match(input.message).map { (rule, $0) } }
         guard !fired.isEmpty else { return .reply(capabilities) }
         if input.steps.count < fired.count {
             let (rule, groups) = fired[input.steps.count]
-            return .call(skill: rule.skill, parameters: Self.fill(.object(rule.parameters), groups).objectValue ?? [:])
+            switch rule.action {
+            case .call(let skill, let parameters):
+                return .call(skill: skill, parameters: Self.fill(.object(parameters), groups).objectValue ?? [:])
+            case .ask(let target, let message):
+                return .ask(target, message: Template(message).fill { groups[$0] })
+            case .handoff(let target, let note):
+                return .handoff(target, note: Template(note).fill { groups[$0] })
+            }
         }
+        // A turn handed over may say by whom and why: {handoff.from}, {handoff.note}.
+        let handedOver = input.team?.handoff.map { ["handoff.from": $0.from, "handoff.note": $0.note] } ?? [:]
         let replies = zip(fired, input.steps).map { fired, step in
-            Self.reply(fired.0.replyTemplate, fired.1, step.outcome)
+            Self.reply(fired.0.replyTemplate, fired.1.merging(handedOver) { group, _ in group }, step.outcome)
         }
         return .reply(replies.joined(separator: "\n"))
     }
 
     /// The answer to a message no rule understood.
     var capabilities: String {
-        let examples = rules.map { rule in rule.example.map { "\"\($0)\" (\(rule.skill))" } ?? rule.skill }
+        let examples = rules.map { rule in
+            let does = switch rule.action {
+                case .call(let skill, _): skill
+                case .ask(let target, _): "asks \(target)"
+                case .handoff(let target, _): "hands over to \(target)"
+                }
+            return rule.example.map { "\"\($0)\" (\(does))" } ?? does
+        }
         guard !examples.isEmpty else { return "I did not understand that, and I know no intents." }
         return "I did not understand that. I can answer: " + examples.joined(separator: ", ") + "."
     }

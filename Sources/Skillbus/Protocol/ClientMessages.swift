@@ -155,7 +155,9 @@ public enum ClientMessage: Sendable, Equatable {
                 Wire.clientHeaderBytes, Wire.Command.ask.frame, Array(request.requestID.utf8),
                 Array(request.roundID.utf8), Array(request.sessionID.utf8), Array(request.agent.utf8),
                 Wire.optionalDecimalField(request.timeoutMs), Array(request.message.utf8),
-            ] + (request.progress ? [Array("progress".utf8)] : [])
+            ]
+                + (request.progress || !request.parentTurnID.isEmpty ? [request.progress ? Array("progress".utf8) : []] : [])
+                + (request.parentTurnID.isEmpty ? [] : [Array(request.parentTurnID.utf8)])
         case .cancel(let requestID):
             [Wire.clientHeaderBytes, Wire.Command.cancel.frame, Array(requestID.utf8)]
         case .cancelRound(let requestID, let roundID):
@@ -222,11 +224,12 @@ public enum ClientMessage: Sendable, Equatable {
                     requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
                     timeoutMs: timeoutMs, query: try AgentQuery(json: try Wire.json(message, 5, "query"))))
         case .ask:
-            guard message.count == 8 || message.count == 9 else {
-                throw SkillbusError(.malformedMessage, "ASK takes 8 or 9 fields, got \(message.count)")
+            guard (8...10).contains(message.count) else {
+                throw SkillbusError(.malformedMessage, "ASK takes 8 to 10 fields, got \(message.count)")
             }
-            guard message.count == 8 || message[8] == Array("progress".utf8) else {
-                throw SkillbusError(.malformedMessage, "field 8 of ASK, when present, must be 'progress'")
+            let progress = message.count > 8 && message[8] == Array("progress".utf8)
+            guard message.count == 8 || progress || (message.count == 10 && message[8].isEmpty) else {
+                throw SkillbusError(.malformedMessage, "field 8 of ASK, when present, must be 'progress' (or empty before field 9)")
             }
             let timeoutMs = try Wire.optionalDecimal(message, 6, "timeout", 1...Wire.maxTimeoutMs)
             let roundID = try Wire.text(message, 3, "round id")
@@ -236,7 +239,8 @@ public enum ClientMessage: Sendable, Equatable {
                     requestID: try Wire.text(message, 2, "request id"), roundID: roundID,
                     sessionID: String(decoding: try Wire.sessionBytes(message, 4), as: UTF8.self),
                     agent: try Wire.text(message, 5, "agent"), timeoutMs: timeoutMs,
-                    message: try Wire.text(message, 7, "message"), progress: message.count == 9))
+                    message: try Wire.text(message, 7, "message"), progress: progress,
+                    parentTurnID: message.count == 10 ? try Wire.text(message, 9, "parent turn") : ""))
         case .cancel:
             // 3 frames: one of this client's requests; 4: a whole round, by its id.
             guard message.count == 3 || message.count == 4 else {

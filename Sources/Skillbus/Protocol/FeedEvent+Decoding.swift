@@ -37,7 +37,8 @@ extension FeedEvent {
                     agent: try field.string("agent"), state: try AgentState(json: body),
                     turn: TurnRef(
                         session: try field.optionalString("session") ?? "", turn: turn,
-                        parameters: field.optional("parameters")))
+                        parameters: field.optional("parameters"), parent: try field.optionalString("parent"),
+                        depth: field.optional("depth")?.intValue ?? 0))
             } else {
                 self = .agentState(agent: try field.string("agent"), state: try AgentState(json: body))
             }
@@ -60,6 +61,17 @@ extension FeedEvent {
                 agent: try field.string("agent"),
                 turn: TurnRef(session: try field.optionalString("session") ?? "", turn: try field.string("turn")),
                 call: try TurnCall(json: field.optional("call") ?? .null))
+        case "turn.delegated":
+            self = .turnDelegated(
+                agent: try field.string("agent"),
+                turn: TurnRef(session: try field.optionalString("session") ?? "", turn: try field.string("turn")),
+                round: try field.string("round"), to: try field.string("to"), role: try field.optionalString("role"),
+                message: try field.string("message"), child: try field.string("child"))
+        case "turn.handoff":
+            self = .turnHandoff(
+                agent: try field.string("agent"),
+                turn: TurnRef(session: try field.optionalString("session") ?? "", turn: try field.string("turn")),
+                to: try field.string("to"), note: try field.string("note"), next: try field.string("next"))
         case "request.queued":
             self = .requestQueued(
                 round: try field.string("round"), request: try field.string("request"), skill: try field.string("skill"),

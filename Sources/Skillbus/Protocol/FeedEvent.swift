@@ -16,6 +16,10 @@ public enum FeedEvent: Sendable, Equatable {
     case turnStream(agent: String, turn: String, text: String)
     /// A call of a turn ended.
     case turnCall(agent: String, turn: TurnRef, call: TurnCall)
+    /// A turn's agent asked another agent (or role) a message: the nested turn `child` runs it.
+    case turnDelegated(agent: String, turn: TurnRef, round: String, to: String, role: String?, message: String, child: String)
+    /// A turn's agent handed its session over: turn `next` of agent `to` takes the same message.
+    case turnHandoff(agent: String, turn: TurnRef, to: String, note: String, next: String)
     case registrationRefused(agent: String, error: SkillbusError)
     /// An agent's store stopped taking writes (`problem`), or took them again (nil).
     case agentStorage(agent: String, problem: SkillbusError?)
@@ -76,6 +80,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .agentState, .turnState: "agent.state"
         case .turnStream: "turn.stream"
         case .turnCall: "turn.call"
+        case .turnDelegated: "turn.delegated"
+        case .turnHandoff: "turn.handoff"
         case .confirmationPending: "invocation.pendingConfirmation"
         case .confirmationDone: "invocation.confirmation"
         case .registrationRefused: "agent.refused"
@@ -130,6 +136,18 @@ public enum FeedEvent: Sendable, Equatable {
         case .turnCall(let agent, let turn, let call):
             return [
                 "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn), "call": call.json,
+            ]
+        case .turnDelegated(let agent, let turn, let round, let to, let role, let message, let child):
+            var fields: [String: JSONValue] = [
+                "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn),
+                "round": .string(round), "to": .string(to), "message": .string(message), "child": .string(child),
+            ]
+            if let role { fields["role"] = .string(role) }
+            return fields
+        case .turnHandoff(let agent, let turn, let to, let note, let next):
+            return [
+                "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn), "to": .string(to),
+                "note": .string(note), "next": .string(next),
             ]
         case .turnState(let agent, let state, let turn):
             var fields = state.json(in: turn).objectValue ?? [:]

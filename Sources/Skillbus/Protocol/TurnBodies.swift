@@ -4,11 +4,16 @@ public struct TurnRef: Sendable, Equatable {
     public var turn: String
     /// With `executingSkill`: the parameters of the call that starts, for whoever draws it.
     public var parameters: JSONValue?
+    /// For a nested turn (on the feed): the turn whose agent asked for it, and how deep it is.
+    public var parent: String?
+    public var depth = 0
 
-    public init(session: String, turn: String, parameters: JSONValue? = nil) {
+    public init(session: String, turn: String, parameters: JSONValue? = nil, parent: String? = nil, depth: Int = 0) {
         self.session = session
         self.turn = turn
         self.parameters = parameters
+        self.parent = parent
+        self.depth = depth
     }
 }
 
@@ -21,11 +26,16 @@ public struct TurnCall: Sendable, Equatable {
     public var agent: String
     public var durationMs: Double
     public var outcome: Result<SkillResult, SkillbusError>
+    /// A step that asked another agent (its `parameters` are `{"message"}`): whom, and that turn's document.
+    public var asked: AgentTarget?
+    public var nestedTurn: JSONValue?
 
     public init(
         skill: String, parameters: [String: JSONValue], agent: String, durationMs: Double,
-        outcome: Result<SkillResult, SkillbusError>
+        outcome: Result<SkillResult, SkillbusError>, asked: AgentTarget? = nil, nestedTurn: JSONValue? = nil
     ) {
+        self.asked = asked
+        self.nestedTurn = nestedTurn
         self.skill = skill
         self.parameters = parameters
         self.agent = agent
@@ -38,6 +48,12 @@ public struct TurnCall: Sendable, Equatable {
             "skill": .string(skill), "parameters": .object(parameters), "agent": .string(agent),
             "durationMs": .number((durationMs * 1000).rounded() / 1000),
         ]
+        if let asked {
+            object["skill"] = nil
+            object["parameters"] = nil
+            object["ask"] = ["to": .string(asked.text), "message": parameters["message"] ?? ""]
+            object["turn"] = nestedTurn ?? .null
+        }
         switch outcome {
         case .success(let result):
             object["status"] = "ok"
@@ -58,12 +74,22 @@ public struct TurnCall: Sendable, Equatable {
         case "error": outcome = .failure(SkillbusError(json: reader.optional("error") ?? .null))
         default: throw reader.problem("'status' must be ok or error, not '\(status)'")
         }
+        let agent = try reader.optionalString("agent") ?? ""
+        let durationMs = reader.optional("durationMs")?.doubleValue ?? 0
+        if let ask = reader.optional("ask") {
+            guard let to = ask["to"]?.stringValue.flatMap(AgentTarget.init), let message = ask["message"]?.stringValue
+            else { throw reader.problem("'ask' needs 'to' and 'message' strings") }
+            self.init(
+                skill: "", parameters: ["message": .string(message)], agent: agent, durationMs: durationMs,
+                outcome: outcome, asked: to, nestedTurn: reader.optional("turn"))
+            return
+        }
         guard let parameters = (reader.optional("parameters") ?? [:]).objectValue else {
             throw reader.problem("'parameters' must be an object")
         }
         self.init(
-            skill: try reader.string("skill"), parameters: parameters, agent: try reader.optionalString("agent") ?? "",
-            durationMs: reader.optional("durationMs")?.doubleValue ?? 0, outcome: outcome)
+            skill: try reader.string("skill"), parameters: parameters, agent: agent, durationMs: durationMs,
+            outcome: outcome)
     }
 }
 
@@ -81,18 +107,22 @@ public struct AskRequest: Sendable, Equatable {
     /// The turn's round: its skill calls are invocations of it.
     public var roundID: String
     public var sessionID: String
-    /// The agent to ask; empty: the session's agent, else the least loaded agent with a planner.
+    /// The agent to ask, or `role:NAME`; empty: the session's agent, else the default agent, else the least
+    /// loaded agent with a planner.
     public var agent: String
     public var timeoutMs: Int?
     public var message: String
     /// The client wants the turn's states and calls as they happen (PROGRESS).
     public var progress: Bool
+    /// The turn this ASK is a step of (an agent delegating, §3.7.1); empty for a turn of its own.
+    public var parentTurnID: String
 
     public init(
         requestID: String, roundID: String, sessionID: String = "", agent: String = "", timeoutMs: Int? = nil,
-        message: String, progress: Bool = false
+        message: String, progress: Bool = false, parentTurnID: String = ""
     ) {
         self.progress = progress
+        self.parentTurnID = parentTurnID
         self.requestID = requestID
         self.roundID = roundID
         self.sessionID = sessionID
@@ -113,11 +143,15 @@ public struct TurnRequest: Sendable, Equatable {
     /// The round is the turn's own (nothing else ran in it): the agent may run calls itself, reporting
     /// them with CLAIM and CALLED, until it sends RELEASE (PROTOCOL §4.2).
     public var leased: Bool
+    /// Where the turn stands in a team: asked by another agent's turn, or handed over (TURN field 8).
+    public var team: TeamContext?
 
     public init(
-        turnID: String, roundID: String, sessionID: String, deadlineMs: Int, message: String, leased: Bool = false
+        turnID: String, roundID: String, sessionID: String, deadlineMs: Int, message: String, leased: Bool = false,
+        team: TeamContext? = nil
     ) {
         self.leased = leased
+        self.team = team
         self.turnID = turnID
         self.roundID = roundID
         self.sessionID = sessionID

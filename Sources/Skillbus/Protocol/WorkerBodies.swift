@@ -5,15 +5,18 @@ public struct Registration: Sendable, Equatable {
     /// The worker's heartbeat interval; nil leaves the bus's own.
     public var heartbeatMs: Int?
     public var skills: [SkillDescriptor]
-    /// Whether the agent takes turns (TURN): it has a planner.
-    public var planner: Bool
+    /// Whether the agent takes turns (TURN), its role and what it is good at.
+    public var profile: AgentProfile
+    public var planner: Bool { profile.planner }
 
-    public init(name: String, capacity: Int, heartbeatMs: Int?, skills: [SkillDescriptor], planner: Bool = false) {
+    public init(
+        name: String, capacity: Int, heartbeatMs: Int?, skills: [SkillDescriptor], profile: AgentProfile = AgentProfile()
+    ) {
         self.name = name
         self.capacity = capacity
         self.heartbeatMs = heartbeatMs
         self.skills = skills
-        self.planner = planner
+        self.profile = profile
     }
 
     public var json: JSONValue {
@@ -21,7 +24,7 @@ public struct Registration: Sendable, Equatable {
             "name": .string(name), "capacity": .number(Double(capacity)), "skills": .array(skills.map(\.json)),
         ]
         if let heartbeatMs { object["heartbeatMs"] = .number(Double(heartbeatMs)) }
-        if planner { object["planner"] = true }
+        profile.write(into: &object)
         return .object(object)
     }
 
@@ -54,17 +57,11 @@ public struct Registration: Sendable, Equatable {
         guard let list = json["skills"]?.arrayValue else {
             throw SkillbusError(.invalidRegistration, "agent '\(name)': 'skills' must be an array")
         }
-        var planner = false
-        if let value = json["planner"] {
-            guard let flag = value.boolValue else {
-                throw SkillbusError(.invalidRegistration, "agent '\(name)': 'planner' must be true or false")
-            }
-            planner = flag
-        }
+        let profile = try AgentProfile(reading: json, "agent '\(name)'", code: .invalidRegistration)
         let offers = list.map(SkillOffer.init(parsing:))
         let registration = Registration(
             name: name, capacity: capacity, heartbeatMs: heartbeatMs, skills: offers.compactMap(\.descriptor),
-            planner: planner)
+            profile: profile)
         return (registration, offers)
     }
 }
@@ -137,6 +134,8 @@ public struct Welcome: Sendable, Equatable {
 public enum AgentState: Sendable, Equatable {
     case idle, thinking, selectingSkill, streaming, completed
     case executingSkill(String)
+    /// Waiting for another agent's turn it asked for: the agent or `role:NAME` it asked.
+    case delegating(String)
     case failed(String)
 
     public var name: String {
@@ -147,6 +146,7 @@ public enum AgentState: Sendable, Equatable {
         case .streaming: "streaming"
         case .completed: "completed"
         case .executingSkill: "executingSkill"
+        case .delegating: "delegating"
         case .failed: "failed"
         }
     }
@@ -157,6 +157,10 @@ public enum AgentState: Sendable, Equatable {
         object["session"] = .string(turn.session)
         object["turn"] = .string(turn.turn)
         if let parameters = turn.parameters { object["parameters"] = parameters }
+        if let parent = turn.parent {
+            object["parent"] = .string(parent)
+            object["depth"] = .number(Double(turn.depth))
+        }
         return .object(object)
     }
 
@@ -164,6 +168,7 @@ public enum AgentState: Sendable, Equatable {
     public var json: JSONValue {
         switch self {
         case .executingSkill(let skill): ["state": .string(name), "skill": .string(skill)]
+        case .delegating(let target): ["state": .string(name), "to": .string(target)]
         case .failed(let reason): ["state": .string(name), "reason": .string(reason)]
         default: ["state": .string(name)]
         }
@@ -177,6 +182,7 @@ public enum AgentState: Sendable, Equatable {
         case "streaming": self = .streaming
         case "completed": self = .completed
         case "executingSkill": self = .executingSkill(json["skill"]?.stringValue ?? "")
+        case "delegating": self = .delegating(json["to"]?.stringValue ?? "")
         case "failed": self = .failed(json["reason"]?.stringValue ?? "")
         default:
             throw SkillbusError(.malformedMessage, "unknown agent state in \(json.jsonString)")

@@ -15,8 +15,9 @@ public enum WorkerMessage: Sendable, Equatable {
     case state(AgentState)
     /// A state of a turn: sent as it happens, never coalesced (STATE with `session` and `turn`).
     case turnState(AgentState, TurnRef)
-    /// The turn with this id ended: `ok` with its document, or `error`.
-    case turnEnd(turnID: String, RelayedAnswer)
+    /// The turn with this id ended: `ok` with its document, or `error`; with a handoff, the session goes to
+    /// another agent, which takes the same message (§3.7.2).
+    case turnEnd(turnID: String, RelayedAnswer, handoff: HandoffRequest? = nil)
     /// The next piece of the turn's reply (a batch of what the planner produced since the last one).
     case stream(turnID: String, text: String)
     /// A turn that holds its round (TURN's lease) is running one of its calls itself, and gives the round
@@ -69,8 +70,9 @@ public enum WorkerMessage: Sendable, Equatable {
         case .state(let state): [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json.serialized()]
         case .turnState(let state, let turn):
             [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json(in: turn).serialized()]
-        case .turnEnd(let turnID, let answer):
+        case .turnEnd(let turnID, let answer, let handoff):
             [Wire.workerHeaderBytes, Wire.Command.turnend.frame, Array(turnID.utf8)] + answer.frames
+                + (handoff.map { [$0.json.serialized()] } ?? [])
         case .stream(let turnID, let text):
             [Wire.workerHeaderBytes, Wire.Command.stream.frame, Array(turnID.utf8), Array(text.utf8)]
         case .claim(let turnID, let claimID, let skill, let parameters):
@@ -157,8 +159,18 @@ public enum WorkerMessage: Sendable, Equatable {
             try Wire.expectFields(message, 3, "CONTEXT")
             return .context(try AgentContextStatus(json: try Wire.json(message, 2, "context")))
         case .turnend:
-            try Wire.expectFields(message, 5, "TURNEND")
-            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), try RelayedAnswer(fields: message, from: 3))
+            guard message.count == 5 || message.count == 6 else {
+                throw SkillbusError(.malformedMessage, "TURNEND takes 5 or 6 fields, got \(message.count)")
+            }
+            let answer = try RelayedAnswer(fields: message, from: 3)
+            var handoff: HandoffRequest?
+            if message.count == 6 {
+                guard answer.status == .ok else {
+                    throw SkillbusError(.malformedMessage, "a TURNEND with a handoff (field 5) must have status ok")
+                }
+                handoff = try HandoffRequest(json: try Wire.json(message, 5, "handoff"))
+            }
+            return .turnEnd(turnID: try Wire.text(message, 2, "turn id"), answer, handoff: handoff)
         case .stream:
             try Wire.expectFields(message, 4, "STREAM")
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
@@ -279,7 +291,7 @@ public enum BusToWorkerMessage: Sendable, Equatable {
                 Wire.workerHeaderBytes, Wire.Command.turn.frame, Array(turn.turnID.utf8), Array(turn.roundID.utf8),
                 Array(turn.sessionID.utf8), Array(String(turn.deadlineMs).utf8), Array(turn.message.utf8),
                 turn.leased ? [UInt8(ascii: "1")] : [],
-            ]
+            ] + (turn.team.map { [$0.json.serialized()] } ?? [])
         }
     }
 
@@ -328,7 +340,9 @@ public enum BusToWorkerMessage: Sendable, Equatable {
             return .query(
                 queryID: try Wire.text(message, 2, "query id"), try AgentQuery(json: try Wire.json(message, 3, "query")))
         case .turn:
-            try Wire.expectFields(message, 8, "TURN")
+            guard message.count == 8 || message.count == 9 else {
+                throw SkillbusError(.malformedMessage, "TURN takes 8 or 9 fields, got \(message.count)")
+            }
             guard message[7].isEmpty || message[7] == [UInt8(ascii: "1")] else {
                 throw SkillbusError(.malformedMessage, "field 7 (lease) must be empty or '1'")
             }
@@ -337,7 +351,8 @@ public enum BusToWorkerMessage: Sendable, Equatable {
                     turnID: try Wire.text(message, 2, "turn id"), roundID: try Wire.text(message, 3, "round id"),
                     sessionID: try Wire.text(message, 4, "session id"),
                     deadlineMs: try Wire.decimal(message, 5, "deadline", maximum: Wire.maxTimeoutMs),
-                    message: try Wire.text(message, 6, "message"), leased: !message[7].isEmpty))
+                    message: try Wire.text(message, 6, "message"), leased: !message[7].isEmpty,
+                    team: message.count == 9 ? try TeamContext(json: try Wire.json(message, 8, "team")) : nil))
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }

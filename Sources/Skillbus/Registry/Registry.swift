@@ -11,15 +11,22 @@ public struct Registry: Sendable, Equatable {
         public var capacity: Int
         /// Sorted by identifier.
         public var skills: [SkillDescriptor]
+        /// Whether it takes turns, its role and description (teams of agents).
+        public var profile: AgentProfile
 
-        public init(name: String, capacity: Int, skills: [SkillDescriptor]) {
+        public init(name: String, capacity: Int, skills: [SkillDescriptor], profile: AgentProfile = AgentProfile()) {
             self.name = name
             self.capacity = capacity
             self.skills = skills.sorted { $0.identifier < $1.identifier }
+            self.profile = profile
         }
 
         public var json: JSONValue {
-            ["agent": .string(name), "capacity": .number(Double(capacity)), "skills": .array(skills.map(\.json))]
+            var object: [String: JSONValue] = [
+                "agent": .string(name), "capacity": .number(Double(capacity)), "skills": .array(skills.map(\.json)),
+            ]
+            profile.write(into: &object)
+            return .object(object)
         }
 
         public init(json: JSONValue) throws(SkillbusError) {
@@ -32,7 +39,8 @@ public struct Registry: Sendable, Equatable {
             }
             var skills: [SkillDescriptor] = []
             for item in list { skills.append(try SkillDescriptor(json: item)) }
-            self.init(name: name, capacity: capacity, skills: skills)
+            let profile = try AgentProfile(reading: json, "registry entry '\(name)'", code: .malformedMessage)
+            self.init(name: name, capacity: capacity, skills: skills, profile: profile)
         }
     }
 

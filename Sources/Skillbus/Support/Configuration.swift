@@ -91,6 +91,9 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
     public var flushIntervalMs = 300
     /// The largest memory value (serialized JSON bytes).
     public var maxMemoryValueBytes = 1 << 20
+    /// The role the agent plays in a team (a short word) and what it is good at; both go to other agents.
+    public var role: String?
+    public var description: String?
     /// The agent's planner, as configured (`{"rules": […]}` or `{"openai": {…}}`, see `ConfiguredPlanner`);
     /// nil: it takes no turns.
     public var planner: JSONValue?
@@ -134,6 +137,16 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
         .text("dataDir", \.dataDir, "Where the agent keeps its context; none: the default data directory."),
         .integer("flushIntervalMs", \.flushIntervalMs, 1...60_000, "How often the context store commits, at most (ms)."),
         .integer("maxMemoryValueBytes", \.maxMemoryValueBytes, 16...(1 << 30), "The largest memory value (bytes)."),
+        .value(
+            "role", \.role, "The role it plays in a team, a short word other agents and clients can name.",
+            reading: { object, key throws(SkillbusError) in
+                guard let role = try object.string(key) else { return nil }
+                guard AgentProfile.isValidRole(role) else {
+                    throw object.error(key, "'\(role)' is no role: use 1-\(AgentProfile.maxRoleBytes) of a-z A-Z 0-9 _ -")
+                }
+                return role
+            }, writing: { $0.map { .string($0) } }),
+        .text("description", \.description, "What the agent is good at, for other agents' planners."),
         Setting(
             "planner", help: "How the agent takes turns: {\"rules\": […]} or {\"openai\": {…}}.",
             read: { object, worker throws(SkillbusError) in

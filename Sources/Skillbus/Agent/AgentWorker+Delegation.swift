@@ -1,0 +1,39 @@
+import Foundation
+
+/// A turn's step that asks another agent (PROTOCOL §3.7.1): a nested turn in the same round and session, asked
+/// through the bus with this turn as its parent; the reply is the step's text result.
+extension AgentWorker {
+    func delegate(
+        _ message: String, to target: AgentTarget, in turn: TurnRequest, deadline: ContinuousClock.Instant
+    ) async -> TurnCall {
+        // The nested turn's calls go through the bus as the round's: the round goes back first.
+        giveBackRound(turn.roundID)
+        let started = ContinuousClock.now
+        func ended(_ outcome: Result<SkillResult, SkillbusError>, agent: String, nested: JSONValue?) -> TurnCall {
+            TurnCall(
+                skill: "", parameters: ["message": .string(message)], agent: agent,
+                durationMs: (ContinuousClock.now - started) / .milliseconds(1), outcome: outcome, asked: target,
+                nestedTurn: nested)
+        }
+        do {
+            let answer = try await client.ask(
+                message, agent: target.text, sessionID: turn.sessionID, roundID: turn.roundID,
+                timeout: max(deadline - .now, .milliseconds(1)), parentTurnID: turn.turnID)
+            let reply = answer.document["reply"]?.stringValue ?? ""
+            return ended(.success(.text(reply)), agent: answer.agent, nested: answer.document)
+        } catch {
+            // A turn that failed on its agent carries its document as the details; one the bus refused, none.
+            let details = error.details
+            let nested = details?["turn"] ?? (details?["states"] != nil ? details : nil)
+            return ended(.failure(error), agent: nested?["agent"]?.stringValue ?? "", nested: nested)
+        }
+    }
+
+    /// The other live agents with a planner, as the registry replica holds them.
+    func teamMembers(in registry: Registry?) -> [TeamMember] {
+        guard let registry else { return [] }
+        return registry.sortedAgents.filter { $0.profile.planner && $0.name != options.name }.map {
+            TeamMember(name: $0.name, role: $0.profile.role, description: $0.profile.description)
+        }
+    }
+}
