@@ -79,8 +79,8 @@ extension CoordinatorState {
     static func roleKey(_ session: [UInt8], _ role: String) -> [UInt8] { session + [0xFF] + Array(role.utf8) }
 
     /// Where a turn asked for by `parentTurnID`'s agent would stand, or why it may not run: the parent must be
-    /// running in the same round and session, the nesting not deeper than the limit, and no turn above it may
-    /// be the same agent asked the same message (a circle).
+    /// running in the same round and session, no turn above it may be the same agent asked the same message (a
+    /// circle, the more telling refusal, checked first), and the nesting not deeper than the limit.
     func nesting(
         under parentTurnID: String, agent: String, message: String, round: [UInt8], session: String
     ) -> Result<(standing: TurnTable.Standing, deadline: UInt64), SkillbusError> {
@@ -93,14 +93,6 @@ extension CoordinatorState {
                 SkillbusError(
                     .invalidParameters, "a nested turn runs in its parent turn's round and session (\(parentTurnID))"))
         }
-        let depth = parentStanding.depth + 1
-        guard depth <= settings.delegationDepthLimit else {
-            return .failure(
-                SkillbusError(
-                    .delegationRefused,
-                    "asking agent '\(agent)' would nest turns \(depth) deep, past the limit of \(settings.delegationDepthLimit)",
-                    details: ["reason": "depth", "limit": .number(Double(settings.delegationDepthLimit))]))
-        }
         let chain = turns.ancestry(of: parentTurnID)
         if let circle = chain.first(where: { $0.standing.agent == agent && $0.standing.message == message }) {
             let path = (chain.reversed().map(\.standing.agent) + [agent]).joined(separator: " → ")
@@ -110,6 +102,14 @@ extension CoordinatorState {
                     "asking agent '\(agent)' the same message again would go round in a circle (\(path)); turn "
                         + "\(circle.id) already has it",
                     details: ["reason": "cycle", "agents": .array((chain.reversed().map(\.standing.agent) + [agent]).map { .string($0) })]))
+        }
+        let depth = parentStanding.depth + 1
+        guard depth <= settings.delegationDepthLimit else {
+            return .failure(
+                SkillbusError(
+                    .delegationRefused,
+                    "asking agent '\(agent)' would nest turns \(depth) deep, past the limit of \(settings.delegationDepthLimit)",
+                    details: ["reason": "depth", "limit": .number(Double(settings.delegationDepthLimit))]))
         }
         return .success(
             (TurnTable.Standing(agent: agent, message: message, parent: parentTurnID, depth: depth), parent.deadline))
