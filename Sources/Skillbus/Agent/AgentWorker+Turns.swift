@@ -76,6 +76,8 @@ extension AgentWorker {
             } catch {
                 // A planner that was waiting for something when the turn was cancelled fails for that reason.
                 if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+                // A planner's own verdict (the rules planner's on a failed call) ends the turn as it is.
+                if let verdict = error as? SkillbusError { return fail(verdict) }
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
             }
             func finish(_ text: String) -> AgentAnswer {
