@@ -16,7 +16,10 @@ extension AgentWorker {
             let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
             if turn.leased { state.leases[turn.roundID] = turn.turnID }
             state.turns[turn.turnID] = Task(executorPreference: executor) {
-                let answer = await self.take(turn, with: planner)
+                let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+                let answer = await Self.cancelling(at: deadline) {
+                    await self.take(turn, with: planner, until: deadline)
+                }
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
                     // TURNEND gives the round back.
@@ -33,8 +36,10 @@ extension AgentWorker {
     }
 
     /// One turn, to its end: the turn document when the planner replied, an error (with the document in
-    /// its details) when it did not.
-    func take(_ turn: TurnRequest, with planner: any Planner) async -> AgentAnswer {
+    /// its details) when it did not. Cancelled at `deadline` (see `cancelling(at:)`), it ends with `timeout`.
+    func take(_ turn: TurnRequest, with planner: any Planner, until deadline: ContinuousClock.Instant) async
+        -> AgentAnswer
+    {
         var record = TurnRecord(turn: turn, agent: options.name)
         let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
         func enter(_ state: AgentState, parameters: [String: JSONValue]? = nil) {
@@ -54,7 +59,7 @@ extension AgentWorker {
             document["error"] = error.json
             return .error(SkillbusError(error.code, error.message, details: .object(document)))
         }
-        let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+        func stopped() -> SkillbusError { Self.stopped(deadline: deadline, calls: record.calls.count) }
         // Outcomes of the calls run on this agent under the turn's lease, by skill and parameters.
         var ranHere: [[UInt8]: Result<SkillResult, SkillbusError>] = [:]
         var history: [SessionMessage] = []
@@ -64,18 +69,17 @@ extension AgentWorker {
         }
         while true {
             enter(.thinking)
-            guard !Task.isCancelled else { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
-            guard ContinuousClock.now < deadline else {
-                return fail(SkillbusError(.timeout, "the turn ran out of time after \(record.calls.count) skill call(s)"))
-            }
+            guard !Task.isCancelled else { return fail(stopped()) }
+            guard ContinuousClock.now < deadline else { return fail(stopped()) }
             let skills = state.withLock { $0.replica }?.registry.skills.values.map(\.descriptor) ?? []
             let decision: PlannerDecision
             do {
                 decision = try await planner.next(
                     PlannerInput(message: turn.message, history: history, steps: record.calls, skills: skills))
             } catch {
-                // A planner that was waiting for something when the turn was cancelled fails for that reason.
-                if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+                // A planner that was waiting for something when the turn was cancelled (or ran out of time)
+                // fails for that reason.
+                if Task.isCancelled { return fail(stopped()) }
                 // A planner's own verdict (the rules planner's on a failed call) ends the turn as it is.
                 if let verdict = error as? SkillbusError { return fail(verdict) }
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
@@ -97,7 +101,7 @@ extension AgentWorker {
                 do {
                     return finish(try await forward(stream, of: turn))
                 } catch {
-                    if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+                    if Task.isCancelled { return fail(stopped()) }
                     return fail(SkillbusError(.skillFailed, "the planner's reply broke off: \(error)"))
                 }
             case .call(let skill, let parameters):
