@@ -66,7 +66,12 @@ struct ConfirmationTests {
                 [
                     "intent": "write (?<text>\\w+) to (?<path>[a-z.]+)", "skill": "file.write",
                     "params": ["path": "{path}", "text": "{text}"], "reply": "wrote {result.bytes} bytes",
-                ]
+                ],
+                [
+                    "intent": "save (?<text>\\w+) to (?<path>[a-z.]+)", "skill": "file.write",
+                    "params": ["path": "{path}", "text": "{text}"], "reply": "saved {result.bytes} bytes",
+                    "errorReply": "could not save {path}: {error}",
+                ],
             ]
         ]
         let config = directory + "-planner.json"
@@ -79,8 +84,16 @@ struct ConfirmationTests {
         let (code, output) = try await runSkillbus(["ask", "write hello to t.txt", "--yes", "--coordinator", cluster.bus])
         #expect(code == 0 && output.contains("wrote 5 bytes"))
         #expect(FileManager.default.contents(atPath: directory + "/t.txt") == Data("hello".utf8))
-        let (_, refused) = try await runSkillbus(["ask", "write nope to u.txt", "--coordinator", cluster.bus])
-        #expect(refused.contains { $0.contains("confirmation_required") })
+        // Refused (no terminal to ask): the turn fails with the call's error, and ask exits as send does.
+        let (refusedCode, refused) = try await runSkillbus(["ask", "write nope to u.txt", "--coordinator", cluster.bus])
+        #expect(refusedCode == 2, "\(refused)")
+        #expect(refused.contains { $0.contains("error: confirmation_required") })
+        #expect(!refused.contains { $0.contains("wrote") }, "the failure was passed off as a result: \(refused)")
         #expect(!FileManager.default.fileExists(atPath: directory + "/u.txt"))
+        // A rule with an errorReply answers the failure with it: the turn itself succeeded.
+        let (savedCode, saved) = try await runSkillbus(["ask", "save nope to v.txt", "--coordinator", cluster.bus])
+        #expect(savedCode == 0 && saved.contains { $0.contains("could not save v.txt:") }, "\(saved)")
+        #expect(!saved.contains { $0.contains("saved") && !$0.contains("could not save") }, "\(saved)")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/v.txt"))
     }
 }

@@ -247,11 +247,14 @@ struct RoundTests {
         let mentions = welcome.split(separator: "\n").filter { $0.contains("Skillbus") }.count
         #expect(document["result"]?["mentions"]?["json"]?["count"]?.intValue == mentions)
         #expect(document["result"]?["report"]?["json"]?["stats"] == document["result"]?["stats"]?["json"])
-        // text.report on alpha asked the bus for file.read of the same file: the plan's 'read' step served it.
+        // text.report on alpha asked the bus for file.read of the same file: the plan's 'read' step served it;
+        // and for text.stats of its text, which alpha offers too: the 'stats' step served that.
         let subCall = invocations.first { $0["skill"] == "file.read" && $0["id"] != "read" }
         #expect(subCall?["deduplicated"] == true)
         #expect(subCall?["reusedFrom"] == "read")
-        #expect(document["summary"]?["deduplicated"] == 1)
+        let statsSubCall = invocations.first { $0["skill"] == "text.stats" && $0["id"] != "stats" }
+        #expect(statsSubCall?["deduplicated"] == true && statsSubCall?["reusedFrom"] == "stats")
+        #expect(document["summary"]?["deduplicated"] == 2)
 
         // Bad plans are refused before anything runs, with the reason.
         let broken = NSTemporaryDirectory() + "skillbus-plan-\(UUID().uuidString).json"

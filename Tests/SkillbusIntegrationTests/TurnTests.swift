@@ -165,8 +165,9 @@ struct TurnTests {
             let again = try await client.invoke(skill, parameters: ["path": "notes.txt"], roundID: round)
             #expect(again.status == .ok && again.agent == (skill == "file.read" ? "reader" : "thinker"))
         }
-        // On the feed: the turn's file.read went through the bus once; text.report never did; both repeats
-        // were answered from the round.
+        // On the feed: the turn's file.read went through the bus once, and so did text.report's text.stats (a
+        // sub-call in a round goes through the bus even to the caller's own agent); text.report never did; both
+        // repeats were answered from the round.
         var dispatched: [String] = []
         var reused: [String] = []
         while reused.count < 2, let event = try await events.next() {
@@ -174,7 +175,7 @@ struct TurnTests {
             if event.topic == "request.dispatched" { dispatched.append(skill) }
             if event.topic == "request.deduplicated", event.event["reused"] == "finished" { reused.append(skill) }
         }
-        #expect(dispatched == ["file.read"] && reused == ["text.report", "file.read"])
+        #expect(dispatched == ["file.read", "text.stats"] && reused == ["text.report", "file.read"])
     }
 
     @Test("skillbus ask prints the reply; a message no rule understands is answered with what the agent can do")

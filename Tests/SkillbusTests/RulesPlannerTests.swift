@@ -37,25 +37,69 @@ struct RulesPlannerTests {
         #expect(try await planner.next(input) == .reply("6*7  = 42\nhello!"))
     }
 
-    @Test("a failed call is part of the reply; a message no rule understands is answered with what the agent can do")
-    func failuresAndNoMatch() async throws {
+    @Test("a failed call never fills a reply: the rule's errorReply answers, or the turn fails with its error")
+    func failedCalls() async throws {
         let planner = RulesPlanner(rules: try Self.rules())
-        var input = PlannerInput(message: "remember colour is blue", skills: skills)
-        #expect(try await planner.next(input) == .call(skill: "memory.set", parameters: ["key": "colour", "value": "blue"]))
-        input.steps.append(
-            PlannerStep(
-                skill: "memory.set", parameters: [:], outcome: .failure(SkillbusError(.storageUnavailable, "disk full"))))
-        #expect(try await planner.next(input) == .reply("I will remember that colour is blue."))
+        var input = PlannerInput(message: "remember colour is blue and say hi", skills: skills)
+        #expect(
+            try await planner.next(input)
+                == .call(skill: "memory.set", parameters: ["key": "colour", "value": "blue and say hi"]))
+        let full = SkillbusError(.storageUnavailable, "disk full")
+        input.steps.append(PlannerStep(skill: "memory.set", parameters: [:], outcome: .failure(full)))
+        // No errorReply: the call's error, as it is, and the later rule's call is not made.
+        do {
+            let decision = try await planner.next(input)
+            Issue.record("a failed call was answered with \(decision)")
+        } catch let error as SkillbusError {
+            #expect(error == full)
+        }
 
-        let echo = RulesPlanner(rules: [try .init(intent: "say (?<t>.+)", skill: "echo", parameters: ["text": "{t}"], reply: "{result}")])
-        let failed = PlannerStep(skill: "echo", parameters: [:], outcome: .failure(SkillbusError(.timeout, "too slow")))
-        #expect(try await echo.next(PlannerInput(message: "say hi", steps: [failed], skills: [])) == .reply("(timeout: too slow)"))
+        let write = try RulesPlanner.Rule(
+            intent: "write (?<text>\\w+) to (?<path>\\S+)", skill: "file.write", parameters: ["path": "{path}", "text": "{text}"],
+            reply: "wrote {result.bytes} bytes to {path}", errorReply: "could not write {path} ({error.code}): {error}")
+        let writer = RulesPlanner(rules: [write])
+        let refused = SkillbusError(.confirmationRequired, "nobody approved")
+        let failed = PlannerStep(skill: "file.write", parameters: [:], outcome: .failure(refused))
+        let message = "write hello to notes.txt"
+        #expect(
+            try await writer.next(PlannerInput(message: message, steps: [failed], skills: []))
+                == .reply("could not write notes.txt (confirmation_required): nobody approved"))
+        let wrote = PlannerStep(skill: "file.write", parameters: [:], outcome: .success(.json(["bytes": 5])))
+        #expect(
+            try await writer.next(PlannerInput(message: message, steps: [wrote], skills: []))
+                == .reply("wrote 5 bytes to notes.txt"))
+    }
 
+    @Test("a message no rule understands is answered with what the agent can do")
+    func noMatch() async throws {
+        let planner = RulesPlanner(rules: try Self.rules())
         guard case .reply(let text) = try await planner.next(PlannerInput(message: "sing a song", skills: skills)) else {
             Issue.record("no reply")
             return
         }
         #expect(text.contains("\"what is (1+2)*3\" (math.eval)") && text.contains("memory.set") && text.contains("echo"))
+    }
+
+    @Test("errorReply from configuration; {error} in reply and {result} in errorReply are refused by name")
+    func errorReplyConfiguration() throws {
+        let planner = try RulesPlanner(
+            json: ["rules": [["intent": "x", "skill": "echo", "reply": "{result}", "errorReply": "no: {error}"]]])
+        #expect(planner.rules.first?.errorReply == "no: {error}")
+        let bad: [(JSONValue, String)] = [
+            (["intent": "x", "skill": "echo", "reply": "{result} or {error}"], "reply uses {error}"),
+            (["intent": "x", "skill": "echo", "reply": "ok", "errorReply": "{result.bytes}"], "errorReply uses {result.bytes}"),
+            (["intent": "x", "skill": "echo", "reply": "ok", "errorReply": 3], "'errorReply' must be a string"),
+            (["intent": "x", "skill": "echo", "reply": "ok", "onError": "no"], "unknown key 'onError'"),
+        ]
+        for (rule, words) in bad {
+            do {
+                _ = try RulesPlanner(json: ["rules": [rule]])
+                Issue.record("accepted \(rule)")
+            } catch {
+                #expect(error.code == .invalidConfiguration && error.message.contains(words), "\(error)")
+                #expect(error.message.hasPrefix("rules[0]: "), "\(error)")
+            }
+        }
     }
 
     @Test("a rule that is no regular expression, or uses a group its intent lacks, is refused by name")

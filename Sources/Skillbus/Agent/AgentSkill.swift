@@ -119,7 +119,8 @@ public struct SkillExecutionContext: Sendable {
     }
 
     /// Calls another skill of the registry, in the same round and session and under the same deadline:
-    /// on this agent when it offers the skill, otherwise through the coordinator on another agent.
+    /// inside a round through the coordinator (on any agent that offers it, this one included), so that the
+    /// round's single-flight and document see it; with no round, on this agent when it offers the skill.
     /// A failed call throws its `SkillbusError`.
     public func invoke(_ skill: String, parameters: JSONValue = [:]) async throws -> SkillResult {
         guard let caller else {
@@ -138,7 +139,8 @@ public struct SkillExecutionContext: Sendable {
     /// was emitted in batches (at most one every 25 ms, the last before the result), so emitting is cheap.
     /// Throws `output_too_large` once the invocation emitted more than the agent's `maxOutputBytes`: the
     /// invocation is then cancelled and fails with that error whatever the skill returns. Where nobody can
-    /// wait (outside an agent, or in a sub-call the agent runs itself) the part goes nowhere.
+    /// wait (outside an agent, or in a sub-call with no round, which the agent runs itself) the part goes
+    /// nowhere.
     public func emit(_ part: OutputPart) throws(SkillbusError) {
         try output?.emit(part)
     }

@@ -22,9 +22,10 @@ extension AgentWorker {
             let reply = answer.document["reply"]?.stringValue ?? ""
             return ended(.success(.text(reply)), agent: answer.agent, nested: answer.document)
         } catch {
-            // A turn that failed on its agent carries its document as the details; one the bus refused, none.
+            // A turn that failed on its agent carries its document as the details; a handoff the bus refused, the
+            // handing turn's as `turn`; a turn the bus refused before it ran, none.
             let details = error.details
-            let nested = details?["turn"] ?? (details?["states"] != nil ? details : nil)
+            let nested = details?["states"] != nil ? details : details?["turn"]?.objectValue.map(JSONValue.object)
             return ended(.failure(error), agent: nested?["agent"]?.stringValue ?? "", nested: nested)
         }
     }

@@ -1,10 +1,12 @@
 extension AgentWorker: SkillCaller {
-    /// A skill's sub-call: run here when this agent offers the skill, otherwise through the coordinator
-    /// (same round, same session, the caller's remaining time).
+    /// A skill's sub-call. Inside a round it goes through the coordinator as a REQUEST (same round, same
+    /// session, the caller's remaining time), even for a skill this agent offers: so the round's
+    /// single-flight decides whether it runs, and the round's document lists it. Only a sub-call with no
+    /// round runs here when this agent offers the skill: nothing could share it or list it.
     public func call(
         _ identifier: String, parameters: JSONValue, from context: SkillExecutionContext
     ) async throws -> SkillResult {
-        if let skill = state.withLock({ $0.skills[identifier] }) {
+        if context.roundID.isEmpty, let skill = state.withLock({ $0.skills[identifier] }) {
             let validated = try InvocationRunner.validate(parameters, for: skill)
             return try await InvocationRunner.run(
                 skill, parameters: validated, context: context.child(invoking: identifier))

@@ -16,7 +16,10 @@ extension AgentWorker {
             let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
             if turn.leased { state.leases[turn.roundID] = turn.turnID }
             state.turns[turn.turnID] = Task(executorPreference: executor) {
-                let (answer, handoff) = await self.take(turn, with: planner)
+                let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+                let (answer, handoff) = await Self.cancelling(at: deadline) {
+                    await self.take(turn, with: planner, until: deadline)
+                }
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
                     // TURNEND gives the round back.
@@ -33,8 +36,11 @@ extension AgentWorker {
     }
 
     /// One turn, to its end: the turn document when the planner replied (or handed the session over: then
-    /// with the handoff), an error (with the document in its details) when it did not.
-    func take(_ turn: TurnRequest, with planner: any Planner) async -> (AgentAnswer, HandoffRequest?) {
+    /// with the handoff), an error (with the document in its details) when it did not. Cancelled at
+    /// `deadline` (see `cancelling(at:)`), it ends with `timeout`.
+    func take(_ turn: TurnRequest, with planner: any Planner, until deadline: ContinuousClock.Instant) async
+        -> (AgentAnswer, HandoffRequest?)
+    {
         var record = TurnRecord(turn: turn, agent: options.name, role: options.role)
         let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
         func enter(_ state: AgentState, parameters: [String: JSONValue]? = nil) {
@@ -58,7 +64,7 @@ extension AgentWorker {
         func outOfSteps() -> (AgentAnswer, HandoffRequest?) {
             fail(SkillbusError(.skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
         }
-        let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+        func stopped() -> SkillbusError { Self.stopped(deadline: deadline, calls: record.calls.count) }
         // Outcomes of the calls run on this agent under the turn's lease, by skill and parameters.
         var ranHere: [[UInt8]: Result<SkillResult, SkillbusError>] = [:]
         var history: [SessionMessage] = []
@@ -68,10 +74,8 @@ extension AgentWorker {
         }
         while true {
             enter(.thinking)
-            guard !Task.isCancelled else { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
-            guard ContinuousClock.now < deadline else {
-                return fail(SkillbusError(.timeout, "the turn ran out of time after \(record.calls.count) skill call(s)"))
-            }
+            guard !Task.isCancelled else { return fail(stopped()) }
+            guard ContinuousClock.now < deadline else { return fail(stopped()) }
             let registry = state.withLock { $0.replica }?.registry
             let skills = registry?.skills.values.map(\.descriptor) ?? []
             let decision: PlannerDecision
@@ -81,8 +85,11 @@ extension AgentWorker {
                         message: turn.message, history: history, steps: record.calls, skills: skills,
                         agents: teamMembers(in: registry), team: turn.team))
             } catch {
-                // A planner that was waiting for something when the turn was cancelled fails for that reason.
-                if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+                // A planner that was waiting for something when the turn was cancelled (or ran out of time)
+                // fails for that reason.
+                if Task.isCancelled { return fail(stopped()) }
+                // A planner's own verdict (the rules planner's on a failed call) ends the turn as it is.
+                if let verdict = error as? SkillbusError { return fail(verdict) }
                 return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
             }
             func finish(_ text: String) -> (AgentAnswer, HandoffRequest?) {
@@ -102,7 +109,7 @@ extension AgentWorker {
                 do {
                     return finish(try await forward(stream, of: turn))
                 } catch {
-                    if Task.isCancelled { return fail(SkillbusError(.cancelled, "the turn was cancelled")) }
+                    if Task.isCancelled { return fail(stopped()) }
                     return fail(SkillbusError(.skillFailed, "the planner's reply broke off: \(error)"))
                 }
             case .ask(let target, let message):

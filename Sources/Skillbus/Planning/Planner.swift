@@ -2,6 +2,8 @@
 /// loop asks it again after every skill call until it replies or the turn runs out of steps. A Swift
 /// program embedding the library can bring its own; `RulesPlanner` needs nothing outside the process.
 public protocol Planner: Sendable {
+    /// The next step. A `SkillbusError` thrown ends the turn with that very error (its code is what the
+    /// client sees, and `skillbus ask`'s exit code); any other error ends it with `skill_failed`.
     func next(_ input: PlannerInput) async throws -> PlannerDecision
     /// `.quick` for a planner that decides in microseconds or only awaits: its turns then run on the
     /// agent's I/O thread, with no thread hop per state message (as a `.quick` skill does).

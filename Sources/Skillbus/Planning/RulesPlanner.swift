@@ -3,9 +3,12 @@ import Foundation
 /// The planner that needs nothing outside the process: intents from configuration. Each rule is a regular
 /// expression with named groups, an action — the skill to call with a parameter template, another agent (or
 /// role) to ask a message template, or one to hand the session over to with a note template — that uses the
-/// groups, and a reply template that uses the result. Every rule whose expression matches the message fires,
-/// in the order given, one step each; then the replies of the rules that fired make the answer (a handoff
-/// ends the turn instead). A message no rule matches is answered with what the agent can do.
+/// groups, a reply template that uses the result, and optionally a reply for when the step fails. Every rule
+/// whose expression matches the message fires, in the order given, one step each; then the replies of the
+/// rules that fired make the answer (a handoff ends the turn instead). A step that failed is never passed off
+/// as a result: its rule's error reply answers instead, or, when the rule has none, the turn fails with the
+/// step's error (so `ask` exits as `send` does for that error). A message no rule matches is answered with
+/// what the agent can do.
 public struct RulesPlanner: Planner {
     /// Matching a few expressions takes microseconds.
     public var executionStyle: SkillExecutionStyle { .quick }
@@ -25,25 +28,33 @@ public struct RulesPlanner: Planner {
         public var skill: String {
             if case .call(let skill, _) = action { skill } else { "" }
         }
-        /// `{group}`, `{result}` (the result for people), `{result.KEY.KEY}` (a field of a JSON result) and
-        /// `{error}` (the message, when the call failed).
+        /// For a step that succeeded: `{group}`, `{result}` (the result for people) and `{result.KEY.KEY}` (a
+        /// field of a JSON result).
         public let reply: String
+        /// For a call that failed: `{group}`, `{error}` (the error's message) and `{error.code}`. Nil: the
+        /// call's failure fails the turn.
+        public let errorReply: String?
         /// A message this rule answers, for the list of what the agent can do.
         public let example: String?
         /// The reply, its placeholders found once: every turn the rule fires in fills it.
         let replyTemplate: Template
+        let errorReplyTemplate: Template?
         private let expression: Expression
         /// The intent's named groups, found once: a turn matches every rule at each of its steps.
         private let groups: [String]
 
         public init(
             intent: String, skill: String, parameters: [String: JSONValue] = [:], reply: String,
-            example: String? = nil
+            errorReply: String? = nil, example: String? = nil
         ) throws(SkillbusError) {
-            try self.init(intent: intent, action: .call(skill: skill, parameters: parameters), reply: reply, example: example)
+            try self.init(
+                intent: intent, action: .call(skill: skill, parameters: parameters), reply: reply, errorReply: errorReply,
+                example: example)
         }
 
-        public init(intent: String, action: Action, reply: String, example: String? = nil) throws(SkillbusError) {
+        public init(
+            intent: String, action: Action, reply: String, errorReply: String? = nil, example: String? = nil
+        ) throws(SkillbusError) {
             do {
                 expression = Expression(try NSRegularExpression(pattern: intent, options: [.caseInsensitive]))
             } catch {
@@ -61,10 +72,23 @@ public struct RulesPlanner: Planner {
                 throw SkillbusError(
                     .invalidConfiguration, "\(what) uses {\(name)}, which intent '\(intent)' has no group for")
             }
+            // Each reply sees one outcome: the result, or the error, never both.
+            let misplaced =
+                Template(reply).names.first { $0 == "error" || $0.hasPrefix("error.") }.map { "reply uses {\($0)}" }
+                ?? errorReply.flatMap { Template($0).names.first { $0.hasPrefix("result") } }
+                .map { "errorReply uses {\($0)}" }
+            if let misplaced {
+                throw SkillbusError(
+                    .invalidConfiguration,
+                    "the rule with intent '\(intent)': \(misplaced); reply is for a call that succeeded ({result…}), "
+                        + "errorReply for one that failed ({error}, {error.code})")
+            }
             self.intent = intent
             self.action = action
             self.reply = reply
             self.replyTemplate = Template(reply)
+            self.errorReply = errorReply
+            self.errorReplyTemplate = errorReply.map(Template.init)
             self.example = example
         }
 
@@ -110,9 +134,10 @@ public struct RulesPlanner: Planner {
 
     public init(rules: [Rule]) { self.rules = rules }
 
-    /// From configuration: `{"rules": [{"intent", "skill", "params", "reply", "example"}, …]}` (`params` and
-    /// `example` may be left out); in place of `skill` and `params`, `ask` (an agent or `role:NAME`) with a
-    /// `message`, or `handoff` with a `note` (then `reply` may be left out). An error names the rule and the key.
+    /// From configuration: `{"rules": [{"intent", "skill", "params", "reply", "errorReply", "example"}, …]}`
+    /// (`params`, `errorReply` and `example` may be left out); in place of `skill` and `params`, `ask` (an agent
+    /// or `role:NAME`) with a `message`, or `handoff` with a `note` (then `reply` may be left out). An error
+    /// names the rule and the key.
     public init(json: JSONValue) throws(SkillbusError) {
         guard let list = json["rules"]?.arrayValue, json.objectValue?.count == 1 else {
             throw SkillbusError(.invalidConfiguration, "a rules planner is {\"rules\": [rule, …]}")
@@ -122,10 +147,12 @@ public struct RulesPlanner: Planner {
             func problem(_ message: String) -> SkillbusError {
                 SkillbusError(.invalidConfiguration, "rules[\(index)]: \(message)")
             }
-            let known: Set<String> = ["intent", "skill", "params", "ask", "message", "handoff", "note", "reply", "example"]
+            let known = [
+                "ask", "errorReply", "example", "handoff", "intent", "message", "note", "params", "reply", "skill",
+            ]
             guard let fields = item.objectValue else { throw problem("expected an object") }
             if let unknown = fields.keys.sorted().first(where: { !known.contains($0) }) {
-                throw problem("unknown key '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
+                throw problem("unknown key '\(unknown)' (known: \(known.joined(separator: ", ")))")
             }
             let action: Action
             do throws(SkillbusError) {
@@ -137,8 +164,13 @@ public struct RulesPlanner: Planner {
             guard let intent = fields["intent"]?.stringValue,
                 let reply = fields["reply"]?.stringValue ?? (handsOver ? "" : nil)
             else { throw problem("'intent' and 'reply' are strings, and required") }
+            let errorReply = fields["errorReply"]
+            guard errorReply == nil || errorReply?.stringValue != nil else { throw problem("'errorReply' must be a string") }
             do throws(SkillbusError) {
-                rules.append(try Rule(intent: intent, action: action, reply: reply, example: fields["example"]?.stringValue))
+                rules.append(
+                    try Rule(
+                        intent: intent, action: action, reply: reply, errorReply: errorReply?.stringValue,
+                        example: fields["example"]?.stringValue))
             } catch {
                 throw problem(error.message)
             }
@@ -180,6 +212,10 @@ public struct RulesPlanner: Planner {
     public func next(_ input: PlannerInput) async throws -> PlannerDecision {
         let fired = rules.compactMap { rule in rule.match(input.message).map { (rule, $0) } }
         guard !fired.isEmpty else { return .reply(capabilities) }
+        // A failed call whose rule has no error reply fails the turn now: later rules' calls would be for nothing.
+        for ((rule, _), step) in zip(fired, input.steps) {
+            if case .failure(let error) = step.outcome, rule.errorReply == nil { throw error }
+        }
         if input.steps.count < fired.count {
             let (rule, groups) = fired[input.steps.count]
             switch rule.action {
@@ -193,8 +229,8 @@ public struct RulesPlanner: Planner {
         }
         // A turn handed over may say by whom and why: {handoff.from}, {handoff.note}.
         let handedOver = input.team?.handoff.map { ["handoff.from": $0.from, "handoff.note": $0.note] } ?? [:]
-        let replies = zip(fired, input.steps).map { fired, step in
-            Self.reply(fired.0.replyTemplate, fired.1.merging(handedOver) { group, _ in group }, step.outcome)
+        let replies = try zip(fired, input.steps).map { fired, step throws(SkillbusError) in
+            try Self.reply(fired.0, fired.1.merging(handedOver) { group, _ in group }, step.outcome)
         }
         return .reply(replies.joined(separator: "\n"))
     }
@@ -222,22 +258,30 @@ public struct RulesPlanner: Planner {
         }
     }
 
+    /// The rule's reply to how its call ended: its reply with the result, or its error reply with the
+    /// error. A failure with no error reply throws the call's error, which fails the turn.
     static func reply(
-        _ template: Template, _ groups: [String: String], _ outcome: Result<SkillResult, SkillbusError>
-    ) -> String {
-        template.fill { name in
-            if let group = groups[name] { return group }
-            switch (name, outcome) {
-            case ("error", .failure(let error)): return error.message
-            case ("result", .success(let result)): return result.humanReadable
-            case (_, .success(.json(let value))) where name.hasPrefix("result."):
+        _ rule: Rule, _ groups: [String: String], _ outcome: Result<SkillResult, SkillbusError>
+    ) throws(SkillbusError) -> String {
+        switch outcome {
+        case .success(let result):
+            return rule.replyTemplate.fill { name in
+                if let group = groups[name] { return group }
+                if name == "result" { return result.humanReadable }
+                guard name.hasPrefix("result."), case .json(let value) = result else { return nil }
                 let field = name.dropFirst("result.".count).split(separator: ".").reduce(value as JSONValue?) {
                     $0?[String($1)]
                 }
                 return field.map { $0.stringValue ?? $0.jsonString }
-            case (_, .failure(let error)) where name.hasPrefix("result"):
-                return "(\(error.code): \(error.message))"
-            default: return nil
+            }
+        case .failure(let error):
+            guard let template = rule.errorReplyTemplate else { throw error }
+            return template.fill { name in
+                switch name {
+                case "error": error.message
+                case "error.code": error.code.rawValue
+                default: groups[name]
+                }
             }
         }
     }

@@ -68,7 +68,7 @@ def test_a_skill_that_needs_confirmation_runs_only_when_approved(cluster, start_
     assert refused.value.code == "confirmation_required"
 
 
-def test_sub_calls_run_here_or_through_the_bus_in_the_same_round(cluster, start_worker, client):
+def test_sub_calls_in_a_round_go_through_the_bus(cluster, start_worker, client):
     cluster.swift_worker("swifty", "--skills", "text.stats")
     worker = Worker("pyreport", coordinator=cluster.bus, heartbeat_ms=200)
 
@@ -78,7 +78,7 @@ def test_sub_calls_run_here_or_through_the_bus_in_the_same_round(cluster, start_
 
     @worker.skill("py.report", params=[Param("text", "string")])
     def report(text, context):
-        loud = context.call("py.upper", {"text": text})  # offered here: runs in-process
+        loud = context.call("py.upper", {"text": text})  # offered here, but in a round: a REQUEST too
         stats = context.call("text.stats", {"text": text})  # offered by a Swift agent: a REQUEST
         with pytest.raises(SkillbusError) as missing:
             context.call("no.such.skill", {})
@@ -89,4 +89,4 @@ def test_sub_calls_run_here_or_through_the_bus_in_the_same_round(cluster, start_
     document = client.invoke("py.report", {"text": "one two three"})
     assert document.result["json"] == {"loud": "ONE TWO THREE", "words": 3, "missing": "unknown_skill"}
     assert [(i["id"], i["skill"], i["agent"]) for i in document.invocations] == [
-        ("py.report", "py.report", "pyreport"), ("sub-1", "text.stats", "swifty")]
+        ("py.report", "py.report", "pyreport"), ("sub-1", "py.upper", "pyreport"), ("sub-2", "text.stats", "swifty")]

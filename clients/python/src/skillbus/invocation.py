@@ -91,8 +91,9 @@ class Invocation:
     def call(self, skill: str, params: dict | None = None, *, timeout: float | None = None):
         """Runs another skill in this invocation's round and session and returns its `Result`.
 
-        A skill this worker offers runs here; any other goes through the bus as a REQUEST, so the
-        round's single-flight covers it (§3.4). Raises `SkillbusError` when it fails.
+        Inside a round it goes through the bus as a REQUEST, even to a skill this worker offers, so the
+        round's single-flight covers it (§3.4) and its document lists it; with no round, a skill this
+        worker offers runs here. Raises `SkillbusError` when it fails.
         """
         return self._worker._sub_call(self, skill, params or {}, timeout)
 

@@ -220,7 +220,8 @@ class Worker:
             self.replica = Replica(feed, client=self._client)
 
     def _sub_call(self, invocation, skill: str, params: dict, timeout: float | None):
-        local = self.skills().get(skill)
+        # Inside a round every sub-call goes through the bus, so its single-flight and document see it (§4.10).
+        local = None if invocation.round_id else self.skills().get(skill)
         if local is not None:
             return local.run(schema.validated(skill, list(local.params), params), invocation.child(skill))
         if self.replica is not None and self.replica.synced and skill not in self.replica.skills():
