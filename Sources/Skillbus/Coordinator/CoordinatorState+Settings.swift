@@ -12,6 +12,7 @@ extension CoordinatorState {
         public var retainedRoundsLimit = 10_000
         public var planStepLimit = 1000
         public var sessionAffinityLimit = 100_000
+        public var sessionRetentionMs = 30 * 86_400_000
         public var maxOutputBytes = 4 << 20
         public var maxRoundOutputBytes = 256 << 10
         public var cancelGraceMs = 2000
@@ -26,6 +27,9 @@ extension CoordinatorState {
         /// Rounds go through the journal (`journal` actions, answered with `journalAnswered`): set when the
         /// coordinator has a data directory.
         public var journaled = false
+        /// Milliseconds since 1970 at monotonic time 0: what the bus shows and journals as a time (the session
+        /// roster's) is `now` plus this. Set by the coordinator at its start, not read from a file.
+        public var wallClockAtZeroMs: Int64 = 0
         public init() {}
 
         /// How many waiting requests one client may hold.
@@ -58,7 +62,10 @@ extension CoordinatorState {
             .integer("planStepLimit", \.planStepLimit, 1...1_000_000, "Most steps a plan may have."),
             .integer(
                 "sessionAffinityLimit", \.sessionAffinityLimit, 1...100_000_000,
-                "Most sessions whose agent the bus remembers; the least recently used is forgotten first."),
+                "Most sessions whose agents the bus remembers; the least recently used is forgotten first."),
+            .integer(
+                "sessionRetentionMs", \.sessionRetentionMs, 1000...(366 * 86_400_000),
+                "How long the bus remembers the agents of a session nobody served since (ms)."),
             .integer(
                 "maxOutputBytes", \.maxOutputBytes, 0...(1 << 34),
                 "Most partial output the bus forwards for one invocation (bytes of parts); the rest is dropped."),

@@ -32,6 +32,7 @@ extension CoordinatorState {
         }
         let agent = workers[peer]?.name ?? ""
         if !session.isEmpty { affinity.record(session, agent: agent) }
+        noteServed(session, agent: agent, role: nil, now: now)
         let timeoutMs = request.timeoutMs ?? settings.defaultTimeoutMs
         let round = Array(request.roundID.utf8)
         let leased = mayLease(round)
