@@ -82,13 +82,16 @@ struct ContextTests {
         #expect(otherScope["result"]?["json"]?["found"] == false)
 
         let sessions = try await run(cluster, ["sessions", "--json"])
-        let held = sessions.json?["agents"]?.arrayValue?.first?["sessions"]?.arrayValue ?? []
+        let held = sessions.json?["sessions"]?.arrayValue ?? []
         #expect(sessions.code == 0 && held.count == 1 && held.first?["session"] == "s1")
+        let keeper = held.first?["agents"]?.arrayValue ?? []
         // Three plain sends: six messages (each call and result), no turn (nobody asked the agent anything).
-        #expect(held.first?["messages"] == 6 && held.first?["turns"] == 0)
+        #expect(keeper.count == 1 && keeper.first?["agent"] == "keeper")
+        #expect(keeper.first?["messages"] == 6 && keeper.first?["turns"] == 0)
         let history = try await run(cluster, ["history", "s1", "--json"])
         let messages = history.json?["messages"]?.arrayValue ?? []
-        #expect(history.code == 0 && history.json?["agent"] == "keeper")
+        #expect(history.code == 0 && history.json?["agents"] == ["keeper"])
+        #expect(messages.allSatisfy { $0["agent"] == "keeper" })
         // memory.set before the restart, then two memory.get after it: a call and a result each.
         #expect(messages.map { $0["role"]?.stringValue ?? "" } == Array(repeating: ["skillCall", "skillResult"], count: 3).flatMap { $0 })
         #expect(messages.first?["content"]?["params"]?["value"] == "blue")
@@ -180,11 +183,14 @@ struct ContextTests {
         let other = holder == "left" ? "right" : "left"
         let otherMemory = try await run(cluster, ["memory", "--agent", other, "--session", "sticky", "--json"])
         #expect(otherMemory.json?["memory"] == [])
+        // The session has one agent, which holds all of it; the other agent holds no session at all.
         let sessions = try await run(cluster, ["sessions", "--json"])
-        let byAgent = sessions.json?["agents"]?.arrayValue ?? []
-        #expect(byAgent.count == 2)
-        #expect(byAgent.first { $0["agent"]?.stringValue == holder }?["sessions"]?.arrayValue?.count == 1)
-        #expect(byAgent.first { $0["agent"]?.stringValue == other }?["sessions"] == [])
+        let listed = sessions.json?["sessions"]?.arrayValue ?? []
+        #expect(listed.count == 1 && listed.first?["session"] == "sticky")
+        let agents = listed.first?["agents"]?.arrayValue ?? []
+        #expect(agents.count == 1 && agents.first?["agent"]?.stringValue == holder && agents.first?["messages"] == 14)
+        let ofOther = try await run(cluster, ["sessions", "--agent", other, "--json"])
+        #expect(ofOther.json?["agents"] == [["agent": .string(other), "sessions": []]])
     }
 
     @Test("bad input about context is refused by name, and the agent keeps serving")

@@ -91,7 +91,7 @@ struct UpAndBenchTests {
 
         let (second, secondBus) = try await startUp()
         defer { second.signal(SIGKILL) }
-        // The new bus knows nothing of s1 yet: history finds the agent that holds it by asking.
+        // The new bus read s1's agent back from its journal before anyone used s1 again.
         let (earlyCode, early) = try await runSkillbus(["history", "s1", "--coordinator", secondBus])
         #expect(earlyCode == 0 && early.contains { $0.contains("session s1 on alpha: 2 message(s)") })
         let (code, output) = try await runSkillbus(

@@ -154,6 +154,8 @@ extension JournalEntry {
         case .accept: "accept"
         case .finish: "finish"
         case .forget: "forget"
+        case .member: "member"
+        case .forgetSession: "forgetSession"
         }
     }
 }

@@ -18,6 +18,8 @@ struct WireTests {
             .query(QueryRequest(requestID: "r-6", agent: "", query: .history(session: "s"))),
             .query(QueryRequest(requestID: "r-7", agent: "beta", query: .memory(.agent))),
             .query(QueryRequest(requestID: "r-8", agent: "beta", query: .sessions)),
+            .query(QueryRequest(requestID: "r-9", agent: "", query: .roster(session: nil, limit: 100))),
+            .query(QueryRequest(requestID: "r-10", agent: "", timeoutMs: 50, query: .roster(session: "s", limit: 1))),
             .ask(AskRequest(requestID: "r-9", roundID: "t", sessionID: "s", agent: "", timeoutMs: 900, message: "hi")),
             .ask(AskRequest(requestID: "r-10", roundID: "t", agent: "alpha", message: "what is 6*7")),
             .ask(AskRequest(requestID: "r-11", roundID: "t", message: "follow me", progress: true)),
@@ -166,6 +168,10 @@ struct WireTests {
             ),
             ([["SKB2C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"gossip"}"#]].map(bytes), "'query' must be sessions"),
             ([["SKB2C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"history"}"#]].map(bytes), "'session' is missing"),
+            ([["SKB2C"], ["QUERY"], ["r"], ["alpha"], [""], [#"{"query":"roster"}"#]].map(bytes), "field 3 (agent) must be empty"),
+            ([["SKB2C"], ["QUERY"], ["r"], [""], [""], [#"{"query":"roster","limit":1001}"#]].map(bytes), "'limit' must be 1 to 1000"),
+            ([["SKB2C"], ["QUERY"], ["r"], [""], [""], [#"{"query":"roster","limit":"all"}"#]].map(bytes), "'limit' must be an integer"),
+            ([["SKB2C"], ["QUERY"], ["r"], [""], [""], [#"{"query":"roster","session":""}"#]].map(bytes), "'session' must have 1 to 128"),
         ])
     func malformedClient(frames: Multipart, reason: String) {
         #expect {

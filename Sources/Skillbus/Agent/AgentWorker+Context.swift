@@ -32,6 +32,9 @@ extension AgentWorker {
                 answer["session"] = .string(session)
             }
             return .ok(.object(answer))
+        case .roster:
+            // The bus answers it and never forwards it: a bus that did is not one this worker understands.
+            return .error(SkillbusError(.unsupported, "a roster query is answered by the bus, not by an agent"))
         }
     }
 

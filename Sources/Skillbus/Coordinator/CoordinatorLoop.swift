@@ -73,7 +73,8 @@ final class CoordinatorLoop {
         do {
             journal = try configuration.dataDir.map { [journalAnswers] directory throws(SkillbusError) in
                 let limits = RoundJournal.Limits(
-                    bytes: configuration.journalBytesLimit, retentionMs: configuration.roundRetentionMs)
+                    bytes: configuration.journalBytesLimit, retentionMs: configuration.roundRetentionMs,
+                    sessionRetentionMs: configuration.sessionRetentionMs)
                 return try RoundJournal(directory: directory, limits: limits, logger: logger) { answers in
                     journalAnswers.post(answers)
                     wakePipe.wake()
@@ -98,13 +99,22 @@ final class CoordinatorLoop {
         }
         var settings = configuration.stateSettings
         settings.feedEndpoint = feed.lastEndpoint
+        settings.wallClockAtZeroMs =
+            Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+            - Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
         state = CoordinatorState(settings: settings)
+        if let sessions = journal?.takeSessionsAtOpen(), !sessions.isEmpty {
+            state.restoreSessions(sessions)
+            logger.info("the journal knew the agents of \(state.roster.count) session(s)")
+        }
         // Until a watcher subscribes to them; the operator endpoint counts them all.
         state.publishesRequestEvents = operatorEndpoint != nil
         state.publishesRoundEvents = operatorEndpoint != nil
     }
 
     func close() {
+        // What the roster noted since the last tick goes into the journal's last commit (journal actions only).
+        perform(state.saveRoster(now: DispatchTime.now().uptimeNanoseconds))
         router.close()
         feed.close()
         watch.close()

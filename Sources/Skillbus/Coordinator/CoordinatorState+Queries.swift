@@ -1,9 +1,13 @@
 /// An agent's context seen through the bus: QUERY relayed to the agent that holds it (by name, or by the
-/// session's affinity) and its ANSWER relayed back; CONTEXT reports kept for AGENTS and the feed.
+/// session's affinity) and its ANSWER relayed back, or a `roster` QUERY answered by the bus itself; CONTEXT
+/// reports kept for AGENTS and the feed.
 extension CoordinatorState {
     public mutating func handleQuery(_ request: QueryRequest, from client: PeerID, now: UInt64) -> [CoordinatorAction] {
         func answer(_ agent: String, _ error: SkillbusError) -> [CoordinatorAction] {
             [.toClient(client, .answer(requestID: request.requestID, agent: agent, .error(error)))]
+        }
+        if case .roster(let session, let limit) = request.query {
+            return [.toClient(client, .answer(requestID: request.requestID, agent: "", rosterAnswer(session: session, limit: limit)))]
         }
         var name = request.agent
         if name.isEmpty {

@@ -141,6 +141,7 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         let agent = workers[peer]?.name ?? ""
         if !request.sessionID.isEmpty { affinity.record(request.sessionID, agent: agent) }
+        noteServed(request.sessionID, agent: agent, role: nil, now: now)
         let ends = request.attemptEnds
         let remainingMs = ends > now ? Int((ends - now) / 1_000_000) : 0
         let invocation = Invocation(

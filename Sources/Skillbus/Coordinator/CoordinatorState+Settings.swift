@@ -17,6 +17,7 @@ extension CoordinatorState {
         public var defaultAgent = ""
         /// How deep turns may nest: an agent asking another that asks another… (§3.7.1).
         public var delegationDepthLimit = 4
+        public var sessionRetentionMs = 30 * 86_400_000
         public var maxOutputBytes = 4 << 20
         public var maxRoundOutputBytes = 256 << 10
         public var cancelGraceMs = 2000
@@ -31,6 +32,9 @@ extension CoordinatorState {
         /// Rounds go through the journal (`journal` actions, answered with `journalAnswered`): set when the
         /// coordinator has a data directory.
         public var journaled = false
+        /// Milliseconds since 1970 at monotonic time 0: what the bus shows and journals as a time (the session
+        /// roster's) is `now` plus this. Set by the coordinator at its start, not read from a file.
+        public var wallClockAtZeroMs: Int64 = 0
         public init() {}
 
         /// How many waiting requests one client may hold.
@@ -63,7 +67,10 @@ extension CoordinatorState {
             .integer("planStepLimit", \.planStepLimit, 1...1_000_000, "Most steps a plan may have."),
             .integer(
                 "sessionAffinityLimit", \.sessionAffinityLimit, 1...100_000_000,
-                "Most sessions whose agent the bus remembers; the least recently used is forgotten first."),
+                "Most sessions whose agents the bus remembers; the least recently used is forgotten first."),
+            .integer(
+                "sessionRetentionMs", \.sessionRetentionMs, 1000...(366 * 86_400_000),
+                "How long the bus remembers the agents of a session nobody served since (ms)."),
             .text(
                 "defaultAgent", \.defaultAgent,
                 "The agent (or role:NAME) a turn that names none goes to when its session has no agent yet."),

@@ -29,7 +29,7 @@ extension CoordinatorState {
                 return refuse(error)
             }
         }
-        recordTurn(session, agent: agent, role: role, nested: standing.parent != nil)
+        recordTurn(session, agent: agent, role: role, nested: standing.parent != nil, now: now)
         return startTurn(
             .init(
                 client: client, requestID: request.requestID, worker: peer, agent: agent, deadline: deadline,

@@ -17,7 +17,7 @@ public enum CoordinatorAction: Sendable, Equatable {
 /// bounded wait queue, rounds, single-flight, deadlines and worker liveness. No sockets, no clocks:
 /// time comes in as `now` (monotonic nanoseconds), so every decision is unit-testable.
 ///
-/// It is composed of twelve parts, each of which owns its invariants and offers operations, not fields, and is
+/// It is composed of thirteen parts, each of which owns its invariants and offers operations, not fields, and is
 /// tested alone (docs/ARCHITECTURE.md lists them with their invariants):
 /// - `workers` (`WorkerTable`): workers by peer, name and skill, and their heartbeat schedule;
 /// - `ledger` (`RegistryLedger`): the authoritative registry; `descriptors` (`DescriptorIndex`): what its
@@ -27,7 +27,7 @@ public enum CoordinatorAction: Sendable, Equatable {
 /// - `parked` (`ParkedRequests`): what was accepted and waits to start (startup grace, a turn's lease, the journal);
 /// - `turns` (`TurnTable`): turns, the leases and claims they hold, cancelled turns' rounds;
 /// - `queries` (`PendingQueries`), `rounds` (`RoundTable`), `singleFlight` (`SingleFlight`), `affinity`
-///   (`SessionAffinity`), `cache` (`ResultCache`), `rateLimiter` (`RateLimiter`).
+///   (`SessionAffinity`), `roster` (`SessionRoster`), `cache` (`ResultCache`), `rateLimiter` (`RateLimiter`).
 /// The extensions hold the paths through them: routing (CoordinatorState+Routing), membership (+Membership),
 /// cancellation (+Cancel, +Unstarted), listings (+Listings) and rounds (Rounds/).
 public struct CoordinatorState: Sendable {
@@ -57,6 +57,8 @@ public struct CoordinatorState: Sendable {
     var singleFlight: SingleFlight
     /// The agent each session went to last: its later invocations go there too.
     var affinity: SessionAffinity
+    /// Every agent that served each session, with its role and when (CoordinatorState+Roster).
+    var roster: SessionRoster
     /// Outcomes of pure skills kept across rounds (CoordinatorState+Cache).
     var cache: ResultCache
     /// The token buckets of `settings.rateLimits`.
@@ -74,6 +76,7 @@ public struct CoordinatorState: Sendable {
         self.ledger = RegistryLedger(epoch: epoch)
         self.singleFlight = SingleFlight(retentionMs: settings.roundRetentionMs, limit: settings.retainedOutcomesLimit)
         self.affinity = SessionAffinity(limit: settings.sessionAffinityLimit)
+        self.roster = SessionRoster(limit: settings.sessionAffinityLimit, journaled: settings.journaled)
         self.rateLimiter = RateLimiter(settings.rateLimits)
         self.cache = ResultCache(limitBytes: settings.cacheBytesLimit)
         // The retries' jitter is repeatable from the epoch.
@@ -282,6 +285,7 @@ public struct CoordinatorState: Sendable {
         }
         actions += expireParked(now: now)
         actions += expireGraceParked(now: now)
+        actions += saveRoster(now: now)
         turns.evictCancelled(now: now)
         for (_, request) in requests.removeExpiredQueued(now: now, targeted: false) {
             let full = "no agent offering '\(request.skill)' had a free slot within \(request.timeoutMs) ms"

@@ -7,6 +7,29 @@ public enum JournalEntry: Sendable, Equatable {
     case finish(roundID: [UInt8], document: [UInt8])
     /// The round ended with nothing to keep (cancelled, refused, or failed in a way that may be tried again).
     case forget(roundID: [UInt8])
+    /// An agent served a session: its row in the session roster, written or brought up to date.
+    case member(SessionMembership)
+    /// The roster forgot a session (least recently served past its limit, or idle too long): its rows go.
+    case forgetSession([UInt8])
+}
+
+/// One agent's part in one session as the roster keeps it and the journal stores it (PROTOCOL §3.6).
+public struct SessionMembership: Sendable, Equatable {
+    public var session: [UInt8]
+    public var agent: String
+    /// The role the agent had when it last served the session; "" for none.
+    public var role: String
+    /// When it served the session first and last, in milliseconds since 1970.
+    public var firstMs: Int64
+    public var lastMs: Int64
+
+    public init(session: [UInt8], agent: String, role: String, firstMs: Int64, lastMs: Int64) {
+        self.session = session
+        self.agent = agent
+        self.role = role
+        self.firstMs = firstMs
+        self.lastMs = lastMs
+    }
 }
 
 /// The journal's answer to an `accept`, once committed.

@@ -1,5 +1,6 @@
-/// The coordinator journal's table and the SQL that reads and writes it. One row per round id: its canonical
-/// body, where it stands, and once finished its document. Times are integer milliseconds since 1970.
+/// The coordinator journal's tables and the SQL that reads and writes them. `rounds`: one row per round id, its
+/// canonical body, where it stands, and once finished its document. `session_members`: the session roster, one
+/// row per agent that served a session. Times are integer milliseconds since 1970.
 enum JournalSchema {
     static let databaseName = "journal.sqlite"
 
@@ -18,7 +19,19 @@ enum JournalSchema {
                     bytes INTEGER NOT NULL          -- body and document: what it costs on disk, roughly
                 ) WITHOUT ROWID;
                 CREATE INDEX rounds_by_finished ON rounds (finished) WHERE state != 'running';
-                """)
+                """),
+        SQLiteMigration(
+            "session_members",
+            sql: """
+                CREATE TABLE session_members (
+                    session TEXT NOT NULL,
+                    agent TEXT NOT NULL,
+                    role TEXT NOT NULL,             -- '' when the agent declared none
+                    first INTEGER NOT NULL,         -- when the agent served the session first, and last
+                    last INTEGER NOT NULL,
+                    PRIMARY KEY (session, agent)
+                ) WITHOUT ROWID;
+                """),
     ]
 
     /// Inserts a new round; one already journaled is left as it is (no change), and then read with `select`.
@@ -34,4 +47,14 @@ enum JournalSchema {
     static let interruptRunning = "UPDATE rounds SET state = 'interrupted', finished = ? WHERE state = 'running'"
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM rounds"
     static let oldestEnded = "SELECT id, bytes, finished FROM rounds WHERE state != 'running' ORDER BY finished LIMIT ?"
+
+    static let upsertMember =
+        "INSERT INTO session_members (session, agent, role, first, last) VALUES (?, ?, ?, ?, ?) "
+        + "ON CONFLICT (session, agent) DO UPDATE SET role = excluded.role, last = excluded.last"
+    static let deleteSession = "DELETE FROM session_members WHERE session = ?"
+    /// At open: sessions nobody served within the retention window go.
+    static let deleteIdleSessions =
+        "DELETE FROM session_members WHERE session IN "
+        + "(SELECT session FROM session_members GROUP BY session HAVING max(last) < ?)"
+    static let members = "SELECT session, agent, role, first, last FROM session_members ORDER BY last"
 }

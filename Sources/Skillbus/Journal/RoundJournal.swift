@@ -23,6 +23,9 @@ final class RoundJournal: Sendable {
         var retentionMs = 600_000
         /// How often ended rounds past the window or over the byte limit are deleted.
         var sweepMs = 1000
+        /// Sessions nobody served for this long are not read back at open (the coordinator's
+        /// `sessionRetentionMs`; while it runs, its roster forgets them itself).
+        var sessionRetentionMs = 30 * 86_400_000
     }
 
     private struct Inbox {
@@ -37,6 +40,8 @@ final class RoundJournal: Sendable {
     let storedBytes = Atomic<Int>(0)
     /// Rounds the last open found running, now `interrupted`.
     let interruptedAtOpen = Atomic<Int>(0)
+    /// The session roster as the open read it, oldest `lastMs` first, until the coordinator takes it.
+    private let sessionsAtOpen = Mutex<[SessionMembership]>([])
     private let inbox = Mutex(Inbox())
     private let wakeup = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
@@ -78,6 +83,14 @@ final class RoundJournal: Sendable {
         if let error = outcome.withLock({ $0 }) { throw error }
     }
 
+    /// The session roster the journal held when it opened (once; then empty).
+    func takeSessionsAtOpen() -> [SessionMembership] {
+        sessionsAtOpen.withLock { rows in
+            defer { rows = [] }
+            return rows
+        }
+    }
+
     /// Hands entries to the thread. Never blocks on the disk.
     func submit(_ entries: [JournalEntry]) {
         guard !entries.isEmpty else { return }
@@ -114,6 +127,8 @@ final class RoundJournal: Sendable {
             try database.run(JournalSchema.interruptRunning, [.integer(Self.nowMs())])
             interruptedAtOpen.store(database.changes, ordering: .relaxed)
             storedBytes.store(try database.integer(JournalSchema.totalBytes) ?? 0, ordering: .relaxed)
+            let sessions = try readSessions(database)
+            sessionsAtOpen.withLock { $0 = sessions }
             return (lock, database)
         } catch {
             lock.release()
@@ -163,6 +178,13 @@ final class RoundJournal: Sendable {
                     case .forget(let id):
                         added -= try database.integer(JournalSchema.bytesOf, [.utf8(id)]) ?? 0
                         try database.run(JournalSchema.delete, [.utf8(id)])
+                    case .member(let row):
+                        try database.run(
+                            JournalSchema.upsertMember,
+                            [.utf8(row.session), .text(row.agent), .text(row.role), .integer(row.firstMs),
+                             .integer(row.lastMs)])
+                    case .forgetSession(let session):
+                        try database.run(JournalSchema.deleteSession, [.utf8(session)])
                     }
                 }
                 return answers
@@ -210,6 +232,19 @@ final class RoundJournal: Sendable {
             return .failed(
                 roundID: id, SkillbusError(.internalError, "round '\(String(decoding: id, as: UTF8.self))' is journaled as running"))
         }
+    }
+
+    /// The session roster, without the sessions idle past the retention window (deleted first).
+    private func readSessions(_ database: SQLiteDatabase) throws(SkillbusError) -> [SessionMembership] {
+        try database.run(JournalSchema.deleteIdleSessions, [.integer(Self.nowMs() - Int64(limits.sessionRetentionMs))])
+        var rows: [SessionMembership] = []
+        try database.rows(JournalSchema.members) { row in
+            rows.append(
+                SessionMembership(
+                    session: row.bytes(0), agent: row.text(1), role: row.text(2), firstMs: row.int64(3),
+                    lastMs: row.int64(4)))
+        }
+        return rows
     }
 
     /// Deletes ended rounds past the retention window, then the oldest while over the byte limit.

@@ -219,10 +219,14 @@ public enum ClientMessage: Sendable, Equatable {
         case .query:
             try Wire.expectFields(message, 6, "QUERY")
             let timeoutMs = try Wire.optionalDecimal(message, 4, "timeout", 1...Wire.maxTimeoutMs)
+            let agent = try Wire.text(message, 3, "agent")
+            let query = try AgentQuery(json: try Wire.json(message, 5, "query"))
+            if case .roster = query, !agent.isEmpty {
+                throw SkillbusError(.malformedMessage, "field 3 (agent) must be empty for a roster query: the bus answers it")
+            }
             return .query(
                 QueryRequest(
-                    requestID: try Wire.text(message, 2, "request id"), agent: try Wire.text(message, 3, "agent"),
-                    timeoutMs: timeoutMs, query: try AgentQuery(json: try Wire.json(message, 5, "query"))))
+                    requestID: try Wire.text(message, 2, "request id"), agent: agent, timeoutMs: timeoutMs, query: query))
         case .ask:
             guard (8...10).contains(message.count) else {
                 throw SkillbusError(.malformedMessage, "ASK takes 8 to 10 fields, got \(message.count)")

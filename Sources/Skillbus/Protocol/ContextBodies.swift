@@ -1,6 +1,7 @@
 import SkillbusZMQ
 
-/// What a client may ask an agent about its context (QUERY, PROTOCOL §3.6).
+/// What a client may ask an agent about its context, or the bus about the agents of sessions (QUERY,
+/// PROTOCOL §3.6).
 public enum AgentQuery: Sendable, Equatable {
     /// Every session the agent holds.
     case sessions
@@ -8,11 +9,17 @@ public enum AgentQuery: Sendable, Equatable {
     case history(session: String)
     /// The memory of one scope.
     case memory(MemoryScope)
+    /// Asked of the bus itself: the agents that served each session it knows (or `session` alone), at most
+    /// `limit` sessions, the most recently served first.
+    case roster(session: String?, limit: Int)
+
+    /// How many sessions a `roster` query lists when it names no limit.
+    public static let defaultRosterLimit = 100
 
     /// The session the query is about, if any: a QUERY naming no agent goes where that session lives.
     public var session: String? {
         switch self {
-        case .sessions, .memory(.agent): nil
+        case .sessions, .memory(.agent), .roster: nil
         case .history(let session), .memory(.session(let session)): session
         }
     }
@@ -23,6 +30,9 @@ public enum AgentQuery: Sendable, Equatable {
         case .history(let session): ["query": "history", "session": .string(session)]
         case .memory(.agent): ["query": "memory", "scope": "agent"]
         case .memory(.session(let session)): ["query": "memory", "scope": "session", "session": .string(session)]
+        case .roster(nil, let limit): ["query": "roster", "limit": .number(Double(limit))]
+        case .roster(let session?, let limit):
+            ["query": "roster", "session": .string(session), "limit": .number(Double(limit))]
         }
     }
 
@@ -39,8 +49,18 @@ public enum AgentQuery: Sendable, Equatable {
             case "session": self = .memory(.session(try reader.string("session")))
             case let other: throw reader.problem("'scope' must be agent or session, got '\(other.prefix(64))'")
             }
+        case "roster":
+            let session = try reader.optionalString("session")
+            if let session, session.isEmpty || session.utf8.count > Wire.maxSessionIDBytes {
+                throw reader.problem("'session' must have 1 to \(Wire.maxSessionIDBytes) bytes")
+            }
+            let limit = try reader.optional("limit").map { _ throws(SkillbusError) in try reader.int("limit") }
+            if let limit, !(1...CoordinatorState.rosterLimit).contains(limit) {
+                throw reader.problem("'limit' must be 1 to \(CoordinatorState.rosterLimit), got \(limit)")
+            }
+            self = .roster(session: session, limit: limit ?? Self.defaultRosterLimit)
         case let other:
-            throw reader.problem("'query' must be sessions, history or memory, got '\(other.prefix(64))'")
+            throw reader.problem("'query' must be sessions, history, memory or roster, got '\(other.prefix(64))'")
         }
     }
 }

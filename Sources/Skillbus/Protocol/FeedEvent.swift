@@ -270,7 +270,11 @@ public enum FeedEvent: Sendable, Equatable {
 
     /// ISO 8601 UTC with milliseconds, for example `2026-11-29T12:00:00.123Z`.
     public static func timestamp(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        timestamp(milliseconds: Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+
+    /// The same for milliseconds since 1970.
+    public static func timestamp(milliseconds: Int64) -> String {
         var seconds = time_t(milliseconds / 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)

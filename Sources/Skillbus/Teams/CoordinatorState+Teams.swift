@@ -67,9 +67,10 @@ extension CoordinatorState {
     }
 
     /// The session's turn went to `agent` (playing `role`): its next turn, and its next turn for that role, go
-    /// there too. A nested turn does not move the session's current agent.
-    mutating func recordTurn(_ session: [UInt8], agent: String, role: String?, nested: Bool) {
+    /// there too, and the roster notes it. A nested turn does not move the session's current agent.
+    mutating func recordTurn(_ session: [UInt8], agent: String, role: String?, nested: Bool, now: UInt64) {
         guard !session.isEmpty else { return }
+        noteServed(session, agent: agent, role: role, now: now)
         if !nested { affinity.record(Self.turnKey(session), agent: agent) }
         if let role { affinity.record(Self.roleKey(session, role), agent: agent) }
     }
@@ -152,7 +153,7 @@ extension CoordinatorState {
         let agent = workers[next]?.name ?? ""
         recordTurn(
             Array(entry.session.utf8), agent: agent, role: workers[next]?.registration.profile.role,
-            nested: standing.parent != nil)
+            nested: standing.parent != nil, now: now)
         var moved = entry
         moved.worker = next
         moved.agent = agent

@@ -46,8 +46,9 @@ def test_a_python_worker_serves_the_swift_cli(cluster, start_worker):
     assert code == 1 and lines == ["error: unsupported: agent 'pyworker' keeps no context store"]
     # Found live rather than named, it is listed with its error, also as the only agent.
     code, lines = cluster.skillbus("sessions", "--json", "--coordinator", cluster.bus)
-    listed = json.loads(next(line for line in lines if line.startswith("{")))["agents"]
-    assert code == 0 and [(entry["agent"], entry["error"]["code"]) for entry in listed] == [("pyworker", "unsupported")]
+    listed = json.loads(next(line for line in lines if line.startswith("{")))
+    assert code == 0 and listed["sessions"] == []
+    assert [(entry["agent"], entry["error"]["code"]) for entry in listed["errors"]] == [("pyworker", "unsupported")]
 
     code, document = cluster.send_json("py.upper", "txt:=1")
     assert code == 2 and document["error"] == {
