@@ -196,8 +196,17 @@ struct OpenAIPlannerTests {
             _ = try await client.ask("anyone there?")
             Issue.record("the turn succeeded")
         } catch {
+            #expect(error.code == .plannerUnavailable, "\(error)")
             #expect(error.message.contains("the planner's endpoint at \(baseURL) is unreachable"), "\(error)")
         }
+        // Turns that name no agent now go to one whose planner answers, while there is one.
+        let rules: JSONValue = ["rules": [["intent": "anyone", "skill": "echo", "params": ["text": "here"], "reply": "{result}"]]]
+        let config = NSTemporaryDirectory() + "skillbus-rules-\(UUID().uuidString.prefix(8)).json"
+        try Data(JSONValue.object(["version": 1, "name": "steady", "skills": ["echo"], "planner": rules]).serialized())
+            .write(to: URL(fileURLWithPath: config))
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        try await cluster.startWorker("steady", ["--config", config])
+        for _ in 0..<4 { #expect(try await client.ask("anyone there?").agent == "steady") }
         let (code, output) = try await runSkillbus(
             ["worker", "--name", "keyless", "--coordinator", cluster.bus, "--config", try keylessConfig(baseURL)])
         #expect(code == 1)

@@ -90,7 +90,9 @@ extension AgentWorker {
                 if Task.isCancelled { return fail(stopped()) }
                 // A planner's own verdict (the rules planner's on a failed call) ends the turn as it is.
                 if let verdict = error as? SkillbusError { return fail(verdict) }
-                return fail(SkillbusError(.skillFailed, "the planner failed: \(error)"))
+                // An endpoint that cannot be reached says so: the bus then sends unnamed turns elsewhere.
+                let down = (error as? ChatEndpointError)?.code == .unreachable
+                return fail(SkillbusError(down ? .plannerUnavailable : .skillFailed, "the planner failed: \(error)"))
             }
             func finish(_ text: String) -> (AgentAnswer, HandoffRequest?) {
                 record.reply = text

@@ -7,7 +7,7 @@ extension CoordinatorState {
         }
         let session = Array(request.sessionID.utf8)
         let peer: PeerID
-        switch turnTaker(for: AgentTarget(request.agent), session: session) {
+        switch turnTaker(for: AgentTarget(request.agent), session: session, now: now) {
         case .success(let taker): peer = taker
         case .failure(let error): return refuse(error)
         }
@@ -158,6 +158,9 @@ extension CoordinatorState {
         _ turnID: String, _ answer: RelayedAnswer, from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
         guard let entry = turns.answered(turnID, by: peer) else { return [] }
+        if answer.status == .error, (try? JSONValue(parsing: answer.body))?["code"] == "planner_unavailable" {
+            turns.plannerDown(peer, now: now)
+        }
         return [.toClient(entry.client, .relayedTurn(requestID: entry.requestID, agent: entry.agent, answer))]
             + turnEnded(turnID, entry, now: now)
     }

@@ -47,6 +47,8 @@ struct TurnTable: Sendable {
     private var turns = PendingQueries(prefix: "t")
     private var standings: [String: Standing] = [:]
     private var rotation = 0
+    /// Agents whose planner could not reach its endpoint, until when (monotonic ns): unnamed turns pass them by.
+    private var plannersDown: [PeerID: UInt64] = [:]
     private var leases: [ByteKey: Lease] = [:]
     private var claims: [ClaimKey: Claim] = [:]
     /// Round → until when it stays marked (monotonic nanoseconds; `UInt64.max` while its turn runs).
@@ -104,6 +106,16 @@ struct TurnTable: Sendable {
 
     /// Turns running on each agent now.
     func runningCounts() -> [PeerID: Int] { turns.countByWorker() }
+
+    /// `worker`'s planner could not reach its endpoint at `now`.
+    mutating func plannerDown(_ worker: PeerID, now: UInt64) { plannersDown[worker] = now &+ Self.plannerDownNanos }
+
+    /// Whether `worker`'s planner failed to reach its endpoint lately.
+    func isPlannerDown(_ worker: PeerID, now: UInt64) -> Bool {
+        !plannersDown.isEmpty && (plannersDown[worker] ?? 0) > now
+    }
+
+    static let plannerDownNanos: UInt64 = 30_000_000_000
 
     /// A number that moves on at each call: who goes first among equally loaded agents.
     mutating func nextRotation() -> Int {

@@ -75,6 +75,9 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         /// The round was running when the coordinator stopped (a crash, kill -9) and is not run again, because
         /// not every skill of it is idempotent (PROTOCOL §3.5.9).
         public static let interrupted = Code("interrupted")
+        /// An agent's planner cannot reach its endpoint (a language model's server that is down): the bus sends
+        /// turns that name no agent elsewhere for a while (PROTOCOL §3.7).
+        public static let plannerUnavailable = Code("planner_unavailable")
         /// An agent asked another for a turn that may not run: nested past the depth limit, or in a circle.
         public static let delegationRefused = Code("delegation_refused")
         /// Something inside Skillbus went wrong.

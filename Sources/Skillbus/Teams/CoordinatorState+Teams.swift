@@ -4,7 +4,7 @@ extension CoordinatorState {
     /// The agent with a planner that takes a turn for `target` in `session`. A role goes to the agent that played
     /// it in this session while it lives, else to the least loaded agent of that role; no target to the
     /// session's current agent, else the default agent, else the least loaded agent with a planner.
-    mutating func turnTaker(for target: AgentTarget?, session: [UInt8]) -> Result<PeerID, SkillbusError> {
+    mutating func turnTaker(for target: AgentTarget?, session: [UInt8], now: UInt64) -> Result<PeerID, SkillbusError> {
         switch target {
         case .agent(let name):
             guard let peer = workers.peer(named: name) else {
@@ -41,10 +41,13 @@ extension CoordinatorState {
             {
                 return .success(holder)
             }
-            if let configured = AgentTarget(settings.defaultAgent), case .success(let peer) = turnTaker(for: configured, session: session) {
+            if let configured = AgentTarget(settings.defaultAgent), case .success(let peer) = turnTaker(for: configured, session: session, now: now) {
                 return .success(peer)
             }
-            guard let peer = leastLoadedTaker(workers.all.filter(\.registration.planner).map(\.peer)) else {
+            // Never silently to an agent whose planner cannot answer now, while another can.
+            let planners = workers.all.filter(\.registration.planner).map(\.peer)
+            let answering = planners.filter { !turns.isPlannerDown($0, now: now) }
+            guard let peer = leastLoadedTaker(answering.isEmpty ? planners : answering) else {
                 return .failure(SkillbusError(.unknownAgent, "no live agent has a planner to take the turn"))
             }
             return .success(peer)
@@ -141,7 +144,7 @@ extension CoordinatorState {
                         + "\(settings.delegationDepthLimit)", details: ["reason": "handoffs"]))
         }
         let next: PeerID
-        switch turnTaker(for: handoff.to, session: Array(entry.session.utf8)) {
+        switch turnTaker(for: handoff.to, session: Array(entry.session.utf8), now: now) {
         case .success(let taker): next = taker
         case .failure(let error):
             return fail(SkillbusError(error.code, "agent '\(entry.agent)' handed the turn over, but \(error.message)"))
