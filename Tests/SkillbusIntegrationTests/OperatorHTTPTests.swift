@@ -278,6 +278,52 @@ struct OperatorHTTPTests {
         #expect(try await browser.waitForExit(timeout: .seconds(30)) == 0, "\(browser.output)")
     }
 
+    @Test("the dashboard's session view draws both agents of a session as it runs, and again after a reload")
+    func sessionViewInBrowser() async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium") else {
+            print("SKIPPED sessionViewInBrowser: /usr/bin/chromium is missing (apt-get install -y chromium)")
+            return
+        }
+        let setup = try await OperatorCluster()
+        let cluster = setup.cluster
+        defer { cluster.terminate() }
+        let rules: JSONValue = [
+            "rules": [["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"]]
+        ]
+        for name in ["a", "b"] {
+            let config = NSTemporaryDirectory() + "skillbus-session-view-\(name)-\(UUID().uuidString.prefix(8)).json"
+            try Data(JSONValue.object(["version": 1, "name": .string(name), "skills": ["echo"], "planner": rules]).serialized())
+                .write(to: URL(fileURLWithPath: config))
+            defer { try? FileManager.default.removeItem(atPath: config) }
+            try await cluster.startWorker(name, ["--config", config])
+        }
+        let browser = try interopScript("session_view_check.py", ["http://127.0.0.1:\(setup.port)/", "s1", "a,b"])
+        defer { browser.signal(SIGTERM) }
+        try await browser.waitForLine("the page to be live", timeout: .seconds(60)) { $0 == "ready" || $0.hasPrefix("FAILED") }
+        #expect(browser.output.contains("ready"), "\(browser.output)")
+        for (agent, word) in [("a", "hello"), ("b", "world")] {
+            let (code, output) = try await runSkillbus(
+                ["ask", "say \(word)", "--agent", agent, "--session", "s1", "--coordinator", cluster.bus])
+            #expect(code == 0 && output.contains("\(word)!"), "\(output)")
+        }
+        // Each agent's row: a bar for every state of its turn (PROTOCOL §3.7) and a mark for its call.
+        for step in ["live", "history"] {
+            let line = try await browser.waitForLine("the \(step) picture", timeout: .seconds(60)) {
+                $0.hasPrefix("\(step): ") || $0.hasPrefix("FAILED")
+            }
+            let picture = try JSONValue(parsing: String(line.drop { $0 != "{" }))
+            for agent in ["a", "b"] {
+                #expect(
+                    picture[agent]?["states"]
+                        == ["thinking", "selectingSkill", "executingSkill", "thinking", "streaming", "completed"],
+                    "\(line)")
+                let calls = picture[agent]?["calls"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                #expect(calls.count == 1 && calls[0].hasPrefix("call echo on \(agent): ok, "), "\(line)")
+            }
+        }
+        #expect(try await browser.waitForExit(timeout: .seconds(30)) == 0, "\(browser.output)")
+    }
+
     @Test("without --http there is no endpoint; a non-loopback one needs --insecure; a taken or bad one is named")
     func endpointChecks() async throws {
         let plain = try await TestCluster()
