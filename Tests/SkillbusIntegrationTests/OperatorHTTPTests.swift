@@ -290,7 +290,9 @@ struct OperatorHTTPTests {
         for name in ["a", "b"] { try await cluster.startSayingWorker(name) }
         let browser = try interopScript("session_view_check.py", ["http://127.0.0.1:\(setup.port)/", "s1", "a,b"])
         defer { browser.signal(SIGTERM) }
-        try await browser.waitForLine("the page to be live", timeout: .seconds(60)) { $0 == "ready" || $0.hasPrefix("FAILED") }
+        try await browser.waitForLine("the page to be live", timeout: .seconds(60)) {
+            $0 == "ready" || $0.hasPrefix("FAILED")
+        }
         #expect(browser.output.contains("ready"), "\(browser.output)")
         #expect(try await cluster.say("hello", agent: "a", session: "s1"))
         #expect(try await cluster.say("world", agent: "b", session: "s1"))

@@ -6,11 +6,15 @@ extension TestCluster {
     /// of one call whose states are always the same (PROTOCOL §3.7).
     func startSayingWorker(_ name: String) async throws {
         let rules: JSONValue = [
-            "rules": [["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"]]
+            "rules": [
+                ["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}!"], "reply": "{result}"]
+            ]
         ]
         let config = NSTemporaryDirectory() + "skillbus-saying-\(name)-\(UUID().uuidString.prefix(8)).json"
-        try Data(JSONValue.object(["version": 1, "name": .string(name), "skills": ["echo"], "planner": rules]).serialized())
-            .write(to: URL(fileURLWithPath: config))
+        try Data(
+            JSONValue.object(["version": 1, "name": .string(name), "skills": ["echo"], "planner": rules]).serialized()
+        )
+        .write(to: URL(fileURLWithPath: config))
         defer { try? FileManager.default.removeItem(atPath: config) }
         try await startWorker(name, ["--config", config])
     }

@@ -38,12 +38,14 @@ struct RecentSessionsTests {
         #expect(sessions.newestFirst.count == 1)
         #expect(session.id == "s1" && session.agents == ["a", "b"] && !session.live)
         #expect((session.first, session.last) == (Self.time(0), Self.time(1001)))
-        #expect(session.events.map { $0["type"]?.stringValue ?? "" } == [
-            "agent.state", "agent.state", "turn.call", "agent.state", "agent.state", "agent.state",
-        ])
-        #expect(session.events.map { $0["state"]?.stringValue } == [
-            "thinking", "executingSkill", nil, "completed", "thinking", "failed",
-        ])
+        #expect(
+            session.events.map { $0["type"]?.stringValue ?? "" } == [
+                "agent.state", "agent.state", "turn.call", "agent.state", "agent.state", "agent.state",
+            ])
+        #expect(
+            session.events.map { $0["state"]?.stringValue } == [
+                "thinking", "executingSkill", nil, "completed", "thinking", "failed",
+            ])
         let stored = session.events[2]
         #expect(stored["time"]?.stringValue == "2027-01-15T08:00:00.002Z")
         #expect(stored["call"]?["skill"] == "echo" && stored["call"]?["status"] == "ok")
@@ -67,7 +69,9 @@ struct RecentSessionsTests {
             ], time: Self.time(0))
         sessions.apply(
             topic: "agent.state",
-            fields: ["agent": "writer", "session": "s1", "turn": "t2", "parent": "t1", "depth": 1, "state": "thinking"],
+            fields: [
+                "agent": "writer", "session": "s1", "turn": "t2", "parent": "t1", "depth": 1, "state": "thinking",
+            ],
             time: Self.time(1))
         sessions.apply(
             topic: "turn.handoff",
@@ -116,10 +120,13 @@ struct RecentSessionsTests {
         board.post(Self.state("a", .thinking, "s1", "t1"))
         board.post(Self.state("a", .completed, "s1", "t1"))
         _ = site.collect(streaming: false)
-        let answer = site.respond(to: HTTPRequestHead(method: "GET", path: "/sessions", version: "HTTP/1.1", headers: [:]))
+        let answer = site.respond(
+            to: HTTPRequestHead(method: "GET", path: "/sessions", version: "HTTP/1.1", headers: [:]))
         #expect(answer.status == 200 && answer.contentType == "application/json")
         let json = try JSONValue(parsing: String(decoding: answer.body, as: UTF8.self))
-        #expect(json["sessions"]?.arrayValue?.first?["agents"] == ["a"] && json["sessions"]?.arrayValue?.first?["live"] == false)
+        #expect(
+            json["sessions"]?.arrayValue?.first?["agents"] == ["a"]
+                && json["sessions"]?.arrayValue?.first?["live"] == false)
         #expect(json["sessions"]?.arrayValue?.first?["events"]?.arrayValue?.count == 2)
     }
 }

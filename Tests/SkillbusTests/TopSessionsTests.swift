@@ -42,10 +42,11 @@ struct TopSessionsTests {
         let rows = model.frame(now: 20).sessions
         #expect(rows.map(\.session.id) == ["s1", "s2"])
         let first = try #require(rows.first)
-        #expect(first.session.members == [
-            .init(agent: "a", state: "thinking", askedBy: nil, ended: false),
-            .init(agent: "b", state: "executingSkill(echo)", askedBy: "a", ended: false),
-        ])
+        #expect(
+            first.session.members == [
+                .init(agent: "a", state: "thinking", askedBy: nil, ended: false),
+                .init(agent: "b", state: "executingSkill(echo)", askedBy: "a", ended: false),
+            ])
         #expect(first.session.calls == 1 && first.session.note == "a→b")
         #expect((first.age, first.quiet) == (10, 7))
         #expect(rows[1].session.members == [.init(agent: "c", state: "completed", askedBy: nil, ended: true)])
@@ -64,7 +65,8 @@ struct TopSessionsTests {
     func leaveAndHandoff() throws {
         var model = Self.model()
         model.apply(
-            topic: "turn.handoff", event: ["agent": "a", "session": "s1", "turn": "t1", "to": "d", "next": "t3"], at: 14)
+            topic: "turn.handoff", event: ["agent": "a", "session": "s1", "turn": "t1", "to": "d", "next": "t3"], at: 14
+        )
         model.apply(topic: "agent.left", event: ["agent": "b", "reason": "disconnected"], at: 15)
         let session = try #require(model.frame(now: 16).sessions.first { $0.session.id == "s1" }?.session)
         #expect(session.members.map(\.state) == ["thinking", "left"])
@@ -79,7 +81,9 @@ struct TopSessionsTests {
         let all = TopLayout.lines(frame, view: view, width: 120, title: "title")
         let header = try #require(all.firstIndex { $0.hasPrefix("SESSION") })
         #expect(try header > #require(all.firstIndex { $0.hasPrefix("SKILL") }))
-        #expect(all[header + 1].hasPrefix("s1 ") && all[header + 1].contains("a: thinking, b (for a): executingSkill(echo)"))
+        #expect(
+            all[header + 1].hasPrefix("s1 ") && all[header + 1].contains("a: thinking, b (for a): executingSkill(echo)")
+        )
         #expect(all[header + 1].hasSuffix("[a→b]"))
         #expect(all[header + 1].split(separator: " ").prefix(4) == ["s1", "10s", "7s", "1"])
         #expect(all[header + 2].hasPrefix("s2 ") && all[header + 2].contains("c: completed"))
@@ -96,8 +100,9 @@ struct TopSessionsTests {
         view.filter = "zz"
         #expect(TopLayout.lines(frame, view: view, width: 120, title: "title").contains("(no session matches)"))
         var empty = TopModel(started: 0)
-        #expect(TopLayout.lines(empty.frame(now: 1), view: TopView(), width: 80, title: "t")
-            .contains("(no session with turns lately)"))
+        #expect(
+            TopLayout.lines(empty.frame(now: 1), view: TopView(), width: 80, title: "t")
+                .contains("(no session with turns lately)"))
         #expect(TopLayout.lines(frame, view: TopView(), width: 30, title: "title").allSatisfy { $0.count <= 30 })
     }
 

@@ -28,7 +28,9 @@ enum DashboardSessions {
     ]
 
     static var section: String {
-        let swatches = colours.map { #"<span data-state="\#($0.state)"><i style="background:\#($0.colour)"></i>\#($0.state)</span>"# }
+        let swatches = colours.map {
+            #"<span data-state="\#($0.state)"><i style="background:\#($0.colour)"></i>\#($0.state)</span>"#
+        }
         return """
             <section><h2>Sessions</h2><table><thead><tr><th>Session</th><th>Status</th><th>Agents</th>
               <th>Last event</th></tr></thead><tbody id="sessions"></tbody></table>
@@ -36,7 +38,7 @@ enum DashboardSessions {
                 <span><i style="background:#c33"></i>call failed</span>
                 <span><i style="background:#7a3db8"></i>delegation / handoff</span></div>
               <div id="timeline-box"><div id="timeline-title" class="muted">no session yet</div>
-                <svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="0" height="0"></svg></div></section>
+                <svg id="timeline" width="0" height="0"></svg></div></section>
             """
     }
 
@@ -51,7 +53,8 @@ enum DashboardSessions {
         const sessions = new Map();
         let chosenSession = null, chosenByHand = false, sessionsLoaded = false, pendingSessionEvents = [], redraw = null;
         function svgEl(tag, attrs, ...children) {
-          const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+          // The namespace of the page's own <svg> (the HTML parser gives it): no address written in the page.
+          const node = document.createElementNS(document.getElementById("timeline").namespaceURI, tag);
           for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
           for (const child of children) node.append(child);
           return node;

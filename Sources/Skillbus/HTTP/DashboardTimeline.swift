@@ -31,9 +31,13 @@ enum DashboardTimeline {
             return turn;
           }
           session.events.forEach((event, index) => {
-            if (event.type === "agent.state" && event.turn) turnOf(event.turn, event.agent, event).states.push({index, event});
-            else if (event.type === "turn.call") turnOf(event.turn, event.agent).row.calls.push({index, event});
-            else if (event.type === "turn.delegated" || event.type === "turn.handoff") arrows.push({index, event});
+            if (event.type === "agent.state" && event.turn) {
+              turnOf(event.turn, event.agent, event).states.push({index, event});
+            } else if (event.type === "turn.call") {
+              turnOf(event.turn, event.agent).row.calls.push({index, event});
+            } else if (event.type === "turn.delegated" || event.type === "turn.handoff") {
+              arrows.push({index, event});
+            }
           });
           const ordered = [];
           (function walk(list) { for (const row of list) { ordered.push(row); walk(row.children); } })(roots);
@@ -140,7 +144,8 @@ enum DashboardTimeline {
               const took = Number(call.durationMs) || 0;
               const text = "call " + (call.skill || "?") + (call.agent ? " on " + call.agent : "") + ": " +
                 (call.status || "?") + ", " + duration(took) +
-                (call.error && call.error.message ? " \u2014 " + call.error.message : "") + " \u00b7 " + event.time.slice(11, 23);
+                (call.error && call.error.message ? " \u2014 " + call.error.message : "") +
+                " \u00b7 " + event.time.slice(11, 23);
               const end = axis.xs[index];
               const group = groups.get(row.key);
               group.append(svgEl("line", {class: "span", x1: x(Math.min(axis.at(axis.times[index] - took), end)),
@@ -155,7 +160,8 @@ enum DashboardTimeline {
             const toRow = target ? target.row : rows.find(row => row.agent === event.to && row.depth === 0);
             const kind = event.type === "turn.delegated" ? "delegation" : "handoff";
             const text = kind === "delegation"
-              ? event.agent + " asked " + event.to + (event.role ? " (" + event.role + ")" : "") + ": " + (event.message || "")
+              ? event.agent + " asked " + event.to + (event.role ? " (" + event.role + ")" : "") + ": " +
+                (event.message || "")
               : event.agent + " handed the session to " + event.to + (event.note ? ": " + event.note : "");
             if (!from) continue;
             const fromMiddle = rowTop(from.row) + rowHeight / 2;

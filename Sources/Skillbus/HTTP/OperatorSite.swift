@@ -64,9 +64,12 @@ final class OperatorSite {
         for item in posted {
             if let round = rounds.apply(item.event), streaming { changed.insert(round.id) }
             let topic = item.event.topic
-            // Only the topics a session view draws pay for their fields here.
+            // Only the topics a session view draws pay for their fields here (and once only, when streamed).
+            var fields: [String: JSONValue]?
             if topic == "agent.left" || RecentSessions.topics.contains(topic) {
-                sessions.apply(topic: topic, fields: item.event.fields, time: item.time)
+                let made = item.event.fields
+                sessions.apply(topic: topic, fields: made, time: item.time)
+                fields = made
             }
             guard streaming else { continue }
             let frequent = item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
@@ -76,7 +79,7 @@ final class OperatorSite {
                 continue
             }
             if frequent { streamed += 1 }
-            var body = item.event.fields
+            var body = fields ?? item.event.fields
             body["type"] = .string(item.event.topic)
             body["time"] = .string(FeedEvent.timestamp(item.time))
             feed += Self.event("feed", .object(body))

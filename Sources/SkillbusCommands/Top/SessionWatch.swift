@@ -90,7 +90,8 @@ struct SessionWatch: Sendable {
             return quiet <= stale && (session.running || quiet <= linger)
         }
         return sessions.values.sorted {
-            $0.running != $1.running ? $0.running : $0.lastSeen != $1.lastSeen ? $0.lastSeen > $1.lastSeen : $0.id < $1.id
+            $0.running != $1.running
+                ? $0.running : $0.lastSeen != $1.lastSeen ? $0.lastSeen > $1.lastSeen : $0.id < $1.id
         }
     }
 }

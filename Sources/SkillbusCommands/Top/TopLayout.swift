@@ -80,7 +80,8 @@ enum TopLayout {
                 lines = Array(lines.prefix(max(height - 1, 1)))
                 lines += Array(repeating: "", count: max(height - 1 - lines.count, 0))
             }
-            lines.append("sort: \(view.sort.rawValue) (s)  \(filter)  v \(view.sessionsOnly ? "all" : "sessions")  q quits")
+            let other = view.sessionsOnly ? "all" : "sessions"
+            lines.append("sort: \(view.sort.rawValue) (s)  \(filter)  v \(other)  q quits")
         }
         return lines.map { clip($0, width) }
     }
