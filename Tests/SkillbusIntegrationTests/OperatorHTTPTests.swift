@@ -278,6 +278,42 @@ struct OperatorHTTPTests {
         #expect(try await browser.waitForExit(timeout: .seconds(30)) == 0, "\(browser.output)")
     }
 
+    @Test("the dashboard's session view draws both agents of a session as it runs, and again after a reload")
+    func sessionViewInBrowser() async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium") else {
+            print("SKIPPED sessionViewInBrowser: /usr/bin/chromium is missing (apt-get install -y chromium)")
+            return
+        }
+        let setup = try await OperatorCluster()
+        let cluster = setup.cluster
+        defer { cluster.terminate() }
+        for name in ["a", "b"] { try await cluster.startSayingWorker(name) }
+        let browser = try interopScript("session_view_check.py", ["http://127.0.0.1:\(setup.port)/", "s1", "a,b"])
+        defer { browser.signal(SIGTERM) }
+        try await browser.waitForLine("the page to be live", timeout: .seconds(60)) {
+            $0 == "ready" || $0.hasPrefix("FAILED")
+        }
+        #expect(browser.output.contains("ready"), "\(browser.output)")
+        #expect(try await cluster.say("hello", agent: "a", session: "s1"))
+        #expect(try await cluster.say("world", agent: "b", session: "s1"))
+        // Each agent's row: a bar for every state of its turn (PROTOCOL §3.7) and a mark for its call.
+        for step in ["live", "history"] {
+            let line = try await browser.waitForLine("the \(step) picture", timeout: .seconds(60)) {
+                $0.hasPrefix("\(step): ") || $0.hasPrefix("FAILED")
+            }
+            let picture = try JSONValue(parsing: String(line.drop { $0 != "{" }))
+            for agent in ["a", "b"] {
+                #expect(
+                    picture[agent]?["states"]
+                        == ["thinking", "selectingSkill", "executingSkill", "thinking", "streaming", "completed"],
+                    "\(line)")
+                let calls = picture[agent]?["calls"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                #expect(calls.count == 1 && calls[0].hasPrefix("call echo on \(agent): ok, "), "\(line)")
+            }
+        }
+        #expect(try await browser.waitForExit(timeout: .seconds(30)) == 0, "\(browser.output)")
+    }
+
     @Test("without --http there is no endpoint; a non-loopback one needs --insecure; a taken or bad one is named")
     func endpointChecks() async throws {
         let plain = try await TestCluster()

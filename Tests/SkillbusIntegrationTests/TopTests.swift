@@ -2,8 +2,8 @@ import Foundation
 import Skillbus
 import Testing
 
-/// `skillbus top` against a real cluster: `--once` after known traffic, its bad input, and the live view in a
-/// pseudo-terminal (keys, a resize, Ctrl-C and the terminal put back).
+/// `skillbus top` against a real cluster: `--once` after known traffic and with sessions, its bad input, and the
+/// live view in a pseudo-terminal (keys, a resize, Ctrl-C and the terminal put back).
 @Suite("skillbus top", .serialized, .timeLimit(.minutes(2)))
 struct TopTests {
     /// The columns of the row that starts with `name` in a `--once` frame, split at spaces.
@@ -52,6 +52,26 @@ struct TopTests {
         #expect(Double(watched[2]) ?? 0 > 0, "\(watched)")
         #expect(watched[3] != "-" && watched[3].hasSuffix("ms"), "\(watched)")
         #expect(watcher.output.contains { $0.hasPrefix("bus:") && !$0.hasPrefix("bus: 0.0 req/s") })
+    }
+
+    @Test("--once lists the sessions that turns ran in while it watched, with each agent's state and the calls")
+    func sessions() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        for name in ["a", "b"] { try await cluster.startSayingWorker(name) }
+        let watcher = try SkillbusProcess(
+            ["top", "--once", "--window", "8", "--width", "140", "--coordinator", cluster.bus, "--feed", cluster.feed],
+            name: "top")
+        try await watcher.waitForLine("watching") { $0.hasPrefix("watching ") }
+        #expect(try await cluster.say("hello", agent: "a", session: "s1"))
+        #expect(try await cluster.say("world", agent: "b", session: "s1"))
+        #expect(try await watcher.waitForExit() == 0)
+        await watcher.waitForOutputEnd()
+        // SESSION AGE QUIET CALLS AGENTS
+        let row = try #require(Self.row("s1", in: watcher.output), "\(watcher.output)")
+        #expect(row[3] == "2", "\(row)")
+        #expect(row.dropFirst(4).joined(separator: " ") == "a: completed, b: completed", "\(row)")
+        #expect(watcher.output.contains { $0.hasPrefix("SESSION ") })
     }
 
     @Test(

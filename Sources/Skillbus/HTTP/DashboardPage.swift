@@ -1,6 +1,7 @@
 /// `GET /`: the dashboard, one page with its style and script inline (no CDN, no build step). It loads
 /// `/state`, then follows `/events`: `agents` replaces the cards and skills, `round` one round of the list,
-/// `feed` each feed event (an `agent.state` updates its card at once). Names are set as text, never as HTML.
+/// `feed` each feed event (an `agent.state` updates its card at once, a turn's event its session's timeline;
+/// at every `state`, `/sessions` is loaded again: `DashboardSessions`). Names are set as text, never as HTML.
 enum DashboardPage {
     static let html = """
         <!doctype html>
@@ -33,6 +34,7 @@ enum DashboardPage {
         .ok { color: #282; } .error { color: #c33; } .running, .waiting { color: #27c; }
         #log { font-family: ui-monospace, monospace; font-size: 12px; background: #fff; max-height: 220px; overflow: auto;
           padding: 6px 8px; white-space: pre; }
+        \(DashboardSessions.style)
         </style>
         </head>
         <body>
@@ -44,6 +46,7 @@ enum DashboardPage {
             <tbody id="skills"></tbody></table></section>
           <section><h2>Latest rounds</h2><table><thead><tr><th>Round</th><th>Status</th><th>Invocations</th></tr></thead>
             <tbody id="rounds"></tbody></table></section>
+          \(DashboardSessions.section)
           <section><h2>Feed</h2><div id="log"></div></section>
         </main>
         <script>
@@ -55,6 +58,7 @@ enum DashboardPage {
           for (const child of children) node.append(child);
           return node;
         }
+        \(DashboardSessions.script)
         function stateText(state) {
           if (state.state === "executingSkill") return "executingSkill " + (state.skill || "");
           if (state.state === "failed") return "failed: " + (state.reason || "");
@@ -111,7 +115,10 @@ enum DashboardPage {
         const link = document.getElementById("link");
         events.onopen = () => { link.dataset.live = "yes"; link.textContent = "live"; };
         events.onerror = () => { link.dataset.live = "no"; link.textContent = "reconnecting"; };
-        events.addEventListener("state", message => showState(JSON.parse(message.data)));
+        events.addEventListener("state", message => {
+          showState(JSON.parse(message.data));
+          loadSessions();
+        });
         events.addEventListener("agents", message => showAgents(JSON.parse(message.data)));
         events.addEventListener("round", message => showRound(JSON.parse(message.data)));
         events.addEventListener("skipped", message => logEvent({time: new Date().toISOString(), type: "skipped",
@@ -119,6 +126,7 @@ enum DashboardPage {
         events.addEventListener("feed", message => {
           const event = JSON.parse(message.data);
           logEvent(event);
+          takeSessionEvent(event);
           if (event.type === "agent.state") {
             const card = document.querySelector('.card[data-agent="' + CSS.escape(event.agent) + '"]');
             if (card) setState(card, event);

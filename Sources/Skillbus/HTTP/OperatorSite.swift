@@ -4,22 +4,23 @@ import Foundation
     import Glibc
 #endif
 
-/// What the operator endpoint answers (`GET /`, `/metrics`, `/state`, `/events`), and what its event
+/// What the operator endpoint answers (`GET /`, `/metrics`, `/state`, `/sessions`, `/events`), and what its event
 /// streams carry. Lives on the HTTP thread; reads the bus only through the `OperatorBoard`.
 final class OperatorSite {
     let board: OperatorBoard
     private var rounds = RecentRounds()
+    private var sessions = RecentSessions()
     /// The agents part of the last snapshot streamed, to send `agents` only when it changed.
     private var lastAgents: JSONValue?
     private var droppedEvents = 0
 
-    static let paths: Set<String> = ["/", "/metrics", "/state", "/events"]
+    static let paths: Set<String> = ["/", "/metrics", "/state", "/sessions", "/events"]
 
     init(board: OperatorBoard) { self.board = board }
 
     func respond(to head: HTTPRequestHead) -> HTTPResponse {
         guard Self.paths.contains(head.path) else {
-            return .text(404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state and /events)")
+            return .text(404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions and /events)")
         }
         guard head.method == "GET" || head.method == "HEAD" else {
             return .text(405, "\(head.method) is not allowed on \(head.path); use GET", headers: [("Allow", "GET, HEAD")])
@@ -32,6 +33,8 @@ final class OperatorSite {
         case "/state":
             return HTTPResponse(
                 status: 200, contentType: "application/json", body: state(board.snapshot).serialized())
+        case "/sessions":
+            return HTTPResponse(status: 200, contentType: "application/json", body: sessions.json.serialized())
         case "/events":
             var response = HTTPResponse.eventStream
             // The reconnect delay, then the picture to start from.
@@ -46,9 +49,9 @@ final class OperatorSite {
     /// thousands a second, and making them would cost the process as much as the bus's own work.
     static let feedEventsPerCollection = 200
 
-    /// Takes the events posted since the last call and folds them into the latest rounds. While `streaming`,
-    /// returns the bytes every open event stream gets: each `agent.*` (and other rare) feed event, the
-    /// others up to `feedEventsPerCollection` (then one `skipped` with the count), each round that changed
+    /// Takes the events posted since the last call and folds them into the latest rounds and sessions. While
+    /// `streaming`, returns the bytes every open event stream gets: each `agent.*` (and other rare) feed event,
+    /// the others up to `feedEventsPerCollection` (then one `skipped` with the count), each round that changed
     /// (once, as it stands now), and the agents when they changed.
     func collect(streaming: Bool) -> [UInt8] {
         let (posted, dropped) = board.takeEvents()
@@ -60,6 +63,14 @@ final class OperatorSite {
         var skipped = 0
         for item in posted {
             if let round = rounds.apply(item.event), streaming { changed.insert(round.id) }
+            let topic = item.event.topic
+            // Only the topics a session view draws pay for their fields here (and once only, when streamed).
+            var fields: [String: JSONValue]?
+            if topic == "agent.left" || RecentSessions.topics.contains(topic) {
+                let made = item.event.fields
+                sessions.apply(topic: topic, fields: made, time: item.time)
+                fields = made
+            }
             guard streaming else { continue }
             let frequent = item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
                 || item.event.topic.hasPrefix("round.")
@@ -68,7 +79,7 @@ final class OperatorSite {
                 continue
             }
             if frequent { streamed += 1 }
-            var body = item.event.fields
+            var body = fields ?? item.event.fields
             body["type"] = .string(item.event.topic)
             body["time"] = .string(FeedEvent.timestamp(item.time))
             feed += Self.event("feed", .object(body))

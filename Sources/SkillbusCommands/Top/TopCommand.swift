@@ -14,8 +14,11 @@ public enum TopCommand: SkillbusCommand {
             results and sessions; every skill with its providers, rate, latency, results and queue; and the
             bus's rate, wait queue and registry sequence. Rates and latencies come from the feed
             (request.done, invocation.done) over the last 10 s; loads, states, result counts and queues from the
-            bus's AGENTS listing, asked twice a second. Keys: s (S) cycles the sort column, / types a name
-            filter (Enter keeps it, Esc clears it), q or Ctrl-C quits.
+            bus's AGENTS listing, asked twice a second. Below them, the sessions that turns ran in lately: each with
+            its agents and their states (a nested turn names the agent it works for), its calls, its age and how
+            long it has been quiet; one drops off after a minute quiet with no turn running. Keys: s (S) cycles
+            the sort column, / types a name filter (Enter keeps it, Esc clears it), v shows the sessions alone
+            (and again everything), q or Ctrl-C quits.
 
             With --once it watches the feed for --window seconds, then prints one frame as plain text and exits
             (3 when the bus does not answer).
@@ -52,7 +55,10 @@ public enum TopCommand: SkillbusCommand {
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(endpoint: bus, context: context, credentials: credentials)
         let subscriber = try await FeedSubscriber.connect(
-            endpoint: feed, topics: ["agent.state", "request.done", "invocation.done", "registry."], context: context,
+            endpoint: feed, topics: [
+                "agent.state", "agent.left", "turn.call", "turn.delegated", "turn.handoff", "request.done",
+                "invocation.done", "registry.",
+            ], context: context,
             credentials: credentials)
         defer {
             subscriber.close()

@@ -10,6 +10,8 @@ struct TopView: Sendable, Equatable {
     var filter = ""
     /// `/` was pressed: keys type the filter until Enter or Esc.
     var editingFilter = false
+    /// `v` shows the sessions alone (with room for many), and again everything.
+    var sessionsOnly = false
 
     /// What a key does: true when it asks to quit.
     mutating func handle(key: UInt8) -> Bool {
@@ -31,6 +33,7 @@ struct TopView: Sendable, Equatable {
         case UInt8(ascii: "s"): sort = Self.next(after: sort, by: 1)
         case UInt8(ascii: "S"): sort = Self.next(after: sort, by: -1)
         case UInt8(ascii: "/"): editingFilter = true
+        case UInt8(ascii: "v"), UInt8(ascii: "V"): sessionsOnly.toggle()
         case 0x1B: filter = ""
         default: break
         }
@@ -46,8 +49,9 @@ struct TopView: Sendable, Equatable {
     func shows(_ name: String) -> Bool { filter.isEmpty || name.localizedCaseInsensitiveContains(filter) }
 }
 
-/// Lays a frame out as lines of at most `width` columns: a bus line, the agents table, the skills table,
-/// and a line of keys. Pure: the same frame, view and width give the same text.
+/// Lays a frame out as lines of at most `width` columns: a bus line, the agents table, the skills table, the
+/// sessions table (or the sessions alone, `v`), and a line of keys. Pure: the same frame, view and width give
+/// the same text.
 enum TopLayout {
     static func lines(
         _ frame: TopFrame, view: TopView, width: Int, height: Int? = nil, title: String, keysLine: Bool = true
@@ -61,6 +65,29 @@ enum TopLayout {
                 + "\(frame.agents.count) agent(s), \(frame.skills.count) skill(s)",
             "",
         ]
+        if !view.sessionsOnly {
+            lines += agentsAndSkills(frame, view: view)
+            lines.append("")
+        }
+        lines += sessions(frame.sessions, view: view)
+        if keysLine {
+            let filter =
+                view.editingFilter
+                ? "filter: \(view.filter)_ (Enter keeps, Esc clears)"
+                : view.filter.isEmpty ? "/ filters by name" : "filter: \(view.filter) (/ edits, Esc clears)"
+            if let height {
+                // The keys stay on the last line: what does not fit above them is cut.
+                lines = Array(lines.prefix(max(height - 1, 1)))
+                lines += Array(repeating: "", count: max(height - 1 - lines.count, 0))
+            }
+            let other = view.sessionsOnly ? "all" : "sessions"
+            lines.append("sort: \(view.sort.rawValue) (s)  \(filter)  v \(other)  q quits")
+        }
+        return lines.map { clip($0, width) }
+    }
+
+    private static func agentsAndSkills(_ frame: TopFrame, view: TopView) -> [String] {
+        var lines: [String] = []
         let agents = sorted(frame.agents.filter { view.shows($0.name) }, by: view.sort)
         let agentNames = max(5, agents.map(\.name.count).max() ?? 0)
         lines.append(
@@ -88,19 +115,34 @@ enum TopLayout {
                     + right("\(skill.errors)", 6) + right("\(skill.waiting)", 7))
         }
         if skills.isEmpty { lines.append(frame.skills.isEmpty ? "(no skills on offer)" : "(no skill matches)") }
-        if keysLine {
-            let filter =
-                view.editingFilter
-                ? "filter: \(view.filter)_ (Enter keeps, Esc clears)"
-                : view.filter.isEmpty ? "/ filters by name" : "filter: \(view.filter) (/ edits, Esc clears)"
-            if let height {
-                // The keys stay on the last line: what does not fit above them is cut.
-                lines = Array(lines.prefix(max(height - 1, 1)))
-                lines += Array(repeating: "", count: max(height - 1 - lines.count, 0))
-            }
-            lines.append("sort: \(view.sort.rawValue) (s)  \(filter)  q quits")
+        return lines
+    }
+
+    /// One line per session: its agents with their states (`b (for a)`: a nested turn b runs for a's turn), and
+    /// the latest delegation (`a→b`) or handoff (`a⇒b`). The filter matches the session or one of its agents.
+    private static func sessions(_ rows: [TopFrame.SessionRow], view: TopView) -> [String] {
+        let shown = rows.filter { row in
+            view.shows(row.session.id) || row.session.members.contains { view.shows($0.agent) }
         }
-        return lines.map { clip($0, width) }
+        let names = max(7, shown.map(\.session.id.count).max() ?? 0)
+        var lines = [pad("SESSION", names) + right("AGE", 7) + right("QUIET", 7) + right("CALLS", 7) + "  AGENTS"]
+        for row in shown {
+            let members = row.session.members.map { member in
+                member.agent + (member.askedBy.map { " (for \($0))" } ?? "") + ": " + member.state
+            }
+            lines.append(
+                pad(row.session.id, names) + right(age(row.age), 7) + right(age(row.quiet), 7)
+                    + right("\(row.session.calls)", 7) + "  " + members.joined(separator: ", ")
+                    + (row.session.note.map { "  [\($0)]" } ?? ""))
+        }
+        if shown.isEmpty { lines.append(rows.isEmpty ? "(no session with turns lately)" : "(no session matches)") }
+        return lines
+    }
+
+    /// `42s`, `7m`, `3h`.
+    static func age(_ seconds: Double) -> String {
+        let whole = Int(max(seconds, 0))
+        return whole < 60 ? "\(whole)s" : whole < 3600 ? "\(whole / 60)m" : "\(whole / 3600)h"
     }
 
     private static func sorted(_ agents: [TopFrame.AgentRow], by sort: TopView.Sort) -> [TopFrame.AgentRow] {

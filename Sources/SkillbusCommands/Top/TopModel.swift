@@ -1,14 +1,15 @@
 import Skillbus
 
 /// What `skillbus top` knows: the bus's last AGENTS listing (PROTOCOL §5.13), agent states and the registry
-/// sequence as the feed moves them on, and the completions of the last seconds. Pure: events and listings
-/// come in with the time they arrived; `frame` says what to show.
+/// sequence as the feed moves them on, the completions of the last seconds, and the sessions turns run in.
+/// Pure: events and listings come in with the time they arrived; `frame` says what to show.
 struct TopModel: Sendable {
     private(set) var listing: JSONValue?
     /// Agent → its state as the feed last told it, newer than the listing's.
     private var states: [String: String] = [:]
     private var registrySeq: Int?
     private(set) var window: ActivityWindow
+    private(set) var sessions = SessionWatch()
 
     init(span: Double = 10, started: Double) {
         window = ActivityWindow(span: span, started: started)
@@ -27,6 +28,9 @@ struct TopModel: Sendable {
         case "agent.state":
             guard let agent = event["agent"]?.stringValue else { return }
             states[agent] = Self.describeState(event)
+            sessions.apply(topic: topic, event: event, at: now)
+        case "turn.call", "turn.delegated", "turn.handoff", "agent.left":
+            sessions.apply(topic: topic, event: event, at: now)
         case "request.done", "invocation.done":
             // A joined or skipped invocation ran nowhere: it is no completion of an agent.
             let status = event["status"]?.stringValue ?? ""
@@ -77,7 +81,10 @@ struct TopModel: Sendable {
         }
         return TopFrame(
             agents: agentRows, skills: skillRows, bus: window.summary(now: now),
-            waiting: listing?["waiting"]?.intValue ?? 0, registrySeq: registrySeq)
+            waiting: listing?["waiting"]?.intValue ?? 0, registrySeq: registrySeq,
+            sessions: sessions.current(now: now).map {
+                TopFrame.SessionRow(session: $0, age: now - $0.firstSeen, quiet: now - $0.lastSeen)
+            })
     }
 }
 
@@ -112,4 +119,13 @@ struct TopFrame: Sendable, Equatable {
     var bus: ActivityWindow.Summary
     var waiting: Int
     var registrySeq: Int?
+    /// Running first, then the most recently active.
+    var sessions: [SessionRow] = []
+
+    struct SessionRow: Sendable, Equatable {
+        var session: SessionWatch.Session
+        /// Seconds since its first event, and since its latest.
+        var age: Double
+        var quiet: Double
+    }
 }
