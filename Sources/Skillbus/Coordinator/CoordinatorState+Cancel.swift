@@ -297,6 +297,11 @@ extension CoordinatorState {
         var actions: [CoordinatorAction] = []
         for index in run.invocations.indices where run.invocations[index].subCallRequest == nil {
             guard rounds[key]?.invocations[index].status == .running else { continue }
+            // An ask of a team round is a turn: it stops on its agent.
+            if run.invocations[index].ask != nil {
+                actions += stopAsk(key, index, stepError, now: now)
+                continue
+            }
             actions += withdraw(.step(round: key, index: index), stepError, reason: reason, now: now, &tally) ?? []
         }
         return actions + advance(key, now: now)
