@@ -267,6 +267,20 @@ struct TeamRoundEngineTests {
         #expect(late["error"]?["code"] == "timeout" && late["agent"] == "writer")
     }
 
+    @Test("CANCEL with the round id stops every running ask's turn, and counts them")
+    func cancelByRoundID() throws {
+        var state = bus()
+        let sent = turns(state.handleRound(round(["asks": ["agents": ["critic", "lead"], "message": "x"]]), from: client, now: 0))
+        let actions = state.handleCancelRound(requestID: "c", roundID: "R", from: [0xC2], now: 1)
+        #expect(Set(cancels(actions)) == Set(sent.map(\.turn.turnID)))
+        let summary = actions.lazy.compactMap { action -> JSONValue? in
+            if case .toClient(_, .cancelled(_, let summary)) = action { return summary }
+            return nil
+        }.first
+        #expect(summary?["turns"] == 2 && summary?["rounds"] == 1)
+        #expect(document(actions)?["error"]?["code"] == "cancelled")
+    }
+
     @Test("two agents' identical calls in one team round run once")
     func callsOfTwoAgentsRunOnce() throws {
         var state = bus()
