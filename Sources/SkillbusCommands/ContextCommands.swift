@@ -208,7 +208,7 @@ public enum AskCommand: SkillbusCommand {
             compared trimmed and lower-cased). --json then prints the round document (PROTOCOL §5.14).
 
             EXAMPLE: skillbus ask "what is (1+2)*3" --session s1
-                     skillbus ask "what is 6*7" --agents lead,critic --aggregate majority
+                     skillbus ask "what is 6*7" --agents lead,writer,critic --aggregate majority
             """,
         positionals: "MESSAGE",
         options: [
@@ -219,7 +219,7 @@ public enum AskCommand: SkillbusCommand {
             OptionSpec("--aggregate", value: "MODE", help: "With --agents or --all: all, first or majority (default all)."),
             OptionSpec("--session", value: "ID", help: "The session the turn belongs to (default: none)."),
             Approval.option,
-            OptionSpec("--json", help: "Print the turn document as JSON."),
+            OptionSpec("--json", help: "Print the turn document as JSON (with --agents or --all: the round's)."),
             coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole turn may take (default 30)."),
         ])
