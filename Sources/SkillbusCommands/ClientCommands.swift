@@ -244,7 +244,9 @@ public enum SendCommand: SkillbusCommand {
             let error = document.error ?? SkillbusError(.internalError, "the round failed without an error")
             return printError("✗ \(round) failed: \(error.code): \(error.message)")
         }
-        if let form = try? SkillResult(json: document.result) {
+        if let replies = teamReplies(document) {
+            print(replies)
+        } else if let form = try? SkillResult(json: document.result) {
             let only = document.invocations.first?.id ?? ""
             if printer?.alreadyShown(form, of: only) != true { print(form.humanReadable) }
         } else {
@@ -261,12 +263,13 @@ public enum SendCommand: SkillbusCommand {
     /// One invocation of a fan-out or plan, for people: `✓ a (echo on alpha, 0.31 ms)`; one that never ran
     /// says it was skipped and why.
     static func line(for invocation: RoundDocument.Invocation) -> String {
+        let what = invocation.asked.map { "ask \($0.text)" } ?? invocation.skill
         guard invocation.status != .skipped else {
             let reason = invocation.error?.message.replacingOccurrences(of: "skipped: ", with: "") ?? "the round stopped"
-            return "– \(invocation.id) (\(invocation.skill)) skipped: \(reason)"
+            return "– \(invocation.id) (\(what)) skipped: \(reason)"
         }
         var line =
-            "\(invocation.status == .ok ? "✓" : "✗") \(invocation.id) (\(invocation.skill) on "
+            "\(invocation.status == .ok ? "✓" : "✗") \(invocation.id) (\(what) on "
             + "\(invocation.agent ?? "-"), " + String(format: "%.2f ms", invocation.durationMs) + ")"
         if invocation.deduplicated {
             line += " deduplicated, reusing \(invocation.reusedFrom ?? "a running one")"

@@ -90,16 +90,24 @@ public enum AskCommand: SkillbusCommand {
             Sends MESSAGE for a turn: to the named agent (or one that plays --role), else the session's current
             agent, else the coordinator's default agent, else the least loaded agent with a planner. Prints the reply as it streams in; on standard error each skill call of the
             turn and the states it went through (on a terminal, as they happen). --json prints the turn document (PROTOCOL §5.18). Exit codes as for send.
+            With --agents (or --all: every agent with a planner, or with --role every one that plays it) each of
+            those agents answers MESSAGE in one team round, and --aggregate says what comes back: all (every
+            reply), first (the first reply; the others are cancelled) or majority (the reply most agents gave,
+            compared trimmed and lower-cased). --json then prints the round document (PROTOCOL §5.14).
 
             EXAMPLE: skillbus ask "what is (1+2)*3" --session s1
+                     skillbus ask "what is 6*7" --agents lead,writer,critic --aggregate majority
             """,
         positionals: "MESSAGE",
         options: [
             OptionSpec("--agent", value: "NAME", help: "The agent to ask."),
             OptionSpec("--role", value: "ROLE", help: "Ask an agent that plays this role (in a session: the same one)."),
+            OptionSpec("--agents", value: "a,b,…", help: "Ask each of these agents, in one round."),
+            OptionSpec("--all", help: "Ask every agent with a planner (with --role: every one that plays it)."),
+            OptionSpec("--aggregate", value: "MODE", help: "With --agents or --all: all, first or majority (default all)."),
             OptionSpec("--session", value: "ID", help: "The session the turn belongs to (default: none)."),
             Approval.option,
-            OptionSpec("--json", help: "Print the turn document as JSON."),
+            OptionSpec("--json", help: "Print the turn document as JSON (with --agents or --all: the round's)."),
             coordinatorOption, serverKeyOption, keyOption,
             OptionSpec("--timeout", value: "SECONDS", help: "How long the whole turn may take (default 30)."),
         ])
@@ -116,6 +124,9 @@ public enum AskCommand: SkillbusCommand {
         }
         let endpoint = try Defaults.bus(arguments, spec)
         let timeout = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) ?? 30
+        if let round = try TeamAsk.round(arguments, message: message, spec: spec) {
+            return try await TeamAsk.run(round, arguments, spec: spec, session: session, timeout: timeout)
+        }
         let context = try ZMQContext()
         let client = try await SkillbusClient.connect(
             endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))

@@ -20,11 +20,13 @@ struct TurnTableTests {
 
     static func key(_ round: String) -> ByteKey { ByteKey(Array(round.utf8)) }
 
+    static let standing = TurnTable.Standing(agent: "alpha", message: "hi", parent: nil, depth: 0)
+
     @Test("a turn is found by its agent, its client's request and its round, until it ends")
     func turns() {
         var table = TurnTable()
-        let first = table.start(Self.turn("ask-1", round: "R"), leasing: false)
-        let second = table.start(Self.turn("ask-2", round: "S", on: Self.beta, deadline: 50), leasing: false)
+        let first = table.start(Self.turn("ask-1", round: "R"), leasing: false, standing: Self.standing)
+        let second = table.start(Self.turn("ask-2", round: "S", on: Self.beta, deadline: 50), leasing: false, standing: Self.standing)
         #expect(first != second && table.count == 2)
         #expect(table.turn(first, of: Self.alpha)?.requestID == "ask-1" && table.turn(first, of: Self.beta) == nil)
         #expect(table.turn(client: Self.client, requestID: "ask-2")?.id == second)
@@ -42,7 +44,7 @@ struct TurnTableTests {
     func leaseAndClaims() {
         var table = TurnTable()
         #expect(!table.hasLeases)
-        let holder = table.start(Self.turn("ask-1", round: "R"), leasing: true)
+        let holder = table.start(Self.turn("ask-1", round: "R"), leasing: true, standing: Self.standing)
         #expect(table.lease(of: Self.key("R")) == TurnTable.Lease(holder: Self.alpha, turnID: holder))
         let execution = SingleFlight.ExecutionID(slot: 0, execution: 0)
         let claim = TurnTable.Claim(execution: execution, round: Array("R".utf8), accepted: 1)
@@ -85,8 +87,8 @@ struct TurnTableTests {
     func secondLease() async {
         await #expect(processExitsWith: .failure) {
             var table = TurnTable()
-            _ = table.start(TurnTableTests.turn("ask-1", round: "R"), leasing: true)
-            _ = table.start(TurnTableTests.turn("ask-2", round: "R"), leasing: true)
+            _ = table.start(TurnTableTests.turn("ask-1", round: "R"), leasing: true, standing: TurnTableTests.standing)
+            _ = table.start(TurnTableTests.turn("ask-2", round: "R"), leasing: true, standing: TurnTableTests.standing)
         }
     }
 }

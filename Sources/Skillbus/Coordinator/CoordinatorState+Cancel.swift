@@ -89,7 +89,8 @@ extension CoordinatorState {
         }
         // REQUESTs of the round parked behind a turn's lease on it.
         actions += dropParked(error, now: now, &tally) { $0.wait.isLease && $0.request.$roundID == round }
-        if let (turnID, entry) = turns.turn(inRound: round) {
+        // A team round's turns stopped with it (cancelRun); a client's turn in the round stops here.
+        if let (turnID, entry) = turns.turn(inRound: round), entry.roundStep == nil {
             tally.turns += 1
             actions += cancelTurn(turnID, entry, now: now)
         }
@@ -297,6 +298,12 @@ extension CoordinatorState {
         var actions: [CoordinatorAction] = []
         for index in run.invocations.indices where run.invocations[index].subCallRequest == nil {
             guard rounds[key]?.invocations[index].status == .running else { continue }
+            // An ask of a team round is a turn: it stops on its agent.
+            if run.invocations[index].ask != nil {
+                tally.turns += 1
+                actions += stopAsk(key, index, stepError, now: now)
+                continue
+            }
             actions += withdraw(.step(round: key, index: index), stepError, reason: reason, now: now, &tally) ?? []
         }
         return actions + advance(key, now: now)

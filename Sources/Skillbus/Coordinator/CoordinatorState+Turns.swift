@@ -147,10 +147,10 @@ extension CoordinatorState {
     /// A piece of a turn's reply: to the client that asked, and on the feed.
     func relayStream(_ turnID: String, _ text: String, from peer: PeerID) -> [CoordinatorAction] {
         guard let entry = turns.turn(turnID, of: peer) else { return [] }
-        return [
-            .toClient(entry.client, .stream(requestID: entry.requestID, text: text)),
-            .publish(.turnStream(agent: entry.agent, turn: turnID, text: text)),
-        ]
+        // A team round's turn has no client to stream to (CoordinatorState+TeamRounds).
+        let toClient: [CoordinatorAction] =
+            entry.roundStep == nil ? [.toClient(entry.client, .stream(requestID: entry.requestID, text: text))] : []
+        return toClient + [.publish(.turnStream(agent: entry.agent, turn: turnID, text: text))]
     }
 
     /// TURNEND: relayed to the client that asked; a late or foreign one is dropped.
@@ -161,6 +161,7 @@ extension CoordinatorState {
         if answer.status == .error, (try? JSONValue(parsing: answer.body))?["code"] == "planner_unavailable" {
             turns.plannerDown(peer, now: now)
         }
+        if entry.roundStep != nil { return turnEnded(turnID, entry, now: now) + askEnded(entry, answer, now: now) }
         return [.toClient(entry.client, .relayedTurn(requestID: entry.requestID, agent: entry.agent, answer))]
             + turnEnded(turnID, entry, now: now)
     }
@@ -172,6 +173,10 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         for (turnID, entry) in entries {
+            if entry.roundStep != nil {
+                actions += turnEnded(turnID, entry, now: now) + askEnded(entry, .error(error(entry)), now: now)
+                continue
+            }
             actions.append(
                 .toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, .error(error(entry)))))
             actions += turnEnded(turnID, entry, now: now)

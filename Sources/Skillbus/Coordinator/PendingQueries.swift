@@ -14,6 +14,9 @@ struct PendingQueries: Sendable {
         var session = ""
         /// The client follows the turn: its states and calls go to it as PROGRESS.
         var progress = false
+        /// A turn a ROUND asked for (an ask of a team round): the index of that invocation in the round `round`.
+        /// Its answer goes to the round (CoordinatorState+TeamRounds), not to a client; `client` is empty.
+        var roundStep: Int?
     }
 
     private var entries: [String: Entry] = [:]

@@ -84,6 +84,12 @@ struct TurnTable: Sendable {
         return turns.find { $0.round == round }.map { ($0.id, $0.entry) }
     }
 
+    /// The turn that answers invocation `index` of the ROUND `round` (an ask of a team round), if it runs.
+    func turn(answering round: [UInt8], step index: Int) -> (id: String, turn: Turn)? {
+        guard turns.count > 0 else { return nil }
+        return turns.find { $0.roundStep == index && $0.round == round }.map { ($0.id, $0.entry) }
+    }
+
     /// TURNEND from `worker`: the turn, when it is one `worker` runs; it leaves.
     mutating func answered(_ turnID: String, by worker: PeerID) -> Turn? {
         guard let turn = turns.answered(turnID, by: worker) else { return nil }

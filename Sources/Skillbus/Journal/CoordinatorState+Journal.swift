@@ -17,7 +17,10 @@ extension CoordinatorState {
     }
 
     private func acceptEntry(_ accepted: AcceptedRound) -> CoordinatorAction {
-        let idempotent = accepted.spec.skills.allSatisfy { ledger.registry.skills[$0]?.descriptor.idempotent ?? false }
+        // A turn is not idempotent: a team round cut off by a restart is `interrupted`, never run again.
+        let idempotent =
+            !accepted.spec.asksAgents
+            && accepted.spec.skills.allSatisfy { ledger.registry.skills[$0]?.descriptor.idempotent ?? false }
         return .journal(.accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent))
     }
 

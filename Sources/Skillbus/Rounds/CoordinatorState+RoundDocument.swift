@@ -12,7 +12,7 @@ extension CoordinatorState {
         let asked =
             run.subCalls == 0 ? invocations : run.invocations.filter { $0.subCallRequest == nil }.map(\.record)
         switch run.spec {
-        case .invoke:
+        case .invoke, .ask:
             let only = asked[0]
             document.agent = only.agent
             document.resultJSON = only.resultJSON ?? .value(.null)
@@ -21,6 +21,8 @@ extension CoordinatorState {
             }
         case .fanout(_, _, _, let aggregation):
             Self.aggregate(asked, aggregation, into: &document)
+        case .asks(_, _, let aggregation):
+            Self.aggregate(asked, aggregation, into: &document, comparing: Self.replyKey)
         case .plan:
             document.resultJSON = RoundDocument.stepResults(asked)
             // The error that stopped the plan, not a step skipped because of it.
@@ -38,9 +40,12 @@ extension CoordinatorState {
         return document
     }
 
-    /// all: every result in agent order; first: the winner's; majority: the value most agents returned.
+    /// all: every result in agent order; first: the winner's; majority: the value most agents returned, compared
+    /// by `comparing` (as canonical JSON unless told otherwise; an asks body compares replies trimmed and
+    /// lower-cased). A majority's result is that of the first agent of its group.
     static func aggregate(
-        _ asked: [RoundDocument.Invocation], _ mode: RoundSpec.Aggregation, into document: inout RoundDocument
+        _ asked: [RoundDocument.Invocation], _ mode: RoundSpec.Aggregation, into document: inout RoundDocument,
+        comparing key: (RoundDocument.Invocation) -> [UInt8] = { ($0.resultJSON ?? .value(.null)).canonicalBytes }
     ) {
         let succeeded = asked.filter { $0.status == .ok }
         switch mode {
@@ -59,11 +64,12 @@ extension CoordinatorState {
             document.agent = winner.id
             document.resultJSON = winner.resultJSON ?? .value(.null)
         case .majority:
-            // Results compared as canonical JSON: the serialized form sorts keys and spells numbers one way.
+            // By default results compared as canonical JSON: the serialized form sorts keys and spells numbers one
+            // way.
             var groups: [[UInt8]: RoundDocument.Vote.Group] = [:]
             for invocation in succeeded {
                 let json = invocation.resultJSON ?? .value(.null)
-                groups[json.canonicalBytes, default: .init(result: json.value, agents: [])].agents.append(invocation.id)
+                groups[key(invocation), default: .init(result: json.value, agents: [])].agents.append(invocation.id)
             }
             // Most votes first; equal votes by the name of each group's first agent (every group has one).
             let split = groups.values.sorted {

@@ -1,7 +1,8 @@
 /// What a round will run, checked against the registry before anything starts (PROTOCOL §3.5.2).
 extension CoordinatorState {
     /// The invocations a round will make, checked against the registry: nothing runs if one is impossible.
-    func plannedInvocations(_ spec: RoundSpec) throws(SkillbusError) -> [RoundInvocation] {
+    /// Mutating only because finding who would take an ask moves the rotation among equally loaded agents.
+    mutating func plannedInvocations(_ spec: RoundSpec) throws(SkillbusError) -> [RoundInvocation] {
         func offered(_ skill: String) throws(SkillbusError) {
             guard workers.offers(skill) else {
                 let list = workers.offeredSkills.joined(separator: ", ")
@@ -41,7 +42,17 @@ extension CoordinatorState {
             try checkSteps(steps)
             return steps.map {
                 RoundInvocation(
-                    id: $0.id, skill: $0.skill, target: nil, parameters: $0.parameters, after: $0.dependencies)
+                    id: $0.id, skill: $0.skill, target: nil, parameters: $0.parameters, after: $0.dependencies,
+                    ask: $0.ask)
+            }
+        case .ask(let ask):
+            if let problem = askProblem(ask.target) { throw problem }
+            return [RoundInvocation(id: ask.target.text, skill: "", target: nil, parameters: [:], after: [], ask: ask)]
+        case .asks(let group, let message, _):
+            return try askedAgents(group).map {
+                RoundInvocation(
+                    id: $0, skill: "", target: nil, parameters: [:], after: [],
+                    ask: AskStep(target: .agent($0), message: MessageText(message)))
             }
         }
     }
@@ -50,9 +61,18 @@ extension CoordinatorState {
     /// earlier step's result is checked when it is resolved). One problem keeps its own error; several are
     /// one error that lists them all: `unknown_skill` when each is a skill nobody offers (so that the startup
     /// grace waits for them), else `invalid_round`.
-    func checkSteps(_ steps: [PlanStep]) throws(SkillbusError) {
+    mutating func checkSteps(_ steps: [PlanStep]) throws(SkillbusError) {
         var problems: [SkillbusError] = []
         for step in steps {
+            if let ask = step.ask {
+                if let problem = askProblem(ask.target) {
+                    var details = problem.details?.objectValue ?? [:]
+                    details["step"] = .string(step.id)
+                    problems.append(
+                        SkillbusError(problem.code, "plan step '\(step.id)': \(problem.message)", details: .object(details)))
+                }
+                continue
+            }
             guard let descriptor = ledger.registry.skills[step.skill]?.descriptor, workers.offers(step.skill) else {
                 let list = workers.offeredSkills.joined(separator: ", ")
                 problems.append(
@@ -71,13 +91,22 @@ extension CoordinatorState {
                         details: ["step": .string(step.id), "problems": .array(found.map { .string($0) })]))
             }
         }
+        try Self.throwAll(problems, in: "the plan")
+    }
+
+    /// One problem keeps its own error; several are one error that lists them all: `unknown_skill` when each is
+    /// a skill nobody offers (so that the startup grace waits for them), `unknown_agent` when each is an agent
+    /// or role nobody plays, else `invalid_round`.
+    static func throwAll(_ problems: [SkillbusError], in what: String) throws(SkillbusError) {
         guard problems.count > 1 else {
             if let only = problems.first { throw only }
             return
         }
+        let code = problems[0].code
+        let kept = (code == .unknownSkill || code == .unknownAgent) && problems.allSatisfy { $0.code == code }
         throw SkillbusError(
-            problems.allSatisfy { $0.code == .unknownSkill } ? .unknownSkill : .invalidRound,
-            "the plan has \(problems.count) problems: " + problems.map(\.message).joined(separator: "; "),
+            kept ? code : .invalidRound,
+            "\(what) has \(problems.count) problems: " + problems.map(\.message).joined(separator: "; "),
             details: .array(problems.map(\.json)))
     }
 }

@@ -92,7 +92,7 @@ extension CoordinatorState {
         run.retries = accepted.retries
         run.priority = accepted.priority
         run.noCache = accepted.noCache
-        if case .plan(let steps, _) = spec { run.hasReferences = steps.contains { $0.parameters.containsReference } }
+        if case .plan(let steps, _) = spec { run.hasReferences = steps.contains { !$0.references.isEmpty } }
         rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = []
         if publishesRoundEvents {
@@ -157,6 +157,9 @@ extension CoordinatorState {
 
     /// Sends one invocation of a round on its way: shared with an identical one, or dispatched.
     mutating func start(_ roundKey: ByteKey, _ index: Int, now: UInt64) -> [CoordinatorAction] {
+        if let ask = rounds.updateRunning(roundKey, { $0.invocations[index].ask }) {
+            return startAsk(roundKey, index, ask, now: now)
+        }
         let (invocation, resolution, run) = rounds.updateRunning(roundKey) { run in
             run.invocations[index].record.status = .running
             let invocation = run.invocations[index]
@@ -258,7 +261,7 @@ extension CoordinatorState {
         switch spec {
         case .plan(_, let continueOnFailure):
             if record.status != .ok && !continueOnFailure { rounds.updateRunning(roundKey) { $0.stopped = true } }
-        case .fanout(_, _, _, .first):
+        case .fanout(_, _, _, .first), .asks(_, _, .first):
             if record.status == .ok {
                 rounds.updateRunning(roundKey) { $0.stopped = true }
                 actions += cancelLosers(roundKey, now: now)
@@ -274,7 +277,8 @@ extension CoordinatorState {
     mutating func cancelLosers(_ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
         guard let run = rounds[roundKey] else { return [] }
         let cancelled = Self.cancelledError("another agent answered first", .lostRace)
-        var actions: [CoordinatorAction] = []
+        // An asks body's losers are turns.
+        var actions = stopAsks(roundKey, cancelled, now: now)
         for running in requests.answerRunning(where: { $0.isStep(of: roundKey) }) {
             // Announced before its outcome, so the feed reads: cancelled, then done, then the round.
             actions += sendCancel(running, reason: .lostRace, now: now)

@@ -14,7 +14,7 @@ extension RoundDocument {
     func write(to out: inout [UInt8]) {
         var members = MemberWriter()
         out.append(UInt8(ascii: "{"))
-        if shape == "invoke" || agent != nil { members.string("agent", agent, to: &out) }
+        if Self.alwaysNamesAgent(shape) || agent != nil { members.string("agent", agent, to: &out) }
         if let vote { members.value("aggregate", vote.json, to: &out) }
         members.number("durationMs", durationMs, to: &out)
         members.value("error", error?.json, to: &out)
@@ -45,6 +45,9 @@ extension RoundDocument.Invocation {
         var members = MemberWriter()
         out.append(UInt8(ascii: "{"))
         members.string("agent", agent, to: &out)
+        if let asked {
+            members.value("ask", ["to": .string(asked.text), "message": message.map { .string($0) } ?? .null], to: &out)
+        }
         if !attempts.isEmpty { members.value("attempts", .array(attempts.map(\.json)), to: &out) }
         if cached { members.value("cached", true, to: &out) }
         members.value("deduplicated", .bool(deduplicated), to: &out)
@@ -57,6 +60,7 @@ extension RoundDocument.Invocation {
         members.string("reusedFrom", reusedFrom, to: &out)
         members.string("skill", skill, to: &out)
         members.string("status", status.documentName, to: &out)
+        if asked != nil { members.value("turn", turn, to: &out) }
         out.append(UInt8(ascii: "}"))
     }
 }

@@ -32,6 +32,11 @@ public struct RoundDocument: Sendable, Equatable {
         public var attempts: [Attempt] = []
         /// Answered from the bus's result cache (PROTOCOL §4.16): it did not run in this round.
         public var cached = false
+        /// An ask of a team round (its `skill` is empty): whom it asked, the message as sent, and the turn
+        /// document (§5.18) of the turn that answered, when one did.
+        public var asked: AgentTarget?
+        public var message: String?
+        public var turn: JSONValue?
 
         public init(
             id: String, skill: String, agent: String? = nil, status: InvocationStatus = .waiting, durationMs: Double = 0,
@@ -125,7 +130,7 @@ public struct RoundDocument: Sendable, Equatable {
     }
 
     public var round: String
-    /// `invoke`, `fanout` or `plan`; nil when the round was refused before its shape was known.
+    /// `invoke`, `fanout`, `plan`, `ask` or `asks`; nil when the round was refused before its shape was known.
     public var shape: String?
     public var status: ReplyStatus
     public var result: JSONValue {
@@ -135,7 +140,7 @@ public struct RoundDocument: Sendable, Equatable {
     /// The result as the document holds it: the bus writes an aggregate of its invocations' results once.
     var resultJSON: DocumentJSON = .value(.null)
     public var error: SkillbusError?
-    /// `invoke`: the agent that ran it; fan-out `first`: the winner.
+    /// `invoke` and `ask`: the agent that ran it; fan-out and asks `first`: the winner.
     public var agent: String?
     public var vote: Vote?
     public var durationMs: Double
@@ -233,6 +238,10 @@ extension RoundDocument.Invocation {
         if outputTruncated { object["outputTruncated"] = true }
         if !attempts.isEmpty { object["attempts"] = .array(attempts.map(\.json)) }
         if cached { object["cached"] = true }
+        if let asked {
+            object["ask"] = ["to": .string(asked.text), "message": message.map { .string($0) } ?? .null]
+            object["turn"] = turn ?? .null
+        }
         return .object(object)
     }
 
@@ -254,6 +263,14 @@ extension RoundDocument.Invocation {
         }
         outputTruncated = reader.optional("outputTruncated")?.boolValue ?? false
         cached = reader.optional("cached")?.boolValue ?? false
+        if let ask = reader.optional("ask") {
+            guard let to = ask["to"]?.stringValue.flatMap(AgentTarget.init) else {
+                throw reader.problem("'ask' needs 'to', an agent or role:NAME")
+            }
+            asked = to
+            message = ask["message"]?.stringValue
+            turn = reader.optional("turn").flatMap { $0 == .null ? nil : $0 }
+        }
     }
 }
 
@@ -315,11 +332,14 @@ extension RoundDocument {
             "result": result, "error": error?.json ?? .null, "durationMs": .number(durationMs),
             "invocations": .array(invocations.map(\.json)), "summary": summary.json,
         ]
-        if shape == "invoke" || agent != nil { object["agent"] = agent.map { .string($0) } ?? .null }
+        if Self.alwaysNamesAgent(shape) || agent != nil { object["agent"] = agent.map { .string($0) } ?? .null }
         if let vote { object["aggregate"] = vote.json }
         if stored { object["stored"] = true }
         return .object(object)
     }
+
+    /// Shapes of one invocation, whose document names its agent (`null` when none took it).
+    static func alwaysNamesAgent(_ shape: String?) -> Bool { shape == "invoke" || shape == "ask" }
 
     /// A kept document's bytes as the bus sends them again: with `"stored": true` (keys stay in order).
     static func markedStored(_ document: [UInt8]) -> [UInt8] {

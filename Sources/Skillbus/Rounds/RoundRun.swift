@@ -91,6 +91,10 @@ struct RoundInvocation: Sendable {
     /// made once for all the invocations of a fan-out.
     let serializedParameters: [UInt8]?
     let after: [String]
+    /// An ask of a team round: it runs as a turn the bus starts (CoordinatorState+TeamRounds), not an INVOKE.
+    let ask: AskStep?
+    /// When its turn started (an ask).
+    var started: UInt64 = 0
     /// A client REQUEST made inside the round (a skill's sub-call), answered to that request id.
     var subCallRequest: [UInt8]?
     /// The execution it joined, while it waits for an identical invocation's outcome.
@@ -100,14 +104,16 @@ struct RoundInvocation: Sendable {
 
     init(
         id: String, skill: String, target: String?, parameters: JSONValue, serializedParameters: [UInt8]? = nil,
-        after: [String]
+        after: [String], ask: AskStep? = nil
     ) {
+        self.ask = ask
         self.skill = skill
         self.target = target
         self.parameters = parameters
         self.serializedParameters = serializedParameters
         self.after = after
         record = RoundDocument.Invocation(id: id, skill: skill)
+        record.asked = ask?.target
     }
 
     var id: String { record.id }

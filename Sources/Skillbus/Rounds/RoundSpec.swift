@@ -1,10 +1,17 @@
-/// What a ROUND asks for: one invocation, one skill on several agents, or a plan of steps. Parsed and
-/// checked before anything runs, so a bad plan executes nothing.
+/// What a ROUND asks for: one invocation, one skill on several agents, a plan of steps, or agents' turns (a
+/// team round: one agent asked, or several asked the same message). Parsed and checked before anything
+/// runs, so a bad plan executes nothing.
 public enum RoundSpec: Sendable, Equatable {
     case invoke(skill: String, parameters: JSONValue)
     /// `agents` nil: every live provider.
     case fanout(skill: String, parameters: JSONValue, agents: [String]?, aggregate: Aggregation)
+    /// Steps that run skills or ask agents (`PlanStep.ask`).
     case plan(steps: [PlanStep], continueOnFailure: Bool)
+    /// One agent or role asked a message: a turn of the round.
+    case ask(AskStep)
+    /// Several agents asked the same message, their replies aggregated (`majority` compares them trimmed and
+    /// lower-cased).
+    case asks(AgentGroup, message: String, aggregate: Aggregation)
 
     public enum Aggregation: String, Sendable, CaseIterable {
         /// Every agent's result, in agent order.
@@ -19,15 +26,16 @@ public enum RoundSpec: Sendable, Equatable {
     public var skill: String? {
         switch self {
         case .invoke(let skill, _), .fanout(let skill, _, _, _): skill
-        case .plan: nil
+        case .plan, .ask, .asks: nil
         }
     }
 
-    /// Every skill the round names (a plan's steps may name one more than once).
+    /// Every skill the round names (a plan's steps may name one more than once); not those its agents call.
     public var skills: [String] {
         switch self {
         case .invoke(let skill, _), .fanout(let skill, _, _, _): [skill]
-        case .plan(let steps, _): steps.map(\.skill)
+        case .plan(let steps, _): steps.filter { $0.ask == nil }.map(\.skill)
+        case .ask, .asks: []
         }
     }
 
@@ -36,11 +44,14 @@ public enum RoundSpec: Sendable, Equatable {
         case .invoke: "invoke"
         case .fanout: "fanout"
         case .plan: "plan"
+        case .ask: "ask"
+        case .asks: "asks"
         }
     }
 
-    /// The ROUND body: `{"invoke": {"skill", "params"}}`, `{"fanout": {"skill", "params", "agents", "aggregate"}}`
-    /// or `{"plan": {"steps": [...], "onFailure": "stop" | "continue"}}`.
+    /// The ROUND body: `{"invoke": {"skill", "params"}}`, `{"fanout": {"skill", "params", "agents", "aggregate"}}`,
+    /// `{"plan": {"steps": [...], "onFailure": "stop" | "continue"}}`, `{"ask": {"agent" | "role", "message"}}`
+    /// or `{"asks": {"agents" | "role", "message", "aggregate"}}`.
     public var json: JSONValue {
         switch self {
         case .invoke(let skill, let parameters):
@@ -55,13 +66,18 @@ public enum RoundSpec: Sendable, Equatable {
             ]
         case .plan(let steps, let continueOnFailure):
             return ["plan": ["steps": .array(steps.map(\.json)), "onFailure": continueOnFailure ? "continue" : "stop"]]
+        case .ask(let ask):
+            return ["ask": ask.json]
+        case .asks(let group, let message, let aggregate):
+            return Self.asksJSON(group, message, aggregate)
         }
     }
 
     /// Parses a ROUND body; every problem is an `invalid_round` error naming what is wrong.
     public init(json: JSONValue, stepLimit: Int) throws(SkillbusError) {
         guard let object = json.objectValue, object.count == 1, let (shape, body) = object.first else {
-            throw Self.invalid("a round body is one of {\"invoke\": …}, {\"fanout\": …} or {\"plan\": …}")
+            throw Self.invalid(
+                "a round body is one of {\"invoke\": …}, {\"fanout\": …}, {\"plan\": …}, {\"ask\": …} or {\"asks\": …}")
         }
         guard body.objectValue != nil else { throw Self.invalid("the value of '\(shape)' must be an object") }
         func parameters(_ value: JSONValue?, _ what: String) throws(SkillbusError) -> JSONValue {
@@ -124,10 +140,17 @@ public enum RoundSpec: Sendable, Equatable {
                     }
                 }
                 do throws(SkillbusError) {
-                    steps.append(
-                        PlanStep(
-                            id: id, skill: try skill(item["skill"], what),
-                            parameters: try parameters(item["params"], what), after: after))
+                    switch (item["skill"], item["ask"]) {
+                    case (_, nil):
+                        steps.append(
+                            PlanStep(
+                                id: id, skill: try skill(item["skill"], what),
+                                parameters: try parameters(item["params"], what), after: after))
+                    case (nil, let ask?):
+                        steps.append(PlanStep(id: id, ask: try AskStep(json: ask, what), after: after))
+                    case (_?, _?):
+                        throw Self.invalid("\(what): a step has a 'skill' or an 'ask', not both")
+                    }
                 } catch {
                     problems.append(error.message)
                 }
@@ -145,8 +168,12 @@ public enum RoundSpec: Sendable, Equatable {
                         details: .array(problems.map { .string($0) }))
             }
             self = .plan(steps: steps, continueOnFailure: failure == "continue")
+        case "ask":
+            self = try Self.parseAsk(body)
+        case "asks":
+            self = try Self.parseAsks(body)
         default:
-            throw Self.invalid("unknown round shape '\(shape)' (expected invoke, fanout or plan)")
+            throw Self.invalid("unknown round shape '\(shape)' (expected invoke, fanout, plan, ask or asks)")
         }
     }
 
@@ -188,12 +215,14 @@ public enum RoundSpec: Sendable, Equatable {
     }
 }
 
-/// One step of a plan.
+/// One step of a plan: a skill to run, or an agent to ask (then `skill` is empty and `ask` set).
 public struct PlanStep: Sendable, Equatable {
     public var id: String
     public var skill: String
     /// May hold references to earlier results: `{"$ref": "STEP.result.PATH"}` (see `Reference`).
     public var parameters: JSONValue
+    /// An ask step: whom it asks, and the message (which may refer to earlier results too).
+    public var ask: AskStep?
     public var after: [String]
 
     public init(id: String, skill: String, parameters: JSONValue = [:], after: [String] = []) {
@@ -203,11 +232,19 @@ public struct PlanStep: Sendable, Equatable {
         self.after = after
     }
 
-    public var json: JSONValue {
-        ["id": .string(id), "skill": .string(skill), "params": parameters, "after": .array(after.map { .string($0) })]
+    public init(id: String, ask: AskStep, after: [String] = []) {
+        self.init(id: id, skill: "", after: after)
+        self.ask = ask
     }
 
-    /// Every `{"$ref": …}` in the parameters.
+    public var json: JSONValue {
+        if let ask { return ["id": .string(id), "ask": ask.json, "after": .array(after.map { .string($0) })] }
+        return [
+            "id": .string(id), "skill": .string(skill), "params": parameters, "after": .array(after.map { .string($0) }),
+        ]
+    }
+
+    /// Every `{"$ref": …}` in the parameters, or in an ask's message.
     var references: [Reference] {
         var found: [Reference] = []
         func walk(_ value: JSONValue) {
@@ -216,95 +253,11 @@ public struct PlanStep: Sendable, Equatable {
             if let array = value.arrayValue { for item in array { walk(item) } }
         }
         walk(parameters)
-        return found
+        return found + (ask?.message.references ?? [])
     }
 
     /// `after` plus the steps its references read.
     var dependencies: [String] { Array(Set(after + references.map(\.step))) }
-}
-
-/// `{"$ref": "STEP.result.PATH"}`: the result of step STEP, as its result form (§5.5: `{"type": "text",
-/// "text": …}` or `{"type": "json", "json": …}`), then PATH into it, dot-separated; array elements by
-/// index. `fetch.result.text` is a text result's text; `stats.result.json.words` a field of a JSON result;
-/// `fetch.result` the whole result form.
-struct Reference: Sendable, Equatable {
-    let text: String
-    let step: String
-    let path: [String]
-
-    init?(_ value: JSONValue) {
-        guard let object = value.objectValue, object.count == 1, let text = object["$ref"]?.stringValue else {
-            return nil
-        }
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
-        self.text = text
-        step = parts[0]
-        path = parts.count > 1 && parts[1] == "result" ? Array(parts.dropFirst(2)) : Array(parts.dropFirst(1))
-    }
-
-    /// The referenced value, or why there is none.
-    func resolve(in result: JSONValue) -> Result<JSONValue, SkillbusError> {
-        var value = result
-        for (depth, key) in path.enumerated() {
-            let here = ([step, "result"] + path.prefix(depth)).joined(separator: ".")
-            if let object = value.objectValue, let next = object[key] {
-                value = next
-            } else if let array = value.arrayValue, let index = Int(key), array.indices.contains(index) {
-                value = array[index]
-            } else {
-                return .failure(
-                    SkillbusError(
-                        .invalidParameters,
-                        "reference '\(text)': \(here) has no '\(key)' (it is \(value.typeName): \(value.jsonString.prefix(200)))",
-                        details: ["reference": .string(text), "missing": .string(key)]))
-            }
-        }
-        return .success(value)
-    }
-}
-
-extension JSONValue {
-    /// Whether a `{"$ref": …}` stands anywhere in this value.
-    var containsReference: Bool {
-        if Reference(self) != nil { return true }
-        switch self {
-        case .object(let object): return object.values.contains { $0.containsReference }
-        case .array(let array): return array.contains { $0.containsReference }
-        default: return false
-        }
-    }
-
-    /// This value with every `{"$ref": …}` replaced by what it names in `results` (step id → result form).
-    func resolvingReferences(_ results: [String: JSONValue]) -> Result<JSONValue, SkillbusError> {
-        if let reference = Reference(self) {
-            guard let result = results[reference.step] else {
-                return .failure(SkillbusError(.invalidParameters, "reference '\(reference.text)': step has no result"))
-            }
-            return reference.resolve(in: result)
-        }
-        switch self {
-        case .object(let object):
-            var resolved: [String: JSONValue] = [:]
-            for (key, value) in object {
-                switch value.resolvingReferences(results) {
-                case .success(let value): resolved[key] = value
-                case .failure(let error): return .failure(error)
-                }
-            }
-            return .success(.object(resolved))
-        case .array(let array):
-            var resolved: [JSONValue] = []
-            for value in array {
-                switch value.resolvingReferences(results) {
-                case .success(let value): resolved.append(value)
-                case .failure(let error): return .failure(error)
-                }
-            }
-            return .success(.array(resolved))
-        default:
-            return .success(self)
-        }
-    }
 }
 
 extension RoundSpec {

@@ -134,6 +134,7 @@ extension CoordinatorState {
             var details = error.details?.objectValue ?? [:]
             details["turn"] = transcript
             let failure = SkillbusError(error.code, error.message, details: .object(details))
+            if entry.roundStep != nil { return actions + askEnded(entry, .error(failure), now: now) }
             return actions + [.toClient(entry.client, .turn(requestID: entry.requestID, agent: entry.agent, .error(failure)))]
         }
         guard standing.handoffs < settings.delegationDepthLimit else {
