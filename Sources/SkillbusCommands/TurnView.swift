@@ -15,9 +15,14 @@ final class TurnView: Sendable {
         FileHandle.standardOutput.write(Data(text.utf8))  // unbuffered, so each piece shows as it comes
     }
 
-    func show(_ agent: String, _ progress: TurnProgress) {
+    func show(_ agent: String, _ progress: TurnProgress) { show(agent, progress, indent: "") }
+
+    /// A nested turn's lines go under the step that asked for it, four spaces deeper for each level.
+    private func show(_ agent: String, _ progress: TurnProgress, indent: String) {
         let line: String
         switch progress {
+        case .nested(let depth, let inner):
+            return show(agent, inner, indent: String(repeating: "    ", count: depth))
         case .state(.executingSkill(let skill), let parameters):
             line = "\(agent): executingSkill \(skill) \(Self.brief(parameters ?? [:], 60))"
         case .state(.failed(let reason), _):
@@ -32,13 +37,16 @@ final class TurnView: Sendable {
             }
             let ranOn = call.agent.isEmpty ? "not run" : "on \(call.agent), " + String(format: "%.1f ms", call.durationMs)
             let mark = if case .success = call.outcome { "✓" } else { "✗" }
-            line = "  \(mark) \(call.skill) \(Self.brief(.object(call.parameters), 60)) \(ranOn) → \(outcome)"
+            let what =
+                call.asked.map { "ask \($0.text) \(Self.brief(call.parameters["message"] ?? "", 60))" }
+                ?? "\(call.skill) \(Self.brief(.object(call.parameters), 60))"
+            line = "  \(mark) \(what) \(ranOn) → \(outcome)"
         }
         if midLine.withLock({ $0 }) {
             midLine.withLock { $0 = false }
             FileHandle.standardOutput.write(Data("\n".utf8))
         }
-        printError(line)
+        printError(indent + line)
     }
 
     /// Parameters as `key=value` pairs, cut to `limit` characters.

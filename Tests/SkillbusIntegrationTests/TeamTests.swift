@@ -1,6 +1,7 @@
 import Foundation
 import Skillbus
 import SkillbusZMQ
+import Synchronization
 import Testing
 
 /// Teams of agents with real processes (PROTOCOL §3.7.1, §3.7.2): roles, an agent asking another inside its
@@ -74,8 +75,15 @@ struct TeamTests {
         defer { cluster.terminate() }
         let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
         defer { client.close() }
-        let (agent, document) = try await client.ask("review Skillbus runs agents", sessionID: "team-1")
+        // The client follows the nested turn too, one level deeper, as it runs.
+        let followed = Mutex<[String]>([])
+        let (agent, document) = try await client.ask("review Skillbus runs agents", sessionID: "team-1", onProgress: { agent, progress in
+            if case .nested(let depth, .state(let state, _)) = progress {
+                followed.withLock { $0.append("\(depth) \(agent) \(state.name)") }
+            }
+        })
         #expect(agent == "lead" && document["role"] == "lead")  // the default agent, by role
+        #expect(followed.withLock { $0 }.first == "1 critic thinking" && followed.withLock { $0 }.last == "1 critic completed")
         #expect(document["reply"] == "3 words\ncritic: 3 words, add an example")
         let asked = try #require(document["calls"]?.arrayValue?.last)
         #expect(asked["ask"]?["to"] == "role:critic" && asked["agent"] == "critic" && asked["status"] == "ok")

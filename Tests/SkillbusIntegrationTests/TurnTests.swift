@@ -56,6 +56,7 @@ struct TurnTests {
             case .call(let call):
                 let status = (try? call.outcome.get()) == nil ? "error" : "ok"
                 line = "call \(call.skill) on \(call.agent) \(status)"
+            case .nested: line = "nested"
             }
             followed.withLock { $0.append(line) }
         }

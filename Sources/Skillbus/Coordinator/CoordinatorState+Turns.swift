@@ -125,11 +125,29 @@ extension CoordinatorState {
             turn.depth = standing.depth
         }
         var actions: [CoordinatorAction] = [.publish(.turnState(agent: agent, state: state, turn: turn))]
-        if let entry = turns.turn(turn.turn, of: peer), entry.progress {
+        if let follower = follower(of: turn.turn, on: peer) {
+            let progress = TurnProgress.state(state, parameters: turn.parameters)
             actions.append(
-                .toClient(entry.client, .progress(requestID: entry.requestID, agent: agent, .state(state, parameters: turn.parameters))))
+                .toClient(
+                    follower.client,
+                    .progress(
+                        requestID: follower.requestID, agent: agent,
+                        follower.depth > 0 ? .nested(depth: follower.depth, progress) : progress)))
         }
         return actions
+    }
+
+    /// Who follows turn `turnID` as it runs: the client of its ASK when it asked for progress, or, for a nested
+    /// turn, the client of the outermost turn above it when that one did (and the depth to show it at).
+    private func follower(of turnID: String, on peer: PeerID) -> (client: PeerID, requestID: String, depth: Int)? {
+        guard let entry = turns.turn(turnID, of: peer) else { return nil }
+        guard let standing = turns.standing(of: turnID), standing.parent != nil else {
+            return entry.progress ? (entry.client, entry.requestID, 0) : nil
+        }
+        guard let outermost = turns.ancestry(of: turnID).last, let root = turns.turn(outermost.id), root.progress,
+            root.roundStep == nil
+        else { return nil }
+        return (root.client, root.requestID, standing.depth)
     }
 
     /// STEP: a call of the turn ended; on the feed, and to the client when it follows the turn.
@@ -138,8 +156,14 @@ extension CoordinatorState {
         var actions: [CoordinatorAction] = [
             .publish(.turnCall(agent: entry.agent, turn: TurnRef(session: entry.session, turn: turnID), call: call))
         ]
-        if entry.progress {
-            actions.append(.toClient(entry.client, .progress(requestID: entry.requestID, agent: entry.agent, .call(call))))
+        if let follower = follower(of: turnID, on: peer) {
+            let progress = TurnProgress.call(call)
+            actions.append(
+                .toClient(
+                    follower.client,
+                    .progress(
+                        requestID: follower.requestID, agent: entry.agent,
+                        follower.depth > 0 ? .nested(depth: follower.depth, progress) : progress)))
         }
         return actions
     }

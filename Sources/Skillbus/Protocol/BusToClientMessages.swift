@@ -125,18 +125,9 @@ public enum BusToClientMessage: Sendable, Equatable {
                 + answer.frames
         case .stream(let requestID, let text):
             [Wire.clientHeaderBytes, Wire.Command.stream.frame, Array(requestID.utf8), Array(text.utf8)]
-        case .progress(let requestID, let agent, .state(let state, let parameters)):
-            [
-                Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8),
-                Array("state".utf8),
-                state.json(in: TurnRef(session: "", turn: "", parameters: parameters)).serialized(),
-            ]
-        case .progress(let requestID, let agent, .call(let call)):
-            [
-                Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8),
-                Array("call".utf8),
-                call.json.serialized(),
-            ]
+        case .progress(let requestID, let agent, let progress):
+            [Wire.clientHeaderBytes, Wire.Command.progress.frame, Array(requestID.utf8), Array(agent.utf8)]
+                + Self.progressFields(progress, depth: 0)
         case .confirm(let requestID, let confirmationID, let skill, let parameters):
             [
                 Wire.clientHeaderBytes, Wire.Command.confirm.frame, Array(requestID.utf8), Array(confirmationID.utf8),
@@ -219,14 +210,16 @@ public enum BusToClientMessage: Sendable, Equatable {
             try Wire.expectFields(message, 6, "PROGRESS")
             let (requestID, agent) = (try Wire.text(message, 2, "request id"), try Wire.text(message, 3, "agent"))
             let body = try Wire.json(message, 5, "progress")
+            let progress: TurnProgress
             switch try Wire.text(message, 4, "kind") {
-            case "state":
-                return .progress(
-                    requestID: requestID, agent: agent, .state(try AgentState(json: body), parameters: body["parameters"]))
-            case "call": return .progress(requestID: requestID, agent: agent, .call(try TurnCall(json: body)))
+            case "state": progress = .state(try AgentState(json: body), parameters: body["parameters"])
+            case "call": progress = .call(try TurnCall(json: body))
             case let kind:
                 throw SkillbusError(.malformedMessage, "field 4 (kind) must be state or call, not '\(kind.prefix(32))'")
             }
+            // A nested turn's progress says how deep it is.
+            let depth = body["depth"]?.intValue ?? 0
+            return .progress(requestID: requestID, agent: agent, depth > 0 ? .nested(depth: depth, progress) : progress)
         case .confirm:
             try Wire.expectFields(message, 6, "CONFIRM")
             return .confirm(
@@ -245,5 +238,24 @@ public enum BusToClientMessage: Sendable, Equatable {
         default:
             throw Wire.unknownCommand(message, role: "bus", expected: commands)
         }
+    }
+}
+
+extension BusToClientMessage {
+    /// PROGRESS fields 4 and 5: the kind and the body, with `depth` for a nested turn's.
+    static func progressFields(_ progress: TurnProgress, depth: Int) -> [[UInt8]] {
+        var body: [String: JSONValue]
+        let kind: String
+        switch progress {
+        case .nested(let depth, let inner): return progressFields(inner, depth: depth)
+        case .state(let state, let parameters):
+            kind = "state"
+            body = state.json(in: TurnRef(session: "", turn: "", parameters: parameters)).objectValue ?? [:]
+        case .call(let call):
+            kind = "call"
+            body = call.json.objectValue ?? [:]
+        }
+        if depth > 0 { body["depth"] = .number(Double(depth)) }
+        return [Array(kind.utf8), JSONValue.object(body).serialized()]
     }
 }

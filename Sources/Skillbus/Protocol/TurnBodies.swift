@@ -94,10 +94,11 @@ public struct TurnCall: Sendable, Equatable {
 }
 
 /// What a client that asked for it hears while its turn runs (PROGRESS, §3.2): each state as it happens,
-/// and each call as it ends.
+/// and each call as it ends — also of the turns nested under it (another agent's, `depth` deep).
 public enum TurnProgress: Sendable, Equatable {
     case state(AgentState, parameters: JSONValue?)
     case call(TurnCall)
+    indirect case nested(depth: Int, TurnProgress)
 }
 
 /// A client asks an agent to take a turn: answer `message`, calling skills as its planner decides
