@@ -25,6 +25,8 @@ final class TurnView: Sendable {
             return show(agent, inner, indent: String(repeating: "    ", count: depth))
         case .state(.executingSkill(let skill), let parameters):
             line = "\(agent): executingSkill \(skill) \(Self.brief(parameters ?? [:], 60))"
+        case .state(.delegating(let target), _):
+            line = "\(agent): delegating to \(target)"
         case .state(.failed(let reason), _):
             line = "\(agent): failed (\(reason))"
         case .state(let state, _):
@@ -38,7 +40,7 @@ final class TurnView: Sendable {
             let ranOn = call.agent.isEmpty ? "not run" : "on \(call.agent), " + String(format: "%.1f ms", call.durationMs)
             let mark = if case .success = call.outcome { "✓" } else { "✗" }
             let what =
-                call.asked.map { "ask \($0.text) \(Self.brief(call.parameters["message"] ?? "", 60))" }
+                call.asked.map { "ask \($0.text) \"\(Self.brief(call.parameters["message"]?.stringValue ?? "", 60))\"" }
                 ?? "\(call.skill) \(Self.brief(.object(call.parameters), 60))"
             line = "  \(mark) \(what) \(ranOn) → \(outcome)"
         }
