@@ -176,6 +176,7 @@ public enum AskCommand: SkillbusCommand {
             } else {
                 if streamed.withLock({ $0 }) { print("") }
                 if live {
+                    if let handedOver = document["handedOverBy"] { printError(handoffLine(handedOver, to: agent)) }
                     if !streamed.withLock({ $0 }), let reply = document["reply"]?.stringValue { print(reply) }
                 } else {
                     render(document, agent: agent, printReply: !streamed.withLock { $0 })
@@ -195,6 +196,11 @@ public enum AskCommand: SkillbusCommand {
         }
     }
 
+    /// `↪ lead handed over to support: the note`.
+    static func handoffLine(_ handedOver: JSONValue, to agent: String) -> String {
+        "↪ \(handedOver["agent"]?.stringValue ?? "?") handed over to \(agent): \(handedOver["note"]?.stringValue ?? "")"
+    }
+
     /// The calls and states on standard error, the reply on standard output. A turn handed over shows the
     /// handing turn first; a call that asked another agent shows that agent's turn indented under it.
     static func render(_ document: JSONValue, agent: String, printReply: Bool = true, indent: String = "") {
@@ -202,9 +208,7 @@ public enum AskCommand: SkillbusCommand {
             if let earlier = handedOver["turn"], earlier != .null {
                 render(earlier, agent: earlier["agent"]?.stringValue ?? "", printReply: false, indent: indent)
             }
-            printError(
-                "\(indent)↪ \(handedOver["agent"]?.stringValue ?? "?") handed over to \(agent): "
-                    + (handedOver["note"]?.stringValue ?? ""))
+            printError(indent + handoffLine(handedOver, to: agent))
         }
         for call in document["calls"]?.arrayValue ?? [] {
             let ok = call["status"] == "ok"
