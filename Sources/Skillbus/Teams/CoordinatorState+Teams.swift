@@ -41,7 +41,9 @@ extension CoordinatorState {
             {
                 return .success(holder)
             }
-            if let configured = AgentTarget(settings.defaultAgent), case .success(let peer) = turnTaker(for: configured, session: session, now: now) {
+            if let configured = AgentTarget(settings.defaultAgent),
+                case .success(let peer) = turnTaker(for: configured, session: session, now: now)
+            {
                 return .success(peer)
             }
             // Never silently to an agent whose planner cannot answer now, while another can.
@@ -64,7 +66,7 @@ extension CoordinatorState {
         for offset in 0..<ordered.count {
             let peer = ordered[(start + offset) % ordered.count]
             let load = (workers[peer]?.inFlight ?? 0) + loads[peer, default: 0]
-            if best == nil || load < best!.load { best = (peer, load) }
+            if load < best?.load ?? .max { best = (peer, load) }
         }
         return best?.peer
     }
