@@ -3,6 +3,7 @@ agents ask it, it asks them, it hands over to them, and a team round asks all of
 
 import json
 import re
+import threading
 import time
 
 import pytest
@@ -226,8 +227,15 @@ def test_the_wire_of_a_python_turn(tmp_path):
     """READY with planner, role and description (§5.1); a TURN with a team field (§4.2) answered by STATEs
     of the turn, TURNEND with its document (§5.18), then the agent's own state; bad TURNs refused."""
     bus = FakeBus()
+    hold, seen_cancel = threading.Event(), threading.Event()
+
+    def planner(message, team, turn):
+        if hold.is_set() and turn.cancelled.wait(10):
+            seen_cancel.set()
+        return f"{message} from {team.caller}"
+
     worker = Worker("solo", coordinator=bus.endpoint, heartbeat_ms=200, replica=False, role="oracle",
-                    description="Replies", planner=lambda message, team, turn: f"{message} from {team.caller}")
+                    description="Replies", planner=planner)
     try:
         worker.start()
         ready = json.loads(bus.receive(b"READY")[2])
@@ -254,6 +262,16 @@ def test_the_wire_of_a_python_turn(tmp_path):
             separators=(",", ":")).encode()])
         bus.send(b"TURN", b"t4", b"r", b"s", b"5000", b"hi", b"", b"[1]")
         assert json.loads(bus.next_message()[1][2])["code"] == "malformed_message"
+
+        hold.set()  # the planner now waits for the turn's cancellation: the worker leaves meanwhile
+        bus.send(b"TURN", b"t5", b"r", b"", b"5000", b"hi", b"")
+        assert json.loads(bus.next_message()[1][0])["state"] == "thinking"
+        worker.stop()
+        failed, (command, (_, status, body)) = json.loads(bus.next_message()[1][0]), bus.next_message()
+        assert failed == {"reason": "agent 'solo' is shutting down", "session": "", "state": "failed", "turn": "t5"}
+        assert (command, status, json.loads(body)["code"]) == (b"TURNEND", b"error", "agent_lost")
+        assert bus.next_message() == (b"DISCONNECT", [])
+        assert seen_cancel.wait(5)
     finally:
         worker.stop()
         bus.close()

@@ -143,14 +143,15 @@ class AgentTurn:
         self.fail(SkillbusError("skill_failed",
                                 f"the planner returned {type(outcome).__name__}, not a reply (str) or a Handoff"))
 
-    def cancel(self) -> None:
-        """A CANCEL with this turn's id (§3.7): the turn stops and ends `cancelled` at once."""
+    def cancel(self, why: SkillbusError | None = None) -> None:
+        """A CANCEL with this turn's id (§3.7), or the worker leaving (`why`): the turn stops its calls and
+        ends at once, `cancelled` (or with `why`)."""
         self.cancelled.set()
         with self._lock:
             waiting = list(self._waiting)
         for call in waiting:
             call.cancel()
-        self.fail(SkillbusError("cancelled", "the turn was cancelled"))
+        self.fail(why or SkillbusError("cancelled", "the turn was cancelled"))
 
     def expire_if_due(self, now: float) -> None:
         """Ends the turn with `timeout` once its deadline passed, whatever its planner still does."""

@@ -166,7 +166,7 @@ class WorkerLoop:
         for inv in self._running.values():
             inv.cancelled.set()
         for turn in list(self._turns.values()):
-            turn.fail(SkillbusError("agent_lost", f"agent '{self.worker.name}' is shutting down"))
+            turn.cancel(SkillbusError("agent_lost", f"agent '{self.worker.name}' is shutting down"))
         if self._running and now < self._leave_by:
             return self._leave_by
         if self._registered:
