@@ -120,7 +120,7 @@ class Client:
                     no_cache: bool = False, on_output=None) -> Call:
         """Sends a ROUND and returns its `Call` at once; the round id is in `call.round_id`."""
         if not isinstance(body, dict) or len(body) != 1:
-            raise ValueError("a round body is an object with one key: invoke, fanout or plan")
+            raise ValueError("a round body is an object with one key: invoke, fanout, plan, ask or asks")
         shape, inner = next(iter(body.items()))
         inner = dict(inner)
         for key, value in (("priority", priority), ("retries", retries), ("noCache", no_cache or None)):
@@ -137,16 +137,20 @@ class Client:
 
     def ask(self, message: str, *, agent: str = "", session: str = "", round_id: str | None = None,
             timeout: float | None = None, progress: bool = False):
-        """Asks an agent with a planner to take a turn; returns the `Turn` (raises `TurnFailed`)."""
+        """Asks an agent (a name, `role:NAME`, or "" for the session's) to take a turn; returns the `Turn`
+        (raises `TurnFailed`)."""
         return self.start_ask(message, agent=agent, session=session, round_id=round_id, timeout=timeout,
                               progress=progress).result()
 
     def start_ask(self, message: str, *, agent: str = "", session: str = "", round_id: str | None = None,
-                  timeout: float | None = None, progress: bool = False) -> Call:
-        """Sends an ASK; `events()` of the call yields the reply's pieces (and `Progress` with `progress`)."""
+                  timeout: float | None = None, progress: bool = False, parent_turn: str = "") -> Call:
+        """Sends an ASK; `events()` of the call yields the reply's pieces (and `Progress` with `progress`).
+        `parent_turn` makes it a step of that running turn (field 9, §3.7.1: an agent delegating)."""
         timeout_ms = self._timeout_ms(timeout)
+        flag = b"progress" if progress else b""
+        optional = [flag, parent_turn.encode()] if parent_turn else [flag] if progress else []
         fields = [(round_id or new_round_id()).encode(), session.encode(), agent.encode(),
-                  str(timeout_ms).encode(), message.encode()] + ([b"progress"] if progress else [])
+                  str(timeout_ms).encode(), message.encode(), *optional]
         return self._start(b"ASK", fields, "ASK", timeout_ms / 1000 + 1, None)
 
     # --- listings and cancels --------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import inspect
+import re
 import signal
 import sys
 import threading
@@ -69,18 +70,31 @@ class Worker:
     else (`skill_failed`). Up to `capacity` invocations run at once, each on its own thread.
     The worker keeps a registry replica (`worker.replica`, §8) fed from the coordinator's feed.
     `coordinator` defaults to $SKILLBUS_COORDINATOR, else tcp://127.0.0.1:5555.
+
+    With a `planner` the worker takes turns (§3.7), in a team when it has a `role` (and a `description`
+    for other agents' planners, §5.1): `planner(message, team, turn)` gets the message, the
+    `TeamContext` and the `AgentTurn`, calls skills with `turn.call(skill, params)` and other agents
+    with `turn.ask(target, message)`, and returns the reply (a `str`) or a `Handoff(to, note)`.
     """
 
     def __init__(self, name: str, *, coordinator: str | None = None, capacity: int = 4,
                  heartbeat_ms: int = 1000, feed: str | None = None, replica: bool = True,
-                 max_output_bytes: int = 1_048_576, context: zmq.Context | None = None):
+                 max_output_bytes: int = 1_048_576, context: zmq.Context | None = None, planner=None,
+                 role: str | None = None, description: str | None = None):
         if not schema.is_identifier(name):
             raise ValueError(f"agent name {name!r} is invalid: use 1-128 of A-Z a-z 0-9 . _ -")
         if not (isinstance(capacity, int) and 1 <= capacity <= 100_000):
             raise ValueError(f"capacity must be an integer from 1 to 100000, got {capacity!r}")
         if not (isinstance(heartbeat_ms, int) and 10 <= heartbeat_ms <= 3_600_000):
             raise ValueError(f"heartbeat_ms must be an integer from 10 to 3600000, got {heartbeat_ms!r}")
+        if planner is not None and not callable(planner):
+            raise TypeError(f"planner must be a function (message, team, turn) -> reply or Handoff, got {planner!r}")
+        if role is not None and not (isinstance(role, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", role)):
+            raise ValueError(f"role {role!r} is invalid: use 1-64 of A-Z a-z 0-9 _ -")
+        if description is not None and not (isinstance(description, str) and len(description.encode()) <= 1024):
+            raise ValueError("description must be a string of at most 1024 bytes")
         self.name = name
+        self.planner, self.role, self.description = planner, role, description
         self.coordinator = coordinator_endpoint(coordinator)
         self.capacity = capacity
         self.heartbeat_ms = heartbeat_ms

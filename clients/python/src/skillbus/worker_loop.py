@@ -1,8 +1,9 @@
 """The worker protocol's state (PROTOCOL §4), kept on the worker's socket thread.
 
 Registration with back-off (§4.7), heartbeats both ways, INVOKE checked in the order of §4.10,
-RESULT and OUTPUT, CANCEL, the STATE rule of §4.10, SKILLS (§4.11) and DISCONNECT (§4.4). Skills
-run on the worker's thread pool; what they finish comes back through a queue.
+RESULT and OUTPUT, CANCEL, the STATE rule of §4.10, SKILLS (§4.11), DISCONNECT (§4.4) and TURN for a
+worker with a planner (§3.7, `turn.py`). Skills run on the worker's thread pool; what they finish comes
+back through a queue. Each turn runs on a thread of its own and sends its own messages.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import time
 from . import jsonwire, schema, wire
 from .errors import SkillbusError
 from .invocation import Invocation
+from .turn import AgentTurn, TeamContext
 
 IDLE = {"state": "idle"}
 _FIELDS = {b"WELCOME": (3, 3), b"INVOKE": (8, 8), b"CANCEL": (3, 3), b"HEARTBEAT": (2, 3), b"ERROR": (3, 3),
-           b"QUERY": (4, 4), b"TURN": (8, 8)}
+           b"QUERY": (4, 4), b"TURN": (8, 9)}
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 1.0, 32.0
 
 
@@ -61,6 +63,7 @@ class WorkerLoop:
         self._last_heard = now
         self._next_heartbeat = now
         self._running: dict[str, Invocation] = {}
+        self._turns: dict[str, AgentTurn] = {}  # by turn id; read and changed on the socket thread only
         self._current_skill = ""
         self._state_sent: dict | None = IDLE  # the STATE last sent; None: forgotten at a WELCOME
         self._offered: list | None = None  # the skill list the bus holds for us
@@ -101,9 +104,10 @@ class WorkerLoop:
             self._skills_dirty = False
             self._offer_skills()
         due = self._timers(now)
+        turn_dues = self._watch_turns(now)
         self._flush_state()
         batch_dues = [d for d in (inv.batch_due() for inv in self._running.values()) if d is not None]
-        return min([due, *batch_dues])
+        return min([due, *batch_dues, *turn_dues])
 
     def _timers(self, now: float) -> float:
         if not self._registered:
@@ -136,6 +140,9 @@ class WorkerLoop:
         self._offered = self._descriptors()
         body = {"name": self.worker.name, "capacity": self.worker.capacity,
                 "heartbeatMs": self.worker.heartbeat_ms, "skills": self._offered}
+        if self.worker.planner is not None:
+            body["planner"] = True
+        body.update({k: v for k, v in (("role", self.worker.role), ("description", self.worker.description)) if v})
         self._send(b"READY", jsonwire.encode(body))
 
     def _descriptors(self) -> list:
@@ -158,6 +165,8 @@ class WorkerLoop:
     def _leaving(self, now: float):
         for inv in self._running.values():
             inv.cancelled.set()
+        for turn in list(self._turns.values()):
+            turn.cancel(SkillbusError("agent_lost", f"agent '{self.worker.name}' is shutting down"))
         if self._running and now < self._leave_by:
             return self._leave_by
         if self._registered:
@@ -181,9 +190,12 @@ class WorkerLoop:
         if command == b"INVOKE":
             self._invoke(*[f.decode("utf-8", errors="replace") for f in fields[2:7]], fields[7])
         elif command == b"CANCEL":
-            inv = self._running.get(fields[2].decode("utf-8", errors="replace"))
+            cancelled = fields[2].decode("utf-8", errors="replace")
+            inv, turn = self._running.get(cancelled), self._turns.get(cancelled)
             if inv is not None:  # an id that already finished is ignored (§4.9)
                 inv.cancelled.set()
+            if turn is not None:  # a turn id (§3.7): the turn ends cancelled at once
+                turn.cancel()
         elif command == b"HEARTBEAT" and len(fields) == 3:
             if fields[2].isdigit() and 10 <= int(fields[2]) <= 3_600_000:
                 self._bus_heartbeat_ms = int(fields[2])
@@ -195,8 +207,7 @@ class WorkerLoop:
             self._send(b"ANSWER", fields[2], b"error",
                        _error("unsupported", f"agent '{self.worker.name}' keeps no context store"))
         elif command == b"TURN":
-            self._send(b"TURNEND", fields[2], b"error",
-                       _error("unsupported", f"agent '{self.worker.name}' has no planner"))
+            self._take_turn(fields)
 
     def _on_welcome(self, body: bytes) -> None:
         try:
@@ -306,3 +317,44 @@ class WorkerLoop:
             batch = inv.take_batch(now)
             if batch is not None:
                 self._send(b"OUTPUT", inv.id.encode(), str(batch[0]).encode(), jsonwire.encode(batch[1]))
+
+    # --- turns (§3.7) ----------------------------------------------------------------------------
+
+    def _take_turn(self, fields: list[bytes]) -> None:
+        """Starts a turn on a thread of its own; refuses one it cannot take with TURNEND `error`."""
+        def refuse(code: str, message: str) -> None:
+            self._send(b"TURNEND", fields[2], b"error", _error(code, message))
+
+        name = self.worker.name
+        if self.worker.planner is None:
+            return refuse("unsupported", f"agent '{name}' has no planner")
+        if self._leave_by is not None:
+            return refuse("agent_lost", f"agent '{name}' is shutting down")
+        try:
+            team = jsonwire.loads(fields[8]) if len(fields) == 9 and fields[8] else None
+        except ValueError as error:
+            return refuse("malformed_message", f"TURN field 8 (team) is not JSON: {error}")
+        if not (team is None or isinstance(team, dict)) or not fields[5].isdigit():
+            return refuse("malformed_message", "TURN needs an integer deadline (field 5) and an object as field 8")
+        text = [f.decode("utf-8", errors="replace") for f in fields[2:7]]
+        turn = AgentTurn(self.worker, self._send, {
+            "turn": text[0], "round": text[1], "session": text[2], "deadline_ms": int(text[3]), "message": text[4],
+            "lease": fields[7] == b"1"}, TeamContext.read(team, self._team_members()))
+        self._turns[turn.id] = turn
+        threading.Thread(target=turn.run, args=(self.worker.planner,), name=f"turn-{turn.id}", daemon=True).start()
+
+    def _team_members(self) -> list[dict]:
+        """The other live agents with a planner, from the registry replica (§5.10)."""
+        replica = self.worker.replica
+        entries = replica.entries() if replica is not None else {}
+        return [{k: entry[k] for k in ("agent", "role", "description") if k in entry}
+                for name, entry in sorted(entries.items()) if entry.get("planner") and name != self.worker.name]
+
+    def _watch_turns(self, now: float) -> list[float]:
+        """Ends the turns whose deadline passed; forgets those that ended. Returns the deadlines to wake at."""
+        for turn_id, turn in list(self._turns.items()):
+            turn.expire_if_due(now)
+            if turn.ended:
+                del self._turns[turn_id]
+                self._state_sent = None  # the turn's last state stands until the agent's own is said again
+        return [turn.deadline for turn in self._turns.values()]
