@@ -335,7 +335,7 @@ struct Template: Sendable {
         while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
             parts.append(.text(String(rest[..<open])))
             let name = rest[rest.index(after: open)..<close]
-            parts.append(name.isEmpty || name.contains("{") ? .text(String(rest[open...close])) : .placeholder(String(name)))
+            parts.append(name.isEmpty || name.contains(Character("{")) ? .text(String(rest[open...close])) : .placeholder(String(name)))
             rest = rest[rest.index(after: close)...]
         }
         parts.append(.text(String(rest)))
