@@ -16,22 +16,29 @@ public enum BenchCommand: SkillbusCommand {
             It sends echo requests to both at 1 and at 64 in flight, in five pairs whose order alternates (a
             machine that gets busier or quieter weighs on both), then whole rounds at 16 in flight: rounds of one
             invocation, and fan-out rounds that invoke echo on every worker.
+            Then turns, one at a time, with three agents of a rules planner beside the workers, each against the
+            same work done without them, in five alternating pairs: a turn with one skill call against a plain
+            send; a turn that asks another agent (whose turn makes the call) against the client asking the two
+            agents itself, one after the other; an asks round of the three against the three asks sent at once
+            ("n/a" on a bus that takes no asks rounds).
             The ratios (skillbus / baseline, the medians of the pairs) are the figures to compare between
             machines; the absolute figures depend on this one. Exit status 1 when any request failed.
 
             EXAMPLE: skillbus bench
                      skillbus bench --workers 2 --requests 5000 --json
+                     skillbus bench --only turns
             """,
         options: [
             OptionSpec("--workers", value: "N", help: "Worker processes on each side (default 4)."),
             OptionSpec(
                 "--requests", value: "N",
                 help: "Echo requests per side of each pair at 64 in flight (at 1 in flight at most 1000; "
-                    + "rounds at most 5000) (default 20000)."),
+                    + "rounds at most 5000; turns at most 300) (default 20000)."),
             OptionSpec("--payload-bytes", value: "N", help: "Echo text size (default 100)."),
             OptionSpec(
                 "--capacity", value: "N",
                 help: "Capacity of each Skillbus worker (default 32: requests wait for the bus, not for a worker)."),
+            OptionSpec("--only", value: "PARTS", help: "Measure only these, comma-separated: echo, rounds, turns (default all)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
@@ -41,11 +48,12 @@ public enum BenchCommand: SkillbusCommand {
             requests: try arguments.int("--requests", minimum: 10, maximum: 10_000_000, in: spec) ?? 20_000,
             payloadBytes: try arguments.int("--payload-bytes", minimum: 1, maximum: 1 << 20, in: spec) ?? 100,
             capacity: try arguments.int("--capacity", minimum: 1, maximum: 100_000, in: spec) ?? 32)
+        let parts = try only(arguments)
         let json = arguments.flag("--json")
         let supervisor = try Supervisor()
         defer { supervisor.cleanUp() }
         let bench = BenchRun(setup: setup, context: try ZMQContext(), quiet: json)
-        bench.note("starting a coordinator with \(setup.workers) echo worker(s), and the baseline proxy with as many…")
+        bench.note("starting a coordinator with \(setup.workers) echo worker(s)…")
         let capacity = String(setup.capacity)
         guard
             let cluster = await BenchCluster.start(
@@ -56,18 +64,47 @@ public enum BenchCommand: SkillbusCommand {
             await supervisor.stopAll()
             return 1
         }
-        guard let baseline = await BenchBaseline.start(supervisor, workers: setup.workers) else {
-            printError("error: the baseline proxy did not start within 20 s")
-            await supervisor.stopAll()
-            return 1
+        var results = BenchResults(setup: setup)
+        if parts.contains("echo") {
+            bench.note("starting the baseline proxy with as many workers…")
+            guard let baseline = await BenchBaseline.start(supervisor, workers: setup.workers) else {
+                printError("error: the baseline proxy did not start within 20 s")
+                await supervisor.stopAll()
+                return 1
+            }
+            results.echo = try await bench.echo(bus: cluster.bus, baseline: baseline.frontend)
         }
-        let echo = try await bench.echo(bus: cluster.bus, baseline: baseline.frontend)
-        let rounds = try await bench.rounds(bus: cluster.bus)
+        if parts.contains("rounds") { results.rounds = try await bench.rounds(bus: cluster.bus) }
+        if parts.contains("turns") {
+            bench.note("starting \(TurnBench.agents.count) agents with a rules planner…")
+            guard try await TurnBench.startAgents(supervisor, bus: cluster.bus, context: bench.context) else {
+                printError("error: the agents with a planner did not start within 30 s")
+                await supervisor.stopAll()
+                return 1
+            }
+            let turns = TurnBench(
+                bus: cluster.bus, context: bench.context, samples: min(setup.requests, 300), pairs: BenchRun.pairs,
+                payloadBytes: setup.payloadBytes)
+            results.turns = try await turns.measure(note: bench.note)
+        }
         await supervisor.stopAll()
 
-        let results = BenchResults(setup: setup, echo: echo, rounds: rounds)
         if json { print(results.json.jsonString) } else { results.printText() }
         return results.failures == 0 ? 0 : 1
+    }
+
+    static let parts = ["echo", "rounds", "turns"]
+
+    /// The parts `--only` names, each known; all of them without it.
+    static func only(_ arguments: ParsedArguments) throws(UsageError) -> Set<String> {
+        guard let list = arguments.value("--only") else { return Set(parts) }
+        let named = list.split(separator: ",", omittingEmptySubsequences: false).map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
+        if let unknown = named.first(where: { !parts.contains($0) }) {
+            throw UsageError(spec, "option '--only': expected echo, rounds or turns, comma-separated; got '\(unknown)'")
+        }
+        return Set(named)
     }
 }
 
@@ -95,30 +132,23 @@ struct BenchRun {
         try await load.measure(endpoint: endpoint, context: context, requests: requests, inFlight: inFlight)
     }
 
-    /// Echo on the bus and on the baseline at each level, in pairs whose order alternates (the bus first, then
-    /// the baseline first, ...). Each side's figures merge its runs; each ratio is the median of the pairs'.
-    func echo(bus: String, baseline: String) async throws -> [Int: BenchResults.EchoLevel] {
+    /// Echo on the bus and on the baseline at each level, in pairs whose order alternates.
+    func echo(bus: String, baseline: String) async throws -> [Int: PairedFigures] {
         let ours = LoadGenerator.skillbusEcho(payloadBytes: setup.payloadBytes)
         let theirs = LoadGenerator.rawEcho(payloadBytes: setup.payloadBytes)
         // Warm both paths (and let every raw worker connect) before measuring anything.
         _ = try await measure(ours, bus, requests: min(2000, setup.requests), inFlight: 64)
         _ = try await measure(theirs, baseline, requests: min(2000, setup.requests), inFlight: 64)
-        var levels: [Int: BenchResults.EchoLevel] = [:]
+        var levels: [Int: PairedFigures] = [:]
         for level in Self.levels {
             // At 1 in flight each request waits for a whole round trip: 1,000 are plenty.
             let count = level == 1 ? min(setup.requests, 1000) : setup.requests
             note("echo: \(Self.pairs) pairs of \(count) requests at \(level) in flight…")
-            var pairs: [(skillbus: LoadReport, baseline: LoadReport)] = []
-            for pair in 0..<Self.pairs {
-                if pair % 2 == 0 {
-                    let first = try await measure(ours, bus, requests: count, inFlight: level)
-                    pairs.append((first, try await measure(theirs, baseline, requests: count, inFlight: level)))
-                } else {
-                    let first = try await measure(theirs, baseline, requests: count, inFlight: level)
-                    pairs.append((try await measure(ours, bus, requests: count, inFlight: level), first))
-                }
+            levels[level] = try await PairedFigures.measure(pairs: Self.pairs) {
+                try await measure(ours, bus, requests: count, inFlight: level)
+            } baseline: {
+                try await measure(theirs, baseline, requests: count, inFlight: level)
             }
-            levels[level] = BenchResults.EchoLevel(pairs: pairs)
         }
         return levels
     }

@@ -2,25 +2,47 @@ import Foundation
 import Skillbus
 import SkillbusZMQ
 
-/// What one `skillbus bench` run measured, printed as tables for people or as one JSON object (`--json`).
-struct BenchResults {
-    /// Echo at one level in flight: each side's runs merged, and the ratios of each pair.
-    struct EchoLevel {
-        var skillbus: LoadReport
-        var baseline: LoadReport
-        var throughputRatios: [Double]
-        var p50Ratios: [Double]
-        var p99Ratios: [Double]
+/// A figure and its baseline measured in pairs of alternating order (echo at one level in flight, a turn
+/// row): each side's runs merged, and the ratios of each pair.
+public struct PairedFigures: Sendable {
+    public var subject: LoadReport
+    public var baseline: LoadReport
+    public var throughputRatios: [Double]
+    public var p50Ratios: [Double]
+    public var p99Ratios: [Double]
 
-        init(pairs: [(skillbus: LoadReport, baseline: LoadReport)]) {
-            skillbus = .merged(pairs.map(\.skillbus))
-            baseline = .merged(pairs.map(\.baseline))
-            throughputRatios = pairs.map { BenchResults.ratio($0.skillbus.tasksPerSecond, $0.baseline.tasksPerSecond) }
-            p50Ratios = pairs.map { BenchResults.ratio($0.skillbus.percentileMs(0.5), $0.baseline.percentileMs(0.5)) }
-            p99Ratios = pairs.map { BenchResults.ratio($0.skillbus.percentileMs(0.99), $0.baseline.percentileMs(0.99)) }
-        }
+    public init(pairs: [(subject: LoadReport, baseline: LoadReport)]) {
+        subject = .merged(pairs.map(\.subject))
+        baseline = .merged(pairs.map(\.baseline))
+        throughputRatios = pairs.map { BenchResults.ratio($0.subject.tasksPerSecond, $0.baseline.tasksPerSecond) }
+        p50Ratios = pairs.map { BenchResults.ratio($0.subject.percentileMs(0.5), $0.baseline.percentileMs(0.5)) }
+        p99Ratios = pairs.map { BenchResults.ratio($0.subject.percentileMs(0.99), $0.baseline.percentileMs(0.99)) }
     }
 
+    /// `subject` and `baseline` measured in `pairs` pairs whose order alternates (the subject first, then the
+    /// baseline first, ...): a machine that gets busier or quieter weighs on both.
+    public static func measure(
+        pairs count: Int, _ subject: () async throws -> LoadReport, baseline: () async throws -> LoadReport
+    ) async throws -> PairedFigures {
+        var pairs: [(subject: LoadReport, baseline: LoadReport)] = []
+        for pair in 0..<count {
+            if pair % 2 == 0 {
+                let first = try await subject()
+                pairs.append((first, try await baseline()))
+            } else {
+                let first = try await baseline()
+                pairs.append((try await subject(), first))
+            }
+        }
+        return PairedFigures(pairs: pairs)
+    }
+
+    public var p50Ratio: Double { BenchResults.median(p50Ratios) }
+    public var failed: Int { subject.failed + baseline.failed }
+}
+
+/// What one `skillbus bench` run measured, printed as tables for people or as one JSON object (`--json`).
+struct BenchResults {
     struct Rounds {
         var single: LoadReport
         var fanout: LoadReport
@@ -34,14 +56,16 @@ struct BenchResults {
     }
 
     var setup: BenchRun.Setup
-    var echo: [Int: EchoLevel]
-    var rounds: Rounds
+    /// Each part is empty or nil when `--only` left it out.
+    var echo: [Int: PairedFigures] = [:]
+    var rounds: Rounds?
+    var turns: TurnRows?
 
     var levels: [Int] { echo.keys.sorted() }
 
     var failures: Int {
-        echo.values.reduce(0) { $0 + $1.skillbus.failed + $1.baseline.failed } + rounds.single.failed
-            + rounds.fanout.failed
+        echo.values.reduce(0) { $0 + $1.failed } + (rounds.map { $0.single.failed + $0.fanout.failed } ?? 0)
+            + (turns?.failed ?? 0)
     }
 
     /// `numerator / denominator` to three decimals; 0 when there is nothing to divide by.
@@ -58,7 +82,7 @@ struct BenchResults {
         var baseline: [String: JSONValue] = [:]
         var ratios: [String: JSONValue] = [:]
         for (level, figures) in echo {
-            skillbus[key(level)] = figures.skillbus.json
+            skillbus[key(level)] = figures.subject.json
             baseline[key(level)] = figures.baseline.json
             ratios[key(level)] = [
                 "throughputRatio": .number(Self.median(figures.throughputRatios)),
@@ -67,23 +91,31 @@ struct BenchResults {
                 "throughputRatios": numbers(figures.throughputRatios), "p50LatencyRatios": numbers(figures.p50Ratios),
             ]
         }
-        return [
+        var document: [String: JSONValue] = [
             "workers": .number(Double(setup.workers)), "payloadBytes": .number(Double(setup.payloadBytes)),
             "requests": .number(Double(setup.requests)), "workerCapacity": .number(Double(setup.capacity)),
             "libzmq": .string(ZMQContext.libraryVersion),
-            "skillbus": .object(skillbus), "baseline": .object(baseline), "ratios": .object(ratios),
-            "rounds": [
+        ]
+        if !echo.isEmpty {
+            document["skillbus"] = .object(skillbus)
+            document["baseline"] = .object(baseline)
+            document["ratios"] = .object(ratios)
+        }
+        if let rounds {
+            document["rounds"] = [
                 "inFlight": .number(Double(BenchRun.roundsInFlight)),
                 "singleInvocation": rounds.single.json, "fanout": rounds.fanout.json,
                 "fanoutAgents": .number(Double(rounds.agents)),
                 "fanoutInvocationsVsSingleRatio": .number(rounds.fanoutInvocationsVsSingle),
-            ],
-        ]
+            ]
+        }
+        if let turns { document["turns"] = turns.json }
+        return .object(document)
     }
 
     /// One table row: a name, then the figures in columns.
-    private static func row(_ name: String, _ columns: [String]) -> String {
-        "  " + name.padding(toLength: 24, withPad: " ", startingAt: 0)
+    static func row(_ name: String, _ columns: [String], nameWidth: Int = 24) -> String {
+        "  " + name.padding(toLength: nameWidth, withPad: " ", startingAt: 0)
             + columns.map { String(repeating: " ", count: max(1, 10 - $0.count)) + $0 }.joined()
     }
 
@@ -99,29 +131,37 @@ struct BenchResults {
         print(
             "skillbus bench: \(setup.workers) worker(s) of capacity \(setup.capacity), \(setup.payloadBytes)-byte "
                 + "echo text, libzmq \(ZMQContext.libraryVersion), on 127.0.0.1")
-        print("baseline: the same client and workers through a plain ZeroMQ ROUTER→DEALER proxy")
-        print("")
-        print(Self.row("echo", ["in flight", "tasks/s", "p50 ms", "p99 ms", "max ms", "failed"]))
-        for level in levels {
-            guard let figures = echo[level] else { continue }
-            let inFlight = String(level)
-            print(Self.row("skillbus", [inFlight] + Self.figures(figures.skillbus)))
-            print(Self.row("baseline", [inFlight] + Self.figures(figures.baseline)))
-            let ratios = [figures.throughputRatios, figures.p50Ratios, figures.p99Ratios].map {
-                String(format: "%.2fx", Self.median($0))
+        if !echo.isEmpty {
+            print("baseline: the same client and workers through a plain ZeroMQ ROUTER→DEALER proxy")
+            print("")
+            print(Self.row("echo", ["in flight", "tasks/s", "p50 ms", "p99 ms", "max ms", "failed"]))
+            for level in levels {
+                guard let figures = echo[level] else { continue }
+                let inFlight = String(level)
+                print(Self.row("skillbus", [inFlight] + Self.figures(figures.subject)))
+                print(Self.row("baseline", [inFlight] + Self.figures(figures.baseline)))
+                let ratios = [figures.throughputRatios, figures.p50Ratios, figures.p99Ratios].map {
+                    String(format: "%.2fx", Self.median($0))
+                }
+                print(Self.row("skillbus / baseline", [inFlight] + ratios))
             }
-            print(Self.row("skillbus / baseline", [inFlight] + ratios))
+            print("  (each ratio is the median of \(BenchRun.pairs) pairs run in alternating order; each side's row merges its runs)")
         }
-        print("  (each ratio is the median of \(BenchRun.pairs) pairs run in alternating order; each side's row merges its runs)")
-        print("")
-        print(Self.row("rounds", ["in flight", "rounds/s", "p50 ms", "p99 ms", "max ms", "failed"]))
-        let inFlight = String(BenchRun.roundsInFlight)
-        print(Self.row("one invocation", [inFlight] + Self.figures(rounds.single)))
-        print(Self.row("fan-out to \(rounds.agents) worker(s)", [inFlight] + Self.figures(rounds.fanout)))
-        print(
-            String(
-                format: "  fan-out rounds run %.2fx the invocations/s of one-invocation rounds",
-                rounds.fanoutInvocationsVsSingle))
+        if let rounds {
+            print("")
+            print(Self.row("rounds", ["in flight", "rounds/s", "p50 ms", "p99 ms", "max ms", "failed"]))
+            let inFlight = String(BenchRun.roundsInFlight)
+            print(Self.row("one invocation", [inFlight] + Self.figures(rounds.single)))
+            print(Self.row("fan-out to \(rounds.agents) worker(s)", [inFlight] + Self.figures(rounds.fanout)))
+            print(
+                String(
+                    format: "  fan-out rounds run %.2fx the invocations/s of one-invocation rounds",
+                    rounds.fanoutInvocationsVsSingle))
+        }
+        if let turns {
+            print("")
+            turns.printText()
+        }
         if failures > 0 { print("\n\(failures) request(s) failed") }
     }
 }

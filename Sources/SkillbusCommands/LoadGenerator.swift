@@ -102,9 +102,12 @@ public struct LoadGenerator: Sendable {
 
     /// Whole rounds (ROUND) of `spec`, each under a new random round id; a reply counts as ok when the
     /// document's status is ok.
-    public static func rounds(_ spec: RoundSpec) -> LoadGenerator {
-        let body = spec.json.serialized()
-        return LoadGenerator(
+    public static func rounds(_ spec: RoundSpec) -> LoadGenerator { rounds(body: spec.json.serialized()) }
+
+    /// Whole rounds of a body as it is sent, which this build may not know how to read (a newer bus may
+    /// accept shapes it does not: `skillbus bench` tries an asks round so).
+    public static func rounds(body: [UInt8]) -> LoadGenerator {
+        LoadGenerator(
             makeRequest: { id in
                 ClientMessage.round(
                     RoundRequest(
@@ -117,6 +120,24 @@ public struct LoadGenerator: Sendable {
                     return nil
                 }
                 return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
+            })
+    }
+
+    /// Turns (ASK) with `message`, each in a round of its own; a reply counts as ok when the turn ended ok.
+    public static func turns(_ message: String, agent: String) -> LoadGenerator {
+        LoadGenerator(
+            makeRequest: { id in
+                ClientMessage.ask(
+                    AskRequest(
+                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
+                        agent: agent, timeoutMs: 15_000, message: message)
+                ).encoded()
+            },
+            replyID: { frames in
+                guard let message = Wire.busMessageFields(frames), message.count == 6, message[1] == Array("TURN".utf8),
+                    let id = UInt64(String(decoding: message[2], as: UTF8.self))
+                else { return nil }
+                return (id, message[4] == Array("ok".utf8))
             })
     }
 

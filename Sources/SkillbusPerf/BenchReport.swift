@@ -70,7 +70,7 @@ struct BenchReport {
     var failures: Int {
         levels.reduce(0) { $0 + (skillbus[$1]?.failed ?? 0) + (baseline[$1]?.failed ?? 0) }
             + registry.routingSmall.failed + registry.routingLarge.failed + rounds.single.failed
-            + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.send.failed + turns.turn.failed
+            + rounds.fanout.failed + rounds.plan.failed + context.failures + turns.failed
             + curve.failures
             + output.failures
             + retries.failures + priorityCache.failures + http.failures + journal.failures + speed.failures

@@ -1,52 +1,44 @@
 import Foundation
 import Skillbus
 import SkillbusCommands
-import SkillbusTestSupport
 import SkillbusZMQ
 
-/// A turn of the rules planner with one skill call (`echo`), against a plain REQUEST of that skill, at
-/// 1 in flight: what the agent loop adds to one call.
+/// The turn rows of `skillbus bench` (TurnBench), measured alike, with the team's targets: a one-call turn
+/// against a plain send, a delegated ask against the two asks in turn, an asks round against three asks at once.
 struct TurnFigures {
-    var send: LoadReport
-    var turn: LoadReport
+    var rows: TurnRows
 
-    var p50Ratio: Double { PerfCommand.ratio(turn.percentileMs(0.5), send.percentileMs(0.5)) }
+    /// The p50 ratio each row should stay within, in the rows' order.
+    static let targets = [1.5, 1.2, 1.2]
 
+    var failed: Int { rows.failed }
+
+    /// The rows as `skillbus bench --json` has them, the targets, and the one-call row under its earlier keys.
     var json: JSONValue {
-        ["sendEcho": send.json, "turnWithOneCall": turn.json, "turnVsSendP50Ratio": .number(p50Ratio)]
+        var object = rows.json.objectValue ?? [:]
+        object["targets"] = [
+            "oneCallTurnVsSend": .number(Self.targets[0]), "delegatedAskVsTwoAsks": .number(Self.targets[1]),
+            "asksRoundVsThreeAsks": .number(Self.targets[2]),
+        ]
+        object["sendEcho"] = rows.turnVsSend.baseline.json
+        object["turnWithOneCall"] = rows.turnVsSend.subject.json
+        object["turnVsSendP50Ratio"] = .number(rows.turnVsSend.p50Ratio)
+        return .object(object)
     }
 
-    func printText() {
-        print(
-            String(
-                format: "turns: a rules-planner turn with one echo call p50 %.3f ms, a plain send %.3f ms (%.2fx; target <= 1.5)",
-                turn.percentileMs(0.5), send.percentileMs(0.5), p50Ratio))
-    }
+    func printText() { rows.printText(targets: Self.targets) }
 }
 
 extension Bench {
-    /// Starts an agent whose rules planner answers "say WORD" by calling echo, and measures its turns.
+    /// Starts the agents of the turn rows beside the cluster's workers, and measures the rows.
     func turns(_ cluster: Cluster) async throws -> TurnFigures {
-        note("turns: a rules-planner turn with one skill call against a plain send…")
-        let rules: JSONValue = [
-            "rules": [["intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}"], "reply": "{result}"]]
-        ]
-        let config = supervisor.directory + "/planner.json"
-        let worker: JSONValue = [
-            "version": 1, "name": "bench-planner", "skills": ["echo"], "planner": rules,
-            "dataDir": .string(supervisor.directory + "/planner-agent"),
-        ]
-        try Data(worker.serialized()).write(to: URL(fileURLWithPath: config))
-        _ = supervisor.start(
-            name: "bench-planner",
-            arguments: ["worker", "--config", config, "--coordinator", cluster.bus, "--log-level", "warning"], quiet: true)
-        guard
-            await BenchCluster.waitForProviders(
-                bus: cluster.bus, skill: "echo", count: setup.workers + 1, agent: "bench-planner", context: context)
-        else { throw SkillbusError(.timeout, "the planner agent did not register within 30 s") }
-        let count = min(setup.requests, 2000)
-        let send = try await measure(echoLoad, cluster.bus, requests: count, inFlight: 1)
-        let turn = try await measure(.turns("say hello", agent: "bench-planner"), cluster.bus, requests: count, inFlight: 1)
-        return TurnFigures(send: send, turn: turn)
+        note("turns: starting \(TurnBench.agents.count) agents with a rules planner…")
+        guard try await TurnBench.startAgents(supervisor, bus: cluster.bus, context: context) else {
+            throw SkillbusError(.timeout, "the agents with a planner did not register within 30 s")
+        }
+        let bench = TurnBench(
+            bus: cluster.bus, context: context, samples: min(setup.requests, 300), pairs: 5,
+            payloadBytes: setup.payloadBytes)
+        return TurnFigures(rows: try await bench.measure(note: note))
     }
 }

@@ -1,7 +1,7 @@
 import Skillbus
 import SkillbusCommands
 
-/// The load shapes only the tests and the team's perf tool send (`skillbus bench` sends echo, raw echo and
+/// The load shapes only the tests and the team's perf tool send (`skillbus bench` sends echo, raw echo, turns and
 /// rounds, which ship with `LoadGenerator` itself).
 extension LoadGenerator {
     /// `echo` as `skillbusEcho` sends it, but every text different (the request's number, then `x` up to
@@ -57,24 +57,6 @@ extension LoadGenerator {
                     return nil
                 }
                 return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
-            })
-    }
-
-    /// Turns (ASK) with `message`, each in a round of its own; a reply counts as ok when the turn ended ok.
-    public static func turns(_ message: String, agent: String) -> LoadGenerator {
-        LoadGenerator(
-            makeRequest: { id in
-                ClientMessage.ask(
-                    AskRequest(
-                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        agent: agent, timeoutMs: 15_000, message: message)
-                ).encoded()
-            },
-            replyID: { frames in
-                guard let message = Wire.busMessageFields(frames), message.count == 6, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
-                    return nil
-                }
-                return (id, message[4] == Array("ok".utf8))
             })
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 
 @testable import Skillbus
@@ -162,6 +163,16 @@ extension DocumentTests {
             #expect(try FeedEvent(message: event.encoded()) == event, "\(event.topic)")
         }
         #expect(Set(Self.everyEvent.map(\.topic)).count == 30)
+    }
+
+    @Test("timestamps: ISO 8601 UTC with milliseconds, past year 9999 and before 1970 too")
+    func timestamps() {
+        #expect(FeedEvent.timestamp(milliseconds: 0) == "1970-01-01T00:00:00.000Z")
+        #expect(FeedEvent.timestamp(milliseconds: 1_000_005) == "1970-01-01T00:16:40.005Z")
+        #expect(FeedEvent.timestamp(milliseconds: 1_764_417_600_123) == "2025-11-29T12:00:00.123Z")
+        #expect(FeedEvent.timestamp(milliseconds: 253_402_300_799_999) == "9999-12-31T23:59:59.999Z")
+        #expect(FeedEvent.timestamp(milliseconds: 253_402_300_800_000) == "10000-01-01T00:00:00.000Z")
+        #expect(FeedEvent.timestamp(Date(timeIntervalSince1970: 1_764_417_600.5)) == "2025-11-29T12:00:00.500Z")
     }
 
     @Test("a feed message that is not an event is refused with what is wrong")

@@ -15,13 +15,14 @@ extension AgentWorker {
             // Created under the lock so that the task cannot finish before it is recorded.
             let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
             if turn.leased { state.leases[turn.roundID] = turn.turnID }
+            // The socket's thread cancels the turn when its deadline passes (expireTurns).
+            let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
+            state.turnDeadlines[turn.turnID] = deadline
             state.turns[turn.turnID] = Task(executorPreference: executor) {
-                let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
-                let (answer, handoff) = await Self.cancelling(at: deadline) {
-                    await self.take(turn, with: planner, until: deadline)
-                }
+                let (answer, handoff) = await self.take(turn, with: planner, until: deadline)
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
+                    state.turnDeadlines[turn.turnID] = nil
                     // TURNEND gives the round back.
                     if state.leases[turn.roundID] == turn.turnID { state.leases[turn.roundID] = nil }
                     // The turn's last state stands until the agent's own state is said again.
@@ -37,7 +38,7 @@ extension AgentWorker {
 
     /// One turn, to its end: the turn document when the planner replied (or handed the session over: then
     /// with the handoff), an error (with the document in its details) when it did not. Cancelled at
-    /// `deadline` (see `cancelling(at:)`), it ends with `timeout`.
+    /// `deadline` (see `expireTurns`), it ends with `timeout`.
     func take(_ turn: TurnRequest, with planner: any Planner, until deadline: ContinuousClock.Instant) async
         -> (AgentAnswer, HandoffRequest?)
     {

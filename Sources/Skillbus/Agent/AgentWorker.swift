@@ -44,6 +44,8 @@ public final class AgentWorker: Sendable {
         var limitedRunning: [String: Int] = [:]
         /// Turns being taken, by turn id; cancelled at stop like invocations.
         var turns: [String: Task<Void, Never>] = [:]
+        /// When each of them runs out of time: the socket's thread cancels it then (`expireTurns`).
+        var turnDeadlines: [String: ContinuousClock.Instant] = [:]
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
         /// so a burst of quick invocations costs one state message, not two per invocation. Nil after a
         /// WELCOME: a registration resets the coordinator's view to idle, so the current state goes again.
@@ -163,7 +165,9 @@ public final class AgentWorker: Sendable {
             {
                 guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
                 worker.flushState()
-                return worker.heartbeatIfDue()
+                let heartbeat = worker.heartbeatIfDue()
+                guard let deadline = worker.expireTurns() else { return heartbeat }
+                return min(heartbeat ?? deadline, deadline)
             }
         )
     }

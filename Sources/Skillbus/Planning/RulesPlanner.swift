@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The planner that needs nothing outside the process: intents from configuration. Each rule is a regular
 /// expression with named groups, an action — the skill to call with a parameter template, another agent (or
@@ -130,7 +131,12 @@ public struct RulesPlanner: Planner {
         init(_ value: NSRegularExpression) { self.value = value }
     }
 
-    public var rules: [Rule]
+    public var rules: [Rule] {
+        didSet { lastFired = FiredRules() }
+    }
+    /// The rules that fired on the message matched last: a turn asks at each of its steps about the same
+    /// message, and matching every expression again cost as much as the rest of the step.
+    private var lastFired = FiredRules()
 
     public init(rules: [Rule]) { self.rules = rules }
 
@@ -210,7 +216,9 @@ public struct RulesPlanner: Planner {
     }
 
     public func next(_ input: PlannerInput) async throws -> PlannerDecision {
-        let fired = rules.compactMap { rule in rule.match(input.message).map { (rule, $0) } }
+        let fired = lastFired.on(input.message) { message in
+            rules.compactMap { rule in rule.match(message).map { (rule, $0) } }
+        }
         guard !fired.isEmpty else { return .reply(capabilities) }
         // A failed call whose rule has no error reply fails the turn now: later rules' calls would be for nothing.
         for ((rule, _), step) in zip(fired, input.steps) {
@@ -287,6 +295,20 @@ public struct RulesPlanner: Planner {
     }
 }
 
+/// The rules that fired on one message, with their groups' texts; any turn may ask, from any thread.
+private final class FiredRules: Sendable {
+    typealias Fired = [(rule: RulesPlanner.Rule, groups: [String: String])]
+    private let last = Mutex<(message: String, fired: Fired)?>(nil)
+
+    /// The rules that fire on `message`: as found last time when it was the same message, else `match`'s.
+    func on(_ message: String, match: (String) -> Fired) -> Fired {
+        if let last = last.withLock({ $0 }), last.message == message { return last.fired }
+        let fired = match(message)
+        last.withLock { $0 = (message, fired) }
+        return fired
+    }
+}
+
 /// A text with `{name}` placeholders, split into its parts once.
 struct Template: Sendable {
     private let parts: [Part]
@@ -313,7 +335,7 @@ struct Template: Sendable {
         while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
             parts.append(.text(String(rest[..<open])))
             let name = rest[rest.index(after: open)..<close]
-            parts.append(name.isEmpty || name.contains("{") ? .text(String(rest[open...close])) : .placeholder(String(name)))
+            parts.append(name.isEmpty || name.contains(Character("{")) ? .text(String(rest[open...close])) : .placeholder(String(name)))
             rest = rest[rest.index(after: close)...]
         }
         parts.append(.text(String(rest)))

@@ -278,6 +278,27 @@ public enum FeedEvent: Sendable, Equatable {
         var seconds = time_t(milliseconds / 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)
+        let year = Int(parts.tm_year) + 1900
+        if milliseconds >= 0, year <= 9999 {
+            // Digit by digit into one buffer: every state of every turn is stamped, and the padded pieces
+            // below cost a dozen small strings each time.
+            var text = Array("0000-00-00T00:00:00.000Z".utf8)
+            func put(_ value: Int, endingAt end: Int, width: Int) {
+                var value = value
+                for index in stride(from: end, to: end - width, by: -1) {
+                    text[index] = UInt8(ascii: "0") + UInt8(value % 10)
+                    value /= 10
+                }
+            }
+            put(year, endingAt: 3, width: 4)
+            put(Int(parts.tm_mon) + 1, endingAt: 6, width: 2)
+            put(Int(parts.tm_mday), endingAt: 9, width: 2)
+            put(Int(parts.tm_hour), endingAt: 12, width: 2)
+            put(Int(parts.tm_min), endingAt: 15, width: 2)
+            put(Int(parts.tm_sec), endingAt: 18, width: 2)
+            put(Int(milliseconds % 1000), endingAt: 22, width: 3)
+            return String(decoding: text, as: UTF8.self)
+        }
         func pad(_ value: Int32, _ width: Int) -> String {
             let text = String(value)
             return String(repeating: "0", count: max(0, width - text.count)) + text
