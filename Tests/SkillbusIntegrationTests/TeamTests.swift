@@ -95,6 +95,9 @@ struct TeamTests {
         let (_, critics) = try await client.query(.history(session: "team-1"), agent: "critic")
         let said = (critics["messages"]?.arrayValue ?? []).compactMap { $0["content"]?.stringValue }
         #expect(said.first == "critique Skillbus runs agents")
+        // A query may name a role: the critic that played it in this session answers.
+        let (byRole, _) = try await client.query(.history(session: "team-1"), agent: "role:critic")
+        #expect(byRole == "critic")
         let (_, leads) = try await client.query(.history(session: "team-1"), agent: "lead")
         #expect((leads["messages"]?.arrayValue ?? []).first?["content"] == "review Skillbus runs agents")
     }

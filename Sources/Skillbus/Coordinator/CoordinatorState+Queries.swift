@@ -24,6 +24,13 @@ extension CoordinatorState {
             }
             name = holder
         }
+        // A role: the agent that plays it in the query's session, else its least loaded player (§3.7).
+        if case .role(let role)? = AgentTarget(name) {
+            switch turnTaker(for: .role(role), session: Array((request.query.session ?? "").utf8), now: now) {
+            case .success(let peer): name = workers[peer]?.name ?? name
+            case .failure(let error): return answer(name, error)
+            }
+        }
         guard let peer = workers.peer(named: name) else {
             let live = workers.all.map(\.name).sorted().joined(separator: ", ")
             return answer(
