@@ -60,9 +60,9 @@ struct TurnTable: Sendable {
 
     /// A turn starts: it waits for its agent's TURNEND, and holds its round when `leasing` (the caller checked that
     /// nothing else does); returns its id.
-    mutating func start(_ turn: Turn, leasing: Bool, standing: Standing? = nil) -> String {
+    mutating func start(_ turn: Turn, leasing: Bool, standing: Standing) -> String {
         let turnID = turns.add(turn)
-        standings[turnID] = standing ?? Standing(agent: turn.agent, message: "", parent: nil, depth: 0)
+        standings[turnID] = standing
         if leasing {
             guard leases.updateValue(Lease(holder: turn.worker, turnID: turnID), forKey: ByteKey(turn.round)) == nil
             else { preconditionFailure("a round was leased to a second turn: a round has at most one lease") }

@@ -25,10 +25,6 @@ public struct RulesPlanner: Planner {
         /// The regular expression, matched anywhere in the message, ignoring case.
         public let intent: String
         public let action: Action
-        /// The skill it calls; "" for a rule that asks or hands over.
-        public var skill: String {
-            if case .call(let skill, _) = action { skill } else { "" }
-        }
         /// For a step that succeeded: `{group}`, `{result}` (the result for people) and `{result.KEY.KEY}` (a
         /// field of a JSON result).
         public let reply: String

@@ -26,7 +26,7 @@ extension CoordinatorState {
             {
                 return .success(holder)
             }
-            guard let peer = leastLoadedTaker(players.map(\.peer)) else {
+            guard let peer = leastLoadedTaker(players) else {
                 let roles = Set(workers.all.filter(\.registration.planner).compactMap(\.registration.profile.role)).sorted()
                 return .failure(
                     SkillbusError(
@@ -47,8 +47,8 @@ extension CoordinatorState {
                 return .success(peer)
             }
             // Never silently to an agent whose planner cannot answer now, while another can.
-            let planners = workers.all.filter(\.registration.planner).map(\.peer)
-            let answering = planners.filter { !turns.isPlannerDown($0, now: now) }
+            let planners = workers.all.filter(\.registration.planner)
+            let answering = planners.filter { !turns.isPlannerDown($0.peer, now: now) }
             guard let peer = leastLoadedTaker(answering.isEmpty ? planners : answering) else {
                 return .failure(SkillbusError(.unknownAgent, "no live agent has a planner to take the turn"))
             }
@@ -57,16 +57,16 @@ extension CoordinatorState {
     }
 
     /// The candidate with the fewest invocations and turns running; ties go round.
-    private mutating func leastLoadedTaker(_ candidates: [PeerID]) -> PeerID? {
+    private mutating func leastLoadedTaker(_ candidates: [WorkerTable.Worker]) -> PeerID? {
         guard !candidates.isEmpty else { return nil }
-        let loads = turns.runningCounts()
-        let ordered = candidates.sorted { (workers[$0]?.name ?? "") < (workers[$1]?.name ?? "") }
+        let turnsRunning = turns.runningCounts()
+        let ordered = candidates.sorted { $0.name < $1.name }
         let start = turns.nextRotation() % ordered.count
         var best: (peer: PeerID, load: Int)?
         for offset in 0..<ordered.count {
-            let peer = ordered[(start + offset) % ordered.count]
-            let load = (workers[peer]?.inFlight ?? 0) + loads[peer, default: 0]
-            if load < best?.load ?? .max { best = (peer, load) }
+            let worker = ordered[(start + offset) % ordered.count]
+            let load = worker.inFlight + turnsRunning[worker.peer, default: 0]
+            if load < best?.load ?? .max { best = (worker.peer, load) }
         }
         return best?.peer
     }
