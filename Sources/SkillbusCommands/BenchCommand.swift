@@ -15,7 +15,9 @@ public enum BenchCommand: SkillbusCommand {
             deploy/skillbus-coordinator.service sets it).
             It sends echo requests to both at 1 and at 64 in flight, in five pairs whose order alternates (a
             machine that gets busier or quieter weighs on both), then whole rounds at 16 in flight: rounds of one
-            invocation, and fan-out rounds that invoke echo on every worker.
+            invocation, and fan-out rounds that invoke echo on every worker; and, at 64 in flight, rounds of one
+            invocation against REQUESTs of the same echo (five alternating pairs), with the coordinator's CPU
+            per round, per request, per invocation of a fan-out and per step of a plan.
             Then turns, one at a time, with three agents of a rules planner beside the workers, each against the
             same work done without them, in five alternating pairs: a turn with one skill call against a plain
             send; a turn that asks another agent (whose turn makes the call) against the client asking the two
@@ -74,7 +76,7 @@ public enum BenchCommand: SkillbusCommand {
             }
             results.echo = try await bench.echo(bus: cluster.bus, baseline: baseline.frontend)
         }
-        if parts.contains("rounds") { results.rounds = try await bench.rounds(bus: cluster.bus) }
+        if parts.contains("rounds") { results.rounds = try await bench.rounds(bus: cluster.bus, coordinator: cluster.coordinator.pid) }
         if parts.contains("turns") {
             bench.note("starting \(TurnBench.agents.count) agents with a rules planner…")
             guard try await TurnBench.startAgents(supervisor, bus: cluster.bus, context: bench.context) else {
@@ -125,6 +127,8 @@ struct BenchRun {
     static let levels = [1, 64]
     static let pairs = 5
     static let roundsInFlight = 16
+    /// Steps of the plans whose CPU per step is measured: distinct echoes, none referring to another.
+    static let planSteps = 8
 
     func note(_ text: String) { if !quiet { printError(text) } }
 
@@ -153,8 +157,10 @@ struct BenchRun {
         return levels
     }
 
-    /// Rounds of one echo invocation, and fan-out rounds that invoke echo on every worker.
-    func rounds(bus: String) async throws -> BenchResults.Rounds {
+    /// Rounds of one echo invocation, and fan-out rounds that invoke echo on every worker; then what a round
+    /// costs against a REQUEST of the same echo, at 64 in flight in alternating pairs, with the coordinator's
+    /// CPU time (`coordinator`: its pid) per round, per fan-out invocation and per step of a plan.
+    func rounds(bus: String, coordinator: Int32?) async throws -> BenchResults.Rounds {
         let count = min(setup.requests, 5000)
         note("rounds: \(count) of one invocation, then \(count) fan-outs to \(setup.workers) worker(s)…")
         let single = try await measure(
@@ -163,6 +169,32 @@ struct BenchRun {
         let fanout = try await measure(
             .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)), bus,
             requests: count, inFlight: Self.roundsInFlight)
-        return BenchResults.Rounds(single: single, fanout: fanout, agents: setup.workers)
+        let level = 64
+        func load(_ generator: LoadGenerator, requests: Int = count, inFlight: Int = level) async throws -> LoadReport {
+            try await generator.measure(
+                endpoint: bus, context: context, requests: requests, inFlight: inFlight, serverPID: coordinator)
+        }
+        note("rounds: \(Self.pairs) pairs of \(count) one-invocation rounds and requests at \(level) in flight…")
+        let request = LoadGenerator.skillbusEcho(payloadBytes: 1)
+        let versusRequests = try await PairedFigures.measure(pairs: Self.pairs) {
+            try await load(.rounds(.invoke(skill: "echo", parameters: ["text": "x"])))
+        } baseline: {
+            try await load(request)
+        }
+        note("rounds: fan-outs and plans of \(Self.planSteps) steps, with the coordinator's CPU…")
+        var perInvocation = try await load(
+            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)),
+            requests: max(1, count / setup.workers), inFlight: max(1, level / setup.workers))
+        perInvocation.serverMicrosPerRequest /= Double(setup.workers)
+        let steps = (0..<Self.planSteps).map {
+            PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0)")])
+        }
+        var perStep = try await load(
+            .rounds(.plan(steps: steps, continueOnFailure: false)), requests: max(1, count / Self.planSteps),
+            inFlight: max(1, level / Self.planSteps))
+        perStep.serverMicrosPerRequest /= Double(Self.planSteps)
+        return BenchResults.Rounds(
+            single: single, fanout: fanout, agents: setup.workers, versusRequests: versusRequests,
+            fanoutPerInvocation: perInvocation, planPerStep: perStep)
     }
 }

@@ -38,6 +38,7 @@ public struct PairedFigures: Sendable {
     }
 
     public var p50Ratio: Double { BenchResults.median(p50Ratios) }
+    public var throughputRatio: Double { BenchResults.median(throughputRatios) }
     public var failed: Int { subject.failed + baseline.failed }
 }
 
@@ -48,10 +49,30 @@ struct BenchResults {
         var fanout: LoadReport
         /// Workers each fan-out invokes echo on.
         var agents: Int
+        /// One-invocation ROUNDs (subject) against REQUESTs (baseline) at 64 in flight, with the
+        /// coordinator's CPU per round and per request.
+        var versusRequests: PairedFigures
+        /// At 64 in flight, with the coordinator's CPU per invocation of a fan-out and per step of a plan.
+        var fanoutPerInvocation: LoadReport
+        var planPerStep: LoadReport
+
+        /// The coordinator's CPU per invocation of each shape against its CPU per REQUEST (merged runs).
+        var cpuRatios: (single: Double, fanout: Double, plan: Double) {
+            let request = versusRequests.baseline.serverMicrosPerRequest
+            return (
+                BenchResults.ratio(versusRequests.subject.serverMicrosPerRequest, request),
+                BenchResults.ratio(fanoutPerInvocation.serverMicrosPerRequest, request),
+                BenchResults.ratio(planPerStep.serverMicrosPerRequest, request)
+            )
+        }
 
         /// Invocations a second in fan-out rounds against rounds a second of one invocation.
         var fanoutInvocationsVsSingle: Double {
             BenchResults.ratio(fanout.tasksPerSecond * Double(agents), single.tasksPerSecond)
+        }
+
+        var failed: Int {
+            single.failed + fanout.failed + versusRequests.failed + fanoutPerInvocation.failed + planPerStep.failed
         }
     }
 
@@ -64,7 +85,7 @@ struct BenchResults {
     var levels: [Int] { echo.keys.sorted() }
 
     var failures: Int {
-        echo.values.reduce(0) { $0 + $1.failed } + (rounds.map { $0.single.failed + $0.fanout.failed } ?? 0)
+        echo.values.reduce(0) { $0 + $1.failed } + (rounds.map(\.failed) ?? 0)
             + (turns?.failed ?? 0)
     }
 
@@ -107,6 +128,16 @@ struct BenchResults {
                 "singleInvocation": rounds.single.json, "fanout": rounds.fanout.json,
                 "fanoutAgents": .number(Double(rounds.agents)),
                 "fanoutInvocationsVsSingleRatio": .number(rounds.fanoutInvocationsVsSingle),
+                "versusRequests": [
+                    "inFlight": 64, "round": rounds.versusRequests.subject.json,
+                    "request": rounds.versusRequests.baseline.json,
+                    "throughputRatio": .number(rounds.versusRequests.throughputRatio),
+                    "throughputRatios": .array(rounds.versusRequests.throughputRatios.map { .number($0) }),
+                    "coordinatorCpuRatio": .number(rounds.cpuRatios.single),
+                    "fanoutPerInvocation": rounds.fanoutPerInvocation.json,
+                    "fanoutCpuRatio": .number(rounds.cpuRatios.fanout),
+                    "planPerStep": rounds.planPerStep.json, "planCpuRatio": .number(rounds.cpuRatios.plan),
+                ],
             ]
         }
         if let turns { document["turns"] = turns.json }
@@ -157,6 +188,27 @@ struct BenchResults {
                 String(
                     format: "  fan-out rounds run %.2fx the invocations/s of one-invocation rounds",
                     rounds.fanoutInvocationsVsSingle))
+            print("")
+            let versus = rounds.versusRequests
+            print(
+                Self.row("rounds against requests", ["in flight", "per s", "bus us", "client us", "ratio"], nameWidth: 30))
+            func line(_ name: String, _ report: LoadReport, _ ratio: Double?) {
+                let figures = [
+                    "64", String(format: "%.0f", report.tasksPerSecond),
+                    String(format: "%.1f", report.serverMicrosPerRequest),
+                    String(format: "%.1f", report.clientMicrosPerRequest), ratio.map { String(format: "%.2fx", $0) } ?? "",
+                ]
+                print(Self.row(name, figures, nameWidth: 30))
+            }
+            let cpu = rounds.cpuRatios
+            line("REQUEST", versus.baseline, nil)
+            line("one-invocation ROUND: rate", versus.subject, versus.throughputRatio)
+            line("  its coordinator CPU", versus.subject, cpu.single)
+            line("fan-out: CPU per invocation", rounds.fanoutPerInvocation, cpu.fanout)
+            line("plan: CPU per step", rounds.planPerStep, cpu.plan)
+            print(
+                "  (bus us: the coordinator's CPU per round, invocation or step; the rate ratio is the median of "
+                    + "\(BenchRun.pairs) pairs in alternating order; CPU ratios are against the REQUESTs' merged runs)")
         }
         if let turns {
             print("")

@@ -14,6 +14,9 @@ public struct LoadReport: Sendable {
     /// CPU time of the generator's own thread per completed request, in microseconds: building requests and
     /// reading replies (libzmq's I/O thread in this process is not counted).
     public var clientMicrosPerRequest = 0.0
+    /// CPU time of the process behind the endpoint (the coordinator) per completed request, in microseconds,
+    /// when the measurement read it (`measure(..., serverPID:)`); else 0.
+    public var serverMicrosPerRequest = 0.0
 
     public var tasksPerSecond: Double { seconds > 0 ? Double(completed) / seconds : 0 }
     public func percentileMs(_ fraction: Double) -> Double {
@@ -30,8 +33,11 @@ public struct LoadReport: Sendable {
         var report = LoadReport(
             completed: completed, failed: runs.reduce(0) { $0 + $1.failed }, seconds: runs.reduce(0) { $0 + $1.seconds },
             latencies: runs.flatMap(\.latencies).sorted())
-        let clientMicros = runs.reduce(0) { $0 + $1.clientMicrosPerRequest * Double($1.completed) }
-        report.clientMicrosPerRequest = completed > 0 ? clientMicros / Double(completed) : 0
+        func perRequest(_ figure: (LoadReport) -> Double) -> Double {
+            completed > 0 ? runs.reduce(0) { $0 + figure($1) * Double($1.completed) } / Double(completed) : 0
+        }
+        report.clientMicrosPerRequest = perRequest(\.clientMicrosPerRequest)
+        report.serverMicrosPerRequest = perRequest(\.serverMicrosPerRequest)
         return report
     }
 
@@ -42,6 +48,7 @@ public struct LoadReport: Sendable {
             "p99Ms": .number(round3(percentileMs(0.99))), "maxMs": .number(round3(maxMs)),
             "completed": .number(Double(completed)), "failed": .number(Double(failed)),
             "clientMicrosPerRequest": .number((clientMicrosPerRequest * 10).rounded() / 10),
+            "serverMicrosPerRequest": .number((serverMicrosPerRequest * 10).rounded() / 10),
         ]
     }
 
@@ -119,7 +126,9 @@ public struct LoadGenerator: Sendable {
                 guard let message = Wire.busMessageFields(frames), message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
                     return nil
                 }
-                return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
+                // Only the status, from the document's tail (§5.14), as a client that needs no more would.
+                let ok = RoundDocument.tailSaysOK(message[4]) ?? ((try? JSONValue(parsing: message[4]))?["status"] == "ok")
+                return (id, ok)
             })
     }
 
@@ -208,20 +217,42 @@ public struct LoadGenerator: Sendable {
     }
 
     /// `run` on a thread of its own, off the cooperative pool.
+    /// With `serverPID`, the report also has that process's CPU time per request (`serverMicrosPerRequest`).
     public func measure(
         endpoint: String, context: ZMQContext, requests: Int, inFlight: Int, timeLimit: Duration = .seconds(60),
-        credentials: CurveCredentials? = nil
+        credentials: CurveCredentials? = nil, serverPID: Int32? = nil
     ) async throws -> LoadReport {
-        try await OwnThread.run {
+        let before = ProcessCPU.seconds(serverPID)
+        var report = try await OwnThread.run {
             try run(
                 endpoint: endpoint, context: context, requests: requests, inFlight: inFlight, timeLimit: timeLimit,
                 credentials: credentials)
         }
+        if serverPID != nil {
+            report.serverMicrosPerRequest = (ProcessCPU.seconds(serverPID) - before) / Double(max(report.completed, 1)) * 1e6
+        }
+        return report
     }
 
     private static func threadCPUNanos() -> UInt64 {
         var time = timespec()
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
         return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+}
+
+/// The CPU time a process has used so far.
+public enum ProcessCPU {
+    /// Seconds over all its threads, from the scheduler's own runtime of each (the first field of schedstat,
+    /// in nanoseconds): exact, where /proc/PID/stat's ticks only sample which process ran at each tick. 0
+    /// for nil or a process that is gone.
+    public static func seconds(_ pid: Int32?) -> Double {
+        guard let pid, let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
+        else { return 0 }
+        let nanos = threads.reduce(0) { total, thread in
+            let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/schedstat", encoding: .utf8)
+            return total + (stat?.split(separator: " ").first.flatMap { Int($0) } ?? 0)
+        }
+        return Double(nanos) / 1e9
     }
 }

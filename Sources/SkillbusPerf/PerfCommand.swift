@@ -177,17 +177,7 @@ public enum PerfCommand {
     }
 
     /// CPU seconds that all threads of a process have run so far (0 when it cannot be read).
-    static func cpuSeconds(_ pid: Int32?) -> Double {
-        // The scheduler's own runtime of every thread (the first field of schedstat, in nanoseconds): exact,
-        // where /proc/PID/stat's ticks only sample which process happened to run at each tick.
-        guard let pid, let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
-        else { return 0 }
-        let nanos = threads.reduce(0) { total, thread in
-            let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/schedstat", encoding: .utf8)
-            return total + (stat?.split(separator: " ").first.flatMap { Int($0) } ?? 0)
-        }
-        return Double(nanos) / 1e9
-    }
+    static func cpuSeconds(_ pid: Int32?) -> Double { ProcessCPU.seconds(pid) }
 
     /// Asks the bus until every worker's replica reports the bus's registry position, for at most 30 s.
     static func waitForReplicasInSync(bus: String, context: ZMQContext) async {

@@ -29,11 +29,21 @@ struct UserBenchTests {
             #expect(rounds?[key]?["failed"] == 0 && rounds?[key]?["completed"]?.intValue == 10, "rounds.\(key)")
         }
         #expect((rounds?["fanoutInvocationsVsSingleRatio"]?.doubleValue ?? 0) > 0)
+        // One-invocation ROUNDs against REQUESTs, with the coordinator's CPU for each shape.
+        let versus = rounds?["versusRequests"]
+        for side in ["round", "request"] {
+            #expect(versus?[side]?["completed"]?.intValue == 50 && versus?[side]?["failed"] == 0, "\(side)")
+            #expect((versus?[side]?["serverMicrosPerRequest"]?.doubleValue ?? 0) > 0, "\(side)")
+        }
+        for ratio in ["throughputRatio", "coordinatorCpuRatio", "fanoutCpuRatio", "planCpuRatio"] {
+            #expect((versus?[ratio]?.doubleValue ?? 0) > 0, "\(ratio)")
+        }
         Self.expectTurnRows(document["turns"], samples: 10)
 
         let (textCode, text) = try await runSkillbus(["bench", "--workers", "1", "--requests", "10"], timeout: .seconds(60))
         #expect(textCode == 0)
         #expect(text.contains { $0.hasPrefix("  skillbus / baseline") } && text.contains { $0.hasPrefix("  fan-out to") })
+        #expect(text.contains { $0.hasPrefix("  one-invocation ROUND: rate") })
         for row in ["one-call turn / plain send", "delegated ask / two asks in turn", "asks round of 3 / 3 asks at once"] {
             #expect(text.contains { $0.hasPrefix("  " + row) }, "\(row)")
         }

@@ -124,4 +124,20 @@ struct RoundDocumentWritingTests {
             #expect(RoundDocument.stepResults(invocations).canonicalBytes == JSONValue.object(results).serialized())
         }
     }
+
+    @Test("the status read from a document's tail is the status parsing it gives, stored or not, for 2,000 random documents")
+    func statusFromTheTail() throws {
+        var random = Generator(seed: 777)
+        for _ in 0..<2000 {
+            var document = Self.document(&random)
+            // A result that has a "summary" of its own must not fool the reader.
+            document.result = ["summary": ["status": "ok"], "x": Self.value(&random)]
+            for bytes in [document.serialized(), RoundDocument.markedStored(document.serialized())] {
+                let parsed = try JSONValue(parsing: bytes)
+                #expect(RoundDocument.tailSaysOK(bytes) == (parsed["status"] == "ok"))
+            }
+        }
+        #expect(RoundDocument.tailSaysOK(Array(#"{"status":"ok"}"#.utf8)) == nil)
+        #expect(RoundDocument.tailSaysOK([]) == nil)
+    }
 }

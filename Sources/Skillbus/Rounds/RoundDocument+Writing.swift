@@ -145,3 +145,40 @@ private struct MemberWriter {
         if let value { value.write(to: &out) } else { out.append(contentsOf: "null".utf8) }
     }
 }
+
+extension RoundDocument {
+    /// Whether a document as the bus writes it (§5.14: compact, keys sorted) says `"status":"ok"`, read from
+    /// its tail without parsing it: the top-level object ends with `status`, perhaps `stored`, then `summary`,
+    /// an object of numbers, so the last `,"summary":{` is the top level's. For a client that needs only the
+    /// status (a load generator); nil when the document does not end that way.
+    public static func tailSaysOK(_ document: [UInt8]) -> Bool? {
+        let summary = Array(#","summary":{"#.utf8)
+        guard let end = document.lastRange(of: summary) else { return nil }
+        let head = document[..<end]
+        for status in [#""status":"ok""#, #""status":"error""#] {
+            for stored in ["", #","stored":true"#] where head.ends(with: Array((status + stored).utf8)) {
+                return status == #""status":"ok""#
+            }
+        }
+        return nil
+    }
+}
+
+extension Array where Element == UInt8 {
+    /// Where the last occurrence of `needle` starts.
+    fileprivate func lastRange(of needle: [UInt8]) -> Int? {
+        guard !needle.isEmpty, count >= needle.count else { return nil }
+        var start = count - needle.count
+        while start >= 0 {
+            if self[start] == needle[0] && self[start..<start + needle.count].elementsEqual(needle) { return start }
+            start -= 1
+        }
+        return nil
+    }
+}
+
+extension ArraySlice where Element == UInt8 {
+    fileprivate func ends(with suffix: [UInt8]) -> Bool {
+        count >= suffix.count && self[(endIndex - suffix.count)...].elementsEqual(suffix)
+    }
+}
