@@ -23,6 +23,9 @@ public enum BenchCommand: SkillbusCommand {
             send; a turn that asks another agent (whose turn makes the call) against the client asking the two
             agents itself, one after the other; an asks round of the three against the three asks sent at once
             ("n/a" on a bus that takes no asks rounds).
+            Then the configuration people deploy: a coordinator with keys on bus and feed and the round journal,
+            sent ROUNDs while a feed watcher reads every event, against REQUESTs on the plain coordinator and
+            against the raw proxy, at 64 in flight; and keys alone, REQUESTs with and without, at 1 and 64.
             The ratios (skillbus / baseline, the medians of the pairs) are the figures to compare between
             machines; the absolute figures depend on this one. Exit status 1 when any request failed.
 
@@ -40,7 +43,7 @@ public enum BenchCommand: SkillbusCommand {
             OptionSpec(
                 "--capacity", value: "N",
                 help: "Capacity of each Skillbus worker (default 32: requests wait for the bus, not for a worker)."),
-            OptionSpec("--only", value: "PARTS", help: "Measure only these, comma-separated: echo, rounds, turns (default all)."),
+            OptionSpec("--only", value: "PARTS", help: "Measure only these, comma-separated: echo, rounds, turns, deployed (default all)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
@@ -67,13 +70,17 @@ public enum BenchCommand: SkillbusCommand {
             return 1
         }
         var results = BenchResults(setup: setup)
-        if parts.contains("echo") {
+        var baseline: BenchBaseline?
+        if !parts.isDisjoint(with: ["echo", "deployed"]) {
             bench.note("starting the baseline proxy with as many workers…")
-            guard let baseline = await BenchBaseline.start(supervisor, workers: setup.workers) else {
+            baseline = await BenchBaseline.start(supervisor, workers: setup.workers)
+            guard baseline != nil else {
                 printError("error: the baseline proxy did not start within 20 s")
                 await supervisor.stopAll()
                 return 1
             }
+        }
+        if let baseline, parts.contains("echo") {
             results.echo = try await bench.echo(bus: cluster.bus, baseline: baseline.frontend)
         }
         if parts.contains("rounds") { results.rounds = try await bench.rounds(bus: cluster.bus, coordinator: cluster.coordinator.pid) }
@@ -89,13 +96,17 @@ public enum BenchCommand: SkillbusCommand {
                 payloadBytes: setup.payloadBytes)
             results.turns = try await turns.measure(note: bench.note)
         }
+        if let baseline, parts.contains("deployed") {
+            results.deployed = try await DeployedBench(run: bench, supervisor: supervisor)
+                .measure(plain: cluster.bus, raw: baseline.frontend)
+        }
         await supervisor.stopAll()
 
         if json { print(results.json.jsonString) } else { results.printText() }
         return results.failures == 0 ? 0 : 1
     }
 
-    static let parts = ["echo", "rounds", "turns"]
+    static let parts = ["echo", "rounds", "turns", "deployed"]
 
     /// The parts `--only` names, each known; all of them without it.
     static func only(_ arguments: ParsedArguments) throws(UsageError) -> Set<String> {
@@ -104,7 +115,7 @@ public enum BenchCommand: SkillbusCommand {
             $0.trimmingCharacters(in: .whitespaces)
         }
         if let unknown = named.first(where: { !parts.contains($0) }) {
-            throw UsageError(spec, "option '--only': expected echo, rounds or turns, comma-separated; got '\(unknown)'")
+            throw UsageError(spec, "option '--only': expected echo, rounds, turns or deployed, comma-separated; got '\(unknown)'")
         }
         return Set(named)
     }

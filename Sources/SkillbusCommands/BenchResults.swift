@@ -81,12 +81,13 @@ struct BenchResults {
     var echo: [Int: PairedFigures] = [:]
     var rounds: Rounds?
     var turns: TurnRows?
+    var deployed: DeployedRows?
 
     var levels: [Int] { echo.keys.sorted() }
 
     var failures: Int {
         echo.values.reduce(0) { $0 + $1.failed } + (rounds.map(\.failed) ?? 0)
-            + (turns?.failed ?? 0)
+            + (turns?.failed ?? 0) + (deployed?.failed ?? 0)
     }
 
     /// `numerator / denominator` to three decimals; 0 when there is nothing to divide by.
@@ -141,6 +142,7 @@ struct BenchResults {
             ]
         }
         if let turns { document["turns"] = turns.json }
+        if let deployed { document["deployed"] = deployed.json }
         return .object(document)
     }
 
@@ -213,6 +215,10 @@ struct BenchResults {
         if let turns {
             print("")
             turns.printText()
+        }
+        if let deployed {
+            print("")
+            deployed.printText()
         }
         if failures > 0 { print("\n\(failures) request(s) failed") }
     }

@@ -39,11 +39,25 @@ struct UserBenchTests {
             #expect((versus?[ratio]?.doubleValue ?? 0) > 0, "\(ratio)")
         }
         Self.expectTurnRows(document["turns"], samples: 10)
+        // The deployed coordinator (keys, journal, a feed watcher) against the plain one and the raw proxy,
+        // and keys alone: three alternating pairs of ten each, all answered ok.
+        let deployed = document["deployed"]
+        let rows = [
+            ("versusPlain", "deployed", "plain"), ("versusRaw", "deployed", "raw"),
+        ] + ["inFlight1", "inFlight64"].map { ("keysAlone." + $0, "keys", "plain") }
+        for (name, subject, baseline) in rows {
+            let row = name.split(separator: ".").reduce(deployed) { $0?[String($1)] }
+            for side in [subject, baseline] {
+                #expect(row?[side]?["failed"] == 0 && row?[side]?["completed"]?.intValue == 30, "\(name).\(side)")
+            }
+            #expect((row?["throughputRatio"]?.doubleValue ?? 0) > 0, "\(name)")
+        }
 
         let (textCode, text) = try await runSkillbus(["bench", "--workers", "1", "--requests", "10"], timeout: .seconds(60))
         #expect(textCode == 0)
         #expect(text.contains { $0.hasPrefix("  skillbus / baseline") } && text.contains { $0.hasPrefix("  fan-out to") })
         #expect(text.contains { $0.hasPrefix("  one-invocation ROUND: rate") })
+        #expect(text.contains { $0.hasPrefix("  ROUNDs / plain REQUESTs") })
         for row in ["one-call turn / plain send", "delegated ask / two asks in turn", "asks round of 3 / 3 asks at once"] {
             #expect(text.contains { $0.hasPrefix("  " + row) }, "\(row)")
         }
