@@ -11,13 +11,14 @@ import uuid
 import zmq
 
 from . import jsonwire, wire
-from .call import Call
+from .call import Call, SubmittedCall
 from .errors import SkillbusError, error_for
 from .socketthread import SocketThread
 
 DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
 _MAX_TIMEOUT_MS = 86_400_000
 _QUERY_WAIT_S = 5.0  # SKILLS, AGENTS, SNAPSHOT and a round-wide CANCEL (§3.3)
+_EXPIRY_CHECK_S = 0.25  # how often the socket thread looks for submitted calls past their wait
 
 
 def coordinator_endpoint(endpoint: str | None = None) -> str:
@@ -50,6 +51,8 @@ class Client:
         self.timeout = timeout
         self._confirm = confirm
         self._pending: dict[bytes, Call] = {}
+        self._submitted: dict[bytes, SubmittedCall] = {}  # the pending ones of submit(): the socket thread times them out
+        self._next_expiry_check = 0.0
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._prefix = "".join(random.choice("0123456789abcdefghijklmnopqrstuvwxyz") for _ in range(7))
@@ -86,12 +89,30 @@ class Client:
     def start_request(self, skill: str, params: dict | None = None, *, round_id: str = "", session: str = "",
                       timeout: float | None = None, on_output=None) -> Call:
         """Sends a REQUEST and returns its `Call` at once (for `events()`, `cancel()`, `result()`)."""
+        return self._start(b"REQUEST", *self._request_fields(skill, params, round_id, session, timeout), on_output)
+
+    def _request_fields(self, skill, params, round_id: str, session: str, timeout: float | None):
+        """Fields 3-7 of a REQUEST (§3.1), its kind and how long to wait for its answer."""
         if not isinstance(skill, str) or not skill:
             raise ValueError(f"a skill identifier is needed, got {skill!r}")
         timeout_ms = self._timeout_ms(timeout)
-        fields = [round_id.encode(), session.encode(), skill.encode(), str(timeout_ms).encode(),
-                  self._params(params)]
-        return self._start(b"REQUEST", fields, "REQUEST", timeout_ms / 1000 + 1, on_output)
+        fields = [round_id.encode(), session.encode(), skill.encode(), str(timeout_ms).encode(), self._params(params)]
+        return fields, "REQUEST", timeout_ms / 1000 + 1
+
+    def submit(self, skill: str, params: dict | None = None, *, round_id: str = "", session: str = "",
+               timeout: float | None = None, on_output=None) -> SubmittedCall:
+        """Sends a REQUEST and returns at once its `SubmittedCall`, a future of its `Reply`.
+
+        For many requests in flight from one thread: `call.result()` returns the `Reply` or raises
+        `SkillbusError`, and `call.add_done_callback(fn)` runs `fn(call)` on the client's socket thread
+        when the answer comes (keep it short: it holds up every other answer; it may submit more).
+        `on_output(Output)` runs there too; `call.cancel()` sends CANCEL (§3.10).
+
+            calls = [client.submit("echo", {"text": str(n)}) for n in range(64)]
+            texts = [call.result().value for call in calls]
+        """
+        return self._start(b"REQUEST", *self._request_fields(skill, params, round_id, session, timeout),
+                           on_output, SubmittedCall)
 
     # --- rounds (§3.5) ---------------------------------------------------------------------------
 
@@ -119,6 +140,17 @@ class Client:
                     timeout: float | None = None, priority: str | None = None, retries: int | None = None,
                     no_cache: bool = False, on_output=None) -> Call:
         """Sends a ROUND and returns its `Call` at once; the round id is in `call.round_id`."""
+        return self._start_round(Call, body, round_id, session, timeout, priority, retries, no_cache, on_output)
+
+    def submit_round(self, body: dict, *, round_id: str | None = None, session: str = "",
+                     timeout: float | None = None, priority: str | None = None, retries: int | None = None,
+                     no_cache: bool = False, on_output=None) -> SubmittedCall:
+        """Sends a ROUND and returns at once its `SubmittedCall`, a future of its `RoundDocument`, as
+        `submit` does for a REQUEST; a round that fails resolves it with `RoundFailed`."""
+        return self._start_round(SubmittedCall, body, round_id, session, timeout, priority, retries, no_cache,
+                                 on_output)
+
+    def _start_round(self, call_class, body, round_id, session, timeout, priority, retries, no_cache, on_output):
         if not isinstance(body, dict) or len(body) != 1:
             raise ValueError("a round body is an object with one key: invoke, fanout, plan, ask or asks")
         shape, inner = next(iter(body.items()))
@@ -129,7 +161,7 @@ class Client:
         timeout_ms = self._timeout_ms(timeout)
         round_id = round_id or new_round_id()
         fields = [round_id.encode(), session.encode(), str(timeout_ms).encode(), jsonwire.encode({shape: inner})]
-        call = self._start(b"ROUND", fields, "ROUND", timeout_ms / 1000 + 1, on_output)
+        call = self._start(b"ROUND", fields, "ROUND", timeout_ms / 1000 + 1, on_output, call_class)
         call.round_id = round_id
         return call
 
@@ -179,14 +211,19 @@ class Client:
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _start(self, command: bytes, fields: list[bytes], kind: str, wait_s: float, on_output) -> Call:
+    def _start(self, command: bytes, fields: list[bytes], kind: str, wait_s: float, on_output,
+               call_class=Call) -> Call:
+        """Sends a command with a fresh request id and registers its call."""
         request_id = f"{self._prefix}-{next(self._ids)}"
-        call = Call(self, request_id, kind, wait_s, on_output)
+        key = request_id.encode()
+        call = call_class(self, request_id, kind, wait_s, on_output)
         with self._lock:
             if self._closed:
                 raise SkillbusError("unreachable", "the client is closed")
-            self._pending[request_id.encode()] = call
-        self._send(command, request_id.encode(), *fields)
+            self._pending[key] = call
+            if call_class is SubmittedCall:
+                self._submitted[key] = call
+        self._send(command, key, *fields)
         return call
 
     def _send(self, *fields: bytes) -> None:
@@ -194,8 +231,10 @@ class Client:
         self._socket.send(wire.CLIENT_TO_BUS.pack(*fields))
 
     def _forget(self, request_id: str) -> None:
+        key = request_id.encode()
         with self._lock:
-            self._pending.pop(request_id.encode(), None)
+            self._pending.pop(key, None)
+            self._submitted.pop(key, None)
 
     def _approve(self, skill: str, params) -> bool:
         return bool(self._confirm and self._confirm(skill, params))
@@ -254,4 +293,13 @@ class Client:
         call._abandon(error)
 
     def before_poll(self, now: float):
-        return None
+        """Fails submitted calls that waited past their time; wakes again while any are pending."""
+        if not self._submitted:
+            return None
+        if now >= self._next_expiry_check:
+            self._next_expiry_check = now + _EXPIRY_CHECK_S
+            with self._lock:
+                calls = list(self._submitted.values())
+            for call in calls:
+                call._expire(now)
+        return self._next_expiry_check
