@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
-from .jsonwire import dumps
+from .jsonwire import dumps, encode, string_bytes
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,12 @@ class Result:
             "mediaType": self.media_type,
             "base64": base64.b64encode(self.data or b"").decode("ascii"),
         }
+
+    def payload(self) -> bytes:
+        """`to_json()` as the bytes of a RESULT payload; a text result without building the object."""
+        if self.type == "text":
+            return b'{"text":' + string_bytes(self.text) + b',"type":"text"}'
+        return encode(self.to_json())
 
     @staticmethod
     def from_json(value) -> "Result":
