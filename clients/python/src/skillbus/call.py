@@ -58,6 +58,8 @@ class Call:
     still comes, saying `cancelled`.
     """
 
+    _queued = True  # its messages wait in a queue for the thread that reads them
+
     def __init__(self, client, request_id: str, kind: str, wait_s: float, on_output=None):
         self.request_id = request_id
         self.round_id: str | None = None  # a ROUND's, once sent
@@ -67,7 +69,7 @@ class Call:
         self._client = client
         self._wait_s = wait_s
         self._on_output = on_output
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue | None = queue.SimpleQueue() if self._queued else None
         self._entries: list[dict] = []
         self._answer = None
         self._failure: SkillbusError | None = None
@@ -221,6 +223,8 @@ class SubmittedCall(Call):
     (§3.10); the answer, `cancelled`, still comes. Partial output goes to `on_output`, called on the
     socket thread too. The client fails it with `unreachable` when no answer came within its wait.
     """
+
+    _queued = False
 
     def __init__(self, client, request_id: str, kind: str, wait_s: float, on_output=None):
         super().__init__(client, request_id, kind, wait_s, on_output)

@@ -214,9 +214,8 @@ class Client:
     def _start(self, command: bytes, fields: list[bytes], kind: str, wait_s: float, on_output,
                call_class=Call) -> Call:
         """Sends a command with a fresh request id and registers its call."""
-        request_id = f"{self._prefix}-{next(self._ids)}"
-        key = request_id.encode()
-        call = call_class(self, request_id, kind, wait_s, on_output)
+        call = call_class(self, f"{self._prefix}-{next(self._ids)}", kind, wait_s, on_output)
+        key = call._key
         with self._lock:
             if self._closed:
                 raise SkillbusError("unreachable", "the client is closed")

@@ -155,8 +155,9 @@ class SocketThread:
                 return
 
     def _drain_wake(self) -> None:
+        # One read takes every pending wake-up byte but when more than 4096 are pending; the poll then
+        # wakes again at once for the rest, so no second read is needed to find the pipe empty.
         try:
-            while self._wake_reader.recv(4096):
-                pass
+            self._wake_reader.recv(4096)
         except (BlockingIOError, OSError):
             pass

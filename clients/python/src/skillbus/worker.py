@@ -33,10 +33,7 @@ class Skill:
     wants_context: bool
     quick: bool = False
 
-    @property
-    def concurrency(self) -> int | None:
-        """At most this many invocations at once on this agent (§5.2.1), or None."""
-        return self.descriptor.get("concurrency")
+    concurrency: int | None = None  # at most this many invocations at once on this agent (§5.2.1)
 
     def run(self, values: dict, context):
         """Calls the function with the validated parameters (and `context` when it takes one); `values`
@@ -44,6 +41,12 @@ class Skill:
         if self.wants_context:
             values["context"] = context
         return Result.from_value(self.function(**values))
+
+    def run_for_payload(self, values: dict, context) -> bytes:
+        """`run`, returning the RESULT payload: a `str` goes to bytes without a `Result` in between."""
+        if self.wants_context:
+            values["context"] = context
+        return Result.payload_of(self.function(**values))
 
 
 def _params(declared) -> list[Param]:
@@ -145,7 +148,8 @@ class Worker:
             with self._lock:
                 if identifier in self._skills:
                     raise ValueError(f"skill '{identifier}' is declared twice on worker '{self.name}'")
-                self._skills[identifier] = Skill(identifier, tuple(fields), body, function, wants_context, quick)
+                self._skills[identifier] = Skill(identifier, tuple(fields), body, function, wants_context, quick,
+                                                 concurrency)
             if self._loop is not None:
                 self._loop.skills_changed()
             return function

@@ -58,7 +58,7 @@ def _outcome(skill, skill_id: str, inv: Invocation | None, values: dict) -> tupl
     """Runs the skill: its RESULT's status and payload, and the reason of its STATE failed or None
     (§4.10 steps 7-10)."""
     try:
-        status, payload, failure = b"ok", skill.run(values, inv).payload(), None
+        status, payload, failure = b"ok", skill.run_for_payload(values, inv), None
     except SkillbusError as error:
         status, payload = b"error", jsonwire.encode(error.to_object())
         failure = "cancelled" if error.code == "cancelled" else error.message
@@ -275,34 +275,30 @@ class WorkerLoop:
         """§4.10: steps 1-6 run nothing and send no STATE; then the skill runs on the pool, or here when
         it is quick. Fields: 2 invocation id, 3 round id, 4 session, 5 skill, 6 deadline, 7 parameters;
         each is decoded only where it is needed (a quick skill without `context` needs the skill alone)."""
-        name = self.worker.name
-        key, skill_id = fields[2], fields[5].decode("utf-8", errors="replace")
-
-        def refuse(code: str, message: str, details=None) -> None:
-            self._send_result(key, b"error", _error(code, message, details))
-
-        skill = self.worker._skills.get(skill_id)  # one dict read: atomic, no copy of the catalog per INVOKE
+        worker, key, skill_id = self.worker, fields[2], fields[5].decode("utf-8", errors="replace")
+        skill = worker._skills.get(skill_id)  # one dict read: atomic, no copy of the catalog per INVOKE
         if self._leave_by is not None:
-            return refuse("agent_lost", f"agent '{name}' is shutting down")
-        if len(self._running) >= self.worker.capacity:
-            return refuse("busy", f"agent '{name}' is at capacity ({self.worker.capacity})")
+            return self._refuse(key, "agent_lost", f"agent '{worker.name}' is shutting down")
+        if len(self._running) >= worker.capacity:
+            return self._refuse(key, "busy", f"agent '{worker.name}' is at capacity ({worker.capacity})")
         limit = skill.concurrency if skill else None
         if limit is not None and sum(1 for i in self._running.values() if i.skill == skill_id) >= limit:
-            return refuse("busy", f"agent '{name}' is at the concurrency limit of '{skill_id}' ({limit})")
+            return self._refuse(key, "busy", f"agent '{worker.name}' is at the concurrency limit of '{skill_id}' ({limit})")
         if skill is None:
-            offered = ", ".join(sorted(self.worker.skills())) or "none"
-            return refuse("unknown_skill", f"agent '{name}' does not offer '{skill_id}' (offers: {offered})")
+            offered = ", ".join(sorted(worker.skills())) or "none"
+            return self._refuse(key, "unknown_skill",
+                                f"agent '{worker.name}' does not offer '{skill_id}' (offers: {offered})")
         try:
             params = jsonwire.loads(fields[7])
         except ValueError as error:
-            return refuse("invalid_parameters", f"parameters of '{skill_id}' are not valid JSON: {error}")
+            return self._refuse(key, "invalid_parameters", f"parameters of '{skill_id}' are not valid JSON: {error}")
         if type(params) is not dict:
-            return refuse("invalid_parameters",
-                          f"parameters of '{skill_id}' must be a JSON object, got {jsonwire.type_name(params)}")
+            return self._refuse(key, "invalid_parameters",
+                                f"parameters of '{skill_id}' must be a JSON object, got {jsonwire.type_name(params)}")
         try:
             values = schema.validated(skill_id, skill.params, params)
         except SkillbusError as error:
-            return refuse(error.code, error.message, error.details)
+            return self._refuse(key, error.code, error.message, error.details)
         self._current_skill = skill_id
         if skill.quick and not skill.wants_context:
             # Here, on the socket thread: it starts and ends before the loop next waits, so the STATE rule
@@ -321,6 +317,10 @@ class WorkerLoop:
             return
         self._running[inv.id] = inv
         self.worker._pool.submit(self._execute, skill, inv, values)
+
+    def _refuse(self, key: bytes, code: str, message: str, details=None) -> None:
+        """An INVOKE that fails steps 1-6 of §4.10: its RESULT, and no STATE."""
+        self._send_result(key, b"error", _error(code, message, details))
 
     def _send_result(self, key: bytes, status: bytes, payload: bytes) -> None:
         """RESULT, its envelope spelled here: the one message of every invocation."""
