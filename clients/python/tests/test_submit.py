@@ -140,3 +140,32 @@ def test_a_submitted_round_resolves_to_its_document_or_to_round_failed(client_bu
         assert good.result(5).status == "ok" and good.result().result == ["hi"]
         failure = bad.exception(5)
         assert failure.code == "unknown_skill" and failure.document.status == "error"
+
+
+def test_a_blocking_call_reads_for_other_threads_while_it_waits_and_the_socket_thread_takes_over_after(client_bus):
+    with Client(client_bus.endpoint, timeout=10) as client:
+        answers = {}
+        first = threading.Thread(target=lambda: answers.update(first=client.request("echo", {"text": "a"}).value))
+        first.start()
+        (peer, waiting), = client_bus.requests(1)  # the first thread's call, not answered yet
+        second = threading.Thread(target=lambda: answers.update(second=client.request("echo", {"text": "b"}).value))
+        second.start()
+        submitted = client.submit("echo", {"text": "c"})
+        later = client_bus.requests(2)  # sent while the first thread may hold the socket
+        assert sorted(json.loads(fields[7])["text"] for _, fields in later) == ["b", "c"]
+        for peer_, fields in [*later, (peer, waiting)]:
+            text = json.loads(fields[7])["text"]
+            client_bus.reply(peer_, fields[2], b"ok", jsonwire.encode({"text": text.upper(), "type": "text"}))
+        first.join(5)
+        second.join(5)
+        assert answers == {"first": "A", "second": "B"} and submitted.result(5).value == "C"
+        for text in ("d", "e"):  # one blocking call after another, then a future: each answered
+            call = threading.Thread(target=lambda t=text: answers.update({t: client.request("echo", {"text": t}).value}))
+            call.start()
+            (peer, fields), = client_bus.requests(1)
+            client_bus.reply(peer, fields[2], b"ok", jsonwire.encode({"text": text, "type": "text"}))
+            call.join(5)
+        late = client.submit("echo", {"text": "f"})
+        (peer, fields), = client_bus.requests(1)
+        client_bus.reply(peer, fields[2], b"ok", b'{"text":"f","type":"text"}')
+        assert answers["d"] == "d" and answers["e"] == "e" and late.result(5).value == "f"

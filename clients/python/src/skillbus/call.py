@@ -76,8 +76,9 @@ class Call:
         self._done = False
         self._started = time.monotonic()
         self._key = request_id.encode()
+        self._serve = None  # set while this thread holds the client's socket: reads it instead of waiting
 
-    # Called on the client's socket thread.
+    # Called on the thread that reads the client's socket.
     def _deliver(self, fields: list[bytes]) -> None:
         self._queue.put(fields)
 
@@ -110,8 +111,10 @@ class Call:
         return self._started + self._wait_s
 
     def _next(self, deadline: float):
-        left = deadline - time.monotonic()
         try:
+            if self._serve is not None and self._queue.empty():
+                self._serve(lambda: not self._queue.empty(), deadline)
+            left = deadline - time.monotonic()
             item = self._queue.get(timeout=max(0.0, left)) if left > 0 else self._queue.get_nowait()
         except KeyboardInterrupt:
             self.cancel()  # Ctrl-C gives up on the request on the bus too, then stops the caller
@@ -216,12 +219,12 @@ class Call:
 class SubmittedCall(Call):
     """A request sent by `Client.submit`: a `Call` that is its own future.
 
-    Everything of it runs on the client's socket thread as its messages come: no waiting thread and no
-    queue between them. `result(timeout)`, `exception(timeout)`, `done()` and `add_done_callback(fn)`
-    behave as those of a `concurrent.futures.Future`; `fn(call)` runs on the socket thread when the
-    answer has come (at once, on the caller's thread, if it already has). `cancel()` sends CANCEL
-    (§3.10); the answer, `cancelled`, still comes. Partial output goes to `on_output`, called on the
-    socket thread too. The client fails it with `unreachable` when no answer came within its wait.
+    Everything of it runs on the thread that reads the client's socket (its socket thread, or a thread
+    in a blocking call that borrowed it) as its messages come: no waiting thread and no queue between
+    them. `result(timeout)`, `exception(timeout)`, `done()` and `add_done_callback(fn)` behave as those
+    of a `concurrent.futures.Future`; `fn(call)` runs on that thread when the answer has come (at once,
+    on the caller's thread, if it already has). `cancel()` sends CANCEL (§3.10); the answer,
+    `cancelled`, still comes. Partial output goes to `on_output`, called there too. The client fails it with `unreachable` when no answer came within its wait.
     """
 
     _queued = False

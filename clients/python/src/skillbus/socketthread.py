@@ -24,7 +24,15 @@ class SocketThread:
 
     The handler's `on_message(frames)` gets every message received; its `before_poll(now)` runs
     before each wait and returns when the thread must look again (a `time.monotonic()` value, or
-    None to wait for a message or a wake-up alone). Both run on the owning thread only.
+    None to wait for a message or a wake-up alone). Both run on the owning thread, or on a thread
+    that borrowed the socket (below), never on two threads at once.
+
+    Lending: a handler whose `idle()` says True expects no message (a client with no call waiting).
+    The owning thread then waits for a wake-up alone and leaves the socket untouched, and a thread about
+    to wait for an answer of its own may `borrow()` it: that thread sends and receives itself
+    (`serve_until`) and `give_back()`s the socket, so a lone blocking call needs no hand-over between
+    threads, each of which costs a thread wake-up. Only one thread holds the socket at any time; the
+    lock and the hand-over make the memory barrier libzmq asks for when a socket changes threads.
     """
 
     def __init__(self, context: zmq.Context, kind: int, endpoint: str, handler, *, name: str,
@@ -39,6 +47,10 @@ class SocketThread:
         self._started = threading.Event()
         self._socket = None  # set on the owning thread once connected
         self._owner = None  # that thread's ident
+        self._parked = False  # the owning thread waits for a wake-up alone: the socket may be lent
+        self._borrower = None  # the ident of the thread the socket is lent to
+        self._returned = threading.Event()  # set when a lent socket comes back
+        self._lent_poller = None
         self._failure: BaseException | None = None
         self._setup = (context, kind, endpoint, dict(options or {}), list(subscriptions))
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -48,9 +60,11 @@ class SocketThread:
             raise self._failure
 
     def send(self, frames: list[bytes]) -> None:
-        """Sends one message: at once on the owning thread (after what other threads queued, to keep
-        their order), else queued for the owning thread, which is woken; callable from any thread."""
-        if self._socket is not None and threading.get_ident() == self._owner:
+        """Sends one message: at once on the thread that holds the socket (the owner, or a borrower),
+        after what other threads queued, to keep their order; else queued for the holder, which is
+        woken. Callable from any thread."""
+        me = threading.get_ident()
+        if self._socket is not None and (me == self._owner and self._borrower is None or me == self._borrower):
             if self._outbox:
                 self._flush(self._socket)
             self._send_now(self._socket, frames)
@@ -60,6 +74,47 @@ class SocketThread:
                 return
             self._outbox.append(frames)
         self.wake()
+
+    def borrow(self) -> bool:
+        """Takes the socket for this thread if its owner is parked; says whether it did."""
+        with self._lock:
+            if not self._parked or self._borrower is not None or self._stopping or self._socket is None:
+                return False
+            self._borrower = threading.get_ident()
+            return True
+
+    def serve_until(self, done, deadline: float) -> None:
+        """On the borrowing thread: sends what other threads queued and handles what arrives until
+        `done()` or the `time.monotonic()` deadline."""
+        sock, poller = self._socket, self._lent_poller
+        if poller is None:  # one for every borrower: only one holds the socket at a time
+            poller = self._lent_poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        while not done():
+            if self._outbox:
+                self._flush(sock)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for item, _ in poller.poll(int(left * 1000) + 1):
+                if item is sock:
+                    self._receive(sock)
+                else:
+                    self._drain_wake()
+
+    def give_back(self) -> None:
+        """Returns a borrowed socket to its owner. The owner, still parked, is woken only when it has
+        something to do (messages queued, calls waiting, stopping): a thread making one blocking call
+        after another borrows the socket each time without waking it."""
+        if self._outbox:
+            self._flush(self._socket)
+        with self._lock:
+            self._borrower = None
+            needed = bool(self._outbox) or self._stopping or not self._handler.idle()
+        self._returned.set()
+        if needed:
+            self.wake()
 
     def wake(self) -> None:
         """Makes the owning thread run `before_poll` again soon; callable from any thread."""
@@ -94,6 +149,9 @@ class SocketThread:
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        parked_poller = zmq.Poller()  # the wake-up alone: no use of the socket
+        parked_poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        idle = getattr(self._handler, "idle", None)
         try:
             while True:
                 if self._outbox:
@@ -106,6 +164,12 @@ class SocketThread:
                 if self._outbox:
                     self._flush(sock)  # before_poll may have queued messages
                 timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
+                if idle is not None:
+                    with self._lock:
+                        self._parked = not self._outbox and not self._stopping and idle()
+                    if self._parked:
+                        self._wait_parked(parked_poller, timeout)
+                        continue
                 for item, _ in poller.poll(timeout):
                     if item is sock:
                         self._receive(sock)
@@ -116,6 +180,19 @@ class SocketThread:
             sock.close()
             self._wake_reader.close()
             self._wake_writer.close()
+
+    def _wait_parked(self, parked_poller, timeout) -> None:
+        """Waits for a wake-up without touching the socket; then, if it is lent, for its return (the
+        wake-up byte is left for the borrower, which sends what it announced)."""
+        parked_poller.poll(timeout)
+        while True:
+            with self._lock:
+                if self._borrower is None:
+                    self._parked = False  # from here on the socket is this thread's again
+                    break
+                self._returned.clear()
+            self._returned.wait()
+        self._drain_wake()
 
     def _flush(self, sock) -> None:
         while True:
