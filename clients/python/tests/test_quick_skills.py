@@ -89,3 +89,23 @@ def test_a_quick_skill_with_a_context_sends_its_output_before_its_result():
     finally:
         worker.stop()
         bus.close()
+
+
+def test_the_invocation_id_is_echoed_byte_for_byte_by_quick_and_pooled_skills():
+    bus = FakeBus()
+    worker = Worker("pyquick", coordinator=bus.endpoint, heartbeat_ms=10000, replica=False)
+    worker.skill("py.quick", params={}, quick=True)(lambda: "q")
+    worker.skill("py.pooled", params={})(lambda: "p")
+    try:
+        worker.start()
+        assert bus.next_message()[0] == b"READY"
+        bus.send(b"WELCOME", WELCOME)
+        for skill, text in ((b"py.quick", b"q"), (b"py.pooled", b"p")):
+            bus.invoke(b"\xff\x00id", skill, b"{}")  # not UTF-8: decoding it would change it
+            command, frames = bus.next_message()
+            while command == b"STATE":
+                command, frames = bus.next_message()
+            assert (command, frames) == (b"RESULT", [b"\xff\x00id", b"ok", b'{"text":"' + text + b'","type":"text"}'])
+    finally:
+        worker.stop()
+        bus.close()

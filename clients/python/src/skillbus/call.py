@@ -224,7 +224,8 @@ class SubmittedCall(Call):
     them. `result(timeout)`, `exception(timeout)`, `done()` and `add_done_callback(fn)` behave as those
     of a `concurrent.futures.Future`; `fn(call)` runs on that thread when the answer has come (at once,
     on the caller's thread, if it already has). `cancel()` sends CANCEL (§3.10); the answer,
-    `cancelled`, still comes. Partial output goes to `on_output`, called there too. The client fails it with `unreachable` when no answer came within its wait.
+    `cancelled`, still comes. Partial output goes to `on_output`, called there too. The client fails
+    it with `unreachable` when no answer came within its wait.
     """
 
     _queued = False
@@ -249,8 +250,9 @@ class SubmittedCall(Call):
     def _expire(self, now: float) -> None:
         """Fails the call with `unreachable` when its wait is over."""
         if now >= self._deadline():
+            waited = now - self._started
             self._finish(failure=SkillbusError(
-                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {now - self._started:.1f} s"))
+                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
 
     def _finish(self, answer=None, failure: SkillbusError | None = None) -> None:
         client = self._client
@@ -271,7 +273,8 @@ class SubmittedCall(Call):
         try:
             callback(self)
         except Exception as error:  # as concurrent.futures does: reported, never raised into the socket thread
-            print(f"skillbus: a callback of {self.kind} {self.request_id} failed: {error!r}", file=sys.stderr, flush=True)
+            print(f"skillbus: a callback of {self.kind} {self.request_id} failed: {error!r}", file=sys.stderr,
+                  flush=True)
 
     def add_done_callback(self, callback) -> None:
         """Runs `callback(call)` once the answer has come."""

@@ -36,8 +36,9 @@ class Client:
 
     Thread-safe: many calls may be in flight at once from any threads; one socket thread owns the
     DEALER, and lends it to a thread making a blocking call while it has nothing else to watch, so a
-    lone call is sent and read on its own thread (`SocketThread.borrow`). Every method that waits raises `SkillbusError` (code and message of §6) when the answer
-    says `error`, or `unreachable` when nothing came within the timeout plus one second.
+    lone call is sent and read on its own thread (`SocketThread.borrow`). Every method that waits
+    raises `SkillbusError` (code and message of §6) when the answer says `error`, or `unreachable`
+    when nothing came within the timeout plus one second.
 
         with Client("tcp://127.0.0.1:5555") as client:
             print(client.request("echo", {"text": "hi"}).value)
@@ -52,7 +53,8 @@ class Client:
         self.timeout = timeout
         self._confirm = confirm
         self._pending: dict[bytes, Call] = {}
-        self._submitted: dict[bytes, SubmittedCall] = {}  # the pending ones of submit(): the socket thread times them out
+        # The pending calls of submit() and submit_round(): the socket thread times them out.
+        self._submitted: dict[bytes, SubmittedCall] = {}
         self._next_expiry_check = 0.0
         self._lock = threading.Lock()
         self._ids = itertools.count(1)

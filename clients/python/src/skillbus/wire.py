@@ -54,9 +54,8 @@ def read_envelope(frame: bytes) -> list[bytes]:
         start = position + 1
         if size == LONG:
             if start + 4 > end:
-                raise WireError("malformed_message",
-                                f"a truncated envelope: field {len(fields)} has {end - start} of the 4 bytes of its length",
-                                fields)
+                raise WireError("malformed_message", f"a truncated envelope: field {len(fields)} has "
+                                f"{end - start} of the 4 bytes of its length", fields)
             size = int.from_bytes(frame[start:start + 4], "big")
             start += 4
         position = start + size
@@ -117,7 +116,8 @@ class Direction:
         elif first is not _UNKNOWN and (len(fields) > first or (opaque and len(fields) != first)):
             raise WireError("malformed_message",
                             f"{self._name(fields)} carries fields 0-{first - 1} in its envelope and the rest as "
-                            f"frames; got {len(fields)} field(s) in the envelope and {opaque} frame(s) after it", fields)
+                            f"frames; got {len(fields)} field(s) in the envelope and {opaque} frame(s) after it",
+                            fields)
         # A command we do not know passes too: a newer peer may send it (§10), and the caller skips it.
         if opaque:
             fields += [f if isinstance(f, bytes) else bytes(f) for f in frames[1:]]

@@ -123,7 +123,7 @@ class WorkerLoop:
         if (self._registered and not self._running and not self._turns and now < self._next_heartbeat
                 and self._leave_by is None and not self._skills_dirty and self._finished.empty()
                 and self._state_sent == IDLE):
-            return self._next_heartbeat  # nothing to do but the next heartbeat: the common case between quick invocations
+            return self._next_heartbeat  # nothing due but a heartbeat: the common case between quick invocations
         self._finish_invocations(now)
         if self._leave_by is not None:
             return self._leaving(now)
@@ -283,7 +283,8 @@ class WorkerLoop:
             return self._refuse(key, "busy", f"agent '{worker.name}' is at capacity ({worker.capacity})")
         limit = skill.concurrency if skill else None
         if limit is not None and sum(1 for i in self._running.values() if i.skill == skill_id) >= limit:
-            return self._refuse(key, "busy", f"agent '{worker.name}' is at the concurrency limit of '{skill_id}' ({limit})")
+            return self._refuse(key, "busy",
+                                f"agent '{worker.name}' is at the concurrency limit of '{skill_id}' ({limit})")
         if skill is None:
             offered = ", ".join(sorted(worker.skills())) or "none"
             return self._refuse(key, "unknown_skill",
@@ -312,6 +313,7 @@ class WorkerLoop:
                          fields[3].decode("utf-8", errors="replace"), fields[4].decode("utf-8", errors="replace"),
                          int(fields[6]) if fields[6].isdigit() else 0, self.worker.max_output_bytes,
                          wake=_nothing if skill.quick else self._socket.wake)
+        inv.key = key  # echoed byte for byte in its RESULT
         if skill.quick:
             self._answer(inv, *_outcome(skill, skill_id, inv, values), time.monotonic())
             return
@@ -349,7 +351,7 @@ class WorkerLoop:
 
     def _answer(self, inv: Invocation, status: bytes, payload: bytes, failure: str | None, now: float) -> None:
         """On the wire: the last OUTPUT, RESULT, then STATE failed for a failure (§4.10 rule 4)."""
-        key = inv.id.encode()
+        key = inv.key
         batch = inv.take_batch(now, final=True)
         if batch is not None:
             self._send(b"OUTPUT", key, str(batch[0]).encode(), jsonwire.encode(batch[1]))
@@ -361,7 +363,7 @@ class WorkerLoop:
         for inv in self._running.values():
             batch = inv.take_batch(now)
             if batch is not None:
-                self._send(b"OUTPUT", inv.id.encode(), str(batch[0]).encode(), jsonwire.encode(batch[1]))
+                self._send(b"OUTPUT", inv.key, str(batch[0]).encode(), jsonwire.encode(batch[1]))
 
     # --- turns (§3.7) ----------------------------------------------------------------------------
 
