@@ -91,10 +91,14 @@ python-package:
 python-test: python-package
 	PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
 
-# What the package costs against a bare pyzmq client, and a Python worker against a Swift one:
-# ratios measured in one run with the release binary (about half a minute).
+# What the package costs against a bare pyzmq client, and a Python worker against a Swift one, one
+# request in flight (bench.py); then under load against pyzmq baselines (bench_load.py): the client and
+# quick workers at 64 in flight against a zmq.proxy with REP workers, and fan-out rounds against a
+# Majordomo broker in Python (Tests/perf). Ratios measured in one run with the release binary (about
+# two minutes in all).
 python-bench: release python-package
 	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) clients/python/bench.py
+	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package $(PYTHON) clients/python/bench_load.py
 
 # The fault suite's long form (about five minutes: 60 s of fuzzing, 10 s of each other fault), its
 # figures printed case by case; fails when one is wrong. Then the coordinator's own faults (kill -9 and

@@ -110,3 +110,34 @@ def test_a_wildcard_feed_host_is_replaced_by_the_bus_host():
     assert feed_for("tcp://10.0.0.5:5555", "tcp://0.0.0.0:5556") == "tcp://10.0.0.5:5556"
     assert feed_for("tcp://10.0.0.5:5555", "tcp://127.0.0.1:5556") == "tcp://127.0.0.1:5556"
     assert feed_for("ipc:///tmp/bus", "ipc:///tmp/feed") == "ipc:///tmp/feed"
+
+
+@pytest.mark.parametrize("payload, text", [
+    (b'{"text":"hi","type":"text"}', "hi"), ('{"text":"é ☃","type":"text"}'.encode(), "é ☃"),
+    (b'{"text":"","type":"text"}', ""),
+    (b'{"text":"a\\"b","type":"text"}', None),  # an escape: read in full
+    (b'{"text":"a\\u0000","type":"text"}', None), (b'{"text":"a\x01","type":"text"}', None),
+    (b'{"text":"\xff","type":"text"}', None), (b'{"text":"a","type":"text","x":1}', None),
+    (b'{"text":"a","b":"c","type":"text"}', None), (b'{"json":"a","type":"json"}', None),
+])
+def test_a_plain_text_result_is_read_without_parsing_and_anything_else_is_left_to_loads(payload, text):
+    assert jsonwire.text_result(payload) == text
+
+
+@pytest.mark.parametrize("text", ["", "plain", 'q"uote', "back\\slash", "\b\f\n\r\t\x00\x1f\x7f", "é\u2028☃😀",
+                                  "\\b", "x\bx\\fy\f"])
+def test_strings_are_written_as_the_character_by_character_writer_writes_them(text):
+    escapes = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    expected = '"' + "".join(escapes.get(c) or (f"\\u{ord(c):04x}" if c < " " else c) for c in text) + '"'
+    assert jsonwire.dumps(text) == expected
+    assert jsonwire.loads(jsonwire.encode(text)) == text
+
+
+@pytest.mark.parametrize("document, says", [
+    (b'{"a":[1e309]}', "too large for a double"), (b"-1e999", "too large for a double"),
+    (b"[" + b"9" * 400 + b"]", "too large for a double"), (b'{"k":"\\udc00"}', "lone surrogate"),
+    (b'{"\\ud800":1}', "lone surrogate"),
+])
+def test_numbers_and_surrogates_are_judged_wherever_they_are(document, says):
+    with pytest.raises(ValueError, match=says):
+        jsonwire.loads(document)

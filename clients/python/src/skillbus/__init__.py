@@ -8,7 +8,7 @@ with `@worker.skill(...)`, and with a planner takes turns in a team (`AgentTurn`
 `TeamContext`). `Replica` follows the registry from the feed. Every failure is a `SkillbusError` with
 the protocol's error `code` and `message`.
 """
-from .call import Call, Progress, Snapshot
+from .call import Call, Progress, Snapshot, SubmittedCall
 from .client import DEFAULT_COORDINATOR, Client, new_round_id
 from .errors import Cancelled, RoundFailed, SkillbusError, TurnFailed
 from .invocation import Invocation
@@ -21,5 +21,6 @@ from .worker import Skill, Worker
 __all__ = [
     "AgentTurn", "Call", "Cancelled", "Client", "DEFAULT_COORDINATOR", "Handoff", "Invocation", "Output", "Param",
     "Progress", "Replica", "Reply", "Result", "RoundDocument", "RoundFailed", "Skill", "SkillbusError", "Snapshot",
+    "SubmittedCall",
     "TeamContext", "Turn", "TurnFailed", "Worker", "digest", "new_round_id",
 ]

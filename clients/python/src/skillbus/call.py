@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import queue
+import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -56,6 +58,8 @@ class Call:
     still comes, saying `cancelled`.
     """
 
+    _queued = True  # its messages wait in a queue for the thread that reads them
+
     def __init__(self, client, request_id: str, kind: str, wait_s: float, on_output=None):
         self.request_id = request_id
         self.round_id: str | None = None  # a ROUND's, once sent
@@ -65,14 +69,16 @@ class Call:
         self._client = client
         self._wait_s = wait_s
         self._on_output = on_output
-        self._queue: queue.Queue = queue.Queue()
+        self._queue: queue.SimpleQueue | None = queue.SimpleQueue() if self._queued else None
         self._entries: list[dict] = []
         self._answer = None
         self._failure: SkillbusError | None = None
         self._done = False
         self._started = time.monotonic()
+        self._key = request_id.encode()
+        self._serve = None  # set while this thread holds the client's socket: reads it instead of waiting
 
-    # Called on the client's socket thread.
+    # Called on the thread that reads the client's socket.
     def _deliver(self, fields: list[bytes]) -> None:
         self._queue.put(fields)
 
@@ -105,8 +111,10 @@ class Call:
         return self._started + self._wait_s
 
     def _next(self, deadline: float):
-        left = deadline - time.monotonic()
         try:
+            if self._serve is not None and self._queue.empty():
+                self._serve(lambda: not self._queue.empty(), deadline)
+            left = deadline - time.monotonic()
             item = self._queue.get(timeout=max(0.0, left)) if left > 0 else self._queue.get_nowait()
         except KeyboardInterrupt:
             self.cancel()  # Ctrl-C gives up on the request on the bus too, then stops the caller
@@ -180,7 +188,13 @@ class Call:
         # Anything else carrying our request id is skipped: a newer bus may send more (§10).
 
     def _reply(self, fields: list[bytes]) -> None:
-        status, agent, payload = fields[4], _text(fields[5]), _json(fields[7], "the REPLY payload")
+        status, agent = fields[4], _text(fields[5])
+        text = jsonwire.text_result(fields[7]) if status == b"ok" else None
+        if text is not None:  # the common answer, read without building its object
+            self._finish(Reply(Result.of_text(text), agent, _integer(fields[6], "the REPLY duration"),
+                               _text(fields[3]), list(self.outputs)))
+            return
+        payload = _json(fields[7], "the REPLY payload")
         if status == b"ok":
             try:
                 result = Result.from_json(payload)
@@ -200,3 +214,96 @@ class Call:
             raise SkillbusError("malformed_message",
                                 f"the snapshot announced {agents} entries and {len(self._entries)} came")
         self._finish(Snapshot(epoch, seq, int(summary.get("heartbeatMs", 1000)), entries))
+
+
+class SubmittedCall(Call):
+    """A request sent by `Client.submit`: a `Call` that is its own future.
+
+    Everything of it runs on the thread that reads the client's socket (its socket thread, or a thread
+    in a blocking call that borrowed it) as its messages come: no waiting thread and no queue between
+    them. `result(timeout)`, `exception(timeout)`, `done()` and `add_done_callback(fn)` behave as those
+    of a `concurrent.futures.Future`; `fn(call)` runs on that thread when the answer has come (at once,
+    on the caller's thread, if it already has). `cancel()` sends CANCEL (§3.10); the answer,
+    `cancelled`, still comes. Partial output goes to `on_output`, called there too. The client fails
+    it with `unreachable` when no answer came within its wait.
+    """
+
+    _queued = False
+
+    def __init__(self, client, request_id: str, kind: str, wait_s: float, on_output=None):
+        super().__init__(client, request_id, kind, wait_s, on_output)
+        self._callbacks: list | None = []  # None once the answer has come
+        self._waiter: threading.Event | None = None  # made only when a thread waits before the answer
+
+    def _deliver(self, fields: list[bytes]) -> None:
+        try:
+            if fields[1] == b"REPLY" and len(fields) == 8:
+                self._reply(fields)
+            else:
+                self._take(fields)
+        except SkillbusError as error:
+            self._finish(failure=error)
+
+    def _abandon(self, failure: SkillbusError) -> None:
+        self._finish(failure=failure)
+
+    def _expire(self, now: float) -> None:
+        """Fails the call with `unreachable` when its wait is over."""
+        if now >= self._deadline():
+            waited = now - self._started
+            self._finish(failure=SkillbusError(
+                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
+
+    def _finish(self, answer=None, failure: SkillbusError | None = None) -> None:
+        client = self._client
+        with client._lock:  # close() may abandon it on another thread as the answer comes
+            if self._done:
+                return
+            self._done = True
+            self._answer, self._failure = answer, failure
+            callbacks, self._callbacks, waiter = self._callbacks, None, self._waiter
+            client._pending.pop(self._key, None)
+            client._submitted.pop(self._key, None)
+        if waiter is not None:
+            waiter.set()
+        for callback in callbacks:
+            self._run_callback(callback)
+
+    def _run_callback(self, callback) -> None:
+        try:
+            callback(self)
+        except Exception as error:  # as concurrent.futures does: reported, never raised into the socket thread
+            print(f"skillbus: a callback of {self.kind} {self.request_id} failed: {error!r}", file=sys.stderr,
+                  flush=True)
+
+    def add_done_callback(self, callback) -> None:
+        """Runs `callback(call)` once the answer has come."""
+        with self._client._lock:
+            if self._callbacks is not None:
+                self._callbacks.append(callback)
+                return
+        self._run_callback(callback)
+
+    def done(self) -> bool:
+        return self._done
+
+    def events(self):
+        raise TypeError("a submitted call has no events(): pass on_output to submit, or use start_request")
+
+    def result(self, timeout: float | None = None):
+        """The `Reply`, waiting at most `timeout` seconds (else until the answer or the client's
+        `unreachable`); raises the `SkillbusError` of a failed call, or TimeoutError."""
+        failure = self.exception(timeout)
+        if failure is not None:
+            raise failure
+        return self._answer
+
+    def exception(self, timeout: float | None = None) -> SkillbusError | None:
+        """The `SkillbusError` the call failed with, or None; waits as `result` does."""
+        with self._client._lock:
+            if not self._done and self._waiter is None:
+                self._waiter = threading.Event()
+            waiter = self._waiter
+        if not self._done and not waiter.wait(timeout):
+            raise TimeoutError(f"{self.kind} {self.request_id} is not answered yet")
+        return self._failure

@@ -8,16 +8,24 @@ Swift reader refuses, so a Python worker judges a parameters frame as a Swift wo
 from __future__ import annotations
 
 import json
+import json.encoder
 import math
+import re
 import unicodedata
 
 MAX_DEPTH = 128
 _TWO_POW_53 = float(2**53)
+_ONE_E15 = 10**15
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The standard library's string writer (in C), with non-ASCII left raw: the same spelling as ours except
+# that it writes backspace and form feed as \b and \f, where we write \u0008 and \u000c.
+_write_string = json.encoder.encode_basestring
 
 
 def dumps(value) -> str:
     """Compact JSON with sorted keys, raw UTF-8 and Skillbus's number spelling (§2 "Writing")."""
+    if isinstance(value, str):
+        return _string(value)
     if value is None:
         return "null"
     if value is True:
@@ -26,8 +34,6 @@ def dumps(value) -> str:
         return "false"
     if isinstance(value, (int, float)):
         return _number(value)
-    if isinstance(value, str):
-        return _string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(dumps(item) for item in value) + "]"
     if isinstance(value, dict):
@@ -43,7 +49,14 @@ def encode(value) -> bytes:
     return dumps(value).encode("utf-8")
 
 
+def string_bytes(text: str) -> bytes:
+    """A string as JSON, in UTF-8 (a result form's text, say)."""
+    return _string(text).encode("utf-8")
+
+
 def _number(value) -> str:
+    if type(value) is int and -_ONE_E15 < value < _ONE_E15:
+        return str(value)  # what the double's spelling below gives for it
     try:
         x = float(value)  # every number on the wire is a double
     except OverflowError:
@@ -62,6 +75,8 @@ def _number(value) -> str:
 
 
 def _string(text: str) -> str:
+    if "\b" not in text and "\f" not in text:
+        return _write_string(text)
     parts = ['"']
     for ch in text:
         escaped = _ESCAPES.get(ch)
@@ -72,13 +87,35 @@ def _string(text: str) -> str:
     return "".join(parts)
 
 
+_TEXT_RESULT_HEAD, _TEXT_RESULT_TAIL = b'{"text":"', b'","type":"text"}'
+_NOT_PLAIN = re.compile(rb'["\\\x00-\x1f]')  # in a JSON string's bytes: anything but plain characters
+
+
+def text_result(payload: bytes) -> str | None:
+    """The text of a text result form (§5.5) written as Skillbus writes it (`{"text":"…","type":"text"}`)
+    with no escapes in the text, read without parsing the object; None for anything else, which
+    `loads` then reads (and judges) in full."""
+    if not (payload.startswith(_TEXT_RESULT_HEAD) and payload.endswith(_TEXT_RESULT_TAIL)):
+        return None
+    text = payload[len(_TEXT_RESULT_HEAD):-len(_TEXT_RESULT_TAIL)]
+    if _NOT_PLAIN.search(text):
+        return None
+    try:
+        return text.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def loads(data: bytes | str):
     """Parses one document strictly (§2 "Reading"); raises ValueError saying what is wrong."""
     try:
         # Decoded here: json.loads would guess UTF-16 or UTF-32 for bytes.
         text = bytes(data).decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
-        value = json.loads(text, object_pairs_hook=_object_without_duplicates, parse_constant=_no_constant)
-        _check(value, 0)
+        value = _DECODER.decode(text)  # numbers beyond a double are refused as they are read
+        # The rest of the checks walk the whole value, so only for a document that could fail them: one
+        # with a \u escape (a lone surrogate) or nested deep enough.
+        if "\\u" in text or text.count("[") + text.count("{") > MAX_DEPTH:
+            _check(value, 0)
     except UnicodeError as error:
         raise ValueError(f"not valid UTF-8 or a lone surrogate: {error}") from None
     except RecursionError:
@@ -89,6 +126,9 @@ def loads(data: bytes | str):
 
 
 def _object_without_duplicates(pairs):
+    result = dict(pairs)
+    if len(result) == len(pairs) and "".join(result).isascii():
+        return result  # distinct ASCII keys: NFC changes none of them, so none are equivalent
     seen, result = set(), {}
     for key, value in pairs:
         normal = unicodedata.normalize("NFC", key)  # canonically equivalent keys are one key
@@ -101,6 +141,28 @@ def _object_without_duplicates(pairs):
 
 def _no_constant(name):
     raise ValueError(f"'{name}' is not JSON")
+
+
+def _double(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):
+        raise ValueError("a number is too large for a double")
+    return value
+
+
+def _integer(text: str) -> int:
+    value = int(text)
+    if len(text) > 300:  # a double holds up to about 1.8e308
+        try:
+            float(value)
+        except OverflowError:
+            raise ValueError("a number is too large for a double") from None
+    return value
+
+
+# One decoder for every document: json.loads with options builds a new one per call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_object_without_duplicates, parse_constant=_no_constant,
+                            parse_float=_double, parse_int=_integer)
 
 
 def _check(value, depth: int) -> None:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field
 
-from .jsonwire import dumps
+from .jsonwire import dumps, encode, string_bytes
+
+
+def text_payload(text: str) -> bytes:
+    """A text result form (§5.5) as JSON bytes, in Skillbus's spelling (keys sorted)."""
+    return b'{"text":' + string_bytes(text) + b',"type":"text"}'
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,20 @@ class Result:
             "mediaType": self.media_type,
             "base64": base64.b64encode(self.data or b"").decode("ascii"),
         }
+
+    def payload(self) -> bytes:
+        """`to_json()` as the bytes of a RESULT payload; a text result without building the object."""
+        if self.type == "text":
+            return text_payload(self.text)
+        return encode(self.to_json())
+
+    @staticmethod
+    def payload_of(value) -> bytes:
+        """The RESULT payload of what a skill returned (`from_value(value).payload()`), a `str`
+        written at once."""
+        if type(value) is str:
+            return text_payload(value)
+        return Result.from_value(value).payload()
 
     @staticmethod
     def from_json(value) -> "Result":

@@ -19,6 +19,8 @@ def is_identifier(value) -> bool:
 
 def accepts(type_: str, value) -> bool:
     """Whether a parameter of `type_` accepts `value` (§5.3 "Type acceptance"); null fits no type."""
+    if type_ == "string":
+        return isinstance(value, str)
     actual = jsonwire.type_name(value)
     if type_ == "any":
         return actual != "null"
@@ -105,7 +107,7 @@ def descriptor(
     return body
 
 
-def validate(params: list[Param], values: dict) -> tuple[dict, list[str]]:
+def validate(params, values: dict) -> tuple[dict, list[str]]:
     """Checks `values` against the fields (§5.3 "Validation"): the values with defaults filled in,
     and every problem found, worded as §5.3 words them (empty when they are valid)."""
     result, problems = dict(values), []
@@ -118,13 +120,14 @@ def validate(params: list[Param], values: dict) -> tuple[dict, list[str]]:
         elif p.has_default:
             result[p.name] = p.default
     declared = [p.name for p in params]
-    expected = ", ".join(declared) or "none"
-    for key in sorted(k for k in values if k not in declared):
-        problems.append(f"unknown parameter '{key}' (expected: {expected})")
+    unknown = [k for k in values if k not in declared]
+    if unknown:  # the expected list is spelled only when needed
+        expected = ", ".join(declared) or "none"
+        problems += [f"unknown parameter '{key}' (expected: {expected})" for key in sorted(unknown)]
     return result, problems
 
 
-def validated(identifier: str, params: list[Param], values: dict) -> dict:
+def validated(identifier: str, params, values: dict) -> dict:
     """`values` with defaults filled in, or `SkillbusError` `invalid_parameters` worded as §4.10 step 6."""
     checked, problems = validate(params, values)
     if problems:

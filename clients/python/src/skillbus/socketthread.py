@@ -16,12 +16,23 @@ import time
 import zmq
 
 
+_NOBLOCK, _MORE, _RCVMORE = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE), int(zmq.RCVMORE)
+
+
 class SocketThread:
     """Runs `handler` on a thread that owns one socket.
 
     The handler's `on_message(frames)` gets every message received; its `before_poll(now)` runs
     before each wait and returns when the thread must look again (a `time.monotonic()` value, or
-    None to wait for a message or a wake-up alone). Both run on the owning thread only.
+    None to wait for a message or a wake-up alone). Both run on the owning thread, or on a thread
+    that borrowed the socket (below), never on two threads at once.
+
+    Lending: a handler whose `idle()` says True expects no message (a client with no call waiting).
+    The owning thread then waits for a wake-up alone and leaves the socket untouched, and a thread about
+    to wait for an answer of its own may `borrow()` it: that thread sends and receives itself
+    (`serve_until`) and `give_back()`s the socket, so a lone blocking call needs no hand-over between
+    threads, each of which costs a thread wake-up. Only one thread holds the socket at any time; the
+    lock and the hand-over make the memory barrier libzmq asks for when a socket changes threads.
     """
 
     def __init__(self, context: zmq.Context, kind: int, endpoint: str, handler, *, name: str,
@@ -34,6 +45,12 @@ class SocketThread:
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
         self._started = threading.Event()
+        self._socket = None  # set on the owning thread once connected
+        self._owner = None  # that thread's ident
+        self._parked = False  # the owning thread waits for a wake-up alone: the socket may be lent
+        self._borrower = None  # the ident of the thread the socket is lent to
+        self._returned = threading.Event()  # set when a lent socket comes back
+        self._lent_poller = None
         self._failure: BaseException | None = None
         self._setup = (context, kind, endpoint, dict(options or {}), list(subscriptions))
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -43,12 +60,61 @@ class SocketThread:
             raise self._failure
 
     def send(self, frames: list[bytes]) -> None:
-        """Queues one message for the owning thread to send; callable from any thread."""
+        """Sends one message: at once on the thread that holds the socket (the owner, or a borrower),
+        after what other threads queued, to keep their order; else queued for the holder, which is
+        woken. Callable from any thread."""
+        me = threading.get_ident()
+        if self._socket is not None and (me == self._owner and self._borrower is None or me == self._borrower):
+            if self._outbox:
+                self._flush(self._socket)
+            self._send_now(self._socket, frames)
+            return
         with self._lock:
             if self._stopping:
                 return
             self._outbox.append(frames)
         self.wake()
+
+    def borrow(self) -> bool:
+        """Takes the socket for this thread if its owner is parked; says whether it did."""
+        with self._lock:
+            if not self._parked or self._borrower is not None or self._stopping or self._socket is None:
+                return False
+            self._borrower = threading.get_ident()
+            return True
+
+    def serve_until(self, done, deadline: float) -> None:
+        """On the borrowing thread: sends what other threads queued and handles what arrives until
+        `done()` or the `time.monotonic()` deadline."""
+        sock, poller = self._socket, self._lent_poller
+        if poller is None:  # one for every borrower: only one holds the socket at a time
+            poller = self._lent_poller = zmq.Poller()
+            poller.register(sock, zmq.POLLIN)
+            poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        while not done():
+            if self._outbox:
+                self._flush(sock)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for item, _ in poller.poll(int(left * 1000) + 1):
+                if item is sock:
+                    self._receive(sock)
+                else:
+                    self._drain_wake()
+
+    def give_back(self) -> None:
+        """Returns a borrowed socket to its owner. The owner, still parked, is woken only when it has
+        something to do (messages queued, calls waiting, stopping): a thread making one blocking call
+        after another borrows the socket each time without waking it."""
+        if self._outbox:
+            self._flush(self._socket)
+        with self._lock:
+            self._borrower = None
+            needed = bool(self._outbox) or self._stopping or not self._handler.idle()
+        self._returned.set()
+        if needed:
+            self.wake()
 
     def wake(self) -> None:
         """Makes the owning thread run `before_poll` again soon; callable from any thread."""
@@ -78,28 +144,55 @@ class SocketThread:
             self._failure = ValueError(f"cannot connect to {endpoint!r}: {error}")
             self._started.set()
             return
+        self._owner, self._socket = threading.get_ident(), sock
         self._started.set()
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        parked_poller = zmq.Poller()  # the wake-up alone: no use of the socket
+        parked_poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        idle = getattr(self._handler, "idle", None)
         try:
             while True:
-                self._flush(sock)
-                with self._lock:
-                    if self._stopping and not self._outbox:
-                        break
+                if self._outbox:
+                    self._flush(sock)
+                if self._stopping:
+                    with self._lock:
+                        if not self._outbox:
+                            break
                 due = self._handler.before_poll(time.monotonic())
-                self._flush(sock)  # before_poll may have queued messages
+                if self._outbox:
+                    self._flush(sock)  # before_poll may have queued messages
                 timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
-                events = dict(poller.poll(timeout))
-                if self._wake_reader.fileno() in events:
-                    self._drain_wake()
-                if sock in events:
-                    self._receive(sock)
+                if idle is not None:
+                    with self._lock:
+                        self._parked = not self._outbox and not self._stopping and idle()
+                    if self._parked:
+                        self._wait_parked(parked_poller, timeout)
+                        continue
+                for item, _ in poller.poll(timeout):
+                    if item is sock:
+                        self._receive(sock)
+                    else:
+                        self._drain_wake()
         finally:
+            self._socket = None
             sock.close()
             self._wake_reader.close()
             self._wake_writer.close()
+
+    def _wait_parked(self, parked_poller, timeout) -> None:
+        """Waits for a wake-up without touching the socket; then, if it is lent, for its return (the
+        wake-up byte is left for the borrower, which sends what it announced)."""
+        parked_poller.poll(timeout)
+        while True:
+            with self._lock:
+                if self._borrower is None:
+                    self._parked = False  # from here on the socket is this thread's again
+                    break
+                self._returned.clear()
+            self._returned.wait()
+        self._drain_wake()
 
     def _flush(self, sock) -> None:
         while True:
@@ -107,17 +200,29 @@ class SocketThread:
                 if not self._outbox:
                     return
                 frames = self._outbox.popleft()
-            try:
-                sock.send_multipart(frames, flags=zmq.NOBLOCK)
-            except zmq.Again:
-                pass  # at the high-water mark, as the bus does (PROTOCOL §1): dropped, never blocking
-            except zmq.ZMQError:
-                pass  # e.g. a SUB socket cannot send; nothing to do
+            self._send_now(sock, frames)
+
+    @staticmethod
+    def _send_now(sock, frames: list[bytes]) -> None:
+        # Frame by frame with plain-int flags: send_multipart spends more on its flag arithmetic than on sending.
+        try:
+            for frame in frames[:-1]:
+                sock.send(frame, _MORE)
+            sock.send(frames[-1], _NOBLOCK)
+        except zmq.Again:
+            pass  # at the high-water mark, as the bus does (PROTOCOL §1): dropped, never blocking
+        except zmq.ZMQError:
+            pass  # e.g. a SUB socket cannot send; nothing to do
 
     def _receive(self, sock) -> None:
+        """Handles every message waiting; called when the socket is readable."""
+        # Until a recv finds nothing: that failure costs about three ZMQ_EVENTS checks, and messages come
+        # in bursts (under load, about 5 per wake-up at a worker and dozens at a busy client).
         while True:
             try:
-                frames = sock.recv_multipart(flags=zmq.NOBLOCK)
+                frames = [sock.recv(_NOBLOCK)]
+                while sock.getsockopt(_RCVMORE):
+                    frames.append(sock.recv(_NOBLOCK))
             except zmq.Again:
                 return
             try:
@@ -126,8 +231,9 @@ class SocketThread:
                 print(f"skillbus: {self._thread.name}: a message failed: {error!r}", file=sys.stderr, flush=True)
 
     def _drain_wake(self) -> None:
+        # One read takes every pending wake-up byte but when more than 4096 are pending; the poll then
+        # wakes again at once for the rest, so no second read is needed to find the pipe empty.
         try:
-            while self._wake_reader.recv(4096):
-                pass
+            self._wake_reader.recv(4096)
         except (BlockingIOError, OSError):
             pass

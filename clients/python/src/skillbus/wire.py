@@ -18,6 +18,8 @@ V1_CLIENT, V1_WORKER = b"SKB1C", b"SKB1W"
 V1_HEADERS = (V1_CLIENT, V1_WORKER)
 HEADER_BYTES = 5
 LONG = 0xFF  # a length byte of 0xFF: the length follows as 4 bytes, big-endian
+_LENGTHS = [bytes((size,)) for size in range(LONG)]  # the one-byte lengths, made once
+_LONG_BYTE = bytes((LONG,))
 
 
 class WireError(SkillbusError):
@@ -30,37 +32,38 @@ class WireError(SkillbusError):
         self.fields = fields
 
 
-def envelope(header: bytes, fields: list[bytes]) -> bytes:
+def envelope(header: bytes, fields) -> bytes:
     """Frame 0: the header, then each field as a length (one byte, or 0xFF and four) and its bytes."""
-    out = bytearray(header)
+    parts = [header]
     for field in fields:
         size = len(field)
-        out += bytes([size]) if size < LONG else bytes([LONG]) + size.to_bytes(4, "big")
-        out += field
-    return bytes(out)
+        parts.append(_LENGTHS[size] if size < LONG else _LONG_BYTE + size.to_bytes(4, "big"))
+        parts.append(field)
+    return b"".join(parts)
 
 
 def read_envelope(frame: bytes) -> list[bytes]:
     """The fields of an envelope, header first; raises `WireError` when it is cut short."""
-    fields = [bytes(frame[:HEADER_BYTES])]
+    if not isinstance(frame, bytes):
+        frame = bytes(frame)  # a zmq.Frame or memoryview: sliced below as bytes
+    fields = [frame[:HEADER_BYTES]]
+    append = fields.append
     position, end = HEADER_BYTES, len(frame)
     while position < end:
-        number = len(fields)
         size = frame[position]
-        position += 1
+        start = position + 1
         if size == LONG:
-            if position + 4 > end:
-                raise WireError("malformed_message",
-                                f"a truncated envelope: field {number} has {end - position} of the 4 bytes of its length",
-                                fields)
-            size = int.from_bytes(frame[position:position + 4], "big")
-            position += 4
-        if position + size > end:
+            if start + 4 > end:
+                raise WireError("malformed_message", f"a truncated envelope: field {len(fields)} has "
+                                f"{end - start} of the 4 bytes of its length", fields)
+            size = int.from_bytes(frame[start:start + 4], "big")
+            start += 4
+        position = start + size
+        if position > end:
             raise WireError("malformed_message",
-                            f"a truncated envelope: field {number} announces {size} bytes, {end - position} follow",
+                            f"a truncated envelope: field {len(fields)} announces {size} bytes, {end - start} follow",
                             fields)
-        fields.append(bytes(frame[position:position + size]))
-        position += size
+        append(frame[start:position])
     return fields
 
 
@@ -78,9 +81,8 @@ class Direction:
         if command not in self.first_frame:
             raise ValueError(f"{command!r} is no {self.name} command")
         first = self.first_frame[command]
-        logical = [self.header, *fields]
-        split = len(logical) if first is None else min(first, len(logical))
-        return [envelope(self.header, logical[1:split]), *logical[split:]]
+        split = len(fields) if first is None else min(first - 1, len(fields))  # fields are numbered from 1
+        return [envelope(self.header, fields[:split]), *fields[split:]]
 
     def unpack(self, frames: list[bytes]) -> list[bytes]:
         """The logical fields `[header, command, field 2, ...]` of a received message.
@@ -90,32 +92,43 @@ class Direction:
         """
         if not frames:
             raise WireError("malformed_message", "an empty message", [])
-        head = bytes(frames[0][:HEADER_BYTES])
-        if head in V1_HEADERS and len(frames[0]) == HEADER_BYTES:
-            raise WireError("unsupported_protocol",
-                            f"a v1 message (header {head.decode()}); this peer speaks {self.header.decode()}",
-                            [bytes(f) for f in frames])
-        if head != self.header:
+        frame = frames[0]
+        if not isinstance(frame, bytes):
+            frame = bytes(frame)
+        if frame[:HEADER_BYTES] != self.header:
+            head = bytes(frame[:HEADER_BYTES])
+            if head in V1_HEADERS and len(frame) == HEADER_BYTES:
+                raise WireError("unsupported_protocol",
+                                f"a v1 message (header {head.decode()}); this peer speaks {self.header.decode()}",
+                                [bytes(f) for f in frames])
             raise WireError("unsupported_protocol",
                             f"a message with header {head!r} (this peer speaks {self.header.decode()})", [])
-        fields = read_envelope(frames[0])
+        fields = read_envelope(frame)
         if len(fields) < 2:
             raise WireError("malformed_message", "an envelope without a command", fields)
-        command, opaque = fields[1], len(frames) - 1
-        if command not in self.first_frame:
-            # A newer peer may send commands we do not know (§10); the caller skips them.
-            return fields + [bytes(f) for f in frames[1:]]
-        first = self.first_frame[command]
-        name = command[:32].decode("utf-8", errors="replace")
+        opaque = len(frames) - 1
+        first = self.first_frame.get(fields[1], _UNKNOWN)
         if first is None:
             if opaque:
                 raise WireError("malformed_message",
-                                f"{name} travels in its envelope alone, got {opaque} frame(s) after it", fields)
-        elif len(fields) > first or (opaque and len(fields) != first):
+                                f"{self._name(fields)} travels in its envelope alone, got {opaque} frame(s) after it",
+                                fields)
+        elif first is not _UNKNOWN and (len(fields) > first or (opaque and len(fields) != first)):
             raise WireError("malformed_message",
-                            f"{name} carries fields 0-{first - 1} in its envelope and the rest as frames; "
-                            f"got {len(fields)} field(s) in the envelope and {opaque} frame(s) after it", fields)
-        return fields + [bytes(f) for f in frames[1:]]
+                            f"{self._name(fields)} carries fields 0-{first - 1} in its envelope and the rest as "
+                            f"frames; got {len(fields)} field(s) in the envelope and {opaque} frame(s) after it",
+                            fields)
+        # A command we do not know passes too: a newer peer may send it (§10), and the caller skips it.
+        if opaque:
+            fields += [f if isinstance(f, bytes) else bytes(f) for f in frames[1:]]
+        return fields
+
+    @staticmethod
+    def _name(fields: list[bytes]) -> str:
+        return fields[1][:32].decode("utf-8", errors="replace")
+
+
+_UNKNOWN = object()  # first_frame's answer for a command not in the table
 
 
 # F per command, from the v2 framing's table.

@@ -31,13 +31,22 @@ class Skill:
     descriptor: dict
     function: object
     wants_context: bool
+    quick: bool = False
+
+    concurrency: int | None = None  # at most this many invocations at once on this agent (§5.2.1)
 
     def run(self, values: dict, context):
-        """Calls the function with the validated parameters (and `context` when it takes one)."""
-        arguments = dict(values)
+        """Calls the function with the validated parameters (and `context` when it takes one); `values`
+        is the caller's own dict, which this may change."""
         if self.wants_context:
-            arguments["context"] = context
-        return Result.from_value(self.function(**arguments))
+            values["context"] = context
+        return Result.from_value(self.function(**values))
+
+    def run_for_payload(self, values: dict, context) -> bytes:
+        """`run`, returning the RESULT payload: a `str` goes to bytes without a `Result` in between."""
+        if self.wants_context:
+            values["context"] = context
+        return Result.payload_of(self.function(**values))
 
 
 def _params(declared) -> list[Param]:
@@ -115,8 +124,14 @@ class Worker:
 
     def skill(self, identifier: str, *, params=None, description: str = "", display_name: str | None = None,
               concurrency: int | None = None, default_timeout_ms: int | None = None, idempotent: bool = False,
-              confirm: bool = False, metadata: dict | None = None):
+              confirm: bool = False, metadata: dict | None = None, quick: bool = False):
         """Declares the decorated function as the skill `identifier` with these parameter fields.
+
+        `quick=True` says the function returns within microseconds and never blocks (no I/O, no
+        sleeping, no `context.call`): it then runs on the worker's socket thread as its INVOKE is read,
+        with no hop to the thread pool, and a burst of quick invocations costs one RESULT each and no
+        STATE (PROTOCOL §4.10, "STATE rule"). While it runs the worker reads nothing else, so it
+        cannot be cancelled and a slow one delays every other message.
 
         `concurrency` bounds how many of its invocations run at once on this agent (§5.2.1);
         `confirm` makes every call wait for its client's approval (§3.8); `idempotent` says that
@@ -133,7 +148,8 @@ class Worker:
             with self._lock:
                 if identifier in self._skills:
                     raise ValueError(f"skill '{identifier}' is declared twice on worker '{self.name}'")
-                self._skills[identifier] = Skill(identifier, tuple(fields), body, function, wants_context)
+                self._skills[identifier] = Skill(identifier, tuple(fields), body, function, wants_context, quick,
+                                                 concurrency)
             if self._loop is not None:
                 self._loop.skills_changed()
             return function

@@ -46,6 +46,30 @@ def feed_for(bus: str, feed: str) -> str:
     return feed
 
 
+_RESULT_ENVELOPE = wire.WORKER + bytes((len(b"RESULT"),)) + b"RESULT"
+_LENGTHS = [bytes((size,)) for size in range(wire.LONG)]
+
+
+def _nothing() -> None:
+    pass
+
+
+def _outcome(skill, skill_id: str, inv: Invocation | None, values: dict) -> tuple[bytes, bytes, str | None]:
+    """Runs the skill: its RESULT's status and payload, and the reason of its STATE failed or None
+    (§4.10 steps 7-10)."""
+    try:
+        status, payload, failure = b"ok", skill.run_for_payload(values, inv), None
+    except SkillbusError as error:
+        status, payload = b"error", jsonwire.encode(error.to_object())
+        failure = "cancelled" if error.code == "cancelled" else error.message
+    except Exception as error:  # anything else is skill_failed (step 10)
+        failure = f"'{skill_id}' failed: {error or type(error).__name__}"
+        status, payload = b"error", _error("skill_failed", failure)
+    if inv is not None and inv.output_error is not None:  # passed the output limit: that is the outcome
+        status, payload, failure = b"error", jsonwire.encode(inv.output_error.to_object()), inv.output_error.message
+    return status, payload, failure
+
+
 class WorkerLoop:
     def __init__(self, worker):
         self.worker = worker
@@ -96,6 +120,10 @@ class WorkerLoop:
     def before_poll(self, now: float):
         if self._socket is None or self.left.is_set():
             return None
+        if (self._registered and not self._running and not self._turns and now < self._next_heartbeat
+                and self._leave_by is None and not self._skills_dirty and self._finished.empty()
+                and self._state_sent == IDLE):
+            return self._next_heartbeat  # nothing due but a heartbeat: the common case between quick invocations
         self._finish_invocations(now)
         if self._leave_by is not None:
             return self._leaving(now)
@@ -188,7 +216,7 @@ class WorkerLoop:
         if low is None or not low <= len(fields) <= high:
             return self._log(f"ignored {command[:16]!r} with {len(fields)} fields")
         if command == b"INVOKE":
-            self._invoke(*[f.decode("utf-8", errors="replace") for f in fields[2:7]], fields[7])
+            self._invoke(fields)
         elif command == b"CANCEL":
             cancelled = fields[2].decode("utf-8", errors="replace")
             inv, turn = self._running.get(cancelled), self._turns.get(cancelled)
@@ -243,80 +271,99 @@ class WorkerLoop:
         else:
             self._log(f"the bus refused a message: {error.code}: {error.message}")
 
-    def _invoke(self, invocation_id: str, round_id: str, session: str, skill_id: str, deadline: str,
-                params_field: bytes) -> None:
-        """§4.10: steps 1-6 run nothing and send no STATE; then the skill runs on the pool."""
-        name = self.worker.name
-
-        def refuse(code: str, message: str, details=None) -> None:
-            self._send(b"RESULT", invocation_id.encode(), b"error", _error(code, message, details))
-
-        skills = self.worker.skills()
-        skill = skills.get(skill_id)
+    def _invoke(self, fields: list[bytes]) -> None:
+        """§4.10: steps 1-6 run nothing and send no STATE; then the skill runs on the pool, or here when
+        it is quick. Fields: 2 invocation id, 3 round id, 4 session, 5 skill, 6 deadline, 7 parameters;
+        each is decoded only where it is needed (a quick skill without `context` needs the skill alone)."""
+        worker, key, skill_id = self.worker, fields[2], fields[5].decode("utf-8", errors="replace")
+        skill = worker._skills.get(skill_id)  # one dict read: atomic, no copy of the catalog per INVOKE
         if self._leave_by is not None:
-            return refuse("agent_lost", f"agent '{name}' is shutting down")
-        if len(self._running) >= self.worker.capacity:
-            return refuse("busy", f"agent '{name}' is at capacity ({self.worker.capacity})")
-        limit = skill.descriptor.get("concurrency") if skill else None
+            return self._refuse(key, "agent_lost", f"agent '{worker.name}' is shutting down")
+        if len(self._running) >= worker.capacity:
+            return self._refuse(key, "busy", f"agent '{worker.name}' is at capacity ({worker.capacity})")
+        limit = skill.concurrency if skill else None
         if limit is not None and sum(1 for i in self._running.values() if i.skill == skill_id) >= limit:
-            return refuse("busy", f"agent '{name}' is at the concurrency limit of '{skill_id}' ({limit})")
+            return self._refuse(key, "busy",
+                                f"agent '{worker.name}' is at the concurrency limit of '{skill_id}' ({limit})")
         if skill is None:
-            offered = ", ".join(sorted(skills)) or "none"
-            return refuse("unknown_skill", f"agent '{name}' does not offer '{skill_id}' (offers: {offered})")
+            offered = ", ".join(sorted(worker.skills())) or "none"
+            return self._refuse(key, "unknown_skill",
+                                f"agent '{worker.name}' does not offer '{skill_id}' (offers: {offered})")
         try:
-            params = jsonwire.loads(params_field)
+            params = jsonwire.loads(fields[7])
         except ValueError as error:
-            return refuse("invalid_parameters", f"parameters of '{skill_id}' are not valid JSON: {error}")
-        if not isinstance(params, dict):
-            return refuse("invalid_parameters",
-                          f"parameters of '{skill_id}' must be a JSON object, got {jsonwire.type_name(params)}")
+            return self._refuse(key, "invalid_parameters", f"parameters of '{skill_id}' are not valid JSON: {error}")
+        if type(params) is not dict:
+            return self._refuse(key, "invalid_parameters",
+                                f"parameters of '{skill_id}' must be a JSON object, got {jsonwire.type_name(params)}")
         try:
-            values = schema.validated(skill_id, list(skill.params), params)
+            values = schema.validated(skill_id, skill.params, params)
         except SkillbusError as error:
-            return refuse(error.code, error.message, error.details)
-        inv = Invocation(self.worker, invocation_id, skill_id, round_id, session,
-                         int(deadline) if deadline.isdigit() else 0, self.worker.max_output_bytes,
-                         wake=self._socket.wake)
-        self._running[invocation_id] = inv
+            return self._refuse(key, error.code, error.message, error.details)
         self._current_skill = skill_id
+        if skill.quick and not skill.wants_context:
+            # Here, on the socket thread: it starts and ends before the loop next waits, so the STATE rule
+            # coalesces it away (§4.10) and its RESULT is all it sends.
+            status, payload, failure = _outcome(skill, skill_id, None, values)
+            self._send_result(key, status, payload)
+            if failure is not None:
+                self._failed(failure)
+            return
+        inv = Invocation(self.worker, key.decode("utf-8", errors="replace"), skill_id,
+                         fields[3].decode("utf-8", errors="replace"), fields[4].decode("utf-8", errors="replace"),
+                         int(fields[6]) if fields[6].isdigit() else 0, self.worker.max_output_bytes,
+                         wake=_nothing if skill.quick else self._socket.wake)
+        inv.key = key  # echoed byte for byte in its RESULT
+        if skill.quick:
+            self._answer(inv, *_outcome(skill, skill_id, inv, values), time.monotonic())
+            return
+        self._running[inv.id] = inv
         self.worker._pool.submit(self._execute, skill, inv, values)
 
+    def _refuse(self, key: bytes, code: str, message: str, details=None) -> None:
+        """An INVOKE that fails steps 1-6 of §4.10: its RESULT, and no STATE."""
+        self._send_result(key, b"error", _error(code, message, details))
+
+    def _send_result(self, key: bytes, status: bytes, payload: bytes) -> None:
+        """RESULT, its envelope spelled here: the one message of every invocation."""
+        if len(key) < wire.LONG:
+            self._socket.send([_RESULT_ENVELOPE + _LENGTHS[len(key)] + key + _LENGTHS[len(status)] + status, payload])
+        else:
+            self._send(b"RESULT", key, status, payload)
+
+    def _failed(self, reason: str) -> None:
+        """STATE failed after a failed invocation's RESULT (§4.10 rule 4)."""
+        if self._registered:
+            self._state_sent = {"reason": reason, "state": "failed"}
+            self._send(b"STATE", jsonwire.encode(self._state_sent))
+
     def _execute(self, skill, inv: Invocation, values: dict) -> None:
-        """On a pool thread: runs the skill and queues its outcome (§4.10 steps 7-10)."""
-        try:
-            status, payload, failure = "ok", jsonwire.encode(skill.run(values, inv).to_json()), None
-        except SkillbusError as error:
-            status, payload = "error", jsonwire.encode(error.to_object())
-            failure = "cancelled" if error.code == "cancelled" else error.message
-        except Exception as error:  # anything else is skill_failed (step 10)
-            message = f"'{inv.skill}' failed: {error or type(error).__name__}"
-            status, payload, failure = "error", _error("skill_failed", message), message
-        if inv.output_error is not None:  # passed the output limit: that is the outcome, whatever came back
-            status, payload, failure = "error", jsonwire.encode(inv.output_error.to_object()), inv.output_error.message
-        self._finished.put((inv, status, payload, failure))
+        """On a pool thread: runs the skill and queues its outcome for the socket thread."""
+        self._finished.put((inv, *_outcome(skill, inv.skill, inv, values)))
         self._socket.wake()
 
     def _finish_invocations(self, now: float) -> None:
-        """On the wire: the last OUTPUT, RESULT, then STATE failed for a failure (§4.10 rule 4)."""
-        while True:
-            try:
-                inv, status, payload, failure = self._finished.get_nowait()
-            except queue.Empty:
-                return
+        """Answers the invocations the pool finished."""
+        while not self._finished.empty():
+            inv, status, payload, failure = self._finished.get()
             self._running.pop(inv.id, None)
-            batch = inv.take_batch(now, final=True)
-            if batch is not None:
-                self._send(b"OUTPUT", inv.id.encode(), str(batch[0]).encode(), jsonwire.encode(batch[1]))
-            self._send(b"RESULT", inv.id.encode(), status.encode(), payload)
-            if failure is not None and self._registered:
-                self._state_sent = {"reason": failure, "state": "failed"}
-                self._send(b"STATE", jsonwire.encode(self._state_sent))
+            self._answer(inv, status, payload, failure, now)
+
+    def _answer(self, inv: Invocation, status: bytes, payload: bytes, failure: str | None, now: float) -> None:
+        """On the wire: the last OUTPUT, RESULT, then STATE failed for a failure (§4.10 rule 4)."""
+        key = inv.key
+        batch = inv.take_batch(now, final=True)
+        if batch is not None:
+            self._send(b"OUTPUT", key, str(batch[0]).encode(), jsonwire.encode(batch[1]))
+        self._send_result(key, status, payload)
+        if failure is not None:
+            self._failed(failure)
 
     def _send_output(self, now: float) -> None:
         for inv in self._running.values():
             batch = inv.take_batch(now)
             if batch is not None:
-                self._send(b"OUTPUT", inv.id.encode(), str(batch[0]).encode(), jsonwire.encode(batch[1]))
+                self._send(b"OUTPUT", inv.key, str(batch[0]).encode(), jsonwire.encode(batch[1]))
 
     # --- turns (§3.7) ----------------------------------------------------------------------------
 
