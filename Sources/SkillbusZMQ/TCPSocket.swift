@@ -112,6 +112,36 @@ public enum TCPSocket {
         return local.sin_port == peer.sin_port && local.sin_addr.s_addr == peer.sin_addr.s_addr
     }
 
+    /// The address of a connected socket's peer as text ("192.0.2.7", "::1"); "" when it has none.
+    public static func peerAddress(_ fd: Int32) -> String {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let rc = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+        }
+        guard rc == 0 else { return "" }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        let family = Int32(storage.ss_family)
+        let converted = withUnsafePointer(to: &storage) { pointer -> Bool in
+            pointer.withMemoryRebound(to: UInt8.self, capacity: MemoryLayout<sockaddr_storage>.size) { raw in
+                if family == AF_INET {
+                    return raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { address in
+                        var host = address.pointee.sin_addr
+                        return inet_ntop(AF_INET, &host, &text, socklen_t(text.count)) != nil
+                    }
+                } else if family == AF_INET6 {
+                    return raw.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { address in
+                        var host = address.pointee.sin6_addr
+                        return inet_ntop(AF_INET6, &host, &text, socklen_t(text.count)) != nil
+                    }
+                }
+                return false
+            }
+        }
+        guard converted else { return "" }
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// Small messages go out at once rather than wait to be coalesced (what ZeroMQ sets on every TCP socket).
     public static func noDelay(_ fd: Int32) {
         var one: Int32 = 1
