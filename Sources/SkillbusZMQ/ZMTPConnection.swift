@@ -115,6 +115,15 @@ final class ZMTPConnection {
         return true
     }
 
+    /// Why a greeting that has not all arrived (its peer left) could never have passed: the mechanism it
+    /// names, when that much came and it is not `expected`; nil otherwise.
+    func partialGreetingProblem(expecting expected: String) -> String? {
+        guard stage == .greeting, input.count - inputStart >= 32 else { return nil }
+        let mechanism = input[inputStart + 12..<inputStart + 32].prefix { $0 != 0 }
+        guard !mechanism.elementsEqual(expected.utf8) else { return nil }
+        return ZMTP.mechanismMismatch(Array(mechanism), expected)
+    }
+
     /// The body of the handshake command at the start of the input, when all of it has arrived.
     func takeCommand(maxFrameBytes: Int) throws(ZMTP.Violation) -> ArraySlice<UInt8>? {
         guard let frame = try takeFrame(maxBytes: maxFrameBytes) else { return nil }
@@ -307,9 +316,14 @@ enum ZMTP {
         guard bytes[0] == 0xFF, bytes[9] & 1 == 1 else { throw .init("no ZMTP signature") }
         guard bytes[10] >= 3 else { throw .init("ZMTP version \(bytes[10])") }
         let mechanism = bytes[12..<32].prefix { $0 != 0 }
-        guard mechanism.elementsEqual(expected.utf8) else {
-            throw .init("mechanism \(String(decoding: mechanism, as: UTF8.self)) where \(expected) is spoken")
-        }
+        guard mechanism.elementsEqual(expected.utf8) else { throw .init(mechanismMismatch(Array(mechanism), expected)) }
+    }
+
+    /// A peer's mechanism that is not ours, in words.
+    static func mechanismMismatch(_ mechanism: [UInt8], _ expected: String) -> String {
+        let name = String(decoding: mechanism, as: UTF8.self)
+        let hint = name == "NULL" && expected == "CURVE" ? " (a peer without keys)" : ""
+        return "mechanism \(name) where \(expected) is spoken\(hint)"
     }
 
     /// A command frame with `body` (a name, then data).

@@ -2,8 +2,8 @@
     import Glibc
 #endif
 
-/// A DEALER socket connected to one TCP peer (a ROUTER) that speaks ZMTP 3 itself, NULL mechanism, on the
-/// thread that owns it: no libzmq I/O thread, so no message crosses threads on its way in or out.
+/// A DEALER socket connected to one TCP peer (a ROUTER) that speaks ZMTP 3 itself, NULL mechanism or CURVE, on
+/// the thread that owns it: no libzmq I/O thread, so no message crosses threads on its way in or out.
 ///
 /// Why: the agent worker's socket costs the same hops the bus's ROUTER did before `ZMTPRouter` (a mailbox
 /// wake-up each way per message). Here the owner polls the connection's descriptor itself, reads and parses
@@ -50,7 +50,7 @@ public final class ZMTPDealer {
     public private(set) var lastRefusal: String?
     private let options: Options
     private let curveKeys: (server: [UInt8], publicKey: [UInt8], secretKey: [UInt8])?
-    private let host: in_addr
+    private let host: String
     private let port: UInt16
     private var connection: ZMTPConnection?
     /// The TCP connection is established (before that the descriptor is polled for writability).
@@ -65,8 +65,8 @@ public final class ZMTPDealer {
     private var inboxHead = 0
     private var scratch = [UInt8](repeating: 0, count: ZMTP.readChunk)
 
-    /// Whether this socket can connect to `endpoint`: `tcp://` with `localhost` or an IPv4 address, and a
-    /// port. Anything else (a host name, IPv6, ipc) stays with libzmq.
+    /// Whether this socket can connect to `endpoint`: `tcp://` with an IPv4 address, an IPv6 one in brackets or
+    /// a host name (looked up at each attempt to connect), and a port. Other transports (ipc) stay with libzmq.
     public static func serves(_ endpoint: String) -> Bool { address(endpoint) != nil }
 
     public init(_ options: Options) throws(ZMQError) {
@@ -211,7 +211,9 @@ public final class ZMTPDealer {
 
     private func attemptConnection() {
         retryAt = nil
-        switch TCPSocket.connect(to: host, port: port) {
+        // A name is looked up again at each attempt, as libzmq does: the coordinator may have moved.
+        guard case .success(let addresses) = TCPSocket.resolve(host: host, port: port) else { return scheduleRetry() }
+        switch TCPSocket.connect(to: addresses[0]) {
         case .success(let fd):
             connection = ZMTPConnection(fd: fd)
             established = false
@@ -302,10 +304,9 @@ public final class ZMTPDealer {
         backoff = min(backoff * 2, max(options.maxReconnectInterval, options.reconnectInterval))
     }
 
-    /// The host and port of `tcp://HOST:PORT`, HOST an IPv4 address or `localhost`.
-    private static func address(_ endpoint: String) -> (in_addr, UInt16)? {
-        guard let (hostText, host, portText) = TCPSocket.split(endpoint), hostText != "*",
-            let port = UInt16(portText), port != 0
+    /// The host and port of `tcp://HOST:PORT`, HOST an address or a name (not `*`), PORT not 0.
+    private static func address(_ endpoint: String) -> (String, UInt16)? {
+        guard let (host, portText) = TCPSocket.hostAndPort(endpoint), host != "*", let port = UInt16(portText), port != 0
         else { return nil }
         return (host, port)
     }

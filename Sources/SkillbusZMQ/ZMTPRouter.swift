@@ -4,8 +4,8 @@ import CLinux
     import Glibc
 #endif
 
-/// A ROUTER socket for TCP peers that speaks ZMTP 3 itself (the NULL mechanism: no keys), on the thread
-/// that owns it, with no libzmq I/O thread. Peers are ordinary ZeroMQ DEALER (or REQ) sockets.
+/// A ROUTER socket for TCP peers (IPv4 or IPv6) that speaks ZMTP 3 itself, with the NULL mechanism or CURVE,
+/// on the thread that owns it, with no libzmq I/O thread. Peers are ordinary ZeroMQ DEALER (or REQ) sockets.
 ///
 /// Why: with libzmq every message crosses from its I/O thread to the owning one and back, each crossing a
 /// wake-up through a mailbox; for the bus that was more than half of the coordinator's CPU per request
@@ -71,9 +71,13 @@ public final class ZMTPRouter {
     /// What each `epoll_wait` reports into.
     private var events = [epoll_event](repeating: epoll_event(), count: 64)
 
-    /// Whether this router can serve `endpoint`: `tcp://` with `*`, `localhost` or an IPv4 address, and a
-    /// port or `*`. Anything else stays with libzmq.
-    public static func serves(_ endpoint: String) -> Bool { (try? address(endpoint)) != nil }
+    /// Whether this router can serve `endpoint`: `tcp://` with `*`, an IPv4 address, an IPv6 one in brackets or
+    /// a host name, and a port or `*` (the host is looked up when the router binds). Other transports (ipc,
+    /// inproc) stay with libzmq.
+    public static func serves(_ endpoint: String) -> Bool {
+        guard let (_, port) = TCPSocket.hostAndPort(endpoint) else { return false }
+        return port == "*" || UInt16(port) != nil
+    }
 
     public init(bind endpoint: String, maxFrameBytes: Int, curve: Curve? = nil) throws(ZMQError) {
         self.maxFrameBytes = maxFrameBytes
@@ -87,18 +91,14 @@ public final class ZMTPRouter {
             self.curve = nil
             mechanism = "NULL"
         }
-        let (host, port) = try Self.address(endpoint)
+        let address = try Self.address(endpoint)
         let listener: Int32
-        let boundPort: UInt16
-        switch TCPSocket.listen(on: host, port: port, backlog: 128) {
-        case .success(let listening): (listener, boundPort) = listening
+        switch TCPSocket.listen(on: address, backlog: 128) {
+        case .success(let listening):
+            listener = listening.fd
+            lastEndpoint = "tcp://\(listening.address)"
         case .failure(let failure): throw ZMQError(operation: "bind \(endpoint)", errno: failure.errno)
         }
-        var text = [CChar](repeating: 0, count: 32)
-        var boundHost = host
-        inet_ntop(AF_INET, &boundHost, &text, socklen_t(text.count))
-        let hostText = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        lastEndpoint = "tcp://\(hostText):\(boundPort)"
         let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else {
             let error = ZMQError(operation: "epoll_create1", errno: errno)
@@ -223,7 +223,12 @@ public final class ZMTPRouter {
 
     private func read(_ connection: ZMTPConnection, limits: ReceiveLimits) {
         switch connection.readAvailable(using: &scratch) {
-        case .closed: return drop(connection)
+        case .closed:
+            if connection.isCurve, connection.stage != .open, !connection.closing {
+                let reason = connection.partialGreetingProblem(expecting: "CURVE") ?? "the peer left during the CURVE handshake"
+                handshakeFailures.append(HandshakeFailure(address: connection.address, reason: reason))
+            }
+            return drop(connection)
         case .wouldBlock: return
         case .progress: break
         }
@@ -354,10 +359,14 @@ public final class ZMTPRouter {
         epoll_ctl(epoll, adding ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &event)
     }
 
-    /// The host and port of `tcp://HOST:PORT` (`*` for either: every interface, a port the kernel picks).
-    private static func address(_ endpoint: String) throws(ZMQError) -> (host: in_addr, port: UInt16) {
-        guard let (_, host, portText) = TCPSocket.split(endpoint), let port = portText == "*" ? 0 : UInt16(portText)
+    /// The address `tcp://HOST:PORT` names (`*` for either: every IPv4 interface, a port the kernel picks; a
+    /// host name: its first address, IPv4 before IPv6).
+    private static func address(_ endpoint: String) throws(ZMQError) -> TCPSocket.Address {
+        guard let (host, portText) = TCPSocket.hostAndPort(endpoint), let port = portText == "*" ? 0 : UInt16(portText)
         else { throw ZMQError(operation: "bind \(endpoint)", errno: EINVAL) }
-        return (host, port)
+        switch TCPSocket.resolve(host: host, port: port) {
+        case .success(let addresses): return addresses[0]
+        case .failure(let failure): throw ZMQError(operation: "bind \(endpoint) (\(failure))", errno: EINVAL)
+        }
     }
 }

@@ -41,16 +41,39 @@ struct ZMTPDealerTests {
         return nil
     }
 
-    @Test("it serves tcp endpoints with an IPv4 address or localhost and a port; others stay with libzmq")
+    @Test("it serves tcp endpoints with an IPv4 or IPv6 address or a host name, and a port; others stay with libzmq")
     func endpoints() {
-        for endpoint in ["tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://10.0.0.7:65535"] {
+        for endpoint in [
+            "tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://10.0.0.7:65535", "tcp://example.com:5555",
+            "tcp://[::1]:5555",
+        ] {
             #expect(ZMTPDealer.serves(endpoint), "\(endpoint)")
         }
-        for endpoint in [
-            "tcp://*:5555", "tcp://127.0.0.1:*", "tcp://127.0.0.1:0", "tcp://example.com:5555", "tcp://[::1]:5555",
-            "ipc:///tmp/bus", "tcp://127.0.0.1",
-        ] {
+        for endpoint in ["tcp://*:5555", "tcp://127.0.0.1:*", "tcp://127.0.0.1:0", "ipc:///tmp/bus", "tcp://127.0.0.1"] {
             #expect(!ZMTPDealer.serves(endpoint), "\(endpoint)")
+        }
+    }
+
+    @Test(
+        "the own router binds and the own dealer connects over IPv6 and by host name",
+        arguments: [("tcp://[::1]:*", "[::1]"), ("tcp://localhost:*", "localhost")])
+    func ipv6AndNames(bind: String, connectHost: String) throws {
+        let router = try ZMTPRouter(bind: bind, maxFrameBytes: 1 << 20)
+        defer { router.close() }
+        let port = try #require(router.lastEndpoint.split(separator: ":").last)
+        if bind.contains("::1") { #expect(router.lastEndpoint.hasPrefix("tcp://[::1]:")) }
+        let client = try dealer("tcp://\(connectHost):\(port)")
+        defer { client.stop() }
+        client.send([Array("over \(connectHost)".utf8)])
+        #expect(try firstMessage(router)?.last == Array("over \(connectHost)".utf8))
+    }
+
+    @Test("a host name that does not resolve fails the bind with the resolver's words")
+    func unresolvableBind() {
+        #expect {
+            _ = try ZMTPRouter(bind: "tcp://no-such-host.invalid:5555", maxFrameBytes: 1 << 20)
+        } throws: { error in
+            (error as? ZMQError)?.operation.contains("cannot resolve 'no-such-host.invalid'") == true
         }
     }
 
