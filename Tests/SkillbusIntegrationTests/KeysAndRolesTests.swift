@@ -170,7 +170,7 @@ struct KeysAndRolesTests {
         #expect(try await coordinator.waitForExit() == 0)
     }
 
-    @Test("a worker whose key the coordinator does not know logs the coordinator's reason and tries again")
+    @Test("a worker whose key the coordinator does not know logs its reason and tries again; a client says it was refused")
     func refusedWorker() async throws {
         let keyed = try await KeyedCluster()
         defer { keyed.terminate() }
@@ -187,6 +187,12 @@ struct KeysAndRolesTests {
             $0.contains("refused a connection to the bus from 127.0.0.1: unknown key")
         }
         #expect(!keyed.coordinator.output.contains { $0.contains("agent 'w1' joined") })
+        // A client (libzmq's DEALER) with that key: its monitor heard the refusal, and it says so.
+        let (code, lines) = try await runSkillbus(
+            ["send", "echo", "text=hi", "--timeout", "2", "--coordinator", keyed.bus] + keyed.keys("mallory"))
+        #expect(code == 3)
+        #expect(lines.contains { $0.contains("the coordinator at \(keyed.bus) refused this client's key") }, "\(lines)")
+        #expect(!lines.contains { $0.contains("is it running?") })
     }
 
     @Test("keygen writes a pair once, and a Python peer (pyzmq) with keys is a client and a worker of the own engine")
