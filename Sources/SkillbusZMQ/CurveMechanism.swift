@@ -83,19 +83,22 @@ public struct CurveCookieKeys {
 /// `forget` wipes the key when the connection closes; nothing seals or opens after that.
 struct CurveBoxes {
     private var sharedKey: [UInt8]
-    private let sealPrefix: String
-    private let openPrefix: String
+    /// The 24-byte nonces: a fixed prefix, then the short nonce, rewritten in place for each box.
+    private var sealNonce: [UInt8]
+    private var openNonce: [UInt8]
     /// The short nonce the next sealed MESSAGE gets.
     private(set) var nextNonce: UInt64
     /// The short nonce of the last box the peer sent that opened.
     private(set) var peerNonce: UInt64
-    /// The plaintext of the frame being sealed: reused, so that sealing allocates nothing of its own.
+    /// The plaintext of the frame being sealed, and of the MESSAGE last opened: reused, so that neither
+    /// allocates once they have grown to the frames' size.
     private var plain: [UInt8] = []
+    private var opened: [UInt8] = []
 
     init(sharedKey: [UInt8], asServer: Bool, nextNonce: UInt64, peerNonce: UInt64) {
         self.sharedKey = sharedKey
-        sealPrefix = asServer ? "CurveZMQMESSAGES" : "CurveZMQMESSAGEC"
-        openPrefix = asServer ? "CurveZMQMESSAGEC" : "CurveZMQMESSAGES"
+        sealNonce = CurveZMTP.shortNonce(asServer ? "CurveZMQMESSAGES" : "CurveZMQMESSAGEC", 0)
+        openNonce = CurveZMTP.shortNonce(asServer ? "CurveZMQMESSAGEC" : "CurveZMQMESSAGES", 0)
         self.nextNonce = nextNonce
         self.peerNonce = peerNonce
     }
@@ -106,19 +109,25 @@ struct CurveBoxes {
     mutating func seal(_ frame: [UInt8], more: Bool, command: Bool, to output: inout [UInt8]) throws(ZMTP.Violation) {
         guard !forgotten else { throw .init("a MESSAGE after the connection's keys were forgotten") }
         guard nextNonce < .max else { throw .init("the connection's nonces are used up") }
-        let nonce = CurveZMTP.shortNonce(sealPrefix, nextNonce)
+        Self.write(nextNonce, into: &sealNonce)
         plain.removeAll(keepingCapacity: true)
         plain.append((more ? ZMTP.moreFlag : 0) | (command ? 0x02 : 0))
         plain.append(contentsOf: frame)
         let bodyBytes = 16 + plain.count + Sodium.macBytes
         ZMTP.appendFrameHeader(size: bodyBytes, more: false, command: false, to: &output)
         output.append(contentsOf: CurveZMTP.name("MESSAGE"))
-        output.append(contentsOf: CurveZMTP.bigEndian(nextNonce))
-        plain.withUnsafeBytes { Sodium.seal($0, nonce: nonce, sharedKey: sharedKey, to: &output) }
+        output.append(contentsOf: sealNonce[16..<24])
+        plain.withUnsafeBytes { Sodium.seal($0, nonce: sealNonce, sharedKey: sharedKey, to: &output) }
         nextNonce += 1
     }
 
-    /// The frame a MESSAGE command's body carries, with its MORE and COMMAND flags.
+    /// Puts `counter`, big-endian, in the last 8 bytes of a 24-byte nonce.
+    private static func write(_ counter: UInt64, into nonce: inout [UInt8]) {
+        for index in 0..<8 { nonce[16 + index] = UInt8(truncatingIfNeeded: counter >> (56 - 8 * index)) }
+    }
+
+    /// The frame a MESSAGE command's body carries, with its MORE and COMMAND flags (a slice of a buffer the
+    /// next `open` reuses: copy it out before then).
     mutating func open(_ body: ArraySlice<UInt8>) throws(ZMTP.Violation) -> (more: Bool, command: Bool, frame: ArraySlice<UInt8>) {
         guard !forgotten else { throw .init("a MESSAGE after the connection's keys were forgotten") }
         guard CurveZMTP.hasName(body, "MESSAGE") else { throw .init("a command that is no MESSAGE") }
@@ -126,8 +135,10 @@ struct CurveBoxes {
         let start = body.startIndex
         let nonce = CurveZMTP.readBigEndian(body[start + 8..<start + 16])
         guard nonce > peerNonce else { throw .init("a MESSAGE nonce \(nonce) not above the last, \(peerNonce)") }
-        guard let opened = Sodium.open(body[(start + 16)...], nonce: CurveZMTP.shortNonce(openPrefix, nonce), sharedKey: sharedKey)
-        else { throw .init("a MESSAGE box that does not open") }
+        Self.write(nonce, into: &openNonce)
+        guard Sodium.open(body[(start + 16)...], nonce: openNonce, sharedKey: sharedKey, into: &opened) else {
+            throw .init("a MESSAGE box that does not open")
+        }
         peerNonce = nonce
         let flags = opened[0]
         return (flags & ZMTP.moreFlag != 0, flags & 0x02 != 0, opened[1...])
@@ -138,6 +149,7 @@ struct CurveBoxes {
         Sodium.wipe(&sharedKey)
         sharedKey = []
         Sodium.wipe(&plain)
+        Sodium.wipe(&opened)
     }
 }
 

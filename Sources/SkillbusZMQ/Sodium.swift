@@ -84,6 +84,24 @@ enum Sodium {
         return plain
     }
 
+    /// Opens `box` into `plain` (resized to the message, its storage reused from call to call); false when the
+    /// box is too short or was not sealed with this nonce and key.
+    static func open(_ box: ArraySlice<UInt8>, nonce: [UInt8], sharedKey: [UInt8], into plain: inout [UInt8]) -> Bool {
+        guard box.count >= macBytes, nonce.count == nonceBytes, sharedKey.count == keyBytes else { return false }
+        let count = box.count - macBytes
+        // One byte more than the message, so that an empty one still has somewhere to go.
+        if plain.count < count + 1 {
+            plain.append(contentsOf: repeatElement(0, count: count + 1 - plain.count))
+        } else {
+            plain.removeLast(plain.count - count - 1)
+        }
+        let rc = box.withUnsafeBufferPointer { sealed in
+            crypto_box_open_easy_afternm(&plain, sealed.baseAddress!, UInt64(sealed.count), nonce, sharedKey)
+        }
+        plain.removeLast()
+        return rc == 0
+    }
+
     /// A crypto_secretbox of `plain` (MAC, then ciphertext) under `key`.
     static func secretSeal(_ plain: [UInt8], nonce: [UInt8], key: [UInt8]) -> [UInt8] {
         ready()
