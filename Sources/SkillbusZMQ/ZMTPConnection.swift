@@ -38,6 +38,9 @@ final class ZMTPConnection {
     /// The kernel's buffer was full: the next write waits for EPOLLOUT.
     var waitingToWrite = false
 
+    /// When the connection was accepted or made: a handshake has a bounded time from here.
+    let openedAt = ContinuousClock.now
+
     init(fd: Int32, security: Security = .null) {
         self.fd = fd
         self.security = security

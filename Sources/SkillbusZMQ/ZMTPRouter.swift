@@ -50,6 +50,9 @@ public final class ZMTPRouter {
     public let lastEndpoint: String
     /// "NULL" or "CURVE".
     public let mechanism: String
+    /// How long a connection may take from accept to the end of its handshake (libzmq's ZMQ_HANDSHAKE_IVL
+    /// is 30 s too): one that says nothing, or too little, is closed by `expireHandshakes`.
+    public let handshakeTimeout: Duration
     /// Readable when a peer connects, sends or can be written to again: poll it, then `receive`.
     public var pollDescriptor: Int32 { epoll }
 
@@ -79,8 +82,11 @@ public final class ZMTPRouter {
         return port == "*" || UInt16(port) != nil
     }
 
-    public init(bind endpoint: String, maxFrameBytes: Int, curve: Curve? = nil) throws(ZMQError) {
+    public init(
+        bind endpoint: String, maxFrameBytes: Int, curve: Curve? = nil, handshakeTimeout: Duration = .seconds(30)
+    ) throws(ZMQError) {
         self.maxFrameBytes = maxFrameBytes
+        self.handshakeTimeout = handshakeTimeout
         if let curve {
             guard let secretKey = SkillbusZMQ.Curve.decode(curve.secretKey),
                 let publicKey = Sodium.publicKey(forSecret: secretKey)
@@ -151,6 +157,20 @@ public final class ZMTPRouter {
             throw ZMQError(operation: "send", errno: EHOSTUNREACH)
         }
         markUnflushed(connection)
+    }
+
+    /// Closes the connections whose handshake has taken longer than `handshakeTimeout` (with CURVE, noted
+    /// as failed handshakes). The owner calls it now and then: a peer that connects and waits holds nothing
+    /// for long.
+    public func expireHandshakes(now: ContinuousClock.Instant = .now) {
+        let stale = connections.values.filter { $0.stage != .open && !$0.closing && now - $0.openedAt > handshakeTimeout }
+        for connection in stale {
+            if connection.isCurve {
+                handshakeFailures.append(
+                    HandshakeFailure(address: connection.address, reason: "no CURVE handshake within \(handshakeTimeout)"))
+            }
+            drop(connection)
+        }
     }
 
     /// The CURVE handshakes that failed since the last call (refusals by `Curve.authorize` are not among

@@ -14,13 +14,14 @@ private final class CurveRouterHarness {
     private(set) var asked: [String] = []
     private(set) var received: [ReceivedMessage] = []
 
-    init() throws {
+    init(handshakeTimeout: Duration = .seconds(30)) throws {
         let serverKeys = try CurveKeyPair.generate()
         self.serverKeys = serverKeys
         let decisions = Decisions()
         router = try ZMTPRouter(
             bind: "tcp://127.0.0.1:*", maxFrameBytes: 1 << 20,
-            curve: .init(secretKey: serverKeys.secretKey) { client in decisions.decide(client) })
+            curve: .init(secretKey: serverKeys.secretKey) { client in decisions.decide(client) },
+            handshakeTimeout: handshakeTimeout)
         decisions.harness = self
     }
 
@@ -47,6 +48,16 @@ private final class CurveRouterHarness {
         }
         return false
     }
+}
+
+/// A raw TCP connection to `endpoint` (tcp://HOST:PORT), for writing handshakes by hand.
+private func rawConnection(_ endpoint: String) throws -> RawPeer {
+    let (host, port) = try #require(TCPSocket.hostAndPort(endpoint))
+    let address = try TCPSocket.resolve(host: host, port: try #require(UInt16(port))).get()[0]
+    let fd = try TCPSocket.connect(to: address).get()
+    var item = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+    try #require(poll(&item, 1, 5000) == 1 && TCPSocket.pendingError(fd) == 0)
+    return RawPeer(fd: fd)
 }
 
 @Suite("CURVE between the own engine and libzmq (Skillbus's ZMQSocket and pyzmq), both ways", .serialized)
@@ -208,5 +219,49 @@ struct CurveInteropTests {
         try harness.run { !process.isRunning }
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(printed == "hello python\n")
+    }
+
+    @Test("a hostile HELLO (wrong size) closes that connection with the reason noted; a good client goes on")
+    func hostileHello() throws {
+        let harness = try CurveRouterHarness()
+        defer { harness.router.close() }
+        let keys = try CurveKeyPair.generate()
+        harness.allowed[keys.publicKey] = "good"
+        let hostile = try rawConnection(harness.router.lastEndpoint)
+        defer { close(hostile.fd) }
+        hostile.write(ZMTP.greeting(mechanism: "CURVE", asServer: false))
+        hostile.write(ZMTP.commandFrame(CurveZMTP.name("HELLO") + [UInt8](repeating: 0, count: 150)))
+        var failures: [ZMTPRouter.HandshakeFailure] = []
+        try #require(try harness.run { failures += harness.router.takeHandshakeFailures(); return !failures.isEmpty })
+        #expect(failures.count == 1 && failures[0].reason.contains("HELLO of 156 bytes") && failures[0].address == "127.0.0.1")
+        #expect(hostile.waitForHangUp())
+        let context = try ZMQContext()
+        let good = try libzmqClient(context, harness.router.lastEndpoint, serverKey: harness.serverKeys.publicKey, keys: keys)
+        defer { good.close() }
+        try good.send([Array("fine".utf8)])
+        try #require(try harness.run { !harness.received.isEmpty })
+        #expect(harness.received[0].userID == "good")
+    }
+
+    @Test("a connection that never finishes its handshake is closed once the handshake time is up")
+    func silentPeer() throws {
+        let harness = try CurveRouterHarness(handshakeTimeout: .milliseconds(200))
+        defer { harness.router.close() }
+        let silent = try rawConnection(harness.router.lastEndpoint)
+        defer { close(silent.fd) }
+        silent.write(ZMTP.greeting(mechanism: "CURVE", asServer: false))
+        // Accepted and greeted, then nothing: not closed before the time is up, closed after it.
+        try harness.run(timeout: .milliseconds(50)) { false }
+        harness.router.expireHandshakes()
+        #expect(harness.router.takeHandshakeFailures().isEmpty)
+        let deadline = ContinuousClock.now + .seconds(5)
+        var failures: [ZMTPRouter.HandshakeFailure] = []
+        while failures.isEmpty, ContinuousClock.now < deadline {
+            try harness.run(timeout: .milliseconds(50)) { false }
+            harness.router.expireHandshakes()
+            failures = harness.router.takeHandshakeFailures()
+        }
+        #expect(failures.first?.reason.contains("no CURVE handshake within") == true)
+        #expect(silent.waitForHangUp())
     }
 }

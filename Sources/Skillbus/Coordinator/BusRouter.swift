@@ -23,6 +23,8 @@ protocol BusRouter: AnyObject {
     func takeClosedDescriptors() -> [Int32]
     /// CURVE handshakes that failed since the last call (libzmq's come from a socket monitor instead).
     func takeHandshakeFailures() -> [ZMTPRouter.HandshakeFailure]
+    /// Closes connections whose handshake took too long (libzmq's ZMQ_HANDSHAKE_IVL does it by itself).
+    func expireHandshakes(now: ContinuousClock.Instant)
     func close()
 }
 
@@ -48,6 +50,7 @@ extension ZMQSocket: BusRouter {
     func flush() {}
     func takeClosedDescriptors() -> [Int32] { [] }
     func takeHandshakeFailures() -> [ZMTPRouter.HandshakeFailure] { [] }
+    func expireHandshakes(now: ContinuousClock.Instant) {}
 }
 
 extension ZMTPRouter: BusRouter {

@@ -166,6 +166,7 @@ final class CoordinatorLoop {
             if let due = state.nextTimer, due <= now, now < nextTick { perform(state.fireTimers(now: now)) }
             if now >= nextTick {
                 confirmLostConnections(now: now)
+                router.expireHandshakes(now: .now)
                 perform(state.tick(now: now))
                 if let busGuard {
                     busGuard.handshakesFailed(router.takeHandshakeFailures())
