@@ -5,15 +5,20 @@ import Synchronization
 /// Hears, for a client with keys, whether the coordinator refused its key: libzmq says so only to a socket
 /// monitor (`HANDSHAKE_FAILED_AUTH`, the ERROR command's status 400), so the client's DEALER publishes that
 /// event on `endpoint` and this PAIR, on a thread of its own by THE CONCURRENCY RULE, reads it. Then a
-/// client that got no answer can say why instead of asking whether the coordinator runs.
+/// client that got no answer can say why instead of asking whether the coordinator runs, and a feed watcher
+/// (`onRefused`) says so instead of printing nothing.
 final class RefusalWatch: Sendable {
     let endpoint = "inproc://skillbus-client-refusals-\(UUID().uuidString)"
-    private let heard = Heard()
+    private let heard: Heard
     private let loop = Mutex<SocketLoop?>(nil)
 
     /// Set by the PAIR's thread, read by whoever reports an unanswered call.
     private final class Heard: Sendable {
         let refused = Atomic<Bool>(false)
+        /// Called once, on the PAIR's thread, at the first refusal.
+        let onRefused: (@Sendable () -> Void)?
+
+        init(onRefused: (@Sendable () -> Void)?) { self.onRefused = onRefused }
     }
 
     /// Whether the coordinator has refused this client's key on some connection.
@@ -21,12 +26,14 @@ final class RefusalWatch: Sendable {
 
     /// Connects the PAIR before the client's DEALER binds the monitor (inproc allows that order), so that no
     /// event is lost. The synchronous form blocks until the PAIR's thread has connected.
-    init(context: ZMQContext) throws {
+    init(context: ZMQContext, onRefused: (@Sendable () -> Void)? = nil) throws {
+        heard = Heard(onRefused: onRefused)
         let socket = try SocketLoop(Self.pair(context, endpoint), name: "skillbus-client-refusals", onMessage: hear)
         loop.withLock { $0 = socket }
     }
 
-    init(context: ZMQContext) async throws {
+    init(context: ZMQContext, onRefused: (@Sendable () -> Void)? = nil) async throws {
+        heard = Heard(onRefused: onRefused)
         let socket = try await SocketLoop.start(Self.pair(context, endpoint), name: "skillbus-client-refusals", onMessage: hear)
         loop.withLock { $0 = socket }
     }
@@ -37,7 +44,8 @@ final class RefusalWatch: Sendable {
 
     private var hear: @Sendable (Multipart) -> Void {
         { [heard] message in
-            if MonitorEvent(message: message)?.isRefusal == true { heard.refused.store(true, ordering: .releasing) }
+            guard MonitorEvent(message: message)?.isRefusal == true else { return }
+            if !heard.refused.exchange(true, ordering: .acquiringAndReleasing) { heard.onRefused?() }
         }
     }
 
