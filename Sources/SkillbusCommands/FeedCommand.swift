@@ -52,8 +52,8 @@ public enum FeedCommand: SkillbusCommand {
         let refusal = FunctionService {
             for await _ in refusals {
                 printError(
-                    "the coordinator at \(endpoint) refused this key on the feed (unknown, or its role may not read the "
-                        + "feed: security.feedRoles)")
+                    "the coordinator at \(endpoint) refused this key on the feed (unknown, or its role may not "
+                        + "read the feed: security.feedRoles)")
                 return
             }
         }

@@ -128,7 +128,9 @@ struct CurveBoxes {
 
     /// The frame a MESSAGE command's body carries, with its MORE and COMMAND flags (a slice of a buffer the
     /// next `open` reuses: copy it out before then).
-    mutating func open(_ body: ArraySlice<UInt8>) throws(ZMTP.Violation) -> (more: Bool, command: Bool, frame: ArraySlice<UInt8>) {
+    mutating func open(_ body: ArraySlice<UInt8>) throws(ZMTP.Violation) -> (
+        more: Bool, command: Bool, frame: ArraySlice<UInt8>
+    ) {
         guard !forgotten else { throw .init("a MESSAGE after the connection's keys were forgotten") }
         guard CurveZMTP.hasName(body, "MESSAGE") else { throw .init("a command that is no MESSAGE") }
         guard body.count >= CurveZMTP.messageOverhead else { throw .init("a MESSAGE of \(body.count) bytes") }
@@ -223,7 +225,10 @@ struct CurveServerHandshake {
         let bytes = Array(body)
         let cookie = bytes[9..<105]
         let cookieNonce = CurveZMTP.longNonce("COOKIE--", cookie.prefix(16))
-        guard let keys = cookieKeys.lazy.compactMap({ Sodium.secretOpen(cookie.dropFirst(16), nonce: cookieNonce, key: $0) }).first
+        guard
+            let keys = cookieKeys.lazy.compactMap({
+                Sodium.secretOpen(cookie.dropFirst(16), nonce: cookieNonce, key: $0)
+            }).first
         else { throw .init("a cookie that does not open (expired, or not this server's)") }
         guard keys == clientShortKey + shortSecretKey else { throw .init("a cookie of another connection") }
         let nonce = CurveZMTP.readBigEndian(bytes[105..<113])
@@ -353,11 +358,13 @@ struct CurveClientHandshake {
         guard body.count >= 6 + 8 + Sodium.macBytes else { throw .init("a READY of \(body.count) bytes") }
         let bytes = Array(body)
         let nonce = CurveZMTP.readBigEndian(bytes[6..<14])
-        guard nonce > 0, let plain = Sodium.open(
-            bytes[14...], nonce: CurveZMTP.shortNonce("CurveZMQREADY---", nonce), sharedKey: sharedKey)
+        guard nonce > 0,
+            let plain = Sodium.open(
+                bytes[14...], nonce: CurveZMTP.shortNonce("CurveZMQREADY---", nonce), sharedKey: sharedKey)
         else { throw .init("a READY box that does not open") }
         let metadata = try ZMTP.readProperties(plain[...])
-        let boxes = CurveBoxes(sharedKey: sharedKey, asServer: false, nextNonce: Self.initiateNonce + 1, peerNonce: nonce)
+        let boxes = CurveBoxes(
+            sharedKey: sharedKey, asServer: false, nextNonce: Self.initiateNonce + 1, peerNonce: nonce)
         forget()
         return .ready(metadata, boxes)
     }

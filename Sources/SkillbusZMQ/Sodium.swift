@@ -50,7 +50,8 @@ enum Sodium {
     static func seal(
         _ plain: UnsafeRawBufferPointer, nonce: [UInt8], sharedKey: [UInt8], to output: inout [UInt8]
     ) {
-        precondition(nonce.count == nonceBytes && sharedKey.count == keyBytes, "a box needs a 24-byte nonce, 32-byte key")
+        precondition(
+            nonce.count == nonceBytes && sharedKey.count == keyBytes, "a box needs a 24-byte nonce, 32-byte key")
         let start = output.count
         output.append(contentsOf: repeatElement(0, count: plain.count + macBytes))
         let empty: UInt8 = 0  // an empty message still needs a pointer
@@ -105,9 +106,11 @@ enum Sodium {
     /// A crypto_secretbox of `plain` (MAC, then ciphertext) under `key`.
     static func secretSeal(_ plain: [UInt8], nonce: [UInt8], key: [UInt8]) -> [UInt8] {
         ready()
-        precondition(nonce.count == nonceBytes && key.count == keyBytes, "a secretbox needs a 24-byte nonce, 32-byte key")
+        precondition(
+            nonce.count == nonceBytes && key.count == keyBytes, "a secretbox needs a 24-byte nonce, 32-byte key")
         var output = [UInt8](repeating: 0, count: plain.count + macBytes)
-        precondition(crypto_secretbox_easy(&output, plain, UInt64(plain.count), nonce, key) == 0, "crypto_secretbox_easy")
+        precondition(
+            crypto_secretbox_easy(&output, plain, UInt64(plain.count), nonce, key) == 0, "crypto_secretbox_easy")
         return output
     }
 

@@ -158,7 +158,7 @@ public enum TCPSocket {
     /// A non-blocking, close-on-exec socket listening on `address` (port 0: one the kernel picks), and the
     /// address it got; or the call that failed, with errno set by it.
     public static func listen(on address: Address, backlog: Int32) -> Result<(fd: Int32, address: Address), Failure> {
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(address.family, streamFlags, 0)
         guard fd >= 0 else { return .failure(Failure(call: "socket", errno: errno)) }
         var yes: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, socklen_t(MemoryLayout<Int32>.size))
@@ -183,7 +183,7 @@ public enum TCPSocket {
     /// A non-blocking, close-on-exec socket connecting to `address`, with Nagle's delay off; the connection
     /// completes (or fails: SO_ERROR says) when the descriptor becomes writable.
     public static func connect(to address: Address) -> Result<Int32, Failure> {
-        let fd = socket(address.family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(address.family, streamFlags, 0)
         guard fd >= 0 else { return .failure(Failure(call: "socket", errno: errno)) }
         noDelay(fd)
         var target = address
@@ -197,6 +197,9 @@ public enum TCPSocket {
         }
         return .success(fd)
     }
+
+    /// A non-blocking, close-on-exec stream socket.
+    private static let streamFlags = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue)
 
     /// The host (as text) and port of an IPv4 or IPv6 socket address; ("", 0) for another family.
     static func text(of storage: sockaddr_storage) -> (host: String, port: UInt16) {

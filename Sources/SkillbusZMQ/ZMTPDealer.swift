@@ -74,8 +74,8 @@ public final class ZMTPDealer {
             throw ZMQError(operation: "connect \(options.endpoint)", errno: EINVAL)
         }
         if let credentials = options.curve {
-            guard let server = Curve.decode(credentials.serverKey), let publicKey = Curve.decode(credentials.keys.publicKey),
-                let secretKey = Curve.decode(credentials.keys.secretKey)
+            guard let server = Curve.decode(credentials.serverKey),
+                let publicKey = Curve.decode(credentials.keys.publicKey), let secretKey = Curve.decode(credentials.keys.secretKey)
             else { throw ZMQError(operation: "CURVE keys", errno: EINVAL) }
             curveKeys = (server, publicKey, secretKey)
         } else {
@@ -306,7 +306,8 @@ public final class ZMTPDealer {
 
     /// The host and port of `tcp://HOST:PORT`, HOST an address or a name (not `*`), PORT not 0.
     private static func address(_ endpoint: String) -> (String, UInt16)? {
-        guard let (host, portText) = TCPSocket.hostAndPort(endpoint), host != "*", let port = UInt16(portText), port != 0
+        guard let (host, portText) = TCPSocket.hostAndPort(endpoint), host != "*", let port = UInt16(portText),
+            port != 0
         else { return nil }
         return (host, port)
     }

@@ -163,11 +163,13 @@ public final class ZMTPRouter {
     /// as failed handshakes). The owner calls it now and then: a peer that connects and waits holds nothing
     /// for long.
     public func expireHandshakes(now: ContinuousClock.Instant = .now) {
-        let stale = connections.values.filter { $0.stage != .open && !$0.closing && now - $0.openedAt > handshakeTimeout }
+        let stale = connections.values.filter {
+            $0.stage != .open && !$0.closing && now - $0.openedAt > handshakeTimeout
+        }
         for connection in stale {
             if connection.isCurve {
-                handshakeFailures.append(
-                    HandshakeFailure(address: connection.address, reason: "no CURVE handshake within \(handshakeTimeout)"))
+                let reason = "no CURVE handshake within \(handshakeTimeout)"
+                handshakeFailures.append(HandshakeFailure(address: connection.address, reason: reason))
             }
             drop(connection)
         }
@@ -226,8 +228,8 @@ public final class ZMTPRouter {
             TCPSocket.noDelay(fd)
             let connection: ZMTPConnection
             if let curve {
-                connection = ZMTPConnection(
-                    fd: fd, security: .curveServer(CurveServerHandshake(publicKey: curve.keys.publicKey, secretKey: curve.keys.secretKey)))
+                let handshake = CurveServerHandshake(publicKey: curve.keys.publicKey, secretKey: curve.keys.secretKey)
+                connection = ZMTPConnection(fd: fd, security: .curveServer(handshake))
                 connection.address = TCPSocket.peerAddress(fd)
                 connection.output.append(contentsOf: ZMTP.greeting(mechanism: "CURVE", asServer: true))
             } else {
@@ -245,7 +247,8 @@ public final class ZMTPRouter {
         switch connection.readAvailable(using: &scratch) {
         case .closed:
             if connection.isCurve, connection.stage != .open, !connection.closing {
-                let reason = connection.partialGreetingProblem(expecting: "CURVE") ?? "the peer left during the CURVE handshake"
+                let reason =
+                    connection.partialGreetingProblem(expecting: "CURVE") ?? "the peer left during the CURVE handshake"
                 handshakeFailures.append(HandshakeFailure(address: connection.address, reason: reason))
             }
             return drop(connection)
@@ -327,7 +330,8 @@ public final class ZMTPRouter {
                 case .refuse(let reason):
                     handshake.forget()
                     connection.security = .null
-                    connection.output.append(contentsOf: CurveZMTP.error(reason: metadata.wantsRefusalReason ? reason : "400"))
+                    let told = metadata.wantsRefusalReason ? reason : "400"
+                    connection.output.append(contentsOf: CurveZMTP.error(reason: told))
                     connection.closing = true
                     return nil
                 }

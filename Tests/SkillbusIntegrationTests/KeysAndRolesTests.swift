@@ -173,7 +173,7 @@ struct KeysAndRolesTests {
         #expect(try await coordinator.waitForExit() == 0)
     }
 
-    @Test("a worker whose key the coordinator does not know logs its reason and tries again; a client says it was refused")
+    @Test("a worker whose key the coordinator does not know logs why and tries again; a client says it was refused")
     func refusedWorker() async throws {
         let keyed = try await KeyedCluster()
         defer { keyed.terminate() }

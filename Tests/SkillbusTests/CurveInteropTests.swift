@@ -62,7 +62,9 @@ private func rawConnection(_ endpoint: String) throws -> RawPeer {
 
 @Suite("CURVE between the own engine and libzmq (Skillbus's ZMQSocket and pyzmq), both ways", .serialized)
 struct CurveInteropTests {
-    func libzmqClient(_ context: ZMQContext, _ endpoint: String, serverKey: String, keys: CurveKeyPair) throws -> ZMQSocket {
+    func libzmqClient(_ context: ZMQContext, _ endpoint: String, serverKey: String, keys: CurveKeyPair) throws
+        -> ZMQSocket
+    {
         let socket = try ZMQSocket(context: context, type: .dealer)
         try socket.useCurveClient(CurveCredentials(serverKey: serverKey, keys: keys))
         try socket.setLinger(ms: 0)
@@ -77,7 +79,8 @@ struct CurveInteropTests {
         let context = try ZMQContext()
         let keys = try CurveKeyPair.generate()
         harness.allowed[keys.publicKey] = "alice"
-        let client = try libzmqClient(context, harness.router.lastEndpoint, serverKey: harness.serverKeys.publicKey, keys: keys)
+        let client = try libzmqClient(
+            context, harness.router.lastEndpoint, serverKey: harness.serverKeys.publicKey, keys: keys)
         defer { client.close() }
         let big = [UInt8](repeating: 9, count: 70_000)
         try client.send([Array("hello".utf8), [], big])
@@ -88,7 +91,10 @@ struct CurveInteropTests {
         #expect(harness.asked == [keys.publicKey])
         try harness.router.send(routingID: try #require(message.routingID), [Array("back".utf8), big])
         var reply: Multipart?
-        try harness.run { reply = try client.receive(dontWait: true); return reply != nil }
+        try harness.run {
+            reply = try client.receive(dontWait: true)
+            return reply != nil
+        }
         #expect(reply == [Array("back".utf8), big])
     }
 
@@ -113,7 +119,10 @@ struct CurveInteropTests {
         defer { misled.close() }
         try refused.send([Array("let me in".utf8)])
         try misled.send([Array("wrong server".utf8)])
-        try #require(try harness.run { harness.asked.contains(stranger.publicKey) && !harness.router.takeHandshakeFailures().isEmpty })
+        try #require(
+            try harness.run {
+                harness.asked.contains(stranger.publicKey) && !harness.router.takeHandshakeFailures().isEmpty
+            })
         // The same router still serves a client with a known key.
         let good = try libzmqClient(context, endpoint, serverKey: harness.serverKeys.publicKey, keys: known)
         defer { good.close() }
@@ -122,7 +131,10 @@ struct CurveInteropTests {
         #expect(harness.received.allSatisfy { $0.userID == "known" })
         // The ERROR said "400" to this libzmq client, which its monitor reports as an authentication failure.
         var event: MonitorEvent?
-        try harness.run { event = try monitor.receive(dontWait: true).flatMap(MonitorEvent.init(message:)); return event != nil }
+        try harness.run {
+            event = try monitor.receive(dontWait: true).flatMap(MonitorEvent.init(message:))
+            return event != nil
+        }
         #expect(event?.isRefusal == true && event?.value == 400)
     }
 
@@ -232,11 +244,18 @@ struct CurveInteropTests {
         hostile.write(ZMTP.greeting(mechanism: "CURVE", asServer: false))
         hostile.write(ZMTP.commandFrame(CurveZMTP.name("HELLO") + [UInt8](repeating: 0, count: 150)))
         var failures: [ZMTPRouter.HandshakeFailure] = []
-        try #require(try harness.run { failures += harness.router.takeHandshakeFailures(); return !failures.isEmpty })
-        #expect(failures.count == 1 && failures[0].reason.contains("HELLO of 156 bytes") && failures[0].address == "127.0.0.1")
+        try #require(
+            try harness.run {
+                failures += harness.router.takeHandshakeFailures()
+                return !failures.isEmpty
+            })
+        #expect(
+            failures.count == 1 && failures[0].reason.contains("HELLO of 156 bytes")
+                && failures[0].address == "127.0.0.1")
         #expect(hostile.waitForHangUp())
         let context = try ZMQContext()
-        let good = try libzmqClient(context, harness.router.lastEndpoint, serverKey: harness.serverKeys.publicKey, keys: keys)
+        let good = try libzmqClient(
+            context, harness.router.lastEndpoint, serverKey: harness.serverKeys.publicKey, keys: keys)
         defer { good.close() }
         try good.send([Array("fine".utf8)])
         try #require(try harness.run { !harness.received.isEmpty })

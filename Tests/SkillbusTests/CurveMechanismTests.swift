@@ -16,7 +16,8 @@ struct HandClient {
 
     func hello(nonce: UInt64 = 1, size: Int = 200) -> [UInt8] {
         let key = Sodium.sharedKey(publicKey: serverKey, secretKey: short.secretKey)!
-        let box = Sodium.seal([UInt8](repeating: 0, count: 64), nonce: CurveZMTP.shortNonce("CurveZMQHELLO---", nonce), sharedKey: key)
+        let box = Sodium.seal(
+            [UInt8](repeating: 0, count: 64), nonce: CurveZMTP.shortNonce("CurveZMQHELLO---", nonce), sharedKey: key)
         var body = CurveZMTP.name("HELLO") + [1, 0] + [UInt8](repeating: 0, count: 72) + short.publicKey
         body += CurveZMTP.bigEndian(nonce) + box
         return Array((body + [UInt8](repeating: 0, count: max(0, size - body.count))).prefix(size))
@@ -105,7 +106,8 @@ struct CurveMechanismTests {
         var handshake = serverHandshake()
         guard case .reply(let welcome) = try handshake.receive(commandBody(client.hello()!), cookieKeys: cookieKeys),
             case .reply(let initiate) = try client.receive(commandBody(welcome)),
-            case .authorize(let clientKey, let metadata) = try handshake.receive(commandBody(initiate), cookieKeys: cookieKeys)
+            case .authorize(let clientKey, let metadata) = try handshake.receive(
+                commandBody(initiate), cookieKeys: cookieKeys)
         else { throw ZMTP.Violation("the handshake went another way") }
         #expect(clientKey == long.publicKey)
         let (ready, serverBoxes) = handshake.accept(socketType: "ROUTER")
@@ -193,19 +195,28 @@ struct CurveMechanismTests {
         let other = Sodium.boxKeyPair()
         var handshake = serverHandshake()
         let stranger = HandClient(serverKey: other.publicKey)
-        #expect(violation { _ = try handshake.receive(stranger.hello()[...], cookieKeys: cookieKeys) }?.contains("another server key") == true)
+        #expect(
+            violation { _ = try handshake.receive(stranger.hello()[...], cookieKeys: cookieKeys) }?.contains(
+                "another server key") == true)
         var version = HandClient(serverKey: server.publicKey).hello()
         version[6] = 2
         var fresh = serverHandshake()
         #expect(violation { _ = try fresh.receive(version[...], cookieKeys: cookieKeys) }?.contains("version") == true)
         var first = serverHandshake()
-        #expect(violation { _ = try first.receive(CurveZMTP.name("INITIATE")[...] + [UInt8](repeating: 0, count: 300), cookieKeys: cookieKeys) } != nil)
+        #expect(
+            violation {
+                _ = try first.receive(
+                    CurveZMTP.name("INITIATE")[...] + [UInt8](repeating: 0, count: 300), cookieKeys: cookieKeys)
+            } != nil)
     }
 
     @Test("a good INITIATE asks for a decision about the client's long-term key")
     func goodInitiate() throws {
         var (handshake, client) = try welcomed()
-        guard case .authorize(let key, let metadata) = try handshake.receive(client.initiate()[...], cookieKeys: cookieKeys) else {
+        guard
+            case .authorize(let key, let metadata) = try handshake.receive(
+                client.initiate()[...], cookieKeys: cookieKeys)
+        else {
             Issue.record("no decision asked")
             return
         }
@@ -217,12 +228,18 @@ struct CurveMechanismTests {
     func badInitiate() throws {
         var (short, client) = try welcomed()
         let initiate = client.initiate()
-        #expect(violation { _ = try short.receive(initiate.prefix(256), cookieKeys: cookieKeys) }?.contains("bytes") == true)
+        #expect(
+            violation { _ = try short.receive(initiate.prefix(256), cookieKeys: cookieKeys) }?.contains("bytes") == true
+        )
         var (stale, staleClient) = try welcomed()
-        #expect(violation { _ = try stale.receive(staleClient.initiate(nonce: 1)[...], cookieKeys: cookieKeys) }?.contains("nonce") == true)
+        #expect(
+            violation { _ = try stale.receive(staleClient.initiate(nonce: 1)[...], cookieKeys: cookieKeys) }?.contains(
+                "nonce") == true)
         var (cut, cutClient) = try welcomed()
         let whole = cutClient.initiate(metadata: ZMTP.properties([("Socket-Type", Array("DEALER".utf8))]))
-        #expect(violation { _ = try cut.receive(whole.dropLast(3), cookieKeys: cookieKeys) }?.contains("does not open") == true)
+        #expect(
+            violation { _ = try cut.receive(whole.dropLast(3), cookieKeys: cookieKeys) }?.contains("does not open")
+                == true)
         _ = client
     }
 
@@ -232,7 +249,9 @@ struct CurveMechanismTests {
         var (second, secondClient) = try welcomed()
         // The second connection's INITIATE, carrying the first's cookie.
         let replayed = secondClient.initiate(cookie: first.cookie)
-        #expect(violation { _ = try second.receive(replayed[...], cookieKeys: cookieKeys) }?.contains("another connection") == true)
+        #expect(
+            violation { _ = try second.receive(replayed[...], cookieKeys: cookieKeys) }?.contains("another connection")
+                == true)
     }
 
     @Test("a cookie sealed with a key rotated away is refused as expired; one rotation later it still opens")
@@ -253,7 +272,8 @@ struct CurveMechanismTests {
             return
         }
         keys.rotateIfDue(now: start + .seconds(122))
-        #expect(violation { _ = try late.receive(client.initiate()[...], cookieKeys: keys) }?.contains("expired") == true)
+        #expect(
+            violation { _ = try late.receive(client.initiate()[...], cookieKeys: keys) }?.contains("expired") == true)
     }
 
     @Test("the cookie key rotates each lifetime, and the previous one is forgotten the lifetime after")
@@ -273,10 +293,17 @@ struct CurveMechanismTests {
     func badVouch() throws {
         var (signed, signedClient) = try welcomed()
         let intruder = Sodium.boxKeyPair()
-        #expect(violation { _ = try signed.receive(signedClient.initiate(vouchSigner: intruder.secretKey)[...], cookieKeys: cookieKeys) }?.contains("vouch") == true)
+        #expect(
+            violation {
+                _ = try signed.receive(
+                    signedClient.initiate(vouchSigner: intruder.secretKey)[...], cookieKeys: cookieKeys)
+            }?.contains("vouch") == true)
         var (forOther, otherClient) = try welcomed()
         let elsewhere = Sodium.boxKeyPair().publicKey + server.publicKey
-        #expect(violation { _ = try forOther.receive(otherClient.initiate(vouched: elsewhere)[...], cookieKeys: cookieKeys) }?.contains("another key") == true)
+        #expect(
+            violation {
+                _ = try forOther.receive(otherClient.initiate(vouched: elsewhere)[...], cookieKeys: cookieKeys)
+            }?.contains("another key") == true)
         _ = signedClient
     }
 
@@ -294,7 +321,8 @@ struct CurveMechanismTests {
             return
         }
         #expect(reason == "unknown key")
-        #expect(violation { _ = try own.receive(CurveZMTP.name("ERROR")[...] + [9, 65]) }?.contains("truncated") == true)
+        #expect(
+            violation { _ = try own.receive(CurveZMTP.name("ERROR")[...] + [9, 65]) }?.contains("truncated") == true)
     }
 
     @Test("the own client refuses a WELCOME from a server with another key")

@@ -105,8 +105,8 @@ public final class AgentWorker: Sendable {
         let owner = Owner()
         let handlers = Self.handlers(options, owner)
         let socket = try SocketLoop(
-            Self.busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)", onMessage: handlers.onMessage,
-            beforeWait: handlers.beforeWait)
+            Self.busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)",
+            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
         self.init(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -127,8 +127,8 @@ public final class AgentWorker: Sendable {
         let owner = Owner()
         let handlers = handlers(options, owner)
         let socket = try await SocketLoop.start(
-            busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)", onMessage: handlers.onMessage,
-            beforeWait: handlers.beforeWait)
+            busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)",
+            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -151,7 +151,8 @@ public final class AgentWorker: Sendable {
                     endpoint: endpoint, maxFrameBytes: Int(maxBytes), curve: credentials,
                     onRefused: { reason in
                         logger.error(
-                            "the coordinator refused this worker's key (\(reason)); trying again later, less and less often")
+                            "the coordinator refused this worker's key (\(reason)); trying again later, "
+                                + "less and less often")
                     }))
         }
         logger.info("bus at \(endpoint) (libzmq, \(mechanism))")

@@ -34,7 +34,8 @@ final class RefusalWatch: Sendable {
 
     init(context: ZMQContext, onRefused: (@Sendable () -> Void)? = nil) async throws {
         heard = Heard(onRefused: onRefused)
-        let socket = try await SocketLoop.start(Self.pair(context, endpoint), name: "skillbus-client-refusals", onMessage: hear)
+        let socket = try await SocketLoop.start(
+            Self.pair(context, endpoint), name: "skillbus-client-refusals", onMessage: hear)
         loop.withLock { $0 = socket }
     }
 

@@ -307,10 +307,11 @@ public final class SkillbusClient: Sendable {
         if refusals?.keyRefused == true {
             return SkillbusError(
                 .unreachable,
-                "the coordinator at \(endpoint) refused this client's key (unknown key: it is not among the keys of its "
-                    + "security section)")
+                "the coordinator at \(endpoint) refused this client's key (unknown key: it is not among the keys "
+                    + "of its security section)")
         }
-        return SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
+        return SkillbusError(
+            .unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
     }
 
     /// How long a caller that gave up on a REQUEST or ROUND waits for the bus's `cancelled` answer.

@@ -128,8 +128,8 @@ final class CoordinatorLoop {
 
     func run(control: Coordinator.Control) {
         logger.info(
-            "bus on \(router.lastEndpoint) (\(router.engine), \(busGuard == nil ? "NULL" : "CURVE")), feed on \(feed.lastEndpoint), "
-                + "registry epoch \(state.ledger.epoch)")
+            "bus on \(router.lastEndpoint) (\(router.engine), \(busGuard == nil ? "NULL" : "CURVE")), "
+                + "feed on \(feed.lastEndpoint), registry epoch \(state.ledger.epoch)")
         var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
         let items = [
             router.pollItem, PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
