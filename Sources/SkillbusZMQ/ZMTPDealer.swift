@@ -27,6 +27,10 @@ public final class ZMTPDealer {
         /// Called on the socket's thread with the server's reason when it refused the CURVE handshake (an
         /// ERROR command); the socket then tries again after its back-off, as after any failed attempt.
         public var onRefused: (@Sendable (String) -> Void)?
+        /// How long a connection may take from connect to the end of its handshake before the socket gives
+        /// it up and tries again (libzmq's ZMQ_HANDSHAKE_IVL is 30 s too): a server that accepts and says
+        /// nothing holds no worker for ever.
+        public var handshakeTimeout: Duration = .seconds(30)
 
         public init(
             endpoint: String, maxFrameBytes: Int, reconnectInterval: Duration = .seconds(1),
@@ -97,7 +101,11 @@ public final class ZMTPDealer {
 
     /// How long the owner may wait before calling `handle` again for a reconnection; nil: no limit.
     public var waitLimit: Duration? {
-        guard connection == nil, let retryAt else { return nil }
+        if let connection {
+            guard connection.stage != .open else { return nil }
+            return max(.zero, connection.openedAt + options.handshakeTimeout - .now)
+        }
+        guard let retryAt else { return nil }
         return max(.zero, retryAt - .now)
     }
 
@@ -110,6 +118,9 @@ public final class ZMTPDealer {
         guard let connection else {
             if let retryAt, ContinuousClock.now >= retryAt { attemptConnection() }
             return
+        }
+        if connection.stage != .open, ContinuousClock.now - connection.openedAt > options.handshakeTimeout {
+            return drop()
         }
         if !established {
             guard readable || writable else { return }

@@ -78,6 +78,27 @@ struct ZMTPDealerTests {
         }
     }
 
+    @Test("a server that accepts and never finishes the handshake is given up after the handshake time")
+    func silentServer() throws {
+        let (listener, port) = try #require(
+            try? TCPSocket.listen(on: TCPSocket.ipv4("127.0.0.1")!, port: 0, backlog: 4).get())
+        defer { close(listener) }
+        var options = ZMTPDealer.Options(
+            endpoint: "tcp://127.0.0.1:\(port)", maxFrameBytes: 1 << 20, reconnectInterval: .milliseconds(20),
+            maxReconnectInterval: .milliseconds(40))
+        options.handshakeTimeout = .milliseconds(300)
+        let client = try SocketLoop(.ownDealer(options), name: "own-dealer")
+        defer { client.stop() }
+        let silent = try #require(RawPeer.accept(listener))
+        defer { close(silent.fd) }
+        let started = ContinuousClock.now
+        // It greets, hears nothing, and hangs up once its time is up; not long before, nor much later.
+        #expect(silent.waitForHangUp())
+        #expect(ContinuousClock.now - started >= .milliseconds(250))
+        let again = try #require(RawPeer.accept(listener))
+        close(again.fd)
+    }
+
     @Test("a socket the kernel joined to itself is told apart from one connected to a listener")
     func selfConnection() throws {
         /// `body` with `127.0.0.1:port` as a socket address and its length.
