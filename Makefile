@@ -7,7 +7,8 @@ CONFIG ?= configs/local.json
 
 PREFIX ?= /usr/local
 
-# The headers and pkg-config files of libzmq (Debian's libzmq3-dev) and SQLite (libsqlite3-dev), libcurl's
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev), SQLite (libsqlite3-dev) and libsodium
+# (libsodium-dev: the own ZMTP engine's CURVE boxes), libcurl's
 # headers (libcurl4-openssl-dev: the loader in Sources/CCurlRuntime takes its types and option numbers from
 # curl/curl.h), and the libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts
 # with it (the binary does not link it; the planner's tests need it); each installed only when missing
@@ -21,6 +22,10 @@ deps:
 		echo "installing libsqlite3-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsqlite3-dev pkg-config; }
+	@pkg-config --exists libsodium || { \
+		echo "installing libsodium-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsodium-dev pkg-config; }
 	@pkg-config --exists libcurl || { \
 		echo "installing libcurl4-openssl-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -15,6 +15,12 @@ let package = Package(
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"])]
         ),
+        // libsodium from Debian's libsodium-dev, found through pkg-config: the boxes of CURVE in the own ZMTP engine.
+        .systemLibrary(
+            name: "CSodium",
+            pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"])]
+        ),
         // Linux headers Swift's Glibc module lacks (epoll for the own ZMTP engine) and a line-buffered stdout.
         .systemLibrary(name: "CLinux"),
         // SQLite from Debian's libsqlite3-dev, found through pkg-config: the agents' context stores.
@@ -26,7 +32,7 @@ let package = Package(
         // libcurl, loaded with dlopen when the openai planner first needs it (its header curl/curl.h at build time,
         // from libcurl4-openssl-dev; no link): the binary starts on a host without it.
         .target(name: "CCurlRuntime"),
-        .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ", "CLinux"]),
+        .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ", "CLinux", "CSodium"]),
         .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
         .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CLinux"]),

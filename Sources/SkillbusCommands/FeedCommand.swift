@@ -13,7 +13,8 @@ public enum FeedCommand: SkillbusCommand {
             invocation.dispatched, invocation.deduplicated, invocation.done, invocation.cancelled,
             invocation.output (partial output as it streams), invocation.cancelIgnored; request.queued,
             request.dispatched, request.deduplicated, request.done, request.cancelled; registry.update,
-            registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.').
+            registry.heartbeat. --topic filters by prefix (e.g. 'agent.' or 'round.'). With keys the coordinator
+            may refuse this one (unknown, or a role its feed does not admit): then it says so and exits 3.
 
             EXAMPLE: skillbus feed --topic agent.state
                      skillbus feed --json | jq .
@@ -32,9 +33,10 @@ public enum FeedCommand: SkillbusCommand {
         let json = arguments.flag("--json")
         let signals = SignalWatcher()
         let context = try ZMQContext()
+        let (refusals, refused) = AsyncStream.makeStream(of: Void.self)
         let subscriber = try await FeedSubscriber.connect(
             endpoint: endpoint, topics: arguments.all("--topic"), context: context,
-            credentials: try Defaults.credentials(arguments, spec))
+            credentials: try Defaults.credentials(arguments, spec), onRefused: { refused.yield() })
         defer { subscriber.close() }
         let topics = arguments.all("--topic").isEmpty ? "all topics" : arguments.all("--topic").joined(separator: ", ")
         printError("watching \(endpoint) (\(topics)); events appear as they happen, Ctrl-C stops")
@@ -46,8 +48,17 @@ public enum FeedCommand: SkillbusCommand {
                 if let limit, seen >= limit { return }
             }
         }
-        try await runUntilStopped([printer], signals: signals)
-        return 0
+        // A refused key gets nothing, ever (libzmq gives the connection up): say so and stop.
+        let refusal = FunctionService {
+            for await _ in refusals {
+                printError(
+                    "the coordinator at \(endpoint) refused this key on the feed (unknown, or its role may not "
+                        + "read the feed: security.feedRoles)")
+                return
+            }
+        }
+        try await runUntilStopped([printer, refusal], signals: signals)
+        return subscriber.keyRefused ? 3 : 0
     }
 
     /// `12:00:01.234  agent.state         alpha     executingSkill(echo)`

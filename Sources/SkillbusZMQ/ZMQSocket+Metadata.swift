@@ -91,6 +91,11 @@ public struct MonitorEvent: Sendable, Equatable {
 
     public var isDisconnect: Bool { Int32(event) == ZMQ_EVENT_DISCONNECTED }
 
+    /// A CURVE client's server refused its key: the server's ZAP status code (400) in `value`.
+    public static let refusedByServer = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+
+    public var isRefusal: Bool { Int32(event) == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH }
+
     public init?(message: Multipart) {
         guard message.count == 2, message[0].count == 6 else { return nil }
         let head = message[0]

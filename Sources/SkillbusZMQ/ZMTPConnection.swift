@@ -7,9 +7,28 @@
 final class ZMTPConnection {
     enum Stage { case greeting, handshake, open }
 
+    /// The mechanism's state: NULL; CURVE's handshake on one side or the other; CURVE's boxes once open.
+    enum Security {
+        case null
+        case curveServer(CurveServerHandshake)
+        case curveClient(CurveClientHandshake)
+        case curveOpen(CurveBoxes)
+    }
+
     let fd: Int32
     var stage = Stage.greeting
+    var security: Security
     var routingID: RoutingID?
+    /// The User-Id the server's authorisation gave this peer (CURVE); nil with NULL.
+    var userID: String?
+    /// The peer's address, for the reasons a refusal or a failed handshake is logged with.
+    var address = ""
+    /// Refused: what is queued (an ERROR) is written, then the connection closes; nothing more is read.
+    var closing = false
+    /// With CURVE once open: frames as they arrived, sealed; `unseal` opens whole ones onto `input`, as plain
+    /// ZMTP frames, so that the same parsing serves both mechanisms.
+    var sealed: [UInt8] = []
+    var sealedStart = 0
     var input: [UInt8] = []
     var inputStart = 0
     var output: [UInt8] = []
@@ -19,7 +38,18 @@ final class ZMTPConnection {
     /// The kernel's buffer was full: the next write waits for EPOLLOUT.
     var waitingToWrite = false
 
-    init(fd: Int32) { self.fd = fd }
+    /// When the connection was accepted or made: a handshake has a bounded time from here.
+    let openedAt = ContinuousClock.now
+
+    init(fd: Int32, security: Security = .null) {
+        self.fd = fd
+        self.security = security
+    }
+
+    var isCurve: Bool {
+        if case .null = security { return false }
+        return true
+    }
 
     enum Transfer { case progress, wouldBlock, closed }
 
@@ -29,8 +59,16 @@ final class ZMTPConnection {
         let count = scratch.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress!, $0.count) }
         if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) { return .closed }
         if count < 0 { return .wouldBlock }
-        compactInput()
-        input.append(contentsOf: scratch[0..<count])
+        if case .curveOpen = security {
+            if sealedStart > 0 {
+                sealed.removeFirst(sealedStart)
+                sealedStart = 0
+            }
+            sealed.append(contentsOf: scratch[0..<count])
+        } else {
+            compactInput()
+            input.append(contentsOf: scratch[0..<count])
+        }
         return .progress
     }
 
@@ -61,18 +99,109 @@ final class ZMTPConnection {
     var unsentBytes: Int { output.count - outputStart }
 
     /// Reads the peer's greeting and READY as they arrive: nil until READY is complete, then what it said,
-    /// with the stage moved to `.open`.
+    /// with the stage moved to `.open`. NULL only: CURVE's handshake is `takeGreeting` and `takeCommand`.
     func takeHandshake(maxFrameBytes: Int) throws(ZMTP.Violation) -> ZMTP.Ready? {
-        if stage == .greeting {
-            guard let greeting = take(ZMTP.greeting.count) else { return nil }
-            try ZMTP.checkGreeting(greeting)
-            stage = .handshake
-        }
-        guard let frame = try takeFrame(maxBytes: maxFrameBytes) else { return nil }
-        guard frame.command else { throw .init("a message before READY") }
-        let ready = try ZMTP.readReady(frame.body)
+        guard try takeGreeting() else { return nil }
+        guard let body = try takeCommand(maxFrameBytes: maxFrameBytes) else { return nil }
+        let ready = try ZMTP.readReady(body)
         stage = .open
         return ready
+    }
+
+    /// Reads the peer's greeting once it has arrived (true from then on), checking that it asks for this
+    /// connection's mechanism.
+    func takeGreeting() throws(ZMTP.Violation) -> Bool {
+        guard stage == .greeting else { return true }
+        guard let greeting = take(ZMTP.greetingBytes) else { return false }
+        try ZMTP.checkGreeting(greeting, mechanism: isCurve ? "CURVE" : "NULL")
+        stage = .handshake
+        return true
+    }
+
+    /// Why a greeting that has not all arrived (its peer left) could never have passed: the mechanism it
+    /// names, when that much came and it is not `expected`; nil otherwise.
+    func partialGreetingProblem(expecting expected: String) -> String? {
+        guard stage == .greeting, input.count - inputStart >= 32 else { return nil }
+        let mechanism = input[inputStart + 12..<inputStart + 32].prefix { $0 != 0 }
+        guard !mechanism.elementsEqual(expected.utf8) else { return nil }
+        return ZMTP.mechanismMismatch(Array(mechanism), expected)
+    }
+
+    /// The body of the handshake command at the start of the input, when all of it has arrived.
+    func takeCommand(maxFrameBytes: Int) throws(ZMTP.Violation) -> ArraySlice<UInt8>? {
+        guard let frame = try takeFrame(maxBytes: maxFrameBytes) else { return nil }
+        guard frame.command else { throw .init("a message before the handshake ended") }
+        return frame.body
+    }
+
+    /// The CURVE handshake ended: what arrived after its last command is sealed MESSAGEs, and so is all
+    /// that arrives from now on.
+    func openCurve(_ boxes: CurveBoxes) {
+        security = .curveOpen(boxes)
+        stage = .open
+        sealed = Array(input[inputStart...])
+        sealedStart = 0
+        input.removeAll()
+        inputStart = 0
+    }
+
+    /// Opens every whole MESSAGE that has arrived onto the input as a plain ZMTP frame. A MESSAGE that is
+    /// malformed, replayed or forged throws: the connection must close.
+    func unseal(maxFrameBytes: Int) throws(ZMTP.Violation) {
+        guard case .curveOpen(var boxes) = security else { return }
+        // Taken out while it works, so that the enum holds no second reference to its buffers.
+        security = .null
+        defer { security = .curveOpen(boxes) }
+        let maxSealed = maxFrameBytes + CurveZMTP.messageOverhead
+        var opened = false
+        while let (header, _, size) = try ZMTP.frameHeader(in: sealed, at: sealedStart, maxBytes: maxSealed),
+            sealed.count - sealedStart - header >= size
+        {
+            let bodyStart = sealedStart + header
+            sealedStart = bodyStart + size
+            let (more, command, frame) = try boxes.open(sealed[bodyStart..<bodyStart + size])
+            if !opened {
+                compactInput()
+                opened = true
+            }
+            ZMTP.appendFrameHeader(size: frame.count, more: more, command: command, to: &input)
+            input.append(contentsOf: frame)
+        }
+    }
+
+    /// Queues `frames` for the peer: as they are with NULL, each sealed in a MESSAGE with CURVE.
+    func queueMessage(_ frames: Multipart) throws(ZMTP.Violation) {
+        guard case .curveOpen(var boxes) = security else { return ZMTP.appendMessage(frames, to: &output) }
+        security = .null
+        defer { security = .curveOpen(boxes) }
+        guard !frames.isEmpty else { return try boxes.seal([], more: false, command: false, to: &output) }
+        for (index, frame) in frames.enumerated() {
+            try boxes.seal(frame, more: index < frames.count - 1, command: false, to: &output)
+        }
+    }
+
+    /// Queues PONG for a PING's `context`: sealed too with CURVE, where commands travel in MESSAGEs.
+    func queuePong(_ context: ArraySlice<UInt8>) throws(ZMTP.Violation) {
+        guard case .curveOpen(var boxes) = security else { return output.append(contentsOf: ZMTP.pong(context)) }
+        security = .null
+        defer { security = .curveOpen(boxes) }
+        try boxes.seal([4] + Array("PONG".utf8) + context, more: false, command: true, to: &output)
+    }
+
+    /// Wipes the CURVE keys this connection holds: it closed.
+    func forgetKeys() {
+        switch security {
+        case .null: break
+        case .curveServer(var handshake):
+            security = .null
+            handshake.forget()
+        case .curveClient(var handshake):
+            security = .null
+            handshake.forget()
+        case .curveOpen(var boxes):
+            security = .null
+            boxes.forget()
+        }
     }
 
     func compactInput() {
@@ -141,32 +270,14 @@ final class ZMTPConnection {
         return .message(frames, frameCount: frameCount, byteCount: byteCount, overLimit: overLimit)
     }
 
-    /// A frame header at `at`: its length, flags and body size; nil when it has not all arrived.
     private func frameHeader(at: Int, maxBytes: Int) throws(ZMTP.Violation) -> (Int, UInt8, Int)? {
-        guard input.count - at >= 2 else { return nil }
-        let flags = input[at]
-        guard flags & ~(ZMTP.moreFlag | ZMTP.longFlag | ZMTP.commandFlag) == 0 else {
-            throw .init("frame flags \(flags)")
-        }
-        var size: UInt64
-        let header: Int
-        if flags & ZMTP.longFlag != 0 {
-            guard input.count - at >= 9 else { return nil }
-            size = 0
-            for index in 1...8 { size = size << 8 | UInt64(input[at + index]) }
-            header = 9
-        } else {
-            size = UInt64(input[at + 1])
-            header = 2
-        }
-        guard size <= UInt64(maxBytes) else { throw .init("a frame of \(size) bytes") }
-        return (header, flags, Int(size))
+        try ZMTP.frameHeader(in: input, at: at, maxBytes: maxBytes)
     }
 
 }
 
-/// The parts of ZMTP 3 (rfc.zeromq.org/spec/23 and 37) a ROUTER or DEALER with the NULL mechanism needs: the
-/// greeting, the READY command and its properties, PING and PONG, and the frame flags.
+/// The parts of ZMTP 3 (rfc.zeromq.org/spec/23 and 37) a ROUTER or DEALER needs: the greeting, the NULL
+/// mechanism's READY command and the properties it shares with CURVE's boxes, PING and PONG, and the frames.
 enum ZMTP {
     static let moreFlag: UInt8 = 0x01
     static let longFlag: UInt8 = 0x02
@@ -184,69 +295,141 @@ enum ZMTP {
         init(_ what: String) { self.what = what }
     }
 
+    static let greetingBytes = 64
+
     /// Signature, version 3.0, mechanism NULL, not as-server, filler: 64 bytes.
-    static let greeting: [UInt8] = {
-        var bytes = [UInt8](repeating: 0, count: 64)
+    static let greeting = greeting(mechanism: "NULL", asServer: false)
+
+    /// Signature, version 3.0, `mechanism`, the as-server flag, filler: 64 bytes.
+    static func greeting(mechanism: String, asServer: Bool) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: greetingBytes)
         bytes[0] = 0xFF
         bytes[8] = 1
         bytes[9] = 0x7F
         bytes[10] = 3
-        bytes[12...15] = ArraySlice("NULL".utf8)
+        bytes[12..<12 + mechanism.utf8.count] = ArraySlice(mechanism.utf8)
+        bytes[32] = asServer ? 1 : 0
         return bytes
-    }()
+    }
 
-    static func checkGreeting(_ greeting: ArraySlice<UInt8>) throws(Violation) {
+    /// Checks the peer's greeting: ZMTP 3 or later, and `mechanism`. (Not the as-server flag: libzmq always
+    /// sends 0 there, its CURVE servers too; who is server follows from who binds.)
+    static func checkGreeting(_ greeting: ArraySlice<UInt8>, mechanism expected: String = "NULL") throws(Violation) {
         let bytes = Array(greeting)
         guard bytes[0] == 0xFF, bytes[9] & 1 == 1 else { throw .init("no ZMTP signature") }
         guard bytes[10] >= 3 else { throw .init("ZMTP version \(bytes[10])") }
         let mechanism = bytes[12..<32].prefix { $0 != 0 }
-        guard mechanism.elementsEqual("NULL".utf8) else {
-            throw .init("mechanism \(String(decoding: mechanism, as: UTF8.self))")
+        guard mechanism.elementsEqual(expected.utf8) else { throw .init(mechanismMismatch(Array(mechanism), expected)) }
+    }
+
+    /// A peer's mechanism that is not ours, in words.
+    static func mechanismMismatch(_ mechanism: [UInt8], _ expected: String) -> String {
+        let name = String(decoding: mechanism, as: UTF8.self)
+        let hint = name == "NULL" && expected == "CURVE" ? " (a peer without keys)" : ""
+        return "mechanism \(name) where \(expected) is spoken\(hint)"
+    }
+
+    /// A command frame with `body` (a name, then data).
+    static func commandFrame(_ body: [UInt8]) -> [UInt8] {
+        var frame: [UInt8] = []
+        appendFrameHeader(size: body.count, more: false, command: true, to: &frame)
+        return frame + body
+    }
+
+    /// A frame's flags and size: short (1 byte) up to 255 bytes, long (8 bytes, big-endian) above.
+    static func appendFrameHeader(size: Int, more: Bool, command: Bool, to buffer: inout [UInt8]) {
+        let long = size > 255
+        buffer.append((more ? moreFlag : 0) | (long ? longFlag : 0) | (command ? commandFlag : 0))
+        if long {
+            withUnsafeBytes(of: UInt64(size).bigEndian) { buffer.append(contentsOf: $0) }
+        } else {
+            buffer.append(UInt8(size))
         }
+    }
+
+    /// A frame header at `at` in `buffer`: its length, flags and body size; nil when it has not all arrived.
+    static func frameHeader(in buffer: [UInt8], at: Int, maxBytes: Int) throws(Violation) -> (Int, UInt8, Int)? {
+        guard buffer.count - at >= 2 else { return nil }
+        let flags = buffer[at]
+        guard flags & ~(moreFlag | longFlag | commandFlag) == 0 else { throw .init("frame flags \(flags)") }
+        var size: UInt64
+        let header: Int
+        if flags & longFlag != 0 {
+            guard buffer.count - at >= 9 else { return nil }
+            size = 0
+            for index in 1...8 { size = size << 8 | UInt64(buffer[at + index]) }
+            header = 9
+        } else {
+            size = UInt64(buffer[at + 1])
+            header = 2
+        }
+        guard size <= UInt64(maxBytes) else { throw .init("a frame of \(size) bytes") }
+        return (header, flags, Int(size))
+    }
+
+    /// ZMTP metadata: each property a 1-byte name length, the name, a 4-byte value length, the value.
+    static func properties(_ list: [(name: String, value: [UInt8])]) -> [UInt8] {
+        var bytes: [UInt8] = []
+        for (name, value) in list {
+            bytes.append(UInt8(name.utf8.count))
+            bytes.append(contentsOf: name.utf8)
+            withUnsafeBytes(of: UInt32(value.count).bigEndian) { bytes.append(contentsOf: $0) }
+            bytes.append(contentsOf: value)
+        }
+        return bytes
     }
 
     /// A READY command with Socket-Type.
     static func ready(socketType: String) -> [UInt8] {
-        var body: [UInt8] = [5] + Array("READY".utf8)
-        body.append(UInt8("Socket-Type".utf8.count))
-        body.append(contentsOf: "Socket-Type".utf8)
-        withUnsafeBytes(of: UInt32(socketType.utf8.count).bigEndian) { body.append(contentsOf: $0) }
-        body.append(contentsOf: socketType.utf8)
-        return [commandFlag, UInt8(body.count)] + body
+        commandFrame([5] + Array("READY".utf8) + properties([("Socket-Type", Array(socketType.utf8))]))
     }
 
-    /// A peer's READY: its Socket-Type and, when it set one, its Identity.
+    /// A peer's READY: its Socket-Type and, when it set one, its Identity; and whether it asked for a CURVE
+    /// refusal's reason in words (`refusalReasonProperty`).
     struct Ready {
         let socketType: String
         let identity: [UInt8]?
+        var wantsRefusalReason = false
     }
 
+    /// The property a CURVE client puts in INITIATE's metadata to be told why it is refused: the ERROR then
+    /// carries the reason in words. Without it the reason is "400", the ZAP status libzmq's clients read
+    /// (they report it as an authentication failure, and a longer reason as nothing at all).
+    static let refusalReasonProperty = "X-Refusal-Reason"
+
     static func readReady(_ body: ArraySlice<UInt8>) throws(Violation) -> Ready {
-        let bytes = Array(body)
-        guard bytes.count >= 6, bytes[0] == 5, bytes[1..<6].elementsEqual("READY".utf8) else {
+        guard body.count >= 6, body.first == 5, body.dropFirst().prefix(5).elementsEqual("READY".utf8) else {
             throw .init("no READY")
         }
-        var at = 6
+        return try readProperties(body.dropFirst(6))
+    }
+
+    /// The properties of a READY (or of CURVE's INITIATE and READY boxes) that a ROUTER and a DEALER use.
+    static func readProperties(_ metadata: ArraySlice<UInt8>) throws(Violation) -> Ready {
+        let bytes = Array(metadata)
+        var at = 0
         var socketType: String?
         var identity: [UInt8]?
+        var wantsRefusalReason = false
         while at < bytes.count {
             let nameLength = Int(bytes[at])
-            guard at + 1 + nameLength + 4 <= bytes.count else { throw .init("a truncated READY property") }
+            guard at + 1 + nameLength + 4 <= bytes.count else { throw .init("a truncated metadata property") }
             let name = String(decoding: bytes[at + 1..<at + 1 + nameLength], as: UTF8.self)
             at += 1 + nameLength
             let valueLength = bytes[at..<at + 4].reduce(0) { $0 << 8 | Int($1) }
             at += 4
-            guard valueLength <= bytes.count - at else { throw .init("a truncated READY property") }
+            guard valueLength <= bytes.count - at else { throw .init("a truncated metadata property") }
             let value = Array(bytes[at..<at + valueLength])
             at += valueLength
             switch name.lowercased() {
             case "socket-type": socketType = String(decoding: value, as: UTF8.self)
             case "identity": identity = value
+            case refusalReasonProperty.lowercased(): wantsRefusalReason = true
             default: break
             }
         }
-        guard let socketType else { throw .init("a READY without Socket-Type") }
-        return Ready(socketType: socketType, identity: identity)
+        guard let socketType else { throw .init("metadata without Socket-Type") }
+        return Ready(socketType: socketType, identity: identity, wantsRefusalReason: wantsRefusalReason)
     }
 
     /// `frames` as one message on the wire (no frames: one empty frame, as libzmq sends an empty message).
@@ -256,13 +439,7 @@ enum ZMTP {
     }
 
     static func appendFrame(_ body: [UInt8], more: Bool, to buffer: inout [UInt8]) {
-        let long = body.count > 255
-        buffer.append((more ? moreFlag : 0) | (long ? longFlag : 0))
-        if long {
-            withUnsafeBytes(of: UInt64(body.count).bigEndian) { buffer.append(contentsOf: $0) }
-        } else {
-            buffer.append(UInt8(body.count))
-        }
+        appendFrameHeader(size: body.count, more: more, command: false, to: &buffer)
         buffer.append(contentsOf: body)
     }
 

@@ -2,8 +2,8 @@
     import Glibc
 #endif
 
-/// A DEALER socket connected to one TCP peer (a ROUTER) that speaks ZMTP 3 itself, NULL mechanism, on the
-/// thread that owns it: no libzmq I/O thread, so no message crosses threads on its way in or out.
+/// A DEALER socket connected to one TCP peer (a ROUTER) that speaks ZMTP 3 itself, NULL mechanism or CURVE, on
+/// the thread that owns it: no libzmq I/O thread, so no message crosses threads on its way in or out.
 ///
 /// Why: the agent worker's socket costs the same hops the bus's ROUTER did before `ZMTPRouter` (a mailbox
 /// wake-up each way per message). Here the owner polls the connection's descriptor itself, reads and parses
@@ -22,11 +22,23 @@ public final class ZMTPDealer {
         public var reconnectInterval: Duration
         public var maxReconnectInterval: Duration
         public var linger: Duration
+        /// With these, the connection speaks CURVE as a client of the server whose key they name; else NULL.
+        public var curve: CurveCredentials?
+        /// Called on the socket's thread with the server's reason when it refused the CURVE handshake (an
+        /// ERROR command); the socket then tries again after its back-off, as after any failed attempt.
+        public var onRefused: (@Sendable (String) -> Void)?
+        /// How long a connection may take from connect to the end of its handshake before the socket gives
+        /// it up and tries again (libzmq's ZMQ_HANDSHAKE_IVL is 30 s too): a server that accepts and says
+        /// nothing holds no worker for ever.
+        public var handshakeTimeout: Duration = .seconds(30)
 
         public init(
             endpoint: String, maxFrameBytes: Int, reconnectInterval: Duration = .seconds(1),
-            maxReconnectInterval: Duration = .seconds(32), linger: Duration = .milliseconds(200)
+            maxReconnectInterval: Duration = .seconds(32), linger: Duration = .milliseconds(200),
+            curve: CurveCredentials? = nil, onRefused: (@Sendable (String) -> Void)? = nil
         ) {
+            self.curve = curve
+            self.onRefused = onRefused
             self.endpoint = endpoint
             self.maxFrameBytes = maxFrameBytes
             self.reconnectInterval = reconnectInterval
@@ -36,14 +48,20 @@ public final class ZMTPDealer {
     }
 
     public let lastEndpoint: String
+    /// "NULL" or "CURVE".
+    public var mechanism: String { curveKeys == nil ? "NULL" : "CURVE" }
+    /// The reason of the server's last refusal of the CURVE handshake, until a handshake succeeds.
+    public private(set) var lastRefusal: String?
     private let options: Options
-    private let host: in_addr
+    private let curveKeys: (server: [UInt8], publicKey: [UInt8], secretKey: [UInt8])?
+    private let host: String
     private let port: UInt16
     private var connection: ZMTPConnection?
     /// The TCP connection is established (before that the descriptor is polled for writability).
     private var established = false
-    /// Messages sent while no connection is open, as wire bytes.
-    private var held: [UInt8] = []
+    /// Messages sent while no connection is open, and their bytes.
+    private var held: [Multipart] = []
+    private var heldBytes = 0
     private var needsFlush = false
     private var retryAt: ContinuousClock.Instant?
     private var backoff: Duration
@@ -51,13 +69,21 @@ public final class ZMTPDealer {
     private var inboxHead = 0
     private var scratch = [UInt8](repeating: 0, count: ZMTP.readChunk)
 
-    /// Whether this socket can connect to `endpoint`: `tcp://` with `localhost` or an IPv4 address, and a
-    /// port. Anything else (a host name, IPv6, ipc) stays with libzmq.
+    /// Whether this socket can connect to `endpoint`: `tcp://` with an IPv4 address, an IPv6 one in brackets or
+    /// a host name (looked up at each attempt to connect), and a port. Other transports (ipc) stay with libzmq.
     public static func serves(_ endpoint: String) -> Bool { address(endpoint) != nil }
 
     public init(_ options: Options) throws(ZMQError) {
         guard let (host, port) = Self.address(options.endpoint) else {
             throw ZMQError(operation: "connect \(options.endpoint)", errno: EINVAL)
+        }
+        if let credentials = options.curve {
+            guard let server = Curve.decode(credentials.serverKey),
+                let publicKey = Curve.decode(credentials.keys.publicKey), let secretKey = Curve.decode(credentials.keys.secretKey)
+            else { throw ZMQError(operation: "CURVE keys", errno: EINVAL) }
+            curveKeys = (server, publicKey, secretKey)
+        } else {
+            curveKeys = nil
         }
         self.options = options
         self.host = host
@@ -75,7 +101,11 @@ public final class ZMTPDealer {
 
     /// How long the owner may wait before calling `handle` again for a reconnection; nil: no limit.
     public var waitLimit: Duration? {
-        guard connection == nil, let retryAt else { return nil }
+        if let connection {
+            guard connection.stage != .open else { return nil }
+            return max(.zero, connection.openedAt + options.handshakeTimeout - .now)
+        }
+        guard let retryAt else { return nil }
         return max(.zero, retryAt - .now)
     }
 
@@ -89,14 +119,29 @@ public final class ZMTPDealer {
             if let retryAt, ContinuousClock.now >= retryAt { attemptConnection() }
             return
         }
+        if connection.stage != .open, ContinuousClock.now - connection.openedAt > options.handshakeTimeout {
+            return drop()
+        }
         if !established {
             guard readable || writable else { return }
             guard TCPSocket.pendingError(connection.fd) == 0, !TCPSocket.isConnectedToItself(connection.fd) else {
                 return drop()
             }
             established = true
-            connection.output.append(contentsOf: ZMTP.greeting)
-            connection.output.append(contentsOf: ZMTP.ready(socketType: "DEALER"))
+            if let curveKeys {
+                let handshake = CurveClientHandshake(
+                    serverKey: curveKeys.server, publicKey: curveKeys.publicKey, secretKey: curveKeys.secretKey,
+                    metadata: ZMTP.properties([
+                        ("Socket-Type", Array("DEALER".utf8)), (ZMTP.refusalReasonProperty, Array("1".utf8)),
+                    ]))
+                guard let hello = handshake.hello() else { return drop() }
+                connection.security = .curveClient(handshake)
+                connection.output.append(contentsOf: ZMTP.greeting(mechanism: "CURVE", asServer: false))
+                connection.output.append(contentsOf: hello)
+            } else {
+                connection.output.append(contentsOf: ZMTP.greeting)
+                connection.output.append(contentsOf: ZMTP.ready(socketType: "DEALER"))
+            }
             return write()
         }
         if writable && connection.waitingToWrite {
@@ -134,11 +179,17 @@ public final class ZMTPDealer {
             guard connection.unsentBytes < ZMTP.maxUnsentBytes else {
                 throw ZMQError(operation: "send", errno: EAGAIN)
             }
-            ZMTP.appendMessage(frames, to: &connection.output)
+            do throws(ZMTP.Violation) {
+                try connection.queueMessage(frames)
+            } catch {
+                drop()
+                throw ZMQError(operation: "send", errno: EAGAIN)
+            }
             needsFlush = true
         } else {
-            guard held.count < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
-            ZMTP.appendMessage(frames, to: &held)
+            guard heldBytes < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
+            held.append(frames)
+            heldBytes += frames.reduce(0) { $0 + $1.count + 9 }
         }
     }
 
@@ -159,7 +210,10 @@ public final class ZMTPDealer {
             connection.waitingToWrite = false
             write()
         }
-        if let connection { Glibc.close(connection.fd) }
+        if let connection {
+            Glibc.close(connection.fd)
+            connection.forgetKeys()
+        }
         connection = nil
         retryAt = nil
     }
@@ -168,7 +222,9 @@ public final class ZMTPDealer {
 
     private func attemptConnection() {
         retryAt = nil
-        switch TCPSocket.connect(to: host, port: port) {
+        // A name is looked up again at each attempt, as libzmq does: the coordinator may have moved.
+        guard case .success(let addresses) = TCPSocket.resolve(host: host, port: port) else { return scheduleRetry() }
+        switch TCPSocket.connect(to: addresses[0]) {
         case .success(let fd):
             connection = ZMTPConnection(fd: fd)
             established = false
@@ -179,18 +235,28 @@ public final class ZMTPDealer {
 
     private func parse(_ connection: ZMTPConnection) throws(ZMTP.Violation) {
         if connection.stage != .open {
-            guard let ready = try connection.takeHandshake(maxFrameBytes: options.maxFrameBytes) else { return }
-            guard ZMTP.dealerPeers.contains(ready.socketType) else { throw .init("a \(ready.socketType) peer") }
+            let peer: ZMTP.Ready
+            if connection.isCurve {
+                guard let ready = try curveHandshake(connection) else { return }
+                peer = ready
+            } else {
+                guard let ready = try connection.takeHandshake(maxFrameBytes: options.maxFrameBytes) else { return }
+                peer = ready
+            }
+            guard ZMTP.dealerPeers.contains(peer.socketType) else { throw .init("a \(peer.socketType) peer") }
             backoff = options.reconnectInterval
-            connection.output.append(contentsOf: held)
+            lastRefusal = nil
+            for message in held { try connection.queueMessage(message) }
             held.removeAll()
+            heldBytes = 0
             needsFlush = true
         }
+        try connection.unseal(maxFrameBytes: options.maxFrameBytes)
         let unlimited = ReceiveLimits(frames: .max, bytes: .max)
         while let message = try connection.takeMessage(maxFrameBytes: options.maxFrameBytes, limits: unlimited) {
             switch message {
             case .ping(let context):
-                connection.output.append(contentsOf: ZMTP.pong(context))
+                try connection.queuePong(context)
                 needsFlush = true
             case .otherCommand:
                 break
@@ -198,6 +264,30 @@ public final class ZMTPDealer {
                 inbox.append(frames)
             }
         }
+    }
+
+    /// Runs the client's CURVE handshake on what has arrived: nil until READY, then the server's metadata,
+    /// with the connection open. An ERROR (a refusal) throws after `onRefused` heard the reason.
+    private func curveHandshake(_ connection: ZMTPConnection) throws(ZMTP.Violation) -> ZMTP.Ready? {
+        guard try connection.takeGreeting() else { return nil }
+        while let body = try connection.takeCommand(maxFrameBytes: options.maxFrameBytes) {
+            guard case .curveClient(var handshake) = connection.security else { return nil }
+            let outcome = try handshake.receive(body)
+            connection.security = .curveClient(handshake)
+            switch outcome {
+            case .reply(let frame):
+                connection.output.append(contentsOf: frame)
+                needsFlush = true
+            case .ready(let metadata, let boxes):
+                connection.openCurve(boxes)
+                return metadata
+            case .refused(let reason):
+                lastRefusal = reason
+                options.onRefused?(reason)
+                throw .init("the server refused the handshake: \(reason)")
+            }
+        }
+        return nil
     }
 
     private func write() {
@@ -210,7 +300,10 @@ public final class ZMTPDealer {
     }
 
     private func drop() {
-        if let connection { Glibc.close(connection.fd) }
+        if let connection {
+            Glibc.close(connection.fd)
+            connection.forgetKeys()
+        }
         connection = nil
         established = false
         needsFlush = false
@@ -222,10 +315,10 @@ public final class ZMTPDealer {
         backoff = min(backoff * 2, max(options.maxReconnectInterval, options.reconnectInterval))
     }
 
-    /// The host and port of `tcp://HOST:PORT`, HOST an IPv4 address or `localhost`.
-    private static func address(_ endpoint: String) -> (in_addr, UInt16)? {
-        guard let (hostText, host, portText) = TCPSocket.split(endpoint), hostText != "*",
-            let port = UInt16(portText), port != 0
+    /// The host and port of `tcp://HOST:PORT`, HOST an address or a name (not `*`), PORT not 0.
+    private static func address(_ endpoint: String) -> (String, UInt16)? {
+        guard let (host, portText) = TCPSocket.hostAndPort(endpoint), host != "*", let port = UInt16(portText),
+            port != 0
         else { return nil }
         return (host, port)
     }

@@ -4,8 +4,8 @@ import CLinux
     import Glibc
 #endif
 
-/// A ROUTER socket for TCP peers that speaks ZMTP 3 itself (the NULL mechanism: no keys), on the thread
-/// that owns it, with no libzmq I/O thread. Peers are ordinary ZeroMQ DEALER (or REQ) sockets.
+/// A ROUTER socket for TCP peers (IPv4 or IPv6) that speaks ZMTP 3 itself, with the NULL mechanism or CURVE,
+/// on the thread that owns it, with no libzmq I/O thread. Peers are ordinary ZeroMQ DEALER (or REQ) sockets.
 ///
 /// Why: with libzmq every message crosses from its I/O thread to the owning one and back, each crossing a
 /// wake-up through a mailbox; for the bus that was more than half of the coordinator's CPU per request
@@ -18,13 +18,50 @@ import CLinux
 /// ZMQ_MAXMSGSIZE); sending to a routing id no connection has fails with EHOSTUNREACH (as
 /// ZMQ_ROUTER_MANDATORY); PING is answered with PONG. A peer that breaks the protocol is disconnected.
 public final class ZMTPRouter {
+    /// What a CURVE router needs: its long-term secret key (Z85), and whom to let in. `authorize` is asked,
+    /// on the router's thread, about every client whose INITIATE was good: its long-term public key and address
+    /// in, a User-Id (every message of the connection carries it) or a reason to refuse out. A refused client
+    /// gets an ERROR command, then the connection closes: with the reason when its INITIATE asked for it
+    /// (`ZMTP.refusalReasonProperty`, as the own DEALER does), else "400", which libzmq's clients understand.
+    public struct Curve {
+        public var secretKey: String
+        public var authorize: (CurveClient) -> ZAPVerdict
+
+        public init(secretKey: String, authorize: @escaping (CurveClient) -> ZAPVerdict) {
+            self.secretKey = secretKey
+            self.authorize = authorize
+        }
+    }
+
+    /// A client that completed the CURVE handshake, as `Curve.authorize` sees it.
+    public struct CurveClient {
+        /// The client's long-term public key, 32 bytes.
+        public let publicKey: [UInt8]
+        public let address: String
+    }
+
+    /// A connection closed during its handshake for something it sent (a wrong server key, a malformed or
+    /// replayed command): where from and what.
+    public struct HandshakeFailure: Sendable, Equatable {
+        public let address: String
+        public let reason: String
+    }
+
     public let lastEndpoint: String
+    /// "NULL" or "CURVE".
+    public let mechanism: String
+    /// How long a connection may take from accept to the end of its handshake (libzmq's ZMQ_HANDSHAKE_IVL
+    /// is 30 s too): one that says nothing, or too little, is closed by `expireHandshakes`.
+    public let handshakeTimeout: Duration
     /// Readable when a peer connects, sends or can be written to again: poll it, then `receive`.
     public var pollDescriptor: Int32 { epoll }
 
     private let listener: Int32
     private let epoll: Int32
     private let maxFrameBytes: Int
+    private let curve: (keys: (publicKey: [UInt8], secretKey: [UInt8]), authorize: (CurveClient) -> ZAPVerdict)?
+    private var cookieKeys = CurveCookieKeys()
+    private var handshakeFailures: [HandshakeFailure] = []
     private var connections: [Int32: ZMTPConnection] = [:]
     private var peers: [RoutingID: Int32] = [:]
     private var nextNumber = UInt32.random(in: 0...UInt32.max)
@@ -37,24 +74,37 @@ public final class ZMTPRouter {
     /// What each `epoll_wait` reports into.
     private var events = [epoll_event](repeating: epoll_event(), count: 64)
 
-    /// Whether this router can serve `endpoint`: `tcp://` with `*`, `localhost` or an IPv4 address, and a
-    /// port or `*`. Anything else stays with libzmq.
-    public static func serves(_ endpoint: String) -> Bool { (try? address(endpoint)) != nil }
+    /// Whether this router can serve `endpoint`: `tcp://` with `*`, an IPv4 address, an IPv6 one in brackets or
+    /// a host name, and a port or `*` (the host is looked up when the router binds). Other transports (ipc,
+    /// inproc) stay with libzmq.
+    public static func serves(_ endpoint: String) -> Bool {
+        guard let (_, port) = TCPSocket.hostAndPort(endpoint) else { return false }
+        return port == "*" || UInt16(port) != nil
+    }
 
-    public init(bind endpoint: String, maxFrameBytes: Int) throws(ZMQError) {
+    public init(
+        bind endpoint: String, maxFrameBytes: Int, curve: Curve? = nil, handshakeTimeout: Duration = .seconds(30)
+    ) throws(ZMQError) {
         self.maxFrameBytes = maxFrameBytes
-        let (host, port) = try Self.address(endpoint)
+        self.handshakeTimeout = handshakeTimeout
+        if let curve {
+            guard let secretKey = SkillbusZMQ.Curve.decode(curve.secretKey),
+                let publicKey = Sodium.publicKey(forSecret: secretKey)
+            else { throw ZMQError(operation: "CURVE secret key", errno: EINVAL) }
+            self.curve = ((publicKey, secretKey), curve.authorize)
+            mechanism = "CURVE"
+        } else {
+            self.curve = nil
+            mechanism = "NULL"
+        }
+        let address = try Self.address(endpoint)
         let listener: Int32
-        let boundPort: UInt16
-        switch TCPSocket.listen(on: host, port: port, backlog: 128) {
-        case .success(let listening): (listener, boundPort) = listening
+        switch TCPSocket.listen(on: address, backlog: 128) {
+        case .success(let listening):
+            listener = listening.fd
+            lastEndpoint = "tcp://\(listening.address)"
         case .failure(let failure): throw ZMQError(operation: "bind \(endpoint)", errno: failure.errno)
         }
-        var text = [CChar](repeating: 0, count: 32)
-        var boundHost = host
-        inet_ntop(AF_INET, &boundHost, &text, socklen_t(text.count))
-        let hostText = String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        lastEndpoint = "tcp://\(hostText):\(boundPort)"
         let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard epoll >= 0 else {
             let error = ZMQError(operation: "epoll_create1", errno: errno)
@@ -67,7 +117,10 @@ public final class ZMTPRouter {
     }
 
     public func close() {
-        for fd in connections.keys { Glibc.close(fd) }
+        for (fd, connection) in connections {
+            Glibc.close(fd)
+            connection.forgetKeys()
+        }
         connections.removeAll()
         peers.removeAll()
         Glibc.close(listener)
@@ -97,8 +150,36 @@ public final class ZMTPRouter {
             throw ZMQError(operation: "send", errno: EHOSTUNREACH)
         }
         guard connection.unsentBytes < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
-        ZMTP.appendMessage(frames, to: &connection.output)
+        do throws(ZMTP.Violation) {
+            try connection.queueMessage(frames)
+        } catch {
+            drop(connection)
+            throw ZMQError(operation: "send", errno: EHOSTUNREACH)
+        }
         markUnflushed(connection)
+    }
+
+    /// Closes the connections whose handshake has taken longer than `handshakeTimeout` (with CURVE, noted
+    /// as failed handshakes). The owner calls it now and then: a peer that connects and waits holds nothing
+    /// for long.
+    public func expireHandshakes(now: ContinuousClock.Instant = .now) {
+        let stale = connections.values.filter {
+            $0.stage != .open && !$0.closing && now - $0.openedAt > handshakeTimeout
+        }
+        for connection in stale {
+            if connection.isCurve {
+                let reason = "no CURVE handshake within \(handshakeTimeout)"
+                handshakeFailures.append(HandshakeFailure(address: connection.address, reason: reason))
+            }
+            drop(connection)
+        }
+    }
+
+    /// The CURVE handshakes that failed since the last call (refusals by `Curve.authorize` are not among
+    /// them: the owner knows of those).
+    public func takeHandshakeFailures() -> [HandshakeFailure] {
+        defer { handshakeFailures.removeAll() }
+        return handshakeFailures
     }
 
     /// Writes what was queued, one write per peer; what a peer cannot take yet waits for it to drain.
@@ -145,34 +226,60 @@ public final class ZMTPRouter {
     private func accept() {
         while let fd = TCPSocket.accept(listener) {
             TCPSocket.noDelay(fd)
-            let connection = ZMTPConnection(fd: fd)
+            let connection: ZMTPConnection
+            if let curve {
+                let handshake = CurveServerHandshake(publicKey: curve.keys.publicKey, secretKey: curve.keys.secretKey)
+                connection = ZMTPConnection(fd: fd, security: .curveServer(handshake))
+                connection.address = TCPSocket.peerAddress(fd)
+                connection.output.append(contentsOf: ZMTP.greeting(mechanism: "CURVE", asServer: true))
+            } else {
+                connection = ZMTPConnection(fd: fd)
+                connection.output.append(contentsOf: ZMTP.greeting)
+                connection.output.append(contentsOf: ZMTP.ready(socketType: "ROUTER"))
+            }
             connections[fd] = connection
             watch(fd, output: false, adding: true)
-            connection.output.append(contentsOf: ZMTP.greeting)
-            connection.output.append(contentsOf: ZMTP.ready(socketType: "ROUTER"))
             markUnflushed(connection)
         }
     }
 
     private func read(_ connection: ZMTPConnection, limits: ReceiveLimits) {
         switch connection.readAvailable(using: &scratch) {
-        case .closed: return drop(connection)
+        case .closed:
+            if connection.isCurve, connection.stage != .open, !connection.closing {
+                let reason =
+                    connection.partialGreetingProblem(expecting: "CURVE") ?? "the peer left during the CURVE handshake"
+                handshakeFailures.append(HandshakeFailure(address: connection.address, reason: reason))
+            }
+            return drop(connection)
         case .wouldBlock: return
         case .progress: break
         }
+        // Refused: the ERROR is on its way, and nothing the peer says any more matters.
+        guard !connection.closing else { return }
         do throws(ZMTP.Violation) {
             try parse(connection, limits: limits)
         } catch {
+            if connection.isCurve, connection.stage != .open {
+                handshakeFailures.append(HandshakeFailure(address: connection.address, reason: error.what))
+            }
             drop(connection)
         }
     }
 
     private func parse(_ connection: ZMTPConnection, limits: ReceiveLimits) throws(ZMTP.Violation) {
         if connection.stage != .open {
-            guard let ready = try connection.takeHandshake(maxFrameBytes: maxFrameBytes) else { return }
-            guard ZMTP.routerPeers.contains(ready.socketType) else { throw .init("a \(ready.socketType) peer") }
+            let peer: ZMTP.Ready
+            if connection.isCurve {
+                guard let ready = try curveHandshake(connection) else { return }
+                peer = ready
+            } else {
+                guard let ready = try connection.takeHandshake(maxFrameBytes: maxFrameBytes) else { return }
+                peer = ready
+            }
+            guard ZMTP.routerPeers.contains(peer.socketType) else { throw .init("a \(peer.socketType) peer") }
             let routingID: RoutingID
-            if let identity = ready.identity, !identity.isEmpty, identity.first != 0 {
+            if let identity = peer.identity, !identity.isEmpty, identity.first != 0 {
                 routingID = RoutingID(identity)
                 guard peers[routingID] == nil else { throw .init("an Identity another peer holds") }
             } else {
@@ -181,20 +288,56 @@ public final class ZMTPRouter {
             connection.routingID = routingID
             peers[routingID] = connection.fd
         }
+        try connection.unseal(maxFrameBytes: maxFrameBytes)
         while let message = try connection.takeMessage(maxFrameBytes: maxFrameBytes, limits: limits) {
             switch message {
             case .ping(let context):
-                connection.output.append(contentsOf: ZMTP.pong(context))
+                try connection.queuePong(context)
                 markUnflushed(connection)
             case .otherCommand:
                 break
             case .message(let frames, let frameCount, let byteCount, let overLimit):
                 inbox.append(
                     ReceivedMessage(
-                        frames: frames, routingID: connection.routingID, userID: nil, sourceFD: connection.fd,
+                        frames: frames, routingID: connection.routingID, userID: connection.userID,
+                        sourceFD: connection.fd,
                         frameCount: frameCount, byteCount: byteCount, overLimit: overLimit))
             }
         }
+    }
+
+    /// Runs the CURVE handshake on what has arrived: nil until the client is let in, then the metadata it
+    /// sent in INITIATE, with the connection open. A refusal queues ERROR and marks the connection closing.
+    private func curveHandshake(_ connection: ZMTPConnection) throws(ZMTP.Violation) -> ZMTP.Ready? {
+        guard let curve, try connection.takeGreeting() else { return nil }
+        while let body = try connection.takeCommand(maxFrameBytes: maxFrameBytes) {
+            guard case .curveServer(var handshake) = connection.security else { return nil }
+            cookieKeys.rotateIfDue(now: .now)
+            let outcome = try handshake.receive(body, cookieKeys: cookieKeys)
+            connection.security = .curveServer(handshake)
+            markUnflushed(connection)
+            switch outcome {
+            case .reply(let frame):
+                connection.output.append(contentsOf: frame)
+            case .authorize(let clientKey, let metadata):
+                switch curve.authorize(CurveClient(publicKey: clientKey, address: connection.address)) {
+                case .accept(let userID):
+                    let (ready, boxes) = handshake.accept(socketType: "ROUTER")
+                    connection.output.append(contentsOf: ready)
+                    connection.userID = userID
+                    connection.openCurve(boxes)
+                    return metadata
+                case .refuse(let reason):
+                    handshake.forget()
+                    connection.security = .null
+                    let told = metadata.wantsRefusalReason ? reason : "400"
+                    connection.output.append(contentsOf: CurveZMTP.error(reason: told))
+                    connection.closing = true
+                    return nil
+                }
+            }
+        }
+        return nil
     }
 
     private func nextRoutingID() -> RoutingID {
@@ -209,7 +352,7 @@ public final class ZMTPRouter {
         // The same object: a closed connection's descriptor may already belong to a new one.
         guard connections[connection.fd] === connection, !connection.waitingToWrite else { return }
         switch connection.writeOutput() {
-        case .progress: break
+        case .progress: if connection.closing { drop(connection) }
         case .wouldBlock:
             connection.waitingToWrite = true
             watch(connection.fd, output: true)
@@ -223,6 +366,7 @@ public final class ZMTPRouter {
         if let id = connection.routingID, peers[id] == connection.fd { peers[id] = nil }
         epoll_ctl(epoll, EPOLL_CTL_DEL, connection.fd, nil)
         Glibc.close(connection.fd)
+        connection.forgetKeys()
         closed.append(connection.fd)
     }
 
@@ -239,10 +383,14 @@ public final class ZMTPRouter {
         epoll_ctl(epoll, adding ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &event)
     }
 
-    /// The host and port of `tcp://HOST:PORT` (`*` for either: every interface, a port the kernel picks).
-    private static func address(_ endpoint: String) throws(ZMQError) -> (host: in_addr, port: UInt16) {
-        guard let (_, host, portText) = TCPSocket.split(endpoint), let port = portText == "*" ? 0 : UInt16(portText)
+    /// The address `tcp://HOST:PORT` names (`*` for either: every IPv4 interface, a port the kernel picks; a
+    /// host name: its first address, IPv4 before IPv6).
+    private static func address(_ endpoint: String) throws(ZMQError) -> TCPSocket.Address {
+        guard let (host, portText) = TCPSocket.hostAndPort(endpoint), let port = portText == "*" ? 0 : UInt16(portText)
         else { throw ZMQError(operation: "bind \(endpoint)", errno: EINVAL) }
-        return (host, port)
+        switch TCPSocket.resolve(host: host, port: port) {
+        case .success(let addresses): return addresses[0]
+        case .failure(let failure): throw ZMQError(operation: "bind \(endpoint) (\(failure))", errno: EINVAL)
+        }
     }
 }

@@ -64,6 +64,9 @@ struct KeysAndRolesTests {
         let worker = try keyed.worker("w1", key: "w1")
         defer { worker.signal(SIGTERM) }
         try await keyed.coordinator.waitForLine("w1 to join") { $0.contains("agent 'w1' joined") }
+        // Both ends of the bus are the own ZMTP engine, speaking CURVE, and say so.
+        #expect(keyed.count { $0.contains("bus on tcp://127.0.0.1:") && $0.contains("(own ZMTP engine, CURVE)") } == 1)
+        #expect(worker.output.contains { $0.contains("bus at \(keyed.bus) (own ZMTP engine, CURVE)") })
         let (code, document) = try await keyed.send("alice", ["echo", "text=secret"])
         #expect(code == 0 && document["agent"] == "w1" && document["result"]?["text"] == "secret")
         // The worker's replica reads the feed with its worker key: AGENTS shows it in step.
@@ -140,6 +143,9 @@ struct KeysAndRolesTests {
         try await keyed.coordinator.waitForLine("alice's feed refused") {
             $0.contains("refused a connection to the feed from 127.0.0.1: key 'alice' (client) may not read the feed")
         }
+        // The watcher says it was refused and stops, rather than print nothing for ever.
+        #expect(try await client.waitForExit() == 3)
+        #expect(client.output.contains { $0.contains("refused this key on the feed") })
         let admin = try SkillbusProcess(
             ["feed", "--feed", keyed.feed, "--topic", "registry.heartbeat", "--count", "1"], name: "feed (ops)",
             environment: keyed.environment("ops"))
@@ -167,7 +173,32 @@ struct KeysAndRolesTests {
         #expect(try await coordinator.waitForExit() == 0)
     }
 
-    @Test("keygen writes a pair once, and a Python peer with keys is a client and a worker")
+    @Test("a worker whose key the coordinator does not know logs why and tries again; a client says it was refused")
+    func refusedWorker() async throws {
+        let keyed = try await KeyedCluster()
+        defer { keyed.terminate() }
+        let (made, _) = try await runSkillbus(["keygen", "mallory", "--dir", keyed.directory])
+        try #require(made == 0)
+        let worker = try keyed.worker("w1", key: "mallory")
+        defer { worker.signal(SIGKILL) }
+        @Sendable func refusal(_ line: String) -> Bool {
+            line.contains("the coordinator refused this worker's key (unknown key)")
+        }
+        try await worker.waitForLine("the refusal") { refusal($0) }
+        try await waitUntil("a second attempt, refused again") { worker.output.count(where: refusal) >= 2 }
+        try await keyed.coordinator.waitForLine("the refusal on the coordinator's side") {
+            $0.contains("refused a connection to the bus from 127.0.0.1: unknown key")
+        }
+        #expect(!keyed.coordinator.output.contains { $0.contains("agent 'w1' joined") })
+        // A client (libzmq's DEALER) with that key: its monitor heard the refusal, and it says so.
+        let (code, lines) = try await runSkillbus(
+            ["send", "echo", "text=hi", "--timeout", "2", "--coordinator", keyed.bus] + keyed.keys("mallory"))
+        #expect(code == 3)
+        #expect(lines.contains { $0.contains("the coordinator at \(keyed.bus) refused this client's key") }, "\(lines)")
+        #expect(!lines.contains { $0.contains("is it running?") })
+    }
+
+    @Test("keygen writes a pair once, and a Python peer (pyzmq) with keys is a client and a worker of the own engine")
     func keygenAndPython() async throws {
         let keyed = try await KeyedCluster()
         defer { keyed.terminate() }
@@ -184,6 +215,8 @@ struct KeysAndRolesTests {
                 ["-u", script] + arguments, name: name, environment: keyed.environment(key),
                 executable: "/usr/bin/env", prefix: ["python3"])
         }
+        // The bus these pyzmq peers (libzmq's CURVE) talk to is the own engine's.
+        #expect(keyed.count { $0.contains("(own ZMTP engine, CURVE)") } == 1)
         let worker = try python(["worker", "--coordinator", keyed.bus, "--name", "py"], key: "w2", name: "python worker")
         defer { worker.signal(SIGKILL) }
         try await worker.waitForLine("python worker ready") { $0 == "python worker ready" }

@@ -41,17 +41,62 @@ struct ZMTPDealerTests {
         return nil
     }
 
-    @Test("it serves tcp endpoints with an IPv4 address or localhost and a port; others stay with libzmq")
+    @Test("it serves tcp endpoints with an IPv4 or IPv6 address or a host name, and a port; others stay with libzmq")
     func endpoints() {
-        for endpoint in ["tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://10.0.0.7:65535"] {
+        for endpoint in [
+            "tcp://127.0.0.1:5555", "tcp://localhost:1", "tcp://10.0.0.7:65535", "tcp://example.com:5555",
+            "tcp://[::1]:5555",
+        ] {
             #expect(ZMTPDealer.serves(endpoint), "\(endpoint)")
         }
-        for endpoint in [
-            "tcp://*:5555", "tcp://127.0.0.1:*", "tcp://127.0.0.1:0", "tcp://example.com:5555", "tcp://[::1]:5555",
-            "ipc:///tmp/bus", "tcp://127.0.0.1",
-        ] {
+        let others = ["tcp://*:5555", "tcp://127.0.0.1:*", "tcp://127.0.0.1:0", "ipc:///tmp/bus", "tcp://127.0.0.1"]
+        for endpoint in others {
             #expect(!ZMTPDealer.serves(endpoint), "\(endpoint)")
         }
+    }
+
+    @Test(
+        "the own router binds and the own dealer connects over IPv6 and by host name",
+        arguments: [("tcp://[::1]:*", "[::1]"), ("tcp://localhost:*", "localhost")])
+    func ipv6AndNames(bind: String, connectHost: String) throws {
+        let router = try ZMTPRouter(bind: bind, maxFrameBytes: 1 << 20)
+        defer { router.close() }
+        let port = try #require(router.lastEndpoint.split(separator: ":").last)
+        if bind.contains("::1") { #expect(router.lastEndpoint.hasPrefix("tcp://[::1]:")) }
+        let client = try dealer("tcp://\(connectHost):\(port)")
+        defer { client.stop() }
+        client.send([Array("over \(connectHost)".utf8)])
+        #expect(try firstMessage(router)?.last == Array("over \(connectHost)".utf8))
+    }
+
+    @Test("a host name that does not resolve fails the bind with the resolver's words")
+    func unresolvableBind() {
+        #expect {
+            _ = try ZMTPRouter(bind: "tcp://no-such-host.invalid:5555", maxFrameBytes: 1 << 20)
+        } throws: { error in
+            (error as? ZMQError)?.operation.contains("cannot resolve 'no-such-host.invalid'") == true
+        }
+    }
+
+    @Test("a server that accepts and never finishes the handshake is given up after the handshake time")
+    func silentServer() throws {
+        let (listener, port) = try #require(
+            try? TCPSocket.listen(on: TCPSocket.ipv4("127.0.0.1")!, port: 0, backlog: 4).get())
+        defer { close(listener) }
+        var options = ZMTPDealer.Options(
+            endpoint: "tcp://127.0.0.1:\(port)", maxFrameBytes: 1 << 20, reconnectInterval: .milliseconds(20),
+            maxReconnectInterval: .milliseconds(40))
+        options.handshakeTimeout = .milliseconds(300)
+        let client = try SocketLoop(.ownDealer(options), name: "own-dealer")
+        defer { client.stop() }
+        let silent = try #require(RawPeer.accept(listener))
+        defer { close(silent.fd) }
+        let started = ContinuousClock.now
+        // It greets, hears nothing, and hangs up once its time is up; not long before, nor much later.
+        #expect(silent.waitForHangUp())
+        #expect(ContinuousClock.now - started >= .milliseconds(250))
+        let again = try #require(RawPeer.accept(listener))
+        close(again.fd)
     }
 
     @Test("a socket the kernel joined to itself is told apart from one connected to a listener")

@@ -116,12 +116,15 @@ struct ZMTPTests {
         }
     }
 
-    @Test("the router serves tcp endpoints on IPv4 addresses, * and localhost; others stay with libzmq")
+    @Test("the router serves tcp endpoints on IPv4 and IPv6 addresses, * and host names; others stay with libzmq")
     func endpoints() {
-        for endpoint in ["tcp://127.0.0.1:*", "tcp://*:5555", "tcp://0.0.0.0:1", "tcp://localhost:5555"] {
+        for endpoint in [
+            "tcp://127.0.0.1:*", "tcp://*:5555", "tcp://0.0.0.0:1", "tcp://localhost:5555", "tcp://[::1]:5555",
+            "tcp://example.com:5555",
+        ] {
             #expect(ZMTPRouter.serves(endpoint), "\(endpoint)")
         }
-        for endpoint in ["ipc:///tmp/bus", "tcp://[::1]:5555", "tcp://example.com:5555", "tcp://127.0.0.1", "inproc://x"] {
+        for endpoint in ["ipc:///tmp/bus", "tcp://127.0.0.1", "tcp://[::1]", "tcp://:5555", "tcp://h:x", "inproc://x"] {
             #expect(!ZMTPRouter.serves(endpoint), "\(endpoint)")
         }
     }

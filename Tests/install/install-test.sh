@@ -45,8 +45,9 @@ fi
 needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "NEEDED:" $needed
 [ -n "$needed" ] || { echo "FAIL: readelf -d shows no NEEDED entries"; exit 1; }
-# glibc's own libraries (libdl, libpthread, librt, libutil are parts of it), the C++ and GCC runtimes, libzmq, SQLite.
-allowed='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libzmq\.so\.5|libsqlite3\.so\.0)$'
+# glibc's own libraries (libdl, libpthread, librt, libutil are parts of it), the C++ and GCC runtimes, libzmq, SQLite,
+# and libsodium (the own engine's CURVE; Debian's libzmq5 depends on libsodium23, so every such host has it).
+allowed='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libzmq\.so\.5|libsqlite3\.so\.0|libsodium\.so\.23)$'
 unexpected=$(printf '%s\n' $needed | grep -Ev "$allowed" || true)
 if [ -n "$unexpected" ]; then
     echo "FAIL: the binary itself needs libraries a host with only libzmq5 and libsqlite3-0 lacks:" $unexpected

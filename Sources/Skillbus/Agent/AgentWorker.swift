@@ -105,8 +105,8 @@ public final class AgentWorker: Sendable {
         let owner = Owner()
         let handlers = Self.handlers(options, owner)
         let socket = try SocketLoop(
-            Self.busSocket(options, context), name: "skillbus-worker-\(options.name)", onMessage: handlers.onMessage,
-            beforeWait: handlers.beforeWait)
+            Self.busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)",
+            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
         self.init(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -127,24 +127,35 @@ public final class AgentWorker: Sendable {
         let owner = Owner()
         let handlers = handlers(options, owner)
         let socket = try await SocketLoop.start(
-            busSocket(options, context), name: "skillbus-worker-\(options.name)", onMessage: handlers.onMessage,
-            beforeWait: handlers.beforeWait)
+            busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)",
+            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
     }
 
-    /// The worker's DEALER to the bus. Without keys, to a TCP endpoint with an IPv4 address, it is Skillbus's
-    /// own (`ZMTPDealer`: ZMTP on the socket's thread, no libzmq I/O thread in between); with keys (CURVE), a
-    /// host name or another transport, libzmq's. `SKILLBUS_BUS_ENGINE=libzmq` keeps libzmq's in every case.
-    /// Both reconnect after 1 s, doubling up to 32 s, and linger 200 ms on the way out: long enough to flush
-    /// a DISCONNECT, short enough never to hang.
-    static func busSocket(_ options: Options, _ context: ZMQContext) -> SocketLoop.Socket {
+    /// The worker's DEALER to the bus. To a TCP endpoint (IPv4, IPv6 or a host name) it is Skillbus's own
+    /// (`ZMTPDealer`: ZMTP on the socket's thread, no libzmq I/O thread in between), NULL or, with keys, CURVE;
+    /// to another transport (ipc), libzmq's. `SKILLBUS_BUS_ENGINE=libzmq` keeps libzmq's in every case (for
+    /// tests and measurements only). Both reconnect after 1 s, doubling up to 32 s, and linger 200 ms on the
+    /// way out: long enough to flush a DISCONNECT, short enough never to hang. A refused key is logged with the
+    /// coordinator's reason each time the own DEALER tries (libzmq's DEALER is never told why).
+    static func busSocket(_ options: Options, _ context: ZMQContext, logger: Logger) -> SocketLoop.Socket {
         let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
         let (endpoint, credentials) = (options.coordinator, options.credentials)
-        if credentials == nil, BusEngine.ownAllowed, ZMTPDealer.serves(endpoint) {
-            return .ownDealer(ZMTPDealer.Options(endpoint: endpoint, maxFrameBytes: Int(maxBytes)))
+        let mechanism = credentials == nil ? "NULL" : "CURVE"
+        if BusEngine.ownAllowed, ZMTPDealer.serves(endpoint) {
+            logger.info("bus at \(endpoint) (own ZMTP engine, \(mechanism))")
+            return .ownDealer(
+                ZMTPDealer.Options(
+                    endpoint: endpoint, maxFrameBytes: Int(maxBytes), curve: credentials,
+                    onRefused: { reason in
+                        logger.error(
+                            "the coordinator refused this worker's key (\(reason)); trying again later, "
+                                + "less and less often")
+                    }))
         }
+        logger.info("bus at \(endpoint) (libzmq, \(mechanism))")
         return .zeroMQ(context, .dealer) { socket in
             if let credentials { try socket.useCurveClient(credentials) }
             try socket.setMaxMessageSize(maxBytes)

@@ -27,6 +27,8 @@ public final class SkillbusClient: Sendable {
     /// The CURVE keys it connected with; a registry replica built on this client uses them for the feed.
     public let credentials: CurveCredentials?
     let socket: SocketLoop
+    /// With keys: whether the coordinator refused them (libzmq tells only a socket monitor).
+    private let refusals: RefusalWatch?
     private let pending: PendingReplies
     /// What arrives before the answer that ends a wait: ENTRY messages of snapshots, STREAM pieces of turns.
     let partials: PartialAnswers
@@ -35,8 +37,9 @@ public final class SkillbusClient: Sendable {
 
     private init(
         endpoint: String, credentials: CurveCredentials?, pending: PendingReplies, partials: PartialAnswers,
-        socket: SocketLoop
+        socket: SocketLoop, refusals: RefusalWatch?
     ) {
+        self.refusals = refusals
         self.endpoint = endpoint
         self.credentials = credentials
         self.pending = pending
@@ -58,11 +61,20 @@ public final class SkillbusClient: Sendable {
         endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20, credentials: CurveCredentials? = nil
     ) throws {
         let (pending, entries) = (PendingReplies(), PartialAnswers())
-        let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, credentials, pending, entries)
-        let socket = try SocketLoop(
-            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
-            beforeWait: Self.keepDeadlines(pending, entries))
-        self.init(endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
+        let refusals = try credentials.map { _ in try RefusalWatch(context: context) }
+        let (configure, onMessage) = Self.handlers(endpoint, maxMessageBytes, credentials, refusals, pending, entries)
+        let socket: SocketLoop
+        do {
+            socket = try SocketLoop(
+                context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
+                beforeWait: Self.keepDeadlines(pending, entries))
+        } catch {
+            refusals?.stop()
+            throw error
+        }
+        self.init(
+            endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket,
+            refusals: refusals)
     }
 
     /// Connects to the bus at `endpoint`, awaiting the socket's thread instead of blocking. With
@@ -71,12 +83,21 @@ public final class SkillbusClient: Sendable {
         endpoint: String, context: ZMQContext, maxMessageBytes: Int = 1 << 20, credentials: CurveCredentials? = nil
     ) async throws -> SkillbusClient {
         let (pending, entries) = (PendingReplies(), PartialAnswers())
-        let (configure, onMessage) = handlers(endpoint, maxMessageBytes, credentials, pending, entries)
-        let socket = try await SocketLoop.start(
-            context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
-            beforeWait: keepDeadlines(pending, entries))
+        var refusals: RefusalWatch?
+        if credentials != nil { refusals = try await RefusalWatch(context: context) }
+        let (configure, onMessage) = handlers(endpoint, maxMessageBytes, credentials, refusals, pending, entries)
+        let socket: SocketLoop
+        do {
+            socket = try await SocketLoop.start(
+                context: context, type: .dealer, name: "skillbus-client", configure: configure, onMessage: onMessage,
+                beforeWait: keepDeadlines(pending, entries))
+        } catch {
+            refusals?.stop()
+            throw error
+        }
         return SkillbusClient(
-            endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket)
+            endpoint: endpoint, credentials: credentials, pending: pending, partials: entries, socket: socket,
+            refusals: refusals)
     }
 
     /// Ends the waits whose time is up, sends again what is due, and lets the socket's thread sleep until the
@@ -93,8 +114,8 @@ public final class SkillbusClient: Sendable {
     }
 
     private static func handlers(
-        _ endpoint: String, _ maxMessageBytes: Int, _ credentials: CurveCredentials?, _ pending: PendingReplies,
-        _ entries: PartialAnswers
+        _ endpoint: String, _ maxMessageBytes: Int, _ credentials: CurveCredentials?, _ refusals: RefusalWatch?,
+        _ pending: PendingReplies, _ entries: PartialAnswers
     ) -> (configure: @Sendable (ZMQSocket) throws -> Void, onMessage: @Sendable (Multipart) -> Void) {
         let maxBytes = Wire.hardCap(forLimit: maxMessageBytes)
         return (
@@ -103,20 +124,30 @@ public final class SkillbusClient: Sendable {
                 // Long enough that a last message (a turn's CANCEL) is flushed when the context ends.
                 try socket.setLinger(ms: 200)
                 if let credentials { try socket.useCurveClient(credentials) }
+                try refusals?.watch(socket)
                 try socket.connect(endpoint)
             },
             { message in receive(message, pending: pending, partials: entries) }
         )
     }
 
-    deinit { socket.stop() }
+    deinit {
+        socket.stop()
+        refusals?.stop()
+    }
 
     /// Closes the connection. Returns at once, never blocks; calls still waiting end as cancelled or
     /// unreachable, as their own cancellation or deadline says.
-    public func close() { socket.stop() }
+    public func close() {
+        socket.stop()
+        refusals?.stop()
+    }
 
     /// Closes the connection and awaits the socket's thread.
-    func closeAndWait() async { await socket.stopAndWait() }
+    func closeAndWait() async {
+        await socket.stopAndWait()
+        refusals?.stop()
+    }
 
     /// Runs `skill` on some agent. Throws only when no answer came (`unreachable`) or the reply was bad;
     /// a skill that failed comes back as an outcome with `status == .error`. `onOutput` hears the skill's
@@ -270,8 +301,17 @@ public final class SkillbusClient: Sendable {
         }
     }
 
+    /// No answer came within `wait`: the coordinator refused this client's key, when libzmq said so, else
+    /// it may not be running.
     func unreachable(after wait: Duration) -> SkillbusError {
-        SkillbusError(.unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
+        if refusals?.keyRefused == true {
+            return SkillbusError(
+                .unreachable,
+                "the coordinator at \(endpoint) refused this client's key (unknown key: it is not among the keys "
+                    + "of its security section)")
+        }
+        return SkillbusError(
+            .unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
     }
 
     /// How long a caller that gave up on a REQUEST or ROUND waits for the bus's `cancelled` answer.

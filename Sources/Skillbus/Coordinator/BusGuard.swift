@@ -2,9 +2,11 @@ import Foundation
 import SkillbusZMQ
 import Synchronization
 
-/// The coordinator's keys at work: the ZAP handler that admits connections (on its own thread), the
-/// socket monitors that see handshakes which never reached it (a peer without keys, a wrong server key),
-/// and the count of refusals that the coordinator's thread publishes as `security.refused`.
+/// The coordinator's keys at work: the bus ROUTER's CURVE (`busCurve`: the policy asked directly, on the
+/// coordinator's thread, by the own engine), the ZAP handler that admits the feed's connections (libzmq's, on
+/// its own thread; the bus's too when libzmq serves it), the socket monitors that see the feed's handshakes
+/// which never reached it (a peer without keys, a wrong server key), and the count of refusals that the
+/// coordinator's thread publishes as `security.refused`.
 /// Everything but `refusals` belongs to the coordinator's thread, which creates and closes it.
 final class BusGuard {
     let policy: AccessPolicy
@@ -52,14 +54,37 @@ final class BusGuard {
         let refusals = Refusals()
         self.refusals = refusals
         let policy = security.policy
-        zap = try ZAPHandler(context: context) { request in
-            let verdict = policy.authenticate(request)
-            if case .refuse(let reason) = verdict {
-                let key = request.credentials.first.flatMap { $0.count == 32 ? Curve.encode($0) : nil } ?? ""
-                let socket = request.domain == AccessPolicy.feedDomain ? "feed" : "bus"
-                refusals.add(Refusal(socket: socket, address: request.address, key: key, reason: reason))
-            }
-            return verdict
+        zap = try ZAPHandler(context: context) { request in Self.decide(request, policy: policy, refusals: refusals) }
+    }
+
+    /// The policy's answer about a connection, a refusal noted for the feed and the log.
+    private static func decide(_ request: ZAPRequest, policy: AccessPolicy, refusals: Refusals) -> ZAPVerdict {
+        let verdict = policy.authenticate(request)
+        if case .refuse(let reason) = verdict {
+            let key = request.credentials.first.flatMap { $0.count == 32 ? Curve.encode($0) : nil } ?? ""
+            let socket = request.domain == AccessPolicy.feedDomain ? "feed" : "bus"
+            refusals.add(Refusal(socket: socket, address: request.address, key: key, reason: reason))
+        }
+        return verdict
+    }
+
+    /// CURVE for the own bus ROUTER: the coordinator's secret key, and each client's key put to the policy
+    /// as the ZAP handler would put it (so the same User-Id, the key's name, comes with its messages).
+    var busCurve: ZMTPRouter.Curve {
+        let (policy, refusals) = (self.policy, self.refusals)
+        return ZMTPRouter.Curve(secretKey: keys.secretKey) { client in
+            Self.decide(
+                ZAPRequest(
+                    domain: AccessPolicy.busDomain, address: client.address, mechanism: "CURVE",
+                    credentials: [client.publicKey]), policy: policy, refusals: refusals)
+        }
+    }
+
+    /// Counts the CURVE handshakes the own bus ROUTER saw fail (no keys, a wrong server key, a malformed or
+    /// replayed command), with the peer's address.
+    func handshakesFailed(_ failures: [ZMTPRouter.HandshakeFailure]) {
+        for failure in failures {
+            refusals.add(Refusal(socket: "bus", address: failure.address, key: "", reason: failure.reason))
         }
     }
 

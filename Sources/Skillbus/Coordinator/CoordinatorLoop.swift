@@ -43,8 +43,8 @@ final class CoordinatorLoop {
         busGuard = try configuration.security.map { try BusGuard(security: $0, context: context, logger: logger) }
         do {
             let hardCap = Wire.hardCap(forLimit: configuration.maxMessageBytes)
-            if busGuard == nil, BusEngine.ownAllowed, ZMTPRouter.serves(configuration.bus) {
-                router = try ZMTPRouter(bind: configuration.bus, maxFrameBytes: Int(hardCap))
+            if BusEngine.ownAllowed, ZMTPRouter.serves(configuration.bus) {
+                router = try ZMTPRouter(bind: configuration.bus, maxFrameBytes: Int(hardCap), curve: busGuard?.busCurve)
                 watch = ConnectionWatch()
             } else {
                 let router = try ZMQSocket(context: context, type: .router)
@@ -128,7 +128,8 @@ final class CoordinatorLoop {
 
     func run(control: Coordinator.Control) {
         logger.info(
-            "bus on \(router.lastEndpoint), feed on \(feed.lastEndpoint), registry epoch \(state.ledger.epoch)")
+            "bus on \(router.lastEndpoint) (\(router.engine), \(busGuard == nil ? "NULL" : "CURVE")), "
+                + "feed on \(feed.lastEndpoint), registry epoch \(state.ledger.epoch)")
         var nextTick = DispatchTime.now().uptimeNanoseconds + Self.tickNanos
         let items = [
             router.pollItem, PollItem(.socket(feed)), PollItem(.fileDescriptor(control.wakePipe.readEnd)),
@@ -165,8 +166,12 @@ final class CoordinatorLoop {
             if let due = state.nextTimer, due <= now, now < nextTick { perform(state.fireTimers(now: now)) }
             if now >= nextTick {
                 confirmLostConnections(now: now)
+                router.expireHandshakes(now: .now)
                 perform(state.tick(now: now))
-                if let busGuard { perform(busGuard.tick()) }
+                if let busGuard {
+                    busGuard.handshakesFailed(router.takeHandshakeFailures())
+                    perform(busGuard.tick())
+                }
                 operatorEndpoint?.publish(state)
                 nextTick = now + Self.tickNanos
                 if refusalsSuppressed > 0 {
@@ -199,7 +204,7 @@ final class CoordinatorLoop {
         }
         // Bounded batch so that ticks still run under a flood.
         while received < 10_000 {
-            // With keys, each message says whose it is: the ZAP handler's user id for its connection.
+            // With keys, each message says whose it is: the user id the policy gave its connection.
             guard let message = router.receiveMessage(limits: limits, readUserID: busGuard != nil) else { return }
             received += 1
             handle(message)
