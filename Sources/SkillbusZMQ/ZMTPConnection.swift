@@ -31,6 +31,8 @@ final class ZMTPConnection {
     var sealedStart = 0
     var input: [UInt8] = []
     var inputStart = 0
+    /// The message being read, while its frames arrive (`takeMessage`).
+    var partial = PartialMessage()
     var output: [UInt8] = []
     var outputStart = 0
     /// Listed among the connections to write at the next flush.
@@ -232,42 +234,67 @@ final class ZMTPConnection {
         case otherCommand
     }
 
-    /// The whole message (or command) at the start of the input, when all of it has arrived.
-    func takeMessage(maxFrameBytes: Int, limits: ReceiveLimits) throws(ZMTP.Violation) -> Received? {
-        // First find where it ends, so that nothing is taken before all of it is there.
-        var at = inputStart
-        var frameCount = 0
-        while true {
-            guard let (header, flags, size) = try frameHeader(at: at, maxBytes: maxFrameBytes),
-                input.count - at - header >= size
-            else { return nil }
-            if flags & ZMTP.commandFlag != 0 {
-                guard frameCount == 0 else { throw .init("a command inside a message") }
-                let body = input[at + header..<at + header + size]
-                inputStart = at + header + size
-                return ZMTP.isPing(body) ? .ping(context: ZMTP.pingContext(body)) : .otherCommand
-            }
-            frameCount += 1
-            at += header + size
-            if flags & ZMTP.moreFlag == 0 { break }
-        }
+    /// What has arrived of a message whose last frame has not: the frames kept so far, its size so far, and
+    /// the body bytes of a frame past the limits that are still to come and be discarded.
+    struct PartialMessage {
         var frames: Multipart = []
-        frames.reserveCapacity(min(frameCount, limits.frames))
+        var frameCount = 0
         var byteCount = 0
         var overLimit = false
-        for number in 1...frameCount {
-            let (header, _, size) = try frameHeader(at: inputStart, maxBytes: maxFrameBytes)!
-            let bodyStart = inputStart + header
-            byteCount += size
-            if !overLimit, number > limits.frames || byteCount > limits.bytes { overLimit = true }
-            if !overLimit {
-                frames.append(Array(input[bodyStart..<bodyStart + size]))
-            } else if number == 1 {
-                frames.append(Array(input[bodyStart..<bodyStart + min(size, ReceiveLimits.keptOfFirstFrame)]))
+        var discarding = 0
+        var discardedFrameHasMore = false
+    }
+
+    /// The next message (or command) at the start of the input; nil until its last frame has arrived. A
+    /// message is taken frame by frame as it arrives: frames within `limits` are kept; once it passes them
+    /// (a frame too many, or its bytes in all too many) the rest is discarded as it comes, keeping only the
+    /// start of its first frame (`ReceiveLimits.keptOfFirstFrame`, to answer with). So a message of any size
+    /// holds no more than its limits and one read in memory.
+    func takeMessage(maxFrameBytes: Int, limits: ReceiveLimits) throws(ZMTP.Violation) -> Received? {
+        while true {
+            if partial.discarding > 0 {
+                let discarded = min(partial.discarding, input.count - inputStart)
+                inputStart += discarded
+                partial.discarding -= discarded
+                guard partial.discarding == 0 else { return nil }
+                if !partial.discardedFrameHasMore { return takePartial() }
             }
-            inputStart = bodyStart + size
+            guard let (header, flags, size) = try frameHeader(at: inputStart, maxBytes: maxFrameBytes) else { return nil }
+            let bodyStart = inputStart + header
+            let arrived = input.count - bodyStart
+            if flags & ZMTP.commandFlag != 0 {
+                guard partial.frameCount == 0 else { throw .init("a command inside a message") }
+                guard arrived >= size else { return nil }
+                let body = input[bodyStart..<bodyStart + size]
+                inputStart = bodyStart + size
+                return ZMTP.isPing(body) ? .ping(context: ZMTP.pingContext(body)) : .otherCommand
+            }
+            let more = flags & ZMTP.moreFlag != 0
+            let number = partial.frameCount + 1
+            if !partial.overLimit, number <= limits.frames, partial.byteCount + size <= limits.bytes {
+                guard arrived >= size else { return nil }
+                partial.frames.append(Array(input[bodyStart..<bodyStart + size]))
+                inputStart = bodyStart + size
+            } else {
+                let kept = number == 1 ? min(size, ReceiveLimits.keptOfFirstFrame) : 0
+                guard arrived >= kept else { return nil }
+                if number == 1 { partial.frames.append(Array(input[bodyStart..<bodyStart + kept])) }
+                inputStart = bodyStart + kept
+                partial.overLimit = true
+                partial.discarding = size - kept
+                partial.discardedFrameHasMore = more
+            }
+            partial.frameCount = number
+            partial.byteCount += size
+            if partial.discarding == 0, !more { return takePartial() }
         }
-        return .message(frames, frameCount: frameCount, byteCount: byteCount, overLimit: overLimit)
+    }
+
+    /// The message `partial` holds, which has ended; `partial` starts over.
+    private func takePartial() -> Received {
+        defer { partial = PartialMessage() }
+        return .message(
+            partial.frames, frameCount: partial.frameCount, byteCount: partial.byteCount, overLimit: partial.overLimit)
     }
 
     private func frameHeader(at: Int, maxBytes: Int) throws(ZMTP.Violation) -> (Int, UInt8, Int)? {

@@ -53,7 +53,7 @@ struct ZMTPTests {
         #expect(throws: ZMTP.Violation.self) { try ZMTP.readReady(([5] + Array("READY".utf8))[...]) }
     }
 
-    @Test("a message is taken only once all its frames are there, short and long ones alike")
+    @Test("a message is answered only once all its frames are there, short and long ones alike")
     func wholeMessages() throws {
         let frames: [[UInt8]] = [Array("envelope".utf8), [UInt8](repeating: 7, count: 300), []]
         let bytes = wire(frames)
@@ -62,7 +62,8 @@ struct ZMTPTests {
         // Arriving in two parts: nothing until the last byte.
         let connection = connection(receiving: Array(bytes.dropLast(100)))
         #expect(try connection.takeMessage(maxFrameBytes: 1 << 20, limits: limits) == nil)
-        #expect(connection.inputStart == 0)
+        // The whole frames that came are taken already: the last one waits for its bytes.
+        #expect(connection.partial.frameCount == 1 && connection.inputStart == 10)
         connection.input += bytes.suffix(100) + wire([Array("next".utf8)])
         guard case .message(let got, let count, let byteCount, let overLimit)? =
             try connection.takeMessage(maxFrameBytes: 1 << 20, limits: limits)
@@ -90,6 +91,49 @@ struct ZMTPTests {
         #expect(throws: ZMTP.Violation.self) {
             try self.connection(receiving: badFlags).takeMessage(maxFrameBytes: 1000, limits: ReceiveLimits(frames: 3, bytes: 1000))
         }
+    }
+
+    @Test(
+        "a message far past the limits is discarded as it arrives: its size is counted, the start of its first frame kept, memory stays bounded",
+        arguments: [(frames: 1000, frameBytes: 64 << 10), (frames: 3, frameBytes: 1 << 20)])
+    func discardedAsItArrives(frames count: Int, frameBytes: Int) throws {
+        let limits = ReceiveLimits(frames: 32, bytes: 256 << 10)
+        let frame = [UInt8](repeating: 0x5A, count: frameBytes)
+        let connection = connection(receiving: [])
+        var message: ZMTPConnection.Received?
+        var most = 0
+        // The frames come 64 KiB at a time, as reads do; each frame is written only as it is needed.
+        var pending: [UInt8] = []
+        var sent = 0
+        while message == nil {
+            if pending.isEmpty {
+                guard sent < count else { break }
+                sent += 1
+                pending = wire([frame])
+                if sent < count { pending[0] |= ZMTP.moreFlag }
+            }
+            let chunk = pending.prefix(ZMTP.readChunk)
+            pending.removeFirst(chunk.count)
+            connection.compactInput()
+            connection.input += chunk
+            message = try connection.takeMessage(maxFrameBytes: 2 << 20, limits: limits)
+            most = max(most, connection.input.count)
+        }
+        guard case .message(let kept, let frameCount, let byteCount, let overLimit)? = message else {
+            Issue.record("no message after \(sent) frames"); return
+        }
+        #expect(frameCount == count && byteCount == count * frameBytes && overLimit)
+        // Within the limits the first frames are kept whole; past them, only the first frame's start.
+        let keptWhole = frameBytes <= limits.bytes ? min(limits.frames, limits.bytes / frameBytes) : 0
+        #expect(kept.count == max(keptWhole, 1))
+        if keptWhole == 0 { #expect(kept[0].count == ReceiveLimits.keptOfFirstFrame) }
+        // Never more than a frame within the limits, or one read, waiting in the input.
+        #expect(most <= max(frameBytes <= limits.bytes ? frameBytes : 0, ZMTP.readChunk) + 9, "\(most)")
+        // The next message is read as usual.
+        connection.input += wire([Array("next".utf8)])
+        guard case .message(let next, 1, 4, false)? = try connection.takeMessage(maxFrameBytes: 2 << 20, limits: limits)
+        else { Issue.record("no next message"); return }
+        #expect(next == [Array("next".utf8)])
     }
 
     @Test("PING is answered with its context; a command inside a message is a violation")
