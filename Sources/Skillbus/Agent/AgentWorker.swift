@@ -101,7 +101,7 @@ public final class AgentWorker: Sendable {
         }
         let client = try SkillbusClient(
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
-            credentials: options.credentials)
+            credentials: options.credentials, ownEngine: true)
         let owner = Owner()
         let handlers = Self.handlers(options, owner)
         let socket = try SocketLoop(
@@ -121,9 +121,10 @@ public final class AgentWorker: Sendable {
         if let directory = options.dataDirectory {
             store = try await AgentStore.open(directory: directory, agent: options.name, options: options.store)
         }
+        // On the own engine, as the worker's DEALER: its turns' calls and asks cross no libzmq I/O thread.
         let client = try await SkillbusClient.connect(
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
-            credentials: options.credentials)
+            credentials: options.credentials, ownEngine: true)
         let owner = Owner()
         let handlers = handlers(options, owner)
         let socket = try await SocketLoop.start(

@@ -7,6 +7,7 @@ import Synchronization
 /// event on `endpoint` and this PAIR, on a thread of its own by THE CONCURRENCY RULE, reads it. Then a
 /// client that got no answer can say why instead of asking whether the coordinator runs, and a feed watcher
 /// (`onRefused`) says so instead of printing nothing.
+/// A client on the own DEALER is told the refusal directly (`init()`, then `noteRefusal()`), with no monitor.
 final class RefusalWatch: Sendable {
     let endpoint = "inproc://skillbus-client-refusals-\(UUID().uuidString)"
     private let heard: Heard
@@ -23,6 +24,12 @@ final class RefusalWatch: Sendable {
 
     /// Whether the coordinator has refused this client's key on some connection.
     var keyRefused: Bool { heard.refused.load(ordering: .acquiring) }
+
+    /// For a client whose DEALER reports refusals itself (the own engine's `onRefused`).
+    init() { heard = Heard(onRefused: nil) }
+
+    /// The coordinator refused this client's key.
+    func noteRefusal() { heard.refused.store(true, ordering: .releasing) }
 
     /// Connects the PAIR before the client's DEALER binds the monitor (inproc allows that order), so that no
     /// event is lost. The synchronous form blocks until the PAIR's thread has connected.
