@@ -147,6 +147,8 @@ final class RoundJournal: Sendable {
     private func serve(_ database: SQLiteDatabase, _ onAnswers: @Sendable ([JournalAnswer]) -> Void) {
         var upkeep = JournalUpkeep(
             sweepEveryNanos: UInt64(limits.sweepMs) * 1_000_000, now: DispatchTime.now().uptimeNanoseconds)
+        // A checkpoint that fails is tried again after every commit: its warning is logged once until one succeeds.
+        var checkpointFailing = false
         while true {
             let (entries, stopping) = inbox.withLock { box in
                 defer { box.entries = [] }
@@ -157,7 +159,9 @@ final class RoundJournal: Sendable {
                 if !answers.isEmpty { onAnswers(answers) }
             }
             // The rest waits until the rounds of this commit were answered.
-            if upkeep.checkpointDue(framesInLog: database.framesInLog) { checkpoint(database) }
+            if upkeep.checkpointDue(framesInLog: database.framesInLog) {
+                checkpointFailing = !checkpoint(database, logging: !checkpointFailing)
+            }
             let now = DispatchTime.now().uptimeNanoseconds
             if upkeep.sweepStepDue(now: now) {
                 upkeep.stepped(deleted: sweepStep(database, rows: upkeep.rowsPerStep), now: now)
@@ -283,12 +287,14 @@ final class RoundJournal: Sendable {
     }
 
     /// Copies the write-ahead log into the database file, after the commit's answers went out rather than inside
-    /// the commit. A failure only leaves the log longer; the next due checkpoint tries again.
-    private func checkpoint(_ database: SQLiteDatabase) {
+    /// the commit. A failure only leaves the log longer (commits still go to it); returns whether it succeeded.
+    private func checkpoint(_ database: SQLiteDatabase, logging: Bool) -> Bool {
         do {
             try database.checkpoint()
+            return true
         } catch {
-            logger.warning("the journal could not checkpoint its write-ahead log: \(error.message)")
+            if logging { logger.warning("the journal could not checkpoint its write-ahead log: \(error.message)") }
+            return false
         }
     }
 
