@@ -15,6 +15,14 @@ struct JournalFigures {
     var bestSerial: (journaled: LoadReport, memory: LoadReport)?
     var failures = 0
 
+    /// Issue 29's targets: journaled rounds at 64 in flight at least this share of rounds without the journal…
+    static let throughputTarget = 0.8
+    /// …and their median at 1 in flight at most this multiple.
+    static let latencyTarget = 1.2
+
+    var throughputMet: Bool { throughputRatios.median >= Self.throughputTarget }
+    var latencyMet: Bool { !latencyRatios.isEmpty && latencyRatios.median <= Self.latencyTarget }
+
     var json: JSONValue {
         [
             "journaledRounds": best?.journaled.json ?? .null, "memoryRounds": best?.memory.json ?? .null,
@@ -24,6 +32,8 @@ struct JournalFigures {
             "throughputRatios": .array(throughputRatios.map { .number($0) }),
             "p50RatioAt1": .number(latencyRatios.median),
             "p50RatiosAt1": .array(latencyRatios.map { .number($0) }),
+            "throughputTarget": .number(Self.throughputTarget), "throughputMet": .bool(throughputMet),
+            "p50TargetAt1": .number(Self.latencyTarget), "p50MetAt1": .bool(latencyMet),
         ]
     }
 
@@ -38,6 +48,14 @@ struct JournalFigures {
                 format: "  best %.0f rounds/s journaled, %.0f in memory; p50 at 1 in flight %.3f ms journaled, %.3f ms",
                 best?.journaled.tasksPerSecond ?? 0, best?.memory.tasksPerSecond ?? 0,
                 bestSerial?.journaled.percentileMs(0.5) ?? 0, bestSerial?.memory.percentileMs(0.5) ?? 0))
+        let throughput = String(format: "%.2fx", throughputRatios.median)
+        let latency = String(format: "%.2fx", latencyRatios.median)
+        print(
+            "  targets: throughput at 64 in flight >= \(Self.throughputTarget)x: \(throughput), "
+                + "\(throughputMet ? "met" : "NOT met"); p50 at 1 in flight <= \(Self.latencyTarget)x: \(latency), "
+                + "\(latencyMet ? "met" : "NOT met")")
+        print("  pairs at 64: \(throughputRatios.map { String(format: "%.2f", $0) }.joined(separator: " ")); "
+            + "p50 pairs at 1: \(latencyRatios.map { String(format: "%.2f", $0) }.joined(separator: " "))")
     }
 }
 

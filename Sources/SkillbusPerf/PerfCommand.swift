@@ -28,6 +28,7 @@ public enum PerfCommand {
             from /proc during the same measurements).
             Absolute numbers depend on the machine; the ratio is the figure to compare.
             Every process it starts runs --skillbus (by default the skillbus beside this program).
+            --only journal starts only the main and the journaled coordinator and measures only the journal.
 
             EXAMPLE: skillbus-perf --workers 4 --json
             """,
@@ -49,6 +50,9 @@ public enum PerfCommand {
             OptionSpec(
                 "--remembered-rounds", value: "N",
                 help: "Rounds a coordinator of its own answers and keeps before its memory is read (default 100000)."),
+            OptionSpec(
+                "--only", value: "PHASE",
+                help: "Measure one phase only: 'journal' (the round journal against rounds without it)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ], program: "skillbus-perf")
 
@@ -99,10 +103,14 @@ public enum PerfCommand {
             try arguments.int("--remembered-rounds", minimum: 1, maximum: 1_000_000, in: spec)
             ?? SpeedFigures.defaultRememberedRounds
         let json = arguments.flag("--json")
+        if let phase = arguments.value("--only"), phase != "journal" {
+            throw UsageError(spec, "--only takes 'journal' (the one phase that runs alone), not '\(phase)'")
+        }
 
         let supervisor = try Supervisor(executable: skillbus)
         defer { supervisor.cleanUp() }
         let bench = Bench(setup: setup, supervisor: supervisor, context: try ZMQContext(), quiet: json)
+        if arguments.value("--only") == "journal" { return try await journalOnly(bench, supervisor, json: json) }
         bench.note(
             "starting a coordinator and \(setup.workers) worker(s), a second pair without deduplication, a third without retries, a fourth with a cache, a fifth serving HTTP, a sixth with a journal…")
         guard let main = await bench.startCluster(name: "main"),
@@ -151,6 +159,23 @@ public enum PerfCommand {
             curve: curve, priorityCache: priorityCache, http: http, journal: journal, speed: speed)
         if json { print(report.json.jsonString) } else { report.printText() }
         return report.failures == 0 ? 0 : 1
+    }
+
+    /// `--only journal`: the main coordinator and the journaled one, and the journal phase alone.
+    static func journalOnly(_ bench: Bench, _ supervisor: Supervisor, json: Bool) async throws -> Int32 {
+        bench.note("starting a coordinator and a second one with a journal, each with its workers…")
+        guard let main = await bench.startCluster(name: "main"),
+            let journaled = await bench.startCluster(
+                name: "journal", coordinatorOptions: ["--data-dir", supervisor.directory + "/journal-coordinator"])
+        else {
+            printError("error: a coordinator or its workers did not start within 30 s")
+            await supervisor.stopAll()
+            return 1
+        }
+        let journal = try await bench.journalCost(memory: main, journaled: journaled)
+        await supervisor.stopAll()
+        if json { print(journal.json.jsonString) } else { journal.printText() }
+        return journal.failures == 0 ? 0 : 1
     }
 
     static func ratio(_ numerator: Double, _ denominator: Double) -> Double {

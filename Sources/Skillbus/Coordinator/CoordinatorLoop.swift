@@ -18,6 +18,9 @@ final class CoordinatorLoop {
     /// The round journal, with a data directory (Journal/); its answers wait in `journalAnswers`.
     let journal: RoundJournal?
     let journalAnswers = JournalMailbox()
+    /// What the actions of this pass of the loop gave the journal: handed over in one piece before the loop
+    /// polls again (one hand-off per pass, however many rounds it accepted or ended).
+    private var journalEntries: [JournalEntry] = []
     /// Prefixes that feed subscribers asked for; events nobody wants are never built.
     var subscriptions = FeedSubscriptions()
     /// Messages and subscriptions refused for a limit (§9) since the start, and those published this tick.
@@ -115,6 +118,7 @@ final class CoordinatorLoop {
     func close() {
         // What the roster noted since the last tick goes into the journal's last commit (journal actions only).
         perform(state.saveRoster(now: DispatchTime.now().uptimeNanoseconds))
+        submitJournalEntries()
         router.close()
         feed.close()
         watch.close()
@@ -138,7 +142,9 @@ final class CoordinatorLoop {
         state.beginStartupGrace(now: DispatchTime.now().uptimeNanoseconds)
         defer { router.flush() }
         while !control.stopping.load(ordering: .acquiring) {
-            // What the last round sent, to the network in one write per peer (Skillbus's own router).
+            // What the last pass gave the journal, in one hand-off; then what it sent, to the network in one
+            // write per peer (Skillbus's own router).
+            submitJournalEntries()
             router.flush()
             var now = DispatchTime.now().uptimeNanoseconds
             // A retry's backoff ends when it ends, not at the next tick.
@@ -309,12 +315,18 @@ final class CoordinatorLoop {
         }
     }
 
+    /// Hands the journal what this pass gave it (the loop's thread never waits for the disk: `submit` only
+    /// appends under a short lock and wakes the journal's thread).
+    private func submitJournalEntries() {
+        guard !journalEntries.isEmpty else { return }
+        journal?.submit(journalEntries)
+        journalEntries.removeAll(keepingCapacity: true)
+    }
+
     func perform(_ actions: [CoordinatorAction]) {
-        var entries: [JournalEntry] = []
-        defer { journal?.submit(entries) }
         for action in actions {
             switch action {
-            case .journal(let entry): entries.append(entry)
+            case .journal(let entry): journalEntries.append(entry)
             case .toClient(let peer, let message): send(to: peer, message.encoded())
             case .toWorker(let peer, let message): send(to: peer, message.encoded())
             case .publish(let event):

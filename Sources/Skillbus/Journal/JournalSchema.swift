@@ -1,5 +1,5 @@
 /// The coordinator journal's tables and the SQL that reads and writes them. `rounds`: one row per round id, its
-/// canonical body, where it stands, and once finished its document. `session_members`: the session roster, one
+/// canonical body, where it stands, and once finished its document, in the order the rounds were accepted. `session_members`: the session roster, one
 /// row per agent that served a session. Times are integer milliseconds since 1970.
 enum JournalSchema {
     static let databaseName = "journal.sqlite"
@@ -31,6 +31,31 @@ enum JournalSchema {
                     last INTEGER NOT NULL,
                     PRIMARY KEY (session, agent)
                 ) WITHOUT ROWID;
+                """),
+        // Round ids are random, and a table keyed by them puts each new round on a page of its own somewhere in
+        // the file: every commit then wrote (and every checkpoint copied) a page per round. Kept in the order
+        // they are accepted, new rounds share the last pages, and only the small entries of the id's index land
+        // at random.
+        SQLiteMigration(
+            "rounds_in_accept_order",
+            sql: """
+                CREATE TABLE rounds_in_order (
+                    seq INTEGER PRIMARY KEY,        -- the order of acceptance: new rows go at the table's end
+                    id TEXT NOT NULL UNIQUE,
+                    body TEXT NOT NULL,
+                    state TEXT NOT NULL,            -- 'running', 'done' or 'interrupted'
+                    idempotent INTEGER NOT NULL,    -- 1: every skill of the round is idempotent
+                    document TEXT,                  -- the round document once 'done'
+                    accepted INTEGER NOT NULL,
+                    finished INTEGER NOT NULL,      -- when it ended, or was found interrupted; 0 while running
+                    bytes INTEGER NOT NULL          -- body and document: what it costs on disk, roughly
+                );
+                INSERT INTO rounds_in_order (id, body, state, idempotent, document, accepted, finished, bytes)
+                    SELECT id, body, state, idempotent, document, accepted, finished, bytes FROM rounds
+                    ORDER BY accepted;
+                DROP TABLE rounds;
+                ALTER TABLE rounds_in_order RENAME TO rounds;
+                CREATE INDEX rounds_by_finished ON rounds (finished) WHERE state != 'running';
                 """),
     ]
 

@@ -9,9 +9,11 @@ import Synchronization
 /// round still recorded as running did not finish under the last coordinator: it becomes `interrupted`.
 ///
 /// Threads: the database belongs to the journal's own thread ("skillbus-journal"). The coordinator's thread
-/// only hands entries over (`submit`, a short lock) and is woken with the answers (`onAnswers`): it never waits
-/// for the disk. The thread commits everything handed over since its last commit in one transaction, at once
-/// (group commit: under load, one commit carries many rounds), then answers the batch's `accept`s.
+/// only hands entries over, once per pass of its loop (`submit`, a short lock), and is woken with the answers
+/// (`onAnswers`): it never waits for the disk. The thread commits everything handed over since its last commit in
+/// one transaction, at once (group commit: under load, one commit carries many rounds), then answers the
+/// batch's `accept`s; only then does it checkpoint the write-ahead log or take a step of the retention sweep
+/// (`JournalUpkeep`).
 ///
 /// Durability: an `accept` is answered only after its commit, so a round that ran is journaled as accepted; a
 /// `finish` is committed in the next batch after the round was answered. SQLite runs with
@@ -21,7 +23,7 @@ final class RoundJournal: Sendable {
     struct Limits: Sendable {
         var bytes = 256 << 20
         var retentionMs = 600_000
-        /// How often ended rounds past the window or over the byte limit are deleted.
+        /// How often a sweep of ended rounds past the window or over the byte limit starts (in steps).
         var sweepMs = 1000
         /// Sessions nobody served for this long are not read back at open (the coordinator's
         /// `sessionRetentionMs`; while it runs, its roster forgets them itself).
@@ -33,6 +35,9 @@ final class RoundJournal: Sendable {
         var stopping = false
         var exited = false
     }
+
+    /// SQLite's page cache for the journal, in KiB.
+    static let cacheKiB = 16384
 
     let directory: String
     let limits: Limits
@@ -124,6 +129,9 @@ final class RoundJournal: Sendable {
         do {
             let path = (directory as NSString).appendingPathComponent(JournalSchema.databaseName)
             let database = try SQLiteDatabase.open(path: path, migrations: JournalSchema.migrations)
+            // The id index and the last pages of the table stay in memory (SQLite's default keeps 2 MiB).
+            try database.execute("PRAGMA cache_size=-\(Self.cacheKiB)")
+            database.checkpointWhenAsked()
             try database.run(JournalSchema.interruptRunning, [.integer(Self.nowMs())])
             interruptedAtOpen.store(database.changes, ordering: .relaxed)
             storedBytes.store(try database.integer(JournalSchema.totalBytes) ?? 0, ordering: .relaxed)
@@ -137,7 +145,10 @@ final class RoundJournal: Sendable {
     }
 
     private func serve(_ database: SQLiteDatabase, _ onAnswers: @Sendable ([JournalAnswer]) -> Void) {
-        var nextSweep = DispatchTime.now().uptimeNanoseconds
+        var upkeep = JournalUpkeep(
+            sweepEveryNanos: UInt64(limits.sweepMs) * 1_000_000, now: DispatchTime.now().uptimeNanoseconds)
+        // A checkpoint that fails is tried again after every commit: its warning is logged once until one succeeds.
+        var checkpointFailing = false
         while true {
             let (entries, stopping) = inbox.withLock { box in
                 defer { box.entries = [] }
@@ -147,13 +158,18 @@ final class RoundJournal: Sendable {
                 let answers = commit(entries, database)
                 if !answers.isEmpty { onAnswers(answers) }
             }
+            // The rest waits until the rounds of this commit were answered.
+            if upkeep.checkpointDue(framesInLog: database.framesInLog) {
+                checkpointFailing = !checkpoint(database, logging: !checkpointFailing)
+            }
             let now = DispatchTime.now().uptimeNanoseconds
-            if now >= nextSweep {
-                sweep(database)
-                nextSweep = now + UInt64(limits.sweepMs) * 1_000_000
+            if upkeep.sweepStepDue(now: now) {
+                upkeep.stepped(deleted: sweepStep(database, rows: upkeep.rowsPerStep), now: now)
             }
             if stopping && entries.isEmpty { return }
-            if entries.isEmpty { _ = wakeup.wait(timeout: DispatchTime(uptimeNanoseconds: nextSweep)) }
+            if entries.isEmpty, let until = upkeep.sleepUntil {
+                _ = wakeup.wait(timeout: DispatchTime(uptimeNanoseconds: until))
+            }
         }
     }
 
@@ -247,27 +263,38 @@ final class RoundJournal: Sendable {
         return rows
     }
 
-    /// Deletes ended rounds past the retention window, then the oldest while over the byte limit.
-    private func sweep(_ database: SQLiteDatabase) {
+    /// One step of the retention sweep: deletes at most `rows` of the ended rounds past the window or over the byte
+    /// limit, oldest first, in one transaction. Returns how many it deleted.
+    private func sweepStep(_ database: SQLiteDatabase, rows: Int) -> Int {
         let rule = JournalRetention(limitBytes: limits.bytes, retentionMs: Int64(limits.retentionMs))
-        let batch = 512
         do {
-            while true {
-                var oldest: [JournalRetention.Row] = []
-                try database.rows(JournalSchema.oldestEnded, [.int(batch)]) { row in
-                    oldest.append(.init(id: row.text(0), bytes: row.int(1), finished: row.int64(2)))
-                }
-                let total = storedBytes.load(ordering: .relaxed)
-                let (drop, after) = rule.expired(oldest, totalBytes: total, nowMs: Self.nowMs())
-                guard !drop.isEmpty else { return }
-                try database.transaction { () throws(SkillbusError) in
-                    for row in drop { try database.run(JournalSchema.delete, [.text(row.id)]) }
-                }
-                storedBytes.add(after - total, ordering: .relaxed)
-                if drop.count < batch { return }
+            var oldest: [JournalRetention.Row] = []
+            try database.rows(JournalSchema.oldestEnded, [.int(rows)]) { row in
+                oldest.append(.init(id: row.text(0), bytes: row.int(1), finished: row.int64(2)))
             }
+            let total = storedBytes.load(ordering: .relaxed)
+            let (drop, after) = rule.expired(oldest, totalBytes: total, nowMs: Self.nowMs())
+            guard !drop.isEmpty else { return 0 }
+            try database.transaction { () throws(SkillbusError) in
+                for row in drop { try database.run(JournalSchema.delete, [.text(row.id)]) }
+            }
+            storedBytes.add(after - total, ordering: .relaxed)
+            return drop.count
         } catch {
             logger.warning("the journal could not delete old rounds: \(error.message)")
+            return 0
+        }
+    }
+
+    /// Copies the write-ahead log into the database file, after the commit's answers went out rather than inside
+    /// the commit. A failure only leaves the log longer (commits still go to it); returns whether it succeeded.
+    private func checkpoint(_ database: SQLiteDatabase, logging: Bool) -> Bool {
+        do {
+            try database.checkpoint()
+            return true
+        } catch {
+            if logging { logger.warning("the journal could not checkpoint its write-ahead log: \(error.message)") }
+            return false
         }
     }
 

@@ -20,6 +20,9 @@ final class SQLiteDatabase {
     let path: String
     private(set) var handle: OpaquePointer?
     private var statements: [String: SQLiteStatement] = [:]
+    /// Frames in the write-ahead log as of the last commit, written by SQLite's WAL hook once
+    /// `checkpointWhenAsked` turned it on; nil until then.
+    private var logFrames: UnsafeMutablePointer<Int32>?
 
     /// Opens `path` (creating it when missing) and makes it ready, in an order that writes nothing to a file
     /// it is going to refuse:
@@ -70,8 +73,13 @@ final class SQLiteDatabase {
     func close() {
         for statement in statements.values { statement.finalize() }
         statements = [:]
-        if let handle { sqlite3_close_v2(handle) }
+        if let handle {
+            if logFrames != nil { sqlite3_wal_hook(handle, nil, nil) }
+            sqlite3_close_v2(handle)
+        }
         handle = nil
+        logFrames?.deallocate()
+        logFrames = nil
     }
 
     var isOpen: Bool { handle != nil }
@@ -134,6 +142,38 @@ final class SQLiteDatabase {
             if inTransaction { try? run("ROLLBACK") }
             throw error
         }
+    }
+
+    // MARK: - Checkpoints
+
+    /// Stops SQLite from copying the write-ahead log into the database file (and syncing both) inside the commit
+    /// that fills it past 1,000 pages: the owner calls `checkpoint` when the log is long enough
+    /// (`framesInLog`) and it has nothing more urgent to do. A commit is as durable either way (it is in the log).
+    func checkpointWhenAsked() {
+        guard let handle, logFrames == nil else { return }
+        let frames = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        frames.initialize(to: 0)
+        logFrames = frames
+        // Registering a WAL hook replaces SQLite's own automatic checkpoint.
+        sqlite3_wal_hook(
+            handle,
+            { context, _, _, count in
+                context?.assumingMemoryBound(to: Int32.self).pointee = count
+                return SQLITE_OK
+            }, frames)
+    }
+
+    /// Pages in the write-ahead log after the last commit (0 until `checkpointWhenAsked`, and after `checkpoint`).
+    var framesInLog: Int { Int(logFrames?.pointee ?? 0) }
+
+    /// Copies the write-ahead log into the database file without waiting for anyone (a passive checkpoint), so
+    /// that the next commit starts the log again from its beginning.
+    func checkpoint() throws(SkillbusError) {
+        let sql = "PRAGMA wal_checkpoint(PASSIVE)"
+        guard isOpen else { throw closedError(sql) }
+        let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        guard code == SQLITE_OK else { throw failure(code, "checkpoint the write-ahead log", sql: sql) }
+        logFrames?.pointee = 0
     }
 
     // MARK: - Opening steps
