@@ -56,7 +56,7 @@ extension LoadGenerator {
                 guard let message = Wire.busMessageFields(frames), message.count == 5, let id = UInt64(String(decoding: message[2], as: UTF8.self)) else {
                     return nil
                 }
-                return (id, (try? JSONValue(parsing: message[4]))?["status"] == "ok")
+                return (id, RoundDocument.saysOK(message[4]))
             })
     }
 }

@@ -164,6 +164,13 @@ extension RoundDocument {
     }
 }
 
+extension RoundDocument {
+    /// Whether a document says `"status":"ok"`: from its tail when it ends as the bus writes it, else parsed.
+    public static func saysOK(_ document: [UInt8]) -> Bool {
+        tailSaysOK(document) ?? ((try? JSONValue(parsing: document))?["status"] == "ok")
+    }
+}
+
 extension Array where Element == UInt8 {
     /// Where the last occurrence of `needle` starts.
     fileprivate func lastRange(of needle: [UInt8]) -> Int? {
