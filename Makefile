@@ -40,7 +40,7 @@ deps:
 # and chromium (the dashboard test); each installed only when missing, with pip or else Debian's package.
 test-deps: deps
 	@for module in zmq:pyzmq:python3-zmq pytest:pytest:python3-pytest \
-		prometheus_client:prometheus_client:python3-prometheus-client websocket:websocket-client:python3-websocket; do \
+		prometheus_client:prometheus_client:python3-prometheus-client websocket:websocket-client:python3-websocket mcp:mcp:python3-mcp; do \
 		name=$${module%%:*}; rest=$${module#*:}; package=$${rest%%:*}; debian=$${rest#*:}; \
 		$(PYTHON) -c "import $$name" 2>/dev/null && continue; \
 		echo "installing $$package"; \
