@@ -52,7 +52,7 @@ public enum PerfCommand {
                 help: "Rounds a coordinator of its own answers and keeps before its memory is read (default 100000)."),
             OptionSpec(
                 "--only", value: "PHASE",
-                help: "Measure one phase only: 'journal' (the round journal against rounds without it)."),
+                help: "Measure one phase only: 'journal' (the round journal against rounds without it), or 'state' (the coordinator's state alone: a REQUEST against a ROUND, no sockets)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ], program: "skillbus-perf")
 
@@ -103,8 +103,13 @@ public enum PerfCommand {
             try arguments.int("--remembered-rounds", minimum: 1, maximum: 1_000_000, in: spec)
             ?? SpeedFigures.defaultRememberedRounds
         let json = arguments.flag("--json")
-        if let phase = arguments.value("--only"), phase != "journal" {
-            throw UsageError(spec, "--only takes 'journal' (the one phase that runs alone), not '\(phase)'")
+        if let phase = arguments.value("--only"), phase != "journal", phase != "state" {
+            throw UsageError(spec, "--only takes 'journal' or 'state' (the phases that run alone), not '\(phase)'")
+        }
+        if arguments.value("--only") == "state" {
+            let figures = StateMachineBench(operations: setup.requests).measure()
+            if json { print(figures.json.jsonString) } else { figures.printText() }
+            return 0
         }
 
         let supervisor = try Supervisor(executable: skillbus)
