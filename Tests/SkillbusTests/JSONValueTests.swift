@@ -17,6 +17,26 @@ struct JSONValueTests {
         #expect(try JSONValue(parsing: input).jsonString == expected)
     }
 
+    @Test("numbers written digit by digit read as Swift spells them")
+    func digitByDigitNumbers() {
+        func written(_ value: Double) -> String {
+            var out: [UInt8] = []
+            JSONValue.writeNumber(value, to: &out)
+            return String(decoding: out, as: UTF8.self)
+        }
+        func swiftSpelling(_ value: Double) -> String {
+            value.isWholeNumber && abs(value) < 1e15 ? String(Int64(value)) : "\(value)"
+        }
+        // Durations in milliseconds are thousandths: every one up to a few seconds, then some far larger.
+        var values = (0..<20_000).map { Double($0) / 1000 }
+        values += [1_234_567.891, 999_999_999.999, 86_400_000.5, 123_456_789_012.345, 1e14 + 0.25]
+        values += values.map { -$0 }
+        // Not thousandths: the general spelling.
+        values += [0.0005, 1.0 / 3, 2.5e-7, 1e20, 1.7976931348623157e308, 12.3456, -0.0]
+        for value in values { #expect(written(value) == swiftSpelling(value), "\(value)") }
+        #expect(written(.nan) == "null")
+    }
+
     @Test("text from bytes: ASCII and other UTF-8 become a String, anything else nil")
     func utf8Text() {
         let valid = ["", "i42", "bench-x-17", "é", "naïve 😀 text", String(repeating: "x", count: 300) + "ü"]

@@ -307,4 +307,23 @@ extension RoundEngineTests {
         #expect(document["invocations"]?.arrayValue?.first?["status"] == "error")
         #expect(document["invocations"]?.arrayValue?.first?["error"]?["message"]?.stringValue?.contains("agent 'alpha'") == true)
     }
+
+    @Test("an invoke's canonical body is written without its tree, and reads as the tree serialized")
+    func canonicalInvokeBody() throws {
+        let bodies: [JSONValue] = [
+            ["invoke": ["skill": "echo", "params": ["text": "hi \"there\"", "n": 1.5, "z": [1, 2], "a": ["b": nil]]]],
+            ["invoke": ["skill": "echo"]],
+            ["invoke": ["skill": "echo", "params": ["text": ["$ref": "a.result"]]]],
+            ["fanout": ["skill": "echo", "params": ["text": "x"], "aggregate": "first"]],
+        ]
+        for body in bodies {
+            let spec = try RoundSpec(json: body, stepLimit: 10)
+            let (canonical, parameters) = spec.canonicalForm
+            #expect(canonical == spec.json.serialized())
+            switch spec {
+            case .invoke(_, let params) where !params.containsReference: #expect(parameters == params.serialized())
+            default: #expect(parameters == nil)
+            }
+        }
+    }
 }

@@ -83,6 +83,15 @@ extension JSONValue {
                 value.write(to: &out)
             }
             out.append(UInt8(ascii: "]"))
+        case .object(let object) where object.count < 2:
+            // Nothing to sort: no array of members to build.
+            out.append(UInt8(ascii: "{"))
+            if let (key, value) = object.first {
+                JSONValue.writeString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                value.write(to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
         case .object(let object):
             out.append(UInt8(ascii: "{"))
             for (index, (key, value)) in object.sorted(by: { $0.key < $1.key }).enumerated() {
@@ -99,6 +108,25 @@ extension JSONValue {
     static func writeNumber(_ value: Double, to out: inout [UInt8]) {
         if !value.isFinite {
             out.append(contentsOf: "null".utf8)
+            return
+        }
+        // Whole numbers and thousandths (every duration in milliseconds the bus writes) are spelled digit by
+        // digit, with no String made; they read as Swift's shortest spelling would (JSONValueTests hold it).
+        let thousandths = (abs(value) * 1000).rounded()
+        if thousandths < 1e15, Double(thousandths) / 1000 == abs(value) {
+            if value < 0 { out.append(UInt8(ascii: "-")) }
+            let whole = UInt64(thousandths) / 1000
+            var fraction = UInt64(thousandths) % 1000
+            appendDigits(whole, to: &out)
+            guard fraction != 0 else { return }
+            out.append(UInt8(ascii: "."))
+            var width = 3
+            while fraction % 10 == 0 { fraction /= 10; width -= 1 }
+            var divisor: UInt64 = width == 3 ? 100 : width == 2 ? 10 : 1
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(fraction / divisor % 10))
+                divisor /= 10
+            }
         } else if value.isWholeNumber && abs(value) < 1e15 {
             out.append(contentsOf: String(Int64(value)).utf8)
         } else {
@@ -106,11 +134,28 @@ extension JSONValue {
         }
     }
 
+    /// The decimal digits of `number`, most significant first.
+    static func appendDigits(_ number: UInt64, to out: inout [UInt8]) {
+        guard number >= 10 else {
+            out.append(UInt8(ascii: "0") + UInt8(number))
+            return
+        }
+        appendDigits(number / 10, to: &out)
+        out.append(UInt8(ascii: "0") + UInt8(number % 10))
+    }
+
     static func writeString(_ value: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        // Most strings need no escaping: copy them in one go.
-        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
-            out.append(contentsOf: value.utf8)
+        // Most strings need no escaping: copy them in one go, scanning their bytes in place (a native
+        // string's UTF-8 is contiguous; iterating the view byte by byte cost more than the copy).
+        let copied = value.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                return false
+            }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if copied == true {
             out.append(UInt8(ascii: "\""))
             return
         }

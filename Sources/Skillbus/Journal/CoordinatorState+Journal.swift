@@ -80,6 +80,8 @@ struct AcceptedRound: Sendable {
     let spec: RoundSpec
     /// The canonical body.
     let body: [UInt8]
+    /// An invoke's parameters, serialized once with the body.
+    var invokeParameters: [UInt8]? = nil
     let retries: Int?
     let priority: InvocationPriority
     let noCache: Bool

@@ -2,7 +2,9 @@
 extension CoordinatorState {
     /// The invocations a round will make, checked against the registry: nothing runs if one is impossible.
     /// Mutating only because finding who would take an ask moves the rotation among equally loaded agents.
-    mutating func plannedInvocations(_ spec: RoundSpec) throws(SkillbusError) -> [RoundInvocation] {
+    mutating func plannedInvocations(
+        _ spec: RoundSpec, invokeParameters: [UInt8]? = nil
+    ) throws(SkillbusError) -> [RoundInvocation] {
         func offered(_ skill: String) throws(SkillbusError) {
             guard workers.offers(skill) else {
                 let list = workers.offeredSkills.joined(separator: ", ")
@@ -21,7 +23,7 @@ extension CoordinatorState {
             return [
                 RoundInvocation(
                     id: skill, skill: skill, target: nil, parameters: parameters,
-                    serializedParameters: serialized(parameters), after: [])
+                    serializedParameters: invokeParameters ?? serialized(parameters), after: [])
             ]
         case .fanout(let skill, let parameters, let agents, _):
             try offered(skill)

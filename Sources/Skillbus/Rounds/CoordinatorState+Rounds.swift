@@ -29,7 +29,7 @@ extension CoordinatorState {
                 .roundConflict, "round '\(request.roundID)' belongs to a running turn; use a new round id")
             return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
         }
-        let body = spec.json.serialized()
+        let (body, invokeParameters) = spec.canonicalForm
         if let existing = rounds.finishedRound(roundKey) {
             guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
             let document = RoundDocument.markedStored(existing.document)
@@ -41,7 +41,7 @@ extension CoordinatorState {
             return []
         }
         let accepted = AcceptedRound(
-            request: request, spec: spec, body: body, retries: retries, priority: priority, noCache: noCache,
+            request: request, spec: spec, body: body, invokeParameters: invokeParameters, retries: retries, priority: priority, noCache: noCache,
             clients: clients, arrived: now)
         if parked.hasGraceItems, let joined = joinParkedRound(accepted) { return joined }
         if settings.journaled { return journal(accepted, roundKey) }
@@ -74,7 +74,7 @@ extension CoordinatorState {
         let spec = accepted.spec
         let invocations: [RoundInvocation]
         do throws(SkillbusError) {
-            invocations = try plannedInvocations(spec)
+            invocations = try plannedInvocations(spec, invokeParameters: accepted.invokeParameters)
         } catch {
             if error.code == .unknownSkill, inStartupGrace(now: now) {
                 parked.park(accepted, .grace)
@@ -308,7 +308,8 @@ extension CoordinatorState {
 
     /// Builds the document, answers every waiting client, and keeps it for the same round id sent again.
     mutating func finishRound(_ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
-        guard let run = rounds[roundKey] else { return [] }
+        guard rounds.isRunning(roundKey) else { return [] }
+        let run = rounds.end(roundKey)
         let document = roundDocument(run, now: now)
         let bytes = document.serialized()
         // A cancelled round, or one that failed in a way that may be tried again, is no answer to keep: the
@@ -319,7 +320,7 @@ extension CoordinatorState {
             return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
         }
         let forgotten = run.cancelled != nil || retryable
-        rounds.finish(roundKey, document: bytes, keep: !forgotten, now: now)
+        if !forgotten { rounds.remember(run, key: roundKey, document: bytes, now: now) }
         var actions = run.clients.map { waiter in
             CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
         }

@@ -195,10 +195,20 @@ struct RoundTable: Sendable {
     /// The round ended: its document is kept for the same round id sent again, unless `keep` is false (it
     /// was cancelled, or failed in a way that may be tried again: the same round id then runs anew).
     mutating func finish(_ key: ByteKey, document: [UInt8], keep: Bool, now: UInt64) {
+        let run = end(key)
+        if keep { remember(run, key: key, document: document, now: now) }
+    }
+
+    /// Takes the round out of the running ones (moved, not copied: its document is written from it next).
+    mutating func end(_ key: ByteKey) -> RoundRun {
         guard let run = runs.removeValue(forKey: key) else {
             preconditionFailure("a round that is not running was finished")
         }
-        guard keep else { return }
+        return run
+    }
+
+    /// Keeps an ended round's document for the same round id sent again.
+    mutating func remember(_ run: RoundRun, key: ByteKey, document: [UInt8], now: UInt64) {
         finished[key] = FinishedRound(body: run.body, document: document, finishedAt: now)
         finishOrder.append(key, at: now)
     }

@@ -292,6 +292,21 @@ extension RoundSpec {
         return flag
     }
 
+    /// The canonical body (`json.serialized()`) and, for an invoke, its parameters as they are sent: the shape
+    /// most rounds have is written without building its tree, and its parameters serialized once.
+    var canonicalForm: (body: [UInt8], invokeParameters: [UInt8]?) {
+        guard case .invoke(let skill, let parameters) = self else { return (json.serialized(), nil) }
+        let serialized = parameters.serialized()
+        var body = Array(#"{"invoke":{"params":"#.utf8)
+        body.reserveCapacity(body.count + serialized.count + skill.utf8.count + 16)
+        body += serialized
+        body += #","skill":"#.utf8
+        JSONValue.writeString(skill, to: &body)
+        body += "}}".utf8
+        // A reference is resolved when the invocation starts (and fails there, naming it).
+        return (body, parameters.containsReference ? nil : serialized)
+    }
+
     /// The body to send, with `retries` when the client asks for a number of its own, `priority` when not
     /// normal, and `noCache` when set.
     public func body(retries: Int?, priority: InvocationPriority = .normal, noCache: Bool = false) -> JSONValue {
