@@ -146,8 +146,7 @@ struct FinishedRound: Sendable {
 /// order in which finished ones are forgotten.
 struct RoundTable: Sendable {
     private var runs: [ByteKey: RoundRun] = [:]
-    private var finished: [ByteKey: FinishedRound] = [:]
-    private var finishOrder = FinishOrder<ByteKey>()
+    private var finished = RememberedRounds()
     /// Rounds not yet finished: only while there are any can a REQUEST be a sub-call listed in one.
     var runningCount: Int { runs.count }
     /// Finished rounds remembered now.
@@ -157,10 +156,10 @@ struct RoundTable: Sendable {
     subscript(key: ByteKey) -> RoundRun? { runs[key] }
 
     /// The remembered round with this id, ended.
-    func finishedRound(_ key: ByteKey) -> FinishedRound? { finished[key] }
+    func finishedRound(_ key: ByteKey) -> FinishedRound? { finished[key.bytes] }
 
     /// Whether the id names a round, running or remembered.
-    func holds(_ key: ByteKey) -> Bool { runs[key] != nil || finished[key] != nil }
+    func holds(_ key: ByteKey) -> Bool { runs[key] != nil || finished[key.bytes] != nil }
 
     func isRunning(_ key: ByteKey) -> Bool { runs[key] != nil }
 
@@ -209,8 +208,7 @@ struct RoundTable: Sendable {
 
     /// Keeps an ended round's document for the same round id sent again.
     mutating func remember(_ run: RoundRun, key: ByteKey, document: [UInt8], now: UInt64) {
-        finished[key] = FinishedRound(body: run.body, document: document, finishedAt: now)
-        finishOrder.append(key, at: now)
+        finished.remember(key.bytes, FinishedRound(body: run.body, document: document, finishedAt: now))
     }
 
     /// The running round that `client` waits for with `requestID`.
@@ -228,9 +226,8 @@ struct RoundTable: Sendable {
 
     /// Forgets finished rounds after the retention, and the oldest beyond `limit`.
     mutating func evict(now: UInt64, retentionNanos: UInt64, limit: Int) {
-        while let (key, at) = finishOrder.oldest, at &+ retentionNanos <= now || finishOrder.count > limit {
-            finishOrder.removeOldest()
-            if finished[key]?.finishedAt == at { finished[key] = nil }
+        while let at = finished.oldestFinishedAt, at &+ retentionNanos <= now || finished.entryCount > limit {
+            finished.forgetOldest()
         }
     }
 }
