@@ -102,8 +102,11 @@ private struct JSONParser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             index += 1
             skipWhitespace()
-            guard object[key] == nil else { throw fail("duplicate key \"\(key)\"") }
-            object[key] = try parseValue()
+            // One hash of the key, not two: a duplicate is found as it is stored.
+            let valueStart = index
+            guard object.updateValue(try parseValue(), forKey: key) == nil else {
+                throw JSONParseError(offset: valueStart, reason: "duplicate key \"\(key)\"")
+            }
             skipWhitespace()
             guard index < bytes.count else { throw fail("unexpected end of input in an object") }
             if bytes[index] == UInt8(ascii: ",") {

@@ -99,7 +99,12 @@ extension CoordinatorState {
             actions.append(
                 .publish(.roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id))))
         }
-        actions += advance(roundKey, now: now)
+        // An invoke's one invocation waits for nothing: it starts now (and its end ends the round, stepDone).
+        if case .invoke = spec {
+            actions.absorb(start(roundKey, 0, now: now))
+        } else {
+            actions.absorb(advance(roundKey, now: now))
+        }
         return actions
     }
 
@@ -125,7 +130,7 @@ extension CoordinatorState {
                 if let failed = dependencies.first(where: { $0.status != .ok }) {
                     actions += skip(roundKey, index, because: failed.id)
                 } else {
-                    actions += start(roundKey, index, now: now)
+                    actions.absorb(start(roundKey, index, now: now))
                 }
                 started = true
             }
@@ -266,10 +271,14 @@ extension CoordinatorState {
                 rounds.updateRunning(roundKey) { $0.stopped = true }
                 actions += cancelLosers(roundKey, now: now)
             }
+        case .invoke:
+            // Its one invocation ended (sub-calls never hold a round open): nothing else can start.
+            actions.absorb(finishRound(roundKey, now: now))
+            return actions
         default:
             break
         }
-        actions += advance(roundKey, now: now)
+        actions.absorb(advance(roundKey, now: now))
         return actions
     }
 
