@@ -1,3 +1,5 @@
+import Glibc
+
 /// The rounds single-flight remembers after everything in them finished: each round is one entry of bytes
 /// (its id, the key of each execution, and each outcome's status, agent, duration and payload) appended to
 /// an arena of large chunks, in the order the rounds finished. Rounds are forgotten in that order too, so
@@ -93,7 +95,7 @@ struct FinishedRounds: Sendable {
         let (value, _) = index.find(hash: hash) { value in
             read(entrySerial: serial(of: value)) { chunk, start in
                 let length = Int(chunk.u32(start + 13))
-                return roundID.withUnsafeBytes { $0.elementsEqual(chunk[start + 17..<start + 17 + length]) }
+                return roundID.withUnsafeBytes { $0.sameBytes(as: chunk[start + 17..<start + 17 + length]) }
             }
         }
         return value.map(serial(of:))
@@ -222,9 +224,9 @@ struct FinishedRounds: Sendable {
             && chunk.withUnsafeBytes { bytes in
                 guard Int(bytes.u32(earlier)) == count else { return false }
                 let start = earlier + 4
-                return first.elementsEqual(bytes[start..<start + first.count])
-                    && second.elementsEqual(bytes[start + first.count..<start + first.count + second.count])
-                    && third.elementsEqual(bytes[start + first.count + second.count..<start + count])
+                return first.sameBytes(as: bytes[start..<start + first.count])
+                    && second.sameBytes(as: bytes[start + first.count..<start + first.count + second.count])
+                    && third.sameBytes(as: bytes[start + first.count + second.count..<start + count])
             }
         if same {
             put(sharedValue)
@@ -332,5 +334,14 @@ extension UnsafeRawBufferPointer {
 
     fileprivate func u64(_ offset: Int) -> UInt64 {
         UInt64(littleEndian: loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    /// Byte for byte equal, compared with memcmp (elementsEqual compared one byte per loop step).
+    func sameBytes(as other: Slice<UnsafeRawBufferPointer>) -> Bool {
+        guard count == other.count else { return false }
+        guard count > 0, let base = baseAddress, let otherBase = other.base.baseAddress else { return true }
+        return memcmp(base, otherBase + other.startIndex, count) == 0
     }
 }
