@@ -326,4 +326,26 @@ extension RoundEngineTests {
             }
         }
     }
+
+    @Test("a REQUEST in an invoke's round, spelled otherwise, joins its invocation, then reuses its outcome")
+    func requestInInvokeRound() {
+        var state = state()
+        let body: JSONValue = ["invoke": ["skill": "echo", "params": ["text": "once", "n": 1]]]
+        let sent = invocations(state.handleRound(round(body, id: "R"), from: client, now: 0))
+        #expect(sent.count == 1)
+        // The same parameters in another spelling: the invocation is put in canonical form only now.
+        let spelled = Array(#"{ "n": 1.0, "text": "once" }"#.utf8)
+        let joined = state.handleInvoke(
+            InvokeRequest(requestID: "sub", roundID: "R", skill: "echo", parameters: spelled), from: [0xC2], now: 1)
+        #expect(invocations(joined).isEmpty)
+        let done = state.handleWorker(
+            .result(invocationID: sent[0].1.invocationID, status: .ok, payload: text("once")), from: sent[0].0, now: 2)
+        #expect(documents(done).count == 1)
+        #expect(done.contains { if case .toClient(_, .reply(let reply)) = $0 { reply.requestID == "sub" } else { false } })
+        // After the round ended: answered from what it ran, nothing executes.
+        let later = state.handleInvoke(
+            InvokeRequest(requestID: "late", roundID: "R", skill: "echo", parameters: spelled), from: [0xC2], now: 3)
+        #expect(invocations(later).isEmpty)
+        #expect(later.contains { if case .toClient(_, .reply(let reply)) = $0 { reply.requestID == "late" } else { false } })
+    }
 }

@@ -187,7 +187,11 @@ extension CoordinatorState {
         // A fan-out's invocations are told apart by their agent: "skill@agent" cannot be a skill identifier.
         let keySkill = invocation.target.map { invocation.skill + "@" + $0 } ?? invocation.skill
         let schema = schema(of: invocation.skill)
-        let key = SingleFlight.canonicalKey(skill: keySkill, parameters: bytes, schema: { _ in schema })
+        // An invoke's one invocation needs its canonical key only for the cache: single-flight puts it in
+        // canonical form when another invocation of the round must be compared with it.
+        let needsKey = !run.isInvoke || descriptors.cacheLifetimeMs(of: invocation.skill) != nil
+        let key =
+            needsKey ? SingleFlight.canonicalKey(skill: keySkill, parameters: bytes, schema: { _ in schema }) : nil
         // Whom an identical invocation would reuse: the first of the round with this key. A fan-out's
         // invocations each name their own agent, so no other invocation of the round has their key.
         let reusable: String? = (invocation.target == nil ? key : nil).flatMap { key in

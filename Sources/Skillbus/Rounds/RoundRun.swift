@@ -43,11 +43,14 @@ struct StepContext {
     let priority: InvocationPriority
     let noCache: Bool
     let clients: [(client: PeerID, requestID: [UInt8])]
+    /// A round of one invocation (`RoundSpec.invoke`).
+    let isInvoke: Bool
     var roundText: String { String(decoding: id, as: UTF8.self) }
 
     init(_ run: RoundRun) {
         (id, session, deadline, retries) = (run.id, run.session, run.deadline, run.retries)
         (priority, noCache, clients) = (run.priority, run.noCache, run.clients)
+        if case .invoke = run.spec { isInvoke = true } else { isInvoke = false }
     }
 }
 
