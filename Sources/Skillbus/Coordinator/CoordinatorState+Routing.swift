@@ -303,7 +303,7 @@ extension CoordinatorState {
             actions.append(.toClient(client, outcome.reply(requestID: requestID, roundID: roundID)))
             if rounds.runningCount > 0 { noteSubCallDone(roundID: roundID, requestID: requestID, outcome) }
         case .step(let round, let index):
-            actions += stepDone(round, index, outcome, deduplicated: waiter != origin, now: now)
+            actions.absorb(stepDone(round, index, outcome, deduplicated: waiter != origin, now: now))
         case .claim:
             break  // the agent that ran it has its outcome already
         }
