@@ -1,0 +1,198 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+/// MCP servers as skills, with real software on both sides: a coordinator and a worker process that mounts
+/// Tests/mcp/fixture_server.py (written with the official Python SDK) over stdio or Streamable HTTP, called
+/// through the bus like any skill.
+@Suite("MCP servers as skills", .serialized, .timeLimit(.minutes(3)))
+struct MCPSkillTests {
+    static let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("mcp/fixture_server.py").path
+
+    /// A coordinator, a worker "mounter" whose config mounts the fixture as `fx` (stdio unless `url` is
+    /// given), and a client; the fixture notes its events in `log`.
+    struct Setup {
+        let cluster: TestCluster
+        let client: SkillbusClient
+        let log: String
+
+        /// The fixture's event lines so far.
+        var events: [String] {
+            ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        }
+    }
+
+    func withWorker(url: String? = nil, _ body: (Setup) async throws -> Void) async throws {
+        let directory = NSTemporaryDirectory() + "skillbus-mcp-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let log = directory + "/fixture.log"
+        var server: [String: JSONValue] = ["name": "fx", "trusted": true]
+        if let url {
+            server["url"] = .string(url)
+        } else {
+            server["command"] = "python3"
+            server["args"] = [.string(Self.fixture)]
+            server["env"] = ["FIXTURE_LOG": .string(log)]
+        }
+        let config = directory + "/mounter.json"
+        try Data(
+            JSONValue.object(["version": 1, "name": "mounter", "skills": ["echo"], "mcpServers": [.object(server)]])
+                .serialized()
+        ).write(to: URL(fileURLWithPath: config))
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("mounter", ["--config", config])
+        let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
+        defer { client.close() }
+        try await waitForSkill("fx.echo", client)
+        try await body(Setup(cluster: cluster, client: client, log: log))
+    }
+
+    func waitForSkill(_ identifier: String, _ client: SkillbusClient) async throws {
+        try await waitUntil("\(identifier) in the registry", timeout: .seconds(30)) {
+            let catalog = try await client.skills()
+            return catalog.skills.contains { $0.descriptor.identifier == identifier && !$0.providers.isEmpty }
+        }
+    }
+
+    /// The text parts a call streamed.
+    final class Lines: Sendable {
+        let seen = Mutex<[String]>([])
+        func note(_ batch: OutputBatch) {
+            seen.withLock { $0 += batch.parts.compactMap { if case .text(let text) = $0 { text } else { nil } } }
+        }
+        var all: [String] { seen.withLock { $0 } }
+    }
+
+    /// The calls every transport must get right: text, JSON, an error, progress, the registry's view.
+    func basics(_ setup: Setup) async throws {
+        let client = setup.client
+        let (code, sent) = try await setup.cluster.sendJSON(["fx.echo", "text=hello over MCP"])
+        #expect(code == 0 && sent["result"] == ["type": "text", "text": "hello over MCP"], "\(sent)")
+
+        let added = try await client.invoke("fx.add", parameters: ["a": 2, "b": 40])
+        #expect(added.status == .ok && added.result == .json(["sum": 42]))
+        // The default from the tool's schema applies before the call.
+        #expect(try await client.invoke("fx.add", parameters: ["a": 5]).result == .json(["sum": 5]))
+
+        let failed = try await client.invoke("fx.fail", parameters: ["reason": "no thanks"])
+        #expect(failed.status == .error && failed.error?.code == .skillFailed)
+        #expect(failed.error?.message.contains("refused: no thanks") == true, "\(String(describing: failed.error))")
+
+        // Our own validation runs first: a missing required parameter never reaches the server.
+        let invalid = try await client.invoke("fx.add", parameters: ["b": 1])
+        #expect(invalid.error?.code == .invalidParameters)
+
+        let lines = Lines()
+        let counted = try await client.invoke("fx.countdown", parameters: ["n": 3], onOutput: lines.note)
+        #expect(counted.result == .text("liftoff"))
+        #expect(lines.all == ["3...", "2...", "1..."])
+
+        let catalog = try await client.skills()
+        func descriptor(_ identifier: String) -> SkillDescriptor? {
+            catalog.skills.first { $0.descriptor.identifier == identifier }?.descriptor
+        }
+        // readOnlyHint → pure (the server is trusted), idempotentHint → idempotent.
+        #expect(descriptor("fx.echo")?.pure == true && descriptor("fx.echo")?.idempotent == true)
+        #expect(descriptor("fx.count")?.pure == false && descriptor("fx.count")?.idempotent == true)
+        #expect(descriptor("fx.fail")?.pure == false && descriptor("fx.fail")?.idempotent == false)
+        #expect(descriptor("fx.add")?.parameters.fields == [
+            ParameterField("a", .integer, description: "A"),
+            ParameterField("b", .integer, required: false, description: "B", default: 0),
+        ])
+    }
+
+    @Test("stdio: text, JSON, error and progress; annotations and schema carried over")
+    func stdio() async throws {
+        try await withWorker { setup in try await basics(setup) }
+    }
+
+    @Test("the deadline and CANCEL reach the server as notifications/cancelled")
+    func cancel() async throws {
+        try await withWorker { setup in
+            let late = try await setup.client.invoke(
+                "fx.sleep", parameters: ["seconds": 30, "tag": "deadline"], timeout: .milliseconds(1500))
+            #expect(late.error?.code == .timeout)
+            try await waitUntil("the server to hear of the deadline", timeout: .seconds(10)) {
+                setup.events.contains("cancelled sleep deadline")
+            }
+
+            let round = "mcp-cancel-\(UUID().uuidString.prefix(8))"
+            let call = Task {
+                try await setup.client.invoke(
+                    "fx.sleep", parameters: ["seconds": 30, "tag": "cancel"], roundID: round, timeout: .seconds(60))
+            }
+            try await waitUntil("the sleep to run") { try await setup.cluster.inFlight(agent: "mounter") == 1 }
+            _ = try await setup.client.cancelRound(round)
+            let outcome = try await call.value
+            #expect(outcome.error?.code == .cancelled)
+            try await waitUntil("the server to hear of the cancel", timeout: .seconds(10)) {
+                setup.events.contains("cancelled sleep cancel")
+            }
+            // The server still serves.
+            #expect(try await setup.client.invoke("fx.echo", parameters: ["text": "after"]).result == .text("after"))
+        }
+    }
+
+    @Test("a crashed server, or one that writes garbage, fails that call and is restarted")
+    func restarts() async throws {
+        try await withWorker { setup in
+            let crashed = try await setup.client.invoke("fx.crash")
+            #expect(crashed.error?.code == .skillFailed)
+            #expect(crashed.error?.message.contains("exited with code 3") == true, "\(String(describing: crashed.error))")
+            // The next call waits for the restarted server.
+            let echoed = try await setup.client.invoke("fx.echo", parameters: ["text": "back"])
+            #expect(echoed.result == .text("back"), "\(String(describing: echoed.error))")
+            #expect(setup.events.filter { $0 == "start" }.count == 2)
+
+            let garbage = try await setup.client.invoke("fx.garbage")
+            #expect(garbage.error?.code == .skillFailed)
+            #expect(garbage.error?.message.contains("no MCP message") == true, "\(String(describing: garbage.error))")
+            #expect(try await setup.client.invoke("fx.echo", parameters: ["text": "again"]).result == .text("again"))
+            #expect(setup.events.filter { $0 == "start" }.count == 3)
+        }
+    }
+
+    @Test("two identical calls in one round run the tool once; another round runs it again")
+    func dedup() async throws {
+        try await withWorker { setup in
+            let round = "mcp-dedup-\(UUID().uuidString.prefix(8))"
+            async let first = setup.client.invoke("fx.count", parameters: ["key": "k1"], roundID: round)
+            async let second = setup.client.invoke("fx.count", parameters: ["key": "k1"], roundID: round)
+            let (one, two) = try await (first, second)
+            #expect(one.result == .text("counted k1") && two.result == one.result)
+            #expect(setup.events.filter { $0 == "count k1" }.count == 1)
+            _ = try await setup.client.invoke("fx.count", parameters: ["key": "k1"])
+            #expect(setup.events.filter { $0 == "count k1" }.count == 2)
+        }
+    }
+
+    @Test("list_changed: a tool the server adds becomes a skill")
+    func listChanged() async throws {
+        try await withWorker { setup in
+            let grown = try await setup.client.invoke("fx.grow", parameters: ["name": "greet"])
+            #expect(grown.result == .text("added greet"))
+            try await waitForSkill("fx.greet", setup.client)
+            #expect(try await setup.client.invoke("fx.greet").result == .text("hello from greet"))
+        }
+    }
+
+    @Test("Streamable HTTP: the same server on a 127.0.0.1 port")
+    func http() async throws {
+        let server = try SkillbusProcess(
+            [Self.fixture, "--http"], name: "fixture-http", executable: "/usr/bin/env", prefix: ["python3"])
+        defer { server.signal(SIGTERM) }
+        let ready = try await server.waitForLine("the fixture to listen") { $0.hasPrefix("listening on ") }
+        let url = String(ready.dropFirst("listening on ".count))
+        try await withWorker(url: url) { setup in
+            try await basics(setup)
+            let grown = try await setup.client.invoke("fx.grow", parameters: ["name": "greet"])
+            #expect(grown.result == .text("added greet"))
+            try await waitForSkill("fx.greet", setup.client)
+        }
+    }
+}

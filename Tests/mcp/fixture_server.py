@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""A small MCP server, written with the official SDK's MCPServer (formerly FastMCP) API, that a Skillbus
+worker mounts in the integration tests (Tests/SkillbusIntegrationTests/MCPSkillTests.swift).
+
+    fixture_server.py                 MCP over stdio
+    fixture_server.py --http          Streamable HTTP on an ephemeral 127.0.0.1 port; prints
+                                      "listening on http://127.0.0.1:PORT/mcp" once it accepts connections
+
+FIXTURE_LOG names a file where it appends one line per event (start, each counted call, a cancelled
+sleep), so a test can see what the server itself saw."""
+
+import asyncio
+import os
+import socket
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+
+server = MCPServer("skillbus-fixture")
+WIRE_INODE = os.fstat(1).st_ino
+# Tools that return text say so (structured_output=False): otherwise the SDK declares an output schema and
+# answers {"result": "..."} as structured content, which a Skillbus worker turns into a JSON result.
+
+
+def note(line: str) -> None:
+    path = os.environ.get("FIXTURE_LOG")
+    if path:
+        with open(path, "a") as log:
+            log.write(line + "\n")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True), structured_output=False)
+def echo(text: str) -> str:
+    """Says the text back."""
+    return text
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def add(a: int, b: int = 0) -> dict[str, int]:
+    """Adds two integers; the answer is structured."""
+    return {"sum": a + b}
+
+
+@server.tool(structured_output=False)
+def fail(reason: str) -> str:
+    """Always fails, with the reason."""
+    raise ToolError(f"refused: {reason}")
+
+
+@server.tool(structured_output=False)
+async def countdown(n: int, ctx: Context) -> str:
+    """Counts down from n, reporting progress at each step."""
+    for step in range(n):
+        await ctx.report_progress(step + 1, n, f"{n - step}...")
+        await asyncio.sleep(0.05)
+    return "liftoff"
+
+
+@server.tool(structured_output=False)
+async def sleep(seconds: float, tag: str = "") -> str:
+    """Sleeps; notes in the log when it was cancelled."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        note(f"cancelled sleep {tag}")
+        raise
+    return "slept"
+
+
+@server.tool(annotations=ToolAnnotations(idempotentHint=True), structured_output=False)
+def count(key: str) -> str:
+    """Counts its calls with this key (in the log)."""
+    note(f"count {key}")
+    return f"counted {key}"
+
+
+@server.tool(structured_output=False)
+def crash() -> str:
+    """Ends the server's process at once, as a crash would."""
+    note("crash")
+    os._exit(3)
+
+
+@server.tool(structured_output=False)
+def garbage() -> str:
+    """Writes something that is no JSON-RPC message on standard output (stdio only)."""
+    # The SDK moves the protocol's pipe off fd 1 (so that stray prints cannot corrupt it): find it by its inode.
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.fstat(fd).st_ino == WIRE_INODE:
+                os.write(fd, b"this is not JSON\n")
+        except OSError:
+            pass
+    return "wrote garbage"
+
+
+@server.tool(structured_output=False)
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool called `name` (it says hello) and tells the client the tool list changed."""
+
+    def hello() -> str:
+        return f"hello from {name}"
+
+    server.add_tool(hello, name=name, description="Added at run time.", structured_output=False)
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+def serve_http() -> None:
+    import uvicorn
+
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning")
+
+    class Announcing(uvicorn.Server):
+        async def startup(self, sockets=None):
+            await super().startup(sockets=sockets)
+            print(f"listening on http://127.0.0.1:{port}/mcp", flush=True)
+
+    asyncio.run(Announcing(config).serve(sockets=[listener]))
+
+
+if __name__ == "__main__":
+    note("start")
+    if "--http" in sys.argv:
+        serve_http()
+    else:
+        server.run()
