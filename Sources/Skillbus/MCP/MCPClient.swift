@@ -54,17 +54,14 @@ final class MCPClient: Sendable {
         }
         guard case .request(.number(let id), _, _) = request else { preconditionFailure("initialize is a request") }
         let answer: JSONValue
-        do {
-            answer = try await perform(id, request, progress: nil, deadline: .now + timeout, what: "initialize")
-        } catch {
-            transport.close()
-            throw error
-        }
         let done: JSONRPCMessage
         do {
+            answer = try await perform(id, request, progress: nil, deadline: .now + timeout, what: "initialize")
             done = try state.withLock { state throws(SkillbusError) in try state.session.acceptInitializeResult(answer) }
         } catch {
+            // A stdio server is reaped before the error goes on: nothing of it outlives a stopping worker.
             transport.close()
+            _ = await waitUntilClosed()
             throw error
         }
         if let version = protocolVersion { transport.negotiated(protocolVersion: version) }

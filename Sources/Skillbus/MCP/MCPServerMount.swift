@@ -27,6 +27,8 @@ public final class MCPServerMount: Service {
         var listings = 0
         /// The last reason the connection failed, for calls that find none.
         var lastFailure: String?
+        /// The bearer token's variable is unset: said once, not at every reconnection.
+        var toldOfMissingToken = false
     }
 
     private let state = Mutex(State())
@@ -87,7 +89,8 @@ public final class MCPServerMount: Service {
             for waiter in waiters { waiter.resume(returning: client) }
         } catch {
             client.close()
-            return "cannot connect: \(error)"
+            _ = await client.waitUntilClosed()
+            return "cannot connect: \((error as? SkillbusError)?.message ?? "\(error)")"
         }
         return await withTaskCancellationHandler {
             await client.waitUntilClosed()
@@ -104,7 +107,8 @@ public final class MCPServerMount: Service {
                 logger: logger)
         case .http(let url, let tokenVariable):
             let token = tokenVariable.flatMap { ProcessInfo.processInfo.environment[$0] }
-            if let tokenVariable, token == nil {
+            if let tokenVariable, token == nil, !state.withLock({ $0.toldOfMissingToken }) {
+                state.withLock { $0.toldOfMissingToken = true }
                 logger.warning("MCP server '\(spec.name)': \(tokenVariable) is not set; connecting without a token")
             }
             return MCPHTTPTransport(server: spec.name, url: url, bearerToken: token, logger: logger)

@@ -45,7 +45,7 @@ final class MCPStdioTransport: MCPTransport {
     func start(
         receive: @escaping @Sendable (JSONRPCMessage) -> Void, closed: @escaping @Sendable (String) -> Void
     ) async throws(SkillbusError) {
-        signal(SIGPIPE, SIG_IGN)  // a server gone while we write is EPIPE, not our death
+        Glibc.signal(SIGPIPE, SIG_IGN)  // a server gone while we write is EPIPE, not our death
         var pipes: [[Int32]] = []
         func closeAll() { for pair in pipes { for fd in pair { Glibc.close(fd) } } }
         for _ in 0..<3 {
@@ -164,6 +164,20 @@ final class MCPStdioTransport: MCPTransport {
                 entry?.stdin = -1
             }
         }
+        // A server that does not leave when its input ends is made to, even while its output stays open.
+        let timers = DispatchQueue.global()
+        timers.asyncAfter(deadline: .now() + Self.graceAfterClose.dispatchInterval) { [self] in signal(SIGTERM) }
+        timers.asyncAfter(deadline: .now() + (Self.graceAfterClose + Self.graceAfterTerm).dispatchInterval) {
+            [self] in signal(SIGKILL)
+        }
+    }
+
+    /// Signals the server's process group, unless it was reaped already (its pid may be someone else's).
+    private func signal(_ number: Int32) {
+        process.withLock { entry in
+            guard let pid = entry?.pid, pid > 0 else { return }
+            kill(-pid, number)
+        }
     }
 
     /// Waits for the process after its stdout ended: a grace period, then SIGTERM to its group, then SIGKILL.
@@ -185,7 +199,7 @@ final class MCPStdioTransport: MCPTransport {
             usleep(10_000)
         }
         kill(-pid, SIGKILL)  // whatever it left in its group goes with it
-        process.withLock { $0?.stdin = -1 }
+        process.withLock { $0 = (pid: 0, stdin: -1) }  // reaped: never signalled again
         let code = (status >> 8) & 0xFF
         let number = status & 0x7F
         return number == 0 ? "exited with code \(code)" : "was killed by signal \(number)"
@@ -219,5 +233,11 @@ final class MCPStdioTransport: MCPTransport {
 
     private static func failure(_ what: String, _ code: Int32) -> SkillbusError {
         SkillbusError(.unreachable, "\(what): \(String(cString: strerror(code)))", details: ["errno": .number(Double(code))])
+    }
+}
+
+extension Duration {
+    var dispatchInterval: DispatchTimeInterval {
+        .nanoseconds(Int(components.seconds) * 1_000_000_000 + Int(components.attoseconds / 1_000_000_000))
     }
 }
