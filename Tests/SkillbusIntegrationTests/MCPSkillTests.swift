@@ -25,14 +25,20 @@ struct MCPSkillTests {
         }
     }
 
-    func withWorker(url: String? = nil, _ body: (Setup) async throws -> Void) async throws {
+    /// Over HTTP (`url`), the fixture runs on its own and writes its events in `httpLog`; the worker sends
+    /// the token it finds in its environment's `workerEnvironment`.
+    func withWorker(
+        url: String? = nil, httpLog: String? = nil, workerEnvironment: [String: String] = [:],
+        _ body: (Setup) async throws -> Void
+    ) async throws {
         let directory = NSTemporaryDirectory() + "skillbus-mcp-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let log = directory + "/fixture.log"
+        let log = httpLog ?? directory + "/fixture.log"
         var server: [String: JSONValue] = ["name": "fx", "trusted": true]
         if let url {
             server["url"] = .string(url)
+            if !workerEnvironment.isEmpty { server["bearerTokenEnv"] = "FX_TOKEN" }
         } else {
             server["command"] = "python3"
             server["args"] = [.string(Self.fixture)]
@@ -45,7 +51,11 @@ struct MCPSkillTests {
         ).write(to: URL(fileURLWithPath: config))
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
-        try await cluster.startWorker("mounter", ["--config", config])
+        let worker = try SkillbusProcess(
+            ["worker", "--name", "mounter", "--coordinator", cluster.bus, "--heartbeat-ms", "200", "--config", config],
+            name: "mounter", environment: workerEnvironment)
+        cluster.workers.withLock { $0["mounter"] = worker }
+        try await cluster.coordinator.waitForLine("mounter to join") { $0.contains("agent 'mounter' joined") }
         let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
         defer { client.close() }
         try await waitForSkill("fx.echo", client)
@@ -181,18 +191,29 @@ struct MCPSkillTests {
         }
     }
 
-    @Test("Streamable HTTP: the same server on a 127.0.0.1 port")
+    @Test("Streamable HTTP with a bearer token: the same calls, list_changed, and the deadline reaching the server")
     func http() async throws {
+        let log = NSTemporaryDirectory() + "skillbus-mcp-http-\(UUID().uuidString.prefix(8)).log"
+        defer { try? FileManager.default.removeItem(atPath: log) }
         let server = try SkillbusProcess(
-            [Self.fixture, "--http"], name: "fixture-http", executable: "/usr/bin/env", prefix: ["python3"])
+            [Self.fixture, "--http"], name: "fixture-http", environment: ["FIXTURE_LOG": log, "FIXTURE_TOKEN": "s3cret"],
+            executable: "/usr/bin/env", prefix: ["python3"])
         defer { server.signal(SIGTERM) }
         let ready = try await server.waitForLine("the fixture to listen") { $0.hasPrefix("listening on ") }
         let url = String(ready.dropFirst("listening on ".count))
-        try await withWorker(url: url) { setup in
+        try await withWorker(url: url, httpLog: log, workerEnvironment: ["FX_TOKEN": "s3cret"]) { setup in
             try await basics(setup)
             let grown = try await setup.client.invoke("fx.grow", parameters: ["name": "greet"])
             #expect(grown.result == .text("added greet"))
             try await waitForSkill("fx.greet", setup.client)
+
+            let late = try await setup.client.invoke(
+                "fx.sleep", parameters: ["seconds": 30, "tag": "http"], timeout: .milliseconds(1500))
+            #expect(late.error?.code == .timeout)
+            try await waitUntil("the server to hear of the deadline", timeout: .seconds(10)) {
+                setup.events.contains("cancelled sleep http")
+            }
+            #expect(!setup.events.contains("refused a request without the token"))
         }
     }
 }

@@ -4,7 +4,8 @@ worker mounts in the integration tests (Tests/SkillbusIntegrationTests/MCPSkillT
 
     fixture_server.py                 MCP over stdio
     fixture_server.py --http          Streamable HTTP on an ephemeral 127.0.0.1 port; prints
-                                      "listening on http://127.0.0.1:PORT/mcp" once it accepts connections
+                                      "listening on http://127.0.0.1:PORT/mcp" once it accepts connections;
+                                      with FIXTURE_TOKEN set, only requests bearing that token get in
 
 FIXTURE_LOG names a file where it appends one line per event (start, each counted call, a cancelled
 sleep), so a test can see what the server itself saw."""
@@ -109,6 +110,20 @@ async def grow(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+def require_token(app, token: str):
+    """Refuses every HTTP request without `Authorization: Bearer <token>` (401), as a guarded server would."""
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != f"Bearer {token}".encode():
+            note("refused a request without the token")
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"a bearer token is required"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def serve_http() -> None:
     import uvicorn
 
@@ -117,6 +132,9 @@ def serve_http() -> None:
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     app = server.streamable_http_app(host="127.0.0.1")
+    token = os.environ.get("FIXTURE_TOKEN")
+    if token:
+        app = require_token(app, token)
     config = uvicorn.Config(app, log_level="warning")
 
     class Announcing(uvicorn.Server):
