@@ -35,7 +35,7 @@ struct MCPSkillTests {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let log = httpLog ?? directory + "/fixture.log"
-        var server: [String: JSONValue] = ["name": "fx", "trusted": true]
+        var server: [String: JSONValue] = ["name": "fx", "trusted": true, "cacheMs": 60_000]
         if let url {
             server["url"] = .string(url)
             if !workerEnvironment.isEmpty { server["bearerTokenEnv"] = "FX_TOKEN" }
@@ -178,6 +178,20 @@ struct MCPSkillTests {
             #expect(setup.events.filter { $0 == "count k1" }.count == 1)
             _ = try await setup.client.invoke("fx.count", parameters: ["key": "k1"])
             #expect(setup.events.filter { $0 == "count k1" }.count == 2)
+        }
+    }
+
+    @Test("a trusted server's read-only tool is answered from the bus's cache in later rounds")
+    func cache() async throws {
+        try await withWorker { setup in
+            let first = try await setup.client.invoke("fx.echo", parameters: ["text": "cache me"])
+            let second = try await setup.client.invoke("fx.echo", parameters: ["text": "cache me"])
+            #expect(first.result == .text("cache me") && second.result == first.result)
+            #expect(setup.events.filter { $0 == "echo cache me" }.count == 1)
+            // fx.count is idempotent but not read-only: every round runs it.
+            _ = try await setup.client.invoke("fx.count", parameters: ["key": "k2"])
+            _ = try await setup.client.invoke("fx.count", parameters: ["key": "k2"])
+            #expect(setup.events.filter { $0 == "count k2" }.count == 2)
         }
     }
 

@@ -47,8 +47,9 @@ struct MCPToolTests {
         let trusted = try both.descriptor(server: "fs", trusted: true, timeoutMs: 5000)
         #expect(trusted.identifier == "fs.t" && trusted.pure && trusted.idempotent && trusted.defaultTimeoutMs == 5000)
         #expect(trusted.metadata["mcp"]?["tool"] == "t")
-        let untrusted = try both.descriptor(server: "fs", trusted: false, timeoutMs: nil)
-        #expect(!untrusted.pure && untrusted.idempotent)
+        let untrusted = try both.descriptor(server: "fs", trusted: false, timeoutMs: nil, cacheMs: 1000)
+        #expect(!untrusted.pure && untrusted.idempotent && untrusted.cacheMs == nil)
+        #expect(try both.descriptor(server: "fs", trusted: true, timeoutMs: nil, cacheMs: 1000).cacheMs == 1000)
         let plain = try tool(["type": "object"], annotations: ["destructiveHint": true]).descriptor(
             server: "fs", trusted: true, timeoutMs: nil)
         #expect(!plain.pure && !plain.idempotent && !plain.needsConfirmation)
@@ -105,12 +106,12 @@ struct MCPToolTests {
     @Test("mcpServers: a command or a URL, read back as written")
     func config() throws {
         let servers: JSONValue = [
-            ["name": "files", "command": "npx", "args": ["-y", "server-fs"], "env": ["ROOT": "/tmp"], "trusted": true],
+            ["name": "files", "command": "npx", "args": ["-y", "server-fs"], "env": ["ROOT": "/tmp"], "trusted": true, "cacheMs": 60000],
             ["name": "remote", "url": "https://mcp.example/mcp", "bearerTokenEnv": "REMOTE_TOKEN", "timeoutMs": 9000],
         ]
         let worker = try load(servers)
         #expect(worker.mcpServers == [
-            MCPServerSpec(name: "files", connection: .stdio(command: "npx", arguments: ["-y", "server-fs"], environment: ["ROOT": "/tmp"]), trusted: true),
+            MCPServerSpec(name: "files", connection: .stdio(command: "npx", arguments: ["-y", "server-fs"], environment: ["ROOT": "/tmp"]), trusted: true, cacheMs: 60000),
             MCPServerSpec(name: "remote", connection: .http(url: "https://mcp.example/mcp", bearerTokenEnvironment: "REMOTE_TOKEN"), timeoutMs: 9000),
         ])
         #expect(worker.json["mcpServers"] == servers)
@@ -128,6 +129,7 @@ struct MCPToolTests {
             (["name": "x", "url": "http://h", "args": []], "mcpServers[0].args: only a server with a 'command'"),
             (["name": "x", "command": "x", "env": ["A": 1]], "mcpServers[0].env.A: expected a string"),
             (["name": "x", "command": "x", "colour": "red"], "mcpServers[0].colour: unknown key"),
+            (["name": "x", "command": "x", "cacheMs": 1000], "mcpServers[0].cacheMs: needs \"trusted\": true"),
         ] as [(JSONValue, String)])
     func refused(entry: JSONValue, words: String) {
         #expect {

@@ -34,7 +34,8 @@ def note(line: str) -> None:
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True), structured_output=False)
 def echo(text: str) -> str:
-    """Says the text back."""
+    """Says the text back (and notes it in the log)."""
+    note(f"echo {text}")
     return text
 
 

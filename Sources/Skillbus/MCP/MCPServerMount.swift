@@ -137,7 +137,8 @@ public final class MCPServerMount: Service {
         var skills: [any AgentSkill] = []
         for tool in tools {
             do throws(SkillbusError) {
-                let descriptor = try tool.descriptor(server: spec.name, trusted: spec.trusted, timeoutMs: spec.timeoutMs)
+                let descriptor = try tool.descriptor(
+                    server: spec.name, trusted: spec.trusted, timeoutMs: spec.timeoutMs, cacheMs: spec.cacheMs)
                 skills.append(MCPToolSkill(skill: descriptor, tool: tool.name, mount: self))
             } catch {
                 logger.warning("MCP server '\(spec.name)': tool not offered: \(error.message)")

@@ -16,15 +16,22 @@ public struct MCPServerSpec: Sendable, Equatable {
     public var trusted = false
     /// The skills' default timeout when the client names none (ms); nil: the bus's default.
     public var timeoutMs: Int?
+    /// How long the bus may answer its pure tools (readOnlyHint on a trusted server) from its cache (ms).
+    public var cacheMs: Int?
 
-    public init(name: String, connection: Connection, trusted: Bool = false, timeoutMs: Int? = nil) {
+    public init(
+        name: String, connection: Connection, trusted: Bool = false, timeoutMs: Int? = nil, cacheMs: Int? = nil
+    ) {
         self.name = name
         self.connection = connection
         self.trusted = trusted
         self.timeoutMs = timeoutMs
+        self.cacheMs = cacheMs
     }
 
-    static let keys: Set<String> = ["name", "command", "args", "env", "url", "bearerTokenEnv", "trusted", "timeoutMs"]
+    static let keys: Set<String> = [
+        "name", "command", "args", "env", "url", "bearerTokenEnv", "trusted", "timeoutMs", "cacheMs",
+    ]
 
     /// A server name: what skill identifiers allow, without dots (the dot separates it from the tool).
     static func isValidName(_ name: String) -> Bool {
@@ -77,6 +84,10 @@ public struct MCPServerSpec: Sendable, Equatable {
         }
         trusted = try object.bool("trusted") ?? false
         timeoutMs = try object.int("timeoutMs", minimum: 1, maximum: Wire.maxTimeoutMs)
+        cacheMs = try object.int("cacheMs", minimum: 1, maximum: SkillDescriptor.maxCacheMs)
+        if cacheMs != nil, !trusted {
+            throw object.error("cacheMs", "needs \"trusted\": true (only a trusted server's read-only tools are pure)")
+        }
     }
 
     /// The config file's form.
@@ -93,6 +104,7 @@ public struct MCPServerSpec: Sendable, Equatable {
         }
         if trusted { object["trusted"] = true }
         if let timeoutMs { object["timeoutMs"] = .number(Double(timeoutMs)) }
+        if let cacheMs { object["cacheMs"] = .number(Double(cacheMs)) }
         return .object(object)
     }
 

@@ -72,19 +72,22 @@ extension MCPTool {
     /// The descriptor the worker registers. idempotentHint → idempotent; readOnlyHint → pure, but only for a
     /// server the operator trusts (annotations are hints, and a pure skill's results are cached and shared).
     /// The tool's own schema and name travel in `metadata.mcp`, for anyone who wants the richer form.
-    public func descriptor(server: String, trusted: Bool, timeoutMs: Int?) throws(SkillbusError) -> SkillDescriptor {
+    /// `cacheMs` applies to the pure ones only.
+    public func descriptor(
+        server: String, trusted: Bool, timeoutMs: Int?, cacheMs: Int? = nil
+    ) throws(SkillbusError) -> SkillDescriptor {
         guard let identifier = skillIdentifier(server: server) else {
             throw SkillbusError(
                 .invalidRegistration,
                 "tool '\(name.prefix(128))' cannot be a skill: '\(server).\(name.prefix(128))' is no skill identifier (a-z A-Z 0-9 . _ -, at most 128)"
             )
         }
+        let pure = trusted && annotations["readOnlyHint"] == true
         return SkillDescriptor(
             identifier: identifier, displayName: title ?? name, description: description,
             parameters: try parameterSchema(), defaultTimeoutMs: timeoutMs,
             metadata: ["mcp": ["server": .string(server), "tool": .string(name), "inputSchema": inputSchema]],
-            idempotent: annotations["idempotentHint"] == true,
-            pure: trusted && annotations["readOnlyHint"] == true)
+            idempotent: annotations["idempotentHint"] == true, pure: pure, cacheMs: pure ? cacheMs : nil)
     }
 
     /// A `tools/call` answer as a skill's result: `isError` → `skill_failed` with the server's text;

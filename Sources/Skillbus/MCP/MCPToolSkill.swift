@@ -14,6 +14,7 @@ struct MCPToolSkill: AgentSkill {
     var defaultTimeoutMs: Int? { skill.defaultTimeoutMs }
     var isIdempotent: Bool { skill.idempotent }
     var isPure: Bool { skill.pure }
+    var cacheMs: Int? { skill.cacheMs }
     var metadata: [String: JSONValue] { skill.metadata }
 
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
