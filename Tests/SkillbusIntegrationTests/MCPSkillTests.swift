@@ -46,8 +46,11 @@ struct MCPSkillTests {
         }
         let config = directory + "/mounter.json"
         try Data(
-            JSONValue.object(["version": 1, "name": "mounter", "skills": ["echo"], "mcpServers": [.object(server)]])
-                .serialized()
+            JSONValue.object([
+                "version": 1, "name": "mounter", "skills": ["echo"], "mcpServers": [.object(server)],
+                // The config's policies apply to mounted tools as to any skill.
+                "policies": ["fx.flaky": ["retry": ["attempts": 3, "backoffMs": 100, "on": ["skill_failed"]]]],
+            ]).serialized()
         ).write(to: URL(fileURLWithPath: config))
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
@@ -164,6 +167,16 @@ struct MCPSkillTests {
             #expect(garbage.error?.message.contains("no MCP message") == true, "\(String(describing: garbage.error))")
             #expect(try await setup.client.invoke("fx.echo", parameters: ["text": "again"]).result == .text("again"))
             #expect(setup.events.filter { $0 == "start" }.count == 3)
+        }
+    }
+
+    @Test("an idempotent tool with a retry policy is retried on the restarted server")
+    func retry() async throws {
+        try await withWorker { setup in
+            let outcome = try await setup.client.invoke("fx.flaky", parameters: ["key": "r1"])
+            #expect(outcome.result == .text("steady r1"), "\(String(describing: outcome.error))")
+            #expect(setup.events.filter { $0 == "flaky crash r1" }.count == 1)
+            #expect(setup.events.filter { $0 == "start" }.count == 2)
         }
     }
 

@@ -85,6 +85,17 @@ def crash() -> str:
     os._exit(3)
 
 
+@server.tool(annotations=ToolAnnotations(idempotentHint=True), structured_output=False)
+def flaky(key: str) -> str:
+    """Crashes the server the first time it is called with this key; answers from then on."""
+    marker = os.environ.get("FIXTURE_LOG", "/tmp/skillbus-fixture") + f".flaky-{key}"
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        note(f"flaky crash {key}")
+        os._exit(3)
+    return f"steady {key}"
+
+
 @server.tool(structured_output=False)
 def garbage() -> str:
     """Writes something that is no JSON-RPC message on standard output (stdio only)."""
