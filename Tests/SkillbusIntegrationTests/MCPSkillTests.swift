@@ -18,6 +18,7 @@ struct MCPSkillTests {
         let cluster: TestCluster
         let client: SkillbusClient
         let log: String
+        let worker: SkillbusProcess
 
         /// The fixture's event lines so far.
         var events: [String] {
@@ -29,7 +30,7 @@ struct MCPSkillTests {
     /// the token it finds in its environment's `workerEnvironment`.
     func withWorker(
         url: String? = nil, httpLog: String? = nil, workerEnvironment: [String: String] = [:],
-        _ body: (Setup) async throws -> Void
+        otherServers: [JSONValue] = [], _ body: (Setup) async throws -> Void
     ) async throws {
         let directory = NSTemporaryDirectory() + "skillbus-mcp-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -47,7 +48,7 @@ struct MCPSkillTests {
         let config = directory + "/mounter.json"
         try Data(
             JSONValue.object([
-                "version": 1, "name": "mounter", "skills": ["echo"], "mcpServers": [.object(server)],
+                "version": 1, "name": "mounter", "skills": ["echo"], "mcpServers": .array([.object(server)] + otherServers),
                 // The config's policies apply to mounted tools as to any skill.
                 "policies": ["fx.flaky": ["retry": ["attempts": 3, "backoffMs": 100, "on": ["skill_failed"]]]],
             ]).serialized()
@@ -62,7 +63,7 @@ struct MCPSkillTests {
         let client = try await SkillbusClient.connect(endpoint: cluster.bus, context: try ZMQContext())
         defer { client.close() }
         try await waitForSkill("fx.echo", client)
-        try await body(Setup(cluster: cluster, client: client, log: log))
+        try await body(Setup(cluster: cluster, client: client, log: log, worker: worker))
     }
 
     func waitForSkill(_ identifier: String, _ client: SkillbusClient) async throws {
@@ -177,6 +178,19 @@ struct MCPSkillTests {
             #expect(outcome.result == .text("steady r1"), "\(String(describing: outcome.error))")
             #expect(setup.events.filter { $0 == "flaky crash r1" }.count == 1)
             #expect(setup.events.filter { $0 == "start" }.count == 2)
+        }
+    }
+
+    @Test("a server that cannot start is retried and logged; the worker serves everything else")
+    func unstartable() async throws {
+        let ghost: JSONValue = ["name": "ghost", "command": "/nonexistent/mcp-server"]
+        try await withWorker(otherServers: [ghost]) { setup in
+            let line = try await setup.worker.waitForLine("the ghost's failure") { $0.contains("MCP server 'ghost'") }
+            #expect(line.contains("cannot start '/nonexistent/mcp-server'") && line.contains("connecting again"), "\(line)")
+            #expect(try await setup.client.invoke("echo", parameters: ["text": "built in"]).result == .text("built in"))
+            #expect(try await setup.client.invoke("fx.echo", parameters: ["text": "mounted"]).result == .text("mounted"))
+            let catalog = try await setup.client.skills()
+            #expect(!catalog.skills.contains { $0.descriptor.identifier.hasPrefix("ghost.") })
         }
     }
 

@@ -46,9 +46,14 @@ final class MCPClient: Sendable {
 
     /// Starts the transport and does the handshake: `initialize`, its answer checked, `initialized`.
     func connect(timeout: Duration) async throws {
-        try await transport.start(
-            receive: { [weak self] message in self?.receive(message) },
-            closed: { [weak self] reason in self?.closed(reason) })
+        do {
+            try await transport.start(
+                receive: { [weak self] message in self?.receive(message) },
+                closed: { [weak self] reason in self?.closed(reason) })
+        } catch {
+            closed(error.message)  // it never ran: nobody else will say it ended
+            throw error
+        }
         let request = state.withLock {
             $0.session.initializeRequest(clientName: "skillbus", clientVersion: clientVersion)
         }

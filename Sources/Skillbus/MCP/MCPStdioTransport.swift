@@ -40,8 +40,6 @@ final class MCPStdioTransport: MCPTransport {
         writes = DispatchQueue(label: "skillbus-mcp-\(server)-stdin")
     }
 
-    var pid: pid_t? { process.withLock { $0?.pid } }
-
     func start(
         receive: @escaping @Sendable (JSONRPCMessage) -> Void, closed: @escaping @Sendable (String) -> Void
     ) async throws(SkillbusError) {
