@@ -255,6 +255,14 @@ struct MCPSkillTests {
                 setup.events.contains("cancelled sleep http")
             }
             #expect(!setup.events.contains("refused a request without the token"))
+
+            // The server dies: a call fails saying so, and the worker serves on.
+            server.signal(SIGKILL)
+            _ = try await server.waitForExit()
+            let gone = try await setup.client.invoke("fx.echo", parameters: ["text": "anyone?"], timeout: .seconds(5))
+            #expect(gone.status == .error, "\(String(describing: gone.result))")
+            #expect(gone.error?.message.contains("cannot reach") == true, "\(String(describing: gone.error))")
+            #expect(try await setup.client.invoke("echo", parameters: ["text": "still here"]).result == .text("still here"))
         }
     }
 }
