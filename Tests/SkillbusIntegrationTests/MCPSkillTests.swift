@@ -48,7 +48,8 @@ struct MCPSkillTests {
         let config = directory + "/mounter.json"
         try Data(
             JSONValue.object([
-                "version": 1, "name": "mounter", "skills": ["echo"], "mcpServers": .array([.object(server)] + otherServers),
+                "version": 1, "name": "mounter", "skills": ["echo"],
+                "mcpServers": .array([.object(server)] + otherServers),
                 // The config's policies apply to mounted tools as to any skill.
                 "policies": ["fx.flaky": ["retry": ["attempts": 3, "backoffMs": 100, "on": ["skill_failed"]]]],
             ]).serialized()
@@ -114,10 +115,11 @@ struct MCPSkillTests {
         #expect(descriptor("fx.echo")?.pure == true && descriptor("fx.echo")?.idempotent == true)
         #expect(descriptor("fx.count")?.pure == false && descriptor("fx.count")?.idempotent == true)
         #expect(descriptor("fx.fail")?.pure == false && descriptor("fx.fail")?.idempotent == false)
-        #expect(descriptor("fx.add")?.parameters.fields == [
-            ParameterField("a", .integer, description: "A"),
-            ParameterField("b", .integer, required: false, description: "B", default: 0),
-        ])
+        #expect(
+            descriptor("fx.add")?.parameters.fields == [
+                ParameterField("a", .integer, description: "A"),
+                ParameterField("b", .integer, required: false, description: "B", default: 0),
+            ])
     }
 
     @Test("stdio: text, JSON, error and progress; annotations and schema carried over")
@@ -157,7 +159,8 @@ struct MCPSkillTests {
         try await withWorker { setup in
             let crashed = try await setup.client.invoke("fx.crash")
             #expect(crashed.error?.code == .skillFailed)
-            #expect(crashed.error?.message.contains("exited with code 3") == true, "\(String(describing: crashed.error))")
+            #expect(
+                crashed.error?.message.contains("exited with code 3") == true, "\(String(describing: crashed.error))")
             // The next call waits for the restarted server.
             let echoed = try await setup.client.invoke("fx.echo", parameters: ["text": "back"])
             #expect(echoed.result == .text("back"), "\(String(describing: echoed.error))")
@@ -186,9 +189,11 @@ struct MCPSkillTests {
         let ghost: JSONValue = ["name": "ghost", "command": "/nonexistent/mcp-server"]
         try await withWorker(otherServers: [ghost]) { setup in
             let line = try await setup.worker.waitForLine("the ghost's failure") { $0.contains("MCP server 'ghost'") }
-            #expect(line.contains("cannot start '/nonexistent/mcp-server'") && line.contains("connecting again"), "\(line)")
+            #expect(
+                line.contains("cannot start '/nonexistent/mcp-server'") && line.contains("connecting again"), "\(line)")
             #expect(try await setup.client.invoke("echo", parameters: ["text": "built in"]).result == .text("built in"))
-            #expect(try await setup.client.invoke("fx.echo", parameters: ["text": "mounted"]).result == .text("mounted"))
+            #expect(
+                try await setup.client.invoke("fx.echo", parameters: ["text": "mounted"]).result == .text("mounted"))
             let catalog = try await setup.client.skills()
             #expect(!catalog.skills.contains { $0.descriptor.identifier.hasPrefix("ghost.") })
         }
@@ -237,7 +242,8 @@ struct MCPSkillTests {
         let log = NSTemporaryDirectory() + "skillbus-mcp-http-\(UUID().uuidString.prefix(8)).log"
         defer { try? FileManager.default.removeItem(atPath: log) }
         let server = try SkillbusProcess(
-            [Self.fixture, "--http"], name: "fixture-http", environment: ["FIXTURE_LOG": log, "FIXTURE_TOKEN": "s3cret"],
+            [Self.fixture, "--http"], name: "fixture-http",
+            environment: ["FIXTURE_LOG": log, "FIXTURE_TOKEN": "s3cret"],
             executable: "/usr/bin/env", prefix: ["python3"])
         defer { server.signal(SIGTERM) }
         let ready = try await server.waitForLine("the fixture to listen") { $0.hasPrefix("listening on ") }
@@ -262,7 +268,8 @@ struct MCPSkillTests {
             let gone = try await setup.client.invoke("fx.echo", parameters: ["text": "anyone?"], timeout: .seconds(5))
             #expect(gone.status == .error, "\(String(describing: gone.result))")
             #expect(gone.error?.message.contains("cannot reach") == true, "\(String(describing: gone.error))")
-            #expect(try await setup.client.invoke("echo", parameters: ["text": "still here"]).result == .text("still here"))
+            #expect(
+                try await setup.client.invoke("echo", parameters: ["text": "still here"]).result == .text("still here"))
         }
     }
 }

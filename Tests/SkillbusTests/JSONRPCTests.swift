@@ -21,10 +21,14 @@ struct JSONRPCTests {
 
     @Test("the parts land where they belong")
     func parts() throws {
-        let request = try JSONRPCMessage(json: ["jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": ["name": "x"]])
+        let request = try JSONRPCMessage(json: [
+            "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": ["name": "x"],
+        ])
         #expect(request == .request(id: .number(3), method: "tools/call", params: ["name": "x"]))
         #expect(request.id == .number(3))
-        let error = try JSONRPCMessage(json: ["jsonrpc": "2.0", "id": "q", "error": ["code": -32602, "message": "bad"]])
+        let error = try JSONRPCMessage(json: [
+            "jsonrpc": "2.0", "id": "q", "error": ["code": -32602, "message": "bad"],
+        ])
         #expect(error == .error(id: .string("q"), JSONRPCError(.invalidParams, "bad")))
         let note = try JSONRPCMessage(json: ["jsonrpc": "2.0", "method": "notifications/progress"])
         #expect(note == .notification(method: "notifications/progress", params: nil) && note.id == nil)

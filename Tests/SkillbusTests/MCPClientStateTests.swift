@@ -25,14 +25,17 @@ struct MCPClientStateTests {
         }
         #expect(params["protocolVersion"] == "2025-11-25" && params["clientInfo"]?["name"] == "skillbus")
         #expect(session.phase == .initializing(id: 1))
-        #expect(session.receive(.result(id: .number(1), result: ["protocolVersion": "2025-03-26"]))
-            == .answer(id: 1, .success(["protocolVersion": "2025-03-26"])))
+        #expect(
+            session.receive(.result(id: .number(1), result: ["protocolVersion": "2025-03-26"]))
+                == .answer(id: 1, .success(["protocolVersion": "2025-03-26"])))
         let initialized = try session.acceptInitializeResult(["protocolVersion": "2025-03-26"])
         #expect(initialized == .notification(method: "notifications/initialized", params: nil))
         #expect(session.phase == .ready(protocolVersion: "2025-03-26"))
     }
 
-    @Test("a revision we do not speak, or none, ends the session", arguments: [["protocolVersion": "1999-01-01"], [:]] as [JSONValue])
+    @Test(
+        "a revision we do not speak, or none, ends the session",
+        arguments: [["protocolVersion": "1999-01-01"], [:]] as [JSONValue])
     func unsupported(answer: JSONValue) {
         var session = MCPSessionState()
         _ = session.initializeRequest(clientName: "skillbus", clientVersion: "1")
@@ -45,8 +48,13 @@ struct MCPClientStateTests {
         var session = try ready()
         let (id, message) = session.request("tools/list", params: ["cursor": "c"])
         #expect(message == .request(id: .number(id), method: "tools/list", params: ["cursor": "c"]))
-        #expect(session.receive(.result(id: .number(id), result: ["tools": []])) == .answer(id: id, .success(["tools": []])))
-        if case .ignored = session.receive(.result(id: .number(id), result: [:])) {} else { Issue.record("answered twice") }
+        #expect(
+            session.receive(.result(id: .number(id), result: ["tools": []])) == .answer(id: id, .success(["tools": []]))
+        )
+        if case .ignored = session.receive(.result(id: .number(id), result: [:])) {
+        } else {
+            Issue.record("answered twice")
+        }
 
         let (other, _) = session.request("tools/call", params: [:])
         let refusal = JSONRPCError(.invalidParams, "bad")
@@ -78,11 +86,16 @@ struct MCPClientStateTests {
     func cancel() throws {
         var session = try ready()
         let (id, _) = session.request("tools/call", params: [:])
-        #expect(session.cancel(id: id, reason: "timeout")
-            == .notification(method: "notifications/cancelled", params: ["requestId": .number(Double(id)), "reason": "timeout"]))
+        #expect(
+            session.cancel(id: id, reason: "timeout")
+                == .notification(
+                    method: "notifications/cancelled", params: ["requestId": .number(Double(id)), "reason": "timeout"]))
         #expect(session.cancel(id: id, reason: "timeout") == nil)
         // A late answer to it is no answer.
-        if case .ignored = session.receive(.result(id: .number(id), result: [:])) {} else { Issue.record("late answer") }
+        if case .ignored = session.receive(.result(id: .number(id), result: [:])) {
+        } else {
+            Issue.record("late answer")
+        }
 
         var starting = MCPSessionState()
         _ = starting.initializeRequest(clientName: "skillbus", clientVersion: "1")
@@ -98,8 +111,13 @@ struct MCPClientStateTests {
 
         var session = try ready()
         #expect(session.receive(changed) == .toolsChanged)
-        #expect(session.receive(.request(id: .string("p"), method: "ping", params: nil)) == .reply(.result(id: .string("p"), result: [:])))
-        guard case .reply(.error(.number(9), let error)) = session.receive(.request(id: .number(9), method: "sampling/createMessage", params: [:])) else {
+        #expect(
+            session.receive(.request(id: .string("p"), method: "ping", params: nil))
+                == .reply(.result(id: .string("p"), result: [:])))
+        guard
+            case .reply(.error(.number(9), let error)) = session.receive(
+                .request(id: .number(9), method: "sampling/createMessage", params: [:]))
+        else {
             Issue.record("sampling not refused")
             return
         }

@@ -8,7 +8,9 @@ import Testing
 @Suite("MCP tools as skills")
 struct MCPToolTests {
     func tool(_ schema: JSONValue, annotations: JSONValue = [:], name: String = "t") throws -> MCPTool {
-        try MCPTool(json: ["name": .string(name), "description": "d", "inputSchema": schema, "annotations": annotations])
+        try MCPTool(json: [
+            "name": .string(name), "description": "d", "inputSchema": schema, "annotations": annotations,
+        ])
     }
 
     @Test("the schema keeps types, required, descriptions and defaults; anything richer becomes any")
@@ -27,16 +29,17 @@ struct MCPToolTests {
             ],
             "required": ["text", "flags"],
         ]).parameterSchema()
-        #expect(converted.fields == [
-            ParameterField("count", .integer, required: false, default: 3),
-            ParameterField("either", .any, required: false),
-            ParameterField("flags", .array),
-            ParameterField("maybe", .any, required: false),
-            ParameterField("ratio", .number, required: false, description: "Ratio"),
-            ParameterField("shape", .object, required: false),
-            ParameterField("text", .string, description: "what to say"),
-            ParameterField("wrong", .boolean, required: false),
-        ])
+        #expect(
+            converted.fields == [
+                ParameterField("count", .integer, required: false, default: 3),
+                ParameterField("either", .any, required: false),
+                ParameterField("flags", .array),
+                ParameterField("maybe", .any, required: false),
+                ParameterField("ratio", .number, required: false, description: "Ratio"),
+                ParameterField("shape", .object, required: false),
+                ParameterField("text", .string, description: "what to say"),
+                ParameterField("wrong", .boolean, required: false),
+            ])
         #expect(try tool(["type": "object"]).parameterSchema().fields.isEmpty)
         #expect(throws: SkillbusError.self) { try tool(["type": "array"]).parameterSchema() }
     }
@@ -61,13 +64,20 @@ struct MCPToolTests {
 
     @Test("results: structured → JSON, text → text, one image → attachment, a mix → its content as JSON")
     func results() throws {
-        #expect(try MCPTool.result(of: ["content": [["type": "text", "text": "a"], ["type": "text", "text": "b"]]], skill: "s") == .text("a\nb"))
-        #expect(try MCPTool.result(of: ["content": [["type": "text", "text": "{}"]], "structuredContent": ["n": 1]], skill: "s") == .json(["n": 1]))
+        #expect(
+            try MCPTool.result(
+                of: ["content": [["type": "text", "text": "a"], ["type": "text", "text": "b"]]], skill: "s")
+                == .text("a\nb"))
+        #expect(
+            try MCPTool.result(
+                of: ["content": [["type": "text", "text": "{}"]], "structuredContent": ["n": 1]], skill: "s")
+                == .json(["n": 1]))
         #expect(try MCPTool.result(of: ["structuredContent": ["n": 1]], skill: "s") == .json(["n": 1]))
         #expect(try MCPTool.result(of: ["content": []], skill: "s") == .text(""))
         let image: JSONValue = ["type": "image", "mimeType": "image/png", "data": "iVBO"]
-        #expect(try MCPTool.result(of: ["content": [image]], skill: "s")
-            == .attachment(.init(name: "s.image", mediaType: "image/png", bytes: [0x89, 0x50, 0x4E])))
+        #expect(
+            try MCPTool.result(of: ["content": [image]], skill: "s")
+                == .attachment(.init(name: "s.image", mediaType: "image/png", bytes: [0x89, 0x50, 0x4E])))
         let mix: JSONValue = [["type": "text", "text": "see"], image]
         #expect(try MCPTool.result(of: ["content": mix], skill: "s") == .json(["content": mix]))
     }
@@ -75,7 +85,8 @@ struct MCPToolTests {
     @Test("isError is skill_failed with the server's text; a malformed answer is a clear failure")
     func errors() {
         #expect {
-            try MCPTool.result(of: ["isError": true, "content": [["type": "text", "text": "disk on fire"]]], skill: "s")
+            try MCPTool.result(
+                of: ["isError": true, "content": [["type": "text", "text": "disk on fire"]]], skill: "s")
         } throws: { error in
             (error as? SkillbusError).map { $0.code == .skillFailed && $0.message == "disk on fire" } ?? false
         }
@@ -83,7 +94,8 @@ struct MCPToolTests {
             #expect {
                 try MCPTool.result(of: garbage, skill: "fs.t")
             } throws: { error in
-                (error as? SkillbusError).map { $0.code == .skillFailed && $0.message.contains("no tool result") } ?? false
+                (error as? SkillbusError).map { $0.code == .skillFailed && $0.message.contains("no tool result") }
+                    ?? false
             }
         }
     }
@@ -106,14 +118,24 @@ struct MCPToolTests {
     @Test("mcpServers: a command or a URL, read back as written")
     func config() throws {
         let servers: JSONValue = [
-            ["name": "files", "command": "npx", "args": ["-y", "server-fs"], "env": ["ROOT": "/tmp"], "trusted": true, "cacheMs": 60000],
+            [
+                "name": "files", "command": "npx", "args": ["-y", "server-fs"], "env": ["ROOT": "/tmp"],
+                "trusted": true, "cacheMs": 60000,
+            ],
             ["name": "remote", "url": "https://mcp.example/mcp", "bearerTokenEnv": "REMOTE_TOKEN", "timeoutMs": 9000],
         ]
         let worker = try load(servers)
-        #expect(worker.mcpServers == [
-            MCPServerSpec(name: "files", connection: .stdio(command: "npx", arguments: ["-y", "server-fs"], environment: ["ROOT": "/tmp"]), trusted: true, cacheMs: 60000),
-            MCPServerSpec(name: "remote", connection: .http(url: "https://mcp.example/mcp", bearerTokenEnvironment: "REMOTE_TOKEN"), timeoutMs: 9000),
-        ])
+        #expect(
+            worker.mcpServers == [
+                MCPServerSpec(
+                    name: "files",
+                    connection: .stdio(command: "npx", arguments: ["-y", "server-fs"], environment: ["ROOT": "/tmp"]),
+                    trusted: true, cacheMs: 60000),
+                MCPServerSpec(
+                    name: "remote",
+                    connection: .http(url: "https://mcp.example/mcp", bearerTokenEnvironment: "REMOTE_TOKEN"),
+                    timeoutMs: 9000),
+            ])
         #expect(worker.json["mcpServers"] == servers)
     }
 
@@ -125,7 +147,10 @@ struct MCPToolTests {
             (["name": "a.b", "command": "x"], "mcpServers[0].name: 'a.b' is no server name"),
             (["name": "x", "command": "x", "url": "http://h"], "mcpServers[0].url: give either"),
             (["name": "x", "url": "ftp://h"], "mcpServers[0].url: expected an http"),
-            (["name": "x", "command": "x", "bearerTokenEnv": "T"], "mcpServers[0].bearerTokenEnv: only a server with a 'url'"),
+            (
+                ["name": "x", "command": "x", "bearerTokenEnv": "T"],
+                "mcpServers[0].bearerTokenEnv: only a server with a 'url'"
+            ),
             (["name": "x", "url": "http://h", "args": []], "mcpServers[0].args: only a server with a 'command'"),
             (["name": "x", "command": "x", "env": ["A": 1]], "mcpServers[0].env.A: expected a string"),
             (["name": "x", "command": "x", "colour": "red"], "mcpServers[0].colour: unknown key"),
@@ -141,6 +166,8 @@ struct MCPToolTests {
 
     @Test("two servers with one name are refused")
     func duplicate() {
-        #expect(throws: SkillbusError.self) { try load([["name": "x", "command": "a"], ["name": "x", "url": "http://h"]]) }
+        #expect(throws: SkillbusError.self) {
+            try load([["name": "x", "command": "a"], ["name": "x", "url": "http://h"]])
+        }
     }
 }

@@ -62,7 +62,8 @@ final class MCPClient: Sendable {
         let done: JSONRPCMessage
         do {
             answer = try await perform(id, request, progress: nil, deadline: .now + timeout, what: "initialize")
-            done = try state.withLock { state throws(SkillbusError) in try state.session.acceptInitializeResult(answer) }
+            done = try state.withLock { state throws(SkillbusError) in try state.session.acceptInitializeResult(answer)
+            }
         } catch {
             // A stdio server is reaped before the error goes on: nothing of it outlives a stopping worker.
             transport.close()
@@ -99,7 +100,8 @@ final class MCPClient: Sendable {
         }
         let expiry = Task { [weak self] in
             try await Task.sleep(until: deadline)
-            self?.giveUp(id, SkillbusError(.timeout, "MCP server '\(self?.server ?? "")' did not answer \(what) in time"))
+            self?.giveUp(
+                id, SkillbusError(.timeout, "MCP server '\(self?.server ?? "")' did not answer \(what) in time"))
         }
         defer { expiry.cancel() }
         return try await withTaskCancellationHandler {
@@ -224,7 +226,8 @@ final class MCPClient: Sendable {
             let params: JSONValue = cursor.map { ["cursor": .string($0)] } ?? [:]
             let page = try await request("tools/list", params: params, deadline: deadline)
             guard let listed = page["tools"]?.arrayValue else {
-                throw SkillbusError(.malformedMessage, "MCP server '\(server)': its tools/list answer has no 'tools' array")
+                throw SkillbusError(
+                    .malformedMessage, "MCP server '\(server)': its tools/list answer has no 'tools' array")
             }
             for item in listed {
                 do {
@@ -249,8 +252,10 @@ final class MCPClient: Sendable {
                 "tools/call", params: ["name": .string(name), "arguments": .object(arguments)], deadline: deadline,
                 progress: progress)
         } catch let error as JSONRPCError {
-            let code: SkillbusError.Code = error.code == JSONRPCError.StandardCode.invalidParams.rawValue ? .invalidParameters : .skillFailed
-            throw SkillbusError(code, "MCP server '\(server)' refused the call to '\(name)': \(error.message) (code \(error.code))")
+            let code: SkillbusError.Code =
+                error.code == JSONRPCError.StandardCode.invalidParams.rawValue ? .invalidParameters : .skillFailed
+            throw SkillbusError(
+                code, "MCP server '\(server)' refused the call to '\(name)': \(error.message) (code \(error.code))")
         }
     }
 }

@@ -64,7 +64,9 @@ final class MCPHTTPTransport: MCPTransport {
     }
 
     func send(_ message: JSONRPCMessage) async throws(SkillbusError) {
-        guard state.withLock({ !$0.isClosed }) else { throw SkillbusError(.skillFailed, "MCP server '\(server)': the connection is closed") }
+        guard state.withLock({ !$0.isClosed }) else {
+            throw SkillbusError(.skillFailed, "MCP server '\(server)': the connection is closed")
+        }
         if case .notification("notifications/cancelled", let params) = message,
             let id = params?["requestId"].flatMap(JSONRPCID.init(json:))
         {
@@ -118,7 +120,9 @@ final class MCPHTTPTransport: MCPTransport {
             let body = try await call.body(limit: Self.maxBodyBytes)
             deliver(try JSONRPCMessage(parsing: body))
         } catch let error as JSONRPCError {
-            deliver(.error(id: id, JSONRPCError(code: error.code, message: "its answer is no MCP message: \(error.message)")))
+            deliver(
+                .error(
+                    id: id, JSONRPCError(code: error.code, message: "its answer is no MCP message: \(error.message)")))
         } catch {
             deliver(.error(id: id, JSONRPCError(.internalError, "its answer broke off: \(error)")))
         }
@@ -134,7 +138,9 @@ final class MCPHTTPTransport: MCPTransport {
             if let event = events.finish() { deliverEvent(event, answering: id) }
             if let id {
                 // Ended without the answer: the call would otherwise wait for its deadline.
-                deliver(.error(id: id, JSONRPCError(.internalError, "the server ended its answer stream without an answer")))
+                deliver(
+                    .error(id: id, JSONRPCError(.internalError, "the server ended its answer stream without an answer"))
+                )
             }
         } catch {
             if let id, error != .cancelled {
@@ -149,7 +155,9 @@ final class MCPHTTPTransport: MCPTransport {
             deliver(try JSONRPCMessage(parsing: Array(event.data.utf8)))
         } catch {
             guard let id else { return logger.warning("MCP server '\(server)': an event is no MCP message: \(error)") }
-            deliver(.error(id: id, JSONRPCError(code: error.code, message: "its answer is no MCP message: \(error.message)")))
+            deliver(
+                .error(
+                    id: id, JSONRPCError(code: error.code, message: "its answer is no MCP message: \(error.message)")))
         }
     }
 
@@ -166,7 +174,8 @@ final class MCPHTTPTransport: MCPTransport {
                     maxBodyBytes: Int.max)
                 guard call.response.statusCode == 200 else {
                     call.cancel()
-                    return logger.debug("MCP server '\(server)': no stream of its own (HTTP \(call.response.statusCode))")
+                    return logger.debug(
+                        "MCP server '\(server)': no stream of its own (HTTP \(call.response.statusCode))")
                 }
                 await withTaskCancellationHandler {
                     await readEvents(call, answering: nil)
@@ -182,7 +191,9 @@ final class MCPHTTPTransport: MCPTransport {
 
     private func fail(_ reason: String) {
         let (closed, calls, listener) = state.withLock { state in
-            guard !state.isClosed else { return ((@Sendable (String) -> Void)?.none, [HTTPStreamingCall](), Task<Void, Never>?.none) }
+            guard !state.isClosed else {
+                return ((@Sendable (String) -> Void)?.none, [HTTPStreamingCall](), Task<Void, Never>?.none)
+            }
             state.isClosed = true
             defer { state.calls = [:] }
             return (state.closed, Array(state.calls.values), state.listener)

@@ -155,7 +155,8 @@ public final class MCPServerMount: Service {
         let id = UUID()
         let expiry = Task { [weak self] in
             try await Task.sleep(until: deadline)
-            self?.stopWaiting(id, SkillbusError(.timeout, "MCP server '\(self?.spec.name ?? "")' was not connected in time"))
+            self?.stopWaiting(
+                id, SkillbusError(.timeout, "MCP server '\(self?.spec.name ?? "")' was not connected in time"))
         }
         defer { expiry.cancel() }
         return try await withTaskCancellationHandler {
@@ -169,7 +170,8 @@ public final class MCPServerMount: Service {
                 if let outcome { continuation.resume(with: outcome) }
             }
         } onCancel: {
-            stopWaiting(id, SkillbusError(.cancelled, "the call was cancelled while MCP server '\(spec.name)' connected"))
+            stopWaiting(
+                id, SkillbusError(.cancelled, "the call was cancelled while MCP server '\(spec.name)' connected"))
         }
     }
 

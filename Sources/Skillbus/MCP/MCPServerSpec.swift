@@ -60,11 +60,14 @@ public struct MCPServerSpec: Sendable, Equatable {
                     guard CommandSkillSpec.isVariableName(key) else {
                         throw env.error(key, "'\(key)' is no variable name (letters, digits, _; not first a digit)")
                     }
-                    guard let text = value.stringValue else { throw env.error(key, "expected a string, got \(value.typeName)") }
+                    guard let text = value.stringValue else {
+                        throw env.error(key, "expected a string, got \(value.typeName)")
+                    }
                     environment[key] = text
                 }
             }
-            connection = .stdio(command: command, arguments: try object.stringArray("args") ?? [], environment: environment)
+            connection = .stdio(
+                command: command, arguments: try object.stringArray("args") ?? [], environment: environment)
         case (nil, let url?):
             guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
                 throw object.error("url", "expected an http:// or https:// URL, got '\(url.prefix(200))'")
@@ -74,7 +77,8 @@ public struct MCPServerSpec: Sendable, Equatable {
             }
             let token = try object.string("bearerTokenEnv")
             if let token, !CommandSkillSpec.isVariableName(token) {
-                throw object.error("bearerTokenEnv", "'\(token)' is no variable name (letters, digits, _; not first a digit)")
+                throw object.error(
+                    "bearerTokenEnv", "'\(token)' is no variable name (letters, digits, _; not first a digit)")
             }
             connection = .http(url: url, bearerTokenEnvironment: token)
         case (nil, nil):

@@ -154,6 +154,7 @@ struct MCPSessionState {
             return .ignored("progress for token \(token), which no request waits for")
         }
         return .progress(
-            id: id, Progress(progress: value, total: params["total"]?.doubleValue, message: params["message"]?.stringValue))
+            id: id,
+            Progress(progress: value, total: params["total"]?.doubleValue, message: params["message"]?.stringValue))
     }
 }

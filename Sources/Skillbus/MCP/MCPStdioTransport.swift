@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import Dispatch
 import Foundation
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// MCP over stdio: the server is a subprocess (in a process group of its own) that reads newline-delimited
 /// JSON-RPC on its standard input and writes it on its standard output; its standard error goes to the
@@ -67,7 +68,8 @@ final class MCPStdioTransport: MCPTransport {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+        posix_spawnattr_setflags(
+            &attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
         posix_spawnattr_setpgroup(&attributes, 0)
         var defaults = sigset_t()
         sigemptyset(&defaults)
@@ -117,7 +119,9 @@ final class MCPStdioTransport: MCPTransport {
                     receive(try JSONRPCMessage(parsing: Array(line.utf8)))
                     return true
                 } catch {
-                    garbage = "it wrote something that is no MCP message on its standard output (\(error.message.prefix(200))): \(line.prefix(120))"
+                    garbage =
+                        "it wrote something that is no MCP message on its standard output"
+                        + " (\(error.message.prefix(200))): \(line.prefix(120))"
                     return false
                 }
             }
@@ -144,7 +148,8 @@ final class MCPStdioTransport: MCPTransport {
                 let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
                 if written < 0 {
                     if errno == EINTR { continue }
-                    return logger.warning("MCP server '\(server)': cannot write to it: \(String(cString: strerror(errno)))")
+                    return logger.warning(
+                        "MCP server '\(server)': cannot write to it: \(String(cString: strerror(errno)))")
                 }
                 offset += written
             }
@@ -154,7 +159,12 @@ final class MCPStdioTransport: MCPTransport {
     /// Closes its standard input (after what is queued is written); the reader reaps it, terminating it when
     /// it does not leave by itself.
     func close() {
-        guard !closedOnce.withLock({ flag in defer { flag = true }; return flag }) else { return }
+        guard
+            !closedOnce.withLock({ flag in
+                defer { flag = true }
+                return flag
+            })
+        else { return }
         writes.async { [self] in
             process.withLock { entry in
                 guard let fd = entry?.stdin, fd >= 0 else { return }
@@ -230,7 +240,8 @@ final class MCPStdioTransport: MCPTransport {
     }
 
     private static func failure(_ what: String, _ code: Int32) -> SkillbusError {
-        SkillbusError(.unreachable, "\(what): \(String(cString: strerror(code)))", details: ["errno": .number(Double(code))])
+        SkillbusError(
+            .unreachable, "\(what): \(String(cString: strerror(code)))", details: ["errno": .number(Double(code))])
     }
 }
 

@@ -79,8 +79,8 @@ extension MCPTool {
         guard let identifier = skillIdentifier(server: server) else {
             throw SkillbusError(
                 .invalidRegistration,
-                "tool '\(name.prefix(128))' cannot be a skill: '\(server).\(name.prefix(128))' is no skill identifier (a-z A-Z 0-9 . _ -, at most 128)"
-            )
+                "tool '\(name.prefix(128))' cannot be a skill: '\(server).\(name.prefix(128))' is no skill identifier"
+                    + " (a-z A-Z 0-9 . _ -, at most 128)")
         }
         let pure = trusted && annotations["readOnlyHint"] == true
         return SkillDescriptor(
