@@ -119,7 +119,9 @@ public enum WorkerCommand: SkillbusCommand {
             Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
             Its --config may also declare command skills ("commands"): programs in any language run as
-            skills, their output lines streamed (README, "Skills in any language").
+            skills, their output lines streamed (README, "Skills in any language"), and MCP servers
+            ("mcpServers"), launched or reached over HTTP and supervised, whose tools it offers as skills
+            <server>.<tool> (docs/MCP.md).
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
             --policy overrides what a skill declares about retries and concurrency (a config's "policies"):
@@ -127,6 +129,7 @@ public enum WorkerCommand: SkillbusCommand {
 
             EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
                      skillbus worker --name beta --skills sleep --policy 'sleep={"concurrency":1}'
+                     skillbus worker --config configs/mcp-worker.json
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
