@@ -262,6 +262,15 @@ struct MCPSkillTests {
             }
             #expect(!setup.events.contains("refused a request without the token"))
 
+            // The server forgets our session (404): that call fails saying so; the worker starts a new
+            // session, and the next call goes through.
+            #expect(try await setup.client.invoke("fx.forget").result == .text("will forget"))
+            let forgotten = try await setup.client.invoke("fx.echo", parameters: ["text": "who?"])
+            #expect(forgotten.error?.message.contains("no longer knows our session") == true, "\(String(describing: forgotten))")
+            #expect(setup.events.contains("forgot a session"))
+            let renewed = try await setup.client.invoke("fx.echo", parameters: ["text": "new session"])
+            #expect(renewed.result == .text("new session"), "\(String(describing: renewed.error))")
+
             // The server dies: a call fails saying so, and the worker serves on.
             server.signal(SIGKILL)
             _ = try await server.waitForExit()

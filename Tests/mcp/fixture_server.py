@@ -122,6 +122,35 @@ async def grow(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+# Over HTTP: once `forget` ran, the next session that sends a request is forgotten, as a restarted
+# server forgets its sessions; from then on every request of that session is answered 404.
+FORGET = {"next": False, "sessions": set()}
+
+
+@server.tool(structured_output=False)
+def forget() -> str:
+    """Over HTTP, makes the server forget the session of the next request it gets."""
+    FORGET["next"] = True
+    return "will forget"
+
+
+def forgetting(app):
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http":
+            session = dict(scope["headers"]).get(b"mcp-session-id")
+            if session and FORGET["next"] and scope["method"] == "POST":
+                FORGET["next"] = False
+                FORGET["sessions"].add(session)
+                note("forgot a session")
+            if session in FORGET["sessions"]:
+                await send({"type": "http.response.start", "status": 404, "headers": []})
+                await send({"type": "http.response.body", "body": b"no such session"})
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 def require_token(app, token: str):
     """Refuses every HTTP request without `Authorization: Bearer <token>` (401), as a guarded server would."""
 
@@ -144,6 +173,7 @@ def serve_http() -> None:
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
     app = server.streamable_http_app(host="127.0.0.1")
+    app = forgetting(app)
     token = os.environ.get("FIXTURE_TOKEN")
     if token:
         app = require_token(app, token)
