@@ -119,7 +119,9 @@ public enum WorkerCommand: SkillbusCommand {
             Connects to the coordinator's bus, registers the chosen built-in skills, and runs up to CAPACITY
             invocations at once until SIGINT or SIGTERM. Built-in skills: \(BuiltinSkills.identifiers.joined(separator: ", ")).
             Its --config may also declare command skills ("commands"): programs in any language run as
-            skills, their output lines streamed (README, "Skills in any language").
+            skills, their output lines streamed (README, "Skills in any language"), and MCP servers
+            ("mcpServers"), launched or reached over HTTP and supervised, whose tools it offers as skills
+            <server>.<tool> (docs/MCP.md).
             On SIGHUP it reads its --config file again and offers the skills listed there from then on.
             It follows the registry on the feed endpoint the coordinator names (or --feed).
             --policy overrides what a skill declares about retries and concurrency (a config's "policies"):
@@ -127,6 +129,7 @@ public enum WorkerCommand: SkillbusCommand {
 
             EXAMPLE: skillbus worker --name alpha --skills echo,math.eval --capacity 8
                      skillbus worker --name beta --skills sleep --policy 'sleep={"concurrency":1}'
+                     skillbus worker --config configs/mcp-worker.json
             """,
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
@@ -231,12 +234,14 @@ public enum WorkerCommand: SkillbusCommand {
         logger.info(
             "connecting to \(configuration.coordinator) with \(skills.map(\.identifier).joined(separator: ", "));"
                 + " context in \(dataDirectory)")
+        let mounts = mcpMounts(configuration, worker: worker, logger: logger)
         let hangups = SignalWatcher([SIGHUP])
         let reloader = FunctionService {
             for await _ in hangups.signals { reload(arguments, worker: worker, logger: logger) }
         }
-        // Stopped in reverse: the reloader first, then the worker (its cancellation is its graceful stop).
-        try await runUntilStopped([worker, reloader], signals: signals, logger: logger) { signal in
+        // Stopped in reverse: the reloader first, then the worker (its cancellation is its graceful stop), then
+        // the MCP servers it mounted, once nothing calls them any more.
+        try await runUntilStopped(mounts + [worker, reloader], signals: signals, logger: logger) { signal in
             logger.info("signal \(signal): stopping")
         }
         // The goodbye (DISCONNECT) is flushed when the context ends; the worker holds the context, so end
@@ -254,6 +259,20 @@ public enum WorkerCommand: SkillbusCommand {
         return try configuration.policies.apply(to: skills)
     }
 
+    /// The configuration's MCP servers, each publishing its tools as skills `<server>.<tool>` on `worker`, with
+    /// the configuration's policies applied to them as to any skill.
+    static func mcpMounts(_ configuration: WorkerConfiguration, worker: AgentWorker, logger: Logger) -> [MCPServerMount] {
+        configuration.mcpServers.map { spec in
+            MCPServerMount(spec: spec, logger: logger, clientVersion: SkillbusCLI.version) { skills in
+                do {
+                    worker.replaceSkills(withPrefix: spec.name + ".", by: try configuration.policies.apply(to: skills))
+                } catch {
+                    logger.error("MCP server '\(spec.name)': its tools are not offered: \(error)")
+                }
+            }
+        }
+    }
+
     /// SIGHUP: the config file's skill list (and sandbox) again; a broken file changes nothing.
     static func reload(_ arguments: ParsedArguments, worker: AgentWorker, logger: Logger) {
         guard arguments.value("--config") != nil else {
@@ -262,7 +281,8 @@ public enum WorkerCommand: SkillbusCommand {
         do {
             let configuration = try configuration(arguments)
             let skills = try skills(of: configuration)
-            worker.setSkills(skills)
+            // What the mounted MCP servers offer stays; the servers themselves change only with a restart.
+            worker.setSkills(skills, keepingPrefixes: configuration.mcpServers.map { $0.name + "." })
             logger.info("SIGHUP: now offering \(skills.map(\.identifier).sorted().joined(separator: ", "))")
             if configuration.capacity != worker.options.capacity || configuration.name != worker.options.name {
                 logger.warning("SIGHUP: name and capacity changes take effect only after a restart")

@@ -215,7 +215,7 @@ struct CommandLineTests {
         #expect(cluster.workers.first?.capacity == 2)
     }
 
-    @Test("the shipped configs load", arguments: ["coordinator.json", "worker.json", "local.json", "llm-worker.json"])
+    @Test("the shipped configs load", arguments: ["coordinator.json", "worker.json", "local.json", "llm-worker.json", "mcp-worker.json"])
     func shippedConfigs(name: String) throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent()
@@ -224,6 +224,7 @@ struct CommandLineTests {
         case "coordinator.json": _ = try CoordinatorConfiguration.load(path: path)
         case "worker.json": _ = try WorkerConfiguration.load(path: path)
         case "llm-worker.json": #expect(try WorkerConfiguration.load(path: path).planner?["openai"] != nil)
+        case "mcp-worker.json": #expect(try WorkerConfiguration.load(path: path).mcpServers.map(\.name) == ["fixture", "files", "remote"])
         default:
             let cluster = try ClusterConfiguration.load(path: path)
             #expect(cluster.workers.count == 3)

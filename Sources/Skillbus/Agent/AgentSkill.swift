@@ -24,6 +24,8 @@ public protocol AgentSkill: Sendable {
     /// Its result depends only on its parameters, so the bus may answer from its cache for `cacheMs`.
     var isPure: Bool { get }
     var cacheMs: Int? { get }
+    /// Free-form metadata the registry keeps and passes on (tags, version, where it comes from); none by default.
+    var metadata: [String: JSONValue] { get }
     /// Runs the skill. `parameters` were already validated against `parameterSchema`, defaults applied.
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult
 }
@@ -61,11 +63,12 @@ extension AgentSkill {
     public var concurrencyLimit: Int? { nil }
     public var isPure: Bool { false }
     public var cacheMs: Int? { nil }
+    public var metadata: [String: JSONValue] { [:] }
 
     public var descriptor: SkillDescriptor {
         SkillDescriptor(
             identifier: identifier, displayName: displayName, description: description, parameters: parameterSchema,
-            defaultTimeoutMs: defaultTimeoutMs, needsConfirmation: needsConfirmation, retry: retryPolicy,
+            defaultTimeoutMs: defaultTimeoutMs, metadata: metadata, needsConfirmation: needsConfirmation, retry: retryPolicy,
             idempotent: isIdempotent, concurrency: concurrencyLimit, pure: isPure, cacheMs: cacheMs)
     }
 }

@@ -34,6 +34,25 @@ extension AgentWorker {
         changeSkills { $0 = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first }) }
     }
 
+    /// Replaces the skills whose identifiers start with `prefix` (a mounted MCP server's `<server>.`) with
+    /// `skills`, leaving the others as they are: one update on the bus.
+    public func replaceSkills(withPrefix prefix: String, by skills: [any AgentSkill]) {
+        changeSkills { current in
+            current = current.filter { !$0.key.hasPrefix(prefix) }
+            for skill in skills { current[skill.identifier] = skill }
+        }
+    }
+
+    /// Replaces the whole skill list but the skills under `prefixes`, which stay (a config reload keeps what
+    /// the mounted MCP servers offer).
+    public func setSkills(_ skills: [any AgentSkill], keepingPrefixes prefixes: [String]) {
+        changeSkills { current in
+            let kept = current.filter { entry in prefixes.contains { entry.key.hasPrefix($0) } }
+            current = Dictionary(skills.map { ($0.identifier, $0) }, uniquingKeysWith: { first, _ in first })
+            current.merge(kept) { _, mounted in mounted }
+        }
+    }
+
     /// Changes the skills and tells the bus. The message is built and queued under the lock (`send` takes
     /// only the outbox's own lock and never blocks), so lists reach the bus in the order the changes
     /// happened and the last one sent is the list as it now is.

@@ -350,7 +350,7 @@ private struct OutputReader {
 }
 
 /// GNU additions to posix_spawn that Swift's Glibc module does not show, looked up once at run time.
-private enum SpawnExtensions {
+enum SpawnExtensions {
     typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
     typealias AddClosefrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
 

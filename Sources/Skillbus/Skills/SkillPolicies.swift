@@ -152,6 +152,7 @@ struct PolicyOverriddenSkill: AgentSkill {
     var defaultTimeoutMs: Int? { base.defaultTimeoutMs }
     var executionStyle: SkillExecutionStyle { base.executionStyle }
     var needsConfirmation: Bool { base.needsConfirmation }
+    var metadata: [String: JSONValue] { base.metadata }
 
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
         try await base.execute(parameters: parameters, context: context)

@@ -106,6 +106,8 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
     public var commands: [CommandSkillSpec] = []
     /// Overrides of the skills' own retry policy, idempotency and concurrency, by skill identifier.
     public var policies = SkillPolicies()
+    /// MCP servers whose tools it offers as skills `<server>.<tool>` (docs/MCP.md).
+    public var mcpServers: [MCPServerSpec] = []
 
     public init() {}
 
@@ -193,6 +195,11 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
                     throw object.error("policies", error.message)
                 }
             }, write: { $0.policies.isEmpty ? JSONValue?.none : $0.policies.json }),
+        Setting(
+            "mcpServers", help: "MCP servers whose tools it offers as skills <server>.<tool> (docs/MCP.md).",
+            read: { object, worker throws(SkillbusError) in
+                if let servers = try MCPServerSpec.list(in: object) { worker.mcpServers = servers }
+            }, write: { $0.mcpServers.isEmpty ? JSONValue?.none : .array($0.mcpServers.map(\.json)) }),
     ]
 
     public static func load(path: String) throws(SkillbusError) -> WorkerConfiguration {
