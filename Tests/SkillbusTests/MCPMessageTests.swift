@@ -1,0 +1,170 @@
+import Foundation
+import Testing
+
+@testable import Skillbus
+
+/// The JSON-RPC model, version negotiation and the tool listing of `skillbus mcp`: no sockets.
+@Suite("MCP messages, versions and tools")
+struct MCPMessageTests {
+    func parse(_ text: String) -> Result<MCPMessage, MCPMessage.Unreadable> { MCPMessage.parse(Array(text.utf8)) }
+
+    @Test("requests, notifications and answers are read with their ids as sent")
+    func reads() throws {
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#).get()
+                == .request(id: 7, method: "ping", params: nil))
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":"a","method":"tools/list","params":{"cursor":"x"}}"#).get()
+                == .request(id: "a", method: "tools/list", params: ["cursor": "x"]))
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).get()
+                == .notification(method: "notifications/initialized", params: nil))
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":"s-1","result":{"action":"accept"}}"#).get()
+                == .result(id: "s-1", ["action": "accept"]))
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"no"}}"#).get()
+                == .error(id: 3, MCPError(-32601, "no")))
+    }
+
+    @Test(
+        "bad messages get the JSON-RPC error that names what was wrong, with the id when it was readable",
+        arguments: [
+            ("{nope", JSONValue.null, -32700, "not JSON"),
+            ("[1,2]", .null, -32600, "batch"),
+            (#""text""#, .null, -32600, "must be a JSON object"),
+            (#"{"id":1,"method":"ping"}"#, 1, -32600, "'jsonrpc'"),
+            (#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#, .null, -32600, "'id'"),
+            (#"{"jsonrpc":"2.0","id":2,"method":5}"#, 2, -32600, "'method'"),
+            (#"{"jsonrpc":"2.0","id":2,"method":"x","params":3}"#, 2, -32600, "'params'"),
+            (#"{"jsonrpc":"2.0","id":2}"#, 2, -32600, "'result'"),
+        ])
+    func refuses(_ text: String, _ id: JSONValue, _ code: Int, _ says: String) throws {
+        guard case .failure(let unreadable) = parse(text) else {
+            Issue.record("\(text) was read")
+            return
+        }
+        #expect(unreadable.id == id)
+        #expect(unreadable.error.code == code)
+        #expect(unreadable.error.message.contains(says), "\(unreadable.error.message)")
+    }
+
+    @Test("a message is written as one line that reads back the same")
+    func roundTrip() throws {
+        let messages: [MCPMessage] = [
+            .request(id: "skillbus-1", method: "elicitation/create", params: ["message": "run?\nreally"]),
+            .notification(method: "notifications/progress", params: ["progressToken": 1, "progress": 2]),
+            .result(id: 9, ["tools": []]), .error(id: .null, .parseError("not JSON")),
+        ]
+        for message in messages {
+            let line = message.encoded()
+            #expect(!line.contains(UInt8(ascii: "\n")))
+            #expect(try MCPMessage.parse(line).get() == message)
+        }
+    }
+
+    @Test(
+        "the client's revision when we speak it, else our newest",
+        arguments: [
+            ("2025-11-25", "2025-11-25"), ("2025-06-18", "2025-06-18"), ("2025-03-26", "2025-03-26"),
+            ("2024-11-05", "2024-11-05"), ("2023-01-01", "2025-11-25"), ("2026-07-28", "2025-11-25"),
+        ])
+    func negotiates(_ asked: String, _ answered: String) {
+        #expect(MCPVersion.negotiate(asked) == answered)
+    }
+
+    static let writeSkill = SkillDescriptor(
+        identifier: "file.write", displayName: "Write file", description: "Writes a file.",
+        parameters: ParameterSchema([
+            ParameterField("path", .string, description: "Where"),
+            ParameterField("mode", .string, required: false, description: "How", default: "replace"),
+            ParameterField("value", .any, required: false),
+        ]), needsConfirmation: true, idempotent: true)
+
+    @Test("a skill's parameters become JSON Schema 2020-12, its policies the tool's hints")
+    func schema() {
+        let tool = MCPTool(skill: Self.writeSkill)
+        let schema = tool.json["inputSchema"]
+        #expect(schema?["$schema"] == "https://json-schema.org/draft/2020-12/schema")
+        #expect(schema?["type"] == "object" && schema?["additionalProperties"] == false)
+        #expect(schema?["required"] == ["path"])
+        #expect(schema?["properties"]?["path"] == ["type": "string", "description": "Where"])
+        #expect(schema?["properties"]?["mode"] == ["type": "string", "description": "How", "default": "replace"])
+        #expect(schema?["properties"]?["value"]?["type"] == ["string", "number", "boolean", "array", "object"])
+        #expect(tool.json["annotations"]?["destructiveHint"] == true)
+        #expect(tool.json["annotations"]?["idempotentHint"] == true)
+        #expect(tool.json["annotations"]?["readOnlyHint"] == false)
+        let pure = MCPTool(
+            skill: SkillDescriptor(
+                identifier: "p", displayName: "P", description: "", parameters: ParameterSchema([]), pure: true))
+        #expect(
+            pure.json["annotations"]?["readOnlyHint"] == true && pure.json["annotations"]?["destructiveHint"] == false)
+        #expect(pure.json["inputSchema"]?["required"] == nil && pure.json["inputSchema"]?["properties"] == [:])
+    }
+
+    static func registry(skills: [String], plannerAgents: [String] = []) -> Registry {
+        var agents = [
+            Registry.Agent(
+                name: "worker", capacity: 1,
+                skills: skills.map {
+                    SkillDescriptor(identifier: $0, displayName: $0, description: "", parameters: ParameterSchema([]))
+                })
+        ]
+        for name in plannerAgents {
+            agents.append(
+                Registry.Agent(
+                    name: name, capacity: 1, skills: [], profile: AgentProfile(planner: true, role: "helper")))
+        }
+        return Registry(agents: agents)
+    }
+
+    @Test("skills and agents with planners, in name order; an agent is asked through ask.<name>")
+    func listing() throws {
+        let list = MCPToolList(Self.registry(skills: ["zeta", "echo", "ask.bob"], plannerAgents: ["ann", "bob"]))
+        #expect(list.tools.map(\.name) == ["ask.ann", "ask.bob", "echo", "zeta"])
+        #expect(list.tool(named: "ask.ann")?.target == .agent("ann"))
+        // A skill of the very name wins over the agent.
+        guard case .skill = list.tool(named: "ask.bob")?.target else { throw MCPError.internalError("not the skill") }
+        #expect(list.tool(named: "ask.ann")?.json["inputSchema"]?["required"] == ["message"])
+    }
+
+    @Test("pages follow each other without gaps or repeats, even when the registry changes between them")
+    func pages() throws {
+        let names = (0..<7).map { "s\($0)" }
+        let list = MCPToolList(Self.registry(skills: names))
+        var seen: [String] = []
+        var cursor: String?
+        repeat {
+            let page = try list.page(after: cursor, size: 3)
+            seen += page.tools.map(\.name)
+            cursor = page.next
+        } while cursor != nil
+        #expect(seen == names)
+        let first = try list.page(after: nil, size: 3)
+        let changed = MCPToolList(Self.registry(skills: ["s0", "s1", "s4", "s5", "s6", "s2b"]))
+        #expect(try changed.page(after: first.next, size: 10).tools.map(\.name) == ["s2b", "s4", "s5", "s6"])
+        #expect(throws: MCPError.self) { try list.page(after: "garbage!", size: 3) }
+    }
+
+    @Test("identical calls within the window share a round; after it, or once forgotten, they do not")
+    func reuse() {
+        var reuse = MCPRoundReuse(window: .seconds(10))
+        var made = 0
+        let fresh = { () -> String in
+            made += 1
+            return "r\(made)"
+        }
+        let start = ContinuousClock.now
+        let key = MCPRoundReuse.key(tool: "echo", arguments: ["text": "hi", "n": 1.0])
+        #expect(key == MCPRoundReuse.key(tool: "echo", arguments: ["n": 1, "text": "hi"]))
+        #expect(reuse.round(for: key, now: start, fresh: fresh) == ("r1", false))
+        #expect(reuse.round(for: key, now: start + .seconds(9), fresh: fresh) == ("r1", true))
+        #expect(reuse.round(for: "other", now: start + .seconds(9), fresh: fresh) == ("r2", false))
+        #expect(reuse.round(for: key, now: start + .seconds(11), fresh: fresh) == ("r3", false))
+        reuse.forget(key, round: "r3")
+        #expect(reuse.round(for: key, now: start + .seconds(12), fresh: fresh) == ("r4", false))
+        var never = MCPRoundReuse(window: .zero)
+        #expect(never.round(for: key, now: start, fresh: fresh).reused == false)
+        #expect(never.round(for: key, now: start, fresh: fresh).reused == false)
+    }
+}
