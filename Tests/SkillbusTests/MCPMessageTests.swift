@@ -146,6 +146,17 @@ struct MCPMessageTests {
         #expect(throws: MCPError.self) { try list.page(after: "garbage!", size: 3) }
     }
 
+    @Test("an error reads as its code and message, with each parameter problem on a line of its own")
+    func describesErrors() {
+        let listed = SkillbusError(
+            .invalidParameters, "invalid parameters for 'echo': missing 'text'; unknown 'txt'",
+            details: ["missing 'text'", "unknown 'txt'"])
+        #expect(
+            MCPCallResult.describe(listed)
+                == "invalid_parameters: invalid parameters for 'echo'\n- missing 'text'\n- unknown 'txt'")
+        #expect(MCPCallResult.describe(SkillbusError(.timeout, "too slow")) == "timeout: too slow")
+    }
+
     @Test("identical calls within the window share a round; after it, or once forgotten, they do not")
     func reuse() {
         var reuse = MCPRoundReuse(window: .seconds(10))

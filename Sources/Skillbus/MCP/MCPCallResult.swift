@@ -46,13 +46,16 @@ enum MCPCallResult {
         return ["isError": true, "content": [textContent(describe(error))], "_meta": .object(meta)]
     }
 
-    /// `code: message`, then each listed problem on a line of its own.
+    /// `code: message`, then each listed problem on a line of its own (the bus's message for invalid
+    /// parameters already names them all: then the first line says only what failed).
     static func describe(_ error: SkillbusError) -> String {
-        var lines = ["\(error.code.rawValue): \(error.message)"]
-        if let problems = error.details?.arrayValue {
-            lines += problems.compactMap { $0.stringValue.map { "- " + $0 } }
+        let problems = error.details?.arrayValue?.compactMap(\.stringValue) ?? []
+        guard !problems.isEmpty else { return "\(error.code.rawValue): \(error.message)" }
+        var head = error.message
+        if let colon = head.range(of: ": "), problems.allSatisfy(head.contains) {
+            head = String(head[..<colon.lowerBound])
         }
-        return lines.joined(separator: "\n")
+        return (["\(error.code.rawValue): \(head)"] + problems.map { "- " + $0 }).joined(separator: "\n")
     }
 
     static func textContent(_ text: String) -> JSONValue { ["type": "text", "text": .string(text)] }

@@ -35,7 +35,11 @@ extension MCPServer {
             if let named = named?.stringValue { return (named, true) }
             return state.reuse.round(for: key, now: .now) { UUID().uuidString.lowercased() }
         }
-        if round.reused { logger?.info("\(name): round \(round.round) again (an identical call, or named)") }
+        if named != nil {
+            logger?.info("\(name): in round \(round.round), as the call names it")
+        } else if round.reused {
+            logger?.info("\(name): in round \(round.round) again, as an identical call was within the reuse window")
+        }
         let call = PreparedCall(
             id: id, tool: tool, arguments: parameters, key: key, round: round.round, busRequestID: busRequestID,
             progressToken: token, timeout: timeout, output: output)
