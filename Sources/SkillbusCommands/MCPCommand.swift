@@ -1,0 +1,180 @@
+import Foundation
+import Skillbus
+import SkillbusZMQ
+import Synchronization
+
+/// `skillbus mcp`: the bus as an MCP server, over stdio (a client launches it as a subprocess).
+public enum MCPCommand: SkillbusCommand {
+    public static let spec = CommandSpec(
+        name: "mcp",
+        abstract: "Serve the bus's skills and agents to an MCP client (Claude, an IDE, an agent SDK).",
+        discussion: """
+            Speaks the Model Context Protocol on standard input and output (newline-delimited JSON-RPC; logs
+            go to standard error), so an MCP client can launch it as a subprocess. Every skill in the registry
+            is a tool (its parameters as the tool's JSON Schema), and every agent with a planner is a tool
+            ask.<agent> that takes a message. A call runs a round on the bus as 'skillbus send' does: partial
+            output comes as progress, a cancelled call cancels the round, a skill that needs confirmation asks
+            the user through the client (elicitation) or is refused. An identical call within --reuse-window
+            gets the stored result of the first instead of running again. See docs/MCP.md.
+
+            EXAMPLE: skillbus mcp --coordinator tcp://127.0.0.1:5555 --feed tcp://127.0.0.1:5556
+            """,
+        options: [
+            coordinatorOption, feedOption, serverKeyOption, keyOption, connectTimeoutOption,
+            OptionSpec(
+                "--timeout", value: "SECONDS",
+                help: "How long a call's round may take (default: the skill's own, else the bus's 15)."),
+            OptionSpec(
+                "--reuse-window", value: "SECONDS",
+                help: "Identical calls this close together share a round (default 30; 0: never)."),
+            OptionSpec("--page-size", value: "N", help: "Tools per tools/list page (default 100)."),
+            OptionSpec("--session", value: "ID", help: "The Skillbus session calls run in (default: a new one)."),
+            logLevelOption,
+        ])
+
+    /// A message longer than this (a line of standard input) is refused, not held.
+    static let maxMessageBytes = 4 << 20
+
+    public static func run(_ arguments: ParsedArguments) async throws -> Int32 {
+        let endpoint = try Defaults.bus(arguments, spec)
+        let feed = try Defaults.feed(arguments, spec)
+        let settings = try settings(arguments)
+        let connectTimeout = try Defaults.connectTimeout(arguments, spec, within: nil)
+        let logger = Logger(label: "mcp", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
+        // A client that went away must not kill us with SIGPIPE in the middle of a write.
+        signal(SIGPIPE, SIG_IGN)
+        let signals = SignalWatcher()
+        let context = try ZMQContext()
+        let client = try await SkillbusClient.connect(
+            endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
+        let replica = try await RegistryReplica.connect(client: client, feedEndpoint: feed, context: context)
+        defer {
+            replica.close()
+            client.close()
+        }
+        // Serve even without a registry yet: the client hears list_changed once it comes.
+        if await !replica.waitUntil(timeout: connectTimeout) {
+            logger.warning("no registry from the coordinator at \(endpoint) within \(connectTimeout); serving anyway")
+        }
+        let output = StandardOutputLines()
+        let server = MCPServer(
+            bus: SkillbusMCPBus(client: client, replica: replica), settings: settings, logger: logger,
+            general: output.sink)
+        logger.info("serving MCP on stdio for the bus at \(endpoint) (session \(settings.sessionID))")
+        let input = FunctionService {
+            await InputLines.read(STDIN_FILENO, maxBytes: maxMessageBytes) { line in
+                server.receive(line, output: output.sink)
+            } tooLong: {
+                output.send(.error(id: .null, .invalidRequest("message longer than \(maxMessageBytes) bytes")))
+            }
+            logger.info("standard input closed: stopping")
+        }
+        let watcher = FunctionService { await server.watchRegistry() }
+        try await runUntilStopped([watcher, input], signals: signals, logger: logger)
+        server.close()
+        return 0
+    }
+
+    static func settings(_ arguments: ParsedArguments) throws -> MCPServer.Settings {
+        var settings = MCPServer.Settings()
+        settings.version = SkillbusCLI.version
+        if let seconds = try arguments.double("--timeout", minimum: 0.001, maximum: 86_400, in: spec) {
+            settings.timeout = .seconds(seconds)
+            settings.askTimeout = .seconds(seconds)
+        }
+        if let seconds = try arguments.double("--reuse-window", minimum: 0, maximum: 86_400, in: spec) {
+            settings.reuseWindow = .seconds(seconds)
+        }
+        if let size = try arguments.int("--page-size", minimum: 1, maximum: 10_000, in: spec) {
+            settings.pageSize = size
+        }
+        if let session = arguments.value("--session") {
+            guard !session.isEmpty, session.utf8.count <= Wire.maxSessionIDBytes else {
+                throw UsageError(spec, "option '--session': 1 to \(Wire.maxSessionIDBytes) bytes")
+            }
+            settings.sessionID = session
+        }
+        return settings
+    }
+}
+
+/// Messages to standard output, one line each, whole: writes from several tasks never interleave.
+final class StandardOutputLines: Sendable {
+    private let lock = Mutex(())
+
+    var sink: MCPServer.Output { { message in self.send(message) } }
+
+    func send(_ message: MCPMessage) {
+        var bytes = message.encoded()
+        bytes.append(UInt8(ascii: "\n"))
+        lock.withLock { _ in
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes[offset...].withUnsafeBytes { Glibc.write(STDOUT_FILENO, $0.baseAddress, $0.count) }
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }  // the reader is gone: nobody is left to tell
+                offset += written
+            }
+        }
+    }
+}
+
+/// Lines of a file descriptor, read on a thread of its own (a blocking read never holds the cooperative pool).
+enum InputLines {
+    /// Calls `onLine` for each non-empty line and `tooLong` for each line over `maxBytes` (which is skipped);
+    /// returns at end of file, or when the calling task is cancelled.
+    static func read(
+        _ fd: Int32, maxBytes: Int, onLine: @escaping @Sendable ([UInt8]) -> Void,
+        tooLong: @escaping @Sendable () -> Void
+    ) async {
+        let done = Mutex<CheckedContinuation<Void, Never>?>(nil)
+        let finish = { @Sendable in done.withLock { $0.take() }?.resume() }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                done.withLock { $0 = continuation }
+                let thread = Thread {
+                    readLines(fd, maxBytes: maxBytes, onLine: onLine, tooLong: tooLong)
+                    finish()
+                }
+                thread.name = "skillbus-mcp-stdin"
+                thread.start()
+            }
+        } onCancel: {
+            finish()
+        }
+    }
+
+    private static func readLines(
+        _ fd: Int32, maxBytes: Int, onLine: ([UInt8]) -> Void, tooLong: () -> Void
+    ) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var pending: [UInt8] = []
+        var skipping = false  // inside a line that was too long: drop it up to its newline
+        while true {
+            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { break }
+            var start = 0
+            while let newline = buffer[start..<count].firstIndex(of: UInt8(ascii: "\n")) {
+                if !skipping {
+                    pending.append(contentsOf: buffer[start..<newline])
+                    if pending.count > maxBytes { tooLong() } else if !isBlank(pending) { onLine(pending) }
+                }
+                pending.removeAll(keepingCapacity: true)
+                skipping = false
+                start = newline + 1
+            }
+            if !skipping { pending.append(contentsOf: buffer[start..<count]) }
+            if pending.count > maxBytes && !skipping {
+                tooLong()
+                pending.removeAll()
+                skipping = true
+            }
+        }
+        if !skipping && !isBlank(pending) { onLine(pending) }
+    }
+
+    private static func isBlank(_ line: [UInt8]) -> Bool {
+        line.allSatisfy { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }
+    }
+}

@@ -1,0 +1,148 @@
+import Foundation
+import Skillbus
+import Testing
+
+/// `skillbus mcp` against the official MCP SDK's client (Tests/interop/mcp_client_check.py) and against
+/// hand-written JSON-RPC lines, on a real coordinator and workers.
+@Suite("skillbus mcp serves MCP clients", .serialized, .timeLimit(.minutes(3)))
+struct MCPServerIntegrationTests {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("interop/mcp_client_check.py").path
+
+    /// The check script's report: its JSON lines by step.
+    struct Report {
+        let process: SkillbusProcess
+
+        func step(_ name: String) async throws -> JSONValue {
+            let line = try await process.waitForLine("step '\(name)'") {
+                $0.hasPrefix("{") && $0.contains(#""step": "\#(name)""#)
+            }
+            return try JSONValue(parsing: line)
+        }
+
+        func steps(_ name: String) -> [JSONValue] {
+            process.output.filter { $0.contains(#""step": "\#(name)""#) }.compactMap { try? JSONValue(parsing: $0) }
+        }
+    }
+
+    func requireSDK() async throws {
+        let check = try SkillbusProcess(
+            ["-c", "import mcp"], name: "mcp SDK check", executable: "/usr/bin/env", prefix: ["python3"])
+        try #require(try await check.waitForExit() == 0, "the MCP SDK is missing: python3 -m pip install mcp")
+    }
+
+    func check(_ mode: String, _ cluster: TestCluster, _ arguments: [String] = []) throws -> Report {
+        let process = try SkillbusProcess(
+            ["-u", Self.script, mode, skillbusBinary, "--", "--coordinator", cluster.bus, "--feed", cluster.feed]
+                + arguments, name: "mcp \(mode) check", executable: "/usr/bin/env", prefix: ["python3"])
+        return Report(process: process)
+    }
+
+    @Test("the SDK's client lists, calls, streams, cancels, asks an agent and retries through skillbus mcp")
+    func sdkClient() async throws {
+        try await requireSDK()
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let sandbox = NSTemporaryDirectory() + "skillbus-mcp-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: sandbox, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: sandbox) }
+        try await cluster.startWorker(
+            "tools", ["--skills", "echo,math.eval,text.lines,file.write", "--sandbox", sandbox])
+        // One invocation at a time: a short sleep after a long one finishes in time only if that one was cancelled.
+        try await cluster.startWorker("sleeper", ["--skills", "sleep", "--capacity", "1"])
+        try await cluster.startSayingWorker("sayer")
+
+        let report = try check("sdk", cluster, ["--page-size", "2"])
+        defer { report.process.signal(SIGKILL) }
+        let initialize = try await report.step("initialize")
+        #expect(initialize["version"] == "2025-11-25" && initialize["server"] == "skillbus")
+        #expect(initialize["listChanged"] == true)
+
+        let tools = try await report.step("tools")
+        #expect(tools["names"] == ["ask.sayer", "echo", "file.write", "math.eval", "sleep", "text.lines"])
+        #expect(tools["pages"] == 3)
+        #expect(tools["echoSchema"]?["required"] == ["text"] && tools["echoSchema"]?["additionalProperties"] == false)
+        #expect(tools["echoSchema"]?["properties"]?["text"]?["type"] == "string")
+        #expect(tools["echoHints"]?["idempotentHint"] == true && tools["echoHints"]?["destructiveHint"] == false)
+
+        _ = try await report.step("waiting for worker")
+        try await cluster.startWorker("late", ["--skills", "text.stats"])
+        let changed = try await report.step("list_changed")
+        #expect(changed["names"]?.arrayValue?.contains("text.stats") == true)
+
+        let text = try await report.step("text")
+        #expect(text["text"] == "hello" && text["isError"] == false && text["structured"] == .null)
+        let json = try await report.step("json")
+        #expect(json["structured"]?["value"] == 9 && json["isError"] == false)
+
+        let invalid = try await report.step("invalid")
+        #expect(invalid["isError"] == true && invalid["meta"]?["skillbus/error"]?["code"] == "invalid_parameters")
+        let lines = invalid["text"]?.stringValue?.split(separator: "\n") ?? []
+        #expect(lines.count == 4, "the code, then each of the three problems: \(lines)")
+        #expect(lines.contains { $0.contains("unknown parameter 'extra'") })
+        let failed = try await report.step("failed")
+        #expect(failed["isError"] == true && failed["text"]?.stringValue?.contains("cannot evaluate '1 +'") == true)
+
+        let progress = try await report.step("progress")
+        #expect(progress["progress"]?.arrayValue?.compactMap { $0["message"]?.stringValue } == ["one", "two", "three"])
+        #expect(progress["structured"]?["lines"] == 3)
+
+        _ = try await report.step("cancelled")
+        let afterCancel = try await report.step("after cancel")
+        #expect(afterCancel["isError"] == false && afterCancel["structured"]?["sleptMs"] == 10)
+        let timedOut = try await report.step("client timeout")
+        #expect(timedOut["raised"] == true)
+        let afterTimeout = try await report.step("after timeout")
+        #expect(afterTimeout["isError"] == false && afterTimeout["structured"]?["sleptMs"] == 20)
+
+        let agent = try await report.step("agent")
+        #expect(agent["text"] == "hi!" && agent["meta"]?["skillbus/agent"] == "sayer")
+
+        let retry = try await report.step("retry")
+        #expect(retry["first"]?["meta"]?["skillbus/round"] == retry["again"]?["meta"]?["skillbus/round"])
+        #expect(retry["first"]?["meta"]?["skillbus/stored"] == false)
+        #expect(retry["again"]?["meta"]?["skillbus/stored"] == true && retry["again"]?["text"] == "retried")
+        #expect(retry["named"]?["meta"]?["skillbus/round"] == "mcp-named-1")
+
+        let asked = try await report.step("elicitation")
+        #expect(asked["message"]?.stringValue?.contains("file.write") == true)
+        let confirmed = try await report.step("confirmed")
+        #expect(confirmed["isError"] == false && confirmed["structured"]?["bytes"] == 8)
+        #expect(try String(contentsOfFile: sandbox + "/mcp.txt", encoding: .utf8) == "from mcp")
+
+        _ = try await report.step("done")
+        #expect(try await report.process.waitForExit() == 0)
+        // Each of the two calls given up on ran once and was stopped: the sleeper's only slot is free again.
+        #expect(try await cluster.inFlight(agent: "sleeper") == 0)
+    }
+
+    @Test("bad input gets JSON-RPC errors that say what was wrong, and skillbus mcp keeps serving")
+    func badInput() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("tools", ["--skills", "echo,file.write"])
+        let report = try check("raw", cluster)
+        defer { report.process.signal(SIGKILL) }
+        _ = try await report.step("done")
+        let answers = report.steps("raw").map { $0["answer"] ?? .null }
+        try #require(answers.count == 10, "\(report.process.output)")
+        func error(_ index: Int) -> (JSONValue?, JSONValue?) {
+            (answers[index]["error"]?["code"], answers[index]["id"])
+        }
+        #expect(error(0) == (-32700, .null))
+        #expect(error(1) == (-32600, 1))
+        #expect(answers[1]["error"]?["message"]?.stringValue?.contains("initialize") == true)
+        #expect(answers[2]["result"]?["protocolVersion"] == "2024-11-05")
+        #expect(error(3) == (-32601, 3))
+        #expect(
+            error(4) == (-32602, 4) && answers[4]["error"]?["message"]?.stringValue?.contains("no.such.tool") == true)
+        #expect(error(5) == (-32602, 5))
+        #expect(answers[6]["result"]?["isError"] == true)
+        #expect(answers[6]["result"]?["_meta"]?["skillbus/error"]?["details"]?.arrayValue?.count == 2)
+        // No elicitation declared: a skill that needs confirmation is refused, not run.
+        #expect(answers[7]["result"]?["_meta"]?["skillbus/error"]?["code"] == "confirmation_required")
+        #expect(error(8) == (-32600, .null))
+        #expect(answers[9] == ["jsonrpc": "2.0", "id": 9, "result": [:]])
+        #expect(report.steps("raw exit").first?["code"] == 0)
+    }
+}

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Drives `skillbus mcp` as MCP clients do, for the Swift integration test (MCPServerTests).
+
+`sdk` mode uses the official MCP SDK's client (stdio): it launches `skillbus mcp ARGS...` itself. `raw` mode
+writes JSON-RPC lines by hand, bad ones included. Either prints one JSON object per line, {"step": ...}, with
+what it saw; the Swift test decides what is right. On `{"step": "waiting for worker"}` the test starts a
+worker and this waits for notifications/tools/list_changed.
+
+usage: mcp_client_check.py sdk|raw SKILLBUS_BINARY -- MCP_ARGS...
+"""
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+
+import anyio
+import mcp_types as types
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+
+
+def report(step, **fields):
+    print(json.dumps({"step": step, **fields}), flush=True)
+
+
+def summary(result):
+    """What a test needs of a CallToolResult."""
+    return {
+        "isError": bool(result.is_error),
+        "text": "\n".join(part.text for part in result.content if getattr(part, "type", "") == "text"),
+        "structured": result.structured_content,
+        "meta": result.meta or {},
+    }
+
+
+async def all_tools(session):
+    """Every tool, page after page."""
+    tools, cursor, pages = [], None, 0
+    while True:
+        page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools += page.tools
+        pages += 1
+        cursor = page.next_cursor
+        if not cursor:
+            return tools, pages
+
+
+async def sdk_checks(binary, arguments):
+    changed = anyio.Event()
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification):
+            changed.set()
+
+    async def on_elicitation(context, params):
+        report("elicitation", message=params.message)
+        return types.ElicitResult(action="accept", content={})
+
+    server = StdioServerParameters(command=binary, args=["mcp", *arguments])
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write, message_handler=on_message, elicitation_callback=on_elicitation) as session:
+            init = await session.initialize()
+            report(
+                "initialize", version=init.protocol_version, server=init.server_info.name,
+                listChanged=bool(init.capabilities.tools and init.capabilities.tools.list_changed))
+
+            tools, pages = await all_tools(session)
+            echo = next((tool for tool in tools if tool.name == "echo"), None)
+            report(
+                "tools", names=[tool.name for tool in tools], pages=pages,
+                echoSchema=echo.input_schema if echo else None,
+                echoHints=echo.annotations.model_dump(by_alias=True, exclude_none=True) if echo and echo.annotations else None)
+
+            report("waiting for worker")
+            with anyio.fail_after(20):
+                await changed.wait()
+            tools, _ = await all_tools(session)
+            report("list_changed", names=[tool.name for tool in tools])
+
+            report("text", **summary(await session.call_tool("echo", {"text": "hello"})))
+            report("json", **summary(await session.call_tool("math.eval", {"expression": "(1 + 2) * 3"})))
+            report("invalid", **summary(await session.call_tool("math.eval", {"expr": "1", "extra": True})))
+            report("failed", **summary(await session.call_tool("math.eval", {"expression": "1 +"})))
+
+            progress = []
+
+            async def on_progress(value, total, message):
+                progress.append({"progress": value, "message": message})
+
+            result = await session.call_tool(
+                "text.lines", {"text": "one\ntwo\nthree", "delayMs": 50}, progress_callback=on_progress)
+            report("progress", progress=progress, **summary(result))
+
+            # The sleeper runs one invocation at a time: the short sleep after each one that was given up on
+            # finishes in time only when the long one was cancelled on the bus.
+            with anyio.move_on_after(1):
+                await session.call_tool("sleep", {"ms": 30000})
+            report("cancelled")
+            quick = await session.call_tool("sleep", {"ms": 10}, meta={"skillbus/timeoutMs": 5000})
+            report("after cancel", **summary(quick))
+            try:
+                await session.call_tool("sleep", {"ms": 30000}, read_timeout_seconds=1)
+                report("client timeout", raised=False)
+            except MCPError as error:
+                report("client timeout", raised=True, message=str(error))
+            quick = await session.call_tool("sleep", {"ms": 20}, meta={"skillbus/timeoutMs": 5000})
+            report("after timeout", **summary(quick))
+
+            report("agent", **summary(await session.call_tool("ask.sayer", {"message": "say hi"})))
+
+            first = summary(await session.call_tool("echo", {"text": "retried"}))
+            again = summary(await session.call_tool("echo", {"text": "retried"}))
+            named = summary(await session.call_tool("echo", {"text": "named"}, meta={"skillbus/round": "mcp-named-1"}))
+            report("retry", first=first, again=again, named=named)
+
+            report("confirmed", **summary(await session.call_tool("file.write", {"path": "mcp.txt", "text": "from mcp"})))
+
+
+def raw_checks(binary, arguments):
+    process = subprocess.Popen(
+        [binary, "mcp", *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    answers = queue.Queue()
+    threading.Thread(target=lambda: [answers.put(line) for line in process.stdout], daemon=True).start()
+
+    def send(line, expect_answer=True):
+        process.stdin.write(line + "\n")
+        process.stdin.flush()
+        if expect_answer:
+            report("raw", sent=line, answer=json.loads(answers.get(timeout=20)))
+
+    send("{nope")
+    send('{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+    send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}))
+    send('{"jsonrpc":"2.0","method":"notifications/initialized"}', expect_answer=False)
+    send('{"jsonrpc":"2.0","id":3,"method":"no/such"}')
+    send('{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"no.such.tool"}}')
+    send('{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo","arguments":[1]}}')
+    send('{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo","arguments":{"txt":"x"}}}')
+    send('{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"file.write",'
+         '"arguments":{"path":"raw.txt","text":"x"}}}')
+    send('[{"jsonrpc":"2.0","id":8,"method":"ping"}]')
+    send('{"jsonrpc":"2.0","id":9,"method":"ping"}')
+    process.stdin.close()
+    report("raw exit", code=process.wait(timeout=20))
+
+
+def main():
+    mode, binary = sys.argv[1], sys.argv[2]
+    arguments = sys.argv[4:] if sys.argv[3:4] == ["--"] else sys.argv[3:]
+    if mode == "sdk":
+        anyio.run(sdk_checks, binary, arguments)
+    else:
+        raw_checks(binary, arguments)
+    report("done")
+
+
+if __name__ == "__main__":
+    main()
