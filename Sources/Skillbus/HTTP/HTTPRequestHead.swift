@@ -25,7 +25,9 @@ public struct HTTPRequestHead: Sendable, Equatable {
             return bytes.count > maxBytes
                 ? .refused(status: 431, reason: "request head larger than \(maxBytes) bytes") : .incomplete
         }
-        guard end <= maxBytes else { return .refused(status: 431, reason: "request head larger than \(maxBytes) bytes") }
+        guard end <= maxBytes else {
+            return .refused(status: 431, reason: "request head larger than \(maxBytes) bytes")
+        }
         guard let text = String(validating: bytes[..<end], as: UTF8.self) else {
             return .refused(status: 400, reason: "request head is not UTF-8")
         }
@@ -65,6 +67,9 @@ public struct HTTPRequestHead: Sendable, Equatable {
         let path = String(target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
         return .head(HTTPRequestHead(method: method, path: path, version: version, headers: headers))
     }
+
+    /// Where the body starts: just past the blank line that ends the head, if it has arrived.
+    static func bodyStart(_ bytes: [UInt8]) -> Int? { headEnd(bytes).map { $0 + 4 } }
 
     /// The index just past the head's lines (the start of the blank line that ends it), if it has arrived.
     private static func headEnd(_ bytes: [UInt8]) -> Int? {

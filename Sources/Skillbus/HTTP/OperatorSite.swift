@@ -6,7 +6,7 @@ import Foundation
 
 /// What the operator endpoint answers (`GET /`, `/metrics`, `/state`, `/sessions`, `/events`), and what its event
 /// streams carry. Lives on the HTTP thread; reads the bus only through the `OperatorBoard`.
-final class OperatorSite {
+final class OperatorSite: HTTPSite {
     let board: OperatorBoard
     private var rounds = RecentRounds()
     private var sessions = RecentSessions()
@@ -18,12 +18,23 @@ final class OperatorSite {
 
     init(board: OperatorBoard) { self.board = board }
 
+    /// Its pages take no request body.
+    var maxBodyBytes: Int { 0 }
+
+    func respond(to request: HTTPRequest, on connection: HTTPConnectionID) -> HTTPResponse? {
+        respond(to: request.head)
+    }
+
+    func closed(_ connection: HTTPConnectionID) {}
+
     func respond(to head: HTTPRequestHead) -> HTTPResponse {
         guard Self.paths.contains(head.path) else {
-            return .text(404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions and /events)")
+            return .text(
+                404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions and /events)")
         }
         guard head.method == "GET" || head.method == "HEAD" else {
-            return .text(405, "\(head.method) is not allowed on \(head.path); use GET", headers: [("Allow", "GET, HEAD")])
+            return .text(
+                405, "\(head.method) is not allowed on \(head.path); use GET", headers: [("Allow", "GET, HEAD")])
         }
         switch head.path {
         case "/metrics":
@@ -41,7 +52,8 @@ final class OperatorSite {
             response.body = Array("retry: 2000\n\n".utf8) + Self.event("state", state(board.snapshot))
             return response
         default:
-            return HTTPResponse(status: 200, contentType: "text/html; charset=utf-8", body: Array(DashboardPage.html.utf8))
+            return HTTPResponse(
+                status: 200, contentType: "text/html; charset=utf-8", body: Array(DashboardPage.html.utf8))
         }
     }
 
@@ -72,7 +84,8 @@ final class OperatorSite {
                 fields = made
             }
             guard streaming else { continue }
-            let frequent = item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
+            let frequent =
+                item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
                 || item.event.topic.hasPrefix("round.")
             if frequent && streamed >= Self.feedEventsPerCollection {
                 skipped += 1
@@ -138,16 +151,23 @@ final class OperatorSite {
             let pageBytes = Double(sysconf(Int32(_SC_PAGESIZE)))
             if pages.count >= 2 {
                 metrics.append(
-                    ("skillbus_process_resident_memory_bytes", "Resident memory of the coordinator process.", "gauge",
-                     pages[1] * pageBytes))
+                    (
+                        "skillbus_process_resident_memory_bytes", "Resident memory of the coordinator process.",
+                        "gauge",
+                        pages[1] * pageBytes
+                    ))
                 metrics.append(
-                    ("skillbus_process_virtual_memory_bytes", "Virtual memory of the coordinator process.", "gauge",
-                     pages[0] * pageBytes))
+                    (
+                        "skillbus_process_virtual_memory_bytes", "Virtual memory of the coordinator process.", "gauge",
+                        pages[0] * pageBytes
+                    ))
             }
         }
         metrics.append(
-            ("skillbus_http_dropped_events_total", "Feed events the HTTP side dropped because it was behind.",
-             "counter", Double(droppedEvents)))
+            (
+                "skillbus_http_dropped_events_total", "Feed events the HTTP side dropped because it was behind.",
+                "counter", Double(droppedEvents)
+            ))
         return metrics
     }
 }
