@@ -13,7 +13,7 @@ final class FakeMCPBus: MCPBus {
         var registry = Registry()
         var watchers: [AsyncStream<Registry>.Continuation] = []
         var rounds: [String] = []
-        var confirm: (@Sendable (Skillbus.Confirmation) async -> Bool)?
+        var confirm: (@Sendable (Skillbus.Confirmation) async -> Bool?)?
         var next = 0
     }
     let state = Mutex(State())
@@ -59,7 +59,8 @@ final class FakeMCPBus: MCPBus {
         if skill == "file.write" {
             let decide = state.withLock { $0.confirm }
             let approved =
-                await decide?(Skillbus.Confirmation(requestID: requestID, skill: skill, parameters: arguments)) ?? false
+                await decide?(Skillbus.Confirmation(requestID: requestID, skill: skill, parameters: arguments)) ?? nil
+                ?? false
             guard approved else {
                 return .refusal(round: roundID, shape: "invoke", SkillbusError(.confirmationRequired, "not approved"))
             }
@@ -79,9 +80,11 @@ final class FakeMCPBus: MCPBus {
         ["agent": .string(agent), "reply": .string("\(agent) heard: \(message)")]
     }
 
-    func onConfirmation(_ decide: @escaping @Sendable (Skillbus.Confirmation) async -> Bool) {
+    func addConfirmer(_ key: String, _ decide: @escaping @Sendable (Skillbus.Confirmation) async -> Bool?) {
         state.withLock { $0.confirm = decide }
     }
+
+    func removeConfirmer(_ key: String) { state.withLock { $0.confirm = nil } }
 }
 
 /// What the server sent, awaited with a deadline.

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// What the MCP server needs of the bus: the registry as it is now and as it changes, a skill's round,
 /// an agent's turn, and the confirmations asked of this client. `SkillbusMCPBus` is the real one; unit
 /// tests hand in their own.
@@ -16,18 +18,33 @@ public protocol MCPBus: Sendable {
     func ask(
         agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration
     ) async throws(SkillbusError) -> JSONValue
-    /// Who decides the confirmations the bus asks of this client.
-    func onConfirmation(_ decide: @escaping @Sendable (Confirmation) async -> Bool)
+    /// Adds one who decides confirmations the bus asks of this client: it answers nil for one that is not of
+    /// its calls (each MCP session is one; the first that knows the call decides, and none: refused).
+    func addConfirmer(_ key: String, _ decide: @escaping @Sendable (Confirmation) async -> Bool?)
+    func removeConfirmer(_ key: String)
 }
 
 /// The bus through a `SkillbusClient` and a live `RegistryReplica`, as `skillbus send` reaches it.
 public struct SkillbusMCPBus: MCPBus {
     public let client: SkillbusClient
     public let replica: RegistryReplica
+    private let confirmers = Confirmers()
+
+    /// Every session's decider, by key; the client asks them in turn.
+    private final class Confirmers: Sendable {
+        let table = Mutex<[String: @Sendable (Confirmation) async -> Bool?]>([:])
+    }
 
     public init(client: SkillbusClient, replica: RegistryReplica) {
         self.client = client
         self.replica = replica
+        let confirmers = self.confirmers
+        client.onConfirmation { confirmation in
+            for decide in confirmers.table.withLock({ Array($0.values) }) {
+                if let decision = await decide(confirmation) { return decision }
+            }
+            return false
+        }
     }
 
     public var registry: Registry { replica.registry }
@@ -51,7 +68,11 @@ public struct SkillbusMCPBus: MCPBus {
         ).document
     }
 
-    public func onConfirmation(_ decide: @escaping @Sendable (Confirmation) async -> Bool) {
-        client.onConfirmation(decide)
+    public func addConfirmer(_ key: String, _ decide: @escaping @Sendable (Confirmation) async -> Bool?) {
+        confirmers.table.withLock { $0[key] = decide }
+    }
+
+    public func removeConfirmer(_ key: String) {
+        confirmers.table.withLock { _ = $0.removeValue(forKey: key) }
     }
 }

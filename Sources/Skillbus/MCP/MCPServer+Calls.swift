@@ -125,15 +125,15 @@ extension MCPServer {
     }
 
     /// A skill of one of our calls needs the user's approval: asked through elicitation when the client
-    /// can, else refused (the call then ends `confirmation_required`).
-    func confirm(_ confirmation: Confirmation) async -> Bool {
-        let found = state.withLock { state -> (JSONValue, Output)? in
-            guard state.clientElicits,
-                let (id, call) = state.calls.first(where: { $0.value.busRequestID == confirmation.requestID })
+    /// can, else refused (the call then ends `confirmation_required`). nil: not one of our calls.
+    func confirm(_ confirmation: Confirmation) async -> Bool? {
+        let found = state.withLock { state -> (call: JSONValue, output: Output, elicits: Bool)? in
+            guard let (id, call) = state.calls.first(where: { $0.value.busRequestID == confirmation.requestID })
             else { return nil }
-            return (id, call.output)
+            return (id, call.output, state.clientElicits)
         }
-        guard let (call, output) = found else {
+        guard let (call, output, elicits) = found else { return nil }
+        guard elicits else {
             logger?.info(
                 "refused to run \(confirmation.skill) unconfirmed: the client cannot ask its user (elicitation)")
             return false

@@ -29,6 +29,8 @@ public final class MCPServer: Sendable {
     let general: Output
     let logger: Logger?
     let state: Mutex<State>
+    /// Names this session among those that decide the bus's confirmations.
+    let key = UUID().uuidString
 
     struct State {
         /// Set by `initialize`: the revision this session speaks.
@@ -66,7 +68,7 @@ public final class MCPServer: Sendable {
         self.logger = logger
         self.general = general
         state = Mutex(State(reuse: MCPRoundReuse(window: settings.reuseWindow)))
-        bus.onConfirmation { [weak self] confirmation in await self?.confirm(confirmation) ?? false }
+        bus.addConfirmer(key) { [weak self] confirmation in await self?.confirm(confirmation) }
     }
 
     /// Reads one message and acts on it; answers go to `output`. Never blocks on the bus: a tool call runs
@@ -195,18 +197,23 @@ public final class MCPServer: Sendable {
 
     /// Tells the client when the tool listing changed. Runs until cancelled.
     public func watchRegistry() async {
-        for await registry in bus.changes() {
-            let listing = MCPToolList(registry).tools.map(\.json)
-            let changed = state.withLock { state -> Bool in
-                defer { state.listing = listing }
-                return state.version != nil && state.listing != nil && state.listing != listing
-            }
-            if changed { general(.notification(method: "notifications/tools/list_changed", params: nil)) }
+        for await registry in bus.changes() { registryChanged(registry) }
+    }
+
+    /// The registry is now `registry`: the client hears `notifications/tools/list_changed` when the tool
+    /// listing differs from the one it last saw (or could have seen).
+    public func registryChanged(_ registry: Registry) {
+        let listing = MCPToolList(registry).tools.map(\.json)
+        let changed = state.withLock { state -> Bool in
+            defer { state.listing = listing }
+            return state.version != nil && state.listing != nil && state.listing != listing
         }
+        if changed { general(.notification(method: "notifications/tools/list_changed", params: nil)) }
     }
 
     /// Ends the session: every call still running is cancelled (on the bus too), and answers nobody.
     public func close() {
+        bus.removeConfirmer(key)
         let (tasks, waiting) = state.withLock { state in
             state.closed = true
             for id in state.calls.keys { state.calls[id]?.cancelled = true }
