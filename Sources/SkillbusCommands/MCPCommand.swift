@@ -17,7 +17,14 @@ public enum MCPCommand: SkillbusCommand {
             the user through the client (elicitation) or is refused. An identical call within --reuse-window
             gets the stored result of the first instead of running again. See docs/MCP.md.
 
+            With --http it serves Streamable HTTP instead, on one endpoint /mcp: POST a message (answered
+            with JSON, or an event stream for a tool call), GET the session's stream (Last-Event-ID resumes
+            one), DELETE to end the session. It listens on loopback only, unless bearer tokens are given
+            (--http-token client:FILE; a reader token may list tools but not call them); browsers' requests
+            are refused unless their Origin is localhost's or given with --http-origin.
+
             EXAMPLE: skillbus mcp --coordinator tcp://127.0.0.1:5555 --feed tcp://127.0.0.1:5556
+                     skillbus mcp --http 127.0.0.1:8765 --http-token client:/etc/skillbus/mcp-token
             """,
         options: [
             coordinatorOption, feedOption, serverKeyOption, keyOption, connectTimeoutOption,
@@ -29,6 +36,18 @@ public enum MCPCommand: SkillbusCommand {
                 help: "Identical calls this close together share a round (default 30; 0: never)."),
             OptionSpec("--page-size", value: "N", help: "Tools per tools/list page (default 100)."),
             OptionSpec("--session", value: "ID", help: "The Skillbus session calls run in (default: a new one)."),
+            OptionSpec(
+                "--http", value: "HOST:PORT",
+                help: "Serve Streamable HTTP on HOST:PORT (path /mcp) instead of stdio; loopback unless tokens."),
+            OptionSpec(
+                "--http-token", value: "ROLE:FILE",
+                help: "A bearer token (FILE's first line) and its role, client or reader; then none else.",
+                repeatable: true),
+            OptionSpec(
+                "--http-origin", value: "ORIGIN", help: "An Origin allowed besides localhost's.", repeatable: true),
+            OptionSpec(
+                "--http-stream-limit", value: "SECONDS",
+                help: "Close a call's event stream after this long; the client resumes it (default: never)."),
             logLevelOption,
         ])
 
@@ -56,10 +75,13 @@ public enum MCPCommand: SkillbusCommand {
         if await !replica.waitUntil(timeout: connectTimeout) {
             logger.warning("no registry from the coordinator at \(endpoint) within \(connectTimeout); serving anyway")
         }
+        let bus = SkillbusMCPBus(client: client, replica: replica)
+        if let http = try httpSettings(arguments) {
+            return try await serveHTTP(
+                http, bus: bus, settings: settings, arguments: arguments, logger: logger, signals: signals)
+        }
         let output = StandardOutputLines()
-        let server = MCPServer(
-            bus: SkillbusMCPBus(client: client, replica: replica), settings: settings, logger: logger,
-            general: output.sink)
+        let server = MCPServer(bus: bus, settings: settings, logger: logger, general: output.sink)
         logger.info("serving MCP on stdio for the bus at \(endpoint) (session \(settings.sessionID))")
         let input = FunctionService {
             await InputLines.read(STDIN_FILENO, maxBytes: maxMessageBytes) { line in
@@ -73,6 +95,63 @@ public enum MCPCommand: SkillbusCommand {
         try await runUntilStopped([watcher, input], signals: signals, logger: logger)
         server.close()
         return 0
+    }
+
+    /// Streamable HTTP: a session per client, each with its own MCP server on the one bus connection.
+    static func serveHTTP(
+        _ http: MCPHTTPEndpoint.Settings, bus: SkillbusMCPBus, settings: MCPServer.Settings,
+        arguments: ParsedArguments, logger: Logger, signals: SignalWatcher
+    ) async throws -> Int32 {
+        let ownSessions = arguments.value("--session") == nil
+        let endpoint = try MCPHTTPEndpoint(settings: http, logger: logger) { general in
+            var session = settings
+            // Each client its own Skillbus session (an agent keeps each one's context apart), unless one is named.
+            if ownSessions { session.sessionID = "mcp-" + UUID().uuidString.lowercased().prefix(8) }
+            return MCPServer(bus: bus, settings: session, logger: logger, general: general)
+        }
+        let access = http.tokens.isEmpty ? "no token" : "\(http.tokens.count) token(s)"
+        print("skillbus mcp ready: http://\(endpoint.address)\(http.path) (\(access))")
+        let watcher = FunctionService { await endpoint.watchRegistry(bus) }
+        try await runUntilStopped([watcher], signals: signals, logger: logger)
+        // Stopping waits for the HTTP thread: not on the cooperative pool.
+        try await OwnThread.run { endpoint.stop() }
+        return 0
+    }
+
+    static func httpSettings(_ arguments: ParsedArguments) throws -> MCPHTTPEndpoint.Settings? {
+        guard let text = arguments.value("--http") else {
+            for option in ["--http-token", "--http-origin", "--http-stream-limit"] where arguments.value(option) != nil
+            {
+                throw UsageError(spec, "option '\(option)' needs --http")
+            }
+            return nil
+        }
+        var http: MCPHTTPEndpoint.Settings
+        do throws(SkillbusError) {
+            http = MCPHTTPEndpoint.Settings(address: try HTTPAddress(parsing: text))
+        } catch {
+            throw UsageError(spec, "option '--http': \(error.message)")
+        }
+        for item in arguments.all("--http-token") {
+            guard let colon = item.firstIndex(of: ":"), let access = MCPAccess(rawValue: String(item[..<colon])) else {
+                throw UsageError(
+                    spec, "option '--http-token': expected ROLE:FILE with ROLE client or reader, got '\(item)'")
+            }
+            let path = String(item[item.index(after: colon)...])
+            guard let data = FileManager.default.contents(atPath: path),
+                let token = String(data: data, encoding: .utf8)?.split(whereSeparator: \.isNewline).first
+                    .map({ $0.trimmingCharacters(in: .whitespaces) }), token.utf8.count >= 16
+            else {
+                throw SkillbusError(
+                    .invalidConfiguration, "--http-token: '\(path)' must hold a token of at least 16 characters")
+            }
+            http.tokens[token] = access
+        }
+        http.origins = Set(arguments.all("--http-origin"))
+        if let seconds = try arguments.double("--http-stream-limit", minimum: 0.01, maximum: 86_400, in: spec) {
+            http.streamLimit = .seconds(seconds)
+        }
+        return http
     }
 
     static func settings(_ arguments: ParsedArguments) throws -> MCPServer.Settings {

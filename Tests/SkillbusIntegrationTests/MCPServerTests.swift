@@ -41,19 +41,33 @@ struct MCPServerIntegrationTests {
     @Test("the SDK's client lists, calls, streams, cancels, asks an agent and retries through skillbus mcp")
     func sdkClient() async throws {
         try await requireSDK()
-        let cluster = try await TestCluster()
-        defer { cluster.terminate() }
         let sandbox = NSTemporaryDirectory() + "skillbus-mcp-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: sandbox, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: sandbox) }
+        let cluster = try await scenarioCluster(sandbox)
+        defer { cluster.terminate() }
+        let report = try check("sdk", cluster, ["--page-size", "2"])
+        defer { report.process.signal(SIGKILL) }
+        try await expectScenario(report, cluster, sandbox: sandbox)
+        _ = try await report.step("done")
+        #expect(try await report.process.waitForExit() == 0)
+        // Each of the two calls given up on ran once and was stopped: the sleeper's only slot is free again.
+        #expect(try await cluster.inFlight(agent: "sleeper") == 0)
+    }
+
+    /// A cluster for the SDK's scenario: tools (with a sandbox for file.write), a one-slot sleeper, an agent.
+    func scenarioCluster(_ sandbox: String) async throws -> TestCluster {
+        let cluster = try await TestCluster()
+        try FileManager.default.createDirectory(atPath: sandbox, withIntermediateDirectories: true)
         try await cluster.startWorker(
             "tools", ["--skills", "echo,math.eval,text.lines,file.write", "--sandbox", sandbox])
         // One invocation at a time: a short sleep after a long one finishes in time only if that one was cancelled.
         try await cluster.startWorker("sleeper", ["--skills", "sleep", "--capacity", "1"])
         try await cluster.startSayingWorker("sayer")
+        return cluster
+    }
 
-        let report = try check("sdk", cluster, ["--page-size", "2"])
-        defer { report.process.signal(SIGKILL) }
+    /// What the SDK's client saw in its scenario (mcp_client_check.py `checks`), over either transport.
+    func expectScenario(_ report: Report, _ cluster: TestCluster, sandbox: String) async throws {
         let initialize = try await report.step("initialize")
         #expect(initialize["version"] == "2025-11-25" && initialize["server"] == "skillbus")
         #expect(initialize["listChanged"] == true)
@@ -110,10 +124,70 @@ struct MCPServerIntegrationTests {
         #expect(confirmed["isError"] == false && confirmed["structured"]?["bytes"] == 8)
         #expect(try String(contentsOfFile: sandbox + "/mcp.txt", encoding: .utf8) == "from mcp")
 
+    }
+
+    @Test("the SDK's Streamable HTTP client does the same over skillbus mcp --http, with a token and resumption")
+    func httpClient() async throws {
+        try await requireSDK()
+        let sandbox = NSTemporaryDirectory() + "skillbus-mcp-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: sandbox) }
+        let cluster = try await scenarioCluster(sandbox)
+        defer { cluster.terminate() }
+        let (clientToken, readerToken) = ("client-" + UUID().uuidString, "reader-" + UUID().uuidString)
+        let clientFile = sandbox + "/client.token"
+        let readerFile = sandbox + "/reader.token"
+        try clientToken.write(toFile: clientFile, atomically: true, encoding: .utf8)
+        try readerToken.write(toFile: readerFile, atomically: true, encoding: .utf8)
+        // Streams are closed after 0.5 s, so the slower calls' clients must resume them with Last-Event-ID.
+        let server = try SkillbusProcess(
+            [
+                "mcp", "--coordinator", cluster.bus, "--feed", cluster.feed, "--http", "127.0.0.1:0", "--page-size",
+                "2",
+                "--http-token", "client:" + clientFile, "--http-token", "reader:" + readerFile,
+                "--http-stream-limit", "0.5",
+            ], name: "mcp --http")
+        defer { server.signal(SIGKILL) }
+        let ready = try await server.waitForLine("mcp ready") { $0.hasPrefix("skillbus mcp ready: ") }
+        let url = String(ready.dropFirst("skillbus mcp ready: ".count).prefix { $0 != " " })
+
+        let report = Report(
+            process: try SkillbusProcess(
+                ["-u", Self.script, "http", url, clientToken], name: "mcp http check", executable: "/usr/bin/env",
+                prefix: ["python3"]))
+        defer { report.process.signal(SIGKILL) }
+        try await expectScenario(report, cluster, sandbox: sandbox)
         _ = try await report.step("done")
         #expect(try await report.process.waitForExit() == 0)
-        // Each of the two calls given up on ran once and was stopped: the sleeper's only slot is free again.
-        #expect(try await cluster.inFlight(agent: "sleeper") == 0)
+
+        let raw = Report(
+            process: try SkillbusProcess(
+                ["-u", Self.script, "raw-http", url, clientToken, readerToken], name: "mcp raw-http check",
+                executable: "/usr/bin/env", prefix: ["python3"]))
+        defer { raw.process.signal(SIGKILL) }
+        _ = try await raw.step("done")
+        var answers: [String: JSONValue] = [:]
+        for step in raw.steps("raw-http") { answers[step["name"]?.stringValue ?? ""] = step }
+        func status(_ name: String) -> JSONValue? { answers[name]?["status"] }
+        #expect(status("no token") == 401 && status("wrong token") == 401)
+        #expect(status("foreign origin") == 403)
+        #expect(status("no session") == 400 && status("unknown session") == 404)
+        #expect(status("initialize") == 200 && answers["initialize"]?["session"]?.stringValue?.isEmpty == false)
+        #expect(status("not json") == 400 && answers["not json"]?["answer"]?["error"]?["code"] == -32700)
+        #expect(status("bad version") == 400)
+        #expect(status("initialized") == 202)
+        #expect(status("tools/list") == 200 && answers["tools/list"]?["answer"]?["result"]?["nextCursor"] != nil)
+        #expect(status("reader list") == 200)
+        #expect(status("reader call") == 403 && answers["reader call"]?["answer"]?["error"]?["code"] == -32600)
+        #expect(status("get without event-stream") == 406)
+        #expect(status("delete") == 204 && status("after delete") == 404)
+
+        let resumed = try await raw.step("resume")
+        let before = resumed["before"]?.arrayValue ?? []
+        let after = resumed["after"]?.arrayValue ?? []
+        #expect(!before.isEmpty && !after.isEmpty, "the stream was cut and resumed: \(resumed.jsonString)")
+        let messages = (before + after).compactMap { $0["params"]?["message"]?.stringValue }
+        #expect(messages == ["a", "b", "c", "d"], "no progress lost or repeated across the resumption")
+        #expect(after.last?["result"]?["structuredContent"]?["lines"] == 4)
     }
 
     @Test("bad input gets JSON-RPC errors that say what was wrong, and skillbus mcp keeps serving")
