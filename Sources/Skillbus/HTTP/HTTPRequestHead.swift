@@ -25,9 +25,7 @@ public struct HTTPRequestHead: Sendable, Equatable {
             return bytes.count > maxBytes
                 ? .refused(status: 431, reason: "request head larger than \(maxBytes) bytes") : .incomplete
         }
-        guard end <= maxBytes else {
-            return .refused(status: 431, reason: "request head larger than \(maxBytes) bytes")
-        }
+        guard end <= maxBytes else { return .refused(status: 431, reason: "request head larger than \(maxBytes) bytes") }
         guard let text = String(validating: bytes[..<end], as: UTF8.self) else {
             return .refused(status: 400, reason: "request head is not UTF-8")
         }

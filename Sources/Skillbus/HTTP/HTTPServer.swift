@@ -199,9 +199,7 @@ final class HTTPServer: Sendable {
             var connection = Connection(id: nextID, fd: fd, deadline: now + Self.requestTimeoutNanos)
             if connections.count >= Self.maxConnections {
                 // Told at once, and closed the way any response is, so the client reads why.
-                answer(
-                    &connection, .text(503, "too many connections (\(Self.maxConnections)); try again"), head: false,
-                    now: now)
+                answer(&connection, .text(503, "too many connections (\(Self.maxConnections)); try again"), head: false, now: now)
             }
             connections.append(connection)
         }

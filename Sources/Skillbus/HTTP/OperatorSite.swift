@@ -29,12 +29,10 @@ final class OperatorSite: HTTPSite {
 
     func respond(to head: HTTPRequestHead) -> HTTPResponse {
         guard Self.paths.contains(head.path) else {
-            return .text(
-                404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions and /events)")
+            return .text(404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions and /events)")
         }
         guard head.method == "GET" || head.method == "HEAD" else {
-            return .text(
-                405, "\(head.method) is not allowed on \(head.path); use GET", headers: [("Allow", "GET, HEAD")])
+            return .text(405, "\(head.method) is not allowed on \(head.path); use GET", headers: [("Allow", "GET, HEAD")])
         }
         switch head.path {
         case "/metrics":
@@ -52,8 +50,7 @@ final class OperatorSite: HTTPSite {
             response.body = Array("retry: 2000\n\n".utf8) + Self.event("state", state(board.snapshot))
             return response
         default:
-            return HTTPResponse(
-                status: 200, contentType: "text/html; charset=utf-8", body: Array(DashboardPage.html.utf8))
+            return HTTPResponse(status: 200, contentType: "text/html; charset=utf-8", body: Array(DashboardPage.html.utf8))
         }
     }
 
@@ -84,8 +81,7 @@ final class OperatorSite: HTTPSite {
                 fields = made
             }
             guard streaming else { continue }
-            let frequent =
-                item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
+            let frequent = item.event.topic.hasPrefix("request.") || item.event.topic.hasPrefix("invocation.")
                 || item.event.topic.hasPrefix("round.")
             if frequent && streamed >= Self.feedEventsPerCollection {
                 skipped += 1
@@ -151,23 +147,16 @@ final class OperatorSite: HTTPSite {
             let pageBytes = Double(sysconf(Int32(_SC_PAGESIZE)))
             if pages.count >= 2 {
                 metrics.append(
-                    (
-                        "skillbus_process_resident_memory_bytes", "Resident memory of the coordinator process.",
-                        "gauge",
-                        pages[1] * pageBytes
-                    ))
+                    ("skillbus_process_resident_memory_bytes", "Resident memory of the coordinator process.", "gauge",
+                     pages[1] * pageBytes))
                 metrics.append(
-                    (
-                        "skillbus_process_virtual_memory_bytes", "Virtual memory of the coordinator process.", "gauge",
-                        pages[0] * pageBytes
-                    ))
+                    ("skillbus_process_virtual_memory_bytes", "Virtual memory of the coordinator process.", "gauge",
+                     pages[0] * pageBytes))
             }
         }
         metrics.append(
-            (
-                "skillbus_http_dropped_events_total", "Feed events the HTTP side dropped because it was behind.",
-                "counter", Double(droppedEvents)
-            ))
+            ("skillbus_http_dropped_events_total", "Feed events the HTTP side dropped because it was behind.",
+             "counter", Double(droppedEvents)))
         return metrics
     }
 }
