@@ -75,9 +75,12 @@ final class FakeMCPBus: MCPBus {
     }
 
     func ask(
-        agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration
+        agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration,
+        onPiece: @escaping @Sendable (String) -> Void
     ) async throws(SkillbusError) -> JSONValue {
-        ["agent": .string(agent), "reply": .string("\(agent) heard: \(message)")]
+        onPiece("\(agent) heard: ")
+        onPiece(message)
+        return ["agent": .string(agent), "reply": .string("\(agent) heard: \(message)")]
     }
 
     func addConfirmer(_ key: String, _ decide: @escaping @Sendable (Skillbus.Confirmation) async -> Bool?) {
@@ -258,6 +261,19 @@ struct MCPServerTests {
             ])
         _ = try await call(server, sent, id: 2, ["name": "lines", "arguments": ["again": true]])
         #expect(sent.all.filter { if case .notification = $0 { true } else { false } }.count == 2)
+        // An agent's reply streams as progress too, piece by piece.
+        _ = try await call(
+            server, sent, id: 3, ["name": "ask.ann", "arguments": ["message": "hi"], "_meta": ["progressToken": 9]])
+        let pieces = sent.all.compactMap { message -> JSONValue? in
+            guard case .notification("notifications/progress", let params) = message, params?["progressToken"] == 9
+            else { return nil }
+            return params
+        }
+        #expect(
+            pieces == [
+                ["progressToken": 9, "progress": 1, "message": "ann heard: "],
+                ["progressToken": 9, "progress": 2, "message": "hi"],
+            ])
     }
 
     @Test("a cancelled call stops, is answered never, and its round is not reused")

@@ -14,9 +14,11 @@ public protocol MCPBus: Sendable {
         skill: String, arguments: JSONValue, roundID: String, sessionID: String, requestID: String,
         timeout: Duration?, onOutput: @escaping @Sendable (OutputBatch) -> Void
     ) async throws(SkillbusError) -> RoundDocument
-    /// Asks `agent` to take a turn answering `message`; returns the turn document.
+    /// Asks `agent` to take a turn answering `message`; returns the turn document. `onPiece` hears the reply
+    /// as it streams.
     func ask(
-        agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration
+        agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration,
+        onPiece: @escaping @Sendable (String) -> Void
     ) async throws(SkillbusError) -> JSONValue
     /// Adds one who decides confirmations the bus asks of this client: it answers nil for one that is not of
     /// its calls (each MCP session is one; the first that knows the call decides, and none: refused).
@@ -61,10 +63,12 @@ public struct SkillbusMCPBus: MCPBus {
     }
 
     public func ask(
-        agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration
+        agent: String, message: String, roundID: String, sessionID: String, requestID: String, timeout: Duration,
+        onPiece: @escaping @Sendable (String) -> Void
     ) async throws(SkillbusError) -> JSONValue {
         try await client.ask(
-            message, agent: agent, sessionID: sessionID, roundID: roundID, timeout: timeout, requestID: requestID
+            message, agent: agent, sessionID: sessionID, roundID: roundID, timeout: timeout, onPiece: onPiece,
+            requestID: requestID
         ).document
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// `tools/call`: a round on the bus for a skill, a turn for an agent; progress, cancel and confirmations.
 extension MCPServer {
@@ -80,6 +81,7 @@ extension MCPServer {
                 result = MCPCallResult.failure(error, meta: ["skillbus/round": .string(call.round)])
             }
         case .agent(let agent):
+            let progress = ProgressRelay(token: call.progressToken, output: call.output)
             let message = call.arguments["message"]?.stringValue
             do throws(SkillbusError) {
                 guard let message else {
@@ -90,7 +92,8 @@ extension MCPServer {
                 }
                 let document = try await bus.ask(
                     agent: agent, message: message, roundID: call.round, sessionID: settings.sessionID,
-                    requestID: call.busRequestID, timeout: call.timeout ?? settings.askTimeout)
+                    requestID: call.busRequestID, timeout: call.timeout ?? settings.askTimeout,
+                    onPiece: progress.relayPiece)
                 result = MCPCallResult.turn(agent: agent, document: document, round: call.round)
             } catch {
                 failed = true
@@ -152,23 +155,33 @@ extension MCPServer {
     }
 }
 
-/// Turns a skill's partial output into `notifications/progress` when the client sent a progress token;
-/// `progress` counts the parts so far, so it only grows.
-private struct ProgressRelay: Sendable {
+/// Turns a skill's partial output, or an agent's reply as it streams, into `notifications/progress` when the
+/// client sent a progress token. `progress` counts the parts (or pieces) so far, so it only grows.
+private final class ProgressRelay: Sendable {
     let token: JSONValue?
     let output: MCPServer.Output
+    private let pieces = Atomic<Int>(0)
+
+    init(token: JSONValue?, output: @escaping MCPServer.Output) {
+        self.token = token
+        self.output = output
+    }
 
     var relay: @Sendable (OutputBatch) -> Void {
         { batch in
-            guard let token else { return }
-            let text = batch.parts.map(\.humanReadable).joined(separator: "\n")
-            output(
-                .notification(
-                    method: "notifications/progress",
-                    params: [
-                        "progressToken": token, "progress": .number(Double(batch.first + batch.parts.count)),
-                        "message": .string(text),
-                    ]))
+            self.send(batch.parts.map(\.humanReadable).joined(separator: "\n"), count: batch.first + batch.parts.count)
         }
+    }
+
+    var relayPiece: @Sendable (String) -> Void {
+        { piece in self.send(piece, count: self.pieces.add(1, ordering: .relaxed).newValue) }
+    }
+
+    private func send(_ text: String, count: Int) {
+        guard let token else { return }
+        output(
+            .notification(
+                method: "notifications/progress",
+                params: ["progressToken": token, "progress": .number(Double(count)), "message": .string(text)]))
     }
 }
