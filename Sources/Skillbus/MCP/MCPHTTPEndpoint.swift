@@ -19,6 +19,9 @@ public final class MCPHTTPEndpoint: Sendable {
         /// A POST's stream is closed after this long (the client resumes it with GET); nil: never.
         public var streamLimit: Duration?
         public var maxSessions = 256
+        /// A session without requests, calls or a connected stream this long is ended (its client is gone
+        /// without a DELETE).
+        public var idleSessionTimeout: Duration = .seconds(3600)
         public var maxMessageBytes = 4 << 20
 
         public init(address: HTTPAddress) { self.address = address }
@@ -155,6 +158,7 @@ public final class MCPHTTPEndpoint: Sendable {
     }
 
     private func initialize(_ message: MCPMessage, id: JSONValue, access: MCPAccess) -> HTTPResponse {
+        endAbandonedSessions()
         let sessionID = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
         let session = MCPHTTPSession(id: sessionID, access: access) { [weak self] connection, delivery in
             self?.deliver(connection, delivery)
@@ -199,7 +203,22 @@ public final class MCPHTTPEndpoint: Sendable {
 
     private func session(_ head: HTTPRequestHead) -> (String, MCPHTTPSession)? {
         guard let id = head.headers["mcp-session-id"], let session = sessions.withLock({ $0[id] }) else { return nil }
+        session.touch()
         return (id, session)
+    }
+
+    /// Ends the sessions whose clients went away without a DELETE (looked for when a new one starts).
+    private func endAbandonedSessions() {
+        let now = ContinuousClock.now
+        let abandoned = sessions.withLock { table -> [(String, MCPHTTPSession)] in
+            let gone = table.filter { $0.value.isAbandoned(idle: settings.idleSessionTimeout, now: now) }
+            for id in gone.keys { table[id] = nil }
+            return Array(gone)
+        }
+        for (id, session) in abandoned {
+            session.close()
+            logger?.info("MCP session \(id) ended: idle for \(settings.idleSessionTimeout)")
+        }
     }
 
     /// No session id: 400; one this endpoint does not know (ended, or never was): 404, so the client starts anew.

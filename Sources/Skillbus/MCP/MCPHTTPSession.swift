@@ -12,6 +12,7 @@ final class MCPHTTPSession: Sendable {
     /// Set once, right after creation (the server needs the session's general output first).
     private let serverSlot = Mutex<MCPServer?>(nil)
     private let state = Mutex(State())
+    private let lastUsed = Mutex(ContinuousClock.now)
     /// Sends bytes to a connection of the HTTP server (a delivery).
     let deliver: @Sendable (HTTPConnectionID, HTTPDelivery) -> Void
 
@@ -44,6 +45,15 @@ final class MCPHTTPSession: Sendable {
     }
 
     var server: MCPServer? { serverSlot.withLock { $0 } }
+
+    /// A request of the session arrived now.
+    func touch() { lastUsed.withLock { $0 = .now } }
+
+    /// Whether its client has gone quiet: no request for `idle`, no call running, no stream connected.
+    func isAbandoned(idle: Duration, now: ContinuousClock.Instant) -> Bool {
+        guard now - lastUsed.withLock({ $0 }) > idle, server?.callsInFlight ?? 0 == 0 else { return false }
+        return state.withLock { state in state.streams.values.allSatisfy { $0.connection == nil } }
+    }
     func attach(_ server: MCPServer) { serverSlot.withLock { $0 = server } }
 
     /// The server's output for what belongs to no request: the session's own stream.
