@@ -126,6 +126,11 @@ struct MCPMessageTests {
         // A skill of the very name wins over the agent.
         guard case .skill = list.tool(named: "ask.bob")?.target else { throw MCPError.internalError("not the skill") }
         #expect(list.tool(named: "ask.ann")?.json["inputSchema"]?["required"] == ["message"])
+        // A call looks its tool up directly, and finds what the listing shows.
+        let registry = Self.registry(skills: ["zeta", "echo", "ask.bob"], plannerAgents: ["ann", "bob"])
+        for name in ["ask.ann", "ask.bob", "echo", "zeta", "ask.worker", "nope"] {
+            #expect(MCPToolList.tool(named: name, in: registry) == list.tool(named: name), "\(name)")
+        }
     }
 
     @Test("pages follow each other without gaps or repeats, even when the registry changes between them")

@@ -9,7 +9,7 @@ extension MCPServer {
         guard arguments.objectValue != nil || arguments == .null else {
             throw .invalidParams("'arguments' of tools/call must be an object, got \(arguments.typeName)")
         }
-        guard let tool = MCPToolList(bus.registry).tool(named: name) else {
+        guard let tool = MCPToolList.tool(named: name, in: bus.registry) else {
             throw .invalidParams("unknown tool '\(name.prefix(128))': no skill or agent of that name is on the bus")
         }
         let meta = params["_meta"]

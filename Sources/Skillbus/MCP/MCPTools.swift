@@ -101,6 +101,16 @@ public struct MCPToolList: Sendable, Equatable {
 
     public func tool(named name: String) -> MCPTool? { tools.first { $0.name == name } }
 
+    /// The tool `name` names in `registry`, found without listing them all (a call's look-up): the skill of
+    /// that identifier, else the agent with a planner that `ask.<agent>` names.
+    public static func tool(named name: String, in registry: Registry) -> MCPTool? {
+        if let skill = registry.skills[name] { return MCPTool(skill: skill.descriptor) }
+        guard name.hasPrefix(MCPTool.agentPrefix),
+            let agent = registry.agents[String(name.dropFirst(MCPTool.agentPrefix.count))], agent.profile.planner
+        else { return nil }
+        return MCPTool(agent: agent)
+    }
+
     /// One page after `cursor` (nil: the first), and the cursor of the next page when there is one.
     /// A cursor names the last tool of its page, so a registry that changes between pages skips or
     /// repeats nothing that stayed.
