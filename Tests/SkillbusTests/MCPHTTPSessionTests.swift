@@ -63,4 +63,16 @@ struct MCPHTTPSessionTests {
         session.close()
         #expect(deliveries.list.withLock { $0.last! } == (2, "END"))
     }
+
+    @Test("a session is abandoned once quiet for the idle time with no stream connected, not before")
+    func abandoned() throws {
+        let session = MCPHTTPSession(id: "s", access: .client, deliver: { _, _ in })
+        let later = ContinuousClock.now + .seconds(2)
+        #expect(!session.isAbandoned(idle: .seconds(5), now: later))
+        #expect(session.isAbandoned(idle: .seconds(1), now: later))
+        _ = try #require(session.resume(lastEventID: nil, connection: 3))
+        #expect(!session.isAbandoned(idle: .seconds(1), now: later), "its client still listens")
+        session.detach(3)
+        #expect(session.isAbandoned(idle: .seconds(1), now: later))
+    }
 }
