@@ -73,7 +73,9 @@ public enum MCPCommand: SkillbusCommand {
         }
         // Serve even without a registry yet: the client hears list_changed once it comes.
         if await !replica.waitUntil(timeout: connectTimeout) {
-            logger.warning("no registry from the coordinator at \(endpoint) within \(connectTimeout); serving anyway")
+            logger.warning(
+                "no registry from the coordinator at \(endpoint) and its feed \(feed) within \(connectTimeout) (is it "
+                    + "running; with keys, does its feedRoles admit this key?); serving anyway, tools come when it does")
         }
         let bus = SkillbusMCPBus(client: client, replica: replica)
         if let http = try httpSettings(arguments) {

@@ -190,6 +190,34 @@ struct MCPServerIntegrationTests {
         #expect(after.last?["result"]?["structuredContent"]?["lines"] == 4)
     }
 
+    @Test("with a client key it serves a bus with keys; without one it serves no tools, and says why")
+    func keys() async throws {
+        try await requireSDK()
+        let directory = NSTemporaryDirectory() + "skillbus-mcp-keys-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let keys = try TestKeys(
+            directory: directory, keys: [("w1", .worker, ["w1"]), ("assistant", .client, [])],
+            feedRoles: Set(AccessPolicy.Role.allCases))
+        var configuration = CoordinatorConfiguration()
+        configuration.heartbeatMs = 200
+        try keys.writeCoordinatorConfiguration(configuration, to: directory + "/coordinator.json")
+        let cluster = try await TestCluster(coordinatorArguments: ["--config", directory + "/coordinator.json"])
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1", ["--skills", "echo"] + keys.arguments("w1"))
+
+        let keyed = try check("call", cluster, keys.arguments("assistant"))
+        defer { keyed.process.signal(SIGKILL) }
+        #expect(try await keyed.step("call tools")["names"] == ["echo"])
+        let call = try await keyed.step("call")
+        #expect(call["text"] == "keyed" && call["meta"]?["skillbus/agent"] == "w1")
+
+        let bare = try check("call", cluster, ["--connect-timeout", "0.5"])
+        defer { bare.process.signal(SIGKILL) }
+        #expect(try await bare.step("call tools")["names"] == [])
+        #expect(try await bare.step("call")["refused"]?.stringValue?.contains("unknown tool 'echo'") == true)
+        #expect(bare.process.output.contains { $0.contains("no registry from the coordinator") })
+    }
+
     @Test("bad input gets JSON-RPC errors that say what was wrong, and skillbus mcp keeps serving")
     func badInput() async throws {
         let cluster = try await TestCluster()

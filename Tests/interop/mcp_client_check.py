@@ -8,7 +8,9 @@ HTTP requests. Each prints one JSON object per line, {"step": ...}, with what it
 decides what is right. On `{"step": "waiting for worker"}` the test starts a worker and this waits for
 notifications/tools/list_changed.
 
-usage: mcp_client_check.py sdk|raw SKILLBUS_BINARY -- MCP_ARGS...
+`call` mode lists the tools and calls echo once, over stdio.
+
+usage: mcp_client_check.py sdk|raw|call SKILLBUS_BINARY -- MCP_ARGS...
        mcp_client_check.py http URL TOKEN
        mcp_client_check.py raw-http URL CLIENT_TOKEN READER_TOKEN
 """
@@ -57,6 +59,19 @@ async def stdio_checks(binary, arguments):
     server = StdioServerParameters(command=binary, args=["mcp", *arguments])
     async with stdio_client(server) as (read, write):
         await checks(read, write)
+
+
+async def call_check(binary, arguments):
+    server = StdioServerParameters(command=binary, args=["mcp", *arguments])
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            tools, _ = await all_tools(session)
+            report("call tools", names=[tool.name for tool in tools])
+            try:
+                report("call", **summary(await session.call_tool("echo", {"text": "keyed"})))
+            except MCPError as error:
+                report("call", refused=str(error))
 
 
 async def http_checks(url, token):
@@ -251,6 +266,8 @@ def main():
         arguments = sys.argv[4:] if sys.argv[3:4] == ["--"] else sys.argv[3:]
         if mode == "sdk":
             anyio.run(stdio_checks, binary, arguments)
+        elif mode == "call":
+            anyio.run(call_check, binary, arguments)
         else:
             raw_checks(binary, arguments)
     report("done")
