@@ -152,6 +152,10 @@ public final class MCPHTTPEndpoint: Sendable {
             return Self.failure(
                 403, .invalidRequest("this token's role (reader) may list tools, not call them"), id: id)
         }
+        // A call's progress, questions and answer come as a stream: refused before it runs, not after.
+        if method == "tools/call" && !streams {
+            return Self.failure(406, .invalidRequest("tools/call is answered as text/event-stream: accept it"), id: id)
+        }
         let exchange = MCPHTTPExchange(id: id)
         server.receive(message, output: exchange.output)
         return exchange.answer(session: session, connection: connection, streams: streams, endpoint: self)
