@@ -8,7 +8,7 @@ HTTP requests. Each prints one JSON object per line, {"step": ...}, with what it
 decides what is right. On `{"step": "waiting for worker"}` the test starts a worker and this waits for
 notifications/tools/list_changed.
 
-`call` mode lists the tools and calls echo once, over stdio.
+`call` mode lists the tools and calls echo once, over stdio, with the SDK's high-level `Client`.
 
 usage: mcp_client_check.py sdk|raw|call SKILLBUS_BINARY -- MCP_ARGS...
        mcp_client_check.py http URL TOKEN
@@ -24,7 +24,7 @@ import threading
 import anyio
 import httpx2
 import mcp_types as types
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -62,16 +62,15 @@ async def stdio_checks(binary, arguments):
 
 
 async def call_check(binary, arguments):
-    server = StdioServerParameters(command=binary, args=["mcp", *arguments])
-    async with stdio_client(server) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            tools, _ = await all_tools(session)
-            report("call tools", names=[tool.name for tool in tools])
-            try:
-                report("call", **summary(await session.call_tool("echo", {"text": "keyed"})))
-            except MCPError as error:
-                report("call", refused=str(error))
+    """The SDK's high-level Client, as most programs use it: its default mode probes the 2026-07-28
+    `server/discover` first and falls back to the initialize handshake."""
+    async with Client(StdioServerParameters(command=binary, args=["mcp", *arguments])) as client:
+        tools = await client.list_tools()
+        report("call tools", names=[tool.name for tool in tools.tools], version=client.protocol_version)
+        try:
+            report("call", **summary(await client.call_tool("echo", {"text": "keyed"})))
+        except MCPError as error:
+            report("call", refused=str(error))
 
 
 async def http_checks(url, token):
