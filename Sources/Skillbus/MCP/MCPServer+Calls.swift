@@ -45,9 +45,13 @@ extension MCPServer {
             id: id, tool: tool, arguments: parameters, key: key, round: round.round, busRequestID: busRequestID,
             progressToken: token, timeout: timeout, output: output)
         let task = Task { await self.run(call) }
-        state.withLock { state in
-            if state.calls[id] != nil { state.calls[id]?.task = task } else { task.cancel() }
+        // A cancel (or close) that came before the task was recorded found nothing to cancel: do it now.
+        let cancelledMeanwhile = state.withLock { state -> Bool in
+            guard state.calls[id] != nil else { return false }
+            state.calls[id]?.task = task
+            return state.calls[id]?.cancelled == true
         }
+        if cancelledMeanwhile { task.cancel() }
     }
 
     struct PreparedCall: Sendable {
