@@ -58,6 +58,8 @@ public enum MCPCommand: SkillbusCommand {
         let endpoint = try Defaults.bus(arguments, spec)
         let feed = try Defaults.feed(arguments, spec)
         let settings = try settings(arguments)
+        // Every mistake of the command line is refused before anything connects.
+        let http = try httpSettings(arguments)
         let connectTimeout = try Defaults.connectTimeout(arguments, spec, within: nil)
         let logger = Logger(label: "mcp", level: try Logger.Level(option: arguments.value("--log-level"), spec: spec))
         // A client that went away must not kill us with SIGPIPE in the middle of a write.
@@ -78,7 +80,7 @@ public enum MCPCommand: SkillbusCommand {
                     + "running; with keys, does its feedRoles admit this key?); serving anyway, tools come when it does")
         }
         let bus = SkillbusMCPBus(client: client, replica: replica)
-        if let http = try httpSettings(arguments) {
+        if let http {
             return try await serveHTTP(
                 http, bus: bus, settings: settings, arguments: arguments, logger: logger, signals: signals)
         }
@@ -153,6 +155,7 @@ public enum MCPCommand: SkillbusCommand {
         if let seconds = try arguments.double("--http-stream-limit", minimum: 0.01, maximum: 86_400, in: spec) {
             http.streamLimit = .seconds(seconds)
         }
+        if let problem = http.problem { throw SkillbusError(.invalidConfiguration, problem) }
         return http
     }
 

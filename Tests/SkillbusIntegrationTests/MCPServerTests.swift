@@ -220,6 +220,22 @@ struct MCPServerIntegrationTests {
         #expect(bare.process.output.contains { $0.contains("no registry from the coordinator") })
     }
 
+    @Test("command-line mistakes are refused at once, before anything connects, each naming what is wrong")
+    func usage() async throws {
+        let cases: [([String], String)] = [
+            (["--http", "0.0.0.0:0"], "open to the network without a token"),
+            (["--http", "127.0.0.1:0", "--http-token", "client:/nonexistent/token"], "must hold a token"),
+            (["--http", "127.0.0.1:0", "--http-token", "owner:/tmp/x"], "ROLE client or reader"),
+            (["--http-origin", "http://example.com"], "needs --http"),
+            (["--reuse-window", "-1"], "--reuse-window"),
+        ]
+        for (arguments, says) in cases {
+            let (code, output) = try await runSkillbus(["mcp"] + arguments, timeout: .seconds(10))
+            #expect(code == 2, "\(arguments)")
+            #expect(output.contains { $0.contains(says) }, "\(arguments): \(output)")
+        }
+    }
+
     @Test("bad input gets JSON-RPC errors that say what was wrong, and skillbus mcp keeps serving")
     func badInput() async throws {
         let cluster = try await TestCluster()

@@ -25,6 +25,13 @@ public final class MCPHTTPEndpoint: Sendable {
         public var maxMessageBytes = 4 << 20
 
         public init(address: HTTPAddress) { self.address = address }
+
+        /// Why these settings may not serve, or nil: a reachable address needs tokens.
+        public var problem: String? {
+            guard !address.isLoopback && tokens.isEmpty else { return nil }
+            return "MCP over HTTP on \(address) would be open to the network without a token: listen on 127.0.0.1, "
+                + "or give --http-token"
+        }
     }
 
     let settings: Settings
@@ -42,12 +49,7 @@ public final class MCPHTTPEndpoint: Sendable {
         settings: Settings, logger: Logger?,
         makeServer: @escaping @Sendable (_ general: @escaping MCPServer.Output) -> MCPServer
     ) throws {
-        guard settings.address.isLoopback || !settings.tokens.isEmpty else {
-            throw SkillbusError(
-                .invalidConfiguration,
-                "MCP over HTTP on \(settings.address) would be open to the network without a token: listen on "
-                    + "127.0.0.1, or give --http-token")
-        }
+        if let problem = settings.problem { throw SkillbusError(.invalidConfiguration, problem) }
         self.settings = settings
         self.logger = logger
         self.makeServer = makeServer
