@@ -69,10 +69,6 @@ public enum MCPCommand: SkillbusCommand {
         let client = try await SkillbusClient.connect(
             endpoint: endpoint, context: context, credentials: try Defaults.credentials(arguments, spec))
         let replica = try await RegistryReplica.connect(client: client, feedEndpoint: feed, context: context)
-        defer {
-            replica.close()
-            client.close()
-        }
         // Serve even without a registry yet: the client hears list_changed once it comes.
         if await !replica.waitUntil(timeout: connectTimeout) {
             logger.warning(
@@ -81,8 +77,11 @@ public enum MCPCommand: SkillbusCommand {
         }
         let bus = SkillbusMCPBus(client: client, replica: replica)
         if let http {
-            return try await serveHTTP(
+            // Stopping the endpoint cancels its sessions' calls and waits for them.
+            let code = try await serveHTTP(
                 http, bus: bus, settings: settings, arguments: arguments, logger: logger, signals: signals)
+            await closeWhenQuiet(bus, context: context) { 0 }
+            return code
         }
         let output = StandardOutputLines()
         let server = MCPServer(bus: bus, settings: settings, logger: logger, general: output.sink)
@@ -98,7 +97,20 @@ public enum MCPCommand: SkillbusCommand {
         let watcher = FunctionService { await server.watchRegistry() }
         try await runUntilStopped([watcher, input], signals: signals, logger: logger)
         server.close()
+        await closeWhenQuiet(bus, context: context) { server.callsInFlight }
         return 0
+    }
+
+    /// Lets the calls that closing cancelled tell the bus (their CANCELs), 2 s at most, then closes the
+    /// replica and the connection; ending the context sends what is still queued.
+    static func closeWhenQuiet(
+        _ bus: SkillbusMCPBus, context: ZMQContext, callsInFlight: @Sendable () -> Int
+    ) async {
+        let deadline = ContinuousClock.now + .seconds(2)
+        while callsInFlight() > 0 && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
+        bus.replica.close()
+        bus.client.close()
+        await context.terminate(within: .seconds(1))
     }
 
     /// Streamable HTTP: a session per client, each with its own MCP server on the one bus connection.

@@ -236,6 +236,24 @@ struct MCPServerIntegrationTests {
         }
     }
 
+    @Test("a client that closes standard input stops the server, and the call it left running is cancelled")
+    func closingStops() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("sleeper", ["--skills", "sleep"])
+        let report = try check("raw-close", cluster)
+        defer { report.process.signal(SIGKILL) }
+        let running = try await report.process.waitForLine("the call to run") { $0.contains(#""state": "running""#) }
+        #expect(try JSONValue(parsing: running)["inFlight"] == 1, "the sleep ran before standard input closed")
+        let exited = try await report.process.waitForLine("the server's exit") { $0.contains(#""state": "exited""#) }
+        let document = try JSONValue(parsing: exited)
+        #expect(document["code"] == 0 && (document["seconds"]?.doubleValue ?? 99) < 5)
+        // Its 30 s sleep was cancelled on the bus, not left to run for nobody.
+        try await waitUntil("the sleep to be cancelled", timeout: .seconds(5)) {
+            try await cluster.inFlight(agent: "sleeper") == 0
+        }
+    }
+
     @Test("bad input gets JSON-RPC errors that say what was wrong, and skillbus mcp keeps serving")
     func badInput() async throws {
         let cluster = try await TestCluster()

@@ -8,9 +8,9 @@ HTTP requests. Each prints one JSON object per line, {"step": ...}, with what it
 decides what is right. On `{"step": "waiting for worker"}` the test starts a worker and this waits for
 notifications/tools/list_changed.
 
-`call` mode lists the tools and calls echo once, over stdio, with the SDK's high-level `Client`.
+`raw-close` closes standard input while a call runs. `call` mode lists the tools and calls echo once, over stdio, with the SDK's high-level `Client`.
 
-usage: mcp_client_check.py sdk|raw|call SKILLBUS_BINARY -- MCP_ARGS...
+usage: mcp_client_check.py sdk|raw|raw-close|call SKILLBUS_BINARY -- MCP_ARGS...
        mcp_client_check.py http URL TOKEN
        mcp_client_check.py raw-http URL CLIENT_TOKEN READER_TOKEN
 """
@@ -20,6 +20,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 
 import anyio
 import httpx2
@@ -177,6 +178,30 @@ def raw_checks(binary, arguments):
     report("raw exit", code=process.wait(timeout=20))
 
 
+def raw_close_check(binary, arguments):
+    """A client that closes standard input while a call runs: the server stops, and cancels the call."""
+    process = subprocess.Popen([binary, "mcp", *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}) + "\n")
+    process.stdin.flush()
+    process.stdout.readline()
+    process.stdin.write('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleep","arguments":{"ms":30000}}}\n')
+    process.stdin.flush()
+    report("raw close", state="calling")
+    coordinator = arguments[arguments.index("--coordinator") + 1]
+    running = 0
+    deadline = time.monotonic() + 10
+    while running == 0 and time.monotonic() < deadline:  # until the sleep is under way on its worker
+        listing = subprocess.run([binary, "agents", "--json", "--coordinator", coordinator], capture_output=True, text=True)
+        agents = json.loads(listing.stdout or "{}").get("agents", [])
+        running = sum(agent.get("inFlight", 0) for agent in agents)
+    report("raw close", state="running", inFlight=running)
+    started = time.monotonic()
+    process.stdin.close()
+    code = process.wait(timeout=20)
+    report("raw close", state="exited", code=code, seconds=round(time.monotonic() - started, 2))
+
+
 def raw_http_checks(url, client_token, reader_token):
     """Bad requests to the HTTP endpoint: each gets the status (and JSON-RPC error) that says what was wrong."""
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -269,6 +294,8 @@ def main():
             anyio.run(stdio_checks, binary, arguments)
         elif mode == "call":
             anyio.run(call_check, binary, arguments)
+        elif mode == "raw-close":
+            raw_close_check(binary, arguments)
         else:
             raw_checks(binary, arguments)
     report("done")

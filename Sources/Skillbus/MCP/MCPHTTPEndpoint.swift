@@ -67,13 +67,17 @@ public final class MCPHTTPEndpoint: Sendable {
         server.withLock { $0 = started }
     }
 
-    /// Ends every session and stops the HTTP thread (it waits: never call this on the cooperative pool).
+    /// Ends every session, gives their cancelled calls 2 s to tell the bus, and stops the HTTP thread (it
+    /// waits: never call this on the cooperative pool).
     public func stop() {
-        for session in sessions.withLock({ table in
+        let ended = sessions.withLock { table in
             defer { table = [:] }
             return Array(table.values)
-        }) {
-            session.close()
+        }
+        for session in ended { session.close() }
+        let deadline = ContinuousClock.now + .seconds(2)
+        while ended.contains(where: { ($0.server?.callsInFlight ?? 0) > 0 }) && ContinuousClock.now < deadline {
+            usleep(10_000)
         }
         server.withLock { $0 }?.stop()
         wakePipe.close()
