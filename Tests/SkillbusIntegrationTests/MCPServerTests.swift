@@ -177,6 +177,8 @@ struct MCPServerIntegrationTests {
         #expect(status("initialized") == 202)
         #expect(status("tools/list") == 200 && answers["tools/list"]?["answer"]?["result"]?["nextCursor"] != nil)
         #expect(status("reader list") == 200)
+        #expect(status("another token's session") == 404, "a session answers only the token that started it")
+        #expect(status("bad initialize") == 400 && answers["bad initialize"]?["session"] == .null)
         #expect(status("reader call") == 403 && answers["reader call"]?["answer"]?["error"]?["code"] == -32600)
         #expect(status("get without event-stream") == 406 && status("call accepting only JSON") == 406)
         #expect(status("delete") == 204 && status("after delete") == 404)

@@ -236,6 +236,8 @@ def raw_http_checks(url, client_token, reader_token):
     post("reader list", {"jsonrpc": "2.0", "id": 5, "method": "tools/list"}, token=reader_token, session=reader)
     post("reader call", {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
         "name": "echo", "arguments": {"text": "x"}}}, token=reader_token, session=reader)
+    post("another token's session", {"jsonrpc": "2.0", "id": 9, "method": "ping"}, token=reader_token, session=session)
+    post("bad initialize", {"jsonrpc": "2.0", "id": 10, "method": "initialize", "params": {}})
     post("call accepting only JSON", {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
         "name": "echo", "arguments": {"text": "x"}}}, session=session, Accept="application/json")
     resume_check(url, client_token, session)

@@ -143,7 +143,9 @@ public final class MCPHTTPEndpoint: Sendable {
         case .success(let read): message = read
         case .failure(let unreadable): return Self.failure(400, unreadable.error, id: unreadable.id)
         }
-        if case .request(let id, "initialize", _) = message { return initialize(message, id: id, access: access) }
+        if case .request(let id, "initialize", _) = message {
+            return initialize(message, id: id, access: access, owner: bearer(request.head) ?? "")
+        }
         guard let (_, session) = session(request.head) else { return sessionRefusal(request.head) }
         if let version = request.head.headers["mcp-protocol-version"], !MCPVersion.supported.contains(version) {
             return Self.failure(400, .invalidRequest("unsupported MCP-Protocol-Version '\(version.prefix(40))'"))
@@ -167,10 +169,10 @@ public final class MCPHTTPEndpoint: Sendable {
         return exchange.answer(session: session, connection: connection, streams: streams, endpoint: self)
     }
 
-    private func initialize(_ message: MCPMessage, id: JSONValue, access: MCPAccess) -> HTTPResponse {
+    private func initialize(_ message: MCPMessage, id: JSONValue, access: MCPAccess, owner: String) -> HTTPResponse {
         endAbandonedSessions()
         let sessionID = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        let session = MCPHTTPSession(id: sessionID, access: access) { [weak self] connection, delivery in
+        let session = MCPHTTPSession(id: sessionID, access: access, owner: owner) { [weak self] connection, delivery in
             self?.deliver(connection, delivery)
         }
         let admitted = sessions.withLock { table -> Bool in
@@ -188,7 +190,12 @@ public final class MCPHTTPEndpoint: Sendable {
         let exchange = MCPHTTPExchange(id: id)
         server.receive(message, output: exchange.output)
         let answer = exchange.collected.last ?? .error(id: id, .internalError("initialize was not answered"))
-        if case .error = answer { sessions.withLock { _ = $0.removeValue(forKey: sessionID) } }
+        if case .error(_, let error) = answer {
+            // No session came of it.
+            sessions.withLock { _ = $0.removeValue(forKey: sessionID) }
+            session.close()
+            return Self.failure(400, error, id: id)
+        }
         logger?.info("MCP session \(sessionID) started (\(access.rawValue))")
         return HTTPResponse(
             status: 200, contentType: "application/json", body: answer.encoded(),
@@ -211,8 +218,11 @@ public final class MCPHTTPEndpoint: Sendable {
         return response
     }
 
+    /// The session the request names, if it is one of this request's token (another token's is none).
     private func session(_ head: HTTPRequestHead) -> (String, MCPHTTPSession)? {
-        guard let id = head.headers["mcp-session-id"], let session = sessions.withLock({ $0[id] }) else { return nil }
+        guard let id = head.headers["mcp-session-id"], let session = sessions.withLock({ $0[id] }),
+            Self.sameBytes(session.owner, bearer(head) ?? "")
+        else { return nil }
         session.touch()
         return (id, session)
     }
@@ -250,12 +260,18 @@ public final class MCPHTTPEndpoint: Sendable {
         case refused(HTTPResponse)
     }
 
-    private func authorize(_ head: HTTPRequestHead) -> Authorization {
-        guard !settings.tokens.isEmpty else { return .granted(.client) }
-        let given = head.headers["authorization"].flatMap { value -> String? in
+    /// The request's bearer token, when it sends one and tokens are configured.
+    private func bearer(_ head: HTTPRequestHead) -> String? {
+        guard !settings.tokens.isEmpty else { return nil }
+        return head.headers["authorization"].flatMap { value -> String? in
             guard value.lowercased().hasPrefix("bearer ") else { return nil }
             return String(value.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
         }
+    }
+
+    private func authorize(_ head: HTTPRequestHead) -> Authorization {
+        guard !settings.tokens.isEmpty else { return .granted(.client) }
+        let given = bearer(head)
         // Every token is compared in full, so the time taken says nothing about how close a guess was.
         var granted: MCPAccess?
         for (token, access) in settings.tokens where Self.sameBytes(token, given ?? "") { granted = access }

@@ -9,6 +9,8 @@ import Synchronization
 final class MCPHTTPSession: Sendable {
     let id: String
     let access: MCPAccess
+    /// The bearer token that started it (empty without tokens): only requests with it reach the session.
+    let owner: String
     /// Set once, right after creation (the server needs the session's general output first).
     private let serverSlot = Mutex<MCPServer?>(nil)
     private let state = Mutex(State())
@@ -38,9 +40,13 @@ final class MCPHTTPSession: Sendable {
         var closed = false
     }
 
-    init(id: String, access: MCPAccess, deliver: @escaping @Sendable (HTTPConnectionID, HTTPDelivery) -> Void) {
+    init(
+        id: String, access: MCPAccess, owner: String = "",
+        deliver: @escaping @Sendable (HTTPConnectionID, HTTPDelivery) -> Void
+    ) {
         self.id = id
         self.access = access
+        self.owner = owner
         self.deliver = deliver
     }
 
