@@ -26,6 +26,8 @@ public enum BenchCommand: SkillbusCommand {
             Then the configuration people deploy: a coordinator with keys on bus and feed and the round journal,
             sent ROUNDs while a feed watcher reads every event, against REQUESTs on the plain coordinator and
             against the raw proxy, at 64 in flight; and keys alone, REQUESTs with and without, at 1 and 64.
+            Then MCP: a tools/call of echo through a 'skillbus mcp' child on stdio, against the same echo sent as a
+            ROUND (what 'skillbus send' sends), one at a time, in five alternating pairs.
             The ratios (skillbus / baseline, the medians of the pairs) are the figures to compare between
             machines; the absolute figures depend on this one. Exit status 1 when any request failed.
 
@@ -43,7 +45,9 @@ public enum BenchCommand: SkillbusCommand {
             OptionSpec(
                 "--capacity", value: "N",
                 help: "Capacity of each Skillbus worker (default 32: requests wait for the bus, not for a worker)."),
-            OptionSpec("--only", value: "PARTS", help: "Measure only these, comma-separated: echo, rounds, turns, deployed (default all)."),
+            OptionSpec(
+                "--only", value: "PARTS",
+                help: "Measure only these, comma-separated: echo, rounds, turns, deployed, mcp (default all)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ])
 
@@ -100,13 +104,19 @@ public enum BenchCommand: SkillbusCommand {
             results.deployed = try await DeployedBench(run: bench, supervisor: supervisor)
                 .measure(plain: cluster.bus, raw: baseline.frontend)
         }
+        if parts.contains("mcp") {
+            let mcp = MCPBench(
+                bus: cluster.bus, feed: cluster.feed, context: bench.context, samples: min(setup.requests, 1000),
+                pairs: BenchRun.pairs, payloadBytes: setup.payloadBytes)
+            results.mcp = try await mcp.measure(note: bench.note)
+        }
         await supervisor.stopAll()
 
         if json { print(results.json.jsonString) } else { results.printText() }
         return results.failures == 0 ? 0 : 1
     }
 
-    static let parts = ["echo", "rounds", "turns", "deployed"]
+    static let parts = ["echo", "rounds", "turns", "deployed", "mcp"]
 
     /// The parts `--only` names, each known; all of them without it.
     static func only(_ arguments: ParsedArguments) throws(UsageError) -> Set<String> {
@@ -115,7 +125,9 @@ public enum BenchCommand: SkillbusCommand {
             $0.trimmingCharacters(in: .whitespaces)
         }
         if let unknown = named.first(where: { !parts.contains($0) }) {
-            throw UsageError(spec, "option '--only': expected echo, rounds, turns or deployed, comma-separated; got '\(unknown)'")
+            throw UsageError(
+                spec,
+                "option '--only': expected echo, rounds, turns, deployed or mcp, comma-separated; got '\(unknown)'")
         }
         return Set(named)
     }

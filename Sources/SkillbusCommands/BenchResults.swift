@@ -82,12 +82,14 @@ struct BenchResults {
     var rounds: Rounds?
     var turns: TurnRows?
     var deployed: DeployedRows?
+    /// A tools/call through `skillbus mcp` (stdio) against the same echo sent as a ROUND, one at a time.
+    var mcp: PairedFigures?
 
     var levels: [Int] { echo.keys.sorted() }
 
     var failures: Int {
         echo.values.reduce(0) { $0 + $1.failed } + (rounds.map(\.failed) ?? 0)
-            + (turns?.failed ?? 0) + (deployed?.failed ?? 0)
+            + (turns?.failed ?? 0) + (deployed?.failed ?? 0) + (mcp?.failed ?? 0)
     }
 
     /// `numerator / denominator` to three decimals; 0 when there is nothing to divide by.
@@ -143,6 +145,12 @@ struct BenchResults {
         }
         if let turns { document["turns"] = turns.json }
         if let deployed { document["deployed"] = deployed.json }
+        if let mcp {
+            document["mcp"] = [
+                "inFlight": 1, "mcpCall": mcp.subject.json, "plainSend": mcp.baseline.json,
+                "p50Ratio": .number(mcp.p50Ratio), "p50Ratios": .array(mcp.p50Ratios.map { .number($0) }),
+            ]
+        }
         return .object(document)
     }
 
@@ -219,6 +227,20 @@ struct BenchResults {
         if let deployed {
             print("")
             deployed.printText()
+        }
+        if let mcp {
+            print("")
+            print(Self.row("MCP, one at a time", ["p50 ms", "p99 ms", "ratio", "failed"], nameWidth: 34))
+            let figures = [mcp.subject, mcp.baseline].map {
+                [String(format: "%.3f", $0.percentileMs(0.5)), String(format: "%.3f", $0.percentileMs(0.99))]
+            }
+            print(
+                Self.row(
+                    "tools/call via skillbus mcp",
+                    figures[0] + [String(format: "%.2fx", mcp.p50Ratio), String(mcp.failed)],
+                    nameWidth: 34))
+            print(Self.row("the same echo sent as a ROUND", figures[1], nameWidth: 34))
+            print("  (the ratio is the median of the p50 ratios of \(BenchRun.pairs) pairs run in alternating order)")
         }
         if failures > 0 { print("\n\(failures) request(s) failed") }
     }

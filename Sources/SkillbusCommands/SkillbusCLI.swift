@@ -8,7 +8,7 @@ public enum SkillbusCLI {
         [
             CoordinatorCommand.self, WorkerCommand.self, SendCommand.self, FeedCommand.self, SkillsCommand.self,
             AgentsCommand.self, TopCommand.self, SessionsCommand.self, HistoryCommand.self, MemoryCommand.self,
-            AskCommand.self, CancelCommand.self, KeygenCommand.self,
+            AskCommand.self, CancelCommand.self, KeygenCommand.self, MCPCommand.self,
             UpCommand.self, BenchCommand.self, BaselineProxyCommand.self, BaselineWorkerCommand.self,
         ]
     }

@@ -65,6 +65,26 @@ struct UserBenchTests {
         #expect(!text.contains { $0.localizedCaseInsensitiveContains("issue") || $0.contains("target") })
     }
 
+    @Test("bench --only mcp: a tools/call through skillbus mcp against the same send, p50 at 1 in flight")
+    func userBenchMCP() async throws {
+        let (code, output) = try await runSkillbus(
+            ["bench", "--workers", "1", "--requests", "10", "--only", "mcp", "--json"], timeout: .seconds(60))
+        #expect(code == 0, "\(output.suffix(20))")
+        let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "")
+        #expect(document["skillbus"] == nil && document["turns"] == nil, "only the MCP row was measured")
+        let mcp = document["mcp"]
+        for side in ["mcpCall", "plainSend"] {
+            // Five alternating pairs of ten calls each, every one answered with its echo.
+            #expect(mcp?[side]?["completed"]?.intValue == 50 && mcp?[side]?["failed"] == 0, "\(side)")
+        }
+        #expect((mcp?["p50Ratio"]?.doubleValue ?? 0) > 0 && mcp?["p50Ratios"]?.arrayValue?.count == 5)
+
+        let (textCode, text) = try await runSkillbus(
+            ["bench", "--workers", "1", "--requests", "10", "--only", "mcp"], timeout: .seconds(60))
+        #expect(textCode == 0)
+        #expect(text.contains { $0.hasPrefix("  tools/call via skillbus mcp") }, "\(text)")
+    }
+
     @Test("bench --only turns measures the turn rows alone; --only refuses a part it does not know")
     func userBenchTurnsOnly() async throws {
         let (code, output) = try await runSkillbus(
@@ -84,7 +104,8 @@ struct UserBenchTests {
     static func expectTurnRows(_ turns: JSONValue?, samples: Int) {
         #expect(turns?["samples"]?.intValue == samples && turns?["pairs"]?.intValue == 5)
         let rows = [
-            ("oneCallTurnVsSend", "oneCallTurn", "plainSend"), ("delegatedAskVsTwoAsks", "delegatedAsk", "twoAsksInTurn"),
+            ("oneCallTurnVsSend", "oneCallTurn", "plainSend"),
+            ("delegatedAskVsTwoAsks", "delegatedAsk", "twoAsksInTurn"),
             ("asksRoundVsThreeAsks", "asksRound", "threeAsksAtOnce"),
         ]
         for (name, subject, baseline) in rows {
@@ -95,12 +116,14 @@ struct UserBenchTests {
             }
             for side in [subject, baseline] {
                 // Five alternating pairs of `samples` samples each, every one answered ok.
-                #expect(row?[side]?["failed"] == 0 && row?[side]?["completed"]?.intValue == 5 * samples, "\(name).\(side)")
+                #expect(
+                    row?[side]?["failed"] == 0 && row?[side]?["completed"]?.intValue == 5 * samples, "\(name).\(side)")
                 #expect((row?[side]?["p50Ms"]?.doubleValue ?? 0) > 0, "\(name).\(side).p50Ms")
             }
             let ratios = row?["p50Ratios"]?.arrayValue?.compactMap(\.doubleValue) ?? []
             #expect(ratios.count == 5 && ratios.allSatisfy { $0 > 0 }, "\(name).p50Ratios")
-            #expect(ratios.count == 5 && ratios.sorted()[2] == row?["p50Ratio"]?.doubleValue, "\(name): the median pair")
+            #expect(
+                ratios.count == 5 && ratios.sorted()[2] == row?["p50Ratio"]?.doubleValue, "\(name): the median pair")
         }
     }
 }

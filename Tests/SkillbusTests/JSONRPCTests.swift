@@ -2,8 +2,13 @@ import Testing
 
 @testable import Skillbus
 
+/// The JSON-RPC 2.0 model both MCP directions use (`skillbus mcp` serving, a worker's mounts calling).
 @Suite("JSON-RPC messages")
 struct JSONRPCTests {
+    func parse(_ text: String) -> Result<JSONRPCMessage, JSONRPCMessage.Unreadable> {
+        JSONRPCMessage.parse(Array(text.utf8))
+    }
+
     @Test(
         "each kind of message reads and writes back the same",
         arguments: [
@@ -16,46 +21,65 @@ struct JSONRPCTests {
         ])
     func roundTrip(text: String) throws {
         let message = try JSONRPCMessage(parsing: Array(text.utf8))
-        #expect(String(decoding: message.serialized(), as: UTF8.self) == text)
+        #expect(String(decoding: message.encoded(), as: UTF8.self) == text)
     }
 
-    @Test("the parts land where they belong")
-    func parts() throws {
-        let request = try JSONRPCMessage(json: [
-            "jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": ["name": "x"],
-        ])
-        #expect(request == .request(id: .number(3), method: "tools/call", params: ["name": "x"]))
+    @Test("requests, notifications and answers are read with their ids as sent")
+    func reads() throws {
+        let request = try parse(#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"x"}}"#).get()
+        #expect(request == .request(id: 3, method: "tools/call", params: ["name": "x"]))
         #expect(request.id == .number(3))
-        let error = try JSONRPCMessage(json: [
-            "jsonrpc": "2.0", "id": "q", "error": ["code": -32602, "message": "bad"],
-        ])
-        #expect(error == .error(id: .string("q"), JSONRPCError(.invalidParams, "bad")))
-        let note = try JSONRPCMessage(json: ["jsonrpc": "2.0", "method": "notifications/progress"])
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":"a","method":"ping"}"#).get()
+                == .request(id: "a", method: "ping", params: nil))
+        let note = try parse(#"{"jsonrpc":"2.0","method":"notifications/progress"}"#).get()
         #expect(note == .notification(method: "notifications/progress", params: nil) && note.id == nil)
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":"s-1","result":{"action":"accept"}}"#).get()
+                == .result(id: "s-1", result: ["action": "accept"]))
+        #expect(
+            try parse(#"{"jsonrpc":"2.0","id":"q","error":{"code":-32602,"message":"bad"}}"#).get()
+                == .error(id: "q", .invalidParams("bad")))
     }
 
     @Test(
-        "what is not a JSON-RPC 2.0 message is refused with the reason",
+        "bad messages get the JSON-RPC error that names what was wrong, with the id when it was readable",
         arguments: [
-            ("{", -32700, "not JSON"),
-            ("[]", -32600, "batches are not supported"),
-            ("3", -32600, "must be a JSON object"),
-            (#"{"id":1,"method":"x"}"#, -32600, "'jsonrpc' must be"),
-            (#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#, -32600, "'id' must be a string or an integer"),
-            (#"{"jsonrpc":"2.0","id":null,"method":"x"}"#, -32600, "must not be null"),
-            (#"{"jsonrpc":"2.0","id":1,"method":4}"#, -32600, "'method' must be a string"),
-            (#"{"jsonrpc":"2.0","id":1,"method":"x","params":3}"#, -32600, "'params' must be"),
-            (#"{"jsonrpc":"2.0","result":{}}"#, -32600, "needs the request's 'id'"),
-            (#"{"jsonrpc":"2.0","id":1,"result":{},"error":{}}"#, -32600, "not both"),
-            (#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#, -32600, "integer 'code'"),
-            (#"{"jsonrpc":"2.0","id":1}"#, -32600, "needs 'method', 'result' or 'error'"),
-        ])
-    func refused(text: String, code: Int, words: String) {
-        #expect {
-            try JSONRPCMessage(parsing: Array(text.utf8))
-        } throws: { error in
-            guard let error = error as? JSONRPCError else { return false }
-            return error.code == code && error.message.contains(words)
+            ("{nope", nil, -32700, "not JSON"),
+            ("[1,2]", nil, -32600, "a batch"),
+            (#""text""#, nil, -32600, "must be a JSON object"),
+            (#"{"id":1,"method":"ping"}"#, 1, -32600, "'jsonrpc' must be"),
+            (#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#, nil, -32600, "'id' must be a string or an integer"),
+            (#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#, nil, -32600, "'id' must be a string or an integer"),
+            (#"{"jsonrpc":"2.0","id":null,"method":"x"}"#, nil, -32600, "'id' must be a string or an integer"),
+            (#"{"jsonrpc":"2.0","id":2,"method":5}"#, 2, -32600, "'method' must be"),
+            (#"{"jsonrpc":"2.0","id":2,"method":"x","params":3}"#, 2, -32600, "'params' must be"),
+            (#"{"jsonrpc":"2.0","result":{}}"#, nil, -32600, "needs the request's 'id'"),
+            (#"{"jsonrpc":"2.0","id":1,"result":{},"error":{}}"#, 1, -32600, "not both"),
+            (#"{"jsonrpc":"2.0","id":1,"error":{"code":"x"}}"#, 1, -32600, "integer 'code'"),
+            (#"{"jsonrpc":"2.0","id":2}"#, 2, -32600, "needs 'method', 'result' or 'error'"),
+        ] as [(String, JSONRPCID?, Int, String)])
+    func refuses(_ text: String, _ id: JSONRPCID?, _ code: Int, _ says: String) throws {
+        guard case .failure(let unreadable) = parse(text) else {
+            Issue.record("\(text) was read")
+            return
+        }
+        #expect(unreadable.id == id)
+        #expect(unreadable.error.code == code)
+        #expect(unreadable.error.message.contains(says), "\(unreadable.error.message)")
+    }
+
+    @Test("a message is written as one line that reads back the same")
+    func oneLine() throws {
+        let messages: [JSONRPCMessage] = [
+            .request(id: "skillbus-1", method: "elicitation/create", params: ["message": "run?\nreally"]),
+            .notification(method: "notifications/progress", params: ["progressToken": 1, "progress": 2]),
+            .result(id: 9, result: ["tools": []]), .error(id: nil, .parseError("not JSON")),
+        ]
+        for message in messages {
+            let line = message.encoded()
+            #expect(!line.contains(UInt8(ascii: "\n")))
+            #expect(try JSONRPCMessage.parse(line).get() == message)
         }
     }
 }

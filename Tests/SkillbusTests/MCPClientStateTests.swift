@@ -57,7 +57,7 @@ struct MCPClientStateTests {
         }
 
         let (other, _) = session.request("tools/call", params: [:])
-        let refusal = JSONRPCError(.invalidParams, "bad")
+        let refusal = JSONRPCError.invalidParams("bad")
         #expect(session.receive(.error(id: .number(other), refusal)) == .answer(id: other, .failure(refusal)))
         if case .ignored = session.receive(.result(id: .string("x"), result: [:])) {} else { Issue.record("string id") }
     }
@@ -121,7 +121,7 @@ struct MCPClientStateTests {
             Issue.record("sampling not refused")
             return
         }
-        #expect(error.code == JSONRPCError.StandardCode.methodNotFound.rawValue)
+        #expect(error.code == JSONRPCError.methodNotFoundCode)
     }
 
     @Test("closing fails every request still waiting")

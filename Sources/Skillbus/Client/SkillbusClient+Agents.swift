@@ -25,14 +25,16 @@ extension SkillbusClient {
     /// the agent and its turn document; throws the error the turn (or the bus) ended with.
     /// `onPiece` hears the reply's pieces as they stream in, `onProgress` each state of the turn and each
     /// call as it ends (both on the client's socket thread: keep them quick).
+    /// `requestID` is the id of the ASK (a `Confirmation` of the turn's calls names it); nil: a new one.
     /// A caller that is cancelled cancels the turn on its agent, and returns once the turn has ended
     /// (as `cancelled`), 5 s after the cancellation at the latest.
     public func ask(
         _ message: String, agent: String = "", sessionID: String = "", roundID: String = UUID().uuidString.lowercased(),
         timeout: Duration = .seconds(30), onPiece: (@Sendable (String) -> Void)? = nil,
-        onProgress: (@Sendable (_ agent: String, TurnProgress) -> Void)? = nil, parentTurnID: String = ""
+        onProgress: (@Sendable (_ agent: String, TurnProgress) -> Void)? = nil, parentTurnID: String = "",
+        requestID: String? = nil
     ) async throws(SkillbusError) -> (agent: String, document: JSONValue) {
-        let requestID = makeRequestID()
+        let requestID = requestID ?? makeRequestID()
         let request = AskRequest(
             requestID: requestID, roundID: roundID, sessionID: sessionID, agent: agent,
             timeoutMs: max(1, Int(timeout / .milliseconds(1))), message: message, progress: onProgress != nil,

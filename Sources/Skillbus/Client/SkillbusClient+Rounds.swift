@@ -15,14 +15,15 @@ extension SkillbusClient {
     /// when the bus's result cache holds their answer (§4.16).
     /// `onOutput` hears the partial output of the round's invocations as it arrives (the invocation's id in
     /// the document, and the batch), all of it before the document (on the client's socket thread).
+    /// `requestID` is the id this client's messages of the round carry (a `Confirmation` names it); nil: a new one.
     /// A nil `timeout` sends none: the bus applies the skill's own `defaultTimeoutMs`, or its default (§3.5.6),
     /// and the client waits for its answer as long as the bus may take (`Wire.maxTimeoutMs`).
     public func round(
         _ spec: RoundSpec, roundID: String = UUID().uuidString.lowercased(), sessionID: String = "",
         timeout: Duration? = .seconds(15), retries: Int? = nil, priority: InvocationPriority = .normal, noCache: Bool = false,
-        onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
+        requestID: String? = nil, onOutput: (@Sendable (String, OutputBatch) -> Void)? = nil
     ) async throws(SkillbusError) -> RoundDocument {
-        let requestID = makeRequestID()
+        let requestID = requestID ?? makeRequestID()
         if let onOutput { partials.outputs.withLock { $0[requestID] = onOutput } }
         defer { if onOutput != nil { partials.outputs.withLock { _ = $0.removeValue(forKey: requestID) } } }
         let body = spec.body(retries: retries, priority: priority, noCache: noCache).serialized()

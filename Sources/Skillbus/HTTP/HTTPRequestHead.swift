@@ -66,6 +66,9 @@ public struct HTTPRequestHead: Sendable, Equatable {
         return .head(HTTPRequestHead(method: method, path: path, version: version, headers: headers))
     }
 
+    /// Where the body starts: just past the blank line that ends the head, if it has arrived.
+    static func bodyStart(_ bytes: [UInt8]) -> Int? { headEnd(bytes).map { $0 + 4 } }
+
     /// The index just past the head's lines (the start of the blank line that ends it), if it has arrived.
     private static func headEnd(_ bytes: [UInt8]) -> Int? {
         guard bytes.count >= 4 else { return nil }

@@ -45,10 +45,17 @@ public struct HTTPResponse: Sendable, Equatable {
     static func reason(_ status: Int) -> String {
         switch status {
         case 200: "OK"
+        case 202: "Accepted"
+        case 204: "No Content"
         case 400: "Bad Request"
+        case 401: "Unauthorized"
+        case 403: "Forbidden"
         case 404: "Not Found"
         case 405: "Method Not Allowed"
+        case 406: "Not Acceptable"
         case 408: "Request Timeout"
+        case 411: "Length Required"
+        case 413: "Content Too Large"
         case 431: "Request Header Fields Too Large"
         case 503: "Service Unavailable"
         case 505: "HTTP Version Not Supported"

@@ -6,7 +6,7 @@ import Foundation
 
 /// What the operator endpoint answers (`GET /`, `/metrics`, `/state`, `/sessions`, `/events`), and what its event
 /// streams carry. Lives on the HTTP thread; reads the bus only through the `OperatorBoard`.
-final class OperatorSite {
+final class OperatorSite: HTTPSite {
     let board: OperatorBoard
     private var rounds = RecentRounds()
     private var sessions = RecentSessions()
@@ -17,6 +17,15 @@ final class OperatorSite {
     static let paths: Set<String> = ["/", "/metrics", "/state", "/sessions", "/events"]
 
     init(board: OperatorBoard) { self.board = board }
+
+    /// Its pages take no request body.
+    var maxBodyBytes: Int { 0 }
+
+    func respond(to request: HTTPRequest, on connection: HTTPConnectionID) -> HTTPResponse? {
+        respond(to: request.head)
+    }
+
+    func closed(_ connection: HTTPConnectionID) {}
 
     func respond(to head: HTTPRequestHead) -> HTTPResponse {
         guard Self.paths.contains(head.path) else {

@@ -219,8 +219,8 @@ final class MCPClient: Sendable {
     // MARK: Tools
 
     /// Every tool the server lists, following `nextCursor` (at most 100 pages).
-    func listTools(deadline: ContinuousClock.Instant) async throws -> [MCPTool] {
-        var tools: [MCPTool] = []
+    func listTools(deadline: ContinuousClock.Instant) async throws -> [MCPListedTool] {
+        var tools: [MCPListedTool] = []
         var cursor: String?
         for _ in 0..<100 {
             let params: JSONValue = cursor.map { ["cursor": .string($0)] } ?? [:]
@@ -231,7 +231,7 @@ final class MCPClient: Sendable {
             }
             for item in listed {
                 do {
-                    tools.append(try MCPTool(json: item))
+                    tools.append(try MCPListedTool(json: item))
                 } catch {
                     logger.warning("MCP server '\(server)': a tool is skipped: \(error)")
                 }
@@ -242,7 +242,7 @@ final class MCPClient: Sendable {
         throw SkillbusError(.malformedMessage, "MCP server '\(server)': tools/list went on for more than 100 pages")
     }
 
-    /// Calls a tool: its answer as the server sent it (`MCPTool.result` reads it). A JSON-RPC error answer
+    /// Calls a tool: its answer as the server sent it (`MCPListedTool.result` reads it). A JSON-RPC error answer
     /// (an unknown tool, arguments the server refused) is thrown as a SkillbusError.
     func callTool(
         _ name: String, arguments: [String: JSONValue], deadline: ContinuousClock.Instant, progress: ProgressHandler?
@@ -253,7 +253,7 @@ final class MCPClient: Sendable {
                 progress: progress)
         } catch let error as JSONRPCError {
             let code: SkillbusError.Code =
-                error.code == JSONRPCError.StandardCode.invalidParams.rawValue ? .invalidParameters : .skillFailed
+                error.code == JSONRPCError.invalidParamsCode ? .invalidParameters : .skillFailed
             throw SkillbusError(
                 code, "MCP server '\(server)' refused the call to '\(name)': \(error.message) (code \(error.code))")
         }

@@ -75,7 +75,7 @@ final class MCPHTTPTransport: MCPTransport {
         let call: HTTPStreamingCall
         do {
             call = try await HTTPStreamingCall.start(
-                request(method: "POST", body: message.serialized(), accept: "application/json, text/event-stream"),
+                request(method: "POST", body: message.encoded(), accept: "application/json, text/event-stream"),
                 timeout: Self.idleTimeout, maxBodyBytes: Self.maxBodyBytes)
         } catch {
             let problem = "cannot reach \(url): \(error)"
@@ -124,7 +124,7 @@ final class MCPHTTPTransport: MCPTransport {
                 .error(
                     id: id, JSONRPCError(code: error.code, message: "its answer is no MCP message: \(error.message)")))
         } catch {
-            deliver(.error(id: id, JSONRPCError(.internalError, "its answer broke off: \(error)")))
+            deliver(.error(id: id, .internalError("its answer broke off: \(error)")))
         }
     }
 
@@ -139,12 +139,12 @@ final class MCPHTTPTransport: MCPTransport {
             if let id {
                 // Ended without the answer: the call would otherwise wait for its deadline.
                 deliver(
-                    .error(id: id, JSONRPCError(.internalError, "the server ended its answer stream without an answer"))
+                    .error(id: id, .internalError("the server ended its answer stream without an answer"))
                 )
             }
         } catch {
             if let id, error != .cancelled {
-                deliver(.error(id: id, JSONRPCError(.internalError, "its answer stream broke off: \(error)")))
+                deliver(.error(id: id, .internalError("its answer stream broke off: \(error)")))
             }
         }
     }

@@ -133,7 +133,7 @@ public final class MCPServerMount: Service {
         }
     }
 
-    private func publish(_ tools: [MCPTool], listing: Int) {
+    private func publish(_ tools: [MCPListedTool], listing: Int) {
         var skills: [any AgentSkill] = []
         for tool in tools {
             do throws(SkillbusError) {

@@ -128,7 +128,7 @@ struct MCPSessionState {
         case .request(let id, let method, _):
             // A server may ping any time; we offer no other capability (roots, sampling, elicitation).
             if method == "ping" { return .reply(.result(id: id, result: [:])) }
-            return .reply(.error(id: id, JSONRPCError(.methodNotFound, "this client does not serve '\(method)'")))
+            return .reply(.error(id: id, .methodNotFound(method)))
         case .notification(let method, let params):
             switch method {
             case "notifications/progress": return progress(params)

@@ -139,7 +139,7 @@ final class MCPStdioTransport: MCPTransport {
         guard let fd = process.withLock({ $0?.stdin }), fd >= 0 else {
             throw SkillbusError(.skillFailed, "MCP server '\(server)' is not running")
         }
-        let bytes = message.serialized() + [UInt8(ascii: "\n")]
+        let bytes = message.encoded() + [UInt8(ascii: "\n")]
         writes.async { [self] in
             // Read again here: a close queued before this write has closed the descriptor.
             guard let fd = process.withLock({ $0?.stdin }), fd >= 0 else { return }

@@ -1,6 +1,6 @@
 /// One tool of a mounted MCP server, offered as the skill `<server>.<tool>`. A call waits (within its
 /// deadline) for the server to be connected, calls the tool with the validated parameters as its arguments,
-/// turns progress into partial output, and the answer into a result (`MCPTool.result`). Cancelling the
+/// turns progress into partial output, and the answer into a result (`MCPListedTool.result`). Cancelling the
 /// invocation (CANCEL, the deadline) sends `notifications/cancelled`.
 struct MCPToolSkill: AgentSkill {
     let skill: SkillDescriptor
@@ -25,7 +25,7 @@ struct MCPToolSkill: AgentSkill {
                 // Partial output past the agent's limit cancels the invocation by itself; nothing to do here.
                 try? context.emit(Self.text(of: progress))
             })
-        return try MCPTool.result(of: answer, skill: identifier)
+        return try MCPListedTool.result(of: answer, skill: identifier)
     }
 
     /// A progress notification as a line of partial output: its message, else how far it got.

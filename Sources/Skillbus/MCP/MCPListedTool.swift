@@ -3,7 +3,7 @@ import Foundation
 /// One tool as an MCP server lists it (`tools/list`), and how it becomes a Skillbus skill: the descriptor
 /// from its schema and annotations, its answers as results. The rules are in docs/MCP.md, "MCP servers as
 /// skills"; they are pure functions, tested without a server.
-public struct MCPTool: Sendable, Equatable {
+public struct MCPListedTool: Sendable, Equatable {
     public var name: String
     public var title: String?
     public var description: String
@@ -26,7 +26,7 @@ public struct MCPTool: Sendable, Equatable {
     }
 }
 
-extension MCPTool {
+extension MCPListedTool {
     /// The skill's identifier: `<server>.<tool>`, or nil when the tool's name holds a character skill
     /// identifiers do not allow (such a tool is not mounted).
     public func skillIdentifier(server: String) -> String? {

@@ -6,9 +6,9 @@ import Testing
 /// How an MCP tool becomes a skill (docs/MCP.md, "MCP servers as skills"): schema, annotations, results,
 /// errors; and how a worker config declares the servers.
 @Suite("MCP tools as skills")
-struct MCPToolTests {
-    func tool(_ schema: JSONValue, annotations: JSONValue = [:], name: String = "t") throws -> MCPTool {
-        try MCPTool(json: [
+struct MCPListedToolTests {
+    func tool(_ schema: JSONValue, annotations: JSONValue = [:], name: String = "t") throws -> MCPListedTool {
+        try MCPListedTool(json: [
             "name": .string(name), "description": "d", "inputSchema": schema, "annotations": annotations,
         ])
     }
@@ -65,34 +65,34 @@ struct MCPToolTests {
     @Test("results: structured → JSON, text → text, one image → attachment, a mix → its content as JSON")
     func results() throws {
         #expect(
-            try MCPTool.result(
+            try MCPListedTool.result(
                 of: ["content": [["type": "text", "text": "a"], ["type": "text", "text": "b"]]], skill: "s")
                 == .text("a\nb"))
         #expect(
-            try MCPTool.result(
+            try MCPListedTool.result(
                 of: ["content": [["type": "text", "text": "{}"]], "structuredContent": ["n": 1]], skill: "s")
                 == .json(["n": 1]))
-        #expect(try MCPTool.result(of: ["structuredContent": ["n": 1]], skill: "s") == .json(["n": 1]))
-        #expect(try MCPTool.result(of: ["content": []], skill: "s") == .text(""))
+        #expect(try MCPListedTool.result(of: ["structuredContent": ["n": 1]], skill: "s") == .json(["n": 1]))
+        #expect(try MCPListedTool.result(of: ["content": []], skill: "s") == .text(""))
         let image: JSONValue = ["type": "image", "mimeType": "image/png", "data": "iVBO"]
         #expect(
-            try MCPTool.result(of: ["content": [image]], skill: "s")
+            try MCPListedTool.result(of: ["content": [image]], skill: "s")
                 == .attachment(.init(name: "s.image", mediaType: "image/png", bytes: [0x89, 0x50, 0x4E])))
         let mix: JSONValue = [["type": "text", "text": "see"], image]
-        #expect(try MCPTool.result(of: ["content": mix], skill: "s") == .json(["content": mix]))
+        #expect(try MCPListedTool.result(of: ["content": mix], skill: "s") == .json(["content": mix]))
     }
 
     @Test("isError is skill_failed with the server's text; a malformed answer is a clear failure")
     func errors() {
         #expect {
-            try MCPTool.result(
+            try MCPListedTool.result(
                 of: ["isError": true, "content": [["type": "text", "text": "disk on fire"]]], skill: "s")
         } throws: { error in
             (error as? SkillbusError).map { $0.code == .skillFailed && $0.message == "disk on fire" } ?? false
         }
         for garbage: JSONValue in ["text", ["content": "x"], [:]] {
             #expect {
-                try MCPTool.result(of: garbage, skill: "fs.t")
+                try MCPListedTool.result(of: garbage, skill: "fs.t")
             } throws: { error in
                 (error as? SkillbusError).map { $0.code == .skillFailed && $0.message.contains("no tool result") }
                     ?? false
