@@ -36,15 +36,16 @@ deps:
 		$$SUDO apt-get update -qq && { $$SUDO apt-get install -y -qq libcurl4 || $$SUDO apt-get install -y -qq libcurl4t64; }; }
 
 # What the tests use besides the build: pyzmq (the Python peers, the fault suite), pytest (the Python
-# package's tests), prometheus_client (its parser reads /metrics), websocket-client (it drives Chromium)
-# and chromium (the dashboard test); each installed only when missing, with pip or else Debian's package.
+# package's tests), prometheus_client (its parser reads /metrics), websocket-client (it drives Chromium),
+# the MCP SDK 2.x (a real MCP client and server: its MCPServer API is 2.x) and chromium (the dashboard
+# test); each installed only when missing, with pip or else Debian's package.
 test-deps: deps
 	@for module in zmq:pyzmq:python3-zmq pytest:pytest:python3-pytest \
-		prometheus_client:prometheus_client:python3-prometheus-client websocket:websocket-client:python3-websocket mcp:mcp:python3-mcp; do \
+		prometheus_client:prometheus_client:python3-prometheus-client websocket:websocket-client:python3-websocket 'mcp.server.mcpserver:mcp>=2:python3-mcp'; do \
 		name=$${module%%:*}; rest=$${module#*:}; package=$${rest%%:*}; debian=$${rest#*:}; \
 		$(PYTHON) -c "import $$name" 2>/dev/null && continue; \
 		echo "installing $$package"; \
-		$(PYTHON) -m pip install --quiet $$package 2>/dev/null || { \
+		$(PYTHON) -m pip install --quiet "$$package" 2>/dev/null || { \
 			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$debian; }; \
 	done
