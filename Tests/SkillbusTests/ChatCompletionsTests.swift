@@ -58,7 +58,7 @@ struct ChatCompletionsTests {
             ParameterField("flags", .array, required: false),
         ])
         #expect(
-            ChatCompletionsRequest.jsonSchema(schema) == [
+            schema.jsonSchema == [
                 "type": "object", "additionalProperties": false, "required": ["key", "value"],
                 "properties": [
                     "key": ["type": "string", "description": "The key"],
@@ -66,7 +66,7 @@ struct ChatCompletionsTests {
                     "count": ["type": "integer", "default": 3], "flags": ["type": "array"],
                 ],
             ])
-        #expect(ChatCompletionsRequest.jsonSchema(ParameterSchema([]))["required"] == [])
+        #expect(ParameterSchema([]).jsonSchema["required"] == [])
     }
 
     @Test("tools: one function per skill, sorted, with the skill's own description")

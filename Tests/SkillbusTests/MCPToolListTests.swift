@@ -42,7 +42,7 @@ struct MCPToolListTests {
                 identifier: "p", displayName: "P", description: "", parameters: ParameterSchema([]), pure: true))
         #expect(
             pure.json["annotations"]?["readOnlyHint"] == true && pure.json["annotations"]?["destructiveHint"] == false)
-        #expect(pure.json["inputSchema"]?["required"] == nil && pure.json["inputSchema"]?["properties"] == [:])
+        #expect(pure.json["inputSchema"]?["required"] == [] && pure.json["inputSchema"]?["properties"] == [:])
     }
 
     static func registry(skills: [String], plannerAgents: [String] = []) -> Registry {

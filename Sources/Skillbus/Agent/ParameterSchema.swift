@@ -170,3 +170,27 @@ extension ParameterSchema {
         self.init(fields)
     }
 }
+
+extension ParameterSchema {
+    /// The JSON Schema of one object of these parameters, as a planner's model and an MCP client read it.
+    /// `any` is every JSON type but null, as our validation has it; unknown parameters are refused there,
+    /// hence `additionalProperties: false`.
+    public var jsonSchema: JSONValue {
+        var properties: [String: JSONValue] = [:]
+        for field in fields {
+            var property: [String: JSONValue] = [:]
+            switch field.type {
+            case .any: property["type"] = ["string", "number", "boolean", "array", "object"]
+            default: property["type"] = .string(field.type.rawValue)
+            }
+            if !field.description.isEmpty { property["description"] = .string(field.description) }
+            if let value = field.defaultValue { property["default"] = value }
+            properties[field.name] = .object(property)
+        }
+        return [
+            "type": "object", "properties": .object(properties),
+            "required": .array(fields.filter(\.required).map { .string($0.name) }),
+            "additionalProperties": false,
+        ]
+    }
+}

@@ -64,23 +64,8 @@ public struct MCPTool: Sendable, Equatable {
 
     /// JSON Schema 2020-12 for a parameter schema: an object of exactly these properties.
     public static func inputSchema(_ schema: ParameterSchema) -> JSONValue {
-        var properties: [String: JSONValue] = [:]
-        for field in schema.fields {
-            var property: [String: JSONValue] = [:]
-            switch field.type {
-            case .any: property["type"] = ["string", "number", "boolean", "array", "object"]
-            default: property["type"] = .string(field.type.rawValue)
-            }
-            if !field.description.isEmpty { property["description"] = .string(field.description) }
-            if let value = field.defaultValue { property["default"] = value }
-            properties[field.name] = .object(property)
-        }
-        var object: [String: JSONValue] = [
-            "$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
-            "properties": .object(properties), "additionalProperties": false,
-        ]
-        let required = schema.fields.filter(\.required).map { JSONValue.string($0.name) }
-        if !required.isEmpty { object["required"] = .array(required) }
+        var object = schema.jsonSchema.objectValue ?? [:]
+        object["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         return .object(object)
     }
 }

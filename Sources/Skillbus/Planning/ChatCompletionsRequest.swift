@@ -25,31 +25,10 @@ enum ChatCompletionsRequest {
                 "function": [
                     "name": .string(ToolNames.name(for: skill.identifier)),
                     "description": .string(skill.description.isEmpty ? skill.displayName : skill.description),
-                    "parameters": jsonSchema(skill.parameters),
+                    "parameters": skill.parameters.jsonSchema,
                 ],
             ]
         }
-    }
-
-    /// A skill's parameters as the JSON Schema of one object. `any` is every JSON type but null, as our
-    /// validation has it; unknown parameters are refused there, hence `additionalProperties: false`.
-    static func jsonSchema(_ schema: ParameterSchema) -> JSONValue {
-        var properties: [String: JSONValue] = [:]
-        for field in schema.fields {
-            var property: [String: JSONValue] = [:]
-            switch field.type {
-            case .any: property["type"] = ["string", "number", "boolean", "array", "object"]
-            default: property["type"] = .string(field.type.rawValue)
-            }
-            if !field.description.isEmpty { property["description"] = .string(field.description) }
-            if let value = field.defaultValue { property["default"] = value }
-            properties[field.name] = .object(property)
-        }
-        return [
-            "type": "object", "properties": .object(properties),
-            "required": .array(schema.fields.filter(\.required).map { .string($0.name) }),
-            "additionalProperties": false,
-        ]
     }
 
     /// The system prompt, the session's history, the user's message, then each of this turn's steps as a
