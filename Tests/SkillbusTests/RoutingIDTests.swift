@@ -29,14 +29,15 @@ struct RoutingIDTests {
 
     @Test("libzmq's own ids (a zero byte and a counter) spread evenly over a table")
     func spread() {
-        // 16,384 ids into 4,096 buckets: 4 a bucket on average, and no pile-up in any (a random hash
-        // puts at most 12 or 13 in one).
+        // 16,384 ids into 4,096 buckets: 4 a bucket on average, and no pile-up in any. A random hash puts
+        // 12 or 13 in the fullest, 17 about once in a hundred runs (the seed is new each run), 24 next to
+        // never; a hash that ignored the counter's bytes would put hundreds in one.
         var buckets = [Int](repeating: 0, count: 1 << 12)
         for counter in 0..<UInt32(1 << 14) {
             let id = RoutingID([0] + withUnsafeBytes(of: counter.bigEndian) { Array($0) })
             buckets[id.hashValue & (buckets.count - 1)] += 1
         }
-        #expect(buckets.max()! <= 16)
+        #expect(buckets.max()! <= 24)
         #expect(buckets.filter { $0 == 0 }.count < 150)  // 75 if the hash were random
         // Equal ids hash alike, a long one too.
         let long = RoutingID(Array(repeating: 9, count: 40))
