@@ -110,162 +110,192 @@ public enum FeedEvent: Sendable, Equatable {
         }
     }
 
-    /// The event's JSON body; `time` is added when it is published.
-    public var fields: [String: JSONValue] {
+    /// A JSON member of an event's body.
+    public typealias Member = (key: String, value: JSONValue)
+
+    /// The event's JSON body (`type` and `time` are added when it is published) as its members in key order,
+    /// the order JSON is written in here: publishing an event under load writes them as they are, with no
+    /// dictionary to build and sort (FeedEventTests holds every kind to that order).
+    public var members: [Member] {
+        func string(_ text: String) -> JSONValue { .string(text) }
+        func number(_ value: Int) -> JSONValue { .number(Double(value)) }
+        func milliseconds(_ micros: Int) -> JSONValue { .number(Double(micros) / 1000) }
         switch self {
         case .agentJoined(let agent, let skills, let capacity):
-            return [
-                "agent": .string(agent), "skills": .array(skills.map { .string($0) }),
-                "capacity": .number(Double(capacity)),
-            ]
+            return [("agent", string(agent)), ("capacity", number(capacity)), ("skills", .array(skills.map(string)))]
         case .agentLeft(let agent, let reason):
-            return ["agent": .string(agent), "reason": .string(reason)]
+            return [("agent", string(agent)), ("reason", string(reason))]
         case .agentState(let agent, let state):
-            var fields = state.json.objectValue ?? [:]
-            fields["agent"] = .string(agent)
-            return fields
+            return Self.ordered(state.json.objectValue ?? [:], adding: ("agent", string(agent)))
         case .confirmationPending(let round, let confirmation, let skill, let parameters):
             return [
-                "round": .string(round), "confirmation": .string(confirmation), "skill": .string(skill),
-                "parameters": parameters,
+                ("confirmation", string(confirmation)), ("parameters", parameters), ("round", string(round)),
+                ("skill", string(skill)),
             ]
         case .confirmationDone(let confirmation, let approved):
-            return ["confirmation": .string(confirmation), "approved": .bool(approved)]
+            return [("approved", .bool(approved)), ("confirmation", string(confirmation))]
         case .turnStream(let agent, let turn, let text):
-            return ["agent": .string(agent), "turn": .string(turn), "text": .string(text)]
+            return [("agent", string(agent)), ("text", string(text)), ("turn", string(turn))]
         case .turnCall(let agent, let turn, let call):
             return [
-                "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn), "call": call.json,
+                ("agent", string(agent)), ("call", call.json), ("session", string(turn.session)),
+                ("turn", string(turn.turn)),
             ]
         case .turnDelegated(let agent, let turn, let round, let to, let role, let message, let child):
-            var fields: [String: JSONValue] = [
-                "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn),
-                "round": .string(round), "to": .string(to), "message": .string(message), "child": .string(child),
+            var members: [Member] = [
+                ("agent", string(agent)), ("child", string(child)), ("message", string(message)),
             ]
-            if let role { fields["role"] = .string(role) }
-            return fields
+            if let role { members.append(("role", string(role))) }
+            members += [
+                ("round", string(round)), ("session", string(turn.session)), ("to", string(to)),
+                ("turn", string(turn.turn)),
+            ]
+            return members
         case .turnHandoff(let agent, let turn, let to, let note, let next):
             return [
-                "agent": .string(agent), "session": .string(turn.session), "turn": .string(turn.turn), "to": .string(to),
-                "note": .string(note), "next": .string(next),
+                ("agent", string(agent)), ("next", string(next)), ("note", string(note)),
+                ("session", string(turn.session)), ("to", string(to)), ("turn", string(turn.turn)),
             ]
         case .turnState(let agent, let state, let turn):
-            var fields = state.json(in: turn).objectValue ?? [:]
-            fields["agent"] = .string(agent)
-            return fields
+            return Self.ordered(state.json(in: turn).objectValue ?? [:], adding: ("agent", string(agent)))
         case .registrationRefused(let agent, let error):
-            return ["agent": .string(agent), "error": error.json]
+            return [("agent", string(agent)), ("error", error.json)]
         case .agentStorage(let agent, let problem):
-            return ["agent": .string(agent), "problem": problem?.json ?? .null]
+            return [("agent", string(agent)), ("problem", problem?.json ?? .null)]
         case .requestQueued(let round, let request, let skill, let waiting, let waitingFor):
             return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill),
-                "waiting": .number(Double(waiting)), "waitingFor": .string(waitingFor),
+                ("request", string(request)), ("round", string(round)), ("skill", string(skill)),
+                ("waiting", number(waiting)), ("waitingFor", string(waitingFor)),
             ]
         case .requestDispatched(let round, let request, let skill, let agent, let invocation):
             return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill),
-                "agent": .string(agent), "invocation": .string(invocation),
+                ("agent", string(agent)), ("invocation", string(invocation)), ("request", string(request)),
+                ("round", string(round)), ("skill", string(skill)),
             ]
         case .requestCached(let round, let request, let skill, let agent):
-            return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
-            ]
+            return [("agent", string(agent)), ("request", string(request)), ("round", string(round)), ("skill", string(skill))]
         case .invocationCached(let round, let invocation, let skill, let agent):
             return [
-                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
-                "agent": .string(agent),
+                ("agent", string(agent)), ("invocation", string(invocation)), ("round", string(round)),
+                ("skill", string(skill)),
             ]
         case .requestDeduplicated(let round, let request, let skill, let finished):
             return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill),
-                "reused": .string(finished ? "finished" : "running"),
+                ("request", string(request)), ("reused", string(finished ? "finished" : "running")),
+                ("round", string(round)), ("skill", string(skill)),
             ]
         case .requestDone(let round, let request, let skill, let agent, let status, let micros, let payload):
-            var fields: [String: JSONValue] = [
-                "round": .string(round), "request": .string(request), "skill": .string(skill),
-                "agent": .string(agent), "status": .string(status.rawValue),
-                "durationMs": .number(Double(micros) / 1000),
+            var members: [Member] = [("agent", string(agent)), ("durationMs", milliseconds(micros))]
+            if status == .error { members.append(("error", (try? JSONValue(parsing: payload)) ?? .null)) }
+            members += [
+                ("request", string(request)), ("round", string(round)), ("skill", string(skill)),
+                ("status", string(status.rawValue)),
             ]
-            if status == .error { fields["error"] = (try? JSONValue(parsing: payload)) ?? .null }
-            return fields
+            return members
         case .roundAccepted(let round, let shape, let invocations):
-            return [
-                "round": .string(round), "shape": .string(shape),
-                "invocations": .array(invocations.map { .string($0) }),
-            ]
+            return [("invocations", .array(invocations.map(string))), ("round", string(round)), ("shape", string(shape))]
         case .invocationDispatched(let round, let invocation, let skill, let agent, let dispatch):
             return [
-                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
-                "agent": .string(agent), "dispatch": .string(dispatch),
+                ("agent", string(agent)), ("dispatch", string(dispatch)), ("invocation", string(invocation)),
+                ("round", string(round)), ("skill", string(skill)),
             ]
         case .invocationDeduplicated(let round, let invocation, let reusing):
-            return ["round": .string(round), "invocation": .string(invocation), "reusing": .string(reusing)]
+            return [("invocation", string(invocation)), ("reusing", string(reusing)), ("round", string(round))]
         case .invocationDone(let round, let invocation, let skill, let agent, let status, let micros, let deduplicated):
             return [
-                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
-                "agent": .string(agent), "status": .string(status.documentName),
-                "durationMs": .number(Double(micros) / 1000),
-                "deduplicated": .bool(deduplicated),
+                ("agent", string(agent)), ("deduplicated", .bool(deduplicated)), ("durationMs", milliseconds(micros)),
+                ("invocation", string(invocation)), ("round", string(round)), ("skill", string(skill)),
+                ("status", string(status.documentName)),
             ]
         case .invocationCancelled(let round, let invocation, let agent, let reason):
             return [
-                "round": .string(round), "invocation": .string(invocation), "agent": .string(agent),
-                "reason": .string(reason),
+                ("agent", string(agent)), ("invocation", string(invocation)), ("reason", string(reason)),
+                ("round", string(round)),
             ]
         case .requestCancelled(let round, let request, let skill, let agent, let reason):
             return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
-                "reason": .string(reason),
+                ("agent", string(agent)), ("reason", string(reason)), ("request", string(request)),
+                ("round", string(round)), ("skill", string(skill)),
             ]
         case .requestRetrying(let round, let request, let skill, let agent, let attempt, let error, let micros):
             return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
-                "attempt": .number(Double(attempt)), "error": error.json, "backoffMs": .number(Double(micros) / 1000),
+                ("agent", string(agent)), ("attempt", number(attempt)), ("backoffMs", milliseconds(micros)),
+                ("error", error.json), ("request", string(request)), ("round", string(round)), ("skill", string(skill)),
             ]
         case .invocationRetrying(let round, let invocation, let skill, let agent, let attempt, let error, let micros):
             return [
-                "round": .string(round), "invocation": .string(invocation), "skill": .string(skill),
-                "agent": .string(agent), "attempt": .number(Double(attempt)), "error": error.json,
-                "backoffMs": .number(Double(micros) / 1000),
+                ("agent", string(agent)), ("attempt", number(attempt)), ("backoffMs", milliseconds(micros)),
+                ("error", error.json), ("invocation", string(invocation)), ("round", string(round)),
+                ("skill", string(skill)),
             ]
         case .cancelIgnored(let round, let request, let skill, let agent, let invocation, let waitedMs):
             return [
-                "round": .string(round), "request": .string(request), "skill": .string(skill), "agent": .string(agent),
-                "invocation": .string(invocation), "waitedMs": .number(Double(waitedMs)),
+                ("agent", string(agent)), ("invocation", string(invocation)), ("request", string(request)),
+                ("round", string(round)), ("skill", string(skill)), ("waitedMs", number(waitedMs)),
             ]
         case .invocationOutput(let round, let skill, let agent, let dispatch, let batch):
             return [
-                "round": .string(round), "skill": .string(skill), "agent": .string(agent), "dispatch": .string(dispatch),
-                "first": .number(Double(batch.first)), "parts": .array(batch.parts.map(\.json)),
+                ("agent", string(agent)), ("dispatch", string(dispatch)), ("first", number(batch.first)),
+                ("parts", .array(batch.parts.map(\.json))), ("round", string(round)), ("skill", string(skill)),
             ]
         case .roundDone(let round, let status, let summary):
-            return ["round": .string(round), "status": .string(status.rawValue), "summary": summary.json]
+            return [("round", string(round)), ("status", string(status.rawValue)), ("summary", summary.json)]
         case .registryUpdate(let update):
-            return update.fields
+            return Self.ordered(update.fields)
         case .registryHeartbeat(let epoch, let sequence, let intervalMs):
-            return [
-                "epoch": .string(epoch), "seq": .number(Double(sequence)), "heartbeatMs": .number(Double(intervalMs)),
-            ]
+            return [("epoch", string(epoch)), ("heartbeatMs", number(intervalMs)), ("seq", .number(Double(sequence)))]
         case .securityRefused(let socket, let address, let key, let reason, let refused):
             return [
-                "socket": .string(socket), "address": .string(address), "key": .string(key), "reason": .string(reason),
-                "refused": .number(Double(refused)),
+                ("address", string(address)), ("key", string(key)), ("reason", string(reason)),
+                ("refused", number(refused)), ("socket", string(socket)),
             ]
         case .limitRefused(let socket, let limit, let reason, let refused):
             return [
-                "socket": .string(socket), "limit": .string(limit), "reason": .string(reason),
-                "refused": .number(Double(refused)),
+                ("limit", string(limit)), ("reason", string(reason)), ("refused", number(refused)),
+                ("socket", string(socket)),
             ]
         }
     }
 
-    /// The two frames published: topic, then the JSON body with `type` (= topic) and `time`.
+    /// The body as a dictionary, for readers that look members up.
+    public var fields: [String: JSONValue] {
+        Dictionary(members.lazy.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// A dictionary's members (and one more) in key order.
+    private static func ordered(_ fields: [String: JSONValue], adding extra: Member? = nil) -> [Member] {
+        var fields = fields
+        if let extra { fields[extra.key] = extra.value }
+        return fields.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    /// The two frames published: topic, then the JSON body with `type` (= topic) and `time`, its members
+    /// in key order as `JSONValue` writes an object.
     public func encoded(time: Date = Date()) -> [[UInt8]] {
-        var body = fields
-        body["type"] = .string(topic)
-        body["time"] = .string(FeedEvent.timestamp(time))
-        return [Array(topic.utf8), JSONValue.object(body).serialized()]
+        let topic = self.topic
+        // "time" < "type": each goes in before the first member whose key sorts after it.
+        var added: [Member] = [("time", .string(FeedEvent.timestamp(time))), ("type", .string(topic))]
+        var body: [UInt8] = [UInt8(ascii: "{")]
+        body.reserveCapacity(256)
+        for member in members {
+            while let next = added.first, next.key < member.key {
+                Self.write(next, to: &body)
+                added.removeFirst()
+            }
+            if member.key == "time" || member.key == "type" { continue }  // the published ones win
+            Self.write(member, to: &body)
+        }
+        for member in added { Self.write(member, to: &body) }
+        body.append(UInt8(ascii: "}"))
+        return [Array(topic.utf8), body]
+    }
+
+    /// One member after the object's `{` or a previous member.
+    private static func write(_ member: Member, to body: inout [UInt8]) {
+        if body.count > 1 { body.append(UInt8(ascii: ",")) }
+        JSONValue.writeString(member.key, to: &body)
+        body.append(UInt8(ascii: ":"))
+        member.value.write(to: &body)
     }
 
     /// ISO 8601 UTC with milliseconds, for example `2026-11-29T12:00:00.123Z`.
