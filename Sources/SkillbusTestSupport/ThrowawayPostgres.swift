@@ -166,7 +166,7 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     }
 
     /// A port nobody listens on now: the kernel's pick for a socket bound to port 0, closed again.
-    static func freePort() throws -> UInt16 {
+    public static func freePort() throws -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failed(message: "socket: errno \(errno)") }
         defer { close(fd) }
