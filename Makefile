@@ -7,8 +7,8 @@ CONFIG ?= configs/local.json
 
 PREFIX ?= /usr/local
 
-# The headers and pkg-config files of libzmq (Debian's libzmq3-dev), SQLite (libsqlite3-dev) and libsodium
-# (libsodium-dev: the own ZMTP engine's CURVE boxes), libcurl's
+# The headers and pkg-config files of libzmq (Debian's libzmq3-dev), SQLite (libsqlite3-dev), libsodium
+# (libsodium-dev: the own ZMTP engine's CURVE boxes), libpq (libpq-dev: a coordinator group's journal), libcurl's
 # headers (libcurl4-openssl-dev: the loader in Sources/CCurlRuntime takes its types and option numbers from
 # curl/curl.h), and the libcurl.so.4 that the openai planner's HTTP client loads with dlopen when a worker starts
 # with it (the binary does not link it; the planner's tests need it); each installed only when missing
@@ -30,6 +30,10 @@ deps:
 		echo "installing libcurl4-openssl-dev"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libcurl4-openssl-dev pkg-config; }
+	@pkg-config --exists libpq || { \
+		echo "installing libpq-dev"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libpq-dev pkg-config; }
 	@{ /sbin/ldconfig -p 2>/dev/null || ldconfig -p; } | grep 'libcurl\.so\.4 ' >/dev/null || { \
 		echo "installing libcurl4"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -37,7 +41,8 @@ deps:
 
 # What the tests use besides the build: pyzmq (the Python peers, the fault suite), pytest (the Python
 # package's tests), prometheus_client (its parser reads /metrics), websocket-client (it drives Chromium),
-# the MCP SDK 2.x (a real MCP client and server: its MCPServer API is 2.x) and chromium (the dashboard
+# the MCP SDK 2.x (a real MCP client and server: its MCPServer API is 2.x), postgresql (initdb and pg_ctl: the
+# coordinator group's tests start a throwaway cluster) and chromium (the dashboard
 # test); each installed only when missing, with pip or else Debian's package.
 test-deps: deps
 	@for module in zmq:pyzmq:python3-zmq pytest:pytest:python3-pytest \
@@ -49,6 +54,11 @@ test-deps: deps
 			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 			$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$debian; }; \
 	done
+	@{ command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || { \
+		echo "installing postgresql (the coordinator group's tests start a throwaway cluster)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		{ $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+			|| echo "postgresql could not be installed: the coordinator group's tests will be skipped"; }
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing chromium (the dashboard test opens the page in it)"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -29,11 +29,18 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // libpq from Debian's libpq-dev, found through pkg-config: a coordinator group's journal and its leader
+        // election in PostgreSQL (the `ha` setting).
+        .systemLibrary(
+            name: "CPostgres",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
         // libcurl, loaded with dlopen when the openai planner first needs it (its header curl/curl.h at build time,
         // from libcurl4-openssl-dev; no link): the binary starts on a host without it.
         .target(name: "CCurlRuntime"),
         .target(name: "SkillbusZMQ", dependencies: ["CZeroMQ", "CLinux", "CSodium"]),
-        .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CCurlRuntime"]),
+        .target(name: "Skillbus", dependencies: ["SkillbusZMQ", "CSQLite", "CPostgres", "CCurlRuntime"]),
         .target(name: "SkillbusCommands", dependencies: ["Skillbus", "SkillbusZMQ"]),
         .executableTarget(name: "skillbus", dependencies: ["SkillbusCommands", "CLinux"]),
         // What only the tests and the team's perf tool use: never part of the skillbus binary.

@@ -1,5 +1,6 @@
 import Foundation
 @testable import Skillbus
+import SkillbusTestSupport
 import SkillbusZMQ
 import Synchronization
 import Testing
@@ -20,10 +21,13 @@ final class RestartableCluster: Sendable {
     let feed: String
     let journal: Bool
     let keys: TestKeys?
+    /// With a database, the coordinator keeps its journal there (`ha`, group "restartable") instead of a data
+    /// directory.
+    let postgres: ThrowawayPostgres?
     private let current: Mutex<SkillbusProcess?>
     private let workers = Mutex<[SkillbusProcess]>([])
 
-    init(context: ZMQContext, journal: Bool = true, keyed: Bool = false) async throws {
+    init(context: ZMQContext, journal: Bool = true, keyed: Bool = false, postgres: ThrowawayPostgres? = nil) async throws {
         directory = NSTemporaryDirectory() + "skillbus-journal-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let script = directory + "/mark.sh"
@@ -33,6 +37,15 @@ final class RestartableCluster: Sendable {
         let endpoints = try freeEndpoints(2, context: context)
         (bus, feed) = (endpoints[0], endpoints[1])
         self.journal = journal
+        self.postgres = postgres
+        if let postgres {
+            try Data(
+                JSONValue.object([
+                    "version": 1,
+                    "ha": ["database": .string(postgres.url), "group": "restartable", "passwordEnv": "SKILLBUS_TEST_PG"],
+                ]).serialized()
+            ).write(to: URL(fileURLWithPath: directory + "/coordinator-ha.json"))
+        }
         if keyed {
             let keys = try TestKeys(
                 directory: directory + "/keys",
@@ -73,6 +86,18 @@ final class RestartableCluster: Sendable {
     /// Where the journal has `roundID` now (`running`, `done`, `interrupted`), read as a second connection
     /// beside the running coordinator (WAL lets a reader in while it writes); nil when it holds no such row.
     func journalState(_ roundID: String) -> String? {
+        if let postgres {
+            guard
+                let connection = try? PostgresConnection(
+                    url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+            else { return nil }
+            defer { connection.close() }
+            var state: String?
+            _ = try? connection.run(
+                "state", "SELECT state FROM skillbus_rounds WHERE grp = 'restartable' AND id = $1", [.text(roundID)]
+            ) { state = $0.text(0) }
+            return state
+        }
         let path = directory + "/data/" + JournalSchema.databaseName
         guard let database = try? SQLiteDatabase.open(path: path, migrations: JournalSchema.migrations) else {
             return nil
@@ -89,9 +114,14 @@ final class RestartableCluster: Sendable {
         var arguments = [
             "coordinator", "--bus", bus, "--feed", feed, "--heartbeat-ms", "500", "--startup-grace-ms", "15000",
         ]
-        if journal { arguments += ["--data-dir", directory + "/data"] }
+        if postgres != nil {
+            arguments += ["--config", directory + "/coordinator-ha.json"]
+        } else if journal {
+            arguments += ["--data-dir", directory + "/data"]
+        }
         if keys != nil { arguments += ["--config", directory + "/coordinator.json"] }
-        let process = try SkillbusProcess(arguments, name: "coordinator")
+        let process = try SkillbusProcess(
+            arguments, name: "coordinator", environment: ["SKILLBUS_TEST_PG": ThrowawayPostgres.password])
         current.withLock { $0 = process }
         try await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
         if keys != nil {

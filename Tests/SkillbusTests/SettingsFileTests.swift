@@ -26,6 +26,7 @@ struct SettingsFileTests {
         configuration.rateLimits = RateLimits(skills: ["echo": RateLimit(perSecond: 2, burst: 3)])
         configuration.http = HTTPAddress(host: "127.0.0.1", port: 0)
         configuration.dataDir = "/tmp/somewhere"
+        configuration.ha = CoordinatorGroupSettings(database: "postgresql://db1:5432/skillbus", group: "g")
         // Written files used to leave the rate limits, priorities, cache and http out.
         let keys = Set(configuration.json.objectValue?.keys.map { $0 } ?? [])
         #expect(keys == CoordinatorConfiguration.keys.subtracting(["security"]).union(["version"]))

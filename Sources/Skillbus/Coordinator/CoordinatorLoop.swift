@@ -74,13 +74,22 @@ final class CoordinatorLoop {
             throw error
         }
         do {
-            journal = try configuration.dataDir.map { [journalAnswers] directory throws(SkillbusError) in
-                let limits = RoundJournal.Limits(
-                    bytes: configuration.journalBytesLimit, retentionMs: configuration.roundRetentionMs,
-                    sessionRetentionMs: configuration.sessionRetentionMs)
-                return try RoundJournal(directory: directory, limits: limits, logger: logger) { answers in
-                    journalAnswers.post(answers)
-                    wakePipe.wake()
+            let limits = RoundJournal.Limits(
+                bytes: configuration.journalBytesLimit, retentionMs: configuration.roundRetentionMs,
+                sessionRetentionMs: configuration.sessionRetentionMs)
+            let onAnswers: @Sendable ([JournalAnswer]) -> Void = { [journalAnswers] answers in
+                journalAnswers.post(answers)
+                wakePipe.wake()
+            }
+            // A group's journal is in PostgreSQL; a data directory is then not used for it.
+            if let group = configuration.ha {
+                if let directory = configuration.dataDir {
+                    logger.warning("the journal is in PostgreSQL (ha); the data directory \(directory) is not used for it")
+                }
+                journal = try RoundJournal(group: group, limits: limits, logger: logger, onAnswers: onAnswers)
+            } else {
+                journal = try configuration.dataDir.map { directory throws(SkillbusError) in
+                    try RoundJournal(directory: directory, limits: limits, logger: logger, onAnswers: onAnswers)
                 }
             }
         } catch {
@@ -92,7 +101,7 @@ final class CoordinatorLoop {
         if let journal {
             let interrupted = journal.interruptedAtOpen.load(ordering: .relaxed)
             logger.info(
-                "round journal in \(journal.directory) (\(journal.storedBytes.load(ordering: .relaxed)) bytes"
+                "round journal in \(journal.location) (\(journal.storedBytes.load(ordering: .relaxed)) bytes"
                     + (interrupted > 0 ? ", \(interrupted) round(s) interrupted by the last stop)" : ")"))
         }
         if busGuard == nil && configuration.insecure {

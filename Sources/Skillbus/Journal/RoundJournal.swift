@@ -2,13 +2,14 @@ import Dispatch
 import Foundation
 import Synchronization
 
-/// The coordinator's durable journal of rounds (`journal.sqlite` in its data directory, SQLite in WAL mode).
+/// The coordinator's durable journal of rounds: `journal.sqlite` in its data directory (SQLite in WAL mode), or
+/// a coordinator group's tables in PostgreSQL (`JournalStore`: the rules here, the statements there).
 ///
 /// A round is recorded as running when it is accepted, before any of it runs, and again with its document
 /// when it ends; the document stays for the retention window, within a limit of bytes on disk. At open, every
 /// round still recorded as running did not finish under the last coordinator: it becomes `interrupted`.
 ///
-/// Threads: the database belongs to the journal's own thread ("skillbus-journal"). The coordinator's thread
+/// Threads: the store belongs to the journal's own thread ("skillbus-journal"). The coordinator's thread
 /// only hands entries over, once per pass of its loop (`submit`, a short lock), and is woken with the answers
 /// (`onAnswers`): it never waits for the disk. The thread commits everything handed over since its last commit in
 /// one transaction, at once (group commit: under load, one commit carries many rounds), then answers the
@@ -36,10 +37,8 @@ final class RoundJournal: Sendable {
         var exited = false
     }
 
-    /// SQLite's page cache for the journal, in KiB.
-    static let cacheKiB = 16384
-
-    let directory: String
+    /// Where the journal is, for messages: a directory, or a database and group.
+    let location: String
     let limits: Limits
     /// Bytes the journal holds now (body and document of every row), as the thread last counted.
     let storedBytes = Atomic<Int>(0)
@@ -55,20 +54,42 @@ final class RoundJournal: Sendable {
     /// Opens (creating when missing) the journal in `directory` and starts its thread; blocks the calling thread
     /// until the database is open, so call it only from a plain thread (the coordinator's, at start).
     /// `onAnswers` runs on the journal's thread after each commit that answered an `accept`.
-    init(
+    convenience init(
         directory: String, limits: Limits, logger: Logger,
         onAnswers: @escaping @Sendable ([JournalAnswer]) -> Void
     ) throws(SkillbusError) {
-        self.directory = directory
+        try self.init(
+            location: directory, limits: limits, logger: logger,
+            open: { () throws(SkillbusError) in try SQLiteJournalStore(directory: directory) }, onAnswers: onAnswers)
+    }
+
+    /// The journal of a coordinator group, in PostgreSQL.
+    convenience init(
+        group: CoordinatorGroupSettings, limits: Limits, logger: Logger,
+        onAnswers: @escaping @Sendable ([JournalAnswer]) -> Void
+    ) throws(SkillbusError) {
+        try self.init(
+            location: "group '\(group.group)' at \(PostgresConnection.withoutPassword(group.database))", limits: limits,
+            logger: logger, open: { () throws(SkillbusError) in try PostgresJournalStore(settings: group) },
+            onAnswers: onAnswers)
+    }
+
+    /// Opens the store `open` makes, on the journal's thread, then reads what an open finds.
+    init(
+        location: String, limits: Limits, logger: Logger,
+        open: @escaping @Sendable () throws(SkillbusError) -> any JournalStore,
+        onAnswers: @escaping @Sendable ([JournalAnswer]) -> Void
+    ) throws(SkillbusError) {
+        self.location = location
         self.limits = limits
         self.logger = logger
         let opened = DispatchSemaphore(value: 0)
         let outcome = Mutex<SkillbusError?>(nil)
         let thread = Thread { [self] in
-            let database: SQLiteDatabase
-            let lock: DirectoryLock
+            let store: any JournalStore
             do throws(SkillbusError) {
-                (lock, database) = try open()
+                store = try open()
+                try recover(store)
             } catch {
                 outcome.withLock { $0 = error }
                 opened.signal()
@@ -76,9 +97,8 @@ final class RoundJournal: Sendable {
                 return
             }
             opened.signal()
-            serve(database, onAnswers)
-            database.close()
-            lock.release()
+            serve(store, onAnswers)
+            store.close()
             inbox.withLock { $0.exited = true }
             exited.signal()
         }
@@ -117,34 +137,21 @@ final class RoundJournal: Sendable {
 
     // MARK: - On the thread
 
-    private func open() throws(SkillbusError) -> (DirectoryLock, SQLiteDatabase) {
+    /// What an open finds: rounds the last coordinator left running are interrupted; the bytes held; the roster.
+    private func recover(_ store: any JournalStore) throws(SkillbusError) {
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw SkillbusError(
-                .storageUnavailable, "cannot create the coordinator's data directory \(directory): "
-                    + error.localizedDescription, details: ["directory": .string(directory)])
-        }
-        let lock = try DirectoryLock(directory: directory, agent: "coordinator")
-        do {
-            let path = (directory as NSString).appendingPathComponent(JournalSchema.databaseName)
-            let database = try SQLiteDatabase.open(path: path, migrations: JournalSchema.migrations)
-            // The id index and the last pages of the table stay in memory (SQLite's default keeps 2 MiB).
-            try database.execute("PRAGMA cache_size=-\(Self.cacheKiB)")
-            database.checkpointWhenAsked()
-            try database.run(JournalSchema.interruptRunning, [.integer(Self.nowMs())])
-            interruptedAtOpen.store(database.changes, ordering: .relaxed)
-            storedBytes.store(try database.integer(JournalSchema.totalBytes) ?? 0, ordering: .relaxed)
-            let sessions = try readSessions(database)
+            let interrupted = try store.interruptRunning(nowMs: Self.nowMs())
+            interruptedAtOpen.store(interrupted, ordering: .relaxed)
+            storedBytes.store(try store.totalBytes(), ordering: .relaxed)
+            let sessions = try store.sessions(idleBeforeMs: Self.nowMs() - Int64(limits.sessionRetentionMs))
             sessionsAtOpen.withLock { $0 = sessions }
-            return (lock, database)
         } catch {
-            lock.release()
+            store.close()
             throw error
         }
     }
 
-    private func serve(_ database: SQLiteDatabase, _ onAnswers: @Sendable ([JournalAnswer]) -> Void) {
+    private func serve(_ store: any JournalStore, _ onAnswers: @Sendable ([JournalAnswer]) -> Void) {
         var upkeep = JournalUpkeep(
             sweepEveryNanos: UInt64(limits.sweepMs) * 1_000_000, now: DispatchTime.now().uptimeNanoseconds)
         // A checkpoint that fails is tried again after every commit: its warning is logged once until one succeeds.
@@ -155,16 +162,16 @@ final class RoundJournal: Sendable {
                 return (box.entries, box.stopping)
             }
             if !entries.isEmpty {
-                let answers = commit(entries, database)
+                let answers = commit(entries, store)
                 if !answers.isEmpty { onAnswers(answers) }
             }
             // The rest waits until the rounds of this commit were answered.
-            if upkeep.checkpointDue(framesInLog: database.framesInLog) {
-                checkpointFailing = !checkpoint(database, logging: !checkpointFailing)
+            if upkeep.checkpointDue(framesInLog: store.framesInLog) {
+                checkpointFailing = !checkpoint(store, logging: !checkpointFailing)
             }
             let now = DispatchTime.now().uptimeNanoseconds
             if upkeep.sweepStepDue(now: now) {
-                upkeep.stepped(deleted: sweepStep(database, rows: upkeep.rowsPerStep), now: now)
+                upkeep.stepped(deleted: sweepStep(store, rows: upkeep.rowsPerStep), now: now)
             }
             if stopping && entries.isEmpty { return }
             if entries.isEmpty, let until = upkeep.sleepUntil {
@@ -175,32 +182,26 @@ final class RoundJournal: Sendable {
 
     /// Writes one batch in one transaction and answers its `accept`s; when the transaction fails, every
     /// `accept` of it is answered `failed` (those rounds do not run) and its other entries are lost.
-    func commit(_ entries: [JournalEntry], _ database: SQLiteDatabase) -> [JournalAnswer] {
+    func commit(_ entries: [JournalEntry], _ store: any JournalStore) -> [JournalAnswer] {
         let nowMs = Self.nowMs()
         var added = 0
         do {
-            let answers = try database.transaction { () throws(SkillbusError) -> [JournalAnswer] in
+            let answers = try store.transaction { () throws(SkillbusError) -> [JournalAnswer] in
                 var answers: [JournalAnswer] = []
                 for entry in entries {
                     switch entry {
                     case .accept(let id, let body, let idempotent):
-                        let answer = try accept(id, body, idempotent: idempotent, nowMs: nowMs, database, &added)
-                        answers.append(answer)
+                        answers.append(try accept(id, body, idempotent: idempotent, nowMs: nowMs, store, &added))
                     case .finish(let id, let document):
-                        try database.run(
-                            JournalSchema.finish,
-                            [.utf8(document), .integer(nowMs), .int(document.count), .utf8(id)])
+                        try store.finish(id, document: document, nowMs: nowMs)
                         added += document.count
                     case .forget(let id):
-                        added -= try database.integer(JournalSchema.bytesOf, [.utf8(id)]) ?? 0
-                        try database.run(JournalSchema.delete, [.utf8(id)])
+                        added -= try store.bytes(of: id) ?? 0
+                        try store.delete(id)
                     case .member(let row):
-                        try database.run(
-                            JournalSchema.upsertMember,
-                            [.utf8(row.session), .text(row.agent), .text(row.role), .integer(row.firstMs),
-                             .integer(row.lastMs)])
+                        try store.upsertMember(row)
                     case .forgetSession(let session):
-                        try database.run(JournalSchema.deleteSession, [.utf8(session)])
+                        try store.deleteSession(session)
                     }
                 }
                 return answers
@@ -217,20 +218,14 @@ final class RoundJournal: Sendable {
     }
 
     private func accept(
-        _ id: [UInt8], _ body: [UInt8], idempotent: Bool, nowMs: Int64, _ database: SQLiteDatabase, _ added: inout Int
+        _ id: [UInt8], _ body: [UInt8], idempotent: Bool, nowMs: Int64, _ store: any JournalStore, _ added: inout Int
     ) throws(SkillbusError) -> JournalAnswer {
         // Most rounds are new: one statement for them, and a read only for an id the journal holds.
-        try database.run(
-            JournalSchema.insert, [.utf8(id), .utf8(body), .int(idempotent ? 1 : 0), .integer(nowMs), .int(body.count)])
-        if database.changes == 1 {
+        if try store.insertRunning(id, body: body, idempotent: idempotent, nowMs: nowMs) {
             added += body.count
             return .accepted(roundID: id)
         }
-        var stored: (body: [UInt8], state: String, idempotent: Bool, document: [UInt8]?)?
-        try database.rows(JournalSchema.select, [.utf8(id)]) { row in
-            stored = (row.bytes(0), row.text(1), row.int(2) != 0, row.isNull(3) ? nil : row.bytes(3))
-        }
-        guard let stored else {
+        guard let stored = try store.stored(id) else {
             throw SkillbusError(
                 .internalError, "round '\(String(decoding: id, as: UTF8.self))' is neither new nor in the journal")
         }
@@ -239,7 +234,7 @@ final class RoundJournal: Sendable {
         case "done":
             return .stored(roundID: id, document: stored.document ?? [])
         case "interrupted" where stored.idempotent:
-            try database.run(JournalSchema.rerun, [.integer(nowMs), .utf8(id)])
+            try store.rerun(id, nowMs: nowMs)
             return .accepted(roundID: id)
         case "interrupted":
             return .interrupted(roundID: id)
@@ -250,33 +245,17 @@ final class RoundJournal: Sendable {
         }
     }
 
-    /// The session roster, without the sessions idle past the retention window (deleted first).
-    private func readSessions(_ database: SQLiteDatabase) throws(SkillbusError) -> [SessionMembership] {
-        try database.run(JournalSchema.deleteIdleSessions, [.integer(Self.nowMs() - Int64(limits.sessionRetentionMs))])
-        var rows: [SessionMembership] = []
-        try database.rows(JournalSchema.members) { row in
-            rows.append(
-                SessionMembership(
-                    session: row.bytes(0), agent: row.text(1), role: row.text(2), firstMs: row.int64(3),
-                    lastMs: row.int64(4)))
-        }
-        return rows
-    }
-
     /// One step of the retention sweep: deletes at most `rows` of the ended rounds past the window or over the byte
     /// limit, oldest first, in one transaction. Returns how many it deleted.
-    private func sweepStep(_ database: SQLiteDatabase, rows: Int) -> Int {
+    private func sweepStep(_ store: any JournalStore, rows: Int) -> Int {
         let rule = JournalRetention(limitBytes: limits.bytes, retentionMs: Int64(limits.retentionMs))
         do {
-            var oldest: [JournalRetention.Row] = []
-            try database.rows(JournalSchema.oldestEnded, [.int(rows)]) { row in
-                oldest.append(.init(id: row.text(0), bytes: row.int(1), finished: row.int64(2)))
-            }
+            let oldest = try store.oldestEnded(limit: rows)
             let total = storedBytes.load(ordering: .relaxed)
             let (drop, after) = rule.expired(oldest, totalBytes: total, nowMs: Self.nowMs())
             guard !drop.isEmpty else { return 0 }
-            try database.transaction { () throws(SkillbusError) in
-                for row in drop { try database.run(JournalSchema.delete, [.text(row.id)]) }
+            try store.transaction { () throws(SkillbusError) in
+                for row in drop { try store.delete(Array(row.id.utf8)) }
             }
             storedBytes.add(after - total, ordering: .relaxed)
             return drop.count
@@ -288,9 +267,9 @@ final class RoundJournal: Sendable {
 
     /// Copies the write-ahead log into the database file, after the commit's answers went out rather than inside
     /// the commit. A failure only leaves the log longer (commits still go to it); returns whether it succeeded.
-    private func checkpoint(_ database: SQLiteDatabase, logging: Bool) -> Bool {
+    private func checkpoint(_ store: any JournalStore, logging: Bool) -> Bool {
         do {
-            try database.checkpoint()
+            try store.checkpoint()
             return true
         } catch {
             if logging { logger.warning("the journal could not checkpoint its write-ahead log: \(error.message)") }

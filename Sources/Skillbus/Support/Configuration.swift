@@ -20,6 +20,8 @@ public struct CoordinatorConfiguration: SettingsFile, Sendable, Equatable {
     public var dataDir: String?
     /// Most bytes the journal keeps on disk for ended rounds; beyond it the oldest go first.
     public var journalBytesLimit = 256 << 20
+    /// A coordinator group: the journal in PostgreSQL (instead of `dataDir`'s SQLite file) and one leader.
+    public var ha: CoordinatorGroupSettings?
     /// The state machine's tunables.
     public var state = CoordinatorState.Settings()
 
@@ -32,7 +34,7 @@ public struct CoordinatorConfiguration: SettingsFile, Sendable, Equatable {
 
     var stateSettings: CoordinatorState.Settings {
         var settings = state
-        settings.journaled = dataDir != nil
+        settings.journaled = dataDir != nil || ha != nil
         return settings
     }
 
@@ -63,6 +65,13 @@ public struct CoordinatorConfiguration: SettingsFile, Sendable, Equatable {
             .integer(
                 "journalBytesLimit", \.journalBytesLimit, (1 << 16)...(1 << 40),
                 "Most bytes the journal keeps for ended rounds."),
+            Setting(
+                "ha", help: "A coordinator group: database (postgresql://…), group, passwordEnv or passwordFile.",
+                read: { object, configuration throws(SkillbusError) in
+                    if let section = try object.object("ha", allowed: CoordinatorGroupSettings.fields) {
+                        configuration.ha = try CoordinatorGroupSettings(reading: section)
+                    }
+                }, write: { $0.ha?.json }),
         ] + CoordinatorState.Settings.declared.map { $0.lifted(\.state) }
 
     /// Reads a `{"version": 1, …}` coordinator file.

@@ -1,0 +1,104 @@
+import Foundation
+
+/// A coordinator group (`"ha"` in a coordinator's config): its journal is kept in PostgreSQL, which also elects
+/// the group's one leader. The password is never in the config: it comes from an environment variable or a
+/// file, read when the config is.
+public struct CoordinatorGroupSettings: Sendable, Equatable {
+    /// libpq's connection URI, `postgresql://[user@]host[:port]/database[?…]`, without a password.
+    public var database: String
+    /// The group's name: coordinators of one group share its journal and elect one leader.
+    public var group: String
+    public var passwordEnv: String?
+    public var passwordFile: String?
+    /// The password, read from `passwordEnv` or `passwordFile` (nil: neither was given; libpq may still find
+    /// one in ~/.pgpass). Never written to a file.
+    var password: String?
+
+    public init(database: String, group: String, password: String? = nil) {
+        self.database = database
+        self.group = group
+        self.password = password
+    }
+
+    static let fields: Set<String> = ["database", "group", "passwordEnv", "passwordFile"]
+    static let maxGroupBytes = 64
+
+    /// Reads `{"database", "group", "passwordEnv" | "passwordFile"}`; every problem is reported at once, each
+    /// naming its key (`ha.database`, …).
+    init(reading object: ConfigObject, environment: [String: String] = ProcessInfo.processInfo.environment)
+        throws(SkillbusError)
+    {
+        var problems: [String] = []
+        func note(_ body: () throws(SkillbusError) -> Void) {
+            do throws(SkillbusError) { try body() } catch { problems += ConfigObject.problems(in: error) }
+        }
+        database = ""
+        group = ""
+        note { () throws(SkillbusError) in
+            guard let url = try object.string("database") else {
+                throw object.error("database", "missing: a PostgreSQL connection URI, postgresql://host:port/database")
+            }
+            if let problem = Self.problem(database: url) { throw object.error("database", problem) }
+            database = url
+        }
+        note { () throws(SkillbusError) in
+            guard let name = try object.string("group") else {
+                throw object.error("group", "missing: the name the group's coordinators share")
+            }
+            let allowed = name.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+            }
+            guard !name.isEmpty, name.utf8.count <= Self.maxGroupBytes, allowed else {
+                throw object.error("group", "'\(name)' is no group name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
+            }
+            group = name
+        }
+        note { () throws(SkillbusError) in
+            passwordEnv = try object.string("passwordEnv")
+            passwordFile = try object.string("passwordFile").map(object.resolvedPath)
+            if passwordEnv != nil && passwordFile != nil {
+                throw object.error("passwordFile", "give the password in passwordEnv or in passwordFile, not both")
+            }
+            if let name = passwordEnv {
+                guard let value = environment[name], !value.isEmpty else {
+                    throw object.error("passwordEnv", "the environment variable \(name) is not set")
+                }
+                password = value
+            }
+            if let path = passwordFile {
+                guard let data = FileManager.default.contents(atPath: path) else {
+                    throw object.error("passwordFile", "cannot read \(path)")
+                }
+                // One line: a trailing newline is not part of the password.
+                let text = String(decoding: data, as: UTF8.self)
+                password = String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "")
+                if password?.isEmpty ?? true { throw object.error("passwordFile", "\(path) is empty") }
+            }
+        }
+        try ConfigObject.throwing(problems)
+    }
+
+    /// What is wrong with a connection URI, or nil.
+    static func problem(database url: String) -> String? {
+        guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") else {
+            return "'\(url)' is no PostgreSQL connection URI: it starts with postgresql://"
+        }
+        if PostgresConnection.withoutPassword(url) != url {
+            return "holds a password: give it in passwordEnv or passwordFile instead, so it stays out of the config"
+        }
+        if url.range(of: "password=") != nil {
+            return "holds a password parameter: give it in passwordEnv or passwordFile instead"
+        }
+        return nil
+    }
+
+    /// The file form: the password's source, never the password.
+    var json: JSONValue {
+        var object: [String: JSONValue] = ["database": .string(database), "group": .string(group)]
+        if let passwordEnv { object["passwordEnv"] = .string(passwordEnv) }
+        if let passwordFile { object["passwordFile"] = .string(passwordFile) }
+        return .object(object)
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+
+/// The database under a `RoundJournal`: the statements its thread needs, one method each, so that the journal's
+/// rules (what an accept answers, batches, retention, what an open finds) are written once over both stores:
+/// SQLite in the coordinator's data directory (`SQLiteJournalStore`), or PostgreSQL for a coordinator group
+/// (`PostgresJournalStore`). A store belongs to the journal's thread, which opens it, uses it and closes it.
+protocol JournalStore: AnyObject {
+    /// Runs `body` in one transaction: committed when it returns, rolled back when it throws.
+    func transaction<T>(_ body: () throws(SkillbusError) -> T) throws(SkillbusError) -> T
+
+    /// Records a new round as running; false (and nothing written) when the id is journaled already.
+    func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool
+    /// What the journal holds for `id`.
+    func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound?
+    /// An interrupted idempotent round runs again: `running` once more.
+    func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError)
+    func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError)
+    /// The bytes a row counts, nil without one.
+    func bytes(of id: [UInt8]) throws(SkillbusError) -> Int?
+    func delete(_ id: [UInt8]) throws(SkillbusError)
+    func upsertMember(_ row: SessionMembership) throws(SkillbusError)
+    func deleteSession(_ session: [UInt8]) throws(SkillbusError)
+
+    /// At open: every round still running did not finish under the last coordinator; returns how many.
+    func interruptRunning(nowMs: Int64) throws(SkillbusError) -> Int
+    func totalBytes() throws(SkillbusError) -> Int
+    /// The session roster without the sessions nobody served since `idleBeforeMs` (deleted first), oldest
+    /// `lastMs` first.
+    func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership]
+    /// At most `limit` ended rounds, oldest first (the retention sweep's candidates).
+    func oldestEnded(limit: Int) throws(SkillbusError) -> [JournalRetention.Row]
+
+    /// Pages of write-ahead log not yet checkpointed (0 for a store that has none of its own to keep).
+    var framesInLog: Int { get }
+    func checkpoint() throws(SkillbusError)
+    func close()
+}
+
+/// A journaled round as an accept finds it.
+struct StoredRound: Sendable, Equatable {
+    var body: [UInt8]
+    /// `running`, `done` or `interrupted`.
+    var state: String
+    var idempotent: Bool
+    var document: [UInt8]?
+}
+
+/// The journal in `journal.sqlite` of the coordinator's data directory, which it holds locked while it runs.
+final class SQLiteJournalStore: JournalStore {
+    private let database: SQLiteDatabase
+    private let lock: DirectoryLock
+
+    /// SQLite's page cache for the journal, in KiB.
+    static let cacheKiB = 16384
+
+    init(directory: String) throws(SkillbusError) {
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch {
+            throw SkillbusError(
+                .storageUnavailable, "cannot create the coordinator's data directory \(directory): "
+                    + error.localizedDescription, details: ["directory": .string(directory)])
+        }
+        lock = try DirectoryLock(directory: directory, agent: "coordinator")
+        do {
+            let path = (directory as NSString).appendingPathComponent(JournalSchema.databaseName)
+            database = try SQLiteDatabase.open(path: path, migrations: JournalSchema.migrations)
+            // The id index and the last pages of the table stay in memory (SQLite's default keeps 2 MiB).
+            try database.execute("PRAGMA cache_size=-\(Self.cacheKiB)")
+            database.checkpointWhenAsked()
+        } catch {
+            lock.release()
+            throw error
+        }
+    }
+
+    func transaction<T>(_ body: () throws(SkillbusError) -> T) throws(SkillbusError) -> T {
+        try database.transaction(body)
+    }
+
+    func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool {
+        try database.run(
+            JournalSchema.insert, [.utf8(id), .utf8(body), .int(idempotent ? 1 : 0), .integer(nowMs), .int(body.count)])
+        return database.changes == 1
+    }
+
+    func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound? {
+        var stored: StoredRound?
+        try database.rows(JournalSchema.select, [.utf8(id)]) { row in
+            stored = StoredRound(
+                body: row.bytes(0), state: row.text(1), idempotent: row.int(2) != 0,
+                document: row.isNull(3) ? nil : row.bytes(3))
+        }
+        return stored
+    }
+
+    func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError) {
+        try database.run(JournalSchema.rerun, [.integer(nowMs), .utf8(id)])
+    }
+
+    func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError) {
+        try database.run(JournalSchema.finish, [.utf8(document), .integer(nowMs), .int(document.count), .utf8(id)])
+    }
+
+    func bytes(of id: [UInt8]) throws(SkillbusError) -> Int? {
+        try database.integer(JournalSchema.bytesOf, [.utf8(id)])
+    }
+
+    func delete(_ id: [UInt8]) throws(SkillbusError) {
+        try database.run(JournalSchema.delete, [.utf8(id)])
+    }
+
+    func upsertMember(_ row: SessionMembership) throws(SkillbusError) {
+        try database.run(
+            JournalSchema.upsertMember,
+            [.utf8(row.session), .text(row.agent), .text(row.role), .integer(row.firstMs), .integer(row.lastMs)])
+    }
+
+    func deleteSession(_ session: [UInt8]) throws(SkillbusError) {
+        try database.run(JournalSchema.deleteSession, [.utf8(session)])
+    }
+
+    func interruptRunning(nowMs: Int64) throws(SkillbusError) -> Int {
+        try database.run(JournalSchema.interruptRunning, [.integer(nowMs)])
+        return database.changes
+    }
+
+    func totalBytes() throws(SkillbusError) -> Int { try database.integer(JournalSchema.totalBytes) ?? 0 }
+
+    func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership] {
+        try database.run(JournalSchema.deleteIdleSessions, [.integer(idleBeforeMs)])
+        var rows: [SessionMembership] = []
+        try database.rows(JournalSchema.members) { row in
+            rows.append(
+                SessionMembership(
+                    session: row.bytes(0), agent: row.text(1), role: row.text(2), firstMs: row.int64(3),
+                    lastMs: row.int64(4)))
+        }
+        return rows
+    }
+
+    func oldestEnded(limit: Int) throws(SkillbusError) -> [JournalRetention.Row] {
+        var oldest: [JournalRetention.Row] = []
+        try database.rows(JournalSchema.oldestEnded, [.int(limit)]) { row in
+            oldest.append(.init(id: row.text(0), bytes: row.int(1), finished: row.int64(2)))
+        }
+        return oldest
+    }
+
+    var framesInLog: Int { database.framesInLog }
+
+    func checkpoint() throws(SkillbusError) { try database.checkpoint() }
+
+    func close() {
+        database.close()
+        lock.release()
+    }
+}

@@ -1,0 +1,184 @@
+/// A coordinator group's journal in PostgreSQL: the same rows as `journal.sqlite`, each with the group's name, so
+/// that several groups may share one database. One connection, owned by the journal's thread; every statement is
+/// prepared once on it.
+final class PostgresJournalStore: JournalStore {
+    let connection: PostgresConnection
+    let group: String
+
+    /// Connects and makes the tables when they are missing (under a transaction-level advisory lock, so that two
+    /// coordinators starting together do not both create them); refuses a schema newer than this build's.
+    init(settings: CoordinatorGroupSettings) throws(SkillbusError) {
+        connection = try PostgresConnection(
+            url: settings.database, password: settings.password, applicationName: "skillbus coordinator")
+        group = settings.group
+        do {
+            try connection.transaction { () throws(SkillbusError) in
+                try connection.execute("SELECT pg_advisory_xact_lock(\(PostgresJournalSchema.schemaLockKey))")
+                try connection.execute(PostgresJournalSchema.create)
+                let version = try connection.integer("schema_version", PostgresJournalSchema.version) ?? 0
+                guard version <= PostgresJournalSchema.currentVersion else {
+                    throw SkillbusError(
+                        .storeRefused,
+                        "the journal's tables in PostgreSQL at \(connection.target) are of schema version \(version); "
+                            + "this build knows \(PostgresJournalSchema.currentVersion): run the newer skillbus",
+                        details: ["database": .string(connection.target)])
+                }
+                if version == 0 { try connection.execute(PostgresJournalSchema.recordVersion) }
+            }
+        } catch {
+            connection.close()
+            throw error
+        }
+    }
+
+    private var groupValue: PostgresConnection.Value { .text(group) }
+
+    func transaction<T>(_ body: () throws(SkillbusError) -> T) throws(SkillbusError) -> T {
+        try connection.transaction(body)
+    }
+
+    func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool {
+        try connection.run(
+            "insert", PostgresJournalSchema.insert,
+            [groupValue, .utf8(id), .utf8(body), .text(idempotent ? "t" : "f"), .integer(nowMs),
+             .integer(Int64(body.count))]) == 1
+    }
+
+    func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound? {
+        var stored: StoredRound?
+        try connection.run("select", PostgresJournalSchema.select, [groupValue, .utf8(id)]) { row in
+            stored = StoredRound(
+                body: row.bytes(0), state: row.text(1), idempotent: row.bool(2),
+                document: row.isNull(3) ? nil : row.bytes(3))
+        }
+        return stored
+    }
+
+    func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError) {
+        try connection.run("rerun", PostgresJournalSchema.rerun, [groupValue, .utf8(id), .integer(nowMs)])
+    }
+
+    func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError) {
+        try connection.run(
+            "finish", PostgresJournalSchema.finish,
+            [groupValue, .utf8(id), .utf8(document), .integer(nowMs), .integer(Int64(document.count))])
+    }
+
+    func bytes(of id: [UInt8]) throws(SkillbusError) -> Int? {
+        try connection.integer("bytes_of", PostgresJournalSchema.bytesOf, [groupValue, .utf8(id)]).map { Int($0) }
+    }
+
+    func delete(_ id: [UInt8]) throws(SkillbusError) {
+        try connection.run("delete", PostgresJournalSchema.delete, [groupValue, .utf8(id)])
+    }
+
+    func upsertMember(_ row: SessionMembership) throws(SkillbusError) {
+        try connection.run(
+            "upsert_member", PostgresJournalSchema.upsertMember,
+            [groupValue, .utf8(row.session), .text(row.agent), .text(row.role), .integer(row.firstMs),
+             .integer(row.lastMs)])
+    }
+
+    func deleteSession(_ session: [UInt8]) throws(SkillbusError) {
+        try connection.run("delete_session", PostgresJournalSchema.deleteSession, [groupValue, .utf8(session)])
+    }
+
+    func interruptRunning(nowMs: Int64) throws(SkillbusError) -> Int {
+        try connection.run("interrupt_running", PostgresJournalSchema.interruptRunning, [groupValue, .integer(nowMs)])
+    }
+
+    func totalBytes() throws(SkillbusError) -> Int {
+        Int(try connection.integer("total_bytes", PostgresJournalSchema.totalBytes, [groupValue]) ?? 0)
+    }
+
+    func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership] {
+        try connection.run(
+            "delete_idle_sessions", PostgresJournalSchema.deleteIdleSessions, [groupValue, .integer(idleBeforeMs)])
+        var rows: [SessionMembership] = []
+        try connection.run("members", PostgresJournalSchema.members, [groupValue]) { row in
+            rows.append(
+                SessionMembership(
+                    session: row.bytes(0), agent: row.text(1), role: row.text(2), firstMs: row.int64(3),
+                    lastMs: row.int64(4)))
+        }
+        return rows
+    }
+
+    func oldestEnded(limit: Int) throws(SkillbusError) -> [JournalRetention.Row] {
+        var oldest: [JournalRetention.Row] = []
+        try connection.run("oldest_ended", PostgresJournalSchema.oldestEnded, [groupValue, .integer(Int64(limit))]) {
+            row in oldest.append(.init(id: row.text(0), bytes: row.int(1), finished: row.int64(2)))
+        }
+        return oldest
+    }
+
+    /// PostgreSQL checkpoints by itself.
+    var framesInLog: Int { 0 }
+    func checkpoint() throws(SkillbusError) {}
+
+    func close() { connection.close() }
+}
+
+/// The PostgreSQL tables of coordinator groups, and their SQL (the same rows and rules as `JournalSchema`'s).
+enum PostgresJournalSchema {
+    static let currentVersion: Int64 = 1
+    /// The key of the advisory lock that makes creating the tables one coordinator's job at a time.
+    static let schemaLockKey: Int64 = 0x736b_696c_6c62_7573  // "skillbus"
+
+    static let create = """
+        CREATE TABLE IF NOT EXISTS skillbus_schema (version bigint NOT NULL);
+        CREATE TABLE IF NOT EXISTS skillbus_rounds (
+            grp text NOT NULL,
+            id text NOT NULL,
+            seq bigserial,                  -- the order of acceptance
+            body text NOT NULL,
+            state text NOT NULL,            -- 'running', 'done' or 'interrupted'
+            idempotent boolean NOT NULL,    -- every skill of the round is idempotent
+            document text,                  -- the round document once 'done'
+            accepted bigint NOT NULL,       -- milliseconds since 1970
+            finished bigint NOT NULL,       -- when it ended, or was found interrupted; 0 while running
+            bytes bigint NOT NULL,          -- body and document
+            PRIMARY KEY (grp, id)
+        );
+        CREATE INDEX IF NOT EXISTS skillbus_rounds_by_finished ON skillbus_rounds (grp, finished)
+            WHERE state <> 'running';
+        CREATE TABLE IF NOT EXISTS skillbus_session_members (
+            grp text NOT NULL,
+            session text NOT NULL,
+            agent text NOT NULL,
+            role text NOT NULL,
+            first bigint NOT NULL,
+            last bigint NOT NULL,
+            PRIMARY KEY (grp, session, agent)
+        );
+        """
+    static let version = "SELECT max(version) FROM skillbus_schema"
+    static let recordVersion = "INSERT INTO skillbus_schema (version) VALUES (\(currentVersion))"
+
+    static let insert =
+        "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes) "
+        + "VALUES ($1, $2, $3, 'running', $4, NULL, $5, 0, $6) ON CONFLICT (grp, id) DO NOTHING"
+    static let select = "SELECT body, state, idempotent, document FROM skillbus_rounds WHERE grp = $1 AND id = $2"
+    static let rerun =
+        "UPDATE skillbus_rounds SET state = 'running', accepted = $3, finished = 0 WHERE grp = $1 AND id = $2"
+    static let finish =
+        "UPDATE skillbus_rounds SET state = 'done', document = $3, finished = $4, bytes = $5 WHERE grp = $1 AND id = $2"
+    static let bytesOf = "SELECT bytes FROM skillbus_rounds WHERE grp = $1 AND id = $2"
+    static let delete = "DELETE FROM skillbus_rounds WHERE grp = $1 AND id = $2"
+    static let interruptRunning =
+        "UPDATE skillbus_rounds SET state = 'interrupted', finished = $2 WHERE grp = $1 AND state = 'running'"
+    static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM skillbus_rounds WHERE grp = $1"
+    static let oldestEnded =
+        "SELECT id, bytes, finished FROM skillbus_rounds WHERE grp = $1 AND state <> 'running' "
+        + "ORDER BY finished LIMIT $2"
+
+    static let upsertMember =
+        "INSERT INTO skillbus_session_members (grp, session, agent, role, first, last) VALUES ($1, $2, $3, $4, $5, $6) "
+        + "ON CONFLICT (grp, session, agent) DO UPDATE SET role = excluded.role, last = excluded.last"
+    static let deleteSession = "DELETE FROM skillbus_session_members WHERE grp = $1 AND session = $2"
+    static let deleteIdleSessions =
+        "DELETE FROM skillbus_session_members WHERE grp = $1 AND session IN "
+        + "(SELECT session FROM skillbus_session_members WHERE grp = $1 GROUP BY session HAVING max(last) < $2)"
+    static let members =
+        "SELECT session, agent, role, first, last FROM skillbus_session_members WHERE grp = $1 ORDER BY last"
+}

@@ -1,0 +1,186 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A PostgreSQL cluster of a test's own (its server a child process of the test): `initdb` in a temporary directory, the server on 127.0.0.1 and a free
+/// port with its unix socket in that directory, password authentication over TCP for the user `skillbus`;
+/// stopped and removed by `remove()`. Run as root, the programs run as an unprivileged user (`postgres`, else
+/// `nobody`) through `setpriv`, since PostgreSQL refuses to run as root.
+// @unchecked: the server's `Process` sits behind the `server` lock.
+public final class ThrowawayPostgres: @unchecked Sendable {
+    public static let user = "skillbus"
+    public static let password = "throwaway-\(getpid())"
+    public static let database = "postgres"
+
+    /// The folder that holds initdb and postgres: PATH, /usr/local/bin, else Debian's newest
+    /// /usr/lib/postgresql/<version>/bin.
+    static let binaries: String? = {
+        var folders = (ProcessInfo.processInfo.environment["PATH"] ?? "").split(separator: ":").map(String.init)
+        folders.append("/usr/local/bin")
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        folders += versions.sorted { (Int($0) ?? 0) > (Int($1) ?? 0) }.map { "/usr/lib/postgresql/\($0)/bin" }
+        return folders.first { folder in
+            ["initdb", "postgres"].allSatisfy { FileManager.default.isExecutableFile(atPath: "\(folder)/\($0)") }
+        }
+    }()
+
+    /// Who runs the server when this process is root.
+    static let unprivileged: String? = {
+        guard getuid() == 0 else { return nil }
+        return ["postgres", "nobody"].first { getpwnam($0) != nil }
+    }()
+
+    static let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    /// Nil when a throwaway cluster can be started here; else why not (a test's skip reason).
+    public static let unavailable: String? = {
+        guard binaries != nil else {
+            return "PostgreSQL's initdb and postgres are not installed (Debian package postgresql)"
+        }
+        if getuid() == 0 {
+            guard unprivileged != nil else { return "running as root, and no unprivileged user to run PostgreSQL as" }
+            guard setpriv != nil else { return "running as root, and no setpriv (util-linux) to run PostgreSQL as another user" }
+        }
+        return nil
+    }()
+
+    public let directory: String
+    private let server = Mutex<Process?>(nil)
+    public let port: UInt16
+    private var dataDirectory: String { directory + "/data" }
+    private var socketDirectory: String { directory + "/socket" }
+
+    /// `postgresql://skillbus@127.0.0.1:PORT/postgres` (the password apart: `password`).
+    public var url: String { "postgresql://\(Self.user)@127.0.0.1:\(port)/\(Self.database)" }
+
+    /// Makes the cluster and starts it; throws what went wrong, with the programs' output.
+    public init() throws {
+        guard Self.unavailable == nil else { throw Failed(message: Self.unavailable ?? "") }
+        directory = NSTemporaryDirectory() + "skillbus-postgres-\(getpid())-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory + "/socket", withIntermediateDirectories: true)
+        port = try Self.freePort()
+        do {
+            try Data(Self.password.utf8).write(to: URL(fileURLWithPath: directory + "/password"))
+            if let user = Self.unprivileged, let entry = getpwnam(user) {
+                for path in [directory, directory + "/socket", directory + "/password"] {
+                    chown(path, entry.pointee.pw_uid, entry.pointee.pw_gid)
+                }
+            }
+            try run(
+                "initdb",
+                ["-D", dataDirectory, "-U", Self.user, "--pwfile", directory + "/password", "--auth-local=trust",
+                 "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--no-instructions"])
+            try start()
+        } catch {
+            stop()
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
+    }
+
+    /// Starts the server and waits until it accepts connections. The server is this process's own child, in the
+    /// foreground (not pg_ctl's daemon, which would outlive a test that crashed), stopped with a signal.
+    public func start() throws {
+        let log = directory + "/server.log"
+        let logged = (try? String(contentsOfFile: log, encoding: .utf8))?.utf8.count ?? 0
+        let process = try spawn(
+            "postgres",
+            ["-D", dataDirectory, "-p", String(port), "-k", socketDirectory, "-c", "listen_addresses=127.0.0.1",
+             "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"],
+            output: log, appending: true)
+        server.withLock { $0 = process }
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            if text.utf8.dropFirst(logged).count > 0,
+                String(decoding: text.utf8.dropFirst(logged), as: UTF8.self).contains("ready to accept connections")
+            {
+                return
+            }
+            guard process.isRunning else { break }
+            usleep(20_000)
+        }
+        process.terminate()
+        throw Failed(message: "postgres did not start within 30 s:\n" + tail(log))
+    }
+
+    /// Stops the server at once (SIGQUIT, PostgreSQL's immediate shutdown: every session is cut, as when the
+    /// database goes away) and waits for it.
+    public func stop() {
+        guard let process = server.withLock({ $0 }), process.isRunning else { return }
+        kill(process.processIdentifier, SIGQUIT)
+        process.waitUntilExit()
+    }
+
+    /// Stops the server and removes the directory.
+    public func remove() {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    public struct Failed: Error, CustomStringConvertible {
+        public let message: String
+        public var description: String { message }
+    }
+
+    private func run(_ program: String, _ arguments: [String]) throws {
+        let output = directory + "/\(program).out"
+        let process = try spawn(program, arguments, output: output, appending: false)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw Failed(message: "\(program) exited \(process.terminationStatus):\n" + tail(output))
+        }
+    }
+
+    /// `program` of PostgreSQL's folder, as the unprivileged user when this process is root (setpriv execs it
+    /// in place: the process is the program itself, and a signal reaches it), its output to the file `output`.
+    private func spawn(_ program: String, _ arguments: [String], output: String, appending: Bool) throws -> Process {
+        let path = "\(Self.binaries ?? "")/\(program)"
+        let process = Process()
+        if let user = Self.unprivileged, let setpriv = Self.setpriv {
+            process.executableURL = URL(fileURLWithPath: setpriv)
+            process.arguments = ["--reuid=\(user)", "--regid=\(user)", "--init-groups", "--", path] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: path)
+            process.arguments = arguments
+        }
+        if !appending || !FileManager.default.fileExists(atPath: output) {
+            FileManager.default.createFile(atPath: output, contents: nil)
+        }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
+        defer { try? handle.close() }
+        try handle.seekToEnd()
+        process.standardOutput = handle
+        process.standardError = handle
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        return process
+    }
+
+    private func tail(_ file: String) -> String {
+        let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").suffix(12).joined(separator: "\n")
+    }
+
+    /// A port nobody listens on now: the kernel's pick for a socket bound to port 0, closed again.
+    public static func freePort() throws -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw Failed(message: "socket: errno \(errno)") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound else { throw Failed(message: "bind 127.0.0.1:0: errno \(errno)") }
+        return UInt16(bigEndian: address.sin_port)
+    }
+}

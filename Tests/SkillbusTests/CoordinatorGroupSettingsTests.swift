@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+
+@testable import Skillbus
+
+/// The `ha` section of a coordinator config: every problem reported at once, each naming its key; the password
+/// from the environment or a file, never from the config, and never written back.
+@Suite("Coordinator group settings (ha)")
+struct CoordinatorGroupSettingsTests {
+    func load(_ ha: String, environment: [String: String] = [:], in directory: String) throws -> CoordinatorGroupSettings? {
+        let path = directory + "/coordinator.json"
+        try Data(#"{"version": 1, "ha": \#(ha)}"#.utf8).write(to: URL(fileURLWithPath: path))
+        let root = try ConfigObject.load(path: path)
+        return try root.object("ha", allowed: CoordinatorGroupSettings.fields).map {
+            try CoordinatorGroupSettings(reading: $0, environment: environment)
+        }
+    }
+
+    @Test("a good section, its password from the environment or from a file beside the config")
+    func good() async throws {
+        try await withTemporaryDirectory { directory in
+            let fromEnv = try load(
+                #"{"database": "postgresql://sb@db1:5432/skillbus", "group": "prod-1", "passwordEnv": "SB_PW"}"#,
+                environment: ["SB_PW": "s3cret"], in: directory)
+            #expect(fromEnv?.password == "s3cret" && fromEnv?.group == "prod-1")
+            let written = String(decoding: fromEnv.map { $0.json.serialized() } ?? [], as: UTF8.self)
+            #expect(!written.contains("s3cret") && written.contains("SB_PW"))
+            try Data("from-file\n".utf8).write(to: URL(fileURLWithPath: directory + "/pw"))
+            let fromFile = try load(
+                #"{"database": "postgres://db1/skillbus", "group": "g", "passwordFile": "pw"}"#, in: directory)
+            #expect(fromFile?.password == "from-file")
+            #expect(fromFile?.passwordFile == directory + "/pw")
+            // Through the coordinator's own reader too, and a journal follows from it.
+            let path = directory + "/full.json"
+            try Data(#"{"version": 1, "ha": {"database": "postgresql://db1/x", "group": "g"}}"#.utf8)
+                .write(to: URL(fileURLWithPath: path))
+            let configuration = try CoordinatorConfiguration.load(path: path)
+            #expect(configuration.ha?.database == "postgresql://db1/x" && configuration.stateSettings.journaled)
+        }
+    }
+
+    @Test("every problem of a broken section is reported at once, each naming its key")
+    func broken() async throws {
+        try await withTemporaryDirectory { directory in
+            let cases: [(String, [String])] = [
+                (#"{"group": "g"}"#, ["ha.database: missing"]),
+                (#"{"database": "mysql://x/y", "group": "g"}"#, ["ha.database: 'mysql://x/y' is no PostgreSQL"]),
+                (#"{"database": "postgresql://u:pw@x/y", "group": "g"}"#, ["ha.database: holds a password"]),
+                (#"{"database": "postgresql://x/y", "group": "a b"}"#, ["ha.group: 'a b' is no group name"]),
+                (
+                    #"{"database": 5, "passwordEnv": "NOPE_NOT_SET"}"#,
+                    ["ha.database: expected a string", "ha.group: missing", "ha.passwordEnv: the environment variable NOPE_NOT_SET is not set"]
+                ),
+                (#"{"database": "postgresql://x/y", "group": "g", "passwordFile": "none"}"#, ["ha.passwordFile: cannot read"]),
+                (#"{"database": "postgresql://x/y", "group": "g", "pasword": "x"}"#, ["ha.pasword: unknown key"]),
+            ]
+            for (section, expected) in cases {
+                do {
+                    _ = try load(section, in: directory)
+                    Issue.record("accepted \(section)")
+                } catch let error as SkillbusError {
+                    #expect(error.code == .invalidConfiguration)
+                    for words in expected { #expect(error.message.contains(words), "\(section): \(error.message)") }
+                    #expect(!error.message.contains("pw@"), "\(error.message)")
+                }
+            }
+        }
+    }
+}
