@@ -69,7 +69,7 @@ build: deps
 	$(SWIFT) build
 
 # Linked with the static Swift standard library and Foundation: it starts where no Swift toolchain is
-# (it needs only libzmq5 and libsqlite3-0, and libcurl4 where a worker uses the openai planner, which loads
+# (it needs only libzmq5, libsqlite3-0 and libpq5, and libcurl4 where a worker uses the openai planner, which loads
 # it at run time), and an idle coordinator holds about 19 MB instead of 26 (no relocated shared Swift
 # libraries in memory).
 # Linked by GNU ld with its relative relocations packed (DT_RELR, release-toolset.json) where /usr/bin/ld.bfd

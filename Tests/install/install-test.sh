@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make install-test`: installs Skillbus into a temporary PREFIX with `make install` and checks that the
 # installed binary needs no Swift toolchain and no libcurl: `ldd` names no Swift library and no libcurl, the
-# binary's own NEEDED entries (`readelf -d`) are only glibc's, libstdc++, libgcc_s, libzmq and libsqlite3
+# binary's own NEEDED entries (`readelf -d`) are only glibc's, libstdc++, libgcc_s, libzmq, libsqlite3, libsodium and libpq
 # (what those pull in themselves, libzmq's libsodium or libgssapi say, is theirs), and — as root, in a mount namespace
 # where the toolchain's folder is hidden under an empty directory — it prints its version and help and serves
 # a real round (a coordinator, a worker and a client on 127.0.0.1). Without root it says why it skipped that.
@@ -46,11 +46,12 @@ needed=$(readelf -d "$binary" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 echo "NEEDED:" $needed
 [ -n "$needed" ] || { echo "FAIL: readelf -d shows no NEEDED entries"; exit 1; }
 # glibc's own libraries (libdl, libpthread, librt, libutil are parts of it), the C++ and GCC runtimes, libzmq, SQLite,
-# and libsodium (the own engine's CURVE; Debian's libzmq5 depends on libsodium23, so every such host has it).
-allowed='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libzmq\.so\.5|libsqlite3\.so\.0|libsodium\.so\.23)$'
+# libsodium (the own engine's CURVE; Debian's libzmq5 depends on libsodium23, so every such host has it), and libpq
+# (a coordinator group's journal in PostgreSQL; Debian's libpq5).
+allowed='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|libutil\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libzmq\.so\.5|libsqlite3\.so\.0|libsodium\.so\.23|libpq\.so\.5)$'
 unexpected=$(printf '%s\n' $needed | grep -Ev "$allowed" || true)
 if [ -n "$unexpected" ]; then
-    echo "FAIL: the binary itself needs libraries a host with only libzmq5 and libsqlite3-0 lacks:" $unexpected
+    echo "FAIL: the binary itself needs libraries a host with only libzmq5, libsqlite3-0 and libpq5 lacks:" $unexpected
     exit 1
 fi
 if readelf -d "$binary" 2>/dev/null | grep -E 'RUNPATH|RPATH' | grep -F "$toolchain"; then
