@@ -44,6 +44,9 @@ public struct SkillbusError: Error, Sendable, Equatable, CustomStringConvertible
         public static let roundConflict = Code("round_conflict")
         /// A fan-out with `majority` aggregation found no result that more than half the agents returned.
         public static let noMajority = Code("no_majority")
+        /// This coordinator is a standby of a coordinator group (PROTOCOL §3.11): it serves nothing. `details` is
+        /// `{"group", "epoch", "leader"}`, the leader a `GroupLeader` (its endpoints) or null while none is known.
+        public static let notLeader = Code("not_leader")
         /// The coordinator could not be reached in time.
         public static let unreachable = Code("unreachable")
         /// The invocation was cancelled.

@@ -1,0 +1,31 @@
+import Testing
+
+@testable import Skillbus
+
+/// The standby's refusal names the leader in a form a client can follow (PROTOCOL §3.11).
+struct GroupLeaderTests {
+    let leader = GroupLeader(
+        name: "a", bus: "tcp://10.0.0.1:5555", feed: "tcp://10.0.0.1:5556", epoch: 4, since: "2026-12-05T21:00:00.000Z")
+
+    @Test func refusalRoundTripsThroughTheWireForm() throws {
+        let refusal = SkillbusError.notLeader(group: "g1", standby: "b", leader: leader)
+        #expect(refusal.code == .notLeader)
+        #expect(refusal.message.contains("the leader is 'a' at tcp://10.0.0.1:5555 (epoch 4)"))
+        let read = SkillbusError(json: try JSONValue(parsing: refusal.json.serialized()))
+        #expect(read.leader == leader)
+        #expect(read.details?["epoch"]?.intValue == 4)
+        #expect(read.details?["group"]?.stringValue == "g1")
+    }
+
+    @Test func refusalWithoutALeaderSaysSo() {
+        let refusal = SkillbusError.notLeader(group: "g1", standby: "b", leader: nil)
+        #expect(refusal.leader == nil)
+        #expect(refusal.details?["leader"] == .null)
+        #expect(refusal.message.hasSuffix("no leader is known yet"))
+    }
+
+    @Test func otherErrorsNameNoLeaderAndBrokenLeadersAreNone() {
+        #expect(SkillbusError(.busy, "full", details: .object(["leader": leader.json])).leader == nil)
+        #expect(GroupLeader(json: .object(["name": .string("a"), "bus": .string("tcp://x:1")])) == nil)
+    }
+}
