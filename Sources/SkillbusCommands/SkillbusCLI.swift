@@ -99,9 +99,9 @@ enum Defaults {
         throws(UsageError)
         -> String
     {
-        if let flag = try arguments.endpoint("--coordinator", in: spec) { return flag }
+        if let flag = try arguments.endpoints("--coordinator", in: spec) { return flag }
         if let value = environmentBus {
-            if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_COORDINATOR: \(problem)") }
+            if let problem = Endpoint.listProblem(value) { throw UsageError(spec, "SKILLBUS_COORDINATOR: \(problem)") }
             return value
         }
         return bus
@@ -164,7 +164,9 @@ extension Logger.Level {
 }
 
 let logLevelOption = OptionSpec("--log-level", value: "LEVEL", help: "debug, info (default), warning or error.")
-let coordinatorOption = OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus)).")
+let coordinatorOption = OptionSpec(
+    "--coordinator", value: "ENDPOINT[,…]",
+    help: "Bus endpoint (default \(Defaults.bus)); a group's coordinators: several, comma-separated.")
 let connectTimeoutOption = OptionSpec(
     "--connect-timeout", value: "SECONDS", help: "How long to wait for the coordinator's first answer (default 2).")
 let feedOption = OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed)).")

@@ -1,0 +1,111 @@
+import Foundation
+@testable import Skillbus
+import SkillbusZMQ
+import Synchronization
+import Testing
+
+/// A standby that refuses everything with `not_leader` (Tests/interop/fake_standby.py), naming a real coordinator
+/// or none, so that clients and workers that follow the leader are tested against real processes (issue 31).
+struct FakeStandby: Sendable {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("interop/fake_standby.py").path
+
+    let process: SkillbusProcess
+    let bus: String
+    let feed: String
+
+    /// Started naming `leader` (bus and feed) or, with nil, no leader.
+    init(leader: (bus: String, feed: String)?, withFeed: Bool = false) async throws {
+        var arguments = ["-u", Self.script]
+        if let leader {
+            arguments += ["--leader-bus", leader.bus, "--leader-feed", leader.feed]
+        } else {
+            arguments += ["--no-leader"]
+        }
+        if withFeed { arguments += ["--feed", "tcp://127.0.0.1:*"] }
+        process = try SkillbusProcess(arguments, name: "fake standby", executable: "/usr/bin/env", prefix: ["python3"])
+        let ready = try await process.waitForLine("fake standby ready") { $0.hasPrefix("fake standby ready:") }
+        func field(_ key: String) -> String {
+            ready.split(separator: " ").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
+                ?? ""
+        }
+        (bus, feed) = (field("bus"), field("feed"))
+    }
+
+    /// How many messages it refused (lines `refused …`).
+    var refusals: Int { process.output.filter { $0.hasPrefix("refused ") }.count }
+
+    func stop() { process.signal(SIGKILL) }
+}
+
+@Suite("Clients and workers follow the leader of a coordinator group", .serialized, .timeLimit(.minutes(3)))
+struct FollowLeaderTests {
+    let context: ZMQContext
+
+    init() throws { context = try ZMQContext() }
+
+    @Test("skillbus send with a standby first, naming the leader or not, gets its answer from the leader")
+    func sendFollowsRefusal() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1", ["--skills", "echo"])
+        let naming = try await FakeStandby(leader: (cluster.bus, cluster.feed))
+        defer { naming.stop() }
+        let silent = try await FakeStandby(leader: nil)
+        defer { silent.stop() }
+
+        for list in ["\(naming.bus),\(cluster.bus)", naming.bus, "\(silent.bus),\(cluster.bus)"] {
+            let (code, output) = try await runSkillbus([
+                "send", "echo", "text=hi", "--json", "--timeout", "10", "--coordinator", list,
+            ])
+            #expect(code == 0, "\(list): \(output)")
+            let document = try JSONValue(parsing: output.first { $0.hasPrefix("{") } ?? "null")
+            #expect(document["status"] == "ok" && document["agent"] == "w1", "\(list): \(output)")
+        }
+        #expect(naming.refusals >= 2)
+        #expect(silent.refusals >= 1)
+        // Reads too: AGENTS refused by the standby goes to the leader it names.
+        let (code, output) = try await runSkillbus(["agents", "--json", "--coordinator", naming.bus])
+        #expect(code == 0, "\(output)")
+        #expect(output.contains { $0.contains("\"w1\"") }, "\(output)")
+    }
+
+    @Test("a dead first endpoint falls over to the second; with none alive the error names every endpoint")
+    func deadFirstEndpoint() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1", ["--skills", "echo"])
+        let dead = try freeEndpoints(2, context: context)
+        let started = ContinuousClock.now
+        let (code, output) = try await runSkillbus([
+            "send", "echo", "text=hi", "--json", "--timeout", "10", "--coordinator", "\(dead[0]),\(cluster.bus)",
+        ])
+        let took = ContinuousClock.now - started
+        #expect(code == 0, "\(output)")
+        #expect(output.contains { $0.contains("\"ok\"") }, "\(output)")
+        #expect(took < .seconds(6), "fell over in \(took)")
+        print("fell over from a dead endpoint in \(took)")
+
+        let (failed, words) = try await runSkillbus([
+            "send", "echo", "text=hi", "--timeout", "2", "--coordinator", "\(dead[0]),\(dead[1])",
+        ])
+        #expect(failed == 3, "\(words)")
+        #expect(words.contains { $0.contains(dead[0]) && $0.contains(dead[1]) }, "\(words)")
+    }
+
+    @Test("a bad entry of an endpoint list is named; a single endpoint keeps its words")
+    func badLists() async throws {
+        let (code, output) = try await runSkillbus([
+            "send", "echo", "--coordinator", "tcp://127.0.0.1:5555,tcp://127.0.0.1",
+        ])
+        #expect(code == 2)
+        #expect(output.contains { $0.contains("entry 2 of") && $0.contains("has no port") }, "\(output)")
+        let (empty, words) = try await runSkillbus(["agents", "--coordinator", "tcp://127.0.0.1:5555,"])
+        #expect(empty == 2)
+        #expect(words.contains { $0.contains("entry 2 of") && $0.contains("is empty") }, "\(words)")
+        let (environment, said) = try await runSkillbus(
+            ["agents"], environment: ["SKILLBUS_COORDINATOR": "tcp://a:1,tcp://a:1"])
+        #expect(environment == 2)
+        #expect(said.contains { $0.contains("SKILLBUS_COORDINATOR") && $0.contains("twice") }, "\(said)")
+    }
+}
