@@ -93,6 +93,49 @@ struct FollowLeaderTests {
         #expect(words.contains { $0.contains(dead[0]) && $0.contains(dead[1]) }, "\(words)")
     }
 
+    @Test("rounds resent across a kill -9 and restart of the leader, the client holding both endpoints")
+    func resendAcrossRestart() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1")
+        let standby = try await FakeStandby(leader: (cluster.bus, cluster.feed))
+        defer { standby.stop() }
+        let client = try await SkillbusClient.connect(endpoints: [cluster.bus, standby.bus], context: context)
+        defer { client.close() }
+        let moves = Mutex<[String]>([])
+        client.onMove { from, to, reason in moves.withLock { $0.append("\(from) -> \(to): \(reason)") } }
+
+        let done = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "follow-done", "secs": "0"])
+        let first = try await client.round(done, roundID: "follow-done", timeout: .seconds(10))
+        #expect(first.status == .ok)
+        try await waitUntil("the journal to hold follow-done") { cluster.journalState("follow-done") == "done" }
+
+        // A round of an idempotent skill runs when the leader dies: sent again, it runs again (§3.5.9).
+        async let rerun = client.round(
+            .invoke(skill: "t.idem", parameters: ["tag": "follow-idem", "secs": "2"]), roundID: "follow-idem",
+            timeout: .seconds(30))
+        try await waitUntil("follow-idem to run") { cluster.executions("follow-idem") == 1 }
+        try await cluster.kill()
+        // The finished round asked again while the leader is down: the client tries the standby, is sent back, and
+        // keeps trying with back-off until the leader is back.
+        async let again = client.round(done, roundID: "follow-done", timeout: .seconds(30))
+        try await waitUntil("the standby to refuse a ROUND", timeout: .seconds(10)) {
+            standby.process.output.contains { $0.hasPrefix("refused SKB2C ROUND") }
+        }
+        try await cluster.startCoordinator()
+        try await cluster.startWorker("w2")
+        var stored = try await again
+        #expect(stored.stored, "\(stored)")
+        stored.stored = false
+        #expect(stored == first)
+        #expect(cluster.executions("follow-done") == 1)
+        let idem = try await rerun
+        #expect(idem.status == .ok, "\(String(describing: idem.error))")
+        #expect(cluster.executions("follow-idem") == 2)
+        print("moves: \(moves.withLock { $0 })")
+        #expect(moves.withLock { $0 }.contains { $0.hasPrefix(standby.bus + " -> " + cluster.bus) })
+    }
+
     @Test("a bad entry of an endpoint list is named; a single endpoint keeps its words")
     func badLists() async throws {
         let (code, output) = try await runSkillbus([
