@@ -155,10 +155,10 @@ public enum WorkerCommand: SkillbusCommand {
 
     public static func configuration(_ arguments: ParsedArguments) throws -> WorkerConfiguration {
         var configuration = WorkerConfiguration()
-        if let value = Defaults.environmentBus, Endpoint.problem(value) == nil { configuration.coordinator = value }
+        if let value = Defaults.environmentBus, Endpoint.listProblem(value) == nil { configuration.coordinator = value }
         if let path = arguments.value("--config") { configuration = try WorkerConfiguration.load(path: path) }
         if let name = arguments.value("--name") { configuration.name = name }
-        if let endpoint = try arguments.endpoint("--coordinator", in: spec) { configuration.coordinator = endpoint }
+        if let endpoint = try arguments.endpoints("--coordinator", in: spec) { configuration.coordinator = endpoint }
         if let endpoint = try arguments.endpoint("--feed", in: spec) { configuration.feed = endpoint }
         if let list = arguments.value("--skills") {
             let skills = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }

@@ -136,6 +136,57 @@ struct FollowLeaderTests {
         #expect(moves.withLock { $0 }.contains { $0.hasPrefix(standby.bus + " -> " + cluster.bus) })
     }
 
+    @Test("a worker pointed at a standby registers with the leader it names, and logs the move once")
+    func workerFollowsRefusal() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let standby = try await FakeStandby(leader: (cluster.bus, cluster.feed))
+        defer { standby.stop() }
+        let worker = try SkillbusProcess(
+            ["worker", "--name", "wf", "--skills", "echo", "--coordinator", standby.bus, "--heartbeat-ms", "200"],
+            name: "wf")
+        defer { worker.signal(SIGTERM) }
+        try await cluster.coordinator.waitForLine("wf to join") { $0.contains("agent 'wf' joined") }
+        let listing = try await cluster.agents()
+        #expect(listing["agents"]?.arrayValue?.contains { $0["agent"] == "wf" } == true, "\(listing)")
+        // It follows the registry on the leader's feed, and serves.
+        try await worker.waitForLine("the replica") { $0.contains("following the registry on \(cluster.feed)") }
+        let (code, output) = try await cluster.send(["echo", "text=moved", "--timeout", "10"])
+        #expect(code == 0, "\(output)")
+        let moves = worker.output.filter { $0.contains("moving from coordinator") }
+        #expect(moves.count == 1, "\(worker.output)")
+        #expect(
+            moves.first?.contains("moving from coordinator \(standby.bus) to \(cluster.bus): \(standby.bus) it is a standby") == true,
+            "\(moves)")
+    }
+
+    @Test("a worker whose coordinator dies (kill -9) moves to the next of its list and registers there")
+    func workerMovesOnSilence() async throws {
+        let first = try await TestCluster()
+        defer { first.terminate() }
+        let second = try await TestCluster()
+        defer { second.terminate() }
+        let worker = try SkillbusProcess(
+            [
+                "worker", "--name", "ws", "--skills", "echo", "--coordinator", "\(first.bus),\(second.bus)",
+                "--heartbeat-ms", "200",
+            ], name: "ws")
+        defer { worker.signal(SIGTERM) }
+        try await first.coordinator.waitForLine("ws to join") { $0.contains("agent 'ws' joined") }
+        first.coordinator.signal(SIGKILL)
+        let killed = ContinuousClock.now
+        try await second.coordinator.waitForLine("ws to join the second", timeout: .seconds(15)) {
+            $0.contains("agent 'ws' joined")
+        }
+        let took = ContinuousClock.now - killed
+        print("worker registered with the next coordinator \(took) after kill -9 of its own")
+        let moves = worker.output.filter { $0.contains("moving from coordinator") }
+        #expect(moves.count == 1, "\(worker.output)")
+        #expect(moves.first?.contains("\(first.bus) to \(second.bus): \(first.bus) nothing came from it") == true, "\(moves)")
+        let (code, output) = try await second.send(["echo", "text=there", "--timeout", "10"])
+        #expect(code == 0, "\(output)")
+    }
+
     @Test("a bad entry of an endpoint list is named; a single endpoint keeps its words")
     func badLists() async throws {
         let (code, output) = try await runSkillbus([

@@ -30,6 +30,34 @@ struct CoordinatorChoiceTests {
         #expect(Endpoint.joined(["tcp://a:1,tcp://b:2"]).problem?.contains("holds a comma") == true)
     }
 
+    @Test("a worker config names its coordinators as a comma list or a JSON array")
+    func workerConfig() throws {
+        let directory = NSTemporaryDirectory() + "skillbus-choice-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        func load(_ coordinator: String) throws -> WorkerConfiguration {
+            let path = directory + "/w.json"
+            try Data(#"{"version": 1, "name": "w", "coordinator": \#(coordinator)}"#.utf8)
+                .write(to: URL(fileURLWithPath: path))
+            return try WorkerConfiguration.load(path: path)
+        }
+        #expect(try load(#""tcp://a:1,tcp://b:2""#).coordinator == "tcp://a:1,tcp://b:2")
+        #expect(try load(#"["tcp://a:1", "tcp://b:2"]"#).coordinator == "tcp://a:1,tcp://b:2")
+        #expect(try load(#""tcp://a:1""#).coordinator == "tcp://a:1")
+        do {
+            _ = try load(#"["tcp://a:1", "tcp://b"]"#)
+            Issue.record("a bad entry was taken")
+        } catch let error as SkillbusError {
+            #expect(error.message.contains("coordinator") && error.message.contains("entry 2"), "\(error.message)")
+        }
+        do {
+            _ = try load("[1]")
+            Issue.record("a number was taken")
+        } catch let error as SkillbusError {
+            #expect(error.message.contains("coordinator[0]"), "\(error.message)")
+        }
+    }
+
     @Test("back-off: none for the first move, then 0.1 s doubling to 2 s")
     func backoff() {
         let delays = (0..<9).map { CoordinatorChoice.backoff(afterMoves: $0) }

@@ -114,6 +114,11 @@ public struct CoordinatorChoice: Sendable, Equatable {
         return lastHeard.map { $0 + Self.silence } ?? notBefore
     }
 
+    /// Leaves the current coordinator for the next endpoint (a worker whose coordinator went silent, §4.4).
+    public mutating func leave(reason: String, now: ContinuousClock.Instant) -> Move {
+        move(to: (current + 1) % endpoints.count, now: now, reason: reason)
+    }
+
     private mutating func move(to index: Int, now: ContinuousClock.Instant, reason: String) -> Move {
         let from = endpoint
         let at = now + Self.backoff(afterMoves: movesWithoutAnswer)

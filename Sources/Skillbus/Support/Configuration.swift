@@ -125,7 +125,9 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
 
     public static let settings: [Setting<WorkerConfiguration>] = [
         .text("name", \.name, "The agent's name, unique on the bus."),
-        .endpoint("coordinator", \.coordinator, "The coordinator's bus endpoint."),
+        .endpoints(
+            "coordinator", \.coordinator,
+            "The coordinator's bus endpoint; a group's: several, as \"a,b\" or [\"a\", \"b\"] (it follows the leader)."),
         .endpoint("feed", \.feed, "The coordinator's feed endpoint; none: the one the coordinator names."),
         Setting(
             "skills", help: "The built-in skills it offers; absent: all of them, [] none.",
