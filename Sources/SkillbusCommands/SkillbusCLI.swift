@@ -142,9 +142,9 @@ enum Defaults {
     }
 
     static func feed(_ arguments: ParsedArguments, _ spec: CommandSpec) throws(UsageError) -> String {
-        if let flag = try arguments.endpoint("--feed", in: spec) { return flag }
+        if let flag = try arguments.endpoints("--feed", in: spec) { return flag }
         if let value = environmentFeed {
-            if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_FEED: \(problem)") }
+            if let problem = Endpoint.listProblem(value) { throw UsageError(spec, "SKILLBUS_FEED: \(problem)") }
             return value
         }
         return feed
@@ -169,7 +169,8 @@ let coordinatorOption = OptionSpec(
     help: "Bus endpoint (default \(Defaults.bus)); a group's coordinators: several, comma-separated.")
 let connectTimeoutOption = OptionSpec(
     "--connect-timeout", value: "SECONDS", help: "How long to wait for the coordinator's first answer (default 2).")
-let feedOption = OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed)).")
+let feedOption = OptionSpec(
+    "--feed", value: "ENDPOINT[,…]", help: "Feed endpoint (default \(Defaults.feed)); a group's: several, comma-separated.")
 let serverKeyOption = OptionSpec(
     "--server-key", value: "FILE", help: "The coordinator's public key, or its file (else SKILLBUS_SERVER_KEY).")
 let keyOption = OptionSpec("--key", value: "FILE", help: "This side's secret key file, NAME.key (else SKILLBUS_KEY).")

@@ -187,6 +187,41 @@ struct FollowLeaderTests {
         #expect(code == 0, "\(output)")
     }
 
+    @Test("skillbus feed and skills given a group's feeds show the events of whichever coordinator publishes")
+    func feedFollows() async throws {
+        let first = try await TestCluster()
+        defer { first.terminate() }
+        let second = try await TestCluster()
+        defer { second.terminate() }
+        let feeds = "\(first.feed),\(second.feed)"
+        let watcher = try SkillbusProcess(["feed", "--feed", feeds, "--topic", "agent.joined"], name: "feed")
+        defer { watcher.signal(SIGTERM) }
+        try await watcher.waitForLine("watching") { $0.hasPrefix("watching") }
+        // The subscription reaches each feed in its own time: workers join until the watcher sees one (at most 20).
+        try await joinUntilSeen(first, prefix: "a", by: watcher)
+        // The first coordinator dies; events of the other one come on the same watcher.
+        first.coordinator.signal(SIGKILL)
+        try await joinUntilSeen(second, prefix: "b", by: watcher)
+        // A registry replica given the same feeds (and the group's buses) holds the live coordinator's registry.
+        let (code, output) = try await runSkillbus([
+            "skills", "--json", "--coordinator", "\(first.bus),\(second.bus)", "--feed", feeds,
+        ])
+        #expect(code == 0, "\(output)")
+        #expect(output.contains { $0.contains("\"b1\"") }, "\(output)")
+    }
+
+    /// Starts workers PREFIX1, PREFIX2, … on `cluster` until `watcher` prints the `agent.joined` of one.
+    func joinUntilSeen(_ cluster: TestCluster, prefix: String, by watcher: SkillbusProcess) async throws {
+        for index in 1...20 {
+            try await cluster.startWorker("\(prefix)\(index)", ["--skills", "echo"])
+            let seen = try? await watcher.waitForLine("\(prefix)\(index) on the feed", timeout: .seconds(1)) {
+                $0.contains("agent.joined") && $0.contains(" \(prefix)")
+            }
+            if seen != nil { return }
+        }
+        throw TimedOut(what: "an agent.joined of \(prefix)… on \(watcher.output)")
+    }
+
     @Test("a bad entry of an endpoint list is named; a single endpoint keeps its words")
     func badLists() async throws {
         let (code, output) = try await runSkillbus([

@@ -128,7 +128,8 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
         .endpoints(
             "coordinator", \.coordinator,
             "The coordinator's bus endpoint; a group's: several, as \"a,b\" or [\"a\", \"b\"] (it follows the leader)."),
-        .endpoint("feed", \.feed, "The coordinator's feed endpoint; none: the one the coordinator names."),
+        .endpoints(
+            "feed", \.feed, "The coordinator's feed endpoint (a group's: several); none: the one the coordinator names."),
         Setting(
             "skills", help: "The built-in skills it offers; absent: all of them, [] none.",
             read: { object, worker throws(SkillbusError) in
