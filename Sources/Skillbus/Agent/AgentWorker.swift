@@ -97,6 +97,9 @@ public final class AgentWorker: Sendable {
             State(
                 skills: skills, synchronousSkills: State.synchronous(in: skills), busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
+        client.onMove { from, to, reason in
+            logger.info("client connection: moving from coordinator \(from) to \(to): \(from) \(reason)")
+        }
     }
 
     /// Connects to the coordinator; `run()` registers and serves. The synchronous form, for synchronous
@@ -222,7 +225,8 @@ public final class AgentWorker: Sendable {
             // A group's coordinator silent that long — registered or not — is left for the next (§4.4).
             let sinceMove = state.withLock { now() &- max($0.lastHeardFromBus, $0.movedAt) }
             if socket.isGroup, sinceMove > UInt64(3 * busHeartbeatMs) * 1_000_000,
-                let move = socket.silent(reason: "nothing came from it for \(sinceMove / 1_000_000) ms")
+                let move = socket.silent(
+                    reason: "nothing came from it for \(sinceMove / 1_000_000) ms (3 heartbeats of \(busHeartbeatMs) ms)")
             {
                 await moveAsync(move)
                 continue

@@ -29,11 +29,16 @@ final class BusLinks: Sendable {
 
     private let state: Mutex<State>
     private let open: Opener
+    /// Whether anything but the plain one-coordinator path can happen: a group, or a refusal seen. Until then a
+    /// message heard costs no lock.
+    private let following: Atomic<Bool>
     /// Hears each move, once (a worker logs it); set before the first message goes.
     let onMove = Mutex<(@Sendable (CoordinatorChoice.Move) -> Void)?>(nil)
 
     init(endpoints: [String], open: @escaping Opener) {
-        state = Mutex(State(choice: CoordinatorChoice(endpoints: endpoints)))
+        let choice = CoordinatorChoice(endpoints: endpoints)
+        state = Mutex(State(choice: choice))
+        following = Atomic(choice.isGroup)
         self.open = open
     }
 
@@ -70,6 +75,7 @@ final class BusLinks: Sendable {
 
     /// Something that is not a refusal came from `endpoint`.
     func heard(from endpoint: String) {
+        guard following.load(ordering: .relaxed) else { return }
         state.withLock { $0.choice.heard(from: endpoint, now: .now) }
     }
 
@@ -78,6 +84,7 @@ final class BusLinks: Sendable {
     func refused(by endpoint: String, leader: GroupLeader?, words: String, pending: PendingReplies)
         -> ContinuousClock.Instant
     {
+        following.store(true, ordering: .relaxed)
         let (move, at) = state.withLock { state in
             state.lastRefusal = words
             let move = state.choice.refused(by: endpoint, leader: leader?.bus, now: .now)
@@ -90,6 +97,7 @@ final class BusLinks: Sendable {
     /// At each turn of the open socket's loop: probes a silent coordinator, or moves away from it. Returns
     /// the probe to send, if any, and when to look again.
     func tick(pending: PendingReplies, probe: () -> Multipart) -> ContinuousClock.Instant? {
+        guard following.load(ordering: .relaxed) else { return nil }
         let (tick, next) = state.withLock { state -> (CoordinatorChoice.Tick, ContinuousClock.Instant?) in
             guard state.choice.isGroup, !state.stopped else { return (.nothing, nil) }
             let waiting = pending.anyWaiting
