@@ -131,13 +131,15 @@ enum Defaults {
         }
     }
 
-    /// How long a first contact may take: `--connect-timeout`, else 2 s; never longer than the command's
-    /// whole `timeout`. A coordinator that is not there is reported within it.
+    /// How long a first contact may take: `--connect-timeout`, else 2 s for each coordinator named (a group's
+    /// client may find the first ones dead, 1 s or so each, PROTOCOL §3.3); never longer than the command's whole
+    /// `timeout`. A coordinator that is not there is reported within it.
     static func connectTimeout(
         _ arguments: ParsedArguments, _ spec: CommandSpec, within timeout: Duration?
     ) throws(UsageError) -> Duration {
         let given = try arguments.double("--connect-timeout", minimum: 0.001, maximum: 3600, in: spec)
-        let connect = Duration.seconds(given ?? 2)
+        let coordinators = Endpoint.list(try bus(arguments, spec)).count
+        let connect = Duration.seconds(given ?? 2 * Double(coordinators))
         return timeout.map { min($0, connect) } ?? connect
     }
 
@@ -168,7 +170,8 @@ let coordinatorOption = OptionSpec(
     "--coordinator", value: "ENDPOINT[,…]",
     help: "Bus endpoint (default \(Defaults.bus)); a group's coordinators: several, comma-separated.")
 let connectTimeoutOption = OptionSpec(
-    "--connect-timeout", value: "SECONDS", help: "How long to wait for the coordinator's first answer (default 2).")
+    "--connect-timeout", value: "SECONDS",
+    help: "How long to wait for the coordinator's first answer (default 2, per coordinator named).")
 let feedOption = OptionSpec(
     "--feed", value: "ENDPOINT[,…]", help: "Feed endpoint (default \(Defaults.feed)); a group's: several, comma-separated.")
 let serverKeyOption = OptionSpec(

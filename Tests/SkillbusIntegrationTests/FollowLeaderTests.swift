@@ -86,6 +86,12 @@ struct FollowLeaderTests {
         #expect(took < .seconds(6), "fell over in \(took)")
         print("fell over from a dead endpoint in \(took)")
 
+        // Two dead ones first: 1 s of silence each, and the back-off, within the default connect timeout.
+        let (third, said) = try await runSkillbus([
+            "send", "echo", "text=hi", "--timeout", "10", "--coordinator", "\(dead[0]),\(dead[1]),\(cluster.bus)",
+        ])
+        #expect(third == 0, "\(said)")
+
         let (failed, words) = try await runSkillbus([
             "send", "echo", "text=hi", "--timeout", "2", "--coordinator", "\(dead[0]),\(dead[1])",
         ])
