@@ -188,16 +188,16 @@ public final class AgentWorker: Sendable {
         }
         let name = "skillbus-worker-\(options.name)"
         return WorkerBus.Opener(
-            now: { endpoint in
+            now: { endpoint, generation in
                 try SocketLoop(
                     busSocket(options, endpoint, context, logger: logger), name: name,
-                    onMessage: { owner.worker.withLock { $0.value }?.receive($0, from: endpoint) },
+                    onMessage: { owner.worker.withLock { $0.value }?.receive($0, on: generation) },
                     beforeWait: beforeWait)
             },
-            async: { endpoint in
+            async: { endpoint, generation in
                 try await SocketLoop.start(
                     busSocket(options, endpoint, context, logger: logger), name: name,
-                    onMessage: { owner.worker.withLock { $0.value }?.receive($0, from: endpoint) },
+                    onMessage: { owner.worker.withLock { $0.value }?.receive($0, on: generation) },
                     beforeWait: beforeWait)
             })
     }
@@ -283,8 +283,8 @@ public final class AgentWorker: Sendable {
     func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
     /// Runs on the socket's thread: must stay quick. What comes from a coordinator it has left is dropped.
-    private func receive(_ message: Multipart, from endpoint: String) {
-        guard endpoint == socket.endpoint else { return }
+    private func receive(_ message: Multipart, on generation: Int) {
+        guard socket.isCurrent(generation) else { return }
         state.withLock { $0.lastHeardFromBus = now() }
         let decoded: BusToWorkerMessage
         do {
@@ -293,7 +293,7 @@ public final class AgentWorker: Sendable {
             logger.warning("ignored a bad message from the coordinator: \(error)")
             return
         }
-        socket.heard(from: endpoint)
+        socket.heard()
         switch decoded {
         case .welcome(let welcome):
             let needsReplica = state.withLock { state in
@@ -320,8 +320,7 @@ public final class AgentWorker: Sendable {
         case .heartbeat(let intervalMs):
             if let intervalMs { state.withLock { $0.busHeartbeatMs = intervalMs } }
         case .error(let error) where error.code == .notLeader:
-            socket.heard(from: endpoint, refusal: true)
-            if let move = socket.refused(by: endpoint, leader: error.leader) { moveNow(move) }
+            if let move = socket.refused(leader: error.leader) { moveNow(move) }
         case .error(let error):
             if error.code == .notRegistered {
                 // The coordinator restarted or forgot us: register again (no faster than the back-off).

@@ -128,7 +128,15 @@ public final class SkillbusClient: Sendable {
         partials.snapshotEntries.withLock { $0[requestID] = [] }
         let answer: BusToClientMessage?
         do {
-            answer = try await exchange(.snapshot(requestID: requestID), requestID: requestID, waitFor: timeout)
+            // Sent again to another coordinator, it starts collecting anew: entries of two registries never mix.
+            let message = ClientMessage.snapshot(requestID: requestID)
+            let encoded = message.encoded()
+            let partials = self.partials
+            let again = PendingReplies.Again(afterMove: true) { _ in
+                partials.snapshotEntries.withLock { $0[requestID] = [] }
+                return encoded
+            }
+            answer = try await exchange(message, requestID: requestID, waitFor: timeout, again: again)
         } catch {
             partials.snapshotEntries.withLock { _ = $0.removeValue(forKey: requestID) }
             throw error
