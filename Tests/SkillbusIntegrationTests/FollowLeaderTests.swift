@@ -142,6 +142,67 @@ struct FollowLeaderTests {
         #expect(moves.withLock { $0 }.contains { $0.hasPrefix(standby.bus + " -> " + cluster.bus) })
     }
 
+    @Test("48 rounds at 16 in flight across a kill -9 and restart: every one answered, none run twice")
+    func roundsUnderLoadAcrossRestart() async throws {
+        let cluster = try await RestartableCluster(context: context)
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1", capacity: 16)
+        let standby = try await FakeStandby(leader: (cluster.bus, cluster.feed))
+        defer { standby.stop() }
+        let client = try await SkillbusClient.connect(endpoints: [cluster.bus, standby.bus], context: context)
+        defer { client.close() }
+        let tally = Tally()
+        let total = 48
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                try await waitUntil("10 rounds answered", timeout: .seconds(30)) { tally.answers.withLock { $0.count } >= 10 }
+                try await cluster.kill()
+                try await waitUntil("the standby to refuse a ROUND", timeout: .seconds(10)) {
+                    standby.process.output.contains { $0.hasPrefix("refused SKB2C ROUND") }
+                }
+                try await cluster.startCoordinator()
+                try await cluster.startWorker("w2", capacity: 16)
+            }
+            group.addTask {
+                await withTaskGroup(of: Void.self) { rounds in
+                    for index in 0..<total {
+                        if index >= 16 { await rounds.next() }
+                        rounds.addTask {
+                            let tag = "load-\(index)"
+                            do {
+                                let document = try await client.round(
+                                    .invoke(skill: "t.mark", parameters: ["tag": .string(tag), "secs": "0.2"]),
+                                    roundID: tag, timeout: .seconds(40))
+                                tally.answers.withLock { $0[tag, default: []].append(document) }
+                            } catch {
+                                tally.failures.withLock { $0.append("\(tag): \(error)") }
+                            }
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(tally.failures.withLock { $0 }.isEmpty, "\(tally.failures.withLock { $0 })")
+        let documents = tally.answers.withLock { $0 }.compactMapValues(\.first)
+        #expect(documents.count == total)
+        #expect(tally.answers.withLock { $0 }.values.allSatisfy { $0.count == 1 })
+        var interrupted = 0
+        for index in 0..<total {
+            let tag = "load-\(index)"
+            let runs = cluster.executions(tag)
+            #expect(runs <= 1, "\(tag) ran \(runs) times")
+            guard let document = documents[tag] else { continue }
+            if document.status == .ok {
+                #expect(runs == 1, "\(tag) answered ok but ran \(runs) times")
+            } else {
+                #expect(document.error?.code == .interrupted, "\(tag): \(String(describing: document.error))")
+                interrupted += 1
+            }
+        }
+        print("\(total) rounds: \(total - interrupted) ok, \(interrupted) interrupted by the kill")
+    }
+
     @Test("a worker pointed at a standby registers with the leader it names, and logs the move once")
     func workerFollowsRefusal() async throws {
         let cluster = try await TestCluster()
