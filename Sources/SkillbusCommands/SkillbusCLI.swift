@@ -173,7 +173,8 @@ let connectTimeoutOption = OptionSpec(
     "--connect-timeout", value: "SECONDS",
     help: "How long to wait for the coordinator's first answer (default 2, per coordinator named).")
 let feedOption = OptionSpec(
-    "--feed", value: "ENDPOINT[,…]", help: "Feed endpoint (default \(Defaults.feed)); a group's: several, comma-separated.")
+    "--feed", value: "ENDPOINT[,…]",
+    help: "Feed endpoint (default \(Defaults.feed)); a group's: several, comma-separated.")
 let serverKeyOption = OptionSpec(
     "--server-key", value: "FILE", help: "The coordinator's public key, or its file (else SKILLBUS_SERVER_KEY).")
 let keyOption = OptionSpec("--key", value: "FILE", help: "This side's secret key file, NAME.key (else SKILLBUS_KEY).")

@@ -1,8 +1,9 @@
 import Foundation
-@testable import Skillbus
 import SkillbusZMQ
 import Synchronization
 import Testing
+
+@testable import Skillbus
 
 /// A standby that refuses everything with `not_leader` (Tests/interop/fake_standby.py), naming a real coordinator
 /// or none, so that clients and workers that follow the leader are tested against real processes (issue 31).
@@ -155,7 +156,9 @@ struct FollowLeaderTests {
         let total = 48
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
-                try await waitUntil("10 rounds answered", timeout: .seconds(30)) { tally.answers.withLock { $0.count } >= 10 }
+                try await waitUntil("10 rounds answered", timeout: .seconds(30)) {
+                    tally.answers.withLock { $0.count } >= 10
+                }
                 try await cluster.kill()
                 try await waitUntil("the standby to refuse a ROUND", timeout: .seconds(10)) {
                     standby.process.output.contains { $0.hasPrefix("refused SKB2C ROUND") }
@@ -223,7 +226,8 @@ struct FollowLeaderTests {
         let moves = worker.output.filter { $0.contains("moving from coordinator") && !$0.contains("client connection") }
         #expect(moves.count == 1, "\(worker.output)")
         #expect(
-            moves.first?.contains("moving from coordinator \(standby.bus) to \(cluster.bus): \(standby.bus) it is a standby") == true,
+            moves.first?.contains(
+                "moving from coordinator \(standby.bus) to \(cluster.bus): \(standby.bus) it is a standby") == true,
             "\(moves)")
     }
 
@@ -252,7 +256,9 @@ struct FollowLeaderTests {
         print(worker.output.filter { $0.contains("moving") }.joined(separator: "\n"))
         let moves = worker.output.filter { $0.contains("moving from coordinator") && !$0.contains("client connection") }
         #expect(moves.count == 1, "\(worker.output)")
-        #expect(moves.first?.contains("\(first.bus) to \(second.bus): \(first.bus) nothing came from it") == true, "\(moves)")
+        #expect(
+            moves.first?.contains("\(first.bus) to \(second.bus): \(first.bus) nothing came from it") == true,
+            "\(moves)")
         let (code, output) = try await second.send(["echo", "text=there", "--timeout", "10"])
         #expect(code == 0, "\(output)")
     }

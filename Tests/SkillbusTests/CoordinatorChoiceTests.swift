@@ -1,6 +1,7 @@
 import Foundation
-@testable import Skillbus
 import Testing
+
+@testable import Skillbus
 
 /// Several coordinators where one is named, and which one a client or worker talks to (issue 31), without sockets.
 @Suite("Coordinator lists and following the leader")
@@ -15,7 +16,10 @@ struct CoordinatorChoiceTests {
             ("tcp://a:1,", "entry 2 of 'tcp://a:1,' is empty (a,b: endpoints between commas)"),
             (",tcp://a:1", "entry 1 of ',tcp://a:1' is empty (a,b: endpoints between commas)"),
             ("tcp://a:1,tcp://a:1", "'tcp://a:1,tcp://a:1' names 'tcp://a:1' twice"),
-            ("http://a:1,tcp://b:2", "entry 1 of 'http://a:1,tcp://b:2': 'http://a:1' is not a ZeroMQ endpoint (use tcp://HOST:PORT, ipc://PATH or inproc://NAME)"),
+            (
+                "http://a:1,tcp://b:2",
+                "entry 1 of 'http://a:1,tcp://b:2': 'http://a:1' is not a ZeroMQ endpoint (use tcp://HOST:PORT, ipc://PATH or inproc://NAME)"
+            ),
         ] as [(String, String?)])
     func lists(text: String, problem: String?) {
         #expect(Endpoint.listProblem(text) == problem)
@@ -23,7 +27,9 @@ struct CoordinatorChoiceTests {
 
     @Test("one endpoint never holds a comma, and a list keeps its order")
     func singleAndOrder() {
-        #expect(Endpoint.problem("tcp://a:1,tcp://b:2") == "'tcp://a:1,tcp://b:2' holds a comma: one endpoint here, not a list")
+        #expect(
+            Endpoint.problem("tcp://a:1,tcp://b:2")
+                == "'tcp://a:1,tcp://b:2' holds a comma: one endpoint here, not a list")
         #expect(Endpoint.list(" tcp://b:2 ,tcp://a:1") == ["tcp://b:2", "tcp://a:1"])
         #expect(Endpoint.joined(["tcp://a:1", "tcp://b:2"]) == ("tcp://a:1,tcp://b:2", nil))
         #expect(Endpoint.joined([]).problem == "no endpoint given")
@@ -100,7 +106,9 @@ struct CoordinatorChoiceTests {
         }
         #expect(visited == ["tcp://b:1", "tcp://c:1", "tcp://a:1", "tcp://b:1", "tcp://c:1"])
         #expect(delays == [.zero, .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800)])
-        #expect(choice.refused(by: choice.endpoint, leader: choice.endpoint, now: now)?.reason == "it is a standby and knows no leader")
+        #expect(
+            choice.refused(by: choice.endpoint, leader: choice.endpoint, now: now)?.reason
+                == "it is a standby and knows no leader")
     }
 
     @Test("a group's silent coordinator is probed, then left; one endpoint is never left on silence")

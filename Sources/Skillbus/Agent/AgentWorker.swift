@@ -133,7 +133,8 @@ public final class AgentWorker: Sendable {
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
             credentials: options.credentials, ownEngine: true)
         let owner = Owner()
-        let socket = try await WorkerBus(endpoints: options.coordinator, opener: opener(options, context, logger, owner))
+        let socket = try await WorkerBus(
+            endpoints: options.coordinator, opener: opener(options, context, logger, owner))
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -183,8 +184,7 @@ public final class AgentWorker: Sendable {
             let ready = worker.readyIfDue()
             worker.flushState()
             let heartbeat = worker.heartbeatIfDue()
-            let wait = [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()
-            return wait
+            return [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()
         }
         let name = "skillbus-worker-\(options.name)"
         return WorkerBus.Opener(
@@ -226,7 +226,8 @@ public final class AgentWorker: Sendable {
             let sinceMove = state.withLock { now() &- max($0.lastHeardFromBus, $0.movedAt) }
             if socket.isGroup, sinceMove > UInt64(3 * busHeartbeatMs) * 1_000_000,
                 let move = socket.silent(
-                    reason: "nothing came from it for \(sinceMove / 1_000_000) ms (3 heartbeats of \(busHeartbeatMs) ms)")
+                    reason: "nothing came from it for \(sinceMove / 1_000_000) ms "
+                        + "(3 heartbeats of \(busHeartbeatMs) ms)")
             {
                 await moveAsync(move)
                 continue

@@ -94,8 +94,8 @@ final class BusLinks: Sendable {
         return at
     }
 
-    /// At each turn of the open socket's loop: probes a silent coordinator, or moves away from it. Returns
-    /// the probe to send, if any, and when to look again.
+    /// At each turn of the open socket's loop: sends `probe()` to a silent coordinator of a group, or moves away
+    /// from one. Returns when to look again (nil: not before an event).
     func tick(pending: PendingReplies, probe: () -> Multipart) -> ContinuousClock.Instant? {
         guard following.load(ordering: .relaxed) else { return nil }
         let (tick, next) = state.withLock { state -> (CoordinatorChoice.Tick, ContinuousClock.Instant?) in

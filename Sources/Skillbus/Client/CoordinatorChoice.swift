@@ -69,10 +69,12 @@ public struct CoordinatorChoice: Sendable, Equatable {
         guard endpoint == self.endpoint else { return nil }
         heard(from: endpoint, refusal: true, now: now)
         if let leader, leader != endpoint {
-            let index = endpoints.firstIndex(of: leader) ?? {
-                endpoints.append(leader)
-                return endpoints.count - 1
-            }()
+            let index =
+                endpoints.firstIndex(of: leader)
+                ?? {
+                    endpoints.append(leader)
+                    return endpoints.count - 1
+                }()
             return move(to: index, now: now, reason: "it is a standby; the leader is at \(leader)")
         }
         return move(to: (current + 1) % endpoints.count, now: now, reason: "it is a standby and knows no leader")

@@ -23,7 +23,9 @@ extension SkillbusClient {
         let parts = try Parts(endpoint, context, maxMessageBytes, credentials, ownEngine)
         let first = try parts.openLink(parts.links.endpoint, parts.links)
         parts.links.start(first)
-        self.init(endpoint: endpoint, credentials: credentials, pending: parts.pending, partials: parts.partials, links: parts.links)
+        self.init(
+            endpoint: endpoint, credentials: credentials, pending: parts.pending, partials: parts.partials,
+            links: parts.links)
     }
 
     /// Connects to the bus at `endpoint` (one, or a group's as `a,b`), awaiting the socket's thread instead of
@@ -47,7 +49,8 @@ extension SkillbusClient {
     ) async throws -> SkillbusClient {
         let (list, problem) = Endpoint.joined(endpoints)
         if let problem { throw SkillbusError(.invalidConfiguration, "coordinator endpoints: \(problem)") }
-        return try await connect(endpoint: list, context: context, maxMessageBytes: maxMessageBytes, credentials: credentials)
+        return try await connect(
+            endpoint: list, context: context, maxMessageBytes: maxMessageBytes, credentials: credentials)
     }
 
     /// What every connection of one client shares, and how one is opened.

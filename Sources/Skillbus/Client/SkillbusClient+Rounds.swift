@@ -42,7 +42,8 @@ extension SkillbusClient {
             guard now < deadline else { return nil }
             return ClientMessage.round(request(deadline - now)).encoded()
         }
-        let resend = PendingReplies.Resend(interval: Self.resendInterval, next: .now + Self.resendInterval, message: copy)
+        let resend = PendingReplies.Resend(
+            interval: Self.resendInterval, next: .now + Self.resendInterval, message: copy)
         let answer = try await exchange(
             .round(request(wait)), requestID: requestID, waitFor: wait + .seconds(1), cancelsOnBus: true,
             resend: resend, again: PendingReplies.Again(afterMove: true, message: copy))

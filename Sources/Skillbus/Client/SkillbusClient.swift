@@ -283,7 +283,9 @@ public final class SkillbusClient: Sendable {
         let answer = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 // Already cancelled: answered at once, and nothing need go to the bus.
-                guard pending.add(requestID, until: deadline, resend: resend, again: again, continuation) else { return }
+                guard pending.add(requestID, until: deadline, resend: resend, again: again, continuation) else {
+                    return
+                }
                 links.send(encoded)  // wakes the socket's thread, which then keeps the deadline too
             }
         } onCancel: {

@@ -49,7 +49,9 @@ extension Endpoint {
         guard entries.count > 1 else { return problem(text) }
         var seen: Set<String> = []
         for (index, entry) in entries.enumerated() {
-            guard !entry.isEmpty else { return "entry \(index + 1) of '\(text)' is empty (a,b: endpoints between commas)" }
+            guard !entry.isEmpty else {
+                return "entry \(index + 1) of '\(text)' is empty (a,b: endpoints between commas)"
+            }
             if let problem = problem(entry) { return "entry \(index + 1) of '\(text)': \(problem)" }
             guard seen.insert(entry).inserted else { return "'\(text)' names '\(entry)' twice" }
         }
