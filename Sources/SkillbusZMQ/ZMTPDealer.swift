@@ -27,6 +27,9 @@ public final class ZMTPDealer {
         /// Called on the socket's thread with the server's reason when it refused the CURVE handshake (an
         /// ERROR command); the socket then tries again after its back-off, as after any failed attempt.
         public var onRefused: (@Sendable (String) -> Void)?
+        /// Called on the socket's thread when a connection whose handshake was done breaks (the peer closed it,
+        /// or its process died and the kernel closed it); the socket then tries again after its back-off.
+        public var onLost: (@Sendable () -> Void)?
         /// How long a connection may take from connect to the end of its handshake before the socket gives
         /// it up and tries again (libzmq's ZMQ_HANDSHAKE_IVL is 30 s too): a server that accepts and says
         /// nothing holds no worker for ever.
@@ -300,6 +303,7 @@ public final class ZMTPDealer {
     }
 
     private func drop() {
+        let wasOpen = connection?.stage == .open
         if let connection {
             Glibc.close(connection.fd)
             connection.forgetKeys()
@@ -308,6 +312,7 @@ public final class ZMTPDealer {
         established = false
         needsFlush = false
         scheduleRetry()
+        if wasOpen { options.onLost?() }
     }
 
     private func scheduleRetry() {

@@ -231,11 +231,16 @@ struct FollowLeaderTests {
             "\(moves)")
     }
 
-    @Test("a worker whose coordinator dies (kill -9) moves to the next of its list and registers there")
-    func workerMovesOnSilence() async throws {
-        // Bus heartbeats of 200 ms: the worker gives its coordinator up after 3 of them, 0.6 s.
+    @Test(
+        "a worker moves to the next of its list when its coordinator dies (kill -9) or stops answering (SIGSTOP)",
+        arguments: [SIGKILL, SIGSTOP])
+    func workerMovesOnLoss(signal: Int32) async throws {
+        // Bus heartbeats of 200 ms: a worker gives a silent coordinator up after 3 of them, 0.6 s.
         let first = try await TestCluster(coordinatorArguments: ["--heartbeat-ms", "200"])
-        defer { first.terminate() }
+        defer {
+            first.coordinator.signal(SIGKILL)  // a stopped process ignores SIGTERM
+            first.terminate()
+        }
         let second = try await TestCluster(coordinatorArguments: ["--heartbeat-ms", "200"])
         defer { second.terminate() }
         let worker = try SkillbusProcess(
@@ -246,19 +251,18 @@ struct FollowLeaderTests {
         defer { worker.signal(SIGTERM) }
         try await first.coordinator.waitForLine("ws to join") { $0.contains("agent 'ws' joined") }
         try await worker.waitForLine("ws registered") { $0.contains("registered as 'ws'") }
-        first.coordinator.signal(SIGKILL)
-        let killed = ContinuousClock.now
+        first.coordinator.signal(signal)
+        let lost = ContinuousClock.now
         try await second.coordinator.waitForLine("ws to join the second", timeout: .seconds(15)) {
             $0.contains("agent 'ws' joined")
         }
-        let took = ContinuousClock.now - killed
-        print("worker registered with the next coordinator \(took) after kill -9 of its own")
-        print(worker.output.filter { $0.contains("moving") }.joined(separator: "\n"))
+        let took = ContinuousClock.now - lost
         let moves = worker.output.filter { $0.contains("moving from coordinator") && !$0.contains("client connection") }
+        print("signal \(signal): registered with the next coordinator \(took) later; \(moves)")
         #expect(moves.count == 1, "\(worker.output)")
-        #expect(
-            moves.first?.contains("\(first.bus) to \(second.bus): \(first.bus) nothing came from it") == true,
-            "\(moves)")
+        // kill -9: the kernel closes the connection, and the worker moves at once; SIGSTOP: 3 silent heartbeats.
+        let why = signal == SIGKILL ? "its connection closed" : "nothing came from it for"
+        #expect(moves.first?.contains("\(first.bus) to \(second.bus): \(first.bus) \(why)") == true, "\(moves)")
         let (code, output) = try await second.send(["echo", "text=there", "--timeout", "10"])
         #expect(code == 0, "\(output)")
     }

@@ -48,6 +48,23 @@ extension AgentWorker {
         replica?.close()
     }
 
+    /// The own DEALER's open connection to the coordinator broke (its process died, say). A group's worker then
+    /// moves at its DEALER's next turn rather than after 3 silent heartbeats; one coordinator is waited for.
+    func connectionLost(on generation: Int) {
+        guard socket.isCurrent(generation), socket.isGroup else { return }
+        state.withLock { $0.connectionLost = true }
+    }
+
+    /// On the DEALER's thread before it waits: the move `connectionLost` asked for.
+    func moveIfConnectionLost() {
+        let lost = state.withLock { state -> Bool in
+            defer { state.connectionLost = false }
+            return state.connectionLost && !state.stopping
+        }
+        guard lost, let move = socket.silent(reason: "its connection closed") else { return }
+        moveNow(move)
+    }
+
     /// The new DEALER is in place (only now: its thread's first turn would otherwise send READY on the old one).
     private func arrive(_ move: CoordinatorChoice.Move) {
         state.withLock { $0.readyAt = move.at }

@@ -76,6 +76,8 @@ public final class AgentWorker: Sendable {
         var movedAt: UInt64 = DispatchTime.now().uptimeNanoseconds
         /// Invocations of a coordinator it left: they are cancelled, and their RESULTs go nowhere (§4.4).
         var abandoned: Set<String> = []
+        /// The open connection to a group's coordinator broke: the DEALER's next turn moves to the next one.
+        var connectionLost = false
     }
 
     private init(
@@ -146,22 +148,25 @@ public final class AgentWorker: Sendable {
     /// tests and measurements only). Both reconnect after 1 s, doubling up to 32 s, and linger 200 ms on the
     /// way out: long enough to flush a DISCONNECT, short enough never to hang. A refused key is logged with the
     /// coordinator's reason each time the own DEALER tries (libzmq's DEALER is never told why).
+    /// `onLost` hears, on the own DEALER, that its open connection broke (a group's worker then moves, §4.4).
     static func busSocket(
-        _ options: Options, _ endpoint: String, _ context: ZMQContext, logger: Logger
+        _ options: Options, _ endpoint: String, _ context: ZMQContext, logger: Logger,
+        onLost: (@Sendable () -> Void)? = nil
     ) -> SocketLoop.Socket {
         let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
         let credentials = options.credentials
         let mechanism = credentials == nil ? "NULL" : "CURVE"
         if BusEngine.ownAllowed, ZMTPDealer.serves(endpoint) {
             logger.info("bus at \(endpoint) (own ZMTP engine, \(mechanism))")
-            return .ownDealer(
-                ZMTPDealer.Options(
-                    endpoint: endpoint, maxFrameBytes: Int(maxBytes), curve: credentials,
-                    onRefused: { reason in
-                        logger.error(
-                            "the coordinator refused this worker's key (\(reason)); trying again later, "
-                                + "less and less often")
-                    }))
+            var dealer = ZMTPDealer.Options(
+                endpoint: endpoint, maxFrameBytes: Int(maxBytes), curve: credentials,
+                onRefused: { reason in
+                    logger.error(
+                        "the coordinator refused this worker's key (\(reason)); trying again later, "
+                            + "less and less often")
+                })
+            dealer.onLost = onLost
+            return .ownDealer(dealer)
         }
         logger.info("bus at \(endpoint) (libzmq, \(mechanism))")
         return .zeroMQ(context, .dealer) { socket in
@@ -181,22 +186,26 @@ public final class AgentWorker: Sendable {
     ) -> WorkerBus.Opener {
         let beforeWait: @Sendable () -> Duration? = {
             guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
+            worker.moveIfConnectionLost()
             let ready = worker.readyIfDue()
             worker.flushState()
             let heartbeat = worker.heartbeatIfDue()
             return [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()
         }
         let name = "skillbus-worker-\(options.name)"
+        let lost: @Sendable (Int) -> @Sendable () -> Void = { generation in
+            { owner.worker.withLock { $0.value }?.connectionLost(on: generation) }
+        }
         return WorkerBus.Opener(
             now: { endpoint, generation in
                 try SocketLoop(
-                    busSocket(options, endpoint, context, logger: logger), name: name,
+                    busSocket(options, endpoint, context, logger: logger, onLost: lost(generation)), name: name,
                     onMessage: { owner.worker.withLock { $0.value }?.receive($0, on: generation) },
                     beforeWait: beforeWait)
             },
             async: { endpoint, generation in
                 try await SocketLoop.start(
-                    busSocket(options, endpoint, context, logger: logger), name: name,
+                    busSocket(options, endpoint, context, logger: logger, onLost: lost(generation)), name: name,
                     onMessage: { owner.worker.withLock { $0.value }?.receive($0, on: generation) },
                     beforeWait: beforeWait)
             })
