@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import Skillbus
+import SkillbusZMQ
 
 /// Several coordinators where one is named, and which one a client or worker talks to (issue 31), without sockets.
 @Suite("Coordinator lists and following the leader")
@@ -61,6 +62,21 @@ struct CoordinatorChoiceTests {
             Issue.record("a number was taken")
         } catch let error as SkillbusError {
             #expect(error.message.contains("coordinator[0]"), "\(error.message)")
+        }
+    }
+
+    @Test("the library takes a group as a list: a bad entry is named before any socket opens")
+    func libraryLists() async throws {
+        var options = AgentWorker.Options(name: "w", coordinator: "tcp://a:1")
+        options.coordinators = ["tcp://a:1", "tcp://b:2"]
+        #expect(options.coordinator == "tcp://a:1,tcp://b:2" && options.coordinators == ["tcp://a:1", "tcp://b:2"])
+        let context = try ZMQContext()
+        do {
+            _ = try await SkillbusClient.connect(endpoints: ["tcp://a:1", "tcp://b"], context: context)
+            Issue.record("a bad entry was taken")
+        } catch let error as SkillbusError {
+            #expect(error.code == .invalidConfiguration)
+            #expect(error.message.contains("entry 2 of") && error.message.contains("'tcp://b' has no port"), "\(error)")
         }
     }
 
