@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+import zmq
 
 from conftest import REPO, Process
 from skillbus import Client, SkillbusError
@@ -75,6 +76,43 @@ def test_a_standby_that_knows_no_leader_sends_it_to_the_next(cluster):
     standby, standby_bus = start_standby(cluster, "--no-leader")
     with Client([standby_bus, cluster.bus], timeout=10) as client:
         assert client.request("echo", {"text": "next"}).value == "next"
+
+
+def free_endpoint() -> str:
+    """A loopback endpoint nobody listens on (bound, then closed)."""
+    sock = zmq.Context.instance().socket(zmq.ROUTER)
+    sock.bind("tcp://127.0.0.1:*")
+    endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    sock.close(linger=0)
+    return endpoint
+
+
+def test_a_dead_first_endpoint_is_left_for_the_next(cluster):
+    cluster.swift_worker("w1", "--skills", "echo")
+    dead = free_endpoint()
+    started = time.monotonic()
+    with Client([dead, cluster.bus], timeout=10) as client:
+        assert client.invoke("echo", {"text": "over"}).status == "ok"  # a ROUND goes again where the client moves
+        assert client.coordinator == cluster.bus
+        assert any(agent["agent"] == "w1" for agent in client.agents()["agents"])
+    took = time.monotonic() - started
+    assert took < 5, took
+    print(f"fell over from a dead endpoint in {took:.2f} s")
+
+
+def test_choice_probes_then_leaves_a_silent_coordinator():
+    choice = CoordinatorChoice(["tcp://a:1", "tcp://b:1"])
+    assert choice.tick(False, 0.0) == "nothing"
+    assert choice.tick(True, 0.0) == "probe"
+    assert choice.next_tick(True) == 1.0
+    assert choice.tick(True, 0.5) == "nothing"
+    assert choice.tick(True, 1.0) == "move"
+    assert choice.leave(1.0) == ("tcp://a:1", "tcp://b:1")
+    assert choice.tick(True, 1.0) == "probe"  # b is probed at once; it answers, and is left alone for a second
+    choice.heard(1.01)
+    assert choice.tick(True, 1.5) == "nothing" and choice.tick(True, 2.02) == "probe"
+    single = CoordinatorChoice(["tcp://a:1"])
+    assert single.tick(True, 0.0) == "nothing" and single.tick(True, 60.0) == "nothing"
 
 
 def test_no_leader_anywhere_ends_at_the_timeout_naming_every_endpoint(cluster):

@@ -72,6 +72,8 @@ def coordinator_endpoints(coordinators=None) -> list[str]:
 
 FIRST_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 2.0
+SILENCE_S = 1.0  # a group's coordinator silent this long while a call waits is probed, then left (§3.3)
+_MOVES_AGAIN = {"ROUND", "SKILLS", "AGENTS", "SNAPSHOT"}  # what goes to the coordinator moved to on silence
 
 
 def backoff(moves: int) -> float:
@@ -91,6 +93,8 @@ class CoordinatorChoice:
         self.current = 0
         self.moves_without_answer = 0
         self.not_before = 0.0
+        self.last_heard: float | None = None  # anything from the current coordinator, a refusal too
+        self.probe_sent: float | None = None  # a SKILLS sent to it that nothing has followed yet
 
     @property
     def endpoint(self) -> str:
@@ -100,6 +104,47 @@ class CoordinatorChoice:
         """Something other than a refusal came: the back-off starts again."""
         self.moves_without_answer = 0
 
+    def heard(self, now: float) -> None:
+        """Anything came from the current coordinator: it is not silent."""
+        self.last_heard, self.probe_sent = now, None
+
+    def tick(self, waiting: bool, now: float) -> str:
+        """`nothing`, `probe` (nothing came for SILENCE_S while a call waits: ask a SKILLS) or `move` (nothing came
+        for SILENCE_S after the probe either: call `leave`). A single endpoint is never left on silence."""
+        if len(self.endpoints) < 2 or not waiting:
+            self.probe_sent = None
+            return "nothing"
+        if now < self.not_before:
+            return "nothing"
+        if self.probe_sent is not None:
+            return "move" if now - self.probe_sent >= SILENCE_S else "nothing"
+        if self.last_heard is not None and now - self.last_heard < SILENCE_S:
+            return "nothing"
+        self.probe_sent = now
+        return "probe"
+
+    def next_tick(self, waiting: bool) -> float | None:
+        """When `tick` next has something to decide, while a call waits."""
+        if len(self.endpoints) < 2 or not waiting:
+            return None
+        if self.probe_sent is not None:
+            return self.probe_sent + SILENCE_S
+        if self.last_heard is None:
+            return self.not_before
+        return max(self.last_heard + SILENCE_S, self.not_before)
+
+    def leave(self, now: float) -> tuple[str, str]:
+        """Moves to the next endpoint (the current one fell silent); returns (from, to)."""
+        before = self.endpoint
+        self._move(lambda: (self.current + 1) % len(self.endpoints), now)
+        return before, self.endpoint
+
+    def _move(self, index, now: float) -> None:
+        self.current = index()
+        self.not_before = now + backoff(self.moves_without_answer)
+        self.moves_without_answer += 1
+        self.last_heard, self.probe_sent = None, None
+
     def refused(self, leader_bus: str | None, now: float) -> tuple[str, str] | None:
         """The current coordinator refused with `not_leader`, naming the leader's bus (or None): moves to it (added
         to the list when it lacks it), else to the next endpoint. Returns (from, to), or None when the leader named
@@ -107,14 +152,10 @@ class CoordinatorChoice:
         if leader_bus and leader_bus == self.endpoint:
             return None
         before = self.endpoint
-        if leader_bus:
-            if leader_bus not in self.endpoints:
-                self.endpoints.append(leader_bus)
-            self.current = self.endpoints.index(leader_bus)
-        else:
-            self.current = (self.current + 1) % len(self.endpoints)
-        self.not_before = now + backoff(self.moves_without_answer)
-        self.moves_without_answer += 1
+        if leader_bus and leader_bus not in self.endpoints:
+            self.endpoints.append(leader_bus)
+        target = self.endpoints.index(leader_bus) if leader_bus else (self.current + 1) % len(self.endpoints)
+        self._move(lambda: target, now)
         return before, self.endpoint
 
 
@@ -382,6 +423,7 @@ class Client:
             return
         with self._lock:
             call = self._pending.get(fields[2])
+        self.choice.heard(time.monotonic())
         if fields[1] == b"ERROR" and len(fields) == 4 and self._refused(fields[3], call):
             return
         self.choice.answered()
@@ -411,6 +453,23 @@ class Client:
             self._held.append((max(self.choice.not_before, time.monotonic()), call))
         return True
 
+    def _follow_silence(self, now: float) -> float | None:
+        """A group's client: probes a coordinator silent for SILENCE_S while calls wait, and leaves one that
+        answered nothing to the probe either for the next endpoint, where the waiting ROUNDs and reads go again
+        (REQUEST, ASK and QUERY do not: they may have run, §3.5.9). Returns when to look again."""
+        waiting = bool(self._pending)
+        action = self.choice.tick(waiting, now)
+        if action == "probe":
+            self._send(b"SKILLS", f"probe-{self._prefix}-{next(self._ids)}".encode())
+        elif action == "move":
+            _, target = self.choice.leave(now)
+            self._socket.retarget(target)
+            self.coordinator = target
+            with self._lock:
+                calls = [call for call in self._pending.values() if call.kind in _MOVES_AGAIN]
+            self._held.extend((self.choice.not_before, call) for call in calls)
+        return self.choice.next_tick(waiting)
+
     def _tried(self) -> str:
         """For an `unreachable` error of a group's client: every endpoint it may have tried, and the last refusal."""
         if len(self.choice.endpoints) < 2 and not self._last_refusal:
@@ -426,6 +485,8 @@ class Client:
         for call in due:
             if call._done:
                 continue
+            if call.kind == "SNAPSHOT":
+                call._entries = []  # entries of two registries never mix
             command, fields = call._message
             fields = list(fields)
             index = {b"REQUEST": 3, b"ROUND": 2, b"ASK": 3}.get(command)
@@ -462,9 +523,11 @@ class Client:
         return not self._pending
 
     def before_poll(self, now: float):
-        """Sends refused calls again when due; fails submitted calls that waited past their time; wakes again
-        while any are pending."""
+        """Follows a group's leader (probes, moves, refused calls sent again when due); fails submitted calls that
+        waited past their time; wakes again while any are pending."""
+        follow = self._follow_silence(now) if len(self.choice.endpoints) > 1 else None
         held = self._send_held(now) if self._held else None
+        held = follow if held is None else held if follow is None else min(held, follow)
         if not self._submitted:
             return held
         if now >= self._next_expiry_check:
