@@ -99,7 +99,11 @@ final class BusLinks: Sendable {
     func tick(pending: PendingReplies, probe: () -> Multipart) -> ContinuousClock.Instant? {
         guard following.load(ordering: .relaxed) else { return nil }
         let (tick, next) = state.withLock { state -> (CoordinatorChoice.Tick, ContinuousClock.Instant?) in
-            guard state.choice.isGroup, !state.stopped else { return (.nothing, nil) }
+            // While a move opens the next connection its thread already turns: nothing is decided until the
+            // connection is installed (which wakes it), or a probe would go to the one being left.
+            guard state.choice.isGroup, !state.stopped, state.link?.endpoint == state.choice.endpoint else {
+                return (.nothing, nil)
+            }
             let waiting = pending.anyWaiting
             return (state.choice.tick(waiting: waiting, now: .now), state.choice.nextTick(waiting: waiting))
         }
