@@ -13,24 +13,18 @@ struct FakeStandby: Sendable {
 
     let process: SkillbusProcess
     let bus: String
-    let feed: String
 
     /// Started naming `leader` (bus and feed) or, with nil, no leader.
-    init(leader: (bus: String, feed: String)?, withFeed: Bool = false) async throws {
+    init(leader: (bus: String, feed: String)?) async throws {
         var arguments = ["-u", Self.script]
         if let leader {
             arguments += ["--leader-bus", leader.bus, "--leader-feed", leader.feed]
         } else {
             arguments += ["--no-leader"]
         }
-        if withFeed { arguments += ["--feed", "tcp://127.0.0.1:*"] }
         process = try SkillbusProcess(arguments, name: "fake standby", executable: "/usr/bin/env", prefix: ["python3"])
         let ready = try await process.waitForLine("fake standby ready") { $0.hasPrefix("fake standby ready:") }
-        func field(_ key: String) -> String {
-            ready.split(separator: " ").first { $0.hasPrefix(key + "=") }.map { String($0.dropFirst(key.count + 1)) }
-                ?? ""
-        }
-        (bus, feed) = (field("bus"), field("feed"))
+        bus = String(ready.dropFirst("fake standby ready: bus=".count))
     }
 
     /// How many messages it refused (lines `refused …`).

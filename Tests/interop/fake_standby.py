@@ -5,10 +5,7 @@ follow the leader: a ROUTER that answers every client message that expects an an
 naming the leader given (`--leader-bus`, `--leader-feed`) or none (`--no-leader`). Other messages (CANCEL,
 APPROVE, HEARTBEAT, STATE, RESULT, DISCONNECT, …) are dropped, as a standby drops them.
 
-With `--feed`, it also binds a PUB and publishes `coordinator.leader` naming the leader every 200 ms, as a new
-leader's feed would (a feed that only says who leads).
-
-Prints `fake standby ready: bus=ENDPOINT feed=ENDPOINT` once bound, then one line per refusal:
+Prints `fake standby ready: bus=ENDPOINT` once bound, then one line per refusal:
 `refused SKB2C ROUND 1x9-8` / `refused SKB2W READY`.
 """
 
@@ -17,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import zmq
 
@@ -48,7 +44,6 @@ def pack(fields: list[bytes], split: int) -> list[bytes]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bus", default="tcp://127.0.0.1:*")
-    parser.add_argument("--feed", default=None, help="also bind a PUB that publishes coordinator.leader")
     parser.add_argument("--leader-bus", default=None)
     parser.add_argument("--leader-feed", default="")
     parser.add_argument("--no-leader", action="store_true")
@@ -70,28 +65,9 @@ def main() -> int:
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     router.bind(args.bus)
-    bus = router.getsockopt(zmq.LAST_ENDPOINT).decode()
-    pub = None
-    feed = ""
-    if args.feed:
-        pub = context.socket(zmq.PUB)
-        pub.setsockopt(zmq.LINGER, 0)
-        pub.bind(args.feed)
-        feed = pub.getsockopt(zmq.LAST_ENDPOINT).decode()
-    print("fake standby ready: bus=%s feed=%s" % (bus, feed), flush=True)
+    print("fake standby ready: bus=%s" % router.getsockopt(zmq.LAST_ENDPOINT).decode(), flush=True)
 
-    poller = zmq.Poller()
-    poller.register(router, zmq.POLLIN)
-    next_announcement = time.monotonic()
     while True:
-        if pub is not None and leader is not None and time.monotonic() >= next_announcement:
-            now = time.time()
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int(now % 1 * 1000)
-            body = {"type": "coordinator.leader", "time": stamp, "group": args.group, "epoch": 1, "leader": leader}
-            pub.send_multipart([b"coordinator.leader", json.dumps(body, separators=(",", ":")).encode()])
-            next_announcement = time.monotonic() + 0.2
-        if not poller.poll(100):
-            continue
         frames = router.recv_multipart()
         identity, message = frames[0], frames[1:]
         if not message or len(message[0]) < 6:
