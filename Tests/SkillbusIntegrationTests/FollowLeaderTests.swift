@@ -223,6 +223,19 @@ struct FollowLeaderTests {
             moves.first?.contains(
                 "moving from coordinator \(standby.bus) to \(cluster.bus): \(standby.bus) it is a standby") == true,
             "\(moves)")
+
+        // A worker config naming both as a JSON array: the same, the standby first.
+        let config = NSTemporaryDirectory() + "skillbus-follow-\(UUID().uuidString.prefix(8)).json"
+        try Data(
+            JSONValue.object([
+                "version": 1, "name": "wc", "skills": ["echo"],
+                "coordinator": [.string(standby.bus), .string(cluster.bus)],
+            ]).serialized()
+        ).write(to: URL(fileURLWithPath: config))
+        defer { try? FileManager.default.removeItem(atPath: config) }
+        let configured = try SkillbusProcess(["worker", "--config", config, "--heartbeat-ms", "200"], name: "wc")
+        defer { configured.signal(SIGTERM) }
+        try await cluster.coordinator.waitForLine("wc to join") { $0.contains("agent 'wc' joined") }
     }
 
     @Test(
