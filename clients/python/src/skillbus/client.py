@@ -187,6 +187,9 @@ class Client:
         self.coordinator = coordinator = self.choice.endpoint
         self._held: list[tuple[float, Call]] = []  # refused calls, to go again once the back-off has passed
         self._last_refusal = ""
+        # Whether anything but the plain one-coordinator path can happen (a group, or a refusal seen): until
+        # then an answer costs no bookkeeping.
+        self._following = len(self.choice.endpoints) > 1
         self.timeout = timeout
         self._confirm = confirm
         self._pending: dict[bytes, Call] = {}
@@ -423,10 +426,11 @@ class Client:
             return
         with self._lock:
             call = self._pending.get(fields[2])
-        self.choice.heard(time.monotonic())
         if fields[1] == b"ERROR" and len(fields) == 4 and self._refused(fields[3], call):
             return
-        self.choice.answered()
+        if self._following:
+            self.choice.heard(time.monotonic())
+            self.choice.answered()
         if call is not None:
             call._deliver(fields)  # anything for an id nobody waits for is dropped (§3.3)
 
@@ -439,6 +443,8 @@ class Client:
             return False
         if not isinstance(error, dict) or error.get("code") != "not_leader":
             return False
+        self._following = True
+        self.choice.heard(time.monotonic())
         details = error.get("details") if isinstance(error.get("details"), dict) else {}
         leader = details.get("leader") if isinstance(details.get("leader"), dict) else {}
         bus = leader.get("bus") if isinstance(leader.get("bus"), str) and leader.get("bus") else None
