@@ -65,6 +65,27 @@ struct FollowLeaderTests {
         #expect(output.contains { $0.contains("\"w1\"") }, "\(output)")
     }
 
+    @Test("a long round and a long REQUEST on a live leader: probes answered, no move, one execution each")
+    func longCallsStay() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("w1", ["--skills", "sleep"])
+        let standby = try await FakeStandby(leader: (cluster.bus, cluster.feed))
+        defer { standby.stop() }
+        let client = try await SkillbusClient.connect(endpoints: [cluster.bus, standby.bus], context: context)
+        defer { client.close() }
+        let moves = Mutex<[String]>([])
+        client.onMove { from, to, reason in moves.withLock { $0.append("\(from) -> \(to): \(reason)") } }
+        async let round = client.round(.invoke(skill: "sleep", parameters: ["ms": 3500]), timeout: .seconds(10))
+        async let request = client.invoke("sleep", parameters: ["ms": 3500], timeout: .seconds(10))
+        let (document, outcome) = try await (round, request)
+        #expect(document.status == .ok, "\(String(describing: document.error))")
+        #expect(outcome.status == .ok, "\(String(describing: outcome.error))")
+        #expect(moves.withLock { $0 }.isEmpty, "\(moves.withLock { $0 })")
+        #expect(standby.refusals == 0)
+        #expect(client.currentEndpoint == cluster.bus)
+    }
+
     @Test("a dead first endpoint falls over to the second; with none alive the error names every endpoint")
     func deadFirstEndpoint() async throws {
         let cluster = try await TestCluster()
