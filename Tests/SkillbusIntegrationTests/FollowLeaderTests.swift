@@ -295,6 +295,24 @@ struct FollowLeaderTests {
         #expect(code == 0, "\(output)")
     }
 
+    @Test("a worker whose first coordinator is not there moves to the next at its first failed attempt")
+    func workerSkipsDeadEndpoint() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        let dead = try freeEndpoints(1, context: context)[0]
+        let started = ContinuousClock.now
+        let worker = try SkillbusProcess(
+            ["worker", "--name", "wd", "--skills", "echo", "--coordinator", "\(dead),\(cluster.bus)"], name: "wd")
+        defer { worker.signal(SIGTERM) }
+        try await cluster.coordinator.waitForLine("wd to join") { $0.contains("agent 'wd' joined") }
+        let took = ContinuousClock.now - started
+        let moves = worker.output.filter { $0.contains("moving from coordinator") && !$0.contains("client connection") }
+        print("registered past a dead first endpoint \(took) after start; \(moves)")
+        #expect(moves.count == 1, "\(worker.output)")
+        #expect(moves.first?.contains("\(dead) to \(cluster.bus): \(dead) no connection could be made") == true)
+        #expect(took < .seconds(3), "took \(took): the silence rule (3 s), not the failed attempt")
+    }
+
     @Test("skillbus feed and skills given a group's feeds show the events of whichever coordinator publishes")
     func feedFollows() async throws {
         let first = try await TestCluster()

@@ -48,20 +48,21 @@ extension AgentWorker {
         replica?.close()
     }
 
-    /// The own DEALER's open connection to the coordinator broke (its process died, say). A group's worker then
-    /// moves at its DEALER's next turn rather than after 3 silent heartbeats; one coordinator is waited for.
-    func connectionLost(on generation: Int) {
+    /// The own DEALER's connection to the coordinator broke (its process died, say: `wasOpen`) or could not be
+    /// made (nobody listens there). A group's worker then moves at its DEALER's next turn rather than after 3
+    /// silent heartbeats; one coordinator is waited for, as before groups.
+    func connectionLost(on generation: Int, wasOpen: Bool) {
         guard socket.isCurrent(generation), socket.isGroup else { return }
-        state.withLock { $0.connectionLost = true }
+        state.withLock { $0.connectionLost = wasOpen ? "its connection closed" : "no connection could be made" }
     }
 
     /// On the DEALER's thread before it waits: the move `connectionLost` asked for.
     func moveIfConnectionLost() {
-        let lost = state.withLock { state -> Bool in
-            defer { state.connectionLost = false }
-            return state.connectionLost && !state.stopping
+        let reason = state.withLock { state -> String? in
+            defer { state.connectionLost = nil }
+            return state.stopping ? nil : state.connectionLost
         }
-        guard lost, let move = socket.silent(reason: "its connection closed") else { return }
+        guard let reason, let move = socket.silent(reason: reason) else { return }
         moveNow(move)
     }
 

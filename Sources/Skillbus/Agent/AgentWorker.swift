@@ -76,8 +76,9 @@ public final class AgentWorker: Sendable {
         var movedAt: UInt64 = DispatchTime.now().uptimeNanoseconds
         /// Invocations of a coordinator it left: they are cancelled, and their RESULTs go nowhere (§4.4).
         var abandoned: Set<String> = []
-        /// The open connection to a group's coordinator broke: the DEALER's next turn moves to the next one.
-        var connectionLost = false
+        /// The connection to a group's coordinator broke or could not be made: the DEALER's next turn moves to
+        /// the next one, saying this.
+        var connectionLost: String?
     }
 
     private init(
@@ -148,10 +149,11 @@ public final class AgentWorker: Sendable {
     /// tests and measurements only). Both reconnect after 1 s, doubling up to 32 s, and linger 200 ms on the
     /// way out: long enough to flush a DISCONNECT, short enough never to hang. A refused key is logged with the
     /// coordinator's reason each time the own DEALER tries (libzmq's DEALER is never told why).
-    /// `onLost` hears, on the own DEALER, that its open connection broke (a group's worker then moves, §4.4).
+    /// `onLost` hears, on the own DEALER, that its connection broke or could not be made (a group's worker then
+    /// moves, §4.4).
     static func busSocket(
         _ options: Options, _ endpoint: String, _ context: ZMQContext, logger: Logger,
-        onLost: (@Sendable () -> Void)? = nil
+        onLost: (@Sendable (_ wasOpen: Bool) -> Void)? = nil
     ) -> SocketLoop.Socket {
         let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
         let credentials = options.credentials
@@ -193,8 +195,8 @@ public final class AgentWorker: Sendable {
             return [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()
         }
         let name = "skillbus-worker-\(options.name)"
-        let lost: @Sendable (Int) -> @Sendable () -> Void = { generation in
-            { owner.worker.withLock { $0.value }?.connectionLost(on: generation) }
+        let lost: @Sendable (Int) -> @Sendable (Bool) -> Void = { generation in
+            { wasOpen in owner.worker.withLock { $0.value }?.connectionLost(on: generation, wasOpen: wasOpen) }
         }
         return WorkerBus.Opener(
             now: { endpoint, generation in
