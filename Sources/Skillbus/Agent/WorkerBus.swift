@@ -20,6 +20,9 @@ final class WorkerBus: Sendable {
 
     private let state: Mutex<State>
     private let opener: Opener
+    /// The first DEALER: until a move (generation 0) every send goes to it without taking the lock, so a worker
+    /// that never moves pays nothing per message for groups.
+    private let first: SocketLoop
     /// The number of the open DEALER: 0 for the first, one more at each move.
     private let generation = Atomic<Int>(0)
     /// Whether anything but the plain one-coordinator path can happen (a group, or a refusal seen): until then a
@@ -29,20 +32,23 @@ final class WorkerBus: Sendable {
     /// Opens the DEALER to the first endpoint of `endpoints` (a comma list), blocking until its thread has it.
     init(endpoints: String, opener: Opener) throws {
         let choice = CoordinatorChoice(endpoints: Endpoint.list(endpoints))
-        state = Mutex(State(choice: choice, socket: try opener.now(choice.endpoint, 0)))
+        first = try opener.now(choice.endpoint, 0)
+        state = Mutex(State(choice: choice, socket: first))
         following = Atomic(choice.isGroup)
         self.opener = opener
     }
 
     init(endpoints: String, opener: Opener) async throws {
         let choice = CoordinatorChoice(endpoints: Endpoint.list(endpoints))
-        let socket = try await opener.async(choice.endpoint, 0)
-        state = Mutex(State(choice: choice, socket: socket))
+        first = try await opener.async(choice.endpoint, 0)
+        state = Mutex(State(choice: choice, socket: first))
         following = Atomic(choice.isGroup)
         self.opener = opener
     }
 
-    private var socket: SocketLoop { state.withLock { $0.socket } }
+    private var socket: SocketLoop {
+        generation.load(ordering: .acquiring) == 0 ? first : state.withLock { $0.socket }
+    }
 
     /// The coordinator it talks to now.
     var endpoint: String { state.withLock { $0.choice.endpoint } }
