@@ -54,7 +54,7 @@ final class BusLinks: Sendable {
     /// The open connection's socket: its thread runs tasks that prefer it.
     var socket: SocketLoop? { state.withLock { $0.link?.socket } }
 
-    func send(_ message: Multipart) { state.withLock { $0.link }?.socket.send(message) }
+    func send(_ message: Multipart) { state.withLock { $0.link?.socket }?.send(message) }
 
     func stop() {
         let link = state.withLock { state -> Link? in
