@@ -257,6 +257,17 @@ struct FollowLeaderTests {
         let configured = try SkillbusProcess(["worker", "--config", config, "--heartbeat-ms", "200"], name: "wc")
         defer { configured.signal(SIGTERM) }
         try await cluster.coordinator.waitForLine("wc to join") { $0.contains("agent 'wc' joined") }
+
+        // A standby that knows no leader: the worker goes on to the next of its list.
+        let silent = try await FakeStandby(leader: nil)
+        defer { silent.stop() }
+        let next = try SkillbusProcess(
+            ["worker", "--name", "wn", "--skills", "echo", "--coordinator", "\(silent.bus),\(cluster.bus)"], name: "wn")
+        defer { next.signal(SIGTERM) }
+        try await cluster.coordinator.waitForLine("wn to join") { $0.contains("agent 'wn' joined") }
+        #expect(
+            next.output.contains { $0.contains("moving from coordinator \(silent.bus) to \(cluster.bus)") }
+                && next.output.contains { $0.contains("knows no leader") }, "\(next.output)")
     }
 
     @Test(
