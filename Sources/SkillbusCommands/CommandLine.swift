@@ -161,4 +161,11 @@ extension ParsedArguments {
         if let problem = Endpoint.problem(text) { throw UsageError(spec, "option '\(name)': \(problem)") }
         return text
     }
+
+    /// A comma list of endpoints (the coordinators of a group), each checked as `endpoint` checks one.
+    func endpoints(_ name: String, in spec: CommandSpec) throws(UsageError) -> String? {
+        guard let text = value(name) else { return nil }
+        if let problem = Endpoint.listProblem(text) { throw UsageError(spec, "option '\(name)': \(problem)") }
+        return text
+    }
 }

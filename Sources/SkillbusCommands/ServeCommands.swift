@@ -134,7 +134,9 @@ public enum WorkerCommand: SkillbusCommand {
         options: [
             OptionSpec("--name", value: "NAME", help: "Agent name, unique on the bus (required)."),
             coordinatorOption,
-            OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default: the one the coordinator names)."),
+            OptionSpec(
+                "--feed", value: "ENDPOINT[,…]",
+                help: "Feed endpoint (default: the one the coordinator names); a group's: several, comma-separated."),
             OptionSpec("--skills", value: "a,b,…", help: "Built-in skills to offer (default: all)."),
             OptionSpec("--capacity", value: "N", help: "Invocations run at once (default 4)."),
             OptionSpec(
@@ -155,11 +157,11 @@ public enum WorkerCommand: SkillbusCommand {
 
     public static func configuration(_ arguments: ParsedArguments) throws -> WorkerConfiguration {
         var configuration = WorkerConfiguration()
-        if let value = Defaults.environmentBus, Endpoint.problem(value) == nil { configuration.coordinator = value }
+        if let value = Defaults.environmentBus, Endpoint.listProblem(value) == nil { configuration.coordinator = value }
         if let path = arguments.value("--config") { configuration = try WorkerConfiguration.load(path: path) }
         if let name = arguments.value("--name") { configuration.name = name }
-        if let endpoint = try arguments.endpoint("--coordinator", in: spec) { configuration.coordinator = endpoint }
-        if let endpoint = try arguments.endpoint("--feed", in: spec) { configuration.feed = endpoint }
+        if let endpoint = try arguments.endpoints("--coordinator", in: spec) { configuration.coordinator = endpoint }
+        if let endpoint = try arguments.endpoints("--feed", in: spec) { configuration.feed = endpoint }
         if let list = arguments.value("--skills") {
             let skills = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             configuration.skills = skills

@@ -99,9 +99,9 @@ enum Defaults {
         throws(UsageError)
         -> String
     {
-        if let flag = try arguments.endpoint("--coordinator", in: spec) { return flag }
+        if let flag = try arguments.endpoints("--coordinator", in: spec) { return flag }
         if let value = environmentBus {
-            if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_COORDINATOR: \(problem)") }
+            if let problem = Endpoint.listProblem(value) { throw UsageError(spec, "SKILLBUS_COORDINATOR: \(problem)") }
             return value
         }
         return bus
@@ -131,20 +131,22 @@ enum Defaults {
         }
     }
 
-    /// How long a first contact may take: `--connect-timeout`, else 2 s; never longer than the command's
-    /// whole `timeout`. A coordinator that is not there is reported within it.
+    /// How long a first contact may take: `--connect-timeout`, else 2 s for each coordinator named (a group's
+    /// client may find the first ones dead, 1 s or so each, PROTOCOL §3.3); never longer than the command's whole
+    /// `timeout`. A coordinator that is not there is reported within it.
     static func connectTimeout(
         _ arguments: ParsedArguments, _ spec: CommandSpec, within timeout: Duration?
     ) throws(UsageError) -> Duration {
         let given = try arguments.double("--connect-timeout", minimum: 0.001, maximum: 3600, in: spec)
-        let connect = Duration.seconds(given ?? 2)
+        let coordinators = Endpoint.list(try bus(arguments, spec)).count
+        let connect = Duration.seconds(given ?? 2 * Double(coordinators))
         return timeout.map { min($0, connect) } ?? connect
     }
 
     static func feed(_ arguments: ParsedArguments, _ spec: CommandSpec) throws(UsageError) -> String {
-        if let flag = try arguments.endpoint("--feed", in: spec) { return flag }
+        if let flag = try arguments.endpoints("--feed", in: spec) { return flag }
         if let value = environmentFeed {
-            if let problem = Endpoint.problem(value) { throw UsageError(spec, "SKILLBUS_FEED: \(problem)") }
+            if let problem = Endpoint.listProblem(value) { throw UsageError(spec, "SKILLBUS_FEED: \(problem)") }
             return value
         }
         return feed
@@ -164,10 +166,15 @@ extension Logger.Level {
 }
 
 let logLevelOption = OptionSpec("--log-level", value: "LEVEL", help: "debug, info (default), warning or error.")
-let coordinatorOption = OptionSpec("--coordinator", value: "ENDPOINT", help: "Bus endpoint (default \(Defaults.bus)).")
+let coordinatorOption = OptionSpec(
+    "--coordinator", value: "ENDPOINT[,…]",
+    help: "Bus endpoint (default \(Defaults.bus)); a group's coordinators: several, comma-separated.")
 let connectTimeoutOption = OptionSpec(
-    "--connect-timeout", value: "SECONDS", help: "How long to wait for the coordinator's first answer (default 2).")
-let feedOption = OptionSpec("--feed", value: "ENDPOINT", help: "Feed endpoint (default \(Defaults.feed)).")
+    "--connect-timeout", value: "SECONDS",
+    help: "How long to wait for the coordinator's first answer (default 2, per coordinator named).")
+let feedOption = OptionSpec(
+    "--feed", value: "ENDPOINT[,…]",
+    help: "Feed endpoint (default \(Defaults.feed)); a group's: several, comma-separated.")
 let serverKeyOption = OptionSpec(
     "--server-key", value: "FILE", help: "The coordinator's public key, or its file (else SKILLBUS_SERVER_KEY).")
 let keyOption = OptionSpec("--key", value: "FILE", help: "This side's secret key file, NAME.key (else SKILLBUS_KEY).")

@@ -27,6 +27,10 @@ public final class ZMTPDealer {
         /// Called on the socket's thread with the server's reason when it refused the CURVE handshake (an
         /// ERROR command); the socket then tries again after its back-off, as after any failed attempt.
         public var onRefused: (@Sendable (String) -> Void)?
+        /// Called on the socket's thread when a connection breaks (`wasOpen`: its handshake was done; the peer
+        /// closed it, or its process died and the kernel closed it) or an attempt to connect fails (refused,
+        /// unreachable, no handshake in time); the socket then tries again after its back-off.
+        public var onLost: (@Sendable (_ wasOpen: Bool) -> Void)?
         /// How long a connection may take from connect to the end of its handshake before the socket gives
         /// it up and tries again (libzmq's ZMQ_HANDSHAKE_IVL is 30 s too): a server that accepts and says
         /// nothing holds no worker for ever.
@@ -223,13 +227,18 @@ public final class ZMTPDealer {
     private func attemptConnection() {
         retryAt = nil
         // A name is looked up again at each attempt, as libzmq does: the coordinator may have moved.
-        guard case .success(let addresses) = TCPSocket.resolve(host: host, port: port) else { return scheduleRetry() }
+        guard case .success(let addresses) = TCPSocket.resolve(host: host, port: port) else {
+            scheduleRetry()
+            options.onLost?(false)
+            return
+        }
         switch TCPSocket.connect(to: addresses[0]) {
         case .success(let fd):
             connection = ZMTPConnection(fd: fd)
             established = false
         case .failure:
             scheduleRetry()
+            options.onLost?(false)
         }
     }
 
@@ -300,6 +309,7 @@ public final class ZMTPDealer {
     }
 
     private func drop() {
+        let wasOpen = connection?.stage == .open
         if let connection {
             Glibc.close(connection.fd)
             connection.forgetKeys()
@@ -308,6 +318,7 @@ public final class ZMTPDealer {
         established = false
         needsFlush = false
         scheduleRetry()
+        options.onLost?(wasOpen)
     }
 
     private func scheduleRetry() {

@@ -4,6 +4,8 @@ extension AgentWorker {
     /// Who the agent is, where the bus is, and how it runs.
     public struct Options: Sendable {
         public var name: String
+        /// The coordinator's bus endpoint, or a group's coordinators as a comma list `a,b`: the worker then talks to
+        /// one at a time and moves to the leader (PROTOCOL §4.4). Checked when the worker connects.
         public var coordinator: String
         public var capacity: Int
         public var heartbeatMs: Int
@@ -40,6 +42,12 @@ extension AgentWorker {
             self.maxMessageBytes = maxMessageBytes
             self.dataDirectory = dataDirectory
             self.store = store
+        }
+
+        /// `coordinator` as a list of endpoints (a group's coordinators, in the order they are tried).
+        public var coordinators: [String] {
+            get { Endpoint.list(coordinator) }
+            set { coordinator = newValue.joined(separator: ",") }
         }
     }
 }

@@ -3,7 +3,7 @@
 extension AgentWorker {
     /// Follows the registry from the feed WELCOME named, or the one the options name.
     func startReplica(welcomeFeed: String?) {
-        guard let feed = options.feed ?? welcomeFeed.map({ Endpoint.reachable($0, via: options.coordinator) }),
+        guard let feed = options.feed ?? welcomeFeed.map({ Endpoint.reachable($0, via: socket.endpoint) }),
             !feed.isEmpty
         else {
             logger.warning("the coordinator named no feed endpoint; this agent holds no registry replica")

@@ -12,7 +12,8 @@ import Synchronization
 public final class AgentWorker: Sendable {
     public let options: Options
     let logger: Logger
-    let socket: SocketLoop
+    /// The DEALER to the coordinator it talks to now (of a group's: the leader, as far as it knows, §4.4).
+    let socket: WorkerBus
     /// Internal, not private, for the SkillCaller facet in AgentWorker+SkillCaller.swift.
     let state: Mutex<State>
     /// Client-side connection to the bus: registry snapshots and sub-calls to skills on other agents.
@@ -69,11 +70,20 @@ public final class AgentWorker: Sendable {
         /// Calls running here under a lease, by round id and claim id: a CLAIM goes for each before RELEASE.
         var runningHere: [String: [String: (skill: String, parameters: [UInt8])]] = [:]
         var lastClaim: UInt64 = 0
+        /// When the READY to a coordinator just moved to goes (after the move's back-off); nil: none waits.
+        var readyAt: ContinuousClock.Instant?
+        /// When it last moved to another coordinator (or started): silence is counted from then at most.
+        var movedAt: UInt64 = DispatchTime.now().uptimeNanoseconds
+        /// Invocations of a coordinator it left: they are cancelled, and their RESULTs go nowhere (§4.4).
+        var abandoned: Set<String> = []
+        /// The connection to a group's coordinator broke or could not be made: the DEALER's next turn moves to
+        /// the next one, saying this.
+        var connectionLost: String?
     }
 
     private init(
         options: Options, skills: [any AgentSkill], context: ZMQContext, logger: Logger, client: SkillbusClient,
-        socket: SocketLoop, owner: Owner, store: AgentStore?
+        socket: WorkerBus, owner: Owner, store: AgentStore?
     ) {
         self.options = options
         self.store = store
@@ -90,6 +100,9 @@ public final class AgentWorker: Sendable {
             State(
                 skills: skills, synchronousSkills: State.synchronous(in: skills), busHeartbeatMs: options.heartbeatMs))
         owner.worker.withLock { $0.value = self }
+        client.onMove { from, to, reason in
+            logger.info("client connection: moving from coordinator \(from) to \(to): \(from) \(reason)")
+        }
     }
 
     /// Connects to the coordinator; `run()` registers and serves. The synchronous form, for synchronous
@@ -103,10 +116,7 @@ public final class AgentWorker: Sendable {
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
             credentials: options.credentials, ownEngine: true)
         let owner = Owner()
-        let handlers = Self.handlers(options, owner)
-        let socket = try SocketLoop(
-            Self.busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)",
-            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
+        let socket = try WorkerBus(endpoints: options.coordinator, opener: Self.opener(options, context, logger, owner))
         self.init(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -126,10 +136,8 @@ public final class AgentWorker: Sendable {
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
             credentials: options.credentials, ownEngine: true)
         let owner = Owner()
-        let handlers = handlers(options, owner)
-        let socket = try await SocketLoop.start(
-            busSocket(options, context, logger: logger), name: "skillbus-worker-\(options.name)",
-            onMessage: handlers.onMessage, beforeWait: handlers.beforeWait)
+        let socket = try await WorkerBus(
+            endpoints: options.coordinator, opener: opener(options, context, logger, owner))
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -141,20 +149,26 @@ public final class AgentWorker: Sendable {
     /// tests and measurements only). Both reconnect after 1 s, doubling up to 32 s, and linger 200 ms on the
     /// way out: long enough to flush a DISCONNECT, short enough never to hang. A refused key is logged with the
     /// coordinator's reason each time the own DEALER tries (libzmq's DEALER is never told why).
-    static func busSocket(_ options: Options, _ context: ZMQContext, logger: Logger) -> SocketLoop.Socket {
+    /// `onLost` hears, on the own DEALER, that its connection broke or could not be made (a group's worker then
+    /// moves, §4.4).
+    static func busSocket(
+        _ options: Options, _ endpoint: String, _ context: ZMQContext, logger: Logger,
+        onLost: (@Sendable (_ wasOpen: Bool) -> Void)? = nil
+    ) -> SocketLoop.Socket {
         let maxBytes = Wire.hardCap(forLimit: options.maxMessageBytes)
-        let (endpoint, credentials) = (options.coordinator, options.credentials)
+        let credentials = options.credentials
         let mechanism = credentials == nil ? "NULL" : "CURVE"
         if BusEngine.ownAllowed, ZMTPDealer.serves(endpoint) {
             logger.info("bus at \(endpoint) (own ZMTP engine, \(mechanism))")
-            return .ownDealer(
-                ZMTPDealer.Options(
-                    endpoint: endpoint, maxFrameBytes: Int(maxBytes), curve: credentials,
-                    onRefused: { reason in
-                        logger.error(
-                            "the coordinator refused this worker's key (\(reason)); trying again later, "
-                                + "less and less often")
-                    }))
+            var dealer = ZMTPDealer.Options(
+                endpoint: endpoint, maxFrameBytes: Int(maxBytes), curve: credentials,
+                onRefused: { reason in
+                    logger.error(
+                        "the coordinator refused this worker's key (\(reason)); trying again later, "
+                            + "less and less often")
+                })
+            dealer.onLost = onLost
+            return .ownDealer(dealer)
         }
         logger.info("bus at \(endpoint) (libzmq, \(mechanism))")
         return .zeroMQ(context, .dealer) { socket in
@@ -166,22 +180,37 @@ public final class AgentWorker: Sendable {
         }
     }
 
-    /// The worker socket's handlers. They need the worker, which does not exist yet: they reach it through
-    /// a box filled once it does. (A Mutex holding a closure would re-wrap it in thunks on every access; a
-    /// weak reference does not.)
-    private static func handlers(_ options: Options, _ owner: Owner) -> (
-        onMessage: @Sendable (Multipart) -> Void, beforeWait: @Sendable () -> Duration?
-    ) {
-        (
-            { message in owner.worker.withLock { $0.value }?.receive(message) },
-            {
-                guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
-                worker.flushState()
-                let heartbeat = worker.heartbeatIfDue()
-                guard let deadline = worker.expireTurns() else { return heartbeat }
-                return min(heartbeat ?? deadline, deadline)
-            }
-        )
+    /// Opens the worker's DEALER to one coordinator, with its handlers. They need the worker, which does not
+    /// exist yet: they reach it through a box filled once it does. (A Mutex holding a closure would re-wrap it in
+    /// thunks on every access; a weak reference does not.)
+    private static func opener(
+        _ options: Options, _ context: ZMQContext, _ logger: Logger, _ owner: Owner
+    ) -> WorkerBus.Opener {
+        let beforeWait: @Sendable () -> Duration? = {
+            guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
+            worker.moveIfConnectionLost()
+            let ready = worker.readyIfDue()
+            worker.flushState()
+            let heartbeat = worker.heartbeatIfDue()
+            return [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()
+        }
+        let name = "skillbus-worker-\(options.name)"
+        let lost: @Sendable (Int) -> @Sendable (Bool) -> Void = { generation in
+            { wasOpen in owner.worker.withLock { $0.value }?.connectionLost(on: generation, wasOpen: wasOpen) }
+        }
+        return WorkerBus.Opener(
+            now: { endpoint, generation in
+                try SocketLoop(
+                    busSocket(options, endpoint, context, logger: logger, onLost: lost(generation)), name: name,
+                    onMessage: { owner.worker.withLock { $0.value }?.receive($0, on: generation) },
+                    beforeWait: beforeWait)
+            },
+            async: { endpoint, generation in
+                try await SocketLoop.start(
+                    busSocket(options, endpoint, context, logger: logger, onLost: lost(generation)), name: name,
+                    onMessage: { owner.worker.withLock { $0.value }?.receive($0, on: generation) },
+                    beforeWait: beforeWait)
+            })
     }
 
     private struct WeakWorker { weak var value: AgentWorker? }
@@ -203,6 +232,16 @@ public final class AgentWorker: Sendable {
             }
             var (registered, silentNanos, busHeartbeatMs) = state.withLock {
                 ($0.registered, now() &- $0.lastHeardFromBus, $0.busHeartbeatMs)
+            }
+            // A group's coordinator silent that long — registered or not — is left for the next (§4.4).
+            let sinceMove = state.withLock { now() &- max($0.lastHeardFromBus, $0.movedAt) }
+            if socket.isGroup, sinceMove > UInt64(3 * busHeartbeatMs) * 1_000_000,
+                let move = socket.silent(
+                    reason: "nothing came from it for \(sinceMove / 1_000_000) ms "
+                        + "(3 heartbeats of \(busHeartbeatMs) ms)")
+            {
+                await moveAsync(move)
+                continue
             }
             if registered && silentNanos > UInt64(3 * busHeartbeatMs) * 1_000_000 {
                 logger.warning("coordinator silent for \(silentNanos / 1_000_000) ms; registering again")
@@ -242,7 +281,7 @@ public final class AgentWorker: Sendable {
 
     /// Sends READY; with `ifDue`, only when the back-off since the last attempt has passed. Built and
     /// queued under the lock, like SKILLS, so that it never overtakes a newer list.
-    private func register(ifDue: Bool = false) {
+    func register(ifDue: Bool = false) {
         state.withLock { state in
             let now = now()
             if ifDue && now &- state.lastRegistration < UInt64(state.retryDelayMs) * 1_000_000 { return }
@@ -255,8 +294,9 @@ public final class AgentWorker: Sendable {
 
     func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    /// Runs on the socket's thread: must stay quick.
-    private func receive(_ message: Multipart) {
+    /// Runs on the socket's thread: must stay quick. What comes from a coordinator it has left is dropped.
+    private func receive(_ message: Multipart, on generation: Int) {
+        guard socket.isCurrent(generation) else { return }
         state.withLock { $0.lastHeardFromBus = now() }
         let decoded: BusToWorkerMessage
         do {
@@ -265,6 +305,7 @@ public final class AgentWorker: Sendable {
             logger.warning("ignored a bad message from the coordinator: \(error)")
             return
         }
+        socket.heard()
         switch decoded {
         case .welcome(let welcome):
             let needsReplica = state.withLock { state in
@@ -290,6 +331,8 @@ public final class AgentWorker: Sendable {
             state.withLock { $0.running[id] ?? $0.turns[id] }?.cancel()
         case .heartbeat(let intervalMs):
             if let intervalMs { state.withLock { $0.busHeartbeatMs = intervalMs } }
+        case .error(let error) where error.code == .notLeader:
+            if let move = socket.refused(leader: error.leader) { moveNow(move) }
         case .error(let error):
             if error.code == .notRegistered {
                 // The coordinator restarted or forgot us: register again (no faster than the back-off).
@@ -372,12 +415,16 @@ public final class AgentWorker: Sendable {
 
     private func finished(_ invocation: Invocation, _ outcome: InvocationRunner.Outcome) {
         // Free the slot before the coordinator can hear of it, or its next dispatch could find us "full".
-        let idle = state.withLock { state -> Bool in
+        let (idle, abandoned) = state.withLock { state -> (Bool, Bool) in
             state.running[invocation.invocationID] = nil
             if let count = state.limitedRunning[invocation.skill] {
                 state.limitedRunning[invocation.skill] = count > 1 ? count - 1 : nil
             }
-            return state.running.isEmpty
+            return (state.running.isEmpty, state.abandoned.remove(invocation.invocationID) != nil)
+        }
+        if abandoned {
+            if idle { report(.idle) }
+            return
         }
         socket.send(
             WorkerMessage.result(

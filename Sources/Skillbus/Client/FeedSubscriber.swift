@@ -62,7 +62,8 @@ public final class FeedSubscriber: Sendable {
             try refusals?.watch(socket)
             try socket.setMaxMessageSize(Wire.subscriberHardCap)
             for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
-            try socket.connect(endpoint)
+            // A group's feeds, all at once: only the leader publishes, so its events come whichever it is (§7).
+            for feed in Endpoint.list(endpoint) { try socket.connect(feed) }
         }
     }
 

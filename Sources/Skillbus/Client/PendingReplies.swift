@@ -42,6 +42,25 @@ final class PendingReplies: Sendable {
         var gaveUp = false
         /// A message sent again until the answer comes (a ROUND, PROTOCOL §3.5.9).
         var resend: Resend?
+        /// How it goes to another coordinator of a group (PROTOCOL §3.3), and when it is due to go (once).
+        var again: Again?
+        var againAt: ContinuousClock.Instant?
+
+        /// When this waiter next needs the socket's thread: its deadline, or a message due before it.
+        var nextTime: ContinuousClock.Instant {
+            var time = deadline
+            if let next = resend?.next { time = min(time, next) }
+            if let againAt { time = min(time, againAt) }
+            return time
+        }
+    }
+
+    /// How a waiting request goes again to the coordinator a client moved to: after a `not_leader` refusal of
+    /// it, always; after a move for another reason, when `afterMove` (rounds and reads, never a REQUEST:
+    /// §3.5.9). Built anew for the time left; nil: not any more.
+    struct Again: Sendable {
+        var afterMove: Bool
+        var message: @Sendable (ContinuousClock.Instant) -> Multipart?
     }
 
     /// How a waiting request is sent again: every `interval`, built anew for the time left (nil: no more).
@@ -69,13 +88,14 @@ final class PendingReplies: Sendable {
     /// Returns whether it waits (false: it was answered at once).
     @discardableResult
     func add(
-        _ requestID: String, until deadline: ContinuousClock.Instant, resend: Resend? = nil,
+        _ requestID: String, until deadline: ContinuousClock.Instant, resend: Resend? = nil, again: Again? = nil,
         _ continuation: CheckedContinuation<Answer, Never>
     ) -> Bool {
         let early = table.withLock { table -> Answer? in
             if let early = table.early.removeValue(forKey: requestID) { return early }
-            table.waiting[requestID] = Waiter(continuation: continuation, deadline: deadline, resend: resend)
-            table.earliest = min(table.earliest ?? deadline, resend.map { min($0.next, deadline) } ?? deadline)
+            let waiter = Waiter(continuation: continuation, deadline: deadline, resend: resend, again: again)
+            table.waiting[requestID] = waiter
+            table.earliest = min(table.earliest ?? waiter.nextTime, waiter.nextTime)
             return nil
         }
         guard let early else { return true }
@@ -90,6 +110,8 @@ final class PendingReplies: Sendable {
             guard var waiter = table.waiting[requestID] else { return false }
             waiter.gaveUp = true
             waiter.resend = nil
+            waiter.again = nil
+            waiter.againAt = nil
             waiter.deadline = min(waiter.deadline, .now + grace)
             table.waiting[requestID] = waiter
             table.earliest = min(table.earliest ?? waiter.deadline, waiter.deadline)
@@ -115,9 +137,7 @@ final class PendingReplies: Sendable {
             guard let earliest = table.earliest, earliest <= now else { return [] }
             let due = table.waiting.filter { $0.value.deadline <= now }
             for requestID in due.keys { table.waiting.removeValue(forKey: requestID) }
-            table.earliest = table.waiting.values.map { waiter in
-                waiter.resend.map { min($0.next, waiter.deadline) } ?? waiter.deadline
-            }.min()
+            table.earliest = table.waiting.values.map(\.nextTime).min()
             return Array(due.values)
         }
         for waiter in expired { waiter.continuation.resume(returning: waiter.gaveUp ? .cancelled : .timedOut) }
@@ -128,6 +148,13 @@ final class PendingReplies: Sendable {
         table.withLock { table -> [Multipart] in
             var messages: [Multipart] = []
             for (requestID, waiter) in table.waiting {
+                if let againAt = waiter.againAt, againAt <= now {
+                    table.waiting[requestID]?.againAt = nil
+                    if let message = waiter.again?.message(now) { messages.append(message) }
+                    // A round's regular resend counts from this copy.
+                    if let resend = waiter.resend { table.waiting[requestID]?.resend?.next = now + resend.interval }
+                    continue
+                }
                 guard let resend = waiter.resend, resend.next <= now else { continue }
                 if let message = resend.message(now) {
                     messages.append(message)
@@ -137,13 +164,35 @@ final class PendingReplies: Sendable {
                 }
             }
             if !messages.isEmpty || table.earliest.map({ $0 <= now }) == true {
-                table.earliest = table.waiting.values.map { waiter in
-                    waiter.resend.map { min($0.next, waiter.deadline) } ?? waiter.deadline
-                }.min()
+                table.earliest = table.waiting.values.map(\.nextTime).min()
             }
             return messages
         }
     }
+
+    /// A coordinator refused request `requestID` (`not_leader`): it goes again, at `at`, to the one moved to.
+    /// False when nobody waits for it any more (or it may not go again).
+    func sendAgain(_ requestID: String, at: ContinuousClock.Instant) -> Bool {
+        table.withLock { table in
+            guard table.waiting[requestID]?.again != nil else { return false }
+            table.waiting[requestID]?.againAt = at
+            table.earliest = min(table.earliest ?? at, at)
+            return true
+        }
+    }
+
+    /// The client moved to another coordinator: what may go again (`Again.afterMove`) goes there at `at`.
+    func moved(at: ContinuousClock.Instant) {
+        table.withLock { table in
+            for (requestID, waiter) in table.waiting where waiter.again?.afterMove == true {
+                table.waiting[requestID]?.againAt = at
+                table.earliest = min(table.earliest ?? at, at)
+            }
+        }
+    }
+
+    /// Whether some caller waits for an answer.
+    var anyWaiting: Bool { table.withLock { !$0.waiting.isEmpty } }
 
     /// How long until the next deadline; nil when nobody waits.
     func untilNextDeadline(now: ContinuousClock.Instant = .now) -> Duration? {

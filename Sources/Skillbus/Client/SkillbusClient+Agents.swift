@@ -47,7 +47,7 @@ extension SkillbusClient {
         }
         // A caller that gives up cancels the turn on its agent, and then waits (5 s at most) for the turn's
         // end, which says the agent has stopped: so the CANCEL is known to have arrived before it returns.
-        let socket = self.socket
+        let links = self.links
         let wait = Task { () async -> Result<BusToClientMessage?, SkillbusError> in
             do throws(SkillbusError) {
                 return .success(try await exchange(.ask(request), requestID: requestID, waitFor: timeout + .seconds(1)))
@@ -58,7 +58,7 @@ extension SkillbusClient {
         let outcome = await withTaskCancellationHandler {
             await wait.value
         } onCancel: {
-            socket.send(ClientMessage.cancel(requestID: requestID).encoded())
+            links.send(ClientMessage.cancel(requestID: requestID).encoded())
             Task {
                 try? await Task.sleep(for: .seconds(5))
                 wait.cancel()

@@ -38,13 +38,15 @@ extension SkillbusClient {
                 requestID: requestID, roundID: roundID, sessionID: sessionID,
                 timeoutMs: timeout == nil ? nil : max(1, Int(left / .milliseconds(1))), body: body)
         }
-        let resend = PendingReplies.Resend(interval: Self.resendInterval, next: .now + Self.resendInterval) { now in
+        let copy = { @Sendable (now: ContinuousClock.Instant) -> Multipart? in
             guard now < deadline else { return nil }
             return ClientMessage.round(request(deadline - now)).encoded()
         }
+        let resend = PendingReplies.Resend(
+            interval: Self.resendInterval, next: .now + Self.resendInterval, message: copy)
         let answer = try await exchange(
             .round(request(wait)), requestID: requestID, waitFor: wait + .seconds(1), cancelsOnBus: true,
-            resend: resend)
+            resend: resend, again: PendingReplies.Again(afterMove: true, message: copy))
         switch answer {
         case .round(_, _, let document):
             return try RoundDocument(parsing: document)

@@ -21,14 +21,15 @@ public struct InvocationOutcome: Sendable, Equatable {
     }
 }
 
-/// A client of the bus: sends invocations over one DEALER socket, many in flight at once.
+/// A client of the bus: sends invocations over one DEALER socket, many in flight at once. Given the
+/// coordinators of a group (`a,b`), it talks to one at a time and follows the leader (PROTOCOL §3.3).
 public final class SkillbusClient: Sendable {
+    /// The endpoint as given: one, or a group's as a comma list.
     public let endpoint: String
     /// The CURVE keys it connected with; a registry replica built on this client uses them for the feed.
     public let credentials: CurveCredentials?
-    let socket: SocketLoop
-    /// With keys: whether the coordinator refused them (libzmq tells only a socket monitor).
-    private let refusals: RefusalWatch?
+    /// The connection to the coordinator it talks to now (with keys, what hears a refusal of them).
+    let links: BusLinks
     private let pending: PendingReplies
     /// What arrives before the answer that ends a wait: ENTRY messages of snapshots, STREAM pieces of turns.
     let partials: PartialAnswers
@@ -38,16 +39,23 @@ public final class SkillbusClient: Sendable {
     /// The connection's parts, made by the connecting initialisers (SkillbusClient+Connecting).
     init(
         endpoint: String, credentials: CurveCredentials?, pending: PendingReplies, partials: PartialAnswers,
-        socket: SocketLoop, refusals: RefusalWatch?
+        links: BusLinks
     ) {
-        self.refusals = refusals
         self.endpoint = endpoint
         self.credentials = credentials
         self.pending = pending
         self.partials = partials
-        self.socket = socket
+        self.links = links
         // Weak: the socket's handler holds `partials`, which would otherwise hold the socket in turn.
-        partials.reply.withLock { $0 = { [weak socket] message in socket?.send(message) } }
+        partials.reply.withLock { $0 = { [weak links] message in links?.send(message) } }
+    }
+
+    /// The coordinator it talks to now (of a group's: the one it followed last).
+    public var currentEndpoint: String { links.endpoint }
+
+    /// Hears each move from one coordinator of a group to another, with the reason (once per move).
+    public func onMove(_ hear: @escaping @Sendable (_ from: String, _ to: String, _ reason: String) -> Void) {
+        links.onMove.withLock { $0 = { move in hear(move.from, move.to, move.reason) } }
     }
 
     /// Decides whether invocations of skills that need confirmation, asked for by this client, may run
@@ -56,23 +64,14 @@ public final class SkillbusClient: Sendable {
         partials.confirmer.withLock { $0 = decide }
     }
 
-    deinit {
-        socket.stop()
-        refusals?.stop()
-    }
+    deinit { links.stop() }
 
     /// Closes the connection. Returns at once, never blocks; calls still waiting end as cancelled or
     /// unreachable, as their own cancellation or deadline says.
-    public func close() {
-        socket.stop()
-        refusals?.stop()
-    }
+    public func close() { links.stop() }
 
     /// Closes the connection and awaits the socket's thread.
-    func closeAndWait() async {
-        await socket.stopAndWait()
-        refusals?.stop()
-    }
+    func closeAndWait() async { await links.stopAndWait() }
 
     /// Runs `skill` on some agent. Throws only when no answer came (`unreachable`) or the reply was bad;
     /// a skill that failed comes back as an outcome with `status == .error`. `onOutput` hears the skill's
@@ -91,8 +90,15 @@ public final class SkillbusClient: Sendable {
             parameters: parameters.serialized())
         // The bus answers `timeout` itself at the deadline; the extra second is for that answer to arrive.
         // A caller that gives up cancels the request on the bus, whose answer (`cancelled`) ends the wait.
+        // Refused by a standby, it goes to the leader with the time the caller has left (PROTOCOL §3.3).
+        let deadline = ContinuousClock.now + timeout
+        let again = PendingReplies.Again(afterMove: false) { now in
+            var copy = request
+            copy.timeoutMs = max(1, Int((deadline - now) / .milliseconds(1)))
+            return ClientMessage.invoke(copy).encoded()
+        }
         let answer = try await exchange(
-            .invoke(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true)
+            .invoke(request), requestID: requestID, waitFor: timeout + .seconds(1), cancelsOnBus: true, again: again)
         switch answer {
         case .reply(let reply):
             var outcome = InvocationOutcome(
@@ -122,7 +128,15 @@ public final class SkillbusClient: Sendable {
         partials.snapshotEntries.withLock { $0[requestID] = [] }
         let answer: BusToClientMessage?
         do {
-            answer = try await exchange(.snapshot(requestID: requestID), requestID: requestID, waitFor: timeout)
+            // Sent again to another coordinator, it starts collecting anew: entries of two registries never mix.
+            let message = ClientMessage.snapshot(requestID: requestID)
+            let encoded = message.encoded()
+            let partials = self.partials
+            let again = PendingReplies.Again(afterMove: true) { _ in
+                partials.snapshotEntries.withLock { $0[requestID] = [] }
+                return encoded
+            }
+            answer = try await exchange(message, requestID: requestID, waitFor: timeout, again: again)
         } catch {
             partials.snapshotEntries.withLock { _ = $0.removeValue(forKey: requestID) }
             throw error
@@ -229,14 +243,23 @@ public final class SkillbusClient: Sendable {
     /// No answer came within `wait`: the coordinator refused this client's key, when libzmq said so, else
     /// it may not be running.
     func unreachable(after wait: Duration) -> SkillbusError {
-        if refusals?.keyRefused == true {
+        if links.keyRefused {
             return SkillbusError(
                 .unreachable,
-                "the coordinator at \(endpoint) refused this client's key (unknown key: it is not among the keys "
+                "the coordinator at \(links.endpoint) refused this client's key (unknown key: it is not among the keys "
                     + "of its security section)")
         }
+        let endpoints = links.endpoints
+        guard endpoints.count > 1 || links.lastRefusal != nil else {
+            return SkillbusError(
+                .unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
+        }
+        // A group: every endpoint it may have tried, and why the last one did not serve when it said so.
+        let refusal = links.lastRefusal.map { "; the last refusal: \($0)" } ?? ""
         return SkillbusError(
-            .unreachable, "no answer from the coordinator at \(endpoint) within \(wait) (is it running?)")
+            .unreachable,
+            "no answer from any coordinator of \(endpoints.joined(separator: ", ")) within \(wait) (tried each in "
+                + "turn; are they running, and is one the leader?)\(refusal)")
     }
 
     /// How long a caller that gave up on a REQUEST or ROUND waits for the bus's `cancelled` answer.
@@ -248,20 +271,26 @@ public final class SkillbusClient: Sendable {
     /// `cancelGrace` at most.
     func exchange(
         _ message: ClientMessage, requestID: String, waitFor: Duration, cancelsOnBus: Bool = false,
-        resend: PendingReplies.Resend? = nil
+        resend: PendingReplies.Resend? = nil, again: PendingReplies.Again? = nil
     ) async throws(SkillbusError) -> BusToClientMessage? {
         let pending = self.pending
-        let socket = self.socket
+        let links = self.links
         let deadline = ContinuousClock.now + waitFor
+        let encoded = message.encoded()
+        // A refused message goes to the leader as it was; rounds and reads also go to whichever coordinator the
+        // client moves to (PROTOCOL §3.3).
+        let again = again ?? PendingReplies.Again(afterMove: message.mayGoAgain) { _ in encoded }
         let answer = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 // Already cancelled: answered at once, and nothing need go to the bus.
-                guard pending.add(requestID, until: deadline, resend: resend, continuation) else { return }
-                socket.send(message.encoded())  // wakes the socket's thread, which then keeps the deadline too
+                guard pending.add(requestID, until: deadline, resend: resend, again: again, continuation) else {
+                    return
+                }
+                links.send(encoded)  // wakes the socket's thread, which then keeps the deadline too
             }
         } onCancel: {
             if cancelsOnBus, pending.giveUp(requestID, within: Self.cancelGrace) {
-                socket.send(ClientMessage.cancel(requestID: requestID).encoded())
+                links.send(ClientMessage.cancel(requestID: requestID).encoded())
             } else {
                 pending.finish(requestID, with: .cancelled)
             }
@@ -271,7 +300,7 @@ public final class SkillbusClient: Sendable {
         case .message(let reply): return reply
         case .timedOut:
             // The caller gives up: whatever the bus still holds of it must not run for nobody.
-            if cancelsOnBus { socket.send(ClientMessage.cancel(requestID: requestID).encoded()) }
+            if cancelsOnBus { links.send(ClientMessage.cancel(requestID: requestID).encoded()) }
             return nil
         case .cancelled:
             throw SkillbusError(.cancelled, "request \(requestID) was cancelled before the coordinator answered")
@@ -280,11 +309,16 @@ public final class SkillbusClient: Sendable {
 
     /// Runs on the socket's thread: hands each reply to the caller waiting for its request id. A reply
     /// that does not decode still ends its caller's wait, saying what was wrong, when its id is readable.
-    static func receive(_ message: Multipart, pending: PendingReplies, partials: PartialAnswers) {
+    /// A `not_leader` refusal (PROTOCOL §3.11) does not end the wait: the client moves as `links` says and the
+    /// refused message goes again.
+    static func receive(
+        _ message: Multipart, from endpoint: String, pending: PendingReplies, partials: PartialAnswers, links: BusLinks?
+    ) {
         let decoded: BusToClientMessage
         do {
             decoded = try BusToClientMessage.decode(message)
         } catch {
+            links?.heard(from: endpoint)
             guard let fields = Wire.envelopeFields(message), fields.count > 2,
                 let requestID = String(validating: fields[2], as: UTF8.self)
             else { return }
@@ -295,6 +329,14 @@ public final class SkillbusClient: Sendable {
             pending.finish(requestID, with: .message(.error(requestID: requestID, problem)))
             return
         }
+        if case .error(let id, let error) = decoded, error.code == .notLeader, let links {
+            let at = links.refused(by: endpoint, leader: error.leader, words: error.message, pending: pending)
+            // Nobody waits for it any more (or it was a probe): nothing goes again.
+            _ = pending.sendAgain(id, at: at)
+            links.socket?.wake()
+            return
+        }
+        links?.heard(from: endpoint)
         let requestID: String
         switch decoded {
         case .reply(let reply): requestID = reply.requestID

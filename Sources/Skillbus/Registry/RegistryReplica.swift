@@ -51,7 +51,8 @@ public final class RegistryReplica: Sendable {
                 if let credentials { try socket.useCurveClient(credentials) }
                 try socket.setMaxMessageSize(Wire.subscriberHardCap)
                 try socket.subscribe("registry.")
-                try socket.connect(feedEndpoint)
+                // A group's feeds, all at once: the leader's updates come whichever coordinator leads (§7).
+                for feed in Endpoint.list(feedEndpoint) { try socket.connect(feed) }
             }
             onMessage = { message in
                 RegistryReplica.receive(message, shared: shared, wakeup: wakeup, logger: logger, dropUpdate: dropUpdate)

@@ -122,6 +122,19 @@ struct ConfigObject {
         return text
     }
 
+    /// Endpoints of a coordinator group: a comma list, or a JSON array of strings; returned as a comma list.
+    func endpointList(_ key: String) throws(SkillbusError) -> String? {
+        guard let value = values[key] else { return nil }
+        if let text = value.stringValue {
+            if let problem = Endpoint.listProblem(text) { throw error(key, problem) }
+            return text
+        }
+        guard let entries = try stringArray(key) else { return nil }
+        let (list, problem) = Endpoint.joined(entries)
+        if let problem { throw error(key, problem) }
+        return list
+    }
+
     func stringArray(_ key: String) throws(SkillbusError) -> [String]? {
         guard let value = values[key] else { return nil }
         guard let array = value.arrayValue else {

@@ -125,8 +125,13 @@ public struct WorkerConfiguration: SettingsFile, Sendable, Equatable {
 
     public static let settings: [Setting<WorkerConfiguration>] = [
         .text("name", \.name, "The agent's name, unique on the bus."),
-        .endpoint("coordinator", \.coordinator, "The coordinator's bus endpoint."),
-        .endpoint("feed", \.feed, "The coordinator's feed endpoint; none: the one the coordinator names."),
+        .endpoints(
+            "coordinator", \.coordinator,
+            "The coordinator's bus endpoint; a group's: several, as \"a,b\" or [\"a\", \"b\"] "
+                + "(it follows the leader)."),
+        .endpoints(
+            "feed", \.feed,
+            "The coordinator's feed endpoint (a group's: several); none: the one the coordinator names."),
         Setting(
             "skills", help: "The built-in skills it offers; absent: all of them, [] none.",
             read: { object, worker throws(SkillbusError) in

@@ -79,6 +79,15 @@ extension Setting {
         string(key, path, help) { object, key throws(SkillbusError) in try object.endpoint(key) }
     }
 
+    /// Endpoints of a coordinator group, kept as a comma list: in the file a comma list or an array of strings.
+    static func endpoints(_ key: String, _ path: WritableKeyPath<Root, String> & Sendable, _ help: String) -> Setting {
+        string(key, path, help) { object, key throws(SkillbusError) in try object.endpointList(key) }
+    }
+
+    static func endpoints(_ key: String, _ path: WritableKeyPath<Root, String?> & Sendable, _ help: String) -> Setting {
+        string(key, path, help) { object, key throws(SkillbusError) in try object.endpointList(key) }
+    }
+
     /// A string read by `reading` (a plain one, or an endpoint checked as one).
     private static func string(
         _ key: String, _ path: WritableKeyPath<Root, String> & Sendable, _ help: String,

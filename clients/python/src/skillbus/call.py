@@ -122,7 +122,8 @@ class Call:
         except queue.Empty:
             waited = time.monotonic() - self._started
             self._finish(failure=SkillbusError(
-                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
+                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"
+                + self._client._tried()))
             return None
         if isinstance(item, SkillbusError):
             self._finish(failure=item)
@@ -252,7 +253,8 @@ class SubmittedCall(Call):
         if now >= self._deadline():
             waited = now - self._started
             self._finish(failure=SkillbusError(
-                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"))
+                "unreachable", f"no answer from the bus to {self.kind} {self.request_id} within {waited:.1f} s"
+                + self._client._tried()))
 
     def _finish(self, answer=None, failure: SkillbusError | None = None) -> None:
         client = self._client

@@ -6,6 +6,7 @@ import itertools
 import os
 import random
 import threading
+import time
 import uuid
 
 import zmq
@@ -24,6 +25,138 @@ _EXPIRY_CHECK_S = 0.25  # how often the socket thread looks for submitted calls 
 def coordinator_endpoint(endpoint: str | None = None) -> str:
     """`endpoint`, else $SKILLBUS_COORDINATOR (as the `skillbus` commands read it), else the default."""
     return endpoint or os.environ.get("SKILLBUS_COORDINATOR") or DEFAULT_COORDINATOR
+
+
+def _endpoint_problem(text: str) -> str | None:
+    """Why `text` is not one ZeroMQ endpoint (as the `skillbus` commands check it), or None."""
+    if text.startswith("tcp://"):
+        host, colon, port = text[6:].rpartition(":")
+        if not colon:
+            return f"'{text}' has no port (tcp://HOST:PORT)"
+        if not host:
+            return f"'{text}' has no host (tcp://HOST:PORT)"
+        if port != "*" and not (port.isdigit() and 1 <= int(port) <= 65535):
+            return f"'{text}' has an invalid port '{port}' (1-65535, or * for any free port)"
+        return None
+    if text.startswith(("ipc://", "inproc://")):
+        return f"'{text}' has no path" if text.endswith("//") else None
+    return f"'{text}' is not a ZeroMQ endpoint (use tcp://HOST:PORT, ipc://PATH or inproc://NAME)"
+
+
+def coordinator_endpoints(coordinators=None) -> list[str]:
+    """The coordinators of a group (PROTOCOL §3.3): a list of endpoints, or one string with commas between
+    them; else $SKILLBUS_COORDINATOR, else the default. Each entry is checked: ValueError names a bad one."""
+    if coordinators is None or coordinators == "":
+        coordinators = coordinator_endpoint(None)
+    if isinstance(coordinators, str):
+        text, entries = coordinators, [entry.strip() for entry in coordinators.split(",")]
+    else:
+        entries = list(coordinators)
+        text = ",".join(str(entry) for entry in entries)
+        if not entries:
+            raise ValueError("coordinator: no endpoint given")
+    seen = set()
+    for index, entry in enumerate(entries, 1):
+        if not isinstance(entry, str) or not entry.strip():
+            raise ValueError(f"coordinator: entry {index} of '{text}' is empty (a,b: endpoints between commas)")
+        entry = entry.strip()
+        problem = _endpoint_problem(entry)
+        if problem is not None:
+            raise ValueError(f"coordinator: entry {index} of '{text}': {problem}" if len(entries) > 1
+                             else f"coordinator: {problem}")
+        if entry in seen:
+            raise ValueError(f"coordinator: '{text}' names '{entry}' twice")
+        seen.add(entry)
+    return [entry.strip() for entry in entries]
+
+
+FIRST_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 2.0
+SILENCE_S = 1.0  # a group's coordinator silent this long while a call waits is probed, then left (§3.3)
+_MOVES_AGAIN = {"ROUND", "SKILLS", "AGENTS", "SNAPSHOT"}  # what goes to the coordinator moved to on silence
+
+
+def backoff(moves: int) -> float:
+    """The wait before sending to a coordinator moved to, after `moves` moves with no answer in between (§3.3):
+    none for the first, then 0.1 s doubling to 2 s."""
+    if moves <= 0:
+        return 0.0
+    return min(FIRST_BACKOFF_S * 2 ** min(moves - 1, 16), MAX_BACKOFF_S)
+
+
+class CoordinatorChoice:
+    """Which coordinator of a group a client talks to, and where a `not_leader` refusal sends it (§3.3): plain
+    state, no sockets."""
+
+    def __init__(self, endpoints: list[str]):
+        self.endpoints = list(endpoints)
+        self.current = 0
+        self.moves_without_answer = 0
+        self.not_before = 0.0
+        self.last_heard: float | None = None  # anything from the current coordinator, a refusal too
+        self.probe_sent: float | None = None  # a SKILLS sent to it that nothing has followed yet
+
+    @property
+    def endpoint(self) -> str:
+        return self.endpoints[self.current]
+
+    def answered(self) -> None:
+        """Something other than a refusal came: the back-off starts again."""
+        self.moves_without_answer = 0
+
+    def heard(self, now: float) -> None:
+        """Anything came from the current coordinator: it is not silent."""
+        self.last_heard, self.probe_sent = now, None
+
+    def tick(self, waiting: bool, now: float) -> str:
+        """`nothing`, `probe` (nothing came for SILENCE_S while a call waits: ask a SKILLS) or `move` (nothing came
+        for SILENCE_S after the probe either: call `leave`). A single endpoint is never left on silence."""
+        if len(self.endpoints) < 2 or not waiting:
+            self.probe_sent = None
+            return "nothing"
+        if now < self.not_before:
+            return "nothing"
+        if self.probe_sent is not None:
+            return "move" if now - self.probe_sent >= SILENCE_S else "nothing"
+        if self.last_heard is not None and now - self.last_heard < SILENCE_S:
+            return "nothing"
+        self.probe_sent = now
+        return "probe"
+
+    def next_tick(self, waiting: bool) -> float | None:
+        """When `tick` next has something to decide, while a call waits."""
+        if len(self.endpoints) < 2 or not waiting:
+            return None
+        if self.probe_sent is not None:
+            return self.probe_sent + SILENCE_S
+        if self.last_heard is None:
+            return self.not_before
+        return max(self.last_heard + SILENCE_S, self.not_before)
+
+    def leave(self, now: float) -> tuple[str, str]:
+        """Moves to the next endpoint (the current one fell silent); returns (from, to)."""
+        before = self.endpoint
+        self._move(lambda: (self.current + 1) % len(self.endpoints), now)
+        return before, self.endpoint
+
+    def _move(self, index, now: float) -> None:
+        self.current = index()
+        self.not_before = now + backoff(self.moves_without_answer)
+        self.moves_without_answer += 1
+        self.last_heard, self.probe_sent = None, None
+
+    def refused(self, leader_bus: str | None, now: float) -> tuple[str, str] | None:
+        """The current coordinator refused with `not_leader`, naming the leader's bus (or None): moves to it (added
+        to the list when it lacks it), else to the next endpoint. Returns (from, to), or None when the leader named
+        is the current one (a late refusal: nothing moves)."""
+        if leader_bus and leader_bus == self.endpoint:
+            return None
+        before = self.endpoint
+        if leader_bus and leader_bus not in self.endpoints:
+            self.endpoints.append(leader_bus)
+        target = self.endpoints.index(leader_bus) if leader_bus else (self.current + 1) % len(self.endpoints)
+        self._move(lambda: target, now)
+        return before, self.endpoint
 
 
 def new_round_id() -> str:
@@ -47,9 +180,16 @@ class Client:
     on the thread that waits for the call; without it every such call is refused.
     """
 
-    def __init__(self, coordinator: str | None = None, *, timeout: float = 15.0, confirm=None,
+    def __init__(self, coordinator: str | list[str] | None = None, *, timeout: float = 15.0, confirm=None,
                  context: zmq.Context | None = None, max_message_bytes: int = 1_048_576):
-        self.coordinator = coordinator = coordinator_endpoint(coordinator)
+        # A group's coordinators (a list, or "a,b"): one at a time, following not_leader refusals (§3.3).
+        self.choice = CoordinatorChoice(coordinator_endpoints(coordinator))
+        self.coordinator = coordinator = self.choice.endpoint
+        self._held: list[tuple[float, Call]] = []  # refused calls, to go again once the back-off has passed
+        self._last_refusal = ""
+        # Whether anything but the plain one-coordinator path can happen (a group, or a refusal seen): until
+        # then an answer costs no bookkeeping.
+        self._following = len(self.choice.endpoints) > 1
         self.timeout = timeout
         self._confirm = confirm
         self._pending: dict[bytes, Call] = {}
@@ -234,6 +374,7 @@ class Client:
                call_class=Call) -> Call:
         """Sends a command with a fresh request id and registers its call."""
         call = call_class(self, f"{self._prefix}-{next(self._ids)}", kind, wait_s, on_output)
+        call._message = (command, fields)
         key = call._key
         with self._lock:
             if self._closed:
@@ -285,8 +426,81 @@ class Client:
             return
         with self._lock:
             call = self._pending.get(fields[2])
+        if fields[1] == b"ERROR" and len(fields) == 4 and self._refused(fields[3], call):
+            return
+        if self._following:
+            self.choice.heard(time.monotonic())
+            self.choice.answered()
         if call is not None:
             call._deliver(fields)  # anything for an id nobody waits for is dropped (§3.3)
+
+    def _refused(self, body: bytes, call) -> bool:
+        """A `not_leader` refusal (§3.11): moves to the leader it names (else the next endpoint) and sends the
+        refused message again once the back-off has passed. False for any other ERROR."""
+        try:
+            error = jsonwire.loads(body)
+        except ValueError:
+            return False
+        if not isinstance(error, dict) or error.get("code") != "not_leader":
+            return False
+        self._following = True
+        self.choice.heard(time.monotonic())
+        details = error.get("details") if isinstance(error.get("details"), dict) else {}
+        leader = details.get("leader") if isinstance(details.get("leader"), dict) else {}
+        bus = leader.get("bus") if isinstance(leader.get("bus"), str) and leader.get("bus") else None
+        if bus is not None and _endpoint_problem(bus) is not None:
+            bus = None  # a leader the refusal names unusably: the next endpoint instead
+        moved = self.choice.refused(bus, time.monotonic())
+        if moved is not None and moved[1] != moved[0]:
+            self._socket.retarget(moved[1])
+            self.coordinator = moved[1]
+        self._last_refusal = error.get("message", "")
+        if call is not None:
+            self._held.append((max(self.choice.not_before, time.monotonic()), call))
+        return True
+
+    def _follow_silence(self, now: float) -> float | None:
+        """A group's client: probes a coordinator silent for SILENCE_S while calls wait, and leaves one that
+        answered nothing to the probe either for the next endpoint, where the waiting ROUNDs and reads go again
+        (REQUEST, ASK and QUERY do not: they may have run, §3.5.9). Returns when to look again."""
+        waiting = bool(self._pending)
+        action = self.choice.tick(waiting, now)
+        if action == "probe":
+            self._send(b"SKILLS", f"probe-{self._prefix}-{next(self._ids)}".encode())
+        elif action == "move":
+            _, target = self.choice.leave(now)
+            self._socket.retarget(target)
+            self.coordinator = target
+            with self._lock:
+                calls = [call for call in self._pending.values() if call.kind in _MOVES_AGAIN]
+            self._held.extend((self.choice.not_before, call) for call in calls)
+        return self.choice.next_tick(waiting)
+
+    def _tried(self) -> str:
+        """For an `unreachable` error of a group's client: every endpoint it may have tried, and the last refusal."""
+        if len(self.choice.endpoints) < 2 and not self._last_refusal:
+            return ""
+        refusal = f"; the last refusal: {self._last_refusal}" if self._last_refusal else ""
+        return f" (coordinators tried in turn: {', '.join(self.choice.endpoints)}{refusal})"
+
+    def _send_held(self, now: float) -> float | None:
+        """Sends the refused calls whose back-off has passed (with the time they have left); returns when the
+        next is due."""
+        due = [call for at, call in self._held if at <= now]
+        self._held = [(at, call) for at, call in self._held if at > now]
+        for call in due:
+            if call._done:
+                continue
+            if call.kind == "SNAPSHOT":
+                call._entries = []  # entries of two registries never mix
+            command, fields = call._message
+            fields = list(fields)
+            index = {b"REQUEST": 3, b"ROUND": 2, b"ASK": 3}.get(command)
+            if index is not None:
+                left_ms = int((call._deadline() - 1 - now) * 1000)
+                fields[index] = str(max(1, left_ms)).encode()
+            self._send(command, call._key, *fields)
+        return min((at for at, _ in self._held), default=None)
 
     def _undelivered(self, error: wire.WireError) -> None:
         """A message that did not unpack fails the call it names, if it can be read that far."""
@@ -315,13 +529,17 @@ class Client:
         return not self._pending
 
     def before_poll(self, now: float):
-        """Fails submitted calls that waited past their time; wakes again while any are pending."""
+        """Follows a group's leader (probes, moves, refused calls sent again when due); fails submitted calls that
+        waited past their time; wakes again while any are pending."""
+        follow = self._follow_silence(now) if len(self.choice.endpoints) > 1 else None
+        held = self._send_held(now) if self._held else None
+        held = follow if held is None else held if follow is None else min(held, follow)
         if not self._submitted:
-            return None
+            return held
         if now >= self._next_expiry_check:
             self._next_expiry_check = now + _EXPIRY_CHECK_S
             with self._lock:
                 calls = list(self._submitted.values())
             for call in calls:
                 call._expire(now)
-        return self._next_expiry_check
+        return self._next_expiry_check if held is None else min(held, self._next_expiry_check)

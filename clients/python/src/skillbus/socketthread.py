@@ -53,6 +53,7 @@ class SocketThread:
         self._lent_poller = None
         self._failure: BaseException | None = None
         self._setup = (context, kind, endpoint, dict(options or {}), list(subscriptions))
+        self._endpoint = endpoint
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._started.wait()
@@ -94,9 +95,15 @@ class SocketThread:
         while not done():
             if self._outbox:
                 self._flush(sock)
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if left <= 0:
                 return
+            due = self._handler.before_poll(now)  # what the owner would do before its wait (a resend due, say)
+            if self._outbox:
+                self._flush(sock)
+            if due is not None:
+                left = min(left, max(0.0, due - now))
             for item, _ in poller.poll(int(left * 1000) + 1):
                 if item is sock:
                     self._receive(sock)
@@ -115,6 +122,17 @@ class SocketThread:
         self._returned.set()
         if needed:
             self.wake()
+
+    def retarget(self, endpoint: str) -> None:
+        """Connects the socket to `endpoint` instead of the one it had (a client moving to another coordinator of
+        a group). Only on the thread that holds the socket: from the handler's `on_message` or `before_poll`."""
+        sock = self._socket
+        try:
+            sock.disconnect(self._endpoint)
+        except zmq.ZMQError:
+            pass  # never connected, or gone already
+        sock.connect(endpoint)
+        self._endpoint = endpoint
 
     def wake(self) -> None:
         """Makes the owning thread run `before_poll` again soon; callable from any thread."""
