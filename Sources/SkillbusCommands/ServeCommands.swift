@@ -106,6 +106,10 @@ public enum CoordinatorCommand: SkillbusCommand {
         try await runUntilStopped([coordinator], signals: signals, logger: logger) { signal in
             logger.info("signal \(signal): stopping")
         }
+        if let failure = coordinator.failure {
+            printError("error: the coordinator stopped: \(failure)")
+            return 1
+        }
         return 0
     }
 }

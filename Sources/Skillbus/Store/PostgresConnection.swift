@@ -13,11 +13,27 @@ final class PostgresConnection {
 
     /// Connects to `url` (`postgresql://host:port/db`, libpq's connection URI) with `password` (never part of
     /// the URI, so it stays out of every message). Blocks until connected or refused, at most `timeoutSeconds`.
-    init(url: String, password: String?, applicationName: String, timeoutSeconds: Int = 5) throws(SkillbusError) {
+    /// With `timeoutMs` (a coordinator group's lease) a connection that the network cut is found dead within about
+    /// that long (TCP keepalives and `tcp_user_timeout`) instead of the kernel's minutes, and connecting gives up
+    /// after it too; `settings` are server settings for the session (`statement_timeout`, …).
+    init(
+        url: String, password: String?, applicationName: String, timeoutSeconds: Int = 5, timeoutMs: Int? = nil,
+        settings: [(String, String)] = []
+    ) throws(SkillbusError) {
         target = Self.withoutPassword(url)
         // expand_dbname = 1: the "dbname" value is the URI, and the other keywords fill what it leaves out.
         var keywords = ["dbname", "application_name", "connect_timeout", "client_encoding"]
-        var values = [url, applicationName, String(timeoutSeconds), "UTF8"]
+        // libpq counts connect_timeout in whole seconds, at least 2.
+        let connectSeconds = timeoutMs.map { max(2, ($0 + 999) / 1000) } ?? timeoutSeconds
+        var values = [url, applicationName, String(connectSeconds), "UTF8"]
+        if let timeoutMs {
+            keywords += ["keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout"]
+            values += ["1", "1", "1", String(max(1, timeoutMs / 1000)), String(timeoutMs)]
+        }
+        if !settings.isEmpty {
+            keywords.append("options")
+            values.append(settings.map { "-c \($0.0)=\($0.1)" }.joined(separator: " "))
+        }
         if let password {
             keywords.append("password")
             values.append(password)
