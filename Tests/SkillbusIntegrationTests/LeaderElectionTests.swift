@@ -36,8 +36,18 @@ final class GroupCluster: Sendable {
     }
     private let workers = Mutex<[SkillbusProcess]>([])
 
-    init(_ names: [String], context: ZMQContext, answerAfterCommit: Bool = false) throws {
+    /// The members that reach the database through a proxy the test can cut (`SilentProxy`).
+    let proxies: [String: SilentProxy]
+
+    init(_ names: [String], context: ZMQContext, answerAfterCommit: Bool = false, proxied: Set<String> = []) throws {
         postgres = try ThrowawayPostgres()
+        var proxies: [String: SilentProxy] = [:]
+        for name in proxied { proxies[name] = try SilentProxy(to: postgres.port) }
+        self.proxies = proxies
+        let (url, port) = (postgres.url, postgres.port)
+        func database(_ name: String) -> String {
+            proxies[name].map { url.replacingOccurrences(of: ":\(port)/", with: ":\($0.port)/") } ?? url
+        }
         directory = NSTemporaryDirectory() + "skillbus-group-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try Data("#!/bin/sh\necho \"$1\" >> '\(directory)/marks'\nsleep \"$2\"\necho \"marked $1\"\n".utf8)
@@ -51,7 +61,8 @@ final class GroupCluster: Sendable {
                 JSONValue.object([
                     "version": 1, "answerAfterCommit": .bool(answerAfterCommit),
                     "ha": [
-                        "database": .string(postgres.url), "group": "g1", "passwordEnv": "SKILLBUS_TEST_PG",
+                        "database": .string(database(name)),
+                        "group": "g1", "passwordEnv": "SKILLBUS_TEST_PG",
                         "name": .string(name),
                     ],
                 ]).serialized()
@@ -124,7 +135,16 @@ final class GroupCluster: Sendable {
         return rows
     }
 
+    /// When coordinator `name` logged the line that contains `text` (its log's own timestamp).
+    func loggedAt(_ name: String, _ text: String) -> Date? {
+        guard let line = process(name)?.output.first(where: { $0.contains(text) }) else { return nil }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return line.split(separator: " ").first.flatMap { formatter.date(from: String($0)) }
+    }
+
     func terminate() {
+        for proxy in proxies.values { proxy.close() }
         for worker in workers.withLock({ $0 }) { worker.signal(SIGTERM) }
         for process in running.withLock({ Array($0.values) }) { process.signal(SIGTERM) }
         postgres.remove()
@@ -291,6 +311,42 @@ struct LeaderElectionTests {
             }
         }
         #expect(!cluster.leads("a"))
+    }
+
+    @Test("a leader cut off from the database stops serving before the standby leads, and exits 1")
+    func cutOffLeader() async throws {
+        let cluster = try GroupCluster(["a", "b"], context: context, proxied: ["a"])
+        defer { cluster.terminate() }
+        let old = try await cluster.start("a", leading: true)
+        try await cluster.start("b")
+        try await cluster.startWorker("w1", on: "a")
+        let client = try await cluster.client("a", context)
+        defer { client.close() }
+        let lastOK = Mutex<Date?>(nil)
+        let oks = Counter()
+        let stop = Counter()
+        let load = Task {
+            for index in 0..<5000 where stop.value.load(ordering: .relaxed) == 0 {
+                let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": .string("cut-\(index)"), "secs": "0"])
+                if (try? await client.round(spec, roundID: "cut-\(index)", timeout: .seconds(1)))?.status == .ok {
+                    lastOK.withLock { $0 = Date() }
+                    oks.value.add(1, ordering: .relaxed)
+                } else {
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+            }
+        }
+        try await waitUntil("20 rounds answered") { oks.value.load(ordering: .relaxed) >= 20 }
+        cluster.proxies["a"]?.cut()
+        try await cluster.waitForLead("b", timeout: .seconds(10))
+        #expect(try await old.waitForExit(timeout: .seconds(15)) == 1)
+        stop.value.store(1, ordering: .relaxed)
+        await load.value
+        #expect(old.output.contains { $0.contains("ran out: the database did not answer") }, "\(old.output.suffix(8))")
+        let leading = try #require(cluster.loggedAt("b", "leading group 'g1'"))
+        let last = try #require(lastOK.withLock { $0 })
+        print("the cut-off leader's last ok came \(Int(leading.timeIntervalSince(last) * 1000)) ms before the standby led")
+        #expect(last < leading, "the old leader answered ok after the new one led")
     }
 
     @Test("an epoch bumped behind the leader's back: it stops at its next renewal, exit 1")

@@ -168,7 +168,9 @@ final class CoordinatorLoop {
         busGuard?.close()
         operatorEndpoint?.close()
         election?.close()
-        journal?.close()
+        // A coordinator that lost the lead does not wait for its journal (a commit may hang on a cut network): it
+        // can write nothing more anyway (fencing), and its process ends.
+        if failure == nil { journal?.close() }
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
         }

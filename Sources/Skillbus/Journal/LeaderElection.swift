@@ -90,6 +90,8 @@ final class LeaderElection: Sendable {
         let connection = try PostgresConnection(
             url: settings.database, password: settings.password, applicationName: "skillbus election",
             timeoutMs: settings.leaseMs, settings: [("statement_timeout", half), ("lock_timeout", half)])
+        // Whatever the network does (a middlebox that drops a connection silently), a renewal fails in time.
+        connection.answerTimeoutMs = max(100, settings.leaseMs / 2)
         do {
             try PostgresJournalSchema.prepare(connection)
         } catch {
