@@ -20,7 +20,9 @@ public enum PerfCommand {
             with priorities are measured against rounds without, both as ratios of the same run.
             A fifth serves the operator HTTP endpoint (--http) while a watcher scrapes /metrics every 100 ms and
             reads /events: its throughput against the main one's is what the endpoint costs the bus.
-            A sixth keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation.
+            A sixth keeps a round journal (--data-dir): its rounds are measured against the main one's, in alternation;
+            and, where PostgreSQL's initdb and postgres are installed, one of a coordinator group (ha) whose journal is
+            in a throwaway PostgreSQL server with fsync on, in the same rotation.
             A seventh, whose limits keep every round it answers, is read for resident memory when its workers have
             registered and after --remembered-rounds rounds of one text; an eighth after as many rounds whose texts
             all differ. The run ends with the rows of issue 14's speed targets:
@@ -28,7 +30,7 @@ public enum PerfCommand {
             from /proc during the same measurements).
             Absolute numbers depend on the machine; the ratio is the figure to compare.
             Every process it starts runs --skillbus (by default the skillbus beside this program).
-            --only journal starts only the main and the journaled coordinator and measures only the journal.
+            --only journal starts only the main and the journaled coordinators and measures only the journals.
 
             EXAMPLE: skillbus-perf --workers 4 --json
             """,
@@ -143,7 +145,7 @@ public enum PerfCommand {
         let retries = try await bench.retryCost(armed: main, plain: unarmed)
         let priorityCache = try await bench.priorityCacheCost(main: main, cached: cached)
         let http = try await bench.httpCost(main: main, http: watched)
-        let journal = try await bench.journalCost(memory: main, journaled: journaled)
+        let journal = try await bench.journalCosts(memory: main, journaled: journaled)
         let rounds: BenchReport.Rounds
         (rounds, speed.fanout) = try await bench.rounds(main: main)
         speed.memory = try await bench.rememberedRoundsMemory(rounds: rememberedRounds)
@@ -177,7 +179,7 @@ public enum PerfCommand {
             await supervisor.stopAll()
             return 1
         }
-        let journal = try await bench.journalCost(memory: main, journaled: journaled)
+        let journal = try await bench.journalCosts(memory: main, journaled: journaled)
         await supervisor.stopAll()
         if json { print(journal.json.jsonString) } else { journal.printText() }
         return journal.failures == 0 ? 0 : 1

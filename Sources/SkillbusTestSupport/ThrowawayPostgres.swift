@@ -50,6 +50,9 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     public let directory: String
     private let server = Mutex<Process?>(nil)
     public let port: UInt16
+    /// Whether commits reach the disk (fsync and synchronous commit on, as a deployment runs it): for measuring.
+    /// Tests leave it off, as they need no durability across a power loss and run faster without.
+    public let durable: Bool
     private var dataDirectory: String { directory + "/data" }
     private var socketDirectory: String { directory + "/socket" }
 
@@ -57,7 +60,8 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     public var url: String { "postgresql://\(Self.user)@127.0.0.1:\(port)/\(Self.database)" }
 
     /// Makes the cluster and starts it; throws what went wrong, with the programs' output.
-    public init() throws {
+    public init(durable: Bool = false) throws {
+        self.durable = durable
         guard Self.unavailable == nil else { throw Failed(message: Self.unavailable ?? "") }
         directory = NSTemporaryDirectory() + "skillbus-postgres-\(getpid())-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/socket", withIntermediateDirectories: true)
@@ -81,17 +85,15 @@ public final class ThrowawayPostgres: @unchecked Sendable {
         }
     }
 
-    /// Starts the server and waits until it accepts connections. Commits are synchronous, as the journal expects
-    /// of a production server (a stop with `stop()` keeps every commit that was answered); without fsync, since the
-    /// test's machine does not lose power. The server is this process's own child, in the
+    /// Starts the server and waits until it accepts connections. The server is this process's own child, in the
     /// foreground (not pg_ctl's daemon, which would outlive a test that crashed), stopped with a signal.
     public func start() throws {
         let log = directory + "/server.log"
         let logged = (try? String(contentsOfFile: log, encoding: .utf8))?.utf8.count ?? 0
         let process = try spawn(
             "postgres",
-            ["-D", dataDirectory, "-p", String(port), "-k", socketDirectory, "-c", "listen_addresses=127.0.0.1",
-             "-c", "fsync=off", "-c", "full_page_writes=off"],
+            ["-D", dataDirectory, "-p", String(port), "-k", socketDirectory, "-c", "listen_addresses=127.0.0.1"]
+                + (durable ? [] : ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]),
             output: log, appending: true)
         server.withLock { $0 = process }
         let deadline = Date().addingTimeInterval(30)
@@ -150,7 +152,7 @@ public final class ThrowawayPostgres: @unchecked Sendable {
             process.arguments = arguments
         }
         if !appending || !FileManager.default.fileExists(atPath: output) {
-            FileManager.default.createFile(atPath: output, contents: nil)
+            _ = FileManager.default.createFile(atPath: output, contents: nil)
         }
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
         defer { try? handle.close() }

@@ -39,8 +39,12 @@ final class GroupCluster: Sendable {
     /// The members that reach the database through a proxy the test can cut (`SilentProxy`).
     let proxies: [String: SilentProxy]
 
-    init(_ names: [String], context: ZMQContext, answerAfterCommit: Bool = false, proxied: Set<String> = []) throws {
-        postgres = try ThrowawayPostgres()
+    /// `durable`: commits reach the disk, so a server stopped at once keeps every commit that was answered.
+    init(
+        _ names: [String], context: ZMQContext, answerAfterCommit: Bool = false, proxied: Set<String> = [],
+        durable: Bool = false
+    ) throws {
+        postgres = try ThrowawayPostgres(durable: durable)
         var proxies: [String: SilentProxy] = [:]
         for name in proxied { proxies[name] = try SilentProxy(to: postgres.port) }
         self.proxies = proxies
@@ -361,7 +365,8 @@ struct LeaderElectionTests {
 
     @Test("PostgreSQL restarted under load: the leader serves on, the journal catches up, nobody fails over")
     func databaseRestart() async throws {
-        let cluster = try GroupCluster(["a", "b"], context: context)
+        // Synchronous commits: the server is stopped at once (SIGQUIT), and what it answered must survive it.
+        let cluster = try GroupCluster(["a", "b"], context: context, durable: true)
         defer { cluster.terminate() }
         try await cluster.start("a", leading: true)
         try await cluster.start("b")
