@@ -58,6 +58,15 @@ struct LeaderLeaseTests {
 }
 
 extension LeaderLeaseTests {
+    @Test("a leader whose lease is longer than the standby's is waited for as long as its own lease")
+    func longerLeaderLease() {
+        var lease = LeaderLease(leaseMs: 1000)
+        let row = LeaderLease.Row(epoch: 2, renewals: 9, expired: true, leaseMs: 3000)
+        #expect(lease.read(row, at: 0) == .wait)
+        #expect(lease.read(row, at: 2999 * Self.ms) == .wait)
+        #expect(lease.read(row, at: 3000 * Self.ms) == .claim(epoch: 2, renewals: 9))
+    }
+
     @Test("a coordinator restarted on the endpoint its row names takes its lead back at once")
     func reclaim() {
         var lease = LeaderLease(leaseMs: 2000)

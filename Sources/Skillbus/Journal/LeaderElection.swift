@@ -197,7 +197,7 @@ final class LeaderElection: Sendable {
         var leader: GroupLeader?
         try database.run("leader", Self.read, [.text(settings.group)]) { result in
             row = LeaderLease.Row(
-                epoch: result.int(0), renewals: result.int64(1), expired: result.bool(2),
+                epoch: result.int(0), renewals: result.int64(1), expired: result.bool(2), leaseMs: result.int(7),
                 mine: result.text(3) == me.name && result.text(4) == me.bus)
             leader = GroupLeader(
                 name: result.text(3), bus: result.text(4), feed: result.text(5), epoch: result.int(0),
@@ -245,20 +245,22 @@ final class LeaderElection: Sendable {
     }
 
     static let read =
-        "SELECT epoch, renewals, lease_until < now(), name, bus, feed, since FROM skillbus_leaders WHERE grp = $1"
+        "SELECT epoch, renewals, lease_until < now(), name, bus, feed, since, lease_ms FROM skillbus_leaders "
+        + "WHERE grp = $1"
     static let create =
-        "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, renewals) "
-        + "VALUES ($1, 1, $2, $3, $4, $5, now() + $6::bigint * interval '1 millisecond', 0) ON CONFLICT (grp) DO NOTHING"
+        "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals) "
+        + "VALUES ($1, 1, $2, $3, $4, $5, now() + $6::bigint * interval '1 millisecond', $6, 0) "
+        + "ON CONFLICT (grp) DO NOTHING"
     static let claim =
         "UPDATE skillbus_leaders SET epoch = epoch + 1, name = $2, bus = $3, feed = $4, since = $5, "
-        + "lease_until = now() + $6::bigint * interval '1 millisecond', renewals = 0 "
+        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0 "
         + "WHERE grp = $1 AND epoch = $7 AND renewals = $8 AND lease_until < now() RETURNING epoch"
     /// Only the row naming this coordinator at this endpoint, which its restart proved free.
     static let reclaim =
         "UPDATE skillbus_leaders SET epoch = epoch + 1, feed = $4, since = $5, "
-        + "lease_until = now() + $6::bigint * interval '1 millisecond', renewals = 0 "
+        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0 "
         + "WHERE grp = $1 AND epoch = $7 AND name = $2 AND bus = $3 RETURNING epoch"
     static let renew =
         "UPDATE skillbus_leaders SET lease_until = now() + $3::bigint * interval '1 millisecond', "
-        + "renewals = renewals + 1 WHERE grp = $1 AND epoch = $2"
+        + "lease_ms = $3, renewals = renewals + 1 WHERE grp = $1 AND epoch = $2"
 }

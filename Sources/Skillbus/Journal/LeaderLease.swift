@@ -11,6 +11,8 @@ struct LeaderLease: Sendable, Equatable {
         var renewals: Int64
         /// The server's `lease_until < now()`.
         var expired: Bool
+        /// The lease the leader took (its `ha.leaseMs`); 0: unknown.
+        var leaseMs = 0
         /// The row names this coordinator, at the bus endpoint it has just bound: it was this coordinator before a
         /// restart, and the process that held the lead is gone (it would hold that endpoint still).
         var mine = false
@@ -50,7 +52,10 @@ struct LeaderLease: Sendable, Equatable {
             seen = Seen(epoch: row.epoch, renewals: row.renewals, since: now)
             return .wait
         }
-        return now >= seen.since + leaseNanos && row.expired ? .claim(epoch: row.epoch, renewals: row.renewals) : .wait
+        // The longer of the two leases: a leader configured with a longer one than this standby keeps its gate open
+        // that long.
+        let wait = max(leaseNanos, UInt64(max(0, row.leaseMs)) * 1_000_000)
+        return now >= seen.since + wait && row.expired ? .claim(epoch: row.epoch, renewals: row.renewals) : .wait
     }
 
     /// A read failed: the standby starts watching over with its next read that succeeds. So when the database was

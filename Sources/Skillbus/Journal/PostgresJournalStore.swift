@@ -34,8 +34,9 @@ final class PostgresJournalStore: JournalStore {
         return connection
     }
 
-    /// Whether the connection is up; a lost one is made again by `reconnect`.
+    /// A server that went away comes back: the journal waits for it (RoundJournal, "When the database goes away").
     var waitsForDatabase: Bool { true }
+    /// Whether the connection is up; a lost one is made again by `reconnect`.
     var isConnected: Bool { connection.isOpen }
 
     func reconnect() throws(SkillbusError) {
@@ -185,6 +186,7 @@ enum PostgresJournalSchema {
             feed text NOT NULL,
             since bigint NOT NULL,          -- when it took the lead, milliseconds since 1970 (its clock)
             lease_until timestamptz NOT NULL,   -- the server's clock
+            lease_ms bigint NOT NULL,       -- the leader's lease: a standby waits at least this long
             renewals bigint NOT NULL        -- rises with every renewal, so a standby sees the lease move
         );
         """
