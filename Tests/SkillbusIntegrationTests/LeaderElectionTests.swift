@@ -205,6 +205,18 @@ struct LeaderElectionTests {
         #expect(leading["skillbus_journal_backlog_rounds"] == 0)
         try await waitUntil("b's metrics to name epoch 1") { await cluster.metrics("b")["skillbus_group_epoch"] == 1 }
         #expect(await cluster.metrics("b")["skillbus_group_leader"] == 0)
+
+        // A leader stopped cleanly gives the lead up: the standby takes it at its next read, not a lease later.
+        let stopped = ContinuousClock.now
+        cluster.process("a")?.signal(SIGTERM)
+        #expect(try await cluster.process("a")?.waitForExit() == 0)
+        try await cluster.waitForLead("b", timeout: .seconds(5))
+        let handover = ContinuousClock.now - stopped
+        print("handover after SIGTERM of the leader: \(handover)")
+        #expect(handover < .seconds(2), "\(handover)")
+        #expect(cluster.process("a")?.output.contains { $0.contains("gave up the lead of group 'g1'") } == true)
+        cluster.process("b")?.signal(SIGTERM)
+        #expect(try await cluster.process("b")?.waitForExit() == 0)
     }
 
     @Test("kill -9 of the leader under load: the standby leads within 3 s; every ok is in the journal")

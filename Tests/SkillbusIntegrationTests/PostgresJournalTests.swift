@@ -30,7 +30,8 @@ final class CollectedJournal: Sendable {
         try PostgresJournalSchema.prepare(connection)
         try connection.run(
             "lead",
-            "INSERT INTO skillbus_leaders VALUES ($1, 1, 'test', 'tcp://x:1', 'tcp://x:2', 0, now(), 2000, 0) "
+            "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals) "
+                + "VALUES ($1, 1, 'test', 'tcp://x:1', 'tcp://x:2', 0, now(), 2000, 0) "
                 + "ON CONFLICT (grp) DO NOTHING", [.text(group.group)])
         return Int(try connection.integer("epoch", "SELECT epoch FROM skillbus_leaders WHERE grp = $1", [.text(group.group)]) ?? 0)
     }

@@ -58,6 +58,12 @@ struct LeaderLeaseTests {
 }
 
 extension LeaderLeaseTests {
+    @Test("a lead given up by a leader that stopped cleanly is claimed at once")
+    func released() {
+        var lease = LeaderLease(leaseMs: 2000)
+        #expect(lease.read(.init(epoch: 4, renewals: 8, expired: true, released: true), at: 0) == .claim(epoch: 4, renewals: 8))
+    }
+
     @Test("a leader whose lease is longer than the standby's is waited for as long as its own lease")
     func longerLeaderLease() {
         var lease = LeaderLease(leaseMs: 1000)

@@ -25,6 +25,7 @@ final class LeaderElection: Sendable {
     let known = Mutex<GroupLeader?>(nil)
     private let events = Mutex<[Event]>([])
     private let stopping = Atomic<Bool>(false)
+    private let releasing = Atomic<Bool>(false)
     private let wakeup = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
     private let logger: Logger
@@ -74,8 +75,10 @@ final class LeaderElection: Sendable {
         }
     }
 
-    /// Stops the thread (at the coordinator's stop). The lease is not given up: a standby takes over after it.
-    func close() {
+    /// Stops the thread (at the coordinator's stop). With `release`, a leader gives its lead up (the coordinator
+    /// serves no more and closed its journal), so a standby takes over at once; without, after the lease.
+    func close(release: Bool = false) {
+        releasing.store(release, ordering: .relaxed)
         stopping.store(true, ordering: .relaxed)
         wakeup.signal()
         exited.wait()
@@ -187,6 +190,15 @@ final class LeaderElection: Sendable {
             }
             _ = wakeup.wait(timeout: DispatchTime(uptimeNanoseconds: start + period))
         }
+        if let held = epoch, releasing.load(ordering: .relaxed), let database = connection {
+            servingUntil.store(0, ordering: .relaxed)
+            do throws(SkillbusError) {
+                try database.run("release", Self.release, [.text(settings.group), .integer(Int64(held))])
+                logger.info("gave up the lead of group '\(settings.group)' (epoch \(held)): a standby takes over at once")
+            } catch {
+                logger.warning("could not give up the lead of group '\(settings.group)': \(error.message)")
+            }
+        }
     }
 
     /// One read of the group's row as a standby, and the claim or the insert it calls for; the epoch won, if any.
@@ -198,6 +210,7 @@ final class LeaderElection: Sendable {
         try database.run("leader", Self.read, [.text(settings.group)]) { result in
             row = LeaderLease.Row(
                 epoch: result.int(0), renewals: result.int64(1), expired: result.bool(2), leaseMs: result.int(7),
+                released: result.bool(8),
                 mine: result.text(3) == me.name && result.text(4) == me.bus)
             leader = GroupLeader(
                 name: result.text(3), bus: result.text(4), feed: result.text(5), epoch: result.int(0),
@@ -245,7 +258,7 @@ final class LeaderElection: Sendable {
     }
 
     static let read =
-        "SELECT epoch, renewals, lease_until < now(), name, bus, feed, since, lease_ms FROM skillbus_leaders "
+        "SELECT epoch, renewals, lease_until < now(), name, bus, feed, since, lease_ms, released FROM skillbus_leaders "
         + "WHERE grp = $1"
     static let create =
         "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals) "
@@ -253,13 +266,17 @@ final class LeaderElection: Sendable {
         + "ON CONFLICT (grp) DO NOTHING"
     static let claim =
         "UPDATE skillbus_leaders SET epoch = epoch + 1, name = $2, bus = $3, feed = $4, since = $5, "
-        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0 "
+        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0, released = false "
         + "WHERE grp = $1 AND epoch = $7 AND renewals = $8 AND lease_until < now() RETURNING epoch"
     /// Only the row naming this coordinator at this endpoint, which its restart proved free.
     static let reclaim =
         "UPDATE skillbus_leaders SET epoch = epoch + 1, feed = $4, since = $5, "
-        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0 "
+        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0, released = false "
         + "WHERE grp = $1 AND epoch = $7 AND name = $2 AND bus = $3 RETURNING epoch"
+    /// Only after the coordinator stopped serving and closed its journal.
+    static let release =
+        "UPDATE skillbus_leaders SET released = true, lease_until = now() - interval '1 millisecond', "
+        + "renewals = renewals + 1 WHERE grp = $1 AND epoch = $2"
     static let renew =
         "UPDATE skillbus_leaders SET lease_until = now() + $3::bigint * interval '1 millisecond', "
         + "lease_ms = $3, renewals = renewals + 1 WHERE grp = $1 AND epoch = $2"

@@ -13,6 +13,8 @@ struct LeaderLease: Sendable, Equatable {
         var expired: Bool
         /// The lease the leader took (its `ha.leaseMs`); 0: unknown.
         var leaseMs = 0
+        /// The leader stopped cleanly: it serves no more and its journal is closed.
+        var released = false
         /// The row names this coordinator, at the bus endpoint it has just bound: it was this coordinator before a
         /// restart, and the process that held the lead is gone (it would hold that endpoint still).
         var mine = false
@@ -48,6 +50,7 @@ struct LeaderLease: Sendable, Equatable {
             return .create
         }
         if row.mine { return .reclaim(epoch: row.epoch) }
+        if row.released && row.expired { return .claim(epoch: row.epoch, renewals: row.renewals) }
         guard let seen, seen.epoch == row.epoch, seen.renewals == row.renewals else {
             seen = Seen(epoch: row.epoch, renewals: row.renewals, since: now)
             return .wait

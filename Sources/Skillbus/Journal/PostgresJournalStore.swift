@@ -187,6 +187,7 @@ enum PostgresJournalSchema {
             since bigint NOT NULL,          -- when it took the lead, milliseconds since 1970 (its clock)
             lease_until timestamptz NOT NULL,   -- the server's clock
             lease_ms bigint NOT NULL,       -- the leader's lease: a standby waits at least this long
+            released boolean NOT NULL DEFAULT false,   -- the leader stopped cleanly: a standby claims at once
             renewals bigint NOT NULL        -- rises with every renewal, so a standby sees the lease move
         );
         """
