@@ -97,7 +97,8 @@ public enum SkillsCommand: SkillbusCommand {
     static func groupLine(_ group: JSONValue?) -> String? {
         guard let group, let name = group["group"]?.stringValue else { return nil }
         let leader = group["leader"]
-        var line = "group \(name): led by '\(leader?["name"]?.stringValue ?? "?")' (epoch \(leader?["epoch"]?.intValue ?? 0))"
+        let who = leader?["name"]?.stringValue ?? "?"
+        var line = "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
             + " since \(leader?["since"]?.stringValue ?? "?")"
         let backlog = group["journalBacklog"]?.intValue ?? 0
         line += backlog > 0 ? "; journal behind by \(backlog) round(s)" : "; journal up to date"
@@ -188,7 +189,8 @@ public enum AgentsCommand: SkillbusCommand {
     static func groupLine(_ group: JSONValue?) -> String? {
         guard let group, let name = group["group"]?.stringValue else { return nil }
         let leader = group["leader"]
-        var line = "group \(name): led by '\(leader?["name"]?.stringValue ?? "?")' (epoch \(leader?["epoch"]?.intValue ?? 0))"
+        let who = leader?["name"]?.stringValue ?? "?"
+        var line = "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
             + " since \(leader?["since"]?.stringValue ?? "?")"
         let backlog = group["journalBacklog"]?.intValue ?? 0
         line += backlog > 0 ? "; journal behind by \(backlog) round(s)" : "; journal up to date"

@@ -1,9 +1,10 @@
 import Foundation
-@testable import Skillbus
 import SkillbusCommands
 import SkillbusTestSupport
 import SkillbusZMQ
 import Testing
+
+@testable import Skillbus
 
 /// What a coordinator group's leader costs (issue 31, "Costs, measured"): rounds of one echo at 64 in flight
 /// (throughput) and at 1 (p50) against the leader of a group, whose journal is in PostgreSQL, with and without
@@ -34,9 +35,13 @@ struct GroupCostTests {
             ).write(to: URL(fileURLWithPath: path))
             return path
         }
-        let group = try await TestCluster(coordinatorArguments: ["--config", try groupConfig("cost", answerAfterCommit: false)])
+        let group = try await TestCluster(coordinatorArguments: [
+            "--config", try groupConfig("cost", answerAfterCommit: false),
+        ])
         defer { group.terminate() }
-        try await group.coordinator.waitForLine("the lead", timeout: .seconds(15)) { $0.contains("leading group 'cost'") }
+        try await group.coordinator.waitForLine("the lead", timeout: .seconds(15)) {
+            $0.contains("leading group 'cost'")
+        }
         let waiting = try await TestCluster(
             coordinatorArguments: ["--config", try groupConfig("cost-commit", answerAfterCommit: true)])
         defer { waiting.terminate() }
@@ -59,7 +64,8 @@ struct GroupCostTests {
             return report.tasksPerSecond
         }
         func p50(_ cluster: TestCluster) throws -> Double {
-            let report = try load.run(endpoint: cluster.bus, context: context, requests: 500, inFlight: 1, timeLimit: .seconds(60))
+            let report = try load.run(
+                endpoint: cluster.bus, context: context, requests: 500, inFlight: 1, timeLimit: .seconds(60))
             #expect(report.failed == 0)
             return report.percentileMs(0.5)
         }

@@ -1,9 +1,10 @@
 import Foundation
-@testable import Skillbus
 import SkillbusTestSupport
 import SkillbusZMQ
 import Synchronization
 import Testing
+
+@testable import Skillbus
 
 /// Two or more coordinators of one group (`ha`) on one throwaway PostgreSQL, as processes, and workers whose
 /// command skill `t.mark` appends its tag to one file per execution (as in RestartableCluster). Each coordinator
@@ -83,8 +84,10 @@ final class GroupCluster: Sendable {
     func start(_ name: String, leading: Bool = false) async throws -> SkillbusProcess {
         guard let member = members[name] else { throw TimedOut(what: "no member \(name)") }
         let process = try SkillbusProcess(
-            ["coordinator", "--bus", member.bus, "--feed", member.feed, "--heartbeat-ms", "500",
-             "--startup-grace-ms", "15000", "--config", member.config, "--http", "127.0.0.1:0"],
+            [
+                "coordinator", "--bus", member.bus, "--feed", member.feed, "--heartbeat-ms", "500",
+                "--startup-grace-ms", "15000", "--config", member.config, "--http", "127.0.0.1:0",
+            ],
             name: name, environment: ["SKILLBUS_TEST_PG": ThrowawayPostgres.password])
         running.withLock { $0[name] = process }
         let ready = try await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
@@ -112,8 +115,10 @@ final class GroupCluster: Sendable {
             ]).serialized()
         ).write(to: URL(fileURLWithPath: config))
         let worker = try SkillbusProcess(
-            ["worker", "--name", name, "--coordinator", members[coordinator]!.bus, "--heartbeat-ms", "500",
-             "--config", config], name: name)
+            [
+                "worker", "--name", name, "--coordinator", members[coordinator]!.bus, "--heartbeat-ms", "500",
+                "--config", config,
+            ], name: name)
         workers.withLock { $0.append(worker) }
         try await process(coordinator)?.waitForLine("\(name) to join", timeout: .seconds(20)) {
             $0.contains("agent '\(name)' joined")
@@ -132,7 +137,8 @@ final class GroupCluster: Sendable {
 
     /// One SQL statement's rows, first column as text, on a connection of the test's own.
     func query(_ sql: String) throws -> [String] {
-        let connection = try PostgresConnection(url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+        let connection = try PostgresConnection(
+            url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
         defer { connection.close() }
         var rows: [String] = []
         try connection.run("q", sql) { rows.append($0.text(0)) }
@@ -188,7 +194,8 @@ struct LeaderElectionTests {
         }
         let worker = try RawPeer(cluster.members["b"]!.bus, context: context)
         defer { worker.close() }
-        let answer = try await worker.exchange(WorkerMessage.ready(["name": "raw", "capacity": 1, "skills": []]).encoded())
+        let answer = try await worker.exchange(
+            WorkerMessage.ready(["name": "raw", "capacity": 1, "skills": []]).encoded())
         #expect(text(answer[1]) == "ERROR")
         let refusal = SkillbusError(json: try JSONValue(parsing: answer[2]))
         #expect(refusal.code == .notLeader && refusal.leader?.name == "a", "\(refusal)")
@@ -233,7 +240,9 @@ struct LeaderElectionTests {
         let tally = Tally()
         let ids = (0..<600).map { "fo-\($0)" }
         let next = Counter()
-        func spec(_ id: String) -> RoundSpec { .invoke(skill: "t.mark", parameters: ["tag": .string(id), "secs": "0.05"]) }
+        func spec(_ id: String) -> RoundSpec {
+            .invoke(skill: "t.mark", parameters: ["tag": .string(id), "secs": "0.05"])
+        }
         let load = Task {
             await withTaskGroup(of: Void.self) { group in
                 for _ in 0..<16 {
@@ -242,7 +251,8 @@ struct LeaderElectionTests {
                             let index = next.value.add(1, ordering: .relaxed).oldValue
                             guard index < ids.count else { return }
                             do {
-                                let document = try await client.round(spec(ids[index]), roundID: ids[index], timeout: .seconds(4))
+                                let document = try await client.round(
+                                    spec(ids[index]), roundID: ids[index], timeout: .seconds(4))
                                 tally.answers.withLock { $0[ids[index]] = [document] }
                             } catch {
                                 tally.failures.withLock { $0.append(ids[index]) }
@@ -282,7 +292,9 @@ struct LeaderElectionTests {
         var ranAgain = 0
         for id in others.sorted() {
             let document = try await again.round(spec(id), roundID: id, timeout: .seconds(10))
-            if document.error?.code == .interrupted { interrupted += 1 } else {
+            if document.error?.code == .interrupted {
+                interrupted += 1
+            } else {
                 #expect(document.status == .ok, "\(id): \(String(describing: document.error))")
                 ranAgain += 1
             }
@@ -290,7 +302,9 @@ struct LeaderElectionTests {
         // A round that ran was journaled as running first: never twice, whatever its answer.
         for id in ids { #expect(cluster.executions(id) <= 1, "\(id) ran \(cluster.executions(id)) times") }
         #expect(interrupted + ranAgain == others.count)
-        print("failover: \(oks.count) ok before the kill, all stored; \(interrupted) interrupted, \(ranAgain) run after it")
+        print(
+            "failover: \(oks.count) ok before the kill, all stored; \(interrupted) interrupted, \(ranAgain) run after it"
+        )
         let epochs = try cluster.query("SELECT epoch || ' ' || name FROM skillbus_leaders WHERE grp = 'g1'")
         #expect(epochs == ["2 b"])
     }
@@ -304,7 +318,8 @@ struct LeaderElectionTests {
         try await cluster.startWorker("w1", on: "a")
         let client = try await cluster.client("a", context)
         defer { client.close() }
-        let before = try await client.round(.invoke(skill: "t.mark", parameters: ["tag": "f-1", "secs": "0"]), roundID: "f-1")
+        let before = try await client.round(
+            .invoke(skill: "t.mark", parameters: ["tag": "f-1", "secs": "0"]), roundID: "f-1")
         #expect(before.status == .ok)
         old.signal(SIGSTOP)
         try await cluster.waitForLead("b", timeout: .seconds(10))
@@ -361,7 +376,9 @@ struct LeaderElectionTests {
         #expect(old.output.contains { $0.contains("ran out: the database did not answer") }, "\(old.output.suffix(8))")
         let leading = try #require(cluster.loggedAt("b", "leading group 'g1'"))
         let last = try #require(lastOK.withLock { $0 })
-        print("the cut-off leader's last ok came \(Int(leading.timeIntervalSince(last) * 1000)) ms before the standby led")
+        print(
+            "the cut-off leader's last ok came \(Int(leading.timeIntervalSince(last) * 1000)) ms before the standby led"
+        )
         #expect(last < leading, "the old leader answered ok after the new one led")
     }
 
@@ -372,7 +389,9 @@ struct LeaderElectionTests {
         let leader = try await cluster.start("a", leading: true)
         _ = try cluster.query("UPDATE skillbus_leaders SET epoch = epoch + 1 WHERE grp = 'g1' RETURNING epoch")
         #expect(try await leader.waitForExit(timeout: .seconds(10)) == 1)
-        #expect(leader.output.contains { $0.contains("another coordinator leads group 'g1'") }, "\(leader.output.suffix(10))")
+        #expect(
+            leader.output.contains { $0.contains("another coordinator leads group 'g1'") },
+            "\(leader.output.suffix(10))")
     }
 
     @Test("PostgreSQL restarted under load: the leader serves on, the journal catches up, nobody fails over")
@@ -388,7 +407,9 @@ struct LeaderElectionTests {
         let client = try await cluster.client("a", context)
         defer { client.close() }
         func send(_ id: String) async throws -> RoundDocument {
-            try await client.round(.invoke(skill: "t.mark", parameters: ["tag": .string(id), "secs": "0"]), roundID: id, timeout: .seconds(5))
+            try await client.round(
+                .invoke(skill: "t.mark", parameters: ["tag": .string(id), "secs": "0"]), roundID: id,
+                timeout: .seconds(5))
         }
         // Eight rounds in flight all along: before the stop, while the server is down, and after it is back.
         let tally = Tally()
@@ -437,7 +458,9 @@ struct LeaderElectionTests {
         #expect(tally.failures.withLock { $0 }.isEmpty, "\(tally.failures.withLock { $0.prefix(5) })")
         let answered = tally.answers.withLock { $0 }
         #expect(answered.values.allSatisfy { $0.first?.status == .ok })
-        print("PostgreSQL restarted under load: \(answered.count) rounds ok, \(answeredAtCatchUp - answeredAtStop) while it was away")
+        print(
+            "PostgreSQL restarted under load: \(answered.count) rounds ok, \(answeredAtCatchUp - answeredAtStop) while it was away"
+        )
         var cursor = 0
         let behind = try await feed.first(after: &cursor, within: .seconds(5)) { $0.topic == "coordinator.journal" }
         #expect(behind["behind"] == true && (behind["rounds"]?.intValue ?? 0) > 0, "\(behind.body)")
@@ -449,7 +472,8 @@ struct LeaderElectionTests {
                     == ["\(answered.count)"]
             }
         } catch {
-            let rows = try cluster.query("SELECT id || ' ' || state FROM skillbus_rounds WHERE grp = 'g1' AND state <> 'done'")
+            let rows = try cluster.query(
+                "SELECT id || ' ' || state FROM skillbus_rounds WHERE grp = 'g1' AND state <> 'done'")
             Issue.record("journal: \(rows)\n\(cluster.process("a")?.output.suffix(20).joined(separator: "\n") ?? "")")
         }
         for id in answered.keys { #expect(cluster.executions(id) == 1, "\(id) ran \(cluster.executions(id)) times") }

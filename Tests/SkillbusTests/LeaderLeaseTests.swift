@@ -28,7 +28,9 @@ struct LeaderLeaseTests {
         #expect(lease.read(.init(epoch: 1, renewals: 2, expired: true), at: 900 * Self.ms) == .wait)
         #expect(lease.read(.init(epoch: 1, renewals: 2, expired: true), at: 1800 * Self.ms) == .wait)
         #expect(lease.read(.init(epoch: 2, renewals: 2, expired: true), at: 1900 * Self.ms) == .wait)
-        #expect(lease.read(.init(epoch: 2, renewals: 2, expired: true), at: 2900 * Self.ms) == .claim(epoch: 2, renewals: 2))
+        #expect(
+            lease.read(.init(epoch: 2, renewals: 2, expired: true), at: 2900 * Self.ms) == .claim(epoch: 2, renewals: 2)
+        )
         #expect(lease.read(nil, at: 3000 * Self.ms) == .create)
         #expect(lease.seen == nil)
     }
@@ -48,11 +50,16 @@ struct LeaderLeaseTests {
 
     @Test("a refused connection lets the leader serve on; a timeout does not")
     func failures() {
-        #expect(LeaderLease.failure("cannot connect to PostgreSQL at x: connection to server at \"127.0.0.1\", port 5 failed: Connection refused") == .refused)
+        #expect(
+            LeaderLease.failure(
+                "cannot connect to PostgreSQL at x: connection to server at \"127.0.0.1\", port 5 failed: Connection refused"
+            ) == .refused)
         #expect(LeaderLease.failure("PostgreSQL at x, renew: server closed the connection unexpectedly") == .refused)
         #expect(LeaderLease.failure("FATAL: the database system is starting up") == .refused)
         #expect(LeaderLease.failure("cannot connect to PostgreSQL at x: timeout expired") == .unanswered)
-        #expect(LeaderLease.failure("PostgreSQL at x, renew: could not receive data from server: Connection timed out") == .unanswered)
+        #expect(
+            LeaderLease.failure("PostgreSQL at x, renew: could not receive data from server: Connection timed out")
+                == .unanswered)
         #expect(LeaderLease.failure("no route to host") == .unanswered)
     }
 }
@@ -61,7 +68,9 @@ extension LeaderLeaseTests {
     @Test("a lead given up by a leader that stopped cleanly is claimed at once")
     func released() {
         var lease = LeaderLease(leaseMs: 2000)
-        #expect(lease.read(.init(epoch: 4, renewals: 8, expired: true, released: true), at: 0) == .claim(epoch: 4, renewals: 8))
+        #expect(
+            lease.read(.init(epoch: 4, renewals: 8, expired: true, released: true), at: 0)
+                == .claim(epoch: 4, renewals: 8))
     }
 
     @Test("a leader whose lease is longer than the standby's is waited for as long as its own lease")

@@ -43,7 +43,9 @@ extension CoordinatorLoop {
                 state.group = GroupStatus(group: election.settings.group, leader: leader, leading: true)
                 // Workers come back to the new leader: rounds for their skills wait for them as after a start.
                 state.beginStartupGrace(now: now)
-                perform([.publish(.coordinatorLeader(group: election.settings.group, epoch: leader.epoch, leader: leader))])
+                perform([
+                    .publish(.coordinatorLeader(group: election.settings.group, epoch: leader.epoch, leader: leader))
+                ])
             case .lost(let reason):
                 notices.lose(reason)
             }

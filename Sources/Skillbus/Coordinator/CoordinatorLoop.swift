@@ -117,7 +117,8 @@ final class CoordinatorLoop {
                     settings: group, bus: router.lastEndpoint, feed: feed.lastEndpoint, logger: logger,
                     openJournal: { [hooks] (epoch: Int) throws(SkillbusError) -> RoundJournal in
                         try RoundJournal(
-                            group: group, epoch: epoch, limits: limits, logger: logger, hooks: hooks, onAnswers: onAnswers)
+                            group: group, epoch: epoch, limits: limits, logger: logger, hooks: hooks,
+                            onAnswers: onAnswers)
                     }, notify: { wakePipe.wake() })
             } else {
                 election = nil

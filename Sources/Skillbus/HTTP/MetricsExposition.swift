@@ -62,7 +62,8 @@ public struct MetricsExposition {
                 "skillbus_group_leader", "1 while this coordinator leads its group, 0 while it is a standby.", "gauge",
                 group.leading ? 1 : 0)
             out.scalar(
-                "skillbus_group_epoch", "The group's leader epoch as this coordinator knows it (0: none known).", "gauge",
+                "skillbus_group_epoch", "The group's leader epoch as this coordinator knows it (0: none known).",
+                "gauge",
                 Double(group.leader?.epoch ?? 0))
             out.scalar(
                 "skillbus_journal_backlog_rounds", "Rounds that wait for the group's database (the journal is behind).",

@@ -59,8 +59,8 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
     private static func nameAllowed(_ name: String) -> Bool {
         !name.isEmpty && name.utf8.count <= maxGroupBytes
             && name.utf8.allSatisfy { byte in
-                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
                     || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
             }
     }
@@ -95,13 +95,14 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
         note { () throws(SkillbusError) in
             guard let name = try object.string("name") else { return }
             guard Self.nameAllowed(name) else {
-                throw object.error("name", "'\(name)' is no coordinator name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
+                throw object.error(
+                    "name", "'\(name)' is no coordinator name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
             }
             self.name = name
         }
         note { () throws(SkillbusError) in
-            leaseMs = try object.int("leaseMs", minimum: Self.leaseMsRange.lowerBound, maximum: Self.leaseMsRange.upperBound)
-                ?? leaseMs
+            let range = Self.leaseMsRange
+            leaseMs = try object.int("leaseMs", minimum: range.lowerBound, maximum: range.upperBound) ?? leaseMs
         }
         note { () throws(SkillbusError) in
             guard let section = try object.object("advertise", allowed: ["bus", "feed"]) else { return }
@@ -111,7 +112,8 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
                     guard let endpoint = try section.string(key) else { continue }
                     if let problem = Endpoint.problem(endpoint) { throw section.error(key, problem) }
                     if endpoint.hasSuffix(":*") || endpoint.contains("://0.0.0.0:") || endpoint.contains("://*:") {
-                        throw section.error(key, "'\(endpoint)' is no endpoint others can connect to: name a host and a port")
+                        throw section.error(
+                            key, "'\(endpoint)' is no endpoint others can connect to: name a host and a port")
                     }
                     if key == "bus" { advertise.bus = endpoint } else { advertise.feed = endpoint }
                 } catch {

@@ -149,7 +149,9 @@ final class LeaderElection: Sendable {
                     do {
                         journal = try openJournal(won.epoch)
                     } catch {
-                        lose("took the lead of group '\(settings.group)' but could not open its journal: \(error.message)")
+                        lose(
+                            "took the lead of group '\(settings.group)' but could not open its journal: \(error.message)"
+                        )
                         return
                     }
                     epoch = won.epoch
@@ -194,7 +196,8 @@ final class LeaderElection: Sendable {
             servingUntil.store(0, ordering: .relaxed)
             do throws(SkillbusError) {
                 try database.run("release", Self.release, [.text(settings.group), .integer(Int64(held))])
-                logger.info("gave up the lead of group '\(settings.group)' (epoch \(held)): a standby takes over at once")
+                logger.info(
+                    "gave up the lead of group '\(settings.group)' (epoch \(held)): a standby takes over at once")
             } catch {
                 logger.warning("could not give up the lead of group '\(settings.group)': \(error.message)")
             }
@@ -254,7 +257,8 @@ final class LeaderElection: Sendable {
     /// Renews the lease of `epoch`; false when the group is at another epoch (the lead was lost).
     private func renew(_ database: PostgresConnection, epoch: Int) throws(SkillbusError) -> Bool {
         try database.run(
-            "renew", Self.renew, [.text(settings.group), .integer(Int64(epoch)), .integer(Int64(settings.leaseMs))]) == 1
+            "renew", Self.renew, [.text(settings.group), .integer(Int64(epoch)), .integer(Int64(settings.leaseMs))])
+            == 1
     }
 
     static let read =

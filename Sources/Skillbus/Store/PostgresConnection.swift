@@ -119,8 +119,9 @@ final class PostgresConnection {
     ) throws(SkillbusError) -> Int {
         let connection = try checkedConnection()
         if !prepared.contains(name) {
-            let result = try answer(connection, what: name, sent: PQsendPrepare(connection, name, sql, Int32(parameters.count), nil)) {
-                PQprepare(connection, name, sql, Int32(parameters.count), nil)
+            let count = Int32(parameters.count)
+            let result = try answer(connection, what: name, sent: PQsendPrepare(connection, name, sql, count, nil)) {
+                PQprepare(connection, name, sql, count, nil)
             }
             defer { PQclear(result) }
             try check(result, what: name)
@@ -186,7 +187,8 @@ final class PostgresConnection {
                     if let last { PQclear(last) }
                     close()
                     throw SkillbusError(
-                        .storageUnavailable, "PostgreSQL at \(target), \(what): timeout, no answer within \(timeoutMs) ms",
+                        .storageUnavailable,
+                        "PostgreSQL at \(target), \(what): timeout, no answer within \(timeoutMs) ms",
                         details: ["database": .string(target), "statement": .string(what)])
                 }
                 var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
