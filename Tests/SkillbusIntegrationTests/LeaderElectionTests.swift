@@ -309,6 +309,34 @@ struct LeaderElectionTests {
         #expect(epochs == ["2 b"])
     }
 
+    @Test("two standbys race for a dead leader's lead: exactly one wins, and the other names it")
+    func twoStandbysRace() async throws {
+        let cluster = try GroupCluster(["a", "b", "c"], context: context)
+        defer { cluster.terminate() }
+        try await cluster.start("a", leading: true)
+        try await cluster.start("b")
+        try await cluster.start("c")
+        cluster.process("a")?.signal(SIGKILL)
+        _ = try await cluster.process("a")?.waitForExit()
+        try await waitUntil("b or c to lead") { cluster.leads("b") || cluster.leads("c") }
+        let (winner, loser) = cluster.leads("b") ? ("b", "c") : ("c", "b")
+        let client = try await cluster.client(loser, context)
+        defer { client.close() }
+        try await waitUntil("\(loser) to name \(winner)") {
+            do {
+                _ = try await client.agents(timeout: .seconds(2))
+                return false
+            } catch {
+                return (error as? SkillbusError)?.leader?.name == winner
+            }
+        }
+        // That something does not happen takes the time it would take: a lease on, the loser still does not lead,
+        // and the row says the winner at epoch 2.
+        try await Task.sleep(for: .milliseconds(2500))
+        #expect(!cluster.leads(loser))
+        #expect(try cluster.query("SELECT epoch || ' ' || name FROM skillbus_leaders WHERE grp = 'g1'") == ["2 \(winner)"])
+    }
+
     @Test("fencing: a leader stopped past its lease never writes again and exits 1; started again it is a standby")
     func fencedLeaderExits() async throws {
         let cluster = try GroupCluster(["a", "b"], context: context)
