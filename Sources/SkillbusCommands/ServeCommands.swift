@@ -111,7 +111,10 @@ public enum CoordinatorCommand: SkillbusCommand {
         }
         if let failure = coordinator.failure {
             printError("error: the coordinator stopped: \(failure)")
-            return 1
+            // At once, without the process's exit handlers: a thread of the deposed coordinator may still be inside
+            // libpq (a commit on a cut network), and tearing the libraries down under it crashes the exit.
+            fflush(nil)
+            _exit(1)
         }
         return 0
     }

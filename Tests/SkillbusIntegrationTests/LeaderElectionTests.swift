@@ -354,7 +354,7 @@ struct LeaderElectionTests {
         let rowsAtTakeover = try cluster.query("SELECT count(*) FROM skillbus_rounds WHERE grp = 'g1'")
         old.signal(SIGCONT)
         let code = try await old.waitForExit(timeout: .seconds(10))
-        #expect(code == 1)
+        #expect(code == 1, "\(old.output.suffix(40).joined(separator: "\n"))")
         #expect(old.output.contains { $0.contains("lost the lead") }, "\(old.output.suffix(10))")
         #expect(try cluster.query("SELECT count(*) FROM skillbus_rounds WHERE grp = 'g1'") == rowsAtTakeover)
 

@@ -168,10 +168,14 @@ final class CoordinatorLoop {
         watch.close()
         busGuard?.close()
         operatorEndpoint?.close()
-        // A coordinator that lost the lead does not wait for its journal (a commit may hang on a cut network): it
-        // can write nothing more anyway (fencing), and its process ends. A leader that stops cleanly closes its
-        // journal first, then gives the lead up, so a standby takes over at once and finds every commit.
-        if failure == nil { journal?.close() }
+        // A coordinator that lost the lead waits for its journal a moment at most (a commit may hang on a cut
+        // network): it can write nothing more anyway (fencing), and its process ends. A leader that stops cleanly
+        // closes its journal first, then gives the lead up, so a standby takes over at once and finds every commit.
+        if failure == nil {
+            journal?.close()
+        } else if journal?.close(within: .seconds(2)) == false {
+            logger.warning("the journal's thread did not stop within 2 s; leaving it")
+        }
         election?.close(release: failure == nil && journal != nil)
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")

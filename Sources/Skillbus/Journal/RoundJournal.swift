@@ -143,15 +143,23 @@ final class RoundJournal: Sendable {
     }
 
     /// Commits what was handed over, closes the database and waits for the thread (at the coordinator's stop).
-    func close() {
+    /// With `within`, waits that long at most (a coordinator that lost the lead: a commit may hang on a cut
+    /// network); returns whether the thread ended.
+    @discardableResult
+    func close(within: DispatchTimeInterval? = nil) -> Bool {
         let running = inbox.withLock { box -> Bool in
             box.stopping = true
             return !box.exited
         }
-        guard running else { return }
+        guard running else { return true }
         wakeup.signal()
-        exited.wait()
+        if let within {
+            guard exited.wait(timeout: .now() + within) == .success else { return false }
+        } else {
+            exited.wait()
+        }
         exited.signal()
+        return true
     }
 
     // MARK: - On the thread
