@@ -92,6 +92,18 @@ public enum SkillsCommand: SkillbusCommand {
         }
         return lines.joined(separator: "\n")
     }
+
+    /// `group g1: led by 'a' (epoch 2) since 2026-12-05T21:00:00.000Z; journal behind by 12 round(s)`.
+    static func groupLine(_ group: JSONValue?) -> String? {
+        guard let group, let name = group["group"]?.stringValue else { return nil }
+        let leader = group["leader"]
+        let who = leader?["name"]?.stringValue ?? "?"
+        var line = "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
+            + " since \(leader?["since"]?.stringValue ?? "?")"
+        let backlog = group["journalBacklog"]?.intValue ?? 0
+        line += backlog > 0 ? "; journal behind by \(backlog) round(s)" : "; journal up to date"
+        return line
+    }
 }
 
 /// `skillbus agents`
@@ -124,12 +136,14 @@ public enum AgentsCommand: SkillbusCommand {
         return 0
     }
 
-    /// One line per agent: `alpha  idle  1/4  hb 0.3 s  registry 12 ✓  echo, math.eval`
+    /// One line per agent: `alpha  idle  1/4  hb 0.3 s  registry 12 ✓  echo, math.eval`; first, in a coordinator
+    /// group, who leads it.
     static func render(_ listing: JSONValue) -> String {
         let agents = listing["agents"]?.arrayValue ?? []
-        guard !agents.isEmpty else { return "No agents registered." }
+        let group = groupLine(listing["group"])
+        guard !agents.isEmpty else { return (group.map { $0 + "\n" } ?? "") + "No agents registered." }
         let registrySeq = listing["registry"]?["seq"]?.intValue ?? 0
-        var lines = ["registry at seq \(registrySeq); \(agents.count) agent(s)"]
+        var lines = (group.map { [$0] } ?? []) + ["registry at seq \(registrySeq); \(agents.count) agent(s)"]
         let nameWidth = max(5, agents.map { $0["agent"]?.stringValue?.count ?? 0 }.max() ?? 0)
         lines.append(
             "AGENT".padding(toLength: nameWidth, withPad: " ", startingAt: 0)
@@ -169,5 +183,17 @@ public enum AgentsCommand: SkillbusCommand {
                     + sessions.padding(toLength: 10, withPad: " ", startingAt: 0) + skills)
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// `group g1: led by 'a' (epoch 2) since 2026-12-05T21:00:00.000Z; journal behind by 12 round(s)`.
+    static func groupLine(_ group: JSONValue?) -> String? {
+        guard let group, let name = group["group"]?.stringValue else { return nil }
+        let leader = group["leader"]
+        let who = leader?["name"]?.stringValue ?? "?"
+        var line = "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
+            + " since \(leader?["since"]?.stringValue ?? "?")"
+        let backlog = group["journalBacklog"]?.intValue ?? 0
+        line += backlog > 0 ? "; journal behind by \(backlog) round(s)" : "; journal up to date"
+        return line
     }
 }

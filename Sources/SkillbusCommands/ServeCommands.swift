@@ -25,6 +25,9 @@ public enum CoordinatorCommand: SkillbusCommand {
             With --data-dir (config "dataDir") it journals every round in DIR/journal.sqlite: a round id sent
             again after a restart gets its stored document, and a round the restart interrupted is answered
             'interrupted' (or runs again, when all its skills are idempotent). See README "Durability".
+            With "ha" in its config it keeps that journal in PostgreSQL and joins a coordinator group: the
+            database elects one leader, the others answer every message with not_leader naming it. A coordinator
+            that lost the lead exits with status 1 (restarted, it joins as a standby). See PROTOCOL §3.11.
 
             EXAMPLE: skillbus coordinator --config /etc/skillbus/coordinator.json --bus tcp://0.0.0.0:5555
             """,
@@ -105,6 +108,13 @@ public enum CoordinatorCommand: SkillbusCommand {
         print("skillbus coordinator ready: bus=\(coordinator.busEndpoint) feed=\(coordinator.feedEndpoint)\(http)")
         try await runUntilStopped([coordinator], signals: signals, logger: logger) { signal in
             logger.info("signal \(signal): stopping")
+        }
+        if let failure = coordinator.failure {
+            printError("error: the coordinator stopped: \(failure)")
+            // At once, without the process's exit handlers: a thread of the deposed coordinator may still be inside
+            // libpq (a commit on a cut network), and tearing the libraries down under it crashes the exit.
+            fflush(nil)
+            _exit(1)
         }
         return 0
     }

@@ -28,8 +28,12 @@ final class FeedRecorder: Sendable {
 
     /// Subscribes to `topics` and returns once the subscription is in place (a registry heartbeat came).
     static func start(_ cluster: TestCluster, topics: [String]) async throws -> FeedRecorder {
+        try await start(feed: cluster.feed, topics: topics)
+    }
+
+    static func start(feed: String, topics: [String]) async throws -> FeedRecorder {
         let subscriber = try await FeedSubscriber.connect(
-            endpoint: cluster.feed, topics: topics + ["registry.heartbeat"], context: try ZMQContext())
+            endpoint: feed, topics: topics + ["registry.heartbeat"], context: try ZMQContext())
         let recorder = FeedRecorder(subscriber: subscriber)
         recorder.reader.withLock {
             $0 = Task {

@@ -13,12 +13,27 @@ final class CollectedJournal: Sendable {
         let list = Mutex<[JournalAnswer]>([])
     }
 
+    /// The journal of the group's leader: the group's row is made (epoch 1) when it has none.
     init(group: CoordinatorGroupSettings, limits: RoundJournal.Limits = .init()) throws {
         let answers = Answers()
         self.answers = answers
-        journal = try RoundJournal(group: group, limits: limits, logger: Logger(label: "test")) { batch in
+        let epoch = try Self.lead(group)
+        journal = try RoundJournal(group: group, epoch: epoch, limits: limits, logger: Logger(label: "test")) { batch in
             answers.list.withLock { $0 += batch }
         }
+    }
+
+    /// The group's epoch, its row made when missing, as an election's first leader makes it.
+    static func lead(_ group: CoordinatorGroupSettings) throws -> Int {
+        let connection = try PostgresConnection(url: group.database, password: group.password, applicationName: "test")
+        defer { connection.close() }
+        try PostgresJournalSchema.prepare(connection)
+        try connection.run(
+            "lead",
+            "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals) "
+                + "VALUES ($1, 1, 'test', 'tcp://x:1', 'tcp://x:2', 0, now(), 2000, 0) "
+                + "ON CONFLICT (grp) DO NOTHING", [.text(group.group)])
+        return Int(try connection.integer("epoch", "SELECT epoch FROM skillbus_leaders WHERE grp = $1", [.text(group.group)]) ?? 0)
     }
 
     func accept(_ id: String, body: String = "{}", idempotent: Bool = false) async throws -> JournalAnswer {
@@ -96,6 +111,39 @@ struct PostgresJournalTests {
         try await waitUntil("the journal to shrink") { opened.journal.storedBytes.load(ordering: .relaxed) <= 20_000 }
         #expect(try await opened.accept("r59") == .stored(roundID: Array("r59".utf8), document: document))
         #expect(try await opened.accept("r0") == .accepted(roundID: Array("r0".utf8)))
+    }
+
+    @Test("fencing: once the group's epoch moved on, the journal writes nothing more and says so once")
+    func fencing() async throws {
+        let postgres = try ThrowawayPostgres()
+        defer { postgres.remove() }
+        let fenced = Mutex<[String]>([])
+        let group = postgres.group("g")
+        let epoch = try CollectedJournal.lead(group)
+        var hooks = RoundJournal.Hooks()
+        hooks.onFenced = { error in fenced.withLock { $0.append(error.message) } }
+        let answers = CollectedJournal.Answers()
+        let journal = try RoundJournal(group: group, epoch: epoch, limits: .init(), logger: Logger(label: "test"), hooks: hooks) {
+            batch in answers.list.withLock { $0 += batch }
+        }
+        defer { journal.close() }
+        journal.submit([.accept(roundID: Array("before".utf8), body: Array("{}".utf8), idempotent: false)])
+        try await waitUntil("the first accept's answer") { answers.list.withLock { $0.count } == 1 }
+        let connection = try PostgresConnection(url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+        defer { connection.close() }
+        try connection.execute("UPDATE skillbus_leaders SET epoch = epoch + 1 WHERE grp = 'g'")
+        journal.submit([.accept(roundID: Array("after".utf8), body: Array("{}".utf8), idempotent: false)])
+        try await waitUntil("the second accept's answer") { answers.list.withLock { $0.count } == 2 }
+        let second = answers.list.withLock { $0[1] }
+        guard case .failed(_, let error) = second else {
+            Issue.record("a fenced journal accepted a round: \(second)")
+            return
+        }
+        #expect(error.code == .notLeader && error.message.contains("epoch \(epoch)"), "\(error.message)")
+        #expect(fenced.withLock { $0.count } == 1)
+        var rows = 0
+        try connection.run("rows", "SELECT id FROM skillbus_rounds WHERE grp = 'g'") { _ in rows += 1 }
+        #expect(rows == 1)
     }
 
     @Test("a database nobody listens on is refused at open, naming it")

@@ -124,6 +124,10 @@ final class RestartableCluster: Sendable {
             arguments, name: "coordinator", environment: ["SKILLBUS_TEST_PG": ThrowawayPostgres.password])
         current.withLock { $0 = process }
         try await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
+        if postgres != nil {
+            // A group's coordinator serves once it leads: after one lease when a killed leader's row is there.
+            try await process.waitForLine("the lead", timeout: .seconds(15)) { $0.contains("leading group 'restartable'") }
+        }
         if keys != nil {
             try await process.waitForLine("the keys line") { $0.contains("keys: CURVE on bus and feed") }
         }

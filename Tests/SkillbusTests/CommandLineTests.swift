@@ -130,6 +130,18 @@ struct CommandLineTests {
         #expect(!text.contains("executingSkill(echo)"), "\(text)")
     }
 
+    @Test("agents says who leads a coordinator group, since when, and whether the journal is behind")
+    func agentsShowTheLeader() throws {
+        let listing = try JSONValue(
+            parsing: #"{"registry": {"seq": 0}, "agents": [], "group": {"group": "g1", "leading": true, "#
+                + #""journalBacklog": 12, "leader": {"name": "a", "bus": "tcp://h:5555", "feed": "tcp://h:5556", "#
+                + #""epoch": 2, "since": "2026-12-05T21:00:00.000Z"}}}"#)
+        #expect(
+            AgentsCommand.render(listing)
+                == "group g1: led by 'a' (epoch 2) since 2026-12-05T21:00:00.000Z; journal behind by 12 round(s)\n"
+                + "No agents registered.")
+    }
+
     @Test("a skipped plan step says skipped and why; skills shows defaults and no dangling dash")
     func readableLines() {
         let stopped = RoundDocument.Invocation(id: "b", skill: "echo", status: .skipped)

@@ -36,6 +36,16 @@ struct CoordinatorGroupSettingsTests {
                 .write(to: URL(fileURLWithPath: path))
             let configuration = try CoordinatorConfiguration.load(path: path)
             #expect(configuration.ha?.database == "postgresql://db1/x" && configuration.stateSettings.journaled)
+            #expect(configuration.ha?.leaseMs == 2000 && configuration.ha?.name == nil)
+            let named = try load(
+                #"{"database": "postgresql://db1/x", "group": "g", "name": "coord-a", "leaseMs": 1500, "#
+                    + #""advertise": {"bus": "tcp://10.0.0.1:5555"}}"#, in: directory)
+            #expect(named?.memberName == "coord-a" && named?.leaseMs == 1500)
+            let endpoints = named?.advertised(bus: "tcp://0.0.0.0:5555", feed: "tcp://0.0.0.0:5556")
+            #expect(endpoints?.bus == "tcp://10.0.0.1:5555")
+            #expect(endpoints?.feed == "tcp://\(ProcessInfo.processInfo.hostName):5556")
+            let again = String(decoding: named.map { $0.json.serialized() } ?? [], as: UTF8.self)
+            #expect(again.contains(#""advertise":{"bus":"tcp://10.0.0.1:5555"}"#) && again.contains(#""leaseMs":1500"#))
         }
     }
 
@@ -53,6 +63,17 @@ struct CoordinatorGroupSettingsTests {
                 ),
                 (#"{"database": "postgresql://x/y", "group": "g", "passwordFile": "none"}"#, ["ha.passwordFile: cannot read"]),
                 (#"{"database": "postgresql://x/y", "group": "g", "pasword": "x"}"#, ["ha.pasword: unknown key"]),
+                (#"{"database": "postgresql://x/y", "group": "g", "name": "a/b"}"#, ["ha.name: 'a/b' is no coordinator name"]),
+                (#"{"database": "postgresql://x/y", "group": "g", "leaseMs": 10}"#, ["ha.leaseMs: must be from 500 to 600000"]),
+                (
+                    #"{"database": "postgresql://x/y", "group": "g", "advertise": {"bus": "tcp://0.0.0.0:5555", "feed": "x"}}"#,
+                    ["ha.advertise.bus: 'tcp://0.0.0.0:5555' is no endpoint others can connect to",
+                     "ha.advertise.feed: 'x' is not a ZeroMQ endpoint"]
+                ),
+                (
+                    #"{"database": "postgresql://x/y", "group": "g", "advertise": {"bus": "tcp://a:1", "http": "x"}}"#,
+                    ["ha.advertise.http: unknown key"]
+                ),
             ]
             for (section, expected) in cases {
                 do {

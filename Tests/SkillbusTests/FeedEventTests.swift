@@ -58,6 +58,13 @@ struct FeedEventTests {
         .registryHeartbeat(epoch: "e", sequence: 9, intervalMs: 1000),
         .securityRefused(socket: "bus", address: "127.0.0.1", key: "k", reason: "unknown key", refused: 3),
         .limitRefused(socket: "bus", limit: "maxFrames", reason: "too many", refused: 1),
+        .coordinatorLeader(
+            group: "g1", epoch: 4,
+            leader: GroupLeader(
+                name: "a", bus: "tcp://10.0.0.1:5555", feed: "tcp://10.0.0.1:5556", epoch: 4,
+                since: "2026-12-05T21:00:00.000Z")),
+        .journalBehind(group: "g1", rounds: 12),
+        .journalBehind(group: "g1", rounds: 0),
     ]
 
     @Test("every kind's members come in key order, and publishing writes the object JSON writes, with type and time")

@@ -18,6 +18,8 @@ public final class Coordinator: Sendable {
         let stopping = Atomic<Bool>(false)
         let wakePipe: WakePipe
         let exited = DispatchSemaphore(value: 0)
+        /// Why the coordinator stopped on its own (a group's coordinator that lost the lead), if it did.
+        let failure = Mutex<String?>(nil)
         init(wakePipe: WakePipe) { self.wakePipe = wakePipe }
     }
 
@@ -98,6 +100,9 @@ public final class Coordinator: Sendable {
             self.stop()
         }
     }
+
+    /// Why the coordinator stopped by itself, nil when it was asked to (its command then exits 1: PROTOCOL §3.11).
+    public var failure: String? { control.failure.withLock { $0 } }
 
     /// Asks the coordinator's thread to close its sockets and leave.
     public func stop() {

@@ -15,9 +15,20 @@ final class CoordinatorLoop {
     var state: CoordinatorState
     /// Notices a worker's connection closing (the ROUTER's socket monitor).
     let watch: ConnectionWatch
-    /// The round journal, with a data directory (Journal/); its answers wait in `journalAnswers`.
-    let journal: RoundJournal?
+    /// The round journal, with a data directory (Journal/); its answers wait in `journalAnswers`. In a coordinator
+    /// group it is opened when this coordinator takes the lead (`election`).
+    var journal: RoundJournal?
     let journalAnswers = JournalMailbox()
+    /// A coordinator group's election (PROTOCOL §3.11), and what its threads tell this one.
+    let election: LeaderElection?
+    let notices = GroupNotices()
+    /// `answerAfterCommit`: the answers of rounds whose documents wait for their commit, by round id.
+    let answerAfterCommit: Bool
+    var heldAnswersByRound: [ByteKey: [(peer: PeerID, frames: Multipart)]] = [:]
+    /// Why this coordinator stopped on its own (it lost the lead), for its exit status.
+    var failure: String?
+    /// The journal's backlog as last published on the feed.
+    var publishedBacklog = 0
     /// What the actions of this pass of the loop gave the journal: handed over in one piece before the loop
     /// polls again (one hand-off per pass, however many rounds it accepted or ended).
     private var journalEntries: [JournalEntry] = []
@@ -40,6 +51,7 @@ final class CoordinatorLoop {
 
     init(configuration: CoordinatorConfiguration, context: ZMQContext, logger: Logger, wakePipe: WakePipe) throws {
         self.logger = logger
+        answerAfterCommit = configuration.answerAfterCommit
         self.maxMessageBytes = configuration.maxMessageBytes
         if let problem = BindCheck.problem(configuration) { throw SkillbusError(.invalidConfiguration, problem) }
         // The ZAP handler first: a CURVE socket accepts whoever comes while its context has none.
@@ -81,13 +93,35 @@ final class CoordinatorLoop {
                 journalAnswers.post(answers)
                 wakePipe.wake()
             }
-            // A group's journal is in PostgreSQL; a data directory is then not used for it.
+            // A group's journal is in PostgreSQL, opened by the election when this coordinator takes the lead; a
+            // data directory is then not used for it.
             if let group = configuration.ha {
                 if let directory = configuration.dataDir {
                     logger.warning("the journal is in PostgreSQL (ha); the data directory \(directory) is not used for it")
                 }
-                journal = try RoundJournal(group: group, limits: limits, logger: logger, onAnswers: onAnswers)
+                let notices = notices
+                var hooks = RoundJournal.Hooks()
+                hooks.onFenced = { (error: SkillbusError) in
+                    notices.lose(error.message)
+                    wakePipe.wake()
+                }
+                hooks.onBacklog = { wakePipe.wake() }
+                if configuration.answerAfterCommit {
+                    hooks.onCommitted = { (ids: [[UInt8]]) in
+                        notices.committed(ids)
+                        wakePipe.wake()
+                    }
+                }
+                journal = nil
+                election = try LeaderElection(
+                    settings: group, bus: router.lastEndpoint, feed: feed.lastEndpoint, logger: logger,
+                    openJournal: { [hooks] (epoch: Int) throws(SkillbusError) -> RoundJournal in
+                        try RoundJournal(
+                            group: group, epoch: epoch, limits: limits, logger: logger, hooks: hooks,
+                            onAnswers: onAnswers)
+                    }, notify: { wakePipe.wake() })
             } else {
+                election = nil
                 journal = try configuration.dataDir.map { directory throws(SkillbusError) in
                     try RoundJournal(directory: directory, limits: limits, logger: logger, onAnswers: onAnswers)
                 }
@@ -115,6 +149,7 @@ final class CoordinatorLoop {
             Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
             - Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
         state = CoordinatorState(settings: settings)
+        if let election { state.group = GroupStatus(group: election.settings.group, leader: nil, leading: false) }
         if let sessions = journal?.takeSessionsAtOpen(), !sessions.isEmpty {
             state.restoreSessions(sessions)
             logger.info("the journal knew the agents of \(state.roster.count) session(s)")
@@ -133,7 +168,15 @@ final class CoordinatorLoop {
         watch.close()
         busGuard?.close()
         operatorEndpoint?.close()
-        journal?.close()
+        // A coordinator that lost the lead waits for its journal a moment at most (a commit may hang on a cut
+        // network): it can write nothing more anyway (fencing), and its process ends. A leader that stops cleanly
+        // closes its journal first, then gives the lead up, so a standby takes over at once and finds every commit.
+        if failure == nil {
+            journal?.close()
+        } else if journal?.close(within: .seconds(2)) == false {
+            logger.warning("the journal's thread did not stop within 2 s; leaving it")
+        }
+        election?.close(release: failure == nil && journal != nil)
         if unroutable > 0 || rejected > 0 {
             logger.info("stopped; \(rejected) bad message(s) refused, \(unroutable) reply(ies) to vanished peers")
         }
@@ -170,8 +213,13 @@ final class CoordinatorLoop {
             }
             if ready.readable[2] {
                 control.wakePipe.drain()
+                if election != nil, !groupChanged() {
+                    control.failure.withLock { $0 = failure }
+                    return
+                }
                 let answers = journalAnswers.take()
                 if !answers.isEmpty { perform(state.journalAnswered(answers, now: DispatchTime.now().uptimeNanoseconds)) }
+                if answerAfterCommit { releaseAnswers(notices.takeCommitted()) }
             }
             if ready.readable[0] || router.hasBufferedMessages { drainBus() }
             if ready.readable[1] { drainSubscriptions() }
@@ -183,6 +231,7 @@ final class CoordinatorLoop {
                 confirmLostConnections(now: now)
                 router.expireHandshakes(now: .now)
                 perform(state.tick(now: now))
+                if election != nil { refreshGroup() }
                 if let busGuard {
                     busGuard.handshakesFailed(router.takeHandshakeFailures())
                     perform(busGuard.tick())
@@ -240,6 +289,8 @@ final class CoordinatorLoop {
         let (body, userID, sourceFD) = (message.frames, message.userID, message.sourceFD)
         guard let peer = message.routingID else { return }
         let now = DispatchTime.now().uptimeNanoseconds
+        // A standby serves nobody; a leader serves only while its lease holds by its own clock.
+        if let election, journal == nil || !election.serving(now) { return refuseAsStandby(peer, body) }
         guard let header = body.first else {
             return refuse(peer, body, SkillbusError(.malformedMessage, "empty message (no protocol header frame)"))
         }
@@ -333,10 +384,18 @@ final class CoordinatorLoop {
     }
 
     func perform(_ actions: [CoordinatorAction]) {
+        if answerAfterCommit { holdAnswers(of: actions) }
         for action in actions {
             switch action {
             case .journal(let entry): journalEntries.append(entry)
-            case .toClient(let peer, let message): send(to: peer, message.encoded())
+            case .toClient(let peer, let message):
+                if !heldAnswersByRound.isEmpty, case .round(_, let roundID, _) = message,
+                    heldAnswersByRound[ByteKey(roundID)] != nil
+                {
+                    heldAnswersByRound[ByteKey(roundID)]!.append((peer, message.encoded()))
+                    continue
+                }
+                send(to: peer, message.encoded())
             case .toWorker(let peer, let message): send(to: peer, message.encoded())
             case .publish(let event):
                 logEvent(event)

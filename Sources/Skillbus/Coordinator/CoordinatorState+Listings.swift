@@ -49,10 +49,12 @@ extension CoordinatorState {
             }
             return .object(entry)
         }
-        return [
+        var listing: [String: JSONValue] = [
             "agents": .array(agents), "registry": position.json, "waiting": .number(Double(requests.queuedCount)),
             "cache": cache.json, "bySkill": skillActivity(),
         ]
+        if let group { listing["group"] = group.json }
+        return .object(listing)
     }
 
     /// Per skill on offer or waited for: the RESULTs its live providers returned and the requests waiting

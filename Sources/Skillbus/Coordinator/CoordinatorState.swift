@@ -38,6 +38,8 @@ public struct CoordinatorState: Sendable {
     /// The same for the events of a round's life (`round.accepted`, `invocation.dispatched`, `invocation.done`,
     /// `invocation.deduplicated`, `round.done`).
     public var publishesRoundEvents = true
+    /// The coordinator's group, when it leads one (AGENTS, `/metrics`); set by its thread (PROTOCOL §3.11).
+    public var group: GroupStatus?
     public internal(set) var workers = WorkerTable()
     /// The authoritative registry and its update sequence.
     public internal(set) var ledger: RegistryLedger

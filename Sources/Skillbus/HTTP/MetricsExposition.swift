@@ -57,6 +57,18 @@ public struct MetricsExposition {
             Double(snapshot.registrySequence))
         out.scalar("skillbus_registry_agents", "Agents in the registry.", "gauge", Double(snapshot.agents.count))
         out.scalar("skillbus_registry_skills", "Skill identifiers on offer.", "gauge", Double(snapshot.registrySkills))
+        if let group = snapshot.group {
+            out.scalar(
+                "skillbus_group_leader", "1 while this coordinator leads its group, 0 while it is a standby.", "gauge",
+                group.leading ? 1 : 0)
+            out.scalar(
+                "skillbus_group_epoch", "The group's leader epoch as this coordinator knows it (0: none known).",
+                "gauge",
+                Double(group.leader?.epoch ?? 0))
+            out.scalar(
+                "skillbus_journal_backlog_rounds", "Rounds that wait for the group's database (the journal is behind).",
+                "gauge", Double(group.journalBacklog))
+        }
         for (name, help, type, value) in extra { out.scalar(name, help, type, value) }
         return out.text
     }

@@ -20,6 +20,8 @@ public struct BusSnapshot: Sendable, Equatable {
     public var registryEpoch = ""
     public var registrySequence: UInt64 = 0
     public var registrySkills = 0
+    /// The coordinator's group, when it is in one (PROTOCOL §3.11).
+    public var group: GroupStatus?
 
     public init() {}
 

@@ -45,6 +45,7 @@ final class OperatorEndpoint {
         snapshot.registryEpoch = state.ledger.epoch
         snapshot.registrySequence = state.ledger.sequence
         snapshot.registrySkills = Set(snapshot.agents.flatMap(\.skills)).count
+        snapshot.group = state.group
         board.publish(snapshot)
     }
 

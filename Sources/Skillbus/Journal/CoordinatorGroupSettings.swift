@@ -13,15 +13,57 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
     /// The password, read from `passwordEnv` or `passwordFile` (nil: neither was given; libpq may still find
     /// one in ~/.pgpass). Never written to a file.
     var password: String?
+    /// This coordinator's name in the group (`ha.name`); nil: the host's name.
+    public var name: String?
+    /// The endpoints others should use to reach this coordinator (`ha.advertise`); nil: the bound ones, a
+    /// wildcard host replaced by the host's name.
+    public var advertise: (bus: String?, feed: String?) = (nil, nil)
+    /// How long a leader's lease lasts (`ha.leaseMs`, PROTOCOL §3.11): a leader whose renewals go unanswered
+    /// stops serving after it, and a standby takes over after seeing it unrenewed for that long.
+    public var leaseMs = 2000
 
-    public init(database: String, group: String, password: String? = nil) {
+    public init(database: String, group: String, password: String? = nil, name: String? = nil, leaseMs: Int = 2000) {
         self.database = database
         self.group = group
         self.password = password
+        self.name = name
+        self.leaseMs = leaseMs
     }
 
-    static let fields: Set<String> = ["database", "group", "passwordEnv", "passwordFile"]
+    public static func == (left: Self, right: Self) -> Bool {
+        left.database == right.database && left.group == right.group && left.passwordEnv == right.passwordEnv
+            && left.passwordFile == right.passwordFile && left.password == right.password && left.name == right.name
+            && left.advertise.bus == right.advertise.bus && left.advertise.feed == right.advertise.feed
+            && left.leaseMs == right.leaseMs
+    }
+
+    static let fields: Set<String> = [
+        "database", "group", "passwordEnv", "passwordFile", "name", "advertise", "leaseMs",
+    ]
     static let maxGroupBytes = 64
+    static let leaseMsRange = 500...600_000
+
+    /// The name the coordinator goes by in its group.
+    var memberName: String { name ?? ProcessInfo.processInfo.hostName }
+
+    /// What this coordinator advertises, from the endpoints it bound (`tcp://0.0.0.0:5555` becomes
+    /// `tcp://HOSTNAME:5555`) unless `advertise` names them.
+    func advertised(bus bound: String, feed boundFeed: String) -> (bus: String, feed: String) {
+        (advertise.bus ?? Self.reachable(bound), advertise.feed ?? Self.reachable(boundFeed))
+    }
+
+    static func reachable(_ bound: String, host: String = ProcessInfo.processInfo.hostName) -> String {
+        Endpoint.reachable(bound, via: "tcp://\(host):1")
+    }
+
+    private static func nameAllowed(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= maxGroupBytes
+            && name.utf8.allSatisfy { byte in
+                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
+                    || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
+            }
+    }
 
     /// Reads `{"database", "group", "passwordEnv" | "passwordFile"}`; every problem is reported at once, each
     /// naming its key (`ha.database`, …).
@@ -45,15 +87,40 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
             guard let name = try object.string("group") else {
                 throw object.error("group", "missing: the name the group's coordinators share")
             }
-            let allowed = name.utf8.allSatisfy { byte in
-                (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte) || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
-                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
-                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
-            }
-            guard !name.isEmpty, name.utf8.count <= Self.maxGroupBytes, allowed else {
+            guard Self.nameAllowed(name) else {
                 throw object.error("group", "'\(name)' is no group name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
             }
             group = name
+        }
+        note { () throws(SkillbusError) in
+            guard let name = try object.string("name") else { return }
+            guard Self.nameAllowed(name) else {
+                throw object.error(
+                    "name", "'\(name)' is no coordinator name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
+            }
+            self.name = name
+        }
+        note { () throws(SkillbusError) in
+            let range = Self.leaseMsRange
+            leaseMs = try object.int("leaseMs", minimum: range.lowerBound, maximum: range.upperBound) ?? leaseMs
+        }
+        note { () throws(SkillbusError) in
+            guard let section = try object.object("advertise", allowed: ["bus", "feed"]) else { return }
+            var problems: [String] = []
+            for key in ["bus", "feed"] {
+                do throws(SkillbusError) {
+                    guard let endpoint = try section.string(key) else { continue }
+                    if let problem = Endpoint.problem(endpoint) { throw section.error(key, problem) }
+                    if endpoint.hasSuffix(":*") || endpoint.contains("://0.0.0.0:") || endpoint.contains("://*:") {
+                        throw section.error(
+                            key, "'\(endpoint)' is no endpoint others can connect to: name a host and a port")
+                    }
+                    if key == "bus" { advertise.bus = endpoint } else { advertise.feed = endpoint }
+                } catch {
+                    problems += ConfigObject.problems(in: error)
+                }
+            }
+            try ConfigObject.throwing(problems)
         }
         note { () throws(SkillbusError) in
             passwordEnv = try object.string("passwordEnv")
@@ -99,6 +166,14 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
         var object: [String: JSONValue] = ["database": .string(database), "group": .string(group)]
         if let passwordEnv { object["passwordEnv"] = .string(passwordEnv) }
         if let passwordFile { object["passwordFile"] = .string(passwordFile) }
+        if let name { object["name"] = .string(name) }
+        if leaseMs != 2000 { object["leaseMs"] = .number(Double(leaseMs)) }
+        if advertise.bus != nil || advertise.feed != nil {
+            var endpoints: [String: JSONValue] = [:]
+            if let bus = advertise.bus { endpoints["bus"] = .string(bus) }
+            if let feed = advertise.feed { endpoints["feed"] = .string(feed) }
+            object["advertise"] = .object(endpoints)
+        }
         return .object(object)
     }
 }

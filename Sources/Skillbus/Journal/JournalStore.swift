@@ -30,6 +30,12 @@ protocol JournalStore: AnyObject {
     /// At most `limit` ended rounds, oldest first (the retention sweep's candidates).
     func oldestEnded(limit: Int) throws(SkillbusError) -> [JournalRetention.Row]
 
+    /// Whether the store can wait for its database to come back (PostgreSQL: the server restarts; SQLite, a
+    /// file of the coordinator's own, never goes away), whether it is connected now, and connecting again.
+    var waitsForDatabase: Bool { get }
+    var isConnected: Bool { get }
+    func reconnect() throws(SkillbusError)
+
     /// Pages of write-ahead log not yet checkpointed (0 for a store that has none of its own to keep).
     var framesInLog: Int { get }
     func checkpoint() throws(SkillbusError)
@@ -148,6 +154,10 @@ final class SQLiteJournalStore: JournalStore {
     }
 
     var framesInLog: Int { database.framesInLog }
+
+    var waitsForDatabase: Bool { false }
+    var isConnected: Bool { true }
+    func reconnect() throws(SkillbusError) {}
 
     func checkpoint() throws(SkillbusError) { try database.checkpoint() }
 

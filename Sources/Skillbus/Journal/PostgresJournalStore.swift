@@ -2,39 +2,65 @@
 /// that several groups may share one database. One connection, owned by the journal's thread; every statement is
 /// prepared once on it.
 final class PostgresJournalStore: JournalStore {
-    let connection: PostgresConnection
+    private(set) var connection: PostgresConnection
     let group: String
 
-    /// Connects and makes the tables when they are missing (under a transaction-level advisory lock, so that two
-    /// coordinators starting together do not both create them); refuses a schema newer than this build's.
-    init(settings: CoordinatorGroupSettings) throws(SkillbusError) {
-        connection = try PostgresConnection(
-            url: settings.database, password: settings.password, applicationName: "skillbus coordinator")
+    /// The epoch this coordinator leads the group with: every transaction checks it first (`fence`).
+    let epoch: Int
+
+    /// Connects and makes the tables when they are missing (`PostgresJournalSchema.prepare`).
+    init(settings: CoordinatorGroupSettings, epoch: Int) throws(SkillbusError) {
+        connection = try Self.connect(settings)
         group = settings.group
+        self.epoch = epoch
+        self.settings = settings
+    }
+
+    private let settings: CoordinatorGroupSettings
+
+    private static func connect(_ settings: CoordinatorGroupSettings) throws(SkillbusError) -> PostgresConnection {
+        let connection = try PostgresConnection(
+            url: settings.database, password: settings.password, applicationName: "skillbus coordinator",
+            timeoutMs: settings.leaseMs,
+            // A transaction left open by a coordinator that stopped (SIGSTOP, a hung machine) holds the row a
+            // takeover must update: the server ends such a session after one lease.
+            settings: [("idle_in_transaction_session_timeout", String(settings.leaseMs))])
         do {
-            try connection.transaction { () throws(SkillbusError) in
-                try connection.execute("SELECT pg_advisory_xact_lock(\(PostgresJournalSchema.schemaLockKey))")
-                try connection.execute(PostgresJournalSchema.create)
-                let version = try connection.integer("schema_version", PostgresJournalSchema.version) ?? 0
-                guard version <= PostgresJournalSchema.currentVersion else {
-                    throw SkillbusError(
-                        .storeRefused,
-                        "the journal's tables in PostgreSQL at \(connection.target) are of schema version \(version); "
-                            + "this build knows \(PostgresJournalSchema.currentVersion): run the newer skillbus",
-                        details: ["database": .string(connection.target)])
-                }
-                if version == 0 { try connection.execute(PostgresJournalSchema.recordVersion) }
-            }
+            try PostgresJournalSchema.prepare(connection)
         } catch {
             connection.close()
             throw error
         }
+        return connection
+    }
+
+    /// A server that went away comes back: the journal waits for it (RoundJournal, "When the database goes away").
+    var waitsForDatabase: Bool { true }
+    /// Whether the connection is up; a lost one is made again by `reconnect`.
+    var isConnected: Bool { connection.isOpen }
+
+    func reconnect() throws(SkillbusError) {
+        connection.close()
+        connection = try Self.connect(settings)
     }
 
     private var groupValue: PostgresConnection.Value { .text(group) }
 
+    /// Every transaction first reads the group's epoch, holding its row with FOR SHARE until the commit: a
+    /// takeover (which updates that row) waits for the transaction, and a transaction that finds another epoch
+    /// writes nothing (fencing, PROTOCOL §3.11).
     func transaction<T>(_ body: () throws(SkillbusError) -> T) throws(SkillbusError) -> T {
-        try connection.transaction(body)
+        try connection.transaction { () throws(SkillbusError) -> T in
+            let current = try connection.integer("fence", PostgresJournalSchema.fence, [groupValue])
+            guard current == Int64(epoch) else {
+                throw SkillbusError(
+                    .notLeader,
+                    "this coordinator led group '\(group)' with epoch \(epoch), and the group is at epoch "
+                        + "\(current.map(String.init) ?? "none") now: another coordinator took the lead",
+                    details: ["group": .string(group), "epoch": current.map { .number(Double($0)) } ?? .null])
+            }
+            return try body()
+        }
     }
 
     func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool {
@@ -121,7 +147,8 @@ final class PostgresJournalStore: JournalStore {
 
 /// The PostgreSQL tables of coordinator groups, and their SQL (the same rows and rules as `JournalSchema`'s).
 enum PostgresJournalSchema {
-    static let currentVersion: Int64 = 1
+    /// 2: the leaders table (a build of version 1 knows no election, so it must not join a group that has one).
+    static let currentVersion: Int64 = 2
     /// The key of the advisory lock that makes creating the tables one coordinator's job at a time.
     static let schemaLockKey: Int64 = 0x736b_696c_6c62_7573  // "skillbus"
 
@@ -151,9 +178,43 @@ enum PostgresJournalSchema {
             last bigint NOT NULL,
             PRIMARY KEY (grp, session, agent)
         );
+        CREATE TABLE IF NOT EXISTS skillbus_leaders (
+            grp text PRIMARY KEY,
+            epoch bigint NOT NULL,          -- rises by one with every change of leader
+            name text NOT NULL,             -- the leader's name in the group
+            bus text NOT NULL,              -- its endpoints, as it advertises them
+            feed text NOT NULL,
+            since bigint NOT NULL,          -- when it took the lead, milliseconds since 1970 (its clock)
+            lease_until timestamptz NOT NULL,   -- the server's clock
+            lease_ms bigint NOT NULL,       -- the leader's lease: a standby waits at least this long
+            released boolean NOT NULL DEFAULT false,   -- the leader stopped cleanly: a standby claims at once
+            renewals bigint NOT NULL        -- rises with every renewal, so a standby sees the lease move
+        );
         """
     static let version = "SELECT max(version) FROM skillbus_schema"
     static let recordVersion = "INSERT INTO skillbus_schema (version) VALUES (\(currentVersion))"
+
+    /// Makes the tables when they are missing, under a transaction-level advisory lock (two coordinators starting
+    /// together do not both create them); refuses a schema newer than this build's.
+    static func prepare(_ connection: PostgresConnection) throws(SkillbusError) {
+        try connection.transaction { () throws(SkillbusError) in
+            // "already exists, skipping" notices are no news.
+            try connection.execute("SET LOCAL client_min_messages = warning")
+            try connection.execute("SELECT pg_advisory_xact_lock(\(schemaLockKey))")
+            try connection.execute(create)
+            let found = try connection.integer("schema_version", version) ?? 0
+            guard found <= currentVersion else {
+                throw SkillbusError(
+                    .storeRefused,
+                    "the journal's tables in PostgreSQL at \(connection.target) are of schema version \(found); "
+                        + "this build knows \(currentVersion): run the newer skillbus",
+                    details: ["database": .string(connection.target)])
+            }
+            if found < currentVersion { try connection.execute(recordVersion) }
+        }
+    }
+
+    static let fence = "SELECT epoch FROM skillbus_leaders WHERE grp = $1 FOR SHARE"
 
     static let insert =
         "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes) "

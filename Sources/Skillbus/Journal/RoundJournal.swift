@@ -44,6 +44,12 @@ final class RoundJournal: Sendable {
     let storedBytes = Atomic<Int>(0)
     /// Rounds the last open found running, now `interrupted`.
     let interruptedAtOpen = Atomic<Int>(0)
+    /// Rounds (accepted or finished) that wait for a database that went away: the journal is behind by that many
+    /// (a coordinator group's journal only; PROTOCOL §3.5.9).
+    let backlog = Atomic<Int>(0)
+    /// Set once a transaction found that another coordinator leads the group (fencing): why.
+    let fenced = Mutex<SkillbusError?>(nil)
+    private let hooks: Hooks
     /// The session roster as the open read it, oldest `lastMs` first, until the coordinator takes it.
     private let sessionsAtOpen = Mutex<[SessionMembership]>([])
     private let inbox = Mutex(Inbox())
@@ -63,26 +69,39 @@ final class RoundJournal: Sendable {
             open: { () throws(SkillbusError) in try SQLiteJournalStore(directory: directory) }, onAnswers: onAnswers)
     }
 
-    /// The journal of a coordinator group, in PostgreSQL.
+    /// The journal of a coordinator group, in PostgreSQL, written by the leader of `epoch` only (every
+    /// transaction checks it: `PostgresJournalStore.transaction`).
     convenience init(
-        group: CoordinatorGroupSettings, limits: Limits, logger: Logger,
+        group: CoordinatorGroupSettings, epoch: Int, limits: Limits, logger: Logger, hooks: Hooks = Hooks(),
         onAnswers: @escaping @Sendable ([JournalAnswer]) -> Void
     ) throws(SkillbusError) {
         try self.init(
             location: "group '\(group.group)' at \(PostgresConnection.withoutPassword(group.database))", limits: limits,
-            logger: logger, open: { () throws(SkillbusError) in try PostgresJournalStore(settings: group) },
+            logger: logger, hooks: hooks,
+            open: { () throws(SkillbusError) in try PostgresJournalStore(settings: group, epoch: epoch) },
             onAnswers: onAnswers)
+    }
+
+    /// What else the journal's thread tells the coordinator, besides the answers to accepts.
+    struct Hooks: Sendable {
+        /// After each commit: the rounds whose documents it wrote (for `answerAfterCommit`).
+        var onCommitted: (@Sendable ([[UInt8]]) -> Void)? = nil
+        /// A transaction found another coordinator leading the group: this one must stop (once).
+        var onFenced: (@Sendable (SkillbusError) -> Void)? = nil
+        /// The backlog of a journal waiting for its database changed.
+        var onBacklog: (@Sendable () -> Void)? = nil
     }
 
     /// Opens the store `open` makes, on the journal's thread, then reads what an open finds.
     init(
-        location: String, limits: Limits, logger: Logger,
+        location: String, limits: Limits, logger: Logger, hooks: Hooks = Hooks(),
         open: @escaping @Sendable () throws(SkillbusError) -> any JournalStore,
         onAnswers: @escaping @Sendable ([JournalAnswer]) -> Void
     ) throws(SkillbusError) {
         self.location = location
         self.limits = limits
         self.logger = logger
+        self.hooks = hooks
         let opened = DispatchSemaphore(value: 0)
         let outcome = Mutex<SkillbusError?>(nil)
         let thread = Thread { [self] in
@@ -124,15 +143,23 @@ final class RoundJournal: Sendable {
     }
 
     /// Commits what was handed over, closes the database and waits for the thread (at the coordinator's stop).
-    func close() {
+    /// With `within`, waits that long at most (a coordinator that lost the lead: a commit may hang on a cut
+    /// network); returns whether the thread ended.
+    @discardableResult
+    func close(within: DispatchTimeInterval? = nil) -> Bool {
         let running = inbox.withLock { box -> Bool in
             box.stopping = true
             return !box.exited
         }
-        guard running else { return }
+        guard running else { return true }
         wakeup.signal()
-        exited.wait()
+        if let within {
+            guard exited.wait(timeout: .now() + within) == .success else { return false }
+        } else {
+            exited.wait()
+        }
         exited.signal()
+        return true
     }
 
     // MARK: - On the thread
@@ -140,11 +167,15 @@ final class RoundJournal: Sendable {
     /// What an open finds: rounds the last coordinator left running are interrupted; the bytes held; the roster.
     private func recover(_ store: any JournalStore) throws(SkillbusError) {
         do {
-            let interrupted = try store.interruptRunning(nowMs: Self.nowMs())
-            interruptedAtOpen.store(interrupted, ordering: .relaxed)
-            storedBytes.store(try store.totalBytes(), ordering: .relaxed)
-            let sessions = try store.sessions(idleBeforeMs: Self.nowMs() - Int64(limits.sessionRetentionMs))
-            sessionsAtOpen.withLock { $0 = sessions }
+            // One transaction: in a group, fenced like every other (a coordinator that lost the lead meanwhile
+            // interrupts nothing of its successor's).
+            try store.transaction { () throws(SkillbusError) in
+                let interrupted = try store.interruptRunning(nowMs: Self.nowMs())
+                interruptedAtOpen.store(interrupted, ordering: .relaxed)
+                storedBytes.store(try store.totalBytes(), ordering: .relaxed)
+                let sessions = try store.sessions(idleBeforeMs: Self.nowMs() - Int64(limits.sessionRetentionMs))
+                sessionsAtOpen.withLock { $0 = sessions }
+            }
         } catch {
             store.close()
             throw error
@@ -156,13 +187,26 @@ final class RoundJournal: Sendable {
             sweepEveryNanos: UInt64(limits.sweepMs) * 1_000_000, now: DispatchTime.now().uptimeNanoseconds)
         // A checkpoint that fails is tried again after every commit: its warning is logged once until one succeeds.
         var checkpointFailing = false
+        // What waits for a database that went away (a group's journal only), in the order it was handed over.
+        var waiting: [JournalEntry] = []
         while true {
             let (entries, stopping) = inbox.withLock { box in
                 defer { box.entries = [] }
                 return (box.entries, box.stopping)
             }
-            if !entries.isEmpty {
-                let answers = commit(entries, store)
+            if fenced.withLock({ $0 }) != nil {
+                if stopping { return }
+                _ = wakeup.wait(timeout: .now() + .milliseconds(100))
+                continue
+            }
+            if !waiting.isEmpty {
+                if !catchUp(&waiting, entries, store, onAnswers) {
+                    if stopping { return }
+                    _ = wakeup.wait(timeout: .now() + .milliseconds(Self.reconnectMs))
+                    continue
+                }
+            } else if !entries.isEmpty {
+                let answers = commit(entries, store, waiting: &waiting)
                 if !answers.isEmpty { onAnswers(answers) }
             }
             // The rest waits until the rounds of this commit were answered.
@@ -180,21 +224,89 @@ final class RoundJournal: Sendable {
         }
     }
 
-    /// Writes one batch in one transaction and answers its `accept`s; when the transaction fails, every
-    /// `accept` of it is answered `failed` (those rounds do not run) and its other entries are lost.
-    func commit(_ entries: [JournalEntry], _ store: any JournalStore) -> [JournalAnswer] {
+    /// How often a journal that waits for its database tries to reach it again.
+    static let reconnectMs = 250
+    /// Most rounds a journal waiting for its database holds; past them, new rounds are refused.
+    static let backlogLimit = 100_000
+
+    /// With entries waiting for the database: reconnects and commits them with `entries` (in order) in one
+    /// transaction; returns false when the database is still away (`entries` then wait too, their accepts
+    /// answered as `commit` answers them while the database is away).
+    private func catchUp(
+        _ waiting: inout [JournalEntry], _ entries: [JournalEntry], _ store: any JournalStore,
+        _ onAnswers: @Sendable ([JournalAnswer]) -> Void
+    ) -> Bool {
+        if !store.isConnected {
+            do {
+                try store.reconnect()
+                logger.info("the journal reached its database again; writing the \(waiting.count) entries that waited")
+            } catch {
+                waiting += entries
+                let answers = answersWhileAway(entries)
+                if !answers.isEmpty { onAnswers(answers) }
+                noteBacklog(waiting)
+                return false
+            }
+        }
+        let held = waiting
+        waiting = []
+        // What waited was answered already: only the new entries' accepts are answered now.
+        let answers = commit(held + entries, store, waiting: &waiting, answering: held.count)
+        if !answers.isEmpty { onAnswers(answers) }
+        noteBacklog(waiting)
+        return waiting.isEmpty
+    }
+
+    /// A journal that waits for its database serves from memory: a new round runs (it is journaled when the
+    /// database is back), unless too many wait already.
+    private func answersWhileAway(_ entries: [JournalEntry]) -> [JournalAnswer] {
+        let full = backlog.load(ordering: .relaxed) >= Self.backlogLimit
+        return entries.compactMap { entry in
+            guard case .accept(let id, _, _) = entry else { return nil }
+            guard !full else {
+                return .failed(
+                    roundID: id,
+                    SkillbusError(
+                        .storageUnavailable,
+                        "the journal's database is away and \(Self.backlogLimit) rounds wait for it already"))
+            }
+            return .accepted(roundID: id)
+        }
+    }
+
+    private func noteBacklog(_ waiting: [JournalEntry]) {
+        let rounds = waiting.reduce(0) { count, entry in
+            switch entry {
+            case .accept, .finish: count + 1
+            default: count
+            }
+        }
+        if backlog.exchange(rounds, ordering: .relaxed) != rounds { hooks.onBacklog?() }
+    }
+
+    /// Writes one batch in one transaction and answers its `accept`s (all but the first `answering` entries',
+    /// answered before); when the transaction fails, every `accept` of it is answered `failed` (those rounds do
+    /// not run) and its other entries are lost — but when a group's database went away (the connection is lost),
+    /// the entries wait in `waiting` for it to come back, and the accepts are answered as `answersWhileAway` says.
+    /// A transaction that found another coordinator leading (fencing) is the last: `onFenced`.
+    func commit(
+        _ entries: [JournalEntry], _ store: any JournalStore, waiting: inout [JournalEntry], answering skip: Int = 0
+    ) -> [JournalAnswer] {
         let nowMs = Self.nowMs()
         var added = 0
+        var finished: [[UInt8]] = []
         do {
             let answers = try store.transaction { () throws(SkillbusError) -> [JournalAnswer] in
                 var answers: [JournalAnswer] = []
-                for entry in entries {
+                for (index, entry) in entries.enumerated() {
                     switch entry {
                     case .accept(let id, let body, let idempotent):
-                        answers.append(try accept(id, body, idempotent: idempotent, nowMs: nowMs, store, &added))
+                        let answer = try accept(id, body, idempotent: idempotent, nowMs: nowMs, store, &added)
+                        if index >= skip { answers.append(answer) }
                     case .finish(let id, let document):
                         try store.finish(id, document: document, nowMs: nowMs)
                         added += document.count
+                        if hooks.onCommitted != nil { finished.append(id) }
                     case .forget(let id):
                         added -= try store.bytes(of: id) ?? 0
                         try store.delete(id)
@@ -207,13 +319,32 @@ final class RoundJournal: Sendable {
                 return answers
             }
             storedBytes.add(added, ordering: .relaxed)
+            if !finished.isEmpty { hooks.onCommitted?(finished) }
             return answers
         } catch {
-            logger.error("the journal could not commit \(entries.count) entries: \(error.message)")
-            return entries.compactMap { entry in
-                guard case .accept(let id, _, _) = entry else { return nil }
-                return .failed(roundID: id, error)
+            if error.code == .notLeader {
+                logger.error("the journal wrote nothing: \(error.message)")
+                fenced.withLock { $0 = error }
+                hooks.onFenced?(error)
+                return failedAccepts(entries.dropFirst(skip), error)
             }
+            if !store.isConnected && store.waitsForDatabase {
+                logger.warning(
+                    "the journal's database went away (\(error.message)); serving from memory, "
+                        + "\(entries.count) entries wait for it")
+                waiting = entries
+                noteBacklog(waiting)
+                return answersWhileAway(Array(entries.dropFirst(skip)))
+            }
+            logger.error("the journal could not commit \(entries.count) entries: \(error.message)")
+            return failedAccepts(entries.dropFirst(skip), error)
+        }
+    }
+
+    private func failedAccepts(_ entries: ArraySlice<JournalEntry>, _ error: SkillbusError) -> [JournalAnswer] {
+        entries.compactMap { entry in
+            guard case .accept(let id, _, _) = entry else { return nil }
+            return .failed(roundID: id, error)
         }
     }
 

@@ -176,6 +176,13 @@ extension FeedEvent {
             self = .limitRefused(
                 socket: try field.string("socket"), limit: try field.string("limit"), reason: try field.string("reason"),
                 refused: try field.int("refused"))
+        case "coordinator.leader":
+            guard let leader = body["leader"].flatMap(GroupLeader.init(json:)) else {
+                throw field.problem("'leader' must be a leader object (name, bus, feed, epoch, since)")
+            }
+            self = .coordinatorLeader(group: try field.string("group"), epoch: try field.int("epoch"), leader: leader)
+        case "coordinator.journal":
+            self = .journalBehind(group: try field.string("group"), rounds: try field.int("rounds"))
         default:
             throw SkillbusError(.malformedMessage, "unknown feed topic '\(topic.prefix(64))'")
         }

@@ -71,6 +71,10 @@ public enum FeedEvent: Sendable, Equatable {
     /// A message or feed subscription over one of the bus's limits (§9), refused before it was held
     /// whole; `refused` counts every such refusal since the coordinator started, published or not.
     case limitRefused(socket: String, limit: String, reason: String, refused: Int)
+    /// This coordinator took the lead of its group (PROTOCOL §3.11).
+    case coordinatorLeader(group: String, epoch: Int, leader: GroupLeader)
+    /// The group's journal waits for its database with `rounds` rounds (0: it caught up; PROTOCOL §3.5.9).
+    case journalBehind(group: String, rounds: Int)
 
     /// Topics are dotted names; watchers subscribe by prefix (`agent.` gets every agent event).
     public var topic: String {
@@ -107,6 +111,8 @@ public enum FeedEvent: Sendable, Equatable {
         case .registryHeartbeat: "registry.heartbeat"
         case .securityRefused: "security.refused"
         case .limitRefused: "limits.refused"
+        case .coordinatorLeader: "coordinator.leader"
+        case .journalBehind: "coordinator.journal"
         }
     }
 
@@ -254,6 +260,10 @@ public enum FeedEvent: Sendable, Equatable {
                 ("limit", string(limit)), ("reason", string(reason)), ("refused", number(refused)),
                 ("socket", string(socket)),
             ]
+        case .coordinatorLeader(let group, let epoch, let leader):
+            return [("epoch", number(epoch)), ("group", string(group)), ("leader", leader.json)]
+        case .journalBehind(let group, let rounds):
+            return [("behind", .bool(rounds > 0)), ("group", string(group)), ("rounds", number(rounds))]
         }
     }
 

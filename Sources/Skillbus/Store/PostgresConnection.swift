@@ -10,14 +10,33 @@ final class PostgresConnection {
     /// Where it connects, without the password (for messages).
     let target: String
     private var prepared: Set<String> = []
+    /// With a value, a statement whose answer does not come within it fails ("timeout", the connection closed),
+    /// however the network lost it: the election's renewals must fail in time, not hang (PROTOCOL §3.11).
+    var answerTimeoutMs: Int?
 
     /// Connects to `url` (`postgresql://host:port/db`, libpq's connection URI) with `password` (never part of
     /// the URI, so it stays out of every message). Blocks until connected or refused, at most `timeoutSeconds`.
-    init(url: String, password: String?, applicationName: String, timeoutSeconds: Int = 5) throws(SkillbusError) {
+    /// With `timeoutMs` (a coordinator group's lease) a connection that the network cut is found dead within about
+    /// that long (TCP keepalives and `tcp_user_timeout`) instead of the kernel's minutes, and connecting gives up
+    /// after it too; `settings` are server settings for the session (`statement_timeout`, …).
+    init(
+        url: String, password: String?, applicationName: String, timeoutSeconds: Int = 5, timeoutMs: Int? = nil,
+        settings: [(String, String)] = []
+    ) throws(SkillbusError) {
         target = Self.withoutPassword(url)
         // expand_dbname = 1: the "dbname" value is the URI, and the other keywords fill what it leaves out.
         var keywords = ["dbname", "application_name", "connect_timeout", "client_encoding"]
-        var values = [url, applicationName, String(timeoutSeconds), "UTF8"]
+        // libpq counts connect_timeout in whole seconds, at least 2.
+        let connectSeconds = timeoutMs.map { max(2, ($0 + 999) / 1000) } ?? timeoutSeconds
+        var values = [url, applicationName, String(connectSeconds), "UTF8"]
+        if let timeoutMs {
+            keywords += ["keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout"]
+            values += ["1", "1", "1", String(max(1, timeoutMs / 1000)), String(timeoutMs)]
+        }
+        if !settings.isEmpty {
+            keywords.append("options")
+            values.append(settings.map { "-c \($0.0)=\($0.1)" }.joined(separator: " "))
+        }
         if let password {
             keywords.append("password")
             values.append(password)
@@ -84,7 +103,10 @@ final class PostgresConnection {
 
     /// Runs SQL without parameters (schema, BEGIN, COMMIT, ROLLBACK); several statements may be given at once.
     func execute(_ sql: String) throws(SkillbusError) {
-        let result = PQexec(try checkedConnection(), sql)
+        let connection = try checkedConnection()
+        let result = try answer(connection, what: sql.prefix(60).description, sent: PQsendQuery(connection, sql)) {
+            PQexec(connection, sql)
+        }
         defer { PQclear(result) }
         try check(result, what: sql.prefix(60).description)
     }
@@ -97,15 +119,23 @@ final class PostgresConnection {
     ) throws(SkillbusError) -> Int {
         let connection = try checkedConnection()
         if !prepared.contains(name) {
-            let result = PQprepare(connection, name, sql, Int32(parameters.count), nil)
+            let count = Int32(parameters.count)
+            let result = try answer(connection, what: name, sent: PQsendPrepare(connection, name, sql, count, nil)) {
+                PQprepare(connection, name, sql, count, nil)
+            }
             defer { PQclear(result) }
             try check(result, what: name)
             prepared.insert(name)
         }
         let buffers = parameters.map { $0.bytes.map { $0 + [0] } }
         let lengths = buffers.map { Int32(($0?.count ?? 1) - 1) }
-        let result = Self.withBuffers(buffers) { pointers in
-            PQexecPrepared(connection, name, Int32(parameters.count), pointers, lengths, nil, 0)
+        let result = try Self.withBuffers(buffers) { pointers throws(SkillbusError) in
+            try answer(
+                connection, what: name,
+                sent: PQsendQueryPrepared(connection, name, Int32(parameters.count), pointers, lengths, nil, 0)
+            ) {
+                PQexecPrepared(connection, name, Int32(parameters.count), pointers, lengths, nil, 0)
+            }
         }
         defer { PQclear(result) }
         try check(result, what: name)
@@ -140,6 +170,38 @@ final class PostgresConnection {
     }
 
     // MARK: - Helpers
+
+    /// The result of a statement: `blocking` runs it the plain way; with `answerTimeoutMs` it was sent already
+    /// (`sent`, 1 when it was) and this waits for its last result until the deadline.
+    private func answer(
+        _ connection: OpaquePointer, what: String, sent: @autoclosure () -> Int32, blocking: () -> OpaquePointer?
+    ) throws(SkillbusError) -> OpaquePointer? {
+        guard let timeoutMs = answerTimeoutMs else { return blocking() }
+        guard sent() == 1 else { return nil }
+        let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(timeoutMs) * 1_000_000
+        var last: OpaquePointer?
+        while true {
+            while PQisBusy(connection) == 1 {
+                let now = DispatchTime.now().uptimeNanoseconds
+                guard now < deadline else {
+                    if let last { PQclear(last) }
+                    close()
+                    throw SkillbusError(
+                        .storageUnavailable,
+                        "PostgreSQL at \(target), \(what): timeout, no answer within \(timeoutMs) ms",
+                        details: ["database": .string(target), "statement": .string(what)])
+                }
+                var descriptor = pollfd(fd: PQsocket(connection), events: Int16(POLLIN), revents: 0)
+                _ = poll(&descriptor, 1, Int32(max(1, (deadline - now) / 1_000_000)))
+                if PQconsumeInput(connection) == 0 { break }
+            }
+            guard let result = PQgetResult(connection) else { return last }
+            if let last { PQclear(last) }
+            last = result
+            // A lost connection answers nothing more.
+            if PQstatus(connection) != CONNECTION_OK { return last }
+        }
+    }
 
     private func checkedConnection() throws(SkillbusError) -> OpaquePointer {
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
@@ -185,7 +247,9 @@ final class PostgresConnection {
         return body(copies.map { UnsafePointer($0) } + [nil])
     }
 
-    private static func withBuffers<T>(_ buffers: [[UInt8]?], _ body: ([UnsafePointer<CChar>?]) -> T) -> T {
+    private static func withBuffers<T, E: Error>(
+        _ buffers: [[UInt8]?], _ body: ([UnsafePointer<CChar>?]) throws(E) -> T
+    ) throws(E) -> T {
         let copies: [UnsafeMutablePointer<CChar>?] = buffers.map { buffer in
             guard let buffer else { return nil }
             let copy = UnsafeMutablePointer<CChar>.allocate(capacity: buffer.count)
@@ -193,6 +257,6 @@ final class PostgresConnection {
             return copy
         }
         defer { for copy in copies { copy?.deallocate() } }
-        return body(copies.map { $0.map { UnsafePointer($0) } })
+        return try body(copies.map { $0.map { UnsafePointer($0) } })
     }
 }

@@ -22,6 +22,9 @@ public struct CoordinatorConfiguration: SettingsFile, Sendable, Equatable {
     public var journalBytesLimit = 256 << 20
     /// A coordinator group: the journal in PostgreSQL (instead of `dataDir`'s SQLite file) and one leader.
     public var ha: CoordinatorGroupSettings?
+    /// A journaled round's answer waits for the commit of its document (PROTOCOL §3.5.9): every `ok` a client
+    /// got is in the journal.
+    public var answerAfterCommit = false
     /// The state machine's tunables.
     public var state = CoordinatorState.Settings()
 
@@ -72,6 +75,9 @@ public struct CoordinatorConfiguration: SettingsFile, Sendable, Equatable {
                         configuration.ha = try CoordinatorGroupSettings(reading: section)
                     }
                 }, write: { $0.ha?.json }),
+            .flag(
+                "answerAfterCommit", \.answerAfterCommit,
+                "A journaled round's answer waits for the commit of its document (every ok is journaled)."),
         ] + CoordinatorState.Settings.declared.map { $0.lifted(\.state) }
 
     /// Reads a `{"version": 1, …}` coordinator file.
