@@ -31,7 +31,9 @@ final class FeedRecorder: Sendable {
         try await start(feed: cluster.feed, topics: topics)
     }
 
-    static func start(feed: String, topics: [String]) async throws -> FeedRecorder {
+    /// Returns once a registry heartbeat came, so the subscription is known to be in place; with `silent` (the
+    /// feed of a group's standby, which publishes nothing) at once.
+    static func start(feed: String, topics: [String], silent: Bool = false) async throws -> FeedRecorder {
         let subscriber = try await FeedSubscriber.connect(
             endpoint: feed, topics: topics + ["registry.heartbeat"], context: try ZMQContext())
         let recorder = FeedRecorder(subscriber: subscriber)
@@ -40,6 +42,7 @@ final class FeedRecorder: Sendable {
                 for await (topic, event) in subscriber.events { recorder.append(Event(topic: topic, body: event, at: .now)) }
             }
         }
+        if silent { return recorder }
         var cursor = 0
         _ = try await recorder.first(after: &cursor, within: .seconds(10)) { $0.topic == "registry.heartbeat" }
         return recorder

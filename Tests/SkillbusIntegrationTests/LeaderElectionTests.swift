@@ -130,6 +130,16 @@ final class GroupCluster: Sendable {
         try await SkillbusClient.connect(endpoint: members[name]!.bus, context: context)
     }
 
+    /// What coordinator `name` answers an AGENTS sent from a raw DEALER (the reference client would follow a
+    /// refusal to the leader): its `not_leader` refusal, or nil when it answered.
+    func refusal(from name: String, _ context: ZMQContext) async throws -> SkillbusError? {
+        let peer = try RawPeer(members[name]!.bus, context: context)
+        defer { peer.close() }
+        let answer = try await peer.exchange(ClientMessage.listAgents(requestID: "probe").encoded(), timeout: .seconds(2))
+        guard case .error(_, let error) = try BusToClientMessage.decode(fields: answer) else { return nil }
+        return error
+    }
+
     func executions(_ tag: String) -> Int {
         let text = (try? String(contentsOfFile: directory + "/marks", encoding: .utf8)) ?? ""
         return text.split(separator: "\n").filter { $0 == tag }.count
@@ -182,16 +192,23 @@ struct LeaderElectionTests {
         defer { cluster.terminate() }
         try await cluster.start("a", leading: true)
         try await cluster.start("b")
-        let standby = try await cluster.client("b", context)
+        let standby = try RawPeer(cluster.members["b"]!.bus, context: context)
         defer { standby.close() }
-        do {
-            _ = try await standby.round(.invoke(skill: "echo", parameters: ["text": "hi"]), timeout: .seconds(5))
-            Issue.record("a standby answered a round")
-        } catch {
-            #expect(error.code == .notLeader, "\(error)")
-            #expect(error.leader?.name == "a" && error.leader?.bus == cluster.members["a"]!.bus, "\(error)")
-            #expect(error.leader?.epoch == 1)
+        let body = RoundSpec.invoke(skill: "echo", parameters: ["text": "hi"]).body(retries: nil).serialized()
+        let refused = try await standby.exchange(
+            ClientMessage.round(RoundRequest(requestID: "r1", roundID: "standby-1", body: body)).encoded())
+        guard case .error(let requestID, let error) = try BusToClientMessage.decode(fields: refused) else {
+            Issue.record("a standby answered a round: \(refused.map(text))")
+            return
         }
+        #expect(requestID == "r1" && error.code == .notLeader, "\(error)")
+        #expect(error.leader?.name == "a" && error.leader?.bus == cluster.members["a"]!.bus, "\(error)")
+        #expect(error.leader?.epoch == 1)
+        // The reference client, given the standby alone, follows the refusal to the leader (PROTOCOL §3.3).
+        let following = try await cluster.client("b", context)
+        defer { following.close() }
+        let answered = try await following.round(.invoke(skill: "echo", parameters: ["text": "hi"]), timeout: .seconds(5))
+        #expect(answered.error?.code != .notLeader && following.currentEndpoint == cluster.members["a"]!.bus)
         let worker = try RawPeer(cluster.members["b"]!.bus, context: context)
         defer { worker.close() }
         let answer = try await worker.exchange(
@@ -213,6 +230,27 @@ struct LeaderElectionTests {
         try await waitUntil("b's metrics to name epoch 1") { await cluster.metrics("b")["skillbus_group_epoch"] == 1 }
         #expect(await cluster.metrics("b")["skillbus_group_leader"] == 0)
 
+        // A standby's feed stays silent (watchers subscribe to every feed of a group, PROTOCOL §7): while the
+        // leader's publishes two registry heartbeats, the standby's publishes nothing.
+        let feeds = [
+            try await FeedSubscriber.connect(endpoint: cluster.members["a"]!.feed, topics: [], context: context),
+            try await FeedSubscriber.connect(endpoint: cluster.members["b"]!.feed, topics: [], context: context),
+        ]
+        defer { for feed in feeds { feed.close() } }
+        let heard = Counter()
+        let standbyHeard = Mutex<[String]>([])
+        let listening = [
+            Task {
+                for await event in feeds[0].events where event.topic == "registry.heartbeat" {
+                    heard.value.add(1, ordering: .relaxed)
+                }
+            },
+            Task { for await event in feeds[1].events { standbyHeard.withLock { $0.append(event.topic) } } },
+        ]
+        defer { for task in listening { task.cancel() } }
+        try await waitUntil("two registry heartbeats on the leader's feed") { heard.value.load(ordering: .relaxed) >= 2 }
+        #expect(standbyHeard.withLock { $0 }.isEmpty, "the standby published \(standbyHeard.withLock { $0 })")
+
         // A leader stopped cleanly gives the lead up: the standby takes it at its next read, not a lease later.
         let stopped = ContinuousClock.now
         cluster.process("a")?.signal(SIGTERM)
@@ -232,7 +270,8 @@ struct LeaderElectionTests {
         defer { cluster.terminate() }
         try await cluster.start("a", leading: true)
         try await cluster.start("b")
-        let feed = try await FeedRecorder.start(feed: cluster.members["b"]!.feed, topics: ["coordinator."])
+        // b's feed is silent while b is a standby; its subscription is in place long before b takes over.
+        let feed = try await FeedRecorder.start(feed: cluster.members["b"]!.feed, topics: ["coordinator."], silent: true)
         defer { feed.close() }
         for name in ["w1", "w2", "w3"] { try await cluster.startWorker(name, on: "a") }
         let client = try await cluster.client("a", context)
@@ -320,15 +359,8 @@ struct LeaderElectionTests {
         _ = try await cluster.process("a")?.waitForExit()
         try await waitUntil("b or c to lead") { cluster.leads("b") || cluster.leads("c") }
         let (winner, loser) = cluster.leads("b") ? ("b", "c") : ("c", "b")
-        let client = try await cluster.client(loser, context)
-        defer { client.close() }
         try await waitUntil("\(loser) to name \(winner)") {
-            do {
-                _ = try await client.agents(timeout: .seconds(2))
-                return false
-            } catch {
-                return (error as? SkillbusError)?.leader?.name == winner
-            }
+            try await cluster.refusal(from: loser, context)?.leader?.name == winner
         }
         // That something does not happen takes the time it would take: a lease on, the loser still does not lead,
         // and the row says the winner at epoch 2.
@@ -359,15 +391,8 @@ struct LeaderElectionTests {
         #expect(try cluster.query("SELECT count(*) FROM skillbus_rounds WHERE grp = 'g1'") == rowsAtTakeover)
 
         try await cluster.start("a")
-        let rejoined = try await cluster.client("a", context)
-        defer { rejoined.close() }
         try await waitUntil("a to name b as the leader") {
-            do {
-                _ = try await rejoined.agents(timeout: .seconds(2))
-                return false
-            } catch {
-                return (error as? SkillbusError)?.leader?.name == "b"
-            }
+            try await cluster.refusal(from: "a", context)?.leader?.name == "b"
         }
         #expect(!cluster.leads("a"))
     }

@@ -230,7 +230,9 @@ final class CoordinatorLoop {
             if now >= nextTick {
                 confirmLostConnections(now: now)
                 router.expireHandshakes(now: .now)
-                perform(state.tick(now: now))
+                // A standby publishes nothing: a group's watchers subscribe to every feed (PROTOCOL §7), and its
+                // own registry heartbeats would contradict the leader's.
+                if election == nil || journal != nil { perform(state.tick(now: now)) }
                 if election != nil { refreshGroup() }
                 if let busGuard {
                     busGuard.handshakesFailed(router.takeHandshakeFailures())
