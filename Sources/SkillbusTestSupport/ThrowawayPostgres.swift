@@ -33,6 +33,10 @@ public final class ThrowawayPostgres: @unchecked Sendable {
         return ["postgres", "nobody"].first { getpwnam($0) != nil }
     }()
 
+    static let ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].first {
+        FileManager.default.isExecutableFile(atPath: $0)
+    }
+
     static let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// Nil when a throwaway cluster can be started here; else why not (a test's skip reason).
@@ -57,11 +61,19 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     private var socketDirectory: String { directory + "/socket" }
 
     /// `postgresql://skillbus@127.0.0.1:PORT/postgres` (the password apart: `password`).
-    public var url: String { "postgresql://\(Self.user)@127.0.0.1:\(port)/\(Self.database)" }
+    public var url: String { "postgresql://\(Self.user)@\(address):\(port)/\(Self.database)" }
+    /// The network namespace the server runs in (`ip netns`), nil for this process's own.
+    public let namespace: String?
+    /// Where it listens (`listen_addresses`): 127.0.0.1, or in a namespace that namespace's addresses.
+    public let address: String
 
-    /// Makes the cluster and starts it; throws what went wrong, with the programs' output.
-    public init(durable: Bool = false) throws {
+    /// Makes the cluster and starts it; throws what went wrong, with the programs' output. With `namespace`, the
+    /// server runs in that network namespace (made by the caller) and listens on `address` there, admitting
+    /// password logins from anywhere: a test's other hosts reach it over their links.
+    public init(durable: Bool = false, namespace: String? = nil, address: String = "127.0.0.1") throws {
         self.durable = durable
+        self.namespace = namespace
+        self.address = address
         guard Self.unavailable == nil else { throw Failed(message: Self.unavailable ?? "") }
         directory = NSTemporaryDirectory() + "skillbus-postgres-\(getpid())-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/socket", withIntermediateDirectories: true)
@@ -77,6 +89,12 @@ public final class ThrowawayPostgres: @unchecked Sendable {
                 "initdb",
                 ["-D", dataDirectory, "-U", Self.user, "--pwfile", directory + "/password", "--auth-local=trust",
                  "--auth-host=scram-sha-256", "-E", "UTF8", "--no-sync", "--no-instructions"])
+            if namespace != nil {
+                let rules = try FileHandle(forWritingTo: URL(fileURLWithPath: dataDirectory + "/pg_hba.conf"))
+                defer { try? rules.close() }
+                try rules.seekToEnd()
+                try rules.write(contentsOf: Data("host all all 0.0.0.0/0 scram-sha-256\n".utf8))
+            }
             try start()
         } catch {
             stop()
@@ -91,8 +109,8 @@ public final class ThrowawayPostgres: @unchecked Sendable {
         let log = directory + "/server.log"
         let logged = (try? String(contentsOfFile: log, encoding: .utf8))?.utf8.count ?? 0
         let process = try spawn(
-            "postgres",
-            ["-D", dataDirectory, "-p", String(port), "-k", socketDirectory, "-c", "listen_addresses=127.0.0.1"]
+            "postgres", inNamespace: namespace,
+            ["-D", dataDirectory, "-p", String(port), "-k", socketDirectory, "-c", "listen_addresses=\(address)"]
                 + (durable ? [] : ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]),
             output: log, appending: true)
         server.withLock { $0 = process }
@@ -141,16 +159,18 @@ public final class ThrowawayPostgres: @unchecked Sendable {
 
     /// `program` of PostgreSQL's folder, as the unprivileged user when this process is root (setpriv execs it
     /// in place: the process is the program itself, and a signal reaches it), its output to the file `output`.
-    private func spawn(_ program: String, _ arguments: [String], output: String, appending: Bool) throws -> Process {
-        let path = "\(Self.binaries ?? "")/\(program)"
-        let process = Process()
+    /// With `namespace`, `ip netns exec` runs it there (it execs in place too).
+    private func spawn(
+        _ program: String, inNamespace namespace: String? = nil, _ arguments: [String], output: String, appending: Bool
+    ) throws -> Process {
+        var command = ["\(Self.binaries ?? "")/\(program)"] + arguments
         if let user = Self.unprivileged, let setpriv = Self.setpriv {
-            process.executableURL = URL(fileURLWithPath: setpriv)
-            process.arguments = ["--reuid=\(user)", "--regid=\(user)", "--init-groups", "--", path] + arguments
-        } else {
-            process.executableURL = URL(fileURLWithPath: path)
-            process.arguments = arguments
+            command = [setpriv, "--reuid=\(user)", "--regid=\(user)", "--init-groups", "--"] + command
         }
+        if let namespace { command = [Self.ip ?? "ip", "netns", "exec", namespace] + command }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
         if !appending || !FileManager.default.fileExists(atPath: output) {
             _ = FileManager.default.createFile(atPath: output, contents: nil)
         }
