@@ -110,6 +110,16 @@ public enum FeedCommand: SkillbusCommand {
                 + "\(summary?["deduplicated"]?.intValue ?? 0) deduplicated  round \(round)"
         case "registry.heartbeat":
             detail = "seq \(event["seq"]?.intValue ?? 0) (epoch \(event["epoch"]?.stringValue ?? "?"))"
+        case "coordinator.leader":
+            let leader = event["leader"]
+            detail =
+                "group \(event["group"]?.stringValue ?? "?"): '\(leader?["name"]?.stringValue ?? "?")' leads at "
+                + "\(leader?["bus"]?.stringValue ?? "?") (epoch \(event["epoch"]?.intValue ?? 0))"
+        case "coordinator.journal":
+            let rounds = event["rounds"]?.intValue ?? 0
+            detail =
+                "group \(event["group"]?.stringValue ?? "?"): "
+                + (rounds > 0 ? "the journal is behind by \(rounds) round(s)" : "the journal caught up")
         case "request.done":
             detail = "\(event["skill"]?.stringValue ?? "") \(event["status"]?.stringValue ?? "")"
             if let ms = event["durationMs"]?.doubleValue { detail += String(format: " %.2f ms", ms) }

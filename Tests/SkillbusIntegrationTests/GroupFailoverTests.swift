@@ -70,7 +70,9 @@ struct GroupFailoverTests {
             }
         }
         let workersBack = ContinuousClock.now - killed
-        print("kill -9 of the leader: the standby led after \(failover), the three workers were back after \(workersBack)")
+        print(
+            "kill -9 of the leader: the standby led after \(failover), the three workers were back after \(workersBack)"
+        )
         #expect(failover < .seconds(3) && workersBack < .seconds(3), "\(failover), \(workersBack)")
         await load.value
 

@@ -33,7 +33,8 @@ final class GroupNetwork: Sendable {
             for host in hosts {
                 try ip(["netns", "add", host.namespace])
                 try ip([
-                    "link", "add", host.link, "netns", host.namespace, "type", "veth", "peer", "name", host.databaseLink,
+                    "link", "add", host.link, "netns", host.namespace, "type", "veth", "peer", "name",
+                    host.databaseLink,
                     "netns", database,
                 ])
                 for (side, link, address) in [
@@ -70,6 +71,7 @@ final class GroupNetwork: Sendable {
     /// `skillbus ARGS…` inside `host`'s namespace.
     func skillbus(_ arguments: [String], on host: Host, name: String) throws -> SkillbusProcess {
         try SkillbusProcess(
-            arguments, name: name, executable: TwoHosts.ip ?? "ip", prefix: ["netns", "exec", host.namespace, skillbusBinary])
+            arguments, name: name, executable: TwoHosts.ip ?? "ip",
+            prefix: ["netns", "exec", host.namespace, skillbusBinary])
     }
 }

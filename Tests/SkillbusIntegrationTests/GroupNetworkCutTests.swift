@@ -136,7 +136,9 @@ struct GroupNetworkCutTests {
         let firstB = try #require(oks("b").map(\.at).min())
         #expect(lastA < firstB, "a answered ok after b had begun to")
         let gap = firstB - lastA
-        print("a's last ok came \(gap.components.seconds * 1000 + gap.components.attoseconds / 1_000_000_000_000_000) ms before b's first")
+        print(
+            "a's last ok came \(gap.components.seconds * 1000 + gap.components.attoseconds / 1_000_000_000_000_000) ms before b's first"
+        )
 
         // The journal: each round under the epoch of the coordinator that wrote it, the old leader's last write
         // before the new one's first, and every ok of the new leader there. Without answerAfterCommit the old
@@ -155,7 +157,8 @@ struct GroupNetworkCutTests {
         {
             let parts = row.split(separator: " ").map(String.init)
             journaled[parts[0]] = Row(
-                state: parts[1], epoch: Int(parts[2]) ?? 0, accepted: Int64(parts[3]) ?? 0, finished: Int64(parts[4]) ?? 0)
+                state: parts[1], epoch: Int(parts[2]) ?? 0, accepted: Int64(parts[3]) ?? 0,
+                finished: Int64(parts[4]) ?? 0)
         }
         let oldRounds = oks("a").filter(\.isRound)
         let newRounds = oks("b").filter(\.isRound)
@@ -207,7 +210,8 @@ struct GroupNetworkCutTests {
                 let parsed = try? RoundDocument(parsing: document)
                 return parsed?.status == .ok ? "ok" : parsed?.error?.code.rawValue ?? "unreadable"
             case .reply(let reply)? where reply.requestID == id:
-                return reply.status == .ok ? "ok" : (try? JSONValue(parsing: reply.payload))?["code"]?.stringValue ?? "error"
+                return reply.status == .ok
+                    ? "ok" : (try? JSONValue(parsing: reply.payload))?["code"]?.stringValue ?? "error"
             case .error(let requestID, let error)? where requestID == id: return error.code.rawValue
             default: continue
             }
@@ -217,7 +221,8 @@ struct GroupNetworkCutTests {
     /// One SQL statement's rows, first column as text, over the database's own namespace's socket.
     func query(_ postgres: ThrowawayPostgres, _ sql: String) throws -> [String] {
         let connection = try PostgresConnection(
-            url: "postgresql://\(ThrowawayPostgres.user)@/postgres?host=\(postgres.directory)/socket&port=\(postgres.port)",
+            url:
+                "postgresql://\(ThrowawayPostgres.user)@/postgres?host=\(postgres.directory)/socket&port=\(postgres.port)",
             password: ThrowawayPostgres.password, applicationName: "test")
         defer { connection.close() }
         var rows: [String] = []

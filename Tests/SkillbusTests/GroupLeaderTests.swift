@@ -1,6 +1,7 @@
 import Testing
 
 @testable import Skillbus
+@testable import SkillbusCommands
 
 /// The standby's refusal names the leader in a form a client can follow (PROTOCOL §3.11).
 struct GroupLeaderTests {
@@ -27,5 +28,19 @@ struct GroupLeaderTests {
     @Test func otherErrorsNameNoLeaderAndBrokenLeadersAreNone() {
         #expect(SkillbusError(.busy, "full", details: .object(["leader": leader.json])).leader == nil)
         #expect(GroupLeader(json: .object(["name": .string("a"), "bus": .string("tcp://x:1")])) == nil)
+    }
+
+    @Test("skillbus feed shows who leads, and when the journal is behind")
+    func feedLines() throws {
+        func line(_ event: FeedEvent) throws -> String {
+            FeedCommand.render(topic: event.topic, event: try JSONValue(parsing: event.encoded()[1]))
+        }
+        let leading = try line(.coordinatorLeader(group: "g1", epoch: 4, leader: leader))
+        #expect(
+            leading.contains("coordinator.leader")
+                && leading.hasSuffix("group g1: 'a' leads at tcp://10.0.0.1:5555 (epoch 4)"))
+        #expect(
+            try line(.journalBehind(group: "g1", rounds: 3)).hasSuffix("group g1: the journal is behind by 3 round(s)"))
+        #expect(try line(.journalBehind(group: "g1", rounds: 0)).hasSuffix("group g1: the journal caught up"))
     }
 }

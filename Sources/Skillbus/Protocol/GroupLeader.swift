@@ -43,7 +43,8 @@ extension SkillbusError {
         let message: String
         if let leader {
             details["epoch"] = .number(Double(leader.epoch))
-            message = "coordinator '\(standby)' is a standby of group '\(group)'; the leader is '\(leader.name)' at "
+            message =
+                "coordinator '\(standby)' is a standby of group '\(group)'; the leader is '\(leader.name)' at "
                 + "\(leader.bus) (epoch \(leader.epoch))"
         } else {
             details["epoch"] = .null
