@@ -45,6 +45,7 @@ final class PostgresJournalStore: JournalStore {
     }
 
     private var groupValue: PostgresConnection.Value { .text(group) }
+    private var epochValue: PostgresConnection.Value { .integer(Int64(epoch)) }
 
     /// Every transaction first reads the group's epoch, holding its row with FOR SHARE until the commit: a
     /// takeover (which updates that row) waits for the transaction, and a transaction that finds another epoch
@@ -67,7 +68,7 @@ final class PostgresJournalStore: JournalStore {
         try connection.run(
             "insert", PostgresJournalSchema.insert,
             [groupValue, .utf8(id), .utf8(body), .text(idempotent ? "t" : "f"), .integer(nowMs),
-             .integer(Int64(body.count))]) == 1
+             .integer(Int64(body.count)), epochValue]) == 1
     }
 
     func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound? {
@@ -81,13 +82,13 @@ final class PostgresJournalStore: JournalStore {
     }
 
     func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError) {
-        try connection.run("rerun", PostgresJournalSchema.rerun, [groupValue, .utf8(id), .integer(nowMs)])
+        try connection.run("rerun", PostgresJournalSchema.rerun, [groupValue, .utf8(id), .integer(nowMs), epochValue])
     }
 
     func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError) {
         try connection.run(
             "finish", PostgresJournalSchema.finish,
-            [groupValue, .utf8(id), .utf8(document), .integer(nowMs), .integer(Int64(document.count))])
+            [groupValue, .utf8(id), .utf8(document), .integer(nowMs), .integer(Int64(document.count)), epochValue])
     }
 
     func bytes(of id: [UInt8]) throws(SkillbusError) -> Int? {
@@ -110,7 +111,8 @@ final class PostgresJournalStore: JournalStore {
     }
 
     func interruptRunning(nowMs: Int64) throws(SkillbusError) -> Int {
-        try connection.run("interrupt_running", PostgresJournalSchema.interruptRunning, [groupValue, .integer(nowMs)])
+        try connection.run(
+            "interrupt_running", PostgresJournalSchema.interruptRunning, [groupValue, .integer(nowMs), epochValue])
     }
 
     func totalBytes() throws(SkillbusError) -> Int {
@@ -147,7 +149,8 @@ final class PostgresJournalStore: JournalStore {
 
 /// The PostgreSQL tables of coordinator groups, and their SQL (the same rows and rules as `JournalSchema`'s).
 enum PostgresJournalSchema {
-    /// 2: the leaders table (a build of version 1 knows no election, so it must not join a group that has one).
+    /// 2: the leaders table (a build of version 1 knows no election, so it must not join a group that has one), and
+    /// each round's `epoch`, the leader's that wrote it last.
     static let currentVersion: Int64 = 2
     /// The key of the advisory lock that makes creating the tables one coordinator's job at a time.
     static let schemaLockKey: Int64 = 0x736b_696c_6c62_7573  // "skillbus"
@@ -165,6 +168,7 @@ enum PostgresJournalSchema {
             accepted bigint NOT NULL,       -- milliseconds since 1970
             finished bigint NOT NULL,       -- when it ended, or was found interrupted; 0 while running
             bytes bigint NOT NULL,          -- body and document
+            epoch bigint NOT NULL DEFAULT 0,    -- the epoch of the leader that wrote the row last
             PRIMARY KEY (grp, id)
         );
         CREATE INDEX IF NOT EXISTS skillbus_rounds_by_finished ON skillbus_rounds (grp, finished)
@@ -210,24 +214,29 @@ enum PostgresJournalSchema {
                         + "this build knows \(currentVersion): run the newer skillbus",
                     details: ["database": .string(connection.target)])
             }
+            // Schema 1 (one coordinator per group) had no epochs: its rows say 0.
+            if found == 1 { try connection.execute(migrateFrom1) }
             if found < currentVersion { try connection.execute(recordVersion) }
         }
     }
 
     static let fence = "SELECT epoch FROM skillbus_leaders WHERE grp = $1 FOR SHARE"
+    static let migrateFrom1 = "ALTER TABLE skillbus_rounds ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
 
     static let insert =
-        "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes) "
-        + "VALUES ($1, $2, $3, 'running', $4, NULL, $5, 0, $6) ON CONFLICT (grp, id) DO NOTHING"
+        "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes, epoch) "
+        + "VALUES ($1, $2, $3, 'running', $4, NULL, $5, 0, $6, $7) ON CONFLICT (grp, id) DO NOTHING"
     static let select = "SELECT body, state, idempotent, document FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let rerun =
-        "UPDATE skillbus_rounds SET state = 'running', accepted = $3, finished = 0 WHERE grp = $1 AND id = $2"
+        "UPDATE skillbus_rounds SET state = 'running', accepted = $3, finished = 0, epoch = $4 WHERE grp = $1 AND id = $2"
     static let finish =
-        "UPDATE skillbus_rounds SET state = 'done', document = $3, finished = $4, bytes = $5 WHERE grp = $1 AND id = $2"
+        "UPDATE skillbus_rounds SET state = 'done', document = $3, finished = $4, bytes = $5, epoch = $6 "
+        + "WHERE grp = $1 AND id = $2"
     static let bytesOf = "SELECT bytes FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let delete = "DELETE FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let interruptRunning =
-        "UPDATE skillbus_rounds SET state = 'interrupted', finished = $2 WHERE grp = $1 AND state = 'running'"
+        "UPDATE skillbus_rounds SET state = 'interrupted', finished = $2, epoch = $3 "
+        + "WHERE grp = $1 AND state = 'running'"
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM skillbus_rounds WHERE grp = $1"
     static let oldestEnded =
         "SELECT id, bytes, finished FROM skillbus_rounds WHERE grp = $1 AND state <> 'running' "
