@@ -346,6 +346,15 @@ struct LeaderElectionTests {
         )
         let epochs = try cluster.query("SELECT epoch || ' ' || name FROM skillbus_leaders WHERE grp = 'g1'")
         #expect(epochs == ["2 b"])
+        // Which leader wrote each round last: the old one every round it answered ok, the new one the others
+        // (interrupted at its takeover, or run by it).
+        var written: [String: String] = [:]
+        for row in try cluster.query("SELECT id || ' ' || epoch FROM skillbus_rounds WHERE grp = 'g1'") {
+            let parts = row.split(separator: " ")
+            written[String(parts[0])] = String(parts[1])
+        }
+        for id in oks.keys { #expect(written[id] == "1", "\(id) answered ok by epoch 1, written by \(written[id] ?? "none")") }
+        for id in others { #expect(written[id] == "2", "\(id) written by \(written[id] ?? "none"), not the new leader") }
     }
 
     @Test("two standbys race for a dead leader's lead: exactly one wins, and the other names it")

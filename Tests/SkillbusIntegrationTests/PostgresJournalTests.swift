@@ -146,6 +146,38 @@ struct PostgresJournalTests {
         #expect(rows == 1)
     }
 
+    @Test("a journal of schema 1 (one coordinator per group) gains the leaders table and each round's epoch")
+    func migratesFromSchema1() async throws {
+        let postgres = try ThrowawayPostgres()
+        defer { postgres.remove() }
+        let connection = try PostgresConnection(
+            url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+        defer { connection.close() }
+        // What the first build with `ha` made.
+        try connection.execute(
+            """
+            CREATE TABLE skillbus_schema (version bigint NOT NULL);
+            INSERT INTO skillbus_schema (version) VALUES (1);
+            CREATE TABLE skillbus_rounds (grp text NOT NULL, id text NOT NULL, seq bigserial, body text NOT NULL,
+                state text NOT NULL, idempotent boolean NOT NULL, document text, accepted bigint NOT NULL,
+                finished bigint NOT NULL, bytes bigint NOT NULL, PRIMARY KEY (grp, id));
+            CREATE TABLE skillbus_session_members (grp text NOT NULL, session text NOT NULL, agent text NOT NULL,
+                role text NOT NULL, first bigint NOT NULL, last bigint NOT NULL, PRIMARY KEY (grp, session, agent));
+            INSERT INTO skillbus_rounds VALUES ('g', 'old', DEFAULT, '{}', 'done', false, '{"status":"ok"}',
+                (extract(epoch FROM now()) * 1000)::bigint, (extract(epoch FROM now()) * 1000)::bigint, 17);
+            """)
+        let opened = try CollectedJournal(group: postgres.group("g"))
+        #expect(
+            try await opened.accept("old")
+                == .stored(roundID: Array("old".utf8), document: Array(#"{"status":"ok"}"#.utf8)))
+        #expect(try await opened.accept("new") == .accepted(roundID: Array("new".utf8)))
+        opened.journal.close()
+        var rows: [String] = []
+        try connection.run("epochs", "SELECT id || ' ' || epoch FROM skillbus_rounds ORDER BY id") { rows.append($0.text(0)) }
+        #expect(rows == ["new 1", "old 0"])
+        #expect(try connection.integer("version", "SELECT max(version) FROM skillbus_schema") == 2)
+    }
+
     @Test("a database nobody listens on is refused at open, naming it")
     func unreachable() throws {
         let port = try ThrowawayPostgres.freePort()

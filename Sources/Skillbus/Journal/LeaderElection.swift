@@ -3,8 +3,8 @@ import Foundation
 import Synchronization
 
 /// A coordinator group's election (PROTOCOL §3.11), on a thread and a PostgreSQL connection of its own (never
-/// the coordinator's thread, never the journal's connection). Every `leaseMs / 4` a standby reads the group's
-/// row in `skillbus_leaders` and claims the lead by `LeaderLease`'s rules; the leader renews its lease.
+/// the coordinator's thread, never the journal's connection). Every `leaseMs / 8` a standby reads the group's
+/// row in `skillbus_leaders` and claims the lead by `LeaderLease`'s rules; every `leaseMs / 4` the leader renews.
 ///
 /// What the coordinator's thread reads: `servingUntil` (one atomic load per message: the leader serves while its
 /// own clock is before it), `known` (whom a standby's refusal names), and `takeEvents()` after `notify` woke it.
@@ -116,7 +116,6 @@ final class LeaderElection: Sendable {
         var lease = LeaderLease(leaseMs: settings.leaseMs)
         var epoch: Int?
         var refusedLogged = false
-        let period = lease.leaseNanos / 4
         func lose(_ reason: String) {
             servingUntil.store(0, ordering: .relaxed)
             events.withLock { $0.append(.lost(reason)) }
@@ -190,6 +189,9 @@ final class LeaderElection: Sendable {
                 started.signal()
                 starting = false
             }
+            // The leader renews every quarter lease; a standby reads every eighth, since a failover takes up to one
+            // lease plus the time between the leader's last renewal and the first read that sees it.
+            let period = epoch == nil ? lease.leaseNanos / 8 : lease.leaseNanos / 4
             _ = wakeup.wait(timeout: DispatchTime(uptimeNanoseconds: start + period))
         }
         if let held = epoch, releasing.load(ordering: .relaxed), let database = connection {

@@ -111,7 +111,8 @@ final class PostgresJournalStore: JournalStore {
     }
 
     func interruptRunning(nowMs: Int64) throws(SkillbusError) -> Int {
-        try connection.run("interrupt_running", PostgresJournalSchema.interruptRunning, [groupValue, .integer(nowMs)])
+        try connection.run(
+            "interrupt_running", PostgresJournalSchema.interruptRunning, [groupValue, .integer(nowMs), epochValue])
     }
 
     func totalBytes() throws(SkillbusError) -> Int {
@@ -148,8 +149,8 @@ final class PostgresJournalStore: JournalStore {
 
 /// The PostgreSQL tables of coordinator groups, and their SQL (the same rows and rules as `JournalSchema`'s).
 enum PostgresJournalSchema {
-    /// 2: the leaders table (a build of version 1 knows no election, so it must not join a group that has one),
-    /// and each round's epoch.
+    /// 2: the leaders table (a build of version 1 knows no election, so it must not join a group that has one), and
+    /// each round's `epoch`, the leader's that wrote it last.
     static let currentVersion: Int64 = 2
     /// The key of the advisory lock that makes creating the tables one coordinator's job at a time.
     static let schemaLockKey: Int64 = 0x736b_696c_6c62_7573  // "skillbus"
@@ -167,10 +168,9 @@ enum PostgresJournalSchema {
             accepted bigint NOT NULL,       -- milliseconds since 1970
             finished bigint NOT NULL,       -- when it ended, or was found interrupted; 0 while running
             bytes bigint NOT NULL,          -- body and document
-            epoch bigint NOT NULL DEFAULT 0,    -- the leader epoch of the coordinator that wrote it last
+            epoch bigint NOT NULL DEFAULT 0,    -- the epoch of the leader that wrote the row last
             PRIMARY KEY (grp, id)
         );
-        ALTER TABLE skillbus_rounds ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
         CREATE INDEX IF NOT EXISTS skillbus_rounds_by_finished ON skillbus_rounds (grp, finished)
             WHERE state <> 'running';
         CREATE TABLE IF NOT EXISTS skillbus_session_members (
@@ -214,11 +214,14 @@ enum PostgresJournalSchema {
                         + "this build knows \(currentVersion): run the newer skillbus",
                     details: ["database": .string(connection.target)])
             }
+            // Schema 1 (one coordinator per group) had no epochs: its rows say 0.
+            if found == 1 { try connection.execute(migrateFrom1) }
             if found < currentVersion { try connection.execute(recordVersion) }
         }
     }
 
     static let fence = "SELECT epoch FROM skillbus_leaders WHERE grp = $1 FOR SHARE"
+    static let migrateFrom1 = "ALTER TABLE skillbus_rounds ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
 
     static let insert =
         "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes, epoch) "
@@ -232,7 +235,8 @@ enum PostgresJournalSchema {
     static let bytesOf = "SELECT bytes FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let delete = "DELETE FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let interruptRunning =
-        "UPDATE skillbus_rounds SET state = 'interrupted', finished = $2 WHERE grp = $1 AND state = 'running'"
+        "UPDATE skillbus_rounds SET state = 'interrupted', finished = $2, epoch = $3 "
+        + "WHERE grp = $1 AND state = 'running'"
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM skillbus_rounds WHERE grp = $1"
     static let oldestEnded =
         "SELECT id, bytes, finished FROM skillbus_rounds WHERE grp = $1 AND state <> 'running' "
