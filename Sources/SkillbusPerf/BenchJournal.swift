@@ -6,8 +6,8 @@ import SkillbusZMQ
 
 /// What the coordinator's round journal costs: the same rounds of one echo (each a new round id, so each is
 /// journaled as accepted before it runs, and again with its document) on a coordinator with a data directory
-/// (SQLite), on one of a coordinator group (PostgreSQL, when a throwaway server can be started here) and on the
-/// main one without, in rotating order, as ratios of the same run: throughput at 64 in flight, and the median
+/// (SQLite), on the leaders of two one-member coordinator groups (PostgreSQL, when a throwaway server can be started
+/// here; one of them with `answerAfterCommit`) and on the main one without, in rotating order, as ratios of the same run: throughput at 64 in flight, and the median
 /// latency at 1 in flight, where the commit before the round runs shows most.
 struct JournalFigures {
     /// One journal against none.
@@ -17,7 +17,9 @@ struct JournalFigures {
         var best: (journaled: LoadReport, memory: LoadReport)?
         var bestSerial: (journaled: LoadReport, memory: LoadReport)?
 
-        mutating func add(loaded: (journaled: LoadReport, memory: LoadReport), serial: (journaled: LoadReport, memory: LoadReport)) {
+        mutating func add(
+            loaded: (journaled: LoadReport, memory: LoadReport), serial: (journaled: LoadReport, memory: LoadReport)
+        ) {
             throughputRatios.append(PerfCommand.ratio(loaded.journaled.tasksPerSecond, loaded.memory.tasksPerSecond))
             latencyRatios.append(PerfCommand.ratio(serial.journaled.percentileMs(0.5), serial.memory.percentileMs(0.5)))
             if (best?.journaled.tasksPerSecond ?? -1) < loaded.journaled.tasksPerSecond { best = loaded }
@@ -29,6 +31,8 @@ struct JournalFigures {
 
     var sqlite = Versus()
     var postgres = Versus()
+    /// The same group's journal with `answerAfterCommit`: every answer waits for its document's commit.
+    var postgresAfterCommit = Versus()
     /// Why there is no PostgreSQL column (no server here, or it did not start); nil when there is one.
     var postgresMissing: String?
     var failures = 0
@@ -58,18 +62,24 @@ struct JournalFigures {
             "throughputTarget": .number(Self.throughputTarget), "throughputMet": .bool(throughputMet),
             "p50TargetAt1": .number(Self.latencyTarget), "p50MetAt1": .bool(latencyMet),
         ]
+        func figures(_ versus: Versus) -> [String: JSONValue] {
+            [
+                "journaledRounds": versus.best?.journaled.json ?? .null,
+                "journaledRoundsSerial": versus.bestSerial?.journaled.json ?? .null,
+                "throughputRatio": .number(versus.throughputRatios.median),
+                "throughputRatios": .array(versus.throughputRatios.map { .number($0) }),
+                "p50RatioAt1": .number(versus.latencyRatios.median),
+                "p50RatiosAt1": .array(versus.latencyRatios.map { .number($0) }),
+            ]
+        }
         if let postgresMissing {
             object["postgres"] = ["missing": .string(postgresMissing)]
         } else {
-            object["postgres"] = [
-                "journaledRounds": postgres.best?.journaled.json ?? .null,
-                "journaledRoundsSerial": postgres.bestSerial?.journaled.json ?? .null,
-                "throughputRatio": .number(postgres.throughputRatios.median),
-                "throughputRatios": .array(postgres.throughputRatios.map { .number($0) }),
-                "p50RatioAt1": .number(postgres.latencyRatios.median),
-                "p50RatiosAt1": .array(postgres.latencyRatios.map { .number($0) }),
-                "throughputTarget": .number(Self.postgresThroughputTarget), "throughputMet": .bool(postgresMet),
-            ]
+            var postgresFigures = figures(postgres)
+            postgresFigures["throughputTarget"] = .number(Self.postgresThroughputTarget)
+            postgresFigures["throughputMet"] = .bool(postgresMet)
+            postgresFigures["answerAfterCommit"] = .object(figures(postgresAfterCommit))
+            object["postgres"] = .object(postgresFigures)
         }
         return .object(object)
     }
@@ -108,13 +118,19 @@ struct JournalFigures {
             "  target: throughput at 64 in flight >= \(Self.postgresThroughputTarget)x: \(ratio), "
                 + "\(postgresMet ? "met" : "NOT met"); pairs at 64: \(pairs(postgres.throughputRatios)); "
                 + "p50 pairs at 1: \(pairs(postgres.latencyRatios))")
+        print(
+            String(
+                format:
+                    "  with answerAfterCommit / without a journal: at 64 in flight %.2fx throughput; at 1 in flight "
+                    + "%.2fx p50", postgresAfterCommit.throughputRatios.median, postgresAfterCommit.latencyRatios.median
+            ))
     }
 }
 
 extension Bench {
-    /// A coordinator of a one-member group whose journal is in a throwaway PostgreSQL with fsync on, or why there
-    /// is none. The server is stopped and removed with `postgres`'s owner.
-    func startPostgresCluster() async -> (cluster: Cluster, postgres: ThrowawayPostgres)? {
+    /// The leaders of two one-member groups whose journal is in a throwaway PostgreSQL with fsync on (the second with
+    /// `answerAfterCommit`), or nil when there is none (noted). The caller removes the server.
+    func startPostgresClusters() async -> (groups: [Cluster], postgres: ThrowawayPostgres)? {
         let postgres: ThrowawayPostgres
         do {
             postgres = try ThrowawayPostgres(durable: true)
@@ -122,50 +138,56 @@ extension Bench {
             note("journal: no PostgreSQL column: \(error)")
             return nil
         }
-        let config = supervisor.directory + "/group-coordinator.json"
-        let document: JSONValue = [
-            "version": 1,
-            "ha": [
-                "database": .string(postgres.url), "group": "bench",
-                "passwordFile": .string(postgres.directory + "/password"),
-            ],
-        ]
-        do {
-            try Data(document.jsonString.utf8).write(to: URL(fileURLWithPath: config))
-        } catch {
-            note("journal: no PostgreSQL column: writing \(config): \(error)")
-            postgres.remove()
-            return nil
+        var groups: [Cluster] = []
+        for (name, afterCommit) in [("group", false), ("group-after-commit", true)] {
+            let config = supervisor.directory + "/\(name).json"
+            let document: JSONValue = [
+                "version": 1, "answerAfterCommit": .bool(afterCommit),
+                "ha": [
+                    "database": .string(postgres.url), "group": .string(name),
+                    "passwordFile": .string(postgres.directory + "/password"),
+                ],
+            ]
+            do {
+                try Data(document.jsonString.utf8).write(to: URL(fileURLWithPath: config))
+            } catch {
+                note("journal: no PostgreSQL column: writing \(config): \(error)")
+                postgres.remove()
+                return nil
+            }
+            guard let cluster = await startCluster(name: name, coordinatorOptions: ["--config", config]) else {
+                note("journal: no PostgreSQL column: the group's coordinator or its workers did not start within 30 s")
+                postgres.remove()
+                return nil
+            }
+            groups.append(cluster)
         }
-        guard let cluster = await startCluster(name: "group", coordinatorOptions: ["--config", config]) else {
-            note("journal: no PostgreSQL column: the group's coordinator or its workers did not start within 30 s")
-            postgres.remove()
-            return nil
-        }
-        return (cluster, postgres)
+        return (groups, postgres)
     }
 
     /// The SQLite journal against none, and the PostgreSQL one when a throwaway server starts here; the group's
     /// coordinator and its server are stopped before this returns.
     func journalCosts(memory: Cluster, journaled: Cluster) async throws -> JournalFigures {
         note("journal: starting a throwaway PostgreSQL (fsync on) and a coordinator of a group on it…")
-        let group = await startPostgresCluster()
-        defer { group?.postgres.remove() }
-        var figures = try await journalCost(memory: memory, journaled: journaled, group: group?.cluster)
-        if group == nil { figures.postgresMissing = ThrowawayPostgres.unavailable ?? "the server or its coordinator did not start" }
-        if let group { await group.cluster.stop() }
+        let started = await startPostgresClusters()
+        defer { started?.postgres.remove() }
+        var figures = try await journalCost(memory: memory, journaled: journaled, groups: started?.groups ?? [])
+        if started == nil {
+            figures.postgresMissing = ThrowawayPostgres.unavailable ?? "the server or its coordinators did not start"
+        }
+        for cluster in started?.groups ?? [] { await cluster.stop() }
         return figures
     }
 
     /// Five rounds of measurements; in each, every coordinator goes first in turn.
-    func journalCost(memory: Cluster, journaled: Cluster, group: Cluster?) async throws -> JournalFigures {
+    func journalCost(memory: Cluster, journaled: Cluster, groups: [Cluster]) async throws -> JournalFigures {
         var figures = JournalFigures()
         let rounds = LoadGenerator.echoRounds(payloadBytes: setup.payloadBytes, priorities: false)
         let serialCount = min(2000, setup.requests)
-        for cluster in [journaled, group].compactMap({ $0 }) {  // warm each journal
+        for cluster in [journaled] + groups {  // warm each journal
             _ = try await measure(rounds, cluster.bus, requests: serialCount, inFlight: 64)
         }
-        var sides = [memory, journaled] + (group.map { [$0] } ?? [])
+        var sides = [memory, journaled] + groups
         for pass in 1...5 {
             note("journal: measuring (pass \(pass) of 5)…")
             func each(inFlight: Int, requests: Int) async throws -> [String: LoadReport] {
@@ -186,9 +208,13 @@ extension Bench {
             }
             let sqlite = versus(journaled)
             figures.sqlite.add(loaded: sqlite.loaded, serial: sqlite.serial)
-            if let group {
-                let postgres = versus(group)
-                figures.postgres.add(loaded: postgres.loaded, serial: postgres.serial)
+            for (index, group) in groups.enumerated() {
+                let measured = versus(group)
+                if index == 0 {
+                    figures.postgres.add(loaded: measured.loaded, serial: measured.serial)
+                } else {
+                    figures.postgresAfterCommit.add(loaded: measured.loaded, serial: measured.serial)
+                }
             }
             sides.append(sides.removeFirst())  // the next pass starts with the next coordinator
         }
