@@ -122,7 +122,10 @@ struct JournalTests {
                 var entries: [JournalEntry] = []
                 for index in 0..<1000 {
                     let id = Array("other-\(batch)-\(index)".utf8)
-                    entries += [.accept(roundID: id, body: Array("{}".utf8), idempotent: false), .finish(roundID: id, document: document)]
+                    entries += [
+                        .accept(roundID: id, body: Array("{}".utf8), idempotent: false),
+                        .finish(roundID: id, document: document),
+                    ]
                 }
                 opened.journal.submit(entries)
             }
@@ -240,5 +243,16 @@ struct JournalTests {
             return (try? JSONValue(parsing: reply.payload))?["code"]?.stringValue
         }
         #expect(codes == ["unknown_skill"])
+    }
+}
+
+@Suite("Round journal in PostgreSQL: a batch's text arrays")
+struct PostgresTextArrayTests {
+    @Test("each element is quoted, its quotes and backslashes escaped, anything else as it is")
+    func escaping() {
+        let elements = [#"{"text":"a \"b\" c\\d"}"#, "", "é,}{", "plain"].map { Array($0.utf8) }
+        let array = String(decoding: PostgresJournalStore.textArray(elements), as: UTF8.self)
+        #expect(array == #"{"{\"text\":\"a \\\"b\\\" c\\\\d\"}","","é,}{","plain"}"#)
+        #expect(String(decoding: PostgresJournalStore.textArray([]), as: UTF8.self) == "{}")
     }
 }

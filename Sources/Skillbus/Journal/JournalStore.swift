@@ -8,13 +8,15 @@ protocol JournalStore: AnyObject {
     /// Runs `body` in one transaction: committed when it returns, rolled back when it throws.
     func transaction<T>(_ body: () throws(SkillbusError) -> T) throws(SkillbusError) -> T
 
-    /// Records a new round as running; false (and nothing written) when the id is journaled already.
-    func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool
+    /// Records new rounds as running; returns the ids it inserted (an id journaled already, or a second time in
+    /// `rounds`, is not).
+    func insertRunning(_ rounds: [NewRound], nowMs: Int64) throws(SkillbusError) -> Set<[UInt8]>
     /// What the journal holds for `id`.
     func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound?
     /// An interrupted idempotent round runs again: `running` once more.
     func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError)
-    func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError)
+    /// Ends rounds with their documents.
+    func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError)
     /// The bytes a row counts, nil without one.
     func bytes(of id: [UInt8]) throws(SkillbusError) -> Int?
     func delete(_ id: [UInt8]) throws(SkillbusError)
@@ -42,6 +44,13 @@ protocol JournalStore: AnyObject {
     func close()
 }
 
+/// A round to journal as running.
+struct NewRound: Sendable, Equatable {
+    var id: [UInt8]
+    var body: [UInt8]
+    var idempotent: Bool
+}
+
 /// A journaled round as an accept finds it.
 struct StoredRound: Sendable, Equatable {
     var body: [UInt8]
@@ -64,7 +73,8 @@ final class SQLiteJournalStore: JournalStore {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
             throw SkillbusError(
-                .storageUnavailable, "cannot create the coordinator's data directory \(directory): "
+                .storageUnavailable,
+                "cannot create the coordinator's data directory \(directory): "
                     + error.localizedDescription, details: ["directory": .string(directory)])
         }
         lock = try DirectoryLock(directory: directory, agent: "coordinator")
@@ -84,10 +94,18 @@ final class SQLiteJournalStore: JournalStore {
         try database.transaction(body)
     }
 
-    func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool {
-        try database.run(
-            JournalSchema.insert, [.utf8(id), .utf8(body), .int(idempotent ? 1 : 0), .integer(nowMs), .int(body.count)])
-        return database.changes == 1
+    func insertRunning(_ rounds: [NewRound], nowMs: Int64) throws(SkillbusError) -> Set<[UInt8]> {
+        var inserted: Set<[UInt8]> = []
+        for round in rounds {
+            try database.run(
+                JournalSchema.insert,
+                [
+                    .utf8(round.id), .utf8(round.body), .int(round.idempotent ? 1 : 0), .integer(nowMs),
+                    .int(round.body.count),
+                ])
+            if database.changes == 1 { inserted.insert(round.id) }
+        }
+        return inserted
     }
 
     func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound? {
@@ -104,8 +122,12 @@ final class SQLiteJournalStore: JournalStore {
         try database.run(JournalSchema.rerun, [.integer(nowMs), .utf8(id)])
     }
 
-    func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError) {
-        try database.run(JournalSchema.finish, [.utf8(document), .integer(nowMs), .int(document.count), .utf8(id)])
+    func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError) {
+        for round in rounds {
+            try database.run(
+                JournalSchema.finish,
+                [.utf8(round.document), .integer(nowMs), .int(round.document.count), .utf8(round.id)])
+        }
     }
 
     func bytes(of id: [UInt8]) throws(SkillbusError) -> Int? {

@@ -64,11 +64,45 @@ final class PostgresJournalStore: JournalStore {
         }
     }
 
-    func insertRunning(_ id: [UInt8], body: [UInt8], idempotent: Bool, nowMs: Int64) throws(SkillbusError) -> Bool {
+    /// One statement for a batch's new rounds: on a server shared with others, a statement per round cost the server
+    /// more than the coordinator spent on the round.
+    func insertRunning(_ rounds: [NewRound], nowMs: Int64) throws(SkillbusError) -> Set<[UInt8]> {
+        var inserted: Set<[UInt8]> = []
         try connection.run(
             "insert", PostgresJournalSchema.insert,
-            [groupValue, .utf8(id), .utf8(body), .text(idempotent ? "t" : "f"), .integer(nowMs),
-             .integer(Int64(body.count)), epochValue]) == 1
+            [
+                groupValue, .integer(nowMs), epochValue, .utf8(Self.textArray(rounds.map(\.id))),
+                .utf8(Self.textArray(rounds.map(\.body))),
+                .text("{" + rounds.map { $0.idempotent ? "t" : "f" }.joined(separator: ",") + "}"),
+            ]
+        ) { row in inserted.insert(row.bytes(0)) }
+        return inserted
+    }
+
+    func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError) {
+        try connection.run(
+            "finish", PostgresJournalSchema.finish,
+            [
+                groupValue, .integer(nowMs), epochValue, .utf8(Self.textArray(rounds.map(\.id))),
+                .utf8(Self.textArray(rounds.map(\.document))),
+            ])
+    }
+
+    /// PostgreSQL's text form of a `text[]`: each element in double quotes, its quotes and backslashes escaped.
+    static func textArray(_ elements: [[UInt8]]) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(elements.reduce(2) { $0 + $1.count + 3 })
+        for (index, element) in elements.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            for byte in element {
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { out.append(UInt8(ascii: "\\")) }
+                out.append(byte)
+            }
+            out.append(UInt8(ascii: "\""))
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 
     func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound? {
@@ -85,12 +119,6 @@ final class PostgresJournalStore: JournalStore {
         try connection.run("rerun", PostgresJournalSchema.rerun, [groupValue, .utf8(id), .integer(nowMs), epochValue])
     }
 
-    func finish(_ id: [UInt8], document: [UInt8], nowMs: Int64) throws(SkillbusError) {
-        try connection.run(
-            "finish", PostgresJournalSchema.finish,
-            [groupValue, .utf8(id), .utf8(document), .integer(nowMs), .integer(Int64(document.count)), epochValue])
-    }
-
     func bytes(of id: [UInt8]) throws(SkillbusError) -> Int? {
         try connection.integer("bytes_of", PostgresJournalSchema.bytesOf, [groupValue, .utf8(id)]).map { Int($0) }
     }
@@ -102,8 +130,10 @@ final class PostgresJournalStore: JournalStore {
     func upsertMember(_ row: SessionMembership) throws(SkillbusError) {
         try connection.run(
             "upsert_member", PostgresJournalSchema.upsertMember,
-            [groupValue, .utf8(row.session), .text(row.agent), .text(row.role), .integer(row.firstMs),
-             .integer(row.lastMs)])
+            [
+                groupValue, .utf8(row.session), .text(row.agent), .text(row.role), .integer(row.firstMs),
+                .integer(row.lastMs),
+            ])
     }
 
     func deleteSession(_ session: [UInt8]) throws(SkillbusError) {
@@ -225,13 +255,16 @@ enum PostgresJournalSchema {
 
     static let insert =
         "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes, epoch) "
-        + "VALUES ($1, $2, $3, 'running', $4, NULL, $5, 0, $6, $7) ON CONFLICT (grp, id) DO NOTHING"
+        + "SELECT $1, r.id, r.body, 'running', r.idempotent, NULL, $2, 0, octet_length(r.body), $3 "
+        + "FROM unnest($4::text[], $5::text[], $6::boolean[]) AS r(id, body, idempotent) "
+        + "ON CONFLICT (grp, id) DO NOTHING RETURNING id"
     static let select = "SELECT body, state, idempotent, document FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let rerun =
         "UPDATE skillbus_rounds SET state = 'running', accepted = $3, finished = 0, epoch = $4 WHERE grp = $1 AND id = $2"
     static let finish =
-        "UPDATE skillbus_rounds SET state = 'done', document = $3, finished = $4, bytes = $5, epoch = $6 "
-        + "WHERE grp = $1 AND id = $2"
+        "UPDATE skillbus_rounds AS r SET state = 'done', document = f.document, finished = $2, "
+        + "bytes = octet_length(f.document), epoch = $3 FROM unnest($4::text[], $5::text[]) AS f(id, document) "
+        + "WHERE r.grp = $1 AND r.id = f.id"
     static let bytesOf = "SELECT bytes FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let delete = "DELETE FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let interruptRunning =

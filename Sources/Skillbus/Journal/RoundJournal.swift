@@ -298,15 +298,46 @@ final class RoundJournal: Sendable {
         do {
             let answers = try store.transaction { () throws(SkillbusError) -> [JournalAnswer] in
                 var answers: [JournalAnswer] = []
-                for (index, entry) in entries.enumerated() {
-                    switch entry {
-                    case .accept(let id, let body, let idempotent):
-                        let answer = try accept(id, body, idempotent: idempotent, nowMs: nowMs, store, &added)
-                        if index >= skip { answers.append(answer) }
-                    case .finish(let id, let document):
-                        try store.finish(id, document: document, nowMs: nowMs)
-                        added += document.count
-                        if hooks.onCommitted != nil { finished.append(id) }
+                var index = 0
+                while index < entries.count {
+                    // A run of accepts, or of finishes, is one call to the store (one statement in PostgreSQL).
+                    var rounds: [NewRound] = []
+                    while index + rounds.count < entries.count,
+                        case .accept(let id, let body, let idempotent) = entries[index + rounds.count]
+                    {
+                        rounds.append(NewRound(id: id, body: body, idempotent: idempotent))
+                    }
+                    if !rounds.isEmpty {
+                        var inserted = try store.insertRunning(rounds, nowMs: nowMs)
+                        for (offset, round) in rounds.enumerated() {
+                            let answer: JournalAnswer
+                            if inserted.remove(round.id) != nil {
+                                added += round.body.count
+                                answer = .accepted(roundID: round.id)
+                            } else {
+                                answer = try journaled(round, nowMs: nowMs, store)
+                            }
+                            if index + offset >= skip { answers.append(answer) }
+                        }
+                        index += rounds.count
+                        continue
+                    }
+                    var documents: [(id: [UInt8], document: [UInt8])] = []
+                    while index + documents.count < entries.count,
+                        case .finish(let id, let document) = entries[index + documents.count]
+                    {
+                        documents.append((id, document))
+                    }
+                    if !documents.isEmpty {
+                        try store.finish(documents, nowMs: nowMs)
+                        added += documents.reduce(0) { $0 + $1.document.count }
+                        if hooks.onCommitted != nil { finished += documents.map(\.id) }
+                        index += documents.count
+                        continue
+                    }
+                    switch entries[index] {
+                    case .accept, .finish:
+                        break
                     case .forget(let id):
                         added -= try store.bytes(of: id) ?? 0
                         try store.delete(id)
@@ -315,6 +346,7 @@ final class RoundJournal: Sendable {
                     case .forgetSession(let session):
                         try store.deleteSession(session)
                     }
+                    index += 1
                 }
                 return answers
             }
@@ -348,14 +380,12 @@ final class RoundJournal: Sendable {
         }
     }
 
-    private func accept(
-        _ id: [UInt8], _ body: [UInt8], idempotent: Bool, nowMs: Int64, _ store: any JournalStore, _ added: inout Int
-    ) throws(SkillbusError) -> JournalAnswer {
-        // Most rounds are new: one statement for them, and a read only for an id the journal holds.
-        if try store.insertRunning(id, body: body, idempotent: idempotent, nowMs: nowMs) {
-            added += body.count
-            return .accepted(roundID: id)
-        }
+    /// The answer to an accept whose round id the journal holds already (most rounds are new: their insert is
+    /// all, and this read happens only for the others).
+    private func journaled(_ round: NewRound, nowMs: Int64, _ store: any JournalStore) throws(SkillbusError)
+        -> JournalAnswer
+    {
+        let (id, body) = (round.id, round.body)
         guard let stored = try store.stored(id) else {
             throw SkillbusError(
                 .internalError, "round '\(String(decoding: id, as: UTF8.self))' is neither new nor in the journal")
@@ -372,7 +402,8 @@ final class RoundJournal: Sendable {
         default:
             // Running under this coordinator: the state machine holds it, so this is a second accept by mistake.
             return .failed(
-                roundID: id, SkillbusError(.internalError, "round '\(String(decoding: id, as: UTF8.self))' is journaled as running"))
+                roundID: id,
+                SkillbusError(.internalError, "round '\(String(decoding: id, as: UTF8.self))' is journaled as running"))
         }
     }
 
