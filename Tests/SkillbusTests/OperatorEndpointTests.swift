@@ -169,6 +169,13 @@ struct OperatorEndpointTests {
         let refused = site.respond(to: head("PUT", "/state"))
         #expect(refused.status == 405 && refused.headers.first?.1 == "GET, HEAD")
         #expect(site.respond(to: head("GET", "/events")).streams)
+        // A group's member says so in /state (the dashboard's header shows it).
+        var snapshot = BusSnapshot()
+        let leader = GroupLeader(name: "a", bus: "tcp://10.0.0.1:5555", feed: "tcp://10.0.0.1:5556", epoch: 2, since: "")
+        snapshot.group = GroupStatus(group: "g1", leader: leader, leading: false)
+        board.publish(snapshot)
+        let state = try JSONValue(parsing: site.respond(to: head("GET", "/state")).body)
+        #expect(state["group"]?["leading"] == false && state["group"]?["leader"]?["name"] == "a", "\(state)")
         board.post(.roundAccepted(round: "r1", shape: "invoke", invocations: ["echo"]))
         #expect(site.collect(streaming: false).isEmpty, "with no stream open, nothing is made")
         board.post(.roundAccepted(round: "r2", shape: "invoke", invocations: ["echo"]))

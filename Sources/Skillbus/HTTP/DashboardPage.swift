@@ -69,6 +69,15 @@ enum DashboardPage {
           card.dataset.skill = state.skill || "";
           card.querySelector(".state").textContent = stateText(state);
         }
+        // A coordinator group's member says whether it leads and, as a standby, where the leader is to be watched.
+        function groupText(group) {
+          if (!group) return "";
+          if (group.leading) return " \\u00b7 leads group " + group.group + " (epoch " + group.leader.epoch + ")" +
+            (group.journalBacklog > 0 ? ", journal behind by " + group.journalBacklog : "");
+          if (!group.leader) return " \\u00b7 standby of group " + group.group + ", no leader known";
+          return " \\u00b7 standby of group " + group.group + ": the leader is " + group.leader.name + " at " +
+            group.leader.bus + " (its own dashboard shows the bus)";
+        }
         function showAgents(view) {
           const agents = document.getElementById("agents");
           agents.replaceChildren(...view.agents.map(agent => {
@@ -85,7 +94,7 @@ enum DashboardPage {
           document.getElementById("skills").replaceChildren(...view.skills.map(skill =>
             el("tr", {}, el("td", {}, skill.skill), el("td", {}, skill.providers.join(", ")))));
           document.getElementById("summary").textContent = view.agents.length + " agent(s) \\u00b7 " + view.waiting +
-            " waiting \\u00b7 registry seq " + view.registry.seq;
+            " waiting \\u00b7 registry seq " + view.registry.seq + groupText(view.group);
         }
         function showRound(round) {
           rounds.delete(round.round);

@@ -129,6 +129,7 @@ final class OperatorSite: HTTPSite {
         return [
             "agents": .array(agents), "skills": .array(skills), "waiting": .number(Double(snapshot.waiting)),
             "registry": ["epoch": .string(snapshot.registryEpoch), "seq": .number(Double(snapshot.registrySequence))],
+            "group": snapshot.group?.json ?? .null,
         ]
     }
 
