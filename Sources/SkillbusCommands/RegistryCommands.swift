@@ -92,18 +92,6 @@ public enum SkillsCommand: SkillbusCommand {
         }
         return lines.joined(separator: "\n")
     }
-
-    /// `group g1: led by 'a' (epoch 2) since 2026-12-05T21:00:00.000Z; journal behind by 12 round(s)`.
-    static func groupLine(_ group: JSONValue?) -> String? {
-        guard let group, let name = group["group"]?.stringValue else { return nil }
-        let leader = group["leader"]
-        let who = leader?["name"]?.stringValue ?? "?"
-        var line = "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
-            + " since \(leader?["since"]?.stringValue ?? "?")"
-        let backlog = group["journalBacklog"]?.intValue ?? 0
-        line += backlog > 0 ? "; journal behind by \(backlog) round(s)" : "; journal up to date"
-        return line
-    }
 }
 
 /// `skillbus agents`
@@ -190,7 +178,8 @@ public enum AgentsCommand: SkillbusCommand {
         guard let group, let name = group["group"]?.stringValue else { return nil }
         let leader = group["leader"]
         let who = leader?["name"]?.stringValue ?? "?"
-        var line = "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
+        var line =
+            "group \(name): led by '\(who)' (epoch \(leader?["epoch"]?.intValue ?? 0))"
             + " since \(leader?["since"]?.stringValue ?? "?")"
         let backlog = group["journalBacklog"]?.intValue ?? 0
         line += backlog > 0 ? "; journal behind by \(backlog) round(s)" : "; journal up to date"

@@ -135,7 +135,8 @@ final class GroupCluster: Sendable {
     func refusal(from name: String, _ context: ZMQContext) async throws -> SkillbusError? {
         let peer = try RawPeer(members[name]!.bus, context: context)
         defer { peer.close() }
-        let answer = try await peer.exchange(ClientMessage.listAgents(requestID: "probe").encoded(), timeout: .seconds(2))
+        let answer = try await peer.exchange(
+            ClientMessage.listAgents(requestID: "probe").encoded(), timeout: .seconds(2))
         guard case .error(_, let error) = try BusToClientMessage.decode(fields: answer) else { return nil }
         return error
     }
@@ -176,6 +177,33 @@ final class Counter: Sendable {
     let value = Atomic<Int>(0)
 }
 
+/// Sends the rounds `ids` (each with the body `spec` makes for it) from `client`, 16 in flight, each id once, until
+/// `next` passes the last id; every answer and every failure goes to `tally`.
+func sendRounds(
+    _ ids: [String], _ spec: @escaping @Sendable (String) -> RoundSpec, from client: SkillbusClient, timeout: Duration,
+    next: Counter, into tally: Tally
+) -> Task<Void, Never> {
+    Task {
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<16 {
+                group.addTask {
+                    while true {
+                        let index = next.value.add(1, ordering: .relaxed).oldValue
+                        guard index < ids.count else { return }
+                        do {
+                            let document = try await client.round(
+                                spec(ids[index]), roundID: ids[index], timeout: timeout)
+                            tally.answers.withLock { $0[ids[index], default: []].append(document) }
+                        } catch {
+                            tally.failures.withLock { $0.append(ids[index]) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Leader election, standbys, fencing and failover of a coordinator group (PROTOCOL §3.11, issue 31), with real
 /// processes and a real PostgreSQL.
 @Suite(
@@ -207,7 +235,8 @@ struct LeaderElectionTests {
         // The reference client, given the standby alone, follows the refusal to the leader (PROTOCOL §3.3).
         let following = try await cluster.client("b", context)
         defer { following.close() }
-        let answered = try await following.round(.invoke(skill: "echo", parameters: ["text": "hi"]), timeout: .seconds(5))
+        let answered = try await following.round(
+            .invoke(skill: "echo", parameters: ["text": "hi"]), timeout: .seconds(5))
         #expect(answered.error?.code != .notLeader && following.currentEndpoint == cluster.members["a"]!.bus)
         let worker = try RawPeer(cluster.members["b"]!.bus, context: context)
         defer { worker.close() }
@@ -248,7 +277,9 @@ struct LeaderElectionTests {
             Task { for await event in feeds[1].events { standbyHeard.withLock { $0.append(event.topic) } } },
         ]
         defer { for task in listening { task.cancel() } }
-        try await waitUntil("two registry heartbeats on the leader's feed") { heard.value.load(ordering: .relaxed) >= 2 }
+        try await waitUntil("two registry heartbeats on the leader's feed") {
+            heard.value.load(ordering: .relaxed) >= 2
+        }
         #expect(standbyHeard.withLock { $0 }.isEmpty, "the standby published \(standbyHeard.withLock { $0 })")
 
         // A leader stopped cleanly gives the lead up: the standby takes it at its next read, not a lease later.
@@ -271,7 +302,8 @@ struct LeaderElectionTests {
         try await cluster.start("a", leading: true)
         try await cluster.start("b")
         // b's feed is silent while b is a standby; its subscription is in place long before b takes over.
-        let feed = try await FeedRecorder.start(feed: cluster.members["b"]!.feed, topics: ["coordinator."], silent: true)
+        let feed = try await FeedRecorder.start(
+            feed: cluster.members["b"]!.feed, topics: ["coordinator."], silent: true)
         defer { feed.close() }
         for name in ["w1", "w2", "w3"] { try await cluster.startWorker(name, on: "a") }
         let client = try await cluster.client("a", context)
@@ -279,28 +311,10 @@ struct LeaderElectionTests {
         let tally = Tally()
         let ids = (0..<600).map { "fo-\($0)" }
         let next = Counter()
-        func spec(_ id: String) -> RoundSpec {
+        @Sendable func spec(_ id: String) -> RoundSpec {
             .invoke(skill: "t.mark", parameters: ["tag": .string(id), "secs": "0.05"])
         }
-        let load = Task {
-            await withTaskGroup(of: Void.self) { group in
-                for _ in 0..<16 {
-                    group.addTask {
-                        while true {
-                            let index = next.value.add(1, ordering: .relaxed).oldValue
-                            guard index < ids.count else { return }
-                            do {
-                                let document = try await client.round(
-                                    spec(ids[index]), roundID: ids[index], timeout: .seconds(4))
-                                tally.answers.withLock { $0[ids[index]] = [document] }
-                            } catch {
-                                tally.failures.withLock { $0.append(ids[index]) }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        let load = sendRounds(ids, spec, from: client, timeout: .seconds(4), next: next, into: tally)
         try await waitUntil("60 rounds answered") { tally.answers.withLock { $0.count } >= 60 }
         let killed = ContinuousClock.now
         cluster.process("a")?.signal(SIGKILL)
@@ -353,8 +367,12 @@ struct LeaderElectionTests {
             let parts = row.split(separator: " ")
             written[String(parts[0])] = String(parts[1])
         }
-        for id in oks.keys { #expect(written[id] == "1", "\(id) answered ok by epoch 1, written by \(written[id] ?? "none")") }
-        for id in others { #expect(written[id] == "2", "\(id) written by \(written[id] ?? "none"), not the new leader") }
+        for id in oks.keys {
+            #expect(written[id] == "1", "\(id) answered ok by epoch 1, written by \(written[id] ?? "none")")
+        }
+        for id in others {
+            #expect(written[id] == "2", "\(id) written by \(written[id] ?? "none"), not the new leader")
+        }
     }
 
     @Test("two standbys race for a dead leader's lead: exactly one wins, and the other names it")
@@ -375,7 +393,8 @@ struct LeaderElectionTests {
         // and the row says the winner at epoch 2.
         try await Task.sleep(for: .milliseconds(2500))
         #expect(!cluster.leads(loser))
-        #expect(try cluster.query("SELECT epoch || ' ' || name FROM skillbus_leaders WHERE grp = 'g1'") == ["2 \(winner)"])
+        #expect(
+            try cluster.query("SELECT epoch || ' ' || name FROM skillbus_leaders WHERE grp = 'g1'") == ["2 \(winner)"])
     }
 
     @Test("fencing: a leader stopped past its lease never writes again and exits 1; started again it is a standby")
