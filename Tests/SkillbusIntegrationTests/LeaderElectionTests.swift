@@ -18,7 +18,11 @@ final class GroupCluster: Sendable {
 
     let postgres: ThrowawayPostgres
     let directory: String
-    let members: [String: Member]
+    /// Each member's endpoints: picked free before it starts, and picked again should another process take a port
+    /// meanwhile (the tests of the suite run beside others).
+    var members: [String: Member] { memberTable.withLock { $0 } }
+    private let memberTable: Mutex<[String: Member]>
+    private let context: ZMQContext
     private let running = Mutex<[String: SkillbusProcess]>([:])
     private let httpPorts = Mutex<[String: UInt16]>([:])
 
@@ -74,7 +78,8 @@ final class GroupCluster: Sendable {
             ).write(to: URL(fileURLWithPath: config))
             members[name] = Member(bus: endpoints[0], feed: endpoints[1], config: config)
         }
-        self.members = members
+        memberTable = Mutex(members)
+        self.context = context
     }
 
     func process(_ name: String) -> SkillbusProcess? { running.withLock { $0[name] } }
@@ -82,15 +87,31 @@ final class GroupCluster: Sendable {
     /// Starts coordinator `name`; waits for its ready line, and with `leading` for it to take the lead.
     @discardableResult
     func start(_ name: String, leading: Bool = false) async throws -> SkillbusProcess {
-        guard let member = members[name] else { throw TimedOut(what: "no member \(name)") }
-        let process = try SkillbusProcess(
-            [
-                "coordinator", "--bus", member.bus, "--feed", member.feed, "--heartbeat-ms", "500",
-                "--startup-grace-ms", "15000", "--config", member.config, "--http", "127.0.0.1:0",
-            ],
-            name: name, environment: ["SKILLBUS_TEST_PG": ThrowawayPostgres.password])
-        running.withLock { $0[name] = process }
-        let ready = try await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
+        var attempts = 0
+        while true {
+            guard let member = members[name] else { throw TimedOut(what: "no member \(name)") }
+            let process = try SkillbusProcess(
+                [
+                    "coordinator", "--bus", member.bus, "--feed", member.feed, "--heartbeat-ms", "500",
+                    "--startup-grace-ms", "15000", "--config", member.config, "--http", "127.0.0.1:0",
+                ],
+                name: name, environment: ["SKILLBUS_TEST_PG": ThrowawayPostgres.password])
+            running.withLock { $0[name] = process }
+            let ready = try? await process.waitForLine("ready line") { $0.hasPrefix("skillbus coordinator ready:") }
+            if let ready { return try await started(name, process, ready: ready, leading: leading) }
+            await process.waitForOutputEnd()
+            attempts += 1
+            guard attempts < 3, process.output.contains(where: { $0.contains("Address already in use") }) else {
+                throw TimedOut(what: "\(name)'s ready line; output: \(process.output)")
+            }
+            let endpoints = try freeEndpoints(2, context: context)
+            memberTable.withLock { $0[name] = Member(bus: endpoints[0], feed: endpoints[1], config: member.config) }
+        }
+    }
+
+    private func started(_ name: String, _ process: SkillbusProcess, ready: String, leading: Bool) async throws
+        -> SkillbusProcess
+    {
         let port = UInt16(ready.split(separator: ":").last ?? "") ?? 0
         httpPorts.withLock { $0[name] = port }
         if leading { try await waitForLead(name, timeout: .seconds(15)) }
