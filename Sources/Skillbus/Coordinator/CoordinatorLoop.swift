@@ -31,7 +31,7 @@ final class CoordinatorLoop {
     var publishedBacklog = 0
     /// What the actions of this pass of the loop gave the journal: handed over in one piece before the loop
     /// polls again (one hand-off per pass, however many rounds it accepted or ended).
-    private var journalEntries: [JournalEntry] = []
+    var journalEntries: [JournalEntry] = []
     /// Prefixes that feed subscribers asked for; events nobody wants are never built.
     var subscriptions = FeedSubscriptions()
     /// Messages and subscriptions refused for a limit (§9) since the start, and those published this tick.
@@ -40,7 +40,7 @@ final class CoordinatorLoop {
     var unroutable = 0
     var rejected = 0
     /// While a batch of bus messages is read: what the bus sends meanwhile, sent when the batch ends.
-    private var heldSends: [(peer: PeerID, frames: Multipart)]?
+    var heldSends: [(peer: PeerID, frames: Multipart)]?
     /// Messages the last batch read.
     private var lastBatch = 0
     var refusalsLogged = 0
@@ -353,97 +353,5 @@ final class CoordinatorLoop {
         } catch {
             refuse(peer, body, error)
         }
-    }
-
-    /// Answers a message the bus cannot accept, in the sender's own dialect where it can tell.
-    func refuse(_ peer: PeerID, _ body: Multipart, _ error: SkillbusError) {
-        rejected += 1
-        operatorEndpoint?.refused(error)
-        // A flood of garbage must not become a flood of log lines: the first few per tick, then a count.
-        if refusalsLogged < Self.refusalsLoggedPerTick {
-            refusalsLogged += 1
-            logger.warning("refused a message from peer \(hex(peer)): \(error)")
-        } else {
-            refusalsSuppressed += 1
-        }
-        if let refusal = Wire.v1Refusal(body, error) { return send(to: peer, refusal) }
-        let header = body.first ?? []
-        // Another version of the worker protocol (SKB3W, say) is answered as a worker would expect.
-        let speaksWorker = header.count >= 5 && header.starts(with: Array("SKB".utf8)) && header[4] == UInt8(ascii: "W")
-        if speaksWorker {
-            send(to: peer, BusToWorkerMessage.error(error).encoded())
-        } else {
-            send(to: peer, BusToClientMessage.error(requestID: Wire.requestID(of: body), error).encoded())
-        }
-    }
-
-    /// Hands the journal what this pass gave it (the loop's thread never waits for the disk: `submit` only
-    /// appends under a short lock and wakes the journal's thread).
-    private func submitJournalEntries() {
-        guard !journalEntries.isEmpty else { return }
-        journal?.submit(journalEntries)
-        journalEntries.removeAll(keepingCapacity: true)
-    }
-
-    func perform(_ actions: [CoordinatorAction]) {
-        if answerAfterCommit { holdAnswers(of: actions) }
-        for action in actions {
-            switch action {
-            case .journal(let entry): journalEntries.append(entry)
-            case .toClient(let peer, let message):
-                if !heldAnswersByRound.isEmpty, case .round(_, let roundID, _) = message,
-                    heldAnswersByRound[ByteKey(roundID)] != nil
-                {
-                    heldAnswersByRound[ByteKey(roundID)]!.append((peer, message.encoded()))
-                    continue
-                }
-                send(to: peer, message.encoded())
-            case .toWorker(let peer, let message): send(to: peer, message.encoded())
-            case .publish(let event):
-                logEvent(event)
-                operatorEndpoint?.record(event)
-                guard wants(event.topic) else { continue }
-                try? feed.send(event.encoded(), dontWait: true)
-            }
-        }
-    }
-
-    private func logEvent(_ event: FeedEvent) {
-        switch event {
-        case .agentJoined(let agent, let skills, let capacity):
-            logger.info("agent '\(agent)' joined with \(skills.count) skill(s), capacity \(capacity)")
-        case .agentLeft(let agent, let reason):
-            logger.info("agent '\(agent)' left: \(reason)")
-        case .registrationRefused(let agent, let error):
-            logger.warning("registration of '\(agent)' refused: \(error)")
-        default:
-            break
-        }
-    }
-
-    private func wants(_ topic: String) -> Bool {
-        !subscriptions.isEmpty && subscriptions.wants(Array(topic.utf8))
-    }
-
-    func send(to peer: PeerID, _ frames: Multipart) {
-        if heldSends != nil {
-            heldSends!.append((peer, frames))
-        } else {
-            sendNow(to: peer, frames)
-        }
-    }
-
-    private func sendNow(to peer: PeerID, _ frames: Multipart) {
-        do {
-            try router.send(routingID: peer, frames)
-        } catch {
-            // The peer vanished (or is hopelessly behind): count it and keep serving everyone else.
-            unroutable += 1
-            logger.debug("could not deliver to peer \(hex(peer)): \(error)")
-        }
-    }
-
-    private func hex(_ peer: PeerID) -> String {
-        peer.bytes.prefix(8).map { String(format: "%02x", $0) }.joined()
     }
 }

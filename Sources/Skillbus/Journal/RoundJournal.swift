@@ -49,13 +49,13 @@ final class RoundJournal: Sendable {
     let backlog = Atomic<Int>(0)
     /// Set once a transaction found that another coordinator leads the group (fencing): why.
     let fenced = Mutex<SkillbusError?>(nil)
-    private let hooks: Hooks
+    let hooks: Hooks
     /// The session roster as the open read it, oldest `lastMs` first, until the coordinator takes it.
     private let sessionsAtOpen = Mutex<[SessionMembership]>([])
     private let inbox = Mutex(Inbox())
     private let wakeup = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
-    private let logger: Logger
+    let logger: Logger
 
     /// Opens (creating when missing) the journal in `directory` and starts its thread; blocks the calling thread
     /// until the database is open, so call it only from a plain thread (the coordinator's, at start).
@@ -259,7 +259,7 @@ final class RoundJournal: Sendable {
 
     /// A journal that waits for its database serves from memory: a new round runs (it is journaled when the
     /// database is back), unless too many wait already.
-    private func answersWhileAway(_ entries: [JournalEntry]) -> [JournalAnswer] {
+    func answersWhileAway(_ entries: [JournalEntry]) -> [JournalAnswer] {
         let full = backlog.load(ordering: .relaxed) >= Self.backlogLimit
         return entries.compactMap { entry in
             guard case .accept(let id, _, _) = entry else { return nil }
@@ -274,7 +274,7 @@ final class RoundJournal: Sendable {
         }
     }
 
-    private func noteBacklog(_ waiting: [JournalEntry]) {
+    func noteBacklog(_ waiting: [JournalEntry]) {
         let rounds = waiting.reduce(0) { count, entry in
             switch entry {
             case .accept, .finish: count + 1
@@ -282,129 +282,6 @@ final class RoundJournal: Sendable {
             }
         }
         if backlog.exchange(rounds, ordering: .relaxed) != rounds { hooks.onBacklog?() }
-    }
-
-    /// Writes one batch in one transaction and answers its `accept`s (all but the first `answering` entries',
-    /// answered before); when the transaction fails, every `accept` of it is answered `failed` (those rounds do
-    /// not run) and its other entries are lost — but when a group's database went away (the connection is lost),
-    /// the entries wait in `waiting` for it to come back, and the accepts are answered as `answersWhileAway` says.
-    /// A transaction that found another coordinator leading (fencing) is the last: `onFenced`.
-    func commit(
-        _ entries: [JournalEntry], _ store: any JournalStore, waiting: inout [JournalEntry], answering skip: Int = 0
-    ) -> [JournalAnswer] {
-        let nowMs = Self.nowMs()
-        var added = 0
-        var finished: [[UInt8]] = []
-        do {
-            let answers = try store.transaction { () throws(SkillbusError) -> [JournalAnswer] in
-                var answers: [JournalAnswer] = []
-                var index = 0
-                while index < entries.count {
-                    // A run of accepts, or of finishes, is one call to the store (one statement in PostgreSQL).
-                    var rounds: [NewRound] = []
-                    while index + rounds.count < entries.count,
-                        case .accept(let id, let body, let idempotent) = entries[index + rounds.count]
-                    {
-                        rounds.append(NewRound(id: id, body: body, idempotent: idempotent))
-                    }
-                    if !rounds.isEmpty {
-                        var inserted = try store.insertRunning(rounds, nowMs: nowMs)
-                        for (offset, round) in rounds.enumerated() {
-                            let answer: JournalAnswer
-                            if inserted.remove(round.id) != nil {
-                                added += round.body.count
-                                answer = .accepted(roundID: round.id)
-                            } else {
-                                answer = try journaled(round, nowMs: nowMs, store)
-                            }
-                            if index + offset >= skip { answers.append(answer) }
-                        }
-                        index += rounds.count
-                        continue
-                    }
-                    var documents: [(id: [UInt8], document: [UInt8])] = []
-                    while index + documents.count < entries.count,
-                        case .finish(let id, let document) = entries[index + documents.count]
-                    {
-                        documents.append((id, document))
-                    }
-                    if !documents.isEmpty {
-                        try store.finish(documents, nowMs: nowMs)
-                        added += documents.reduce(0) { $0 + $1.document.count }
-                        if hooks.onCommitted != nil { finished += documents.map(\.id) }
-                        index += documents.count
-                        continue
-                    }
-                    switch entries[index] {
-                    case .accept, .finish:
-                        break
-                    case .forget(let id):
-                        added -= try store.bytes(of: id) ?? 0
-                        try store.delete(id)
-                    case .member(let row):
-                        try store.upsertMember(row)
-                    case .forgetSession(let session):
-                        try store.deleteSession(session)
-                    }
-                    index += 1
-                }
-                return answers
-            }
-            storedBytes.add(added, ordering: .relaxed)
-            if !finished.isEmpty { hooks.onCommitted?(finished) }
-            return answers
-        } catch {
-            if error.code == .notLeader {
-                logger.error("the journal wrote nothing: \(error.message)")
-                fenced.withLock { $0 = error }
-                hooks.onFenced?(error)
-                return failedAccepts(entries.dropFirst(skip), error)
-            }
-            if !store.isConnected && store.waitsForDatabase {
-                logger.warning(
-                    "the journal's database went away (\(error.message)); serving from memory, "
-                        + "\(entries.count) entries wait for it")
-                waiting = entries
-                noteBacklog(waiting)
-                return answersWhileAway(Array(entries.dropFirst(skip)))
-            }
-            logger.error("the journal could not commit \(entries.count) entries: \(error.message)")
-            return failedAccepts(entries.dropFirst(skip), error)
-        }
-    }
-
-    private func failedAccepts(_ entries: ArraySlice<JournalEntry>, _ error: SkillbusError) -> [JournalAnswer] {
-        entries.compactMap { entry in
-            guard case .accept(let id, _, _) = entry else { return nil }
-            return .failed(roundID: id, error)
-        }
-    }
-
-    /// The answer to an accept whose round id the journal holds already (most rounds are new: their insert is
-    /// all, and this read happens only for the others).
-    private func journaled(_ round: NewRound, nowMs: Int64, _ store: any JournalStore) throws(SkillbusError)
-        -> JournalAnswer
-    {
-        let (id, body) = (round.id, round.body)
-        guard let stored = try store.stored(id) else {
-            throw SkillbusError(
-                .internalError, "round '\(String(decoding: id, as: UTF8.self))' is neither new nor in the journal")
-        }
-        guard stored.body == body else { return .conflict(roundID: id) }
-        switch stored.state {
-        case "done":
-            return .stored(roundID: id, document: stored.document ?? [])
-        case "interrupted" where stored.idempotent:
-            try store.rerun(id, nowMs: nowMs)
-            return .accepted(roundID: id)
-        case "interrupted":
-            return .interrupted(roundID: id)
-        default:
-            // Running under this coordinator: the state machine holds it, so this is a second accept by mistake.
-            return .failed(
-                roundID: id,
-                SkillbusError(.internalError, "round '\(String(decoding: id, as: UTF8.self))' is journaled as running"))
-        }
     }
 
     /// One step of the retention sweep: deletes at most `rows` of the ended rounds past the window or over the byte
