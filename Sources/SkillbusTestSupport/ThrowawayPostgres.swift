@@ -191,20 +191,31 @@ public final class ThrowawayPostgres: @unchecked Sendable {
 
     /// A port nobody listens on now: the kernel's pick for a socket bound to port 0, closed again.
     public static func freePort() throws -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failed(message: "socket: errno \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound else { throw Failed(message: "bind 127.0.0.1:0: errno \(errno)") }
-        return UInt16(bigEndian: address.sin_port)
+        let (fd, port) = try bindLoopbackTCP()
+        close(fd)
+        return port
     }
+}
+
+/// A TCP socket bound to 127.0.0.1 on a port the kernel picks: the descriptor (the caller closes it or listens on
+/// it) and the port.
+public func bindLoopbackTCP() throws -> (descriptor: Int32, port: UInt16) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw ThrowawayPostgres.Failed(message: "socket: errno \(errno)") }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+        }
+    }
+    guard bound else {
+        let failure = errno
+        close(fd)
+        throw ThrowawayPostgres.Failed(message: "bind 127.0.0.1:0: errno \(failure)")
+    }
+    return (fd, UInt16(bigEndian: address.sin_port))
 }

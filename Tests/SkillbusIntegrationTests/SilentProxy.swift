@@ -17,20 +17,10 @@ final class SilentProxy: Sendable {
     private let descriptors = Mutex<[Int32]>([])
 
     init(to upstream: UInt16) throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try bindLoopbackTCP()
         self.listener = listener
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = 0
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(listener, pointer, length) == 0 && getsockname(listener, pointer, &length) == 0
-            }
-        }
-        guard bound, listen(listener, 64) == 0 else { throw TimedOut(what: "a proxy port (errno \(errno))") }
-        port = UInt16(bigEndian: address.sin_port)
+        self.port = port
+        guard listen(listener, 64) == 0 else { throw TimedOut(what: "a proxy port (errno \(errno))") }
         let thread = Thread { [self] in accepting(upstream) }
         thread.start()
     }
