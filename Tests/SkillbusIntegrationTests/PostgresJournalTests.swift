@@ -1,8 +1,9 @@
 import Foundation
-@testable import Skillbus
 import SkillbusTestSupport
 import Synchronization
 import Testing
+
+@testable import Skillbus
 
 /// A `RoundJournal` whose answers are collected, with `accept` that waits for its answer (no sockets).
 final class CollectedJournal: Sendable {
@@ -33,7 +34,9 @@ final class CollectedJournal: Sendable {
             "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals) "
                 + "VALUES ($1, 1, 'test', 'tcp://x:1', 'tcp://x:2', 0, now(), 2000, 0) "
                 + "ON CONFLICT (grp) DO NOTHING", [.text(group.group)])
-        return Int(try connection.integer("epoch", "SELECT epoch FROM skillbus_leaders WHERE grp = $1", [.text(group.group)]) ?? 0)
+        return Int(
+            try connection.integer("epoch", "SELECT epoch FROM skillbus_leaders WHERE grp = $1", [.text(group.group)])
+                ?? 0)
     }
 
     func accept(_ id: String, body: String = "{}", idempotent: Bool = false) async throws -> JournalAnswer {
@@ -72,7 +75,9 @@ struct PostgresJournalTests {
             #expect(try await first.accept("crashed") == .accepted(roundID: Array("crashed".utf8)))
             #expect(try await first.accept("again", idempotent: true) == .accepted(roundID: Array("again".utf8)))
             first.journal.submit([
-                .member(SessionMembership(session: Array("s1".utf8), agent: "a1", role: "", firstMs: 1, lastMs: Int64.max / 2))
+                .member(
+                    SessionMembership(
+                        session: Array("s1".utf8), agent: "a1", role: "", firstMs: 1, lastMs: Int64.max / 2))
             ])
             first.journal.close()
         }
@@ -123,13 +128,16 @@ struct PostgresJournalTests {
         var hooks = RoundJournal.Hooks()
         hooks.onFenced = { error in fenced.withLock { $0.append(error.message) } }
         let answers = CollectedJournal.Answers()
-        let journal = try RoundJournal(group: group, epoch: epoch, limits: .init(), logger: Logger(label: "test"), hooks: hooks) {
+        let journal = try RoundJournal(
+            group: group, epoch: epoch, limits: .init(), logger: Logger(label: "test"), hooks: hooks
+        ) {
             batch in answers.list.withLock { $0 += batch }
         }
         defer { journal.close() }
         journal.submit([.accept(roundID: Array("before".utf8), body: Array("{}".utf8), idempotent: false)])
         try await waitUntil("the first accept's answer") { answers.list.withLock { $0.count } == 1 }
-        let connection = try PostgresConnection(url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+        let connection = try PostgresConnection(
+            url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
         defer { connection.close() }
         try connection.execute("UPDATE skillbus_leaders SET epoch = epoch + 1 WHERE grp = 'g'")
         journal.submit([.accept(roundID: Array("after".utf8), body: Array("{}".utf8), idempotent: false)])
@@ -144,6 +152,62 @@ struct PostgresJournalTests {
         var rows = 0
         try connection.run("rows", "SELECT id FROM skillbus_rounds WHERE grp = 'g'") { _ in rows += 1 }
         #expect(rows == 1)
+    }
+
+    @Test("a group that began with an empty table finishes rounds by key once the table grew, not by scanning it")
+    func finishFindsRoundsByKey() async throws {
+        let postgres = try ThrowawayPostgres()
+        defer { postgres.remove() }
+        let group = postgres.group("g")
+        let store = try PostgresJournalStore(settings: group, epoch: try CollectedJournal.lead(group))
+        defer { store.close() }
+        let ids = (0..<64).map { Array("r\($0)".utf8) }
+        // The server plans a prepared statement's first runs for their parameters, then keeps one plan: these
+        // runs, on an empty table, are where a kept plan would come from (rounds of their own: nothing they write
+        // counts as an update below).
+        for run in 0..<8 {
+            try store.transaction { () throws(SkillbusError) in
+                try store.finish((0..<64).map { (Array("early\(run)-\($0)".utf8), Array("{}".utf8)) }, nowMs: 1)
+            }
+        }
+        let connection = try PostgresConnection(
+            url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+        defer { connection.close() }
+        try connection.execute(
+            """
+            INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, accepted, finished, bytes)
+                SELECT 'g', 'r' || i, '{}', 'running', false, 1, 0, 2 FROM generate_series(0, 19999) AS i
+                ON CONFLICT DO NOTHING
+            """)
+        // Rows the server read from the table (the runs above read none: it was empty), and rows it updated.
+        func counters() throws -> (read: Int64, updated: Int64) {
+            var counts: (Int64, Int64) = (0, 0)
+            try connection.run(
+                "counters",
+                "SELECT seq_tup_read + coalesce(idx_tup_fetch, 0), n_tup_upd FROM pg_stat_user_tables "
+                    + "WHERE relname = 'skillbus_rounds'"
+            ) { row in counts = (row.int64(0), row.int64(1)) }
+            return counts
+        }
+        let before = try counters()
+        try store.transaction { () throws(SkillbusError) in
+            try store.finish(ids.map { ($0, Array(#"{"status":"ok"}"#.utf8)) }, nowMs: 2)
+        }
+        // Otherwise an idle backend may keep its counters for up to 10 s.
+        try store.connection.execute("SELECT pg_stat_force_next_flush()")
+        let deadline = ContinuousClock.now + .seconds(10)
+        var after = before
+        while after.updated < before.updated + 64 && ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+            after = try counters()
+        }
+        #expect(after.updated - before.updated == 64, "the finish did not show in the server's counters within 10 s")
+        let read = after.read - before.read
+        #expect(read < 1000, "finishing 64 rounds read \(read) of the table's 20,000 rows")
+        #expect(
+            try connection.integer(
+                "done", "SELECT count(*) FROM skillbus_rounds WHERE grp = 'g' AND id LIKE 'r%' AND state = 'done'")
+                == 64)
     }
 
     @Test("a journal of schema 1 (one coordinator per group) gains the leaders table and each round's epoch")
@@ -173,7 +237,9 @@ struct PostgresJournalTests {
         #expect(try await opened.accept("new") == .accepted(roundID: Array("new".utf8)))
         opened.journal.close()
         var rows: [String] = []
-        try connection.run("epochs", "SELECT id || ' ' || epoch FROM skillbus_rounds ORDER BY id") { rows.append($0.text(0)) }
+        try connection.run("epochs", "SELECT id || ' ' || epoch FROM skillbus_rounds ORDER BY id") {
+            rows.append($0.text(0))
+        }
         #expect(rows == ["new 1", "old 0"])
         #expect(try connection.integer("version", "SELECT max(version) FROM skillbus_schema") == 2)
     }

@@ -79,7 +79,14 @@ final class PostgresJournalStore: JournalStore {
         return inserted
     }
 
+    /// One statement for a batch's documents. A round that finishes twice in one batch cannot happen; were it to, the
+    /// statement would refuse the batch, so only the last document of an id is written.
     func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError) {
+        var rounds = rounds
+        if Set(rounds.map(\.id)).count < rounds.count {
+            var seen: Set<[UInt8]> = []
+            rounds = rounds.reversed().filter { seen.insert($0.id).inserted }.reversed()
+        }
         try connection.run(
             "finish", PostgresJournalSchema.finish,
             [
@@ -261,10 +268,15 @@ enum PostgresJournalSchema {
     static let select = "SELECT body, state, idempotent, document FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let rerun =
         "UPDATE skillbus_rounds SET state = 'running', accepted = $3, finished = 0, epoch = $4 WHERE grp = $1 AND id = $2"
+    /// Written as an insert whose every row meets its round (accepted before it ran) and updates it: the server
+    /// then finds each round by its key, always. An UPDATE joined to the batch is planned by costs, and the plan a
+    /// new group's prepared statement keeps from its first runs on an empty table scans the whole table per batch
+    /// (30 ms at 100,000 rounds, against 0.6 ms); planned each time, it still scans tables of 20,000 small rows.
     static let finish =
-        "UPDATE skillbus_rounds AS r SET state = 'done', document = f.document, finished = $2, "
-        + "bytes = octet_length(f.document), epoch = $3 FROM unnest($4::text[], $5::text[]) AS f(id, document) "
-        + "WHERE r.grp = $1 AND r.id = f.id"
+        "INSERT INTO skillbus_rounds (grp, id, seq, body, state, idempotent, document, accepted, finished, bytes, epoch) "
+        + "SELECT $1, f.id, 0, '', 'done', false, f.document, $2, $2, octet_length(f.document), $3 "
+        + "FROM unnest($4::text[], $5::text[]) AS f(id, document) ON CONFLICT (grp, id) DO UPDATE SET state = 'done', "
+        + "document = excluded.document, finished = excluded.finished, bytes = excluded.bytes, epoch = excluded.epoch"
     static let bytesOf = "SELECT bytes FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let delete = "DELETE FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let interruptRunning =
