@@ -241,7 +241,37 @@ struct PostgresJournalTests {
             rows.append($0.text(0))
         }
         #expect(rows == ["new 1", "old 0"])
-        #expect(try connection.integer("version", "SELECT max(version) FROM skillbus_schema") == 2)
+        #expect(try connection.integer("version", "SELECT max(version) FROM skillbus_schema") == 3)
+    }
+
+    @Test("a database of schema 2 gains the leader's dashboard (http) and the members table, its row kept")
+    func migratesFromSchema2() async throws {
+        let postgres = try ThrowawayPostgres()
+        defer { postgres.remove() }
+        let connection = try PostgresConnection(
+            url: postgres.url, password: ThrowawayPostgres.password, applicationName: "test")
+        defer { connection.close() }
+        // The leaders table as schema 2 made it, with a leader in it.
+        try connection.execute(
+            """
+            CREATE TABLE skillbus_schema (version bigint NOT NULL);
+            INSERT INTO skillbus_schema (version) VALUES (1), (2);
+            CREATE TABLE skillbus_leaders (grp text PRIMARY KEY, epoch bigint NOT NULL, name text NOT NULL,
+                bus text NOT NULL, feed text NOT NULL, since bigint NOT NULL, lease_until timestamptz NOT NULL,
+                lease_ms bigint NOT NULL, released boolean NOT NULL DEFAULT false, renewals bigint NOT NULL);
+            INSERT INTO skillbus_leaders VALUES ('g', 7, 'a', 'tcp://a:1', 'tcp://a:2', 0, now(), 2000, false, 3);
+            """)
+        try PostgresJournalSchema.prepare(connection)
+        #expect(try connection.integer("version", "SELECT max(version) FROM skillbus_schema") == 3)
+        var rows: [String] = []
+        try connection.run("leaders", "SELECT name || ' ' || epoch || ' ' || coalesce(http, 'none') FROM skillbus_leaders") {
+            rows.append($0.text(0))
+        }
+        #expect(rows == ["a 7 none"])
+        #expect(try connection.integer("members", "SELECT count(*) FROM skillbus_members") == 0)
+        // A second coordinator preparing the same database changes nothing.
+        try PostgresJournalSchema.prepare(connection)
+        #expect(try connection.integer("version", "SELECT max(version) FROM skillbus_schema") == 3)
     }
 
     @Test("a database nobody listens on is refused at open, naming it")

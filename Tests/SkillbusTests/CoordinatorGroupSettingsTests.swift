@@ -7,7 +7,9 @@ import Testing
 /// from the environment or a file, never from the config, and never written back.
 @Suite("Coordinator group settings (ha)")
 struct CoordinatorGroupSettingsTests {
-    func load(_ ha: String, environment: [String: String] = [:], in directory: String) throws -> CoordinatorGroupSettings? {
+    func load(_ ha: String, environment: [String: String] = [:], in directory: String) throws
+        -> CoordinatorGroupSettings?
+    {
         let path = directory + "/coordinator.json"
         try Data(#"{"version": 1, "ha": \#(ha)}"#.utf8).write(to: URL(fileURLWithPath: path))
         let root = try ConfigObject.load(path: path)
@@ -49,6 +51,53 @@ struct CoordinatorGroupSettingsTests {
         }
     }
 
+    @Test("advertise.http: a dashboard URL written back as given, else the bound address, none without HTTP")
+    func advertisedHTTP() async throws {
+        try await withTemporaryDirectory { directory in
+            let named = try #require(
+                try load(
+                    #"{"database": "postgresql://db1/x", "group": "g", "advertise": {"http": "https://ops.example:8443/"}}"#,
+                    in: directory))
+            #expect(named.advertise.http == "https://ops.example:8443")
+            #expect(
+                named.advertisedHTTP(bound: HTTPAddress(host: "127.0.0.1", port: 8080)) == "https://ops.example:8443")
+            #expect(named.advertisedHTTP(bound: nil) == nil, "a coordinator serving no HTTP advertises no dashboard")
+            let written = String(decoding: named.json.serialized(), as: UTF8.self)
+            #expect(written.contains(#""advertise":{"http":"https://ops.example:8443"}"#), "\(written)")
+            let path = directory + "/again.json"
+            try Data(#"{"version": 1, "ha": \#(written)}"#.utf8).write(to: URL(fileURLWithPath: path))
+            #expect(try CoordinatorConfiguration.load(path: path).ha == named)
+
+            let plain = CoordinatorGroupSettings(database: "postgresql://db1/x", group: "g")
+            #expect(
+                plain.advertisedHTTP(bound: HTTPAddress(host: "0.0.0.0", port: 8080), host: "hosta")
+                    == "http://hosta:8080")
+            #expect(
+                plain.advertisedHTTP(bound: HTTPAddress(host: "127.0.0.1", port: 41234)) == "http://127.0.0.1:41234")
+            #expect(plain.advertisedHTTP(bound: nil) == nil)
+            #expect(!String(decoding: plain.json.serialized(), as: UTF8.self).contains("advertise"))
+        }
+    }
+
+    @Test(
+        "advertise.http must be a dashboard URL others can open",
+        arguments: [
+            ("tcp://10.0.0.1:8080", "is no http:// URL"), ("http://", "is no URL of a dashboard"),
+            ("http://0.0.0.0:8080", "is no URL others can open"), ("http://[::]:8080", "is no URL others can open"),
+            ("http://a:port", "names no port"), ("http://a:0", "names no port"),
+            ("http://a:8080/dash", "without a path"), ("http://u@a:8080", "without a path, query or user"),
+            ("http://a:8080?x=1", "without a path"),
+        ])
+    func badAdvertisedHTTP(_ url: String, _ words: String) {
+        let problem = CoordinatorGroupSettings.problem(http: url)
+        #expect(problem?.contains(words) == true, "\(url): \(problem ?? "accepted")")
+    }
+
+    @Test(arguments: ["http://10.0.0.1:8080", "http://ops", "https://ops.example/", "http://[::1]:8080"])
+    func goodAdvertisedHTTP(_ url: String) {
+        #expect(CoordinatorGroupSettings.problem(http: url) == nil)
+    }
+
     @Test("every problem of a broken section is reported at once, each naming its key")
     func broken() async throws {
         try await withTemporaryDirectory { directory in
@@ -59,20 +108,38 @@ struct CoordinatorGroupSettingsTests {
                 (#"{"database": "postgresql://x/y", "group": "a b"}"#, ["ha.group: 'a b' is no group name"]),
                 (
                     #"{"database": 5, "passwordEnv": "NOPE_NOT_SET"}"#,
-                    ["ha.database: expected a string", "ha.group: missing", "ha.passwordEnv: the environment variable NOPE_NOT_SET is not set"]
+                    [
+                        "ha.database: expected a string", "ha.group: missing",
+                        "ha.passwordEnv: the environment variable NOPE_NOT_SET is not set",
+                    ]
                 ),
-                (#"{"database": "postgresql://x/y", "group": "g", "passwordFile": "none"}"#, ["ha.passwordFile: cannot read"]),
+                (
+                    #"{"database": "postgresql://x/y", "group": "g", "passwordFile": "none"}"#,
+                    ["ha.passwordFile: cannot read"]
+                ),
                 (#"{"database": "postgresql://x/y", "group": "g", "pasword": "x"}"#, ["ha.pasword: unknown key"]),
-                (#"{"database": "postgresql://x/y", "group": "g", "name": "a/b"}"#, ["ha.name: 'a/b' is no coordinator name"]),
-                (#"{"database": "postgresql://x/y", "group": "g", "leaseMs": 10}"#, ["ha.leaseMs: must be from 500 to 600000"]),
+                (
+                    #"{"database": "postgresql://x/y", "group": "g", "name": "a/b"}"#,
+                    ["ha.name: 'a/b' is no coordinator name"]
+                ),
+                (
+                    #"{"database": "postgresql://x/y", "group": "g", "leaseMs": 10}"#,
+                    ["ha.leaseMs: must be from 500 to 600000"]
+                ),
                 (
                     #"{"database": "postgresql://x/y", "group": "g", "advertise": {"bus": "tcp://0.0.0.0:5555", "feed": "x"}}"#,
-                    ["ha.advertise.bus: 'tcp://0.0.0.0:5555' is no endpoint others can connect to",
-                     "ha.advertise.feed: 'x' is not a ZeroMQ endpoint"]
+                    [
+                        "ha.advertise.bus: 'tcp://0.0.0.0:5555' is no endpoint others can connect to",
+                        "ha.advertise.feed: 'x' is not a ZeroMQ endpoint",
+                    ]
                 ),
                 (
-                    #"{"database": "postgresql://x/y", "group": "g", "advertise": {"bus": "tcp://a:1", "http": "x"}}"#,
-                    ["ha.advertise.http: unknown key"]
+                    #"{"database": "postgresql://x/y", "group": "g", "advertise": {"bus": "tcp://a:1", "dash": "x"}}"#,
+                    ["ha.advertise.dash: unknown key"]
+                ),
+                (
+                    #"{"database": "postgresql://x/y", "group": "g", "advertise": {"http": "x", "feed": "y"}}"#,
+                    ["ha.advertise.http: 'x' is no http:// URL", "ha.advertise.feed: 'y' is not a ZeroMQ endpoint"]
                 ),
             ]
             for (section, expected) in cases {

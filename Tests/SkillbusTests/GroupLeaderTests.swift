@@ -44,3 +44,14 @@ struct GroupLeaderTests {
         #expect(try line(.journalBehind(group: "g1", rounds: 0)).hasSuffix("group g1: the journal caught up"))
     }
 }
+
+/// The leader object's dashboard (PROTOCOL §3.11): present when the leader serves one, absent otherwise, so the
+/// wire form of a leader without HTTP is what it was.
+struct GroupLeaderHTTPTests {
+    @Test func httpRoundTripsAndIsLeftOutWhenNone() throws {
+        let serving = GroupLeader(name: "a", bus: "tcp://h:1", feed: "tcp://h:2", epoch: 2, since: "", http: "http://h:8080")
+        #expect(GroupLeader(json: try JSONValue(parsing: serving.json.serialized())) == serving)
+        let silent = GroupLeader(name: "a", bus: "tcp://h:1", feed: "tcp://h:2", epoch: 2, since: "")
+        #expect(silent.json["http"] == nil && GroupLeader(json: silent.json) == silent)
+    }
+}

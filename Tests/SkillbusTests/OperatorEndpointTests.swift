@@ -194,3 +194,43 @@ struct OperatorEndpointTests {
         #expect(!String(decoding: site.collect(streaming: true), as: UTF8.self).contains("event: agents"), "only when they change")
     }
 }
+
+/// What a group's dashboards read from each other (PROTOCOL §13.7): `/state` names the leader's dashboard and the
+/// members; `/group`, readable from any origin, says who leads and nothing more.
+@Suite("Operator endpoint in a coordinator group")
+struct OperatorGroupTests {
+    @Test("a standby's /state and /group name the leader's dashboard; /group holds nothing else")
+    func groupPages() throws {
+        let board = try OperatorBoard()
+        defer { board.wakePipe.close() }
+        let site = OperatorSite(board: board)
+        let get = { (path: String) in
+            site.respond(to: HTTPRequestHead(method: "GET", path: path, version: "HTTP/1.1", headers: [:]))
+        }
+        let alone = get("/group")
+        #expect(alone.status == 200 && alone.body == Array(#"{"group":null}"#.utf8))
+        let leader = GroupLeader(
+            name: "a", bus: "tcp://10.0.0.1:5555", feed: "tcp://10.0.0.1:5556", epoch: 3, since: "",
+            http: "http://10.0.0.1:8080")
+        let members = [
+            GroupMember(name: "a", http: "http://10.0.0.1:8080", bus: leader.bus, feed: leader.feed),
+            GroupMember(name: "b", http: nil, bus: "tcp://10.0.0.2:5555", feed: "tcp://10.0.0.2:5556"),
+        ]
+        var snapshot = BusSnapshot()
+        snapshot.group = GroupStatus(group: "g1", leader: leader, leading: false, members: members)
+        board.publish(snapshot)
+        let state = try JSONValue(parsing: get("/state").body)
+        #expect(state["group"]?["leader"]?["http"] == "http://10.0.0.1:8080", "\(state)")
+        let listed = state["group"]?["members"]?.arrayValue ?? []
+        #expect(listed.compactMap { $0["name"]?.stringValue } == ["a", "b"], "\(state)")
+        #expect(listed.last?["http"] == .null && listed.last?["bus"] == "tcp://10.0.0.2:5555")
+        let answer = get("/group")
+        #expect(answer.status == 200 && answer.contentType == "application/json")
+        #expect(answer.headers.contains { $0.0 == "Access-Control-Allow-Origin" && $0.1 == "*" })
+        let group = try JSONValue(parsing: answer.body)
+        #expect(
+            group == ["group": "g1", "leading": false, "leader": ["name": "a", "epoch": 3, "http": "http://10.0.0.1:8080"]],
+            "\(group)")
+        #expect(get("/state").headers.allSatisfy { $0.0 != "Access-Control-Allow-Origin" }, "only /group is shared")
+    }
+}

@@ -68,6 +68,16 @@ class Page:
         result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
         return result.get("result", {}).get("value")
 
+    def evaluate_or_none(self, expression):
+        """The expression's value, or None while there is no document to evaluate it in (a navigation under way)."""
+        self.next_id += 1
+        self.socket.send(json.dumps({"id": self.next_id, "method": "Runtime.evaluate",
+                                     "params": {"expression": expression, "returnByValue": True}}))
+        while True:
+            message = json.loads(self.socket.recv())
+            if message.get("id") == self.next_id:
+                return message.get("result", {}).get("result", {}).get("value")
+
     def wait_for(self, what, expression, seconds=30):
         """The expression's value once it is truthy; fails, showing the page's text, after `seconds`."""
         deadline = time.monotonic() + seconds

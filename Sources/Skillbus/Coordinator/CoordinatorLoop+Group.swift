@@ -59,10 +59,11 @@ extension CoordinatorLoop {
         return true
     }
 
-    /// At every tick: whom a standby knows as the leader, and the leader's journal backlog.
+    /// At every tick: whom a standby knows as the leader, the group's members, and the leader's journal backlog.
     func refreshGroup() {
         guard let election else { return }
         if journal == nil { state.group?.leader = election.known.withLock { $0 } }
+        state.group?.members = election.members.withLock { $0 }
         publishBacklog()
     }
 
@@ -123,18 +124,39 @@ extension CoordinatorLoop {
     }
 }
 
-/// A coordinator group as AGENTS and `/metrics` show it (§5.13, §13.3).
+/// A coordinator group as AGENTS, `/metrics`, `/state` and `/group` show it (§5.13, §13.3, §13.4, §13.7).
 public struct GroupStatus: Sendable, Equatable {
     public var group: String
     public var leader: GroupLeader?
     public var leading: Bool
     /// Rounds that wait for the database (the journal is behind by them).
     public var journalBacklog = 0
+    /// The members seen lately, this coordinator among them, by name: where a dashboard looks for the leader.
+    public var members: [GroupMember] = []
+
+    public init(group: String, leader: GroupLeader?, leading: Bool, members: [GroupMember] = []) {
+        self.group = group
+        self.leader = leader
+        self.leading = leading
+        self.members = members
+    }
 
     public var json: JSONValue {
         .object([
             "group": .string(group), "leader": leader?.json ?? .null, "leading": .bool(leading),
-            "journalBacklog": .number(Double(journalBacklog)),
+            "journalBacklog": .number(Double(journalBacklog)), "members": .array(members.map(\.json)),
         ])
+    }
+
+    /// `GET /group` (§13.7), which any page may read (`Access-Control-Allow-Origin: *`): whether this coordinator
+    /// leads, and the leader's name, epoch and dashboard; no endpoint, no member list.
+    public var publicJSON: JSONValue {
+        let leader = self.leader.map { leader -> JSONValue in
+            .object([
+                "name": .string(leader.name), "epoch": .number(Double(leader.epoch)),
+                "http": leader.http.map(JSONValue.string) ?? .null,
+            ])
+        }
+        return .object(["group": .string(group), "leading": .bool(leading), "leader": leader ?? .null])
     }
 }

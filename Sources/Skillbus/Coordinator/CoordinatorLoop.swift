@@ -114,7 +114,8 @@ final class CoordinatorLoop {
                 }
                 journal = nil
                 election = try LeaderElection(
-                    settings: group, bus: router.lastEndpoint, feed: feed.lastEndpoint, logger: logger,
+                    settings: group, bus: router.lastEndpoint, feed: feed.lastEndpoint,
+                    http: operatorEndpoint?.address, logger: logger,
                     openJournal: { [hooks] (epoch: Int) throws(SkillbusError) -> RoundJournal in
                         try RoundJournal(
                             group: group, epoch: epoch, limits: limits, logger: logger, hooks: hooks,

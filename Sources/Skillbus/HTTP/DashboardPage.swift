@@ -1,7 +1,8 @@
 /// `GET /`: the dashboard, one page with its style and script inline (no CDN, no build step). It loads
 /// `/state`, then follows `/events`: `agents` replaces the cards and skills, `round` one round of the list,
 /// `feed` each feed event (an `agent.state` updates its card at once, a turn's event its session's timeline;
-/// at every `state`, `/sessions` is loaded again: `DashboardSessions`). Names are set as text, never as HTML.
+/// at every `state`, `/sessions` is loaded again: `DashboardSessions`). In a coordinator group it moves to the
+/// leader's dashboard (`DashboardFollow`). Names are set as text, never as HTML.
 enum DashboardPage {
     static let html = """
         <!doctype html>
@@ -39,7 +40,7 @@ enum DashboardPage {
         </head>
         <body>
         <header><h1>Skillbus</h1><span id="link" data-live="no">connecting</span>
-          <span id="summary" class="muted"></span></header>
+          <span id="summary" class="muted"></span>\(DashboardFollow.header)</header>
         <main>
           <section><h2>Agents</h2><div id="agents"></div></section>
           <section><h2>Skills</h2><table><thead><tr><th>Skill</th><th>Providers</th></tr></thead>
@@ -59,6 +60,7 @@ enum DashboardPage {
           return node;
         }
         \(DashboardSessions.script)
+        \(DashboardFollow.script)
         function stateText(state) {
           if (state.state === "executingSkill") return "executingSkill " + (state.skill || "");
           if (state.state === "failed") return "failed: " + (state.reason || "");
@@ -69,14 +71,14 @@ enum DashboardPage {
           card.dataset.skill = state.skill || "";
           card.querySelector(".state").textContent = stateText(state);
         }
-        // A coordinator group's member says whether it leads and, as a standby, where the leader is to be watched.
+        // A coordinator group's member says whether it leads and, as a standby, which one does (the page moves there).
         function groupText(group) {
           if (!group) return "";
           if (group.leading) return " \\u00b7 leads group " + group.group + " (epoch " + group.leader.epoch + ")" +
             (group.journalBacklog > 0 ? ", journal behind by " + group.journalBacklog : "");
           if (!group.leader) return " \\u00b7 standby of group " + group.group + ", no leader known";
           return " \\u00b7 standby of group " + group.group + ": the leader is " + group.leader.name + " at " +
-            group.leader.bus + " (its own dashboard shows the bus)";
+            (group.leader.http || group.leader.bus + " (it serves no dashboard)");
         }
         function showAgents(view) {
           const agents = document.getElementById("agents");
@@ -95,6 +97,7 @@ enum DashboardPage {
             el("tr", {}, el("td", {}, skill.skill), el("td", {}, skill.providers.join(", ")))));
           document.getElementById("summary").textContent = view.agents.length + " agent(s) \\u00b7 " + view.waiting +
             " waiting \\u00b7 registry seq " + view.registry.seq + groupText(view.group);
+          followGroup(view.group);
         }
         function showRound(round) {
           rounds.delete(round.round);
@@ -122,8 +125,8 @@ enum DashboardPage {
         fetch("/state").then(answer => answer.json()).then(showState);
         const events = new EventSource("/events");
         const link = document.getElementById("link");
-        events.onopen = () => { link.dataset.live = "yes"; link.textContent = "live"; };
-        events.onerror = () => { link.dataset.live = "no"; link.textContent = "reconnecting"; };
+        events.onopen = () => { link.dataset.live = "yes"; link.textContent = "live"; followLive(true); };
+        events.onerror = () => { link.dataset.live = "no"; link.textContent = "reconnecting"; followLive(false); };
         events.addEventListener("state", message => {
           showState(JSON.parse(message.data));
           loadSessions();

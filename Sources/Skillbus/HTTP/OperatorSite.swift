@@ -4,8 +4,8 @@ import Foundation
     import Glibc
 #endif
 
-/// What the operator endpoint answers (`GET /`, `/metrics`, `/state`, `/sessions`, `/events`), and what its event
-/// streams carry. Lives on the HTTP thread; reads the bus only through the `OperatorBoard`.
+/// What the operator endpoint answers (`GET /`, `/metrics`, `/state`, `/sessions`, `/events`, `/group`), and what its
+/// event streams carry. Lives on the HTTP thread; reads the bus only through the `OperatorBoard`.
 final class OperatorSite: HTTPSite {
     let board: OperatorBoard
     private var rounds = RecentRounds()
@@ -14,7 +14,7 @@ final class OperatorSite: HTTPSite {
     private var lastAgents: JSONValue?
     private var droppedEvents = 0
 
-    static let paths: Set<String> = ["/", "/metrics", "/state", "/sessions", "/events"]
+    static let paths: Set<String> = ["/", "/metrics", "/state", "/sessions", "/events", "/group"]
 
     init(board: OperatorBoard) { self.board = board }
 
@@ -29,7 +29,7 @@ final class OperatorSite: HTTPSite {
 
     func respond(to head: HTTPRequestHead) -> HTTPResponse {
         guard Self.paths.contains(head.path) else {
-            return .text(404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions and /events)")
+            return .text(404, "no such page: \(head.path.prefix(200)) (there are /, /metrics, /state, /sessions, /events and /group)")
         }
         guard head.method == "GET" || head.method == "HEAD" else {
             return .text(405, "\(head.method) is not allowed on \(head.path); use GET", headers: [("Allow", "GET, HEAD")])
@@ -42,6 +42,13 @@ final class OperatorSite: HTTPSite {
         case "/state":
             return HTTPResponse(
                 status: 200, contentType: "application/json", body: state(board.snapshot).serialized())
+        case "/group":
+            // Read by the group's other dashboards, from their own origins: the only answer any page may read, so it
+            // holds nothing but who leads (the endpoint has no keys: it is loopback-only unless --insecure).
+            return HTTPResponse(
+                status: 200, contentType: "application/json",
+                body: (board.snapshot.group?.publicJSON ?? ["group": .null]).serialized(),
+                headers: [("Access-Control-Allow-Origin", "*"), ("Cache-Control", "no-store")])
         case "/sessions":
             return HTTPResponse(status: 200, contentType: "application/json", body: sessions.json.serialized())
         case "/events":

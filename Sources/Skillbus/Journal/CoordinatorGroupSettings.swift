@@ -16,8 +16,8 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
     /// This coordinator's name in the group (`ha.name`); nil: the host's name.
     public var name: String?
     /// The endpoints others should use to reach this coordinator (`ha.advertise`); nil: the bound ones, a
-    /// wildcard host replaced by the host's name.
-    public var advertise: (bus: String?, feed: String?) = (nil, nil)
+    /// wildcard host replaced by the host's name. `http` is its dashboard's URL, which the group's pages follow.
+    public var advertise: (bus: String?, feed: String?, http: String?) = (nil, nil, nil)
     /// How long a leader's lease lasts (`ha.leaseMs`, PROTOCOL §3.11): a leader whose renewals go unanswered
     /// stops serving after it, and a standby takes over after seeing it unrenewed for that long.
     public var leaseMs = 2000
@@ -34,6 +34,7 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
         left.database == right.database && left.group == right.group && left.passwordEnv == right.passwordEnv
             && left.passwordFile == right.passwordFile && left.password == right.password && left.name == right.name
             && left.advertise.bus == right.advertise.bus && left.advertise.feed == right.advertise.feed
+            && left.advertise.http == right.advertise.http
             && left.leaseMs == right.leaseMs
     }
 
@@ -56,11 +57,46 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
         Endpoint.reachable(bound, via: "tcp://\(host):1")
     }
 
+    /// The dashboard's URL this coordinator advertises: `advertise.http`, else the bound HTTP address with a
+    /// wildcard host replaced by `host`; nil when it serves no HTTP (then it advertises none, even if named).
+    func advertisedHTTP(bound: HTTPAddress?, host: String = ProcessInfo.processInfo.hostName) -> String? {
+        guard let bound else { return nil }
+        if let http = advertise.http { return http }
+        let wildcard = ["0.0.0.0", "*", "::", "[::]"].contains(bound.host)
+        return "http://\(wildcard ? host : bound.host):\(bound.port)"
+    }
+
+    /// What is wrong with an advertised dashboard URL, or nil: `http://HOST[:PORT]` (or https), a host others can
+    /// reach, no path (the page asks for `/state` and `/events` at the root).
+    static func problem(http url: String) -> String? {
+        let usage = "use http://HOST:PORT (or https://), the URL others open this coordinator's dashboard at"
+        guard let scheme = ["http://", "https://"].first(where: url.hasPrefix) else {
+            return "'\(url)' is no http:// URL: \(usage)"
+        }
+        var rest = url.dropFirst(scheme.count)
+        if rest.hasSuffix("/") { rest = rest.dropLast() }
+        guard !rest.isEmpty, !rest.contains(where: { "/?#@ ".contains($0) }) else {
+            return "'\(url)' is no URL of a dashboard: \(usage), without a path, query or user"
+        }
+        var host = rest
+        if let colon = rest.lastIndex(of: ":"), !rest.hasSuffix("]") {
+            host = rest[..<colon]
+            guard let port = UInt16(rest[rest.index(after: colon)...]), port > 0 else {
+                return "'\(url)' names no port from 1 to 65535: \(usage)"
+            }
+        }
+        guard !host.isEmpty, !["0.0.0.0", "*", "::", "[::]"].contains(host) else {
+            return "'\(url)' is no URL others can open: name a host (not a wildcard)"
+        }
+        return nil
+    }
+
     private static func nameAllowed(_ name: String) -> Bool {
         !name.isEmpty && name.utf8.count <= maxGroupBytes
             && name.utf8.allSatisfy { byte in
                 (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte)
-                    || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
+                    || (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte)
+                    || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-")
                     || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
             }
     }
@@ -88,7 +124,8 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
                 throw object.error("group", "missing: the name the group's coordinators share")
             }
             guard Self.nameAllowed(name) else {
-                throw object.error("group", "'\(name)' is no group name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
+                throw object.error(
+                    "group", "'\(name)' is no group name: use 1-\(Self.maxGroupBytes) of a-z A-Z 0-9 . _ -")
             }
             group = name
         }
@@ -105,8 +142,16 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
             leaseMs = try object.int("leaseMs", minimum: range.lowerBound, maximum: range.upperBound) ?? leaseMs
         }
         note { () throws(SkillbusError) in
-            guard let section = try object.object("advertise", allowed: ["bus", "feed"]) else { return }
+            guard let section = try object.object("advertise", allowed: ["bus", "feed", "http"]) else { return }
             var problems: [String] = []
+            do throws(SkillbusError) {
+                if let url = try section.string("http") {
+                    if let problem = Self.problem(http: url) { throw section.error("http", problem) }
+                    advertise.http = url.hasSuffix("/") ? String(url.dropLast()) : url
+                }
+            } catch {
+                problems += ConfigObject.problems(in: error)
+            }
             for key in ["bus", "feed"] {
                 do throws(SkillbusError) {
                     guard let endpoint = try section.string(key) else { continue }
@@ -168,10 +213,11 @@ public struct CoordinatorGroupSettings: Sendable, Equatable {
         if let passwordFile { object["passwordFile"] = .string(passwordFile) }
         if let name { object["name"] = .string(name) }
         if leaseMs != 2000 { object["leaseMs"] = .number(Double(leaseMs)) }
-        if advertise.bus != nil || advertise.feed != nil {
+        if advertise.bus != nil || advertise.feed != nil || advertise.http != nil {
             var endpoints: [String: JSONValue] = [:]
             if let bus = advertise.bus { endpoints["bus"] = .string(bus) }
             if let feed = advertise.feed { endpoints["feed"] = .string(feed) }
+            if let http = advertise.http { endpoints["http"] = .string(http) }
             object["advertise"] = .object(endpoints)
         }
         return .object(object)

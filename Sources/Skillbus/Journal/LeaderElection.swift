@@ -17,30 +17,35 @@ final class LeaderElection: Sendable {
     }
 
     let settings: CoordinatorGroupSettings
-    /// This coordinator as the group's row names it.
-    let me: (name: String, bus: String, feed: String)
+    /// This coordinator as the group's rows name it (`http`: its dashboard, nil when it serves none).
+    let me: GroupMember
     /// Uptime nanoseconds until which this coordinator may serve; 0 while it is a standby.
     let servingUntil = Atomic<UInt64>(0)
     /// The leader as last read (a standby's refusal names it), or this coordinator once it leads.
     let known = Mutex<GroupLeader?>(nil)
+    /// The group's members seen lately, this one among them, sorted by name (`GroupMembers`).
+    let members = Mutex<[GroupMember]>([])
     private let events = Mutex<[Event]>([])
     private let stopping = Atomic<Bool>(false)
     private let releasing = Atomic<Bool>(false)
     private let wakeup = DispatchSemaphore(value: 0)
     private let exited = DispatchSemaphore(value: 0)
-    private let logger: Logger
+    let logger: Logger
 
     /// Connects (a database nobody answers stops the coordinator at start, as a journal's would), makes the tables
     /// when missing, and starts the thread. `openJournal` runs on the election's thread when it wins, with the
-    /// epoch it won; `notify` wakes the coordinator's thread after each event.
+    /// epoch it won; `notify` wakes the coordinator's thread after each event. `http`: the operator endpoint's
+    /// bound address, nil when the coordinator serves none.
     init(
-        settings: CoordinatorGroupSettings, bus: String, feed: String, logger: Logger,
+        settings: CoordinatorGroupSettings, bus: String, feed: String, http: HTTPAddress? = nil, logger: Logger,
         openJournal: @escaping @Sendable (Int) throws(SkillbusError) -> RoundJournal,
         notify: @escaping @Sendable () -> Void
     ) throws(SkillbusError) {
         self.settings = settings
         let endpoints = settings.advertised(bus: bus, feed: feed)
-        me = (settings.memberName, endpoints.bus, endpoints.feed)
+        me = GroupMember(
+            name: settings.memberName, http: settings.advertisedHTTP(bound: http), bus: endpoints.bus,
+            feed: endpoints.feed)
         self.logger = logger
         let opened = DispatchSemaphore(value: 0)
         let outcome = Mutex<SkillbusError?>(nil)
@@ -116,6 +121,7 @@ final class LeaderElection: Sendable {
         var lease = LeaderLease(leaseMs: settings.leaseMs)
         var epoch: Int?
         var refusedLogged = false
+        var membersDue: UInt64 = 0
         func lose(_ reason: String) {
             servingUntil.store(0, ordering: .relaxed)
             events.withLock { $0.append(.lost(reason)) }
@@ -143,7 +149,7 @@ final class LeaderElection: Sendable {
                 } else if let won = try standby(database, &lease) {
                     let leader = GroupLeader(
                         name: me.name, bus: me.bus, feed: me.feed, epoch: won.epoch,
-                        since: FeedEvent.timestamp(milliseconds: won.sinceMs))
+                        since: FeedEvent.timestamp(milliseconds: won.sinceMs), http: me.http)
                     let journal: RoundJournal
                     do {
                         journal = try openJournal(won.epoch)
@@ -158,6 +164,11 @@ final class LeaderElection: Sendable {
                     servingUntil.store(lease.servingUntil(sentAt: start), ordering: .relaxed)
                     events.withLock { $0.append(.leading(leader, journal)) }
                     notify()
+                }
+                // After the lease's own statement, about once a lease: what the group's dashboards need.
+                if start >= membersDue {
+                    membersDue = start + lease.leaseNanos
+                    refreshMembers(database)
                 }
             } catch {
                 if epoch != nil {
@@ -219,14 +230,15 @@ final class LeaderElection: Sendable {
                 mine: result.text(3) == me.name && result.text(4) == me.bus)
             leader = GroupLeader(
                 name: result.text(3), bus: result.text(4), feed: result.text(5), epoch: result.int(0),
-                since: FeedEvent.timestamp(milliseconds: result.int64(6)))
+                since: FeedEvent.timestamp(milliseconds: result.int64(6)), http: result.isNull(9) ? nil : result.text(9)
+            )
         }
         let now = DispatchTime.now().uptimeNanoseconds
         known.withLock { $0 = leader }
         let sinceMs = RoundJournal.nowMs()
         let mine: [PostgresConnection.Value] = [
             .text(settings.group), .text(me.name), .text(me.bus), .text(me.feed), .integer(sinceMs),
-            .integer(Int64(settings.leaseMs)),
+            .integer(Int64(settings.leaseMs)), me.http.map { .text($0) } ?? .null,
         ]
         switch lease.read(row, at: now) {
         case .wait:
@@ -264,21 +276,21 @@ final class LeaderElection: Sendable {
     }
 
     static let read =
-        "SELECT epoch, renewals, lease_until < now(), name, bus, feed, since, lease_ms, released FROM skillbus_leaders "
-        + "WHERE grp = $1"
+        "SELECT epoch, renewals, lease_until < now(), name, bus, feed, since, lease_ms, released, http "
+        + "FROM skillbus_leaders WHERE grp = $1"
     static let create =
-        "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals) "
-        + "VALUES ($1, 1, $2, $3, $4, $5, now() + $6::bigint * interval '1 millisecond', $6, 0) "
+        "INSERT INTO skillbus_leaders (grp, epoch, name, bus, feed, since, lease_until, lease_ms, renewals, http) "
+        + "VALUES ($1, 1, $2, $3, $4, $5, now() + $6::bigint * interval '1 millisecond', $6, 0, $7) "
         + "ON CONFLICT (grp) DO NOTHING"
     static let claim =
         "UPDATE skillbus_leaders SET epoch = epoch + 1, name = $2, bus = $3, feed = $4, since = $5, "
-        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0, released = false "
-        + "WHERE grp = $1 AND epoch = $7 AND renewals = $8 AND lease_until < now() RETURNING epoch"
+        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0, released = false, "
+        + "http = $7 WHERE grp = $1 AND epoch = $8 AND renewals = $9 AND lease_until < now() RETURNING epoch"
     /// Only the row naming this coordinator at this endpoint, which its restart proved free.
     static let reclaim =
         "UPDATE skillbus_leaders SET epoch = epoch + 1, feed = $4, since = $5, "
-        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0, released = false "
-        + "WHERE grp = $1 AND epoch = $7 AND name = $2 AND bus = $3 RETURNING epoch"
+        + "lease_until = now() + $6::bigint * interval '1 millisecond', lease_ms = $6, renewals = 0, released = false, "
+        + "http = $7 WHERE grp = $1 AND epoch = $8 AND name = $2 AND bus = $3 RETURNING epoch"
     /// Only after the coordinator stopped serving and closed its journal.
     static let release =
         "UPDATE skillbus_leaders SET released = true, lease_until = now() - interval '1 millisecond', "

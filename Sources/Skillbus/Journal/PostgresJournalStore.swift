@@ -187,8 +187,10 @@ final class PostgresJournalStore: JournalStore {
 /// The PostgreSQL tables of coordinator groups, and their SQL (the same rows and rules as `JournalSchema`'s).
 enum PostgresJournalSchema {
     /// 2: the leaders table (a build of version 1 knows no election, so it must not join a group that has one), and
-    /// each round's `epoch`, the leader's that wrote it last.
-    static let currentVersion: Int64 = 2
+    /// each round's `epoch`, the leader's that wrote it last. 3: the leader's dashboard (`http`) and the members
+    /// table; a build of version 2 taking the lead would leave the last leader's `http` in the row, sending the
+    /// group's dashboards to a coordinator that no longer leads.
+    static let currentVersion: Int64 = 3
     /// The key of the advisory lock that makes creating the tables one coordinator's job at a time.
     static let schemaLockKey: Int64 = 0x736b_696c_6c62_7573  // "skillbus"
 
@@ -229,7 +231,18 @@ enum PostgresJournalSchema {
             lease_until timestamptz NOT NULL,   -- the server's clock
             lease_ms bigint NOT NULL,       -- the leader's lease: a standby waits at least this long
             released boolean NOT NULL DEFAULT false,   -- the leader stopped cleanly: a standby claims at once
-            renewals bigint NOT NULL        -- rises with every renewal, so a standby sees the lease move
+            renewals bigint NOT NULL,       -- rises with every renewal, so a standby sees the lease move
+            http text                       -- its dashboard's URL; NULL: it serves none
+        );
+        CREATE TABLE IF NOT EXISTS skillbus_members (
+            grp text NOT NULL,
+            name text NOT NULL,             -- every coordinator of the group, leader or standby
+            http text,                      -- as it advertises them; http NULL: it serves no dashboard
+            bus text NOT NULL,
+            feed text NOT NULL,
+            seen timestamptz NOT NULL,      -- the server's clock, at its latest pass (about once a lease)
+            lease_ms bigint NOT NULL,
+            PRIMARY KEY (grp, name)
         );
         """
     static let version = "SELECT max(version) FROM skillbus_schema"
@@ -253,12 +266,15 @@ enum PostgresJournalSchema {
             }
             // Schema 1 (one coordinator per group) had no epochs: its rows say 0.
             if found == 1 { try connection.execute(migrateFrom1) }
+            // Schema 2's leaders table has no `http` (CREATE TABLE IF NOT EXISTS left it as it was).
+            if found == 1 || found == 2 { try connection.execute(migrateFrom2) }
             if found < currentVersion { try connection.execute(recordVersion) }
         }
     }
 
     static let fence = "SELECT epoch FROM skillbus_leaders WHERE grp = $1 FOR SHARE"
     static let migrateFrom1 = "ALTER TABLE skillbus_rounds ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0"
+    static let migrateFrom2 = "ALTER TABLE skillbus_leaders ADD COLUMN IF NOT EXISTS http text"
 
     static let insert =
         "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes, epoch) "

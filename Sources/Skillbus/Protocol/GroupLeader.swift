@@ -10,20 +10,25 @@ public struct GroupLeader: Sendable, Equatable {
     public var epoch: Int
     /// When this coordinator took the lead, ISO 8601 UTC with milliseconds (`FeedEvent.timestamp`).
     public var since: String
+    /// Its dashboard's URL (`ha.advertise.http`), which the group's dashboards move to; nil: it serves no HTTP.
+    public var http: String?
 
-    public init(name: String, bus: String, feed: String, epoch: Int, since: String) {
+    public init(name: String, bus: String, feed: String, epoch: Int, since: String, http: String? = nil) {
         self.name = name
         self.bus = bus
         self.feed = feed
         self.epoch = epoch
         self.since = since
+        self.http = http
     }
 
     public var json: JSONValue {
-        .object([
+        var object: [String: JSONValue] = [
             "name": .string(name), "bus": .string(bus), "feed": .string(feed), "epoch": .number(Double(epoch)),
             "since": .string(since),
-        ])
+        ]
+        if let http { object["http"] = .string(http) }
+        return .object(object)
     }
 
     /// Reads the object `json` writes; nil when a member is missing or of the wrong type.
@@ -32,7 +37,7 @@ public struct GroupLeader: Sendable, Equatable {
             let feed = json["feed"]?.stringValue, let epoch = json["epoch"]?.intValue,
             let since = json["since"]?.stringValue
         else { return nil }
-        self.init(name: name, bus: bus, feed: feed, epoch: epoch, since: since)
+        self.init(name: name, bus: bus, feed: feed, epoch: epoch, since: since, http: json["http"]?.stringValue)
     }
 }
 
