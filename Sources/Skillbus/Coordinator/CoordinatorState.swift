@@ -55,6 +55,8 @@ public struct CoordinatorState: Sendable {
     var queries = PendingQueries(prefix: "q")
     /// Rounds the bus runs for clients (ROUND), running or finished, by round id.
     var rounds = RoundTable()
+    /// Journaled rounds that started before the journal answered their accept (CoordinatorState+EarlyRounds).
+    var earlyRounds: [ByteKey: EarlyRound] = [:]
     /// Executions that identical invocations of a round share, running or finished.
     var singleFlight: SingleFlight
     /// The agent each session went to last: its later invocations go there too.

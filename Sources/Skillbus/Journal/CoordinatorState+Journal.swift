@@ -1,27 +1,32 @@
 /// Rounds and the journal (PROTOCOL §3.5.9): with a data directory, a new round id is journaled as accepted
-/// before anything of it runs, and the journal's answer decides what happens: it starts, or the id is one the
-/// journal knows (finished before, perhaps before a restart; or interrupted by one) and the client gets that.
+/// before anything of it runs (unless every skill of it is idempotent: CoordinatorState+EarlyRounds), and the
+/// journal's answer decides what happens: it starts, or the id is one the journal knows (finished before, perhaps
+/// before a restart; or interrupted by one) and the client gets that.
 extension CoordinatorState {
-    /// Hands a new round to the journal; it starts when the journal answers (`journalAnswered`).
-    mutating func journal(_ accepted: AcceptedRound, _ roundKey: ByteKey) -> [CoordinatorAction] {
+    /// Hands a new round to the journal; it starts when the journal answers (`journalAnswered`), or at once when
+    /// every skill of it is idempotent (`startEarly`).
+    mutating func journal(_ accepted: AcceptedRound, _ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
+        if earlyRounds[roundKey] != nil { return joinEarly(accepted, roundKey) }
         switch parked.join(accepted, in: .journal) {
         case false?: return refuseConflict(accepted.request, accepted.spec, to: accepted.clients)
         case true?: return []
         case nil: break
         }
-        parked.park(accepted, .journal)
         // The accept of a round cancelled while it waited is still with the journal: one accept of an id at a
         // time, so this one goes when that answer comes.
-        if parked.isAcceptOutstanding(roundKey) { return [] }
-        return [acceptEntry(accepted)]
+        let outstanding = parked.isAcceptOutstanding(roundKey)
+        if !outstanding, let started = startEarly(accepted, roundKey, now: now) { return started }
+        parked.park(accepted, .journal)
+        if outstanding { return [] }
+        return [.journal(acceptEntry(accepted))]
     }
 
-    private func acceptEntry(_ accepted: AcceptedRound) -> CoordinatorAction {
+    func acceptEntry(_ accepted: AcceptedRound) -> JournalEntry {
         // A turn is not idempotent: a team round cut off by a restart is `interrupted`, never run again.
         let idempotent =
             !accepted.spec.asksAgents
             && accepted.spec.skills.allSatisfy { ledger.registry.skills[$0]?.descriptor.idempotent ?? false }
-        return .journal(.accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent))
+        return .accept(roundID: accepted.request.$roundID, body: accepted.body, idempotent: idempotent)
     }
 
     /// The answer to the accept of a round cancelled before it came (CoordinatorState+Unstarted): a row the
@@ -30,7 +35,7 @@ extension CoordinatorState {
     private func answeredCancelled(_ answer: JournalAnswer, resent: AcceptedRound?) -> [CoordinatorAction] {
         var actions: [CoordinatorAction] = []
         if case .accepted = answer { actions.append(.journal(.forget(roundID: answer.roundID))) }
-        if let resent { actions.append(acceptEntry(resent)) }
+        if let resent { actions.append(.journal(acceptEntry(resent))) }
         return actions
     }
 
@@ -39,6 +44,10 @@ extension CoordinatorState {
         var actions: [CoordinatorAction] = []
         for answer in answers {
             let roundKey = ByteKey(answer.roundID)
+            if earlyRounds[roundKey] != nil {
+                actions += earlyAnswered(answer, roundKey, now: now)
+                continue
+            }
             let accepted: AcceptedRound
             switch parked.journalAnswered(roundKey) {
             case nil: continue
@@ -57,11 +66,7 @@ extension CoordinatorState {
                     .toClient($0.client, .round(requestID: $0.requestID, roundID: roundID, document: document))
                 }
             case .interrupted:
-                let error = SkillbusError(
-                    .interrupted,
-                    "round '\(request.roundID)' was running when the coordinator stopped, and not every skill of it "
-                        + "is idempotent, so it is not run again; send it with a new round id to run it",
-                    details: ["round": .string(request.roundID)])
+                let error = Self.interruptedError(request.roundID)
                 actions += refuseRound(request.$roundID, shape: accepted.spec.shape, error, to: accepted.clients)
             case .conflict:
                 actions += refuseConflict(request, accepted.spec, to: accepted.clients)
@@ -70,6 +75,14 @@ extension CoordinatorState {
             }
         }
         return actions
+    }
+
+    static func interruptedError(_ round: String) -> SkillbusError {
+        SkillbusError(
+            .interrupted,
+            "round '\(round)' was running when the coordinator stopped, and not every skill of it "
+                + "is idempotent, so it is not run again; send it with a new round id to run it",
+            details: ["round": .string(round)])
     }
 }
 

@@ -44,7 +44,7 @@ extension CoordinatorState {
             request: request, spec: spec, body: body, invokeParameters: invokeParameters, retries: retries, priority: priority, noCache: noCache,
             clients: clients, arrived: now)
         if parked.hasGraceItems, let joined = joinParkedRound(accepted) { return joined }
-        if settings.journaled { return journal(accepted, roundKey) }
+        if settings.journaled { return journal(accepted, roundKey, now: now) }
         return startRound(accepted, roundKey, now: now)
     }
 
@@ -61,20 +61,27 @@ extension CoordinatorState {
     func refuseConflict(
         _ request: RoundRequest, _ spec: RoundSpec, to clients: [(client: PeerID, requestID: [UInt8])]
     ) -> [CoordinatorAction] {
-        let error = SkillbusError(
-            .roundConflict,
-            "round '\(request.roundID)' was already sent with a different body; use a new round id")
-        return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
+        refuseRound(request.$roundID, shape: spec.shape, Self.conflictError(request.roundID), to: clients)
+    }
+
+    static func conflictError(_ round: String) -> SkillbusError {
+        SkillbusError(.roundConflict, "round '\(round)' was already sent with a different body; use a new round id")
     }
 
     /// Checks the round against the registry and starts it. During the startup grace, a round with a skill
     /// nobody offers yet waits for it instead (CoordinatorState+Grace).
-    mutating func startRound(_ accepted: AcceptedRound, _ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
+    mutating func startRound(
+        _ accepted: AcceptedRound, _ roundKey: ByteKey, now: UInt64, planned: [RoundInvocation]? = nil
+    ) -> [CoordinatorAction] {
         let request = accepted.request
         let spec = accepted.spec
         let invocations: [RoundInvocation]
         do throws(SkillbusError) {
-            invocations = try plannedInvocations(spec, invokeParameters: accepted.invokeParameters)
+            if let planned {
+                invocations = planned
+            } else {
+                invocations = try plannedInvocations(spec, invokeParameters: accepted.invokeParameters)
+            }
         } catch {
             if error.code == .unknownSkill, inStartupGrace(now: now) {
                 parked.park(accepted, .grace)
@@ -333,16 +340,26 @@ extension CoordinatorState {
             return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
         }
         let forgotten = run.cancelled != nil || retryable
-        if !forgotten { rounds.remember(run, key: roundKey, document: bytes, now: now) }
+        let done = FeedEvent.roundDone(round: run.roundText, status: document.status, summary: document.summary)
+        let ended = EndedRound(run: run, document: bytes, keep: !forgotten)
+        var actions =
+            earlyRounds[roundKey] != nil ? earlyEnded(ended, roundKey, now: now) : answer(ended, roundKey, now: now)
+        if publishesRoundEvents { actions.append(.publish(done)) }
+        return actions
+    }
+
+    /// Answers every client of an ended round with its document, keeps it for the same round id sent again unless
+    /// it is not to be kept, and journals it.
+    mutating func answer(_ ended: EndedRound, _ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction] {
+        let run = ended.run
+        if ended.keep { rounds.remember(run, key: roundKey, document: ended.document, now: now) }
         var actions = run.clients.map { waiter in
-            CoordinatorAction.toClient(waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: bytes))
-        }
-        if publishesRoundEvents {
-            actions.append(
-                .publish(.roundDone(round: run.roundText, status: document.status, summary: document.summary)))
+            CoordinatorAction.toClient(
+                waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: ended.document))
         }
         if settings.journaled {
-            actions.append(.journal(forgotten ? .forget(roundID: run.id) : .finish(roundID: run.id, document: bytes)))
+            actions.append(
+                .journal(ended.keep ? .finish(roundID: run.id, document: ended.document) : .forget(roundID: run.id)))
         }
         return actions
     }
