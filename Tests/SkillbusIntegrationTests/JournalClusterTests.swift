@@ -16,14 +16,15 @@ struct JournalClusterTests {
 
     @Test(
         "a finished round id sent again after kill -9 and a restart gets its stored document, without running",
-        arguments: [false, true])
-    func finishedRoundSurvives(keyed: Bool) async throws {
+        // t.idem is idempotent: its round starts without a row, and is written whole when it ends.
+        arguments: [false, true], ["t.mark", "t.idem"])
+    func finishedRoundSurvives(keyed: Bool, skill: String) async throws {
         let cluster = try await RestartableCluster(context: context, keyed: keyed)
         defer { cluster.terminate() }
         try await cluster.startWorker("w1")
         let client = try await cluster.client(context)
         defer { client.close() }
-        let spec = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "done-1", "secs": "0"])
+        let spec = RoundSpec.invoke(skill: skill, parameters: ["tag": "done-1", "secs": "0"])
         let first = try await client.round(spec, roundID: "journal-done-1", timeout: .seconds(10))
         #expect(first.status == .ok)
         // The document is committed in the journal's next commit after the answer (PROTOCOL §3.5.9): a kill
@@ -38,7 +39,7 @@ struct JournalClusterTests {
         again.stored = false
         #expect(again == first)
         #expect(cluster.executions("done-1") == 1)
-        let other = RoundSpec.invoke(skill: "t.mark", parameters: ["tag": "other", "secs": "0"])
+        let other = RoundSpec.invoke(skill: skill, parameters: ["tag": "other", "secs": "0"])
         let conflict = try await client.round(other, roundID: "journal-done-1", timeout: .seconds(10))
         #expect(conflict.error?.code == .roundConflict)
         #expect(cluster.executions("other") == 0)

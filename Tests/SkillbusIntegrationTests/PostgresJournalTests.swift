@@ -71,7 +71,7 @@ struct PostgresJournalTests {
         do {
             let first = try CollectedJournal(group: postgres.group("g1"))
             #expect(try await first.accept("done") == .accepted(roundID: Array("done".utf8)))
-            first.journal.submit([.finish(roundID: Array("done".utf8), document: Array(#"{"status":"ok"}"#.utf8))])
+            first.journal.submit([.finish(roundID: Array("done".utf8), body: Array("{}".utf8), document: Array(#"{"status":"ok"}"#.utf8))])
             #expect(try await first.accept("crashed") == .accepted(roundID: Array("crashed".utf8)))
             #expect(try await first.accept("again", idempotent: true) == .accepted(roundID: Array("again".utf8)))
             first.journal.submit([
@@ -111,11 +111,23 @@ struct PostgresJournalTests {
         let document = [UInt8](repeating: UInt8(ascii: "x"), count: 1000)
         for index in 0..<60 {
             _ = try await opened.accept("r\(index)")
-            opened.journal.submit([.finish(roundID: Array("r\(index)".utf8), document: document)])
+            opened.journal.submit([.finish(roundID: Array("r\(index)".utf8), body: Array("{}".utf8), document: document)])
         }
         try await waitUntil("the journal to shrink") { opened.journal.storedBytes.load(ordering: .relaxed) <= 20_000 }
         #expect(try await opened.accept("r59") == .stored(roundID: Array("r59".utf8), document: document))
         #expect(try await opened.accept("r0") == .accepted(roundID: Array("r0".utf8)))
+    }
+
+    @Test("a round that ran without a row gets it whole at its end: stored for its body, a conflict for another")
+    func finishWithoutRow() async throws {
+        let postgres = try ThrowawayPostgres()
+        defer { postgres.remove() }
+        let opened = try CollectedJournal(group: postgres.group("g"))
+        defer { opened.journal.close() }
+        let body = #"{"invoke":{"skill":"echo"}}"#
+        opened.journal.submit([.finish(roundID: Array("fresh".utf8), body: Array(body.utf8), document: Array("{}".utf8))])
+        #expect(try await opened.accept("fresh", body: body) == .stored(roundID: Array("fresh".utf8), document: Array("{}".utf8)))
+        #expect(try await opened.accept("fresh", body: "{}") == .conflict(roundID: Array("fresh".utf8)))
     }
 
     @Test("fencing: once the group's epoch moved on, the journal writes nothing more and says so once")
@@ -167,7 +179,9 @@ struct PostgresJournalTests {
         // counts as an update below).
         for run in 0..<8 {
             try store.transaction { () throws(SkillbusError) in
-                try store.finish((0..<64).map { (Array("early\(run)-\($0)".utf8), Array("{}".utf8)) }, nowMs: 1)
+                try store.finish(
+                    (0..<64).map { FinishedRow(id: Array("early\(run)-\($0)".utf8), body: Array("{}".utf8), document: Array("{}".utf8)) },
+                    nowMs: 1)
             }
         }
         let connection = try PostgresConnection(
@@ -191,7 +205,7 @@ struct PostgresJournalTests {
         }
         let before = try counters()
         try store.transaction { () throws(SkillbusError) in
-            try store.finish(ids.map { ($0, Array(#"{"status":"ok"}"#.utf8)) }, nowMs: 2)
+            try store.finish(ids.map { FinishedRow(id: $0, body: Array("{}".utf8), document: Array(#"{"status":"ok"}"#.utf8)) }, nowMs: 2)
         }
         // Otherwise an idle backend may keep its counters for up to 10 s.
         try store.connection.execute("SELECT pg_stat_force_next_flush()")

@@ -10,11 +10,13 @@ struct EarlyRoundsTests {
     static let client: PeerID = [0xC1]
     static let other: PeerID = [0xC2]
 
-    /// A journaled bus with one agent offering `echo` (idempotent) and `write` (not).
-    func bus() -> CoordinatorState {
+    /// A journaled bus with one agent offering `echo` (idempotent) and `write` (not), whose journal held the
+    /// round ids `held` when it opened.
+    func bus(held: [String] = ["r1", "r2", "r3"]) -> CoordinatorState {
         var settings = CoordinatorState.Settings()
         settings.journaled = true
         var state = CoordinatorState(settings: settings)
+        state.journalOpened(holding: held.map { Array($0.utf8) })
         _ = state.handleWorker(
             .ready([
                 "name": "alpha", "capacity": 8, "heartbeatMs": 100_000,
@@ -56,6 +58,29 @@ struct EarlyRoundsTests {
                 invocationID: invocation.invocationID, status: .ok, payload: Array(#"{"text":"hi","type":"text"}"#.utf8)
             ),
             from: Self.worker, now: 2)
+    }
+
+    @Test("an idempotent round whose id the journal cannot hold runs without a row and is written whole at its end")
+    func freshIDNeedsNoAccept() throws {
+        var state = bus(held: [])
+        let sent = state.handleRound(round("n1"), from: Self.client, now: 1)
+        #expect(entries(sent).isEmpty)
+        let invoked = try #require(invocations(sent).first)
+        let ended = result(invoked, &state)
+        #expect(answers(ended) == ["client:ok"])
+        guard case .finish(_, let body, _)? = entries(ended).first else {
+            Issue.record("no finish in \(ended)")
+            return
+        }
+        #expect(body == Array(#"{"invoke":{"params":{"text":"hi"},"skill":"echo"}}"#.utf8))  // canonical
+        // Once handed to the journal, the id is one it may hold: the journal is asked again after a restart
+        // would have lost the coordinator's memory of it.
+        var restarted = bus(held: ["n1"])
+        let again = restarted.handleRound(round("n1"), from: Self.client, now: 2)
+        guard case .accept(_, _, true)? = entries(again).first else {
+            Issue.record("no accept in \(again)")
+            return
+        }
     }
 
     @Test("an idempotent round is dispatched with its accept; it is answered and journaled once the journal accepts")

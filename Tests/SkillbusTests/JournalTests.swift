@@ -71,7 +71,7 @@ struct JournalTests {
             do {
                 let first = try Opened(directory)
                 #expect(try await first.accept("done") == .accepted(roundID: Array("done".utf8)))
-                first.journal.submit([.finish(roundID: Array("done".utf8), document: Array(#"{"status":"ok"}"#.utf8))])
+                first.journal.submit([.finish(roundID: Array("done".utf8), body: Array("{}".utf8), document: Array(#"{"status":"ok"}"#.utf8))])
                 #expect(try await first.accept("crashed") == .accepted(roundID: Array("crashed".utf8)))
                 #expect(try await first.accept("again", idempotent: true) == .accepted(roundID: Array("again".utf8)))
                 first.journal.close()
@@ -91,6 +91,18 @@ struct JournalTests {
         }
     }
 
+    @Test("a round that ran without a row gets it whole at its end: stored for its body, a conflict for another")
+    func finishWithoutRow() async throws {
+        try await withTemporaryDirectory { directory in
+            let opened = try Opened(directory)
+            defer { opened.journal.close() }
+            let body = #"{"invoke":{"skill":"echo"}}"#
+            opened.journal.submit([.finish(roundID: Array("fresh".utf8), body: Array(body.utf8), document: Array("{}".utf8))])
+            #expect(try await opened.accept("fresh", body: body) == .stored(roundID: Array("fresh".utf8), document: Array("{}".utf8)))
+            #expect(try await opened.accept("fresh", body: "{}") == .conflict(roundID: Array("fresh".utf8)))
+        }
+    }
+
     @Test("the journal stays within its byte limit by dropping the oldest ended rounds")
     func retentionByBytes() async throws {
         try await withTemporaryDirectory { directory in
@@ -100,7 +112,7 @@ struct JournalTests {
             let document = [UInt8](repeating: UInt8(ascii: "x"), count: 1000)
             for index in 0..<100 {
                 _ = try await opened.accept("r\(index)")
-                opened.journal.submit([.finish(roundID: Array("r\(index)".utf8), document: document)])
+                opened.journal.submit([.finish(roundID: Array("r\(index)".utf8), body: Array("{}".utf8), document: document)])
             }
             let within = await eventually { opened.journal.storedBytes.load(ordering: .relaxed) <= 20_000 }
             #expect(within)
@@ -117,14 +129,14 @@ struct JournalTests {
             defer { opened.journal.close() }
             let document = Array(#"{"status":"ok","result":{"text":"first"}}"#.utf8)
             _ = try await opened.accept("first")
-            opened.journal.submit([.finish(roundID: Array("first".utf8), document: document)])
+            opened.journal.submit([.finish(roundID: Array("first".utf8), body: Array("{}".utf8), document: document)])
             for batch in 0..<100 {
                 var entries: [JournalEntry] = []
                 for index in 0..<1000 {
                     let id = Array("other-\(batch)-\(index)".utf8)
                     entries += [
                         .accept(roundID: id, body: Array("{}".utf8), idempotent: false),
-                        .finish(roundID: id, document: document),
+                        .finish(roundID: id, body: Array("{}".utf8), document: document),
                     ]
                 }
                 opened.journal.submit(entries)

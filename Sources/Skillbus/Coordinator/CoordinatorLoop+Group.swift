@@ -38,6 +38,7 @@ extension CoordinatorLoop {
                     "leading group '\(election.settings.group)' (epoch \(leader.epoch)); round journal in "
                         + "\(opened.location)"
                         + (interrupted > 0 ? ", \(interrupted) round(s) interrupted by the last leader's loss" : ""))
+                state.journalOpened(holding: opened.takeIDsAtOpen())
                 let sessions = opened.takeSessionsAtOpen()
                 if !sessions.isEmpty { state.restoreSessions(sessions) }
                 state.group = GroupStatus(group: election.settings.group, leader: leader, leading: true)
@@ -111,7 +112,7 @@ extension CoordinatorLoop {
     /// With `answerAfterCommit`: the rounds these actions finish into the journal hold their answers (and any
     /// answer sent for them meanwhile, a resend's) until the journal says their documents are committed.
     func holdAnswers(of actions: [CoordinatorAction]) {
-        for case .journal(.finish(let roundID, _)) in actions where heldAnswersByRound[ByteKey(roundID)] == nil {
+        for case .journal(.finish(let roundID, _, _)) in actions where heldAnswersByRound[ByteKey(roundID)] == nil {
             heldAnswersByRound[ByteKey(roundID)] = []
         }
     }

@@ -151,6 +151,7 @@ final class CoordinatorLoop {
             - Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
         state = CoordinatorState(settings: settings)
         if let election { state.group = GroupStatus(group: election.settings.group, leader: nil, leading: false) }
+        if let journal { state.journalOpened(holding: journal.takeIDsAtOpen()) }
         if let sessions = journal?.takeSessionsAtOpen(), !sessions.isEmpty {
             state.restoreSessions(sessions)
             logger.info("the journal knew the agents of \(state.roster.count) session(s)")
@@ -218,6 +219,7 @@ final class CoordinatorLoop {
                     control.failure.withLock { $0 = failure }
                     return
                 }
+                if let deleted = journal?.takeDeletedIDs(), !deleted.isEmpty { state.journalDeleted(deleted) }
                 let answers = journalAnswers.take()
                 if !answers.isEmpty { perform(state.journalAnswered(answers, now: DispatchTime.now().uptimeNanoseconds)) }
                 if answerAfterCommit { releaseAnswers(notices.takeCommitted()) }

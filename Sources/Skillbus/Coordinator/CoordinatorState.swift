@@ -57,6 +57,8 @@ public struct CoordinatorState: Sendable {
     var rounds = RoundTable()
     /// Journaled rounds that started before the journal answered their accept (CoordinatorState+EarlyRounds).
     var earlyRounds: [ByteKey: EarlyRound] = [:]
+    /// The round ids the journal may hold (JournalIDs).
+    var journalIDs = JournalIDs()
     /// Executions that identical invocations of a round share, running or finished.
     var singleFlight: SingleFlight
     /// The agent each session went to last: its later invocations go there too.

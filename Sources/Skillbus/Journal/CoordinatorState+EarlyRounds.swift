@@ -6,12 +6,15 @@
 /// (and journaled) only when the journal accepted it.
 extension CoordinatorState {
     /// Starts the round now when every skill of it is idempotent and its invocations can be planned; nil: it waits
-    /// for the journal, as every other round.
+    /// for the journal, as every other round. A round id the journal cannot hold (`journalIDs`) needs no row
+    /// before it ends, nor the journal's answer: the round runs as any unjournaled one, and its end writes its row
+    /// whole. Otherwise the journal is asked, and answers, as for any round.
     mutating func startEarly(_ accepted: AcceptedRound, _ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction]? {
         let entry = acceptEntry(accepted)
         guard case .accept(_, _, true) = entry,
             let planned = try? plannedInvocations(accepted.spec, invokeParameters: accepted.invokeParameters)
         else { return nil }
+        guard journalIDs.mayHold(roundKey) else { return startRound(accepted, roundKey, now: now, planned: planned) }
         earlyRounds[roundKey] = EarlyRound()
         return [.journal(entry)] + startRound(accepted, roundKey, now: now, planned: planned)
     }

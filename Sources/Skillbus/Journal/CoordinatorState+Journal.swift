@@ -16,6 +16,7 @@ extension CoordinatorState {
         // time, so this one goes when that answer comes.
         let outstanding = parked.isAcceptOutstanding(roundKey)
         if !outstanding, let started = startEarly(accepted, roundKey, now: now) { return started }
+        journalIDs.insert(roundKey)
         parked.park(accepted, .journal)
         if outstanding { return [] }
         return [.journal(acceptEntry(accepted))]
@@ -38,6 +39,12 @@ extension CoordinatorState {
         if let resent { actions.append(.journal(acceptEntry(resent))) }
         return actions
     }
+
+    /// The journal opened (or was opened by a new leader): the ids it holds.
+    public mutating func journalOpened(holding ids: [[UInt8]]) { journalIDs = JournalIDs(ids) }
+
+    /// The journal's retention sweep deleted these rounds.
+    public mutating func journalDeleted(_ ids: [[UInt8]]) { journalIDs.remove(ids) }
 
     /// The journal committed a batch: each round it accepted starts; the others are answered from the journal.
     public mutating func journalAnswered(_ answers: [JournalAnswer], now: UInt64) -> [CoordinatorAction] {

@@ -3,8 +3,10 @@
 public enum JournalEntry: Sendable, Equatable {
     /// A round was accepted: recorded as running before any of it runs, unless the id is journaled already.
     case accept(roundID: [UInt8], body: [UInt8], idempotent: Bool)
-    /// The round ended with this document, kept for the retention window.
-    case finish(roundID: [UInt8], document: [UInt8])
+    /// The round ended with this document, kept for the retention window. Its body too: a round that started
+    /// without a row of its own (an idempotent one the journal cannot hold: CoordinatorState+EarlyRounds) gets its
+    /// whole row now.
+    case finish(roundID: [UInt8], body: [UInt8], document: [UInt8])
     /// The round ended with nothing to keep (cancelled, refused, or failed in a way that may be tried again).
     case forget(roundID: [UInt8])
     /// An agent served a session: its row in the session roster, written or brought up to date.

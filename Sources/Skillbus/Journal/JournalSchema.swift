@@ -65,12 +65,17 @@ enum JournalSchema {
         + "VALUES (?, ?, 'running', ?, NULL, ?, 0, ?) ON CONFLICT (id) DO NOTHING"
     static let select = "SELECT body, state, idempotent, document FROM rounds WHERE id = ?"
     static let rerun = "UPDATE rounds SET state = 'running', accepted = ?, finished = 0 WHERE id = ?"
-    static let finish = "UPDATE rounds SET state = 'done', document = ?, finished = ?, bytes = ? WHERE id = ?"
+    /// A round that started without a row (only idempotent ones do) gets it whole.
+    static let finish =
+        "INSERT INTO rounds (id, body, state, idempotent, document, accepted, finished, bytes) "
+        + "VALUES (?1, ?2, 'done', 1, ?3, ?4, ?4, ?5) ON CONFLICT (id) DO UPDATE SET state = 'done', "
+        + "document = excluded.document, finished = excluded.finished, bytes = excluded.bytes"
     static let bytesOf = "SELECT bytes FROM rounds WHERE id = ?"
     static let delete = "DELETE FROM rounds WHERE id = ?"
     /// At open: what was running when the last coordinator stopped did not finish.
     static let interruptRunning = "UPDATE rounds SET state = 'interrupted', finished = ? WHERE state = 'running'"
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM rounds"
+    static let ids = "SELECT id FROM rounds"
     static let oldestEnded = "SELECT id, bytes, finished FROM rounds WHERE state != 'running' ORDER BY finished LIMIT ?"
 
     static let upsertMember =

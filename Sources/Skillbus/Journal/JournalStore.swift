@@ -15,8 +15,8 @@ protocol JournalStore: AnyObject {
     func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound?
     /// An interrupted idempotent round runs again: `running` once more.
     func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError)
-    /// Ends rounds with their documents.
-    func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError)
+    /// Ends rounds with their documents; a round without a row gets one (done, with its body).
+    func finish(_ rounds: [FinishedRow], nowMs: Int64) throws(SkillbusError)
     /// The bytes a row counts, nil without one.
     func bytes(of id: [UInt8]) throws(SkillbusError) -> Int?
     func delete(_ id: [UInt8]) throws(SkillbusError)
@@ -26,6 +26,8 @@ protocol JournalStore: AnyObject {
     /// At open: every round still running did not finish under the last coordinator; returns how many.
     func interruptRunning(nowMs: Int64) throws(SkillbusError) -> Int
     func totalBytes() throws(SkillbusError) -> Int
+    /// Every round id the journal holds (at open: the coordinator's `JournalIDs`).
+    func roundIDs() throws(SkillbusError) -> [[UInt8]]
     /// The session roster without the sessions nobody served since `idleBeforeMs` (deleted first), oldest
     /// `lastMs` first.
     func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership]
@@ -49,6 +51,13 @@ struct NewRound: Sendable, Equatable {
     var id: [UInt8]
     var body: [UInt8]
     var idempotent: Bool
+}
+
+/// A round's end as the journal writes it.
+struct FinishedRow: Sendable, Equatable {
+    var id: [UInt8]
+    var body: [UInt8]
+    var document: [UInt8]
 }
 
 /// A journaled round as an accept finds it.
@@ -122,11 +131,11 @@ final class SQLiteJournalStore: JournalStore {
         try database.run(JournalSchema.rerun, [.integer(nowMs), .utf8(id)])
     }
 
-    func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError) {
+    func finish(_ rounds: [FinishedRow], nowMs: Int64) throws(SkillbusError) {
         for round in rounds {
             try database.run(
                 JournalSchema.finish,
-                [.utf8(round.document), .integer(nowMs), .int(round.document.count), .utf8(round.id)])
+                [.utf8(round.id), .utf8(round.body), .utf8(round.document), .integer(nowMs), .int(round.document.count)])
         }
     }
 
@@ -154,6 +163,12 @@ final class SQLiteJournalStore: JournalStore {
     }
 
     func totalBytes() throws(SkillbusError) -> Int { try database.integer(JournalSchema.totalBytes) ?? 0 }
+
+    func roundIDs() throws(SkillbusError) -> [[UInt8]] {
+        var ids: [[UInt8]] = []
+        try database.rows(JournalSchema.ids) { row in ids.append(row.bytes(0)) }
+        return ids
+    }
 
     func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership] {
         try database.run(JournalSchema.deleteIdleSessions, [.integer(idleBeforeMs)])

@@ -81,7 +81,7 @@ final class PostgresJournalStore: JournalStore {
 
     /// One statement for a batch's documents. A round that finishes twice in one batch cannot happen; were it to, the
     /// statement would refuse the batch, so only the last document of an id is written.
-    func finish(_ rounds: [(id: [UInt8], document: [UInt8])], nowMs: Int64) throws(SkillbusError) {
+    func finish(_ rounds: [FinishedRow], nowMs: Int64) throws(SkillbusError) {
         var rounds = rounds
         if Set(rounds.map(\.id)).count < rounds.count {
             var seen: Set<[UInt8]> = []
@@ -91,7 +91,7 @@ final class PostgresJournalStore: JournalStore {
             "finish", PostgresJournalSchema.finish,
             [
                 groupValue, .integer(nowMs), epochValue, .utf8(Self.textArray(rounds.map(\.id))),
-                .utf8(Self.textArray(rounds.map(\.document))),
+                .utf8(Self.textArray(rounds.map(\.document))), .utf8(Self.textArray(rounds.map(\.body))),
             ])
     }
 
@@ -154,6 +154,12 @@ final class PostgresJournalStore: JournalStore {
 
     func totalBytes() throws(SkillbusError) -> Int {
         Int(try connection.integer("total_bytes", PostgresJournalSchema.totalBytes, [groupValue]) ?? 0)
+    }
+
+    func roundIDs() throws(SkillbusError) -> [[UInt8]] {
+        var ids: [[UInt8]] = []
+        try connection.run("ids", PostgresJournalSchema.ids, [groupValue]) { row in ids.append(row.bytes(0)) }
+        return ids
     }
 
     func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership] {
@@ -284,14 +290,16 @@ enum PostgresJournalSchema {
     static let select = "SELECT body, state, idempotent, document FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let rerun =
         "UPDATE skillbus_rounds SET state = 'running', accepted = $3, finished = 0, epoch = $4 WHERE grp = $1 AND id = $2"
-    /// Written as an insert whose every row meets its round (accepted before it ran) and updates it: the server
-    /// then finds each round by its key, always. An UPDATE joined to the batch is planned by costs, and the plan a
-    /// new group's prepared statement keeps from its first runs on an empty table scans the whole table per batch
-    /// (30 ms at 100,000 rounds, against 0.6 ms); planned each time, it still scans tables of 20,000 small rows.
+    /// An insert that meets the round's row (accepted before it ran) and updates it, or makes it for a round that
+    /// started without one (only idempotent ones do): either way the server finds each round by its key. An UPDATE
+    /// joined to the batch is planned by costs, and the plan a new group's prepared statement keeps from its first
+    /// runs on an empty table scans the whole table per batch (30 ms at 100,000 rounds, against 0.6 ms); planned
+    /// each time, it still scans tables of 20,000 small rows.
     static let finish =
-        "INSERT INTO skillbus_rounds (grp, id, seq, body, state, idempotent, document, accepted, finished, bytes, epoch) "
-        + "SELECT $1, f.id, 0, '', 'done', false, f.document, $2, $2, octet_length(f.document), $3 "
-        + "FROM unnest($4::text[], $5::text[]) AS f(id, document) ON CONFLICT (grp, id) DO UPDATE SET state = 'done', "
+        "INSERT INTO skillbus_rounds (grp, id, body, state, idempotent, document, accepted, finished, bytes, epoch) "
+        + "SELECT $1, f.id, f.body, 'done', true, f.document, $2, $2, octet_length(f.document), $3 "
+        + "FROM unnest($4::text[], $5::text[], $6::text[]) AS f(id, document, body) "
+        + "ON CONFLICT (grp, id) DO UPDATE SET state = 'done', "
         + "document = excluded.document, finished = excluded.finished, bytes = excluded.bytes, epoch = excluded.epoch"
     static let bytesOf = "SELECT bytes FROM skillbus_rounds WHERE grp = $1 AND id = $2"
     static let delete = "DELETE FROM skillbus_rounds WHERE grp = $1 AND id = $2"
@@ -299,6 +307,7 @@ enum PostgresJournalSchema {
         "UPDATE skillbus_rounds SET state = 'interrupted', finished = $2, epoch = $3 "
         + "WHERE grp = $1 AND state = 'running'"
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM skillbus_rounds WHERE grp = $1"
+    static let ids = "SELECT id FROM skillbus_rounds WHERE grp = $1"
     static let oldestEnded =
         "SELECT id, bytes, finished FROM skillbus_rounds WHERE grp = $1 AND state <> 'running' "
         + "ORDER BY finished LIMIT $2"

@@ -41,11 +41,11 @@ extension RoundJournal {
                         index += rounds.count
                         continue
                     }
-                    var documents: [(id: [UInt8], document: [UInt8])] = []
+                    var documents: [FinishedRow] = []
                     while index + documents.count < entries.count,
-                        case .finish(let id, let document) = entries[index + documents.count]
+                        case .finish(let id, let body, let document) = entries[index + documents.count]
                     {
-                        documents.append((id, document))
+                        documents.append(FinishedRow(id: id, body: body, document: document))
                     }
                     if !documents.isEmpty {
                         try store.finish(documents, nowMs: nowMs)

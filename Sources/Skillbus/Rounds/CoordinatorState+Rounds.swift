@@ -358,8 +358,13 @@ extension CoordinatorState {
                 waiter.client, .round(requestID: waiter.requestID, roundID: run.id, document: ended.document))
         }
         if settings.journaled {
-            actions.append(
-                .journal(ended.keep ? .finish(roundID: run.id, document: ended.document) : .forget(roundID: run.id)))
+            if ended.keep {
+                journalIDs.insert(roundKey)
+                actions.append(.journal(.finish(roundID: run.id, body: run.body, document: ended.document)))
+            } else {
+                journalIDs.remove(roundKey)
+                actions.append(.journal(.forget(roundID: run.id)))
+            }
         }
         return actions
     }
