@@ -83,14 +83,6 @@ extension CoordinatorState {
         }
         return actions
     }
-
-    static func interruptedError(_ round: String) -> SkillbusError {
-        SkillbusError(
-            .interrupted,
-            "round '\(round)' was running when the coordinator stopped, and not every skill of it "
-                + "is idempotent, so it is not run again; send it with a new round id to run it",
-            details: ["round": .string(round)])
-    }
 }
 
 /// A round the bus accepted and that waits to start: for the journal's answer, or, in the startup grace, for

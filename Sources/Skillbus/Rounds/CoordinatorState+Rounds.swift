@@ -48,26 +48,6 @@ extension CoordinatorState {
         return startRound(accepted, roundKey, now: now)
     }
 
-    /// The document that refuses a round, to each of its clients.
-    func refuseRound(
-        _ roundID: [UInt8], shape: String?, _ error: SkillbusError, to clients: [(client: PeerID, requestID: [UInt8])]
-    ) -> [CoordinatorAction] {
-        let document = RoundDocument.refusal(
-            round: String(decoding: roundID, as: UTF8.self), shape: shape, error
-        ).serialized()
-        return clients.map { .toClient($0.client, .round(requestID: $0.requestID, roundID: roundID, document: document)) }
-    }
-
-    func refuseConflict(
-        _ request: RoundRequest, _ spec: RoundSpec, to clients: [(client: PeerID, requestID: [UInt8])]
-    ) -> [CoordinatorAction] {
-        refuseRound(request.$roundID, shape: spec.shape, Self.conflictError(request.roundID), to: clients)
-    }
-
-    static func conflictError(_ round: String) -> SkillbusError {
-        SkillbusError(.roundConflict, "round '\(round)' was already sent with a different body; use a new round id")
-    }
-
     /// Checks the round against the registry and starts it. During the startup grace, a round with a skill
     /// nobody offers yet waits for it instead (CoordinatorState+Grace).
     mutating func startRound(
