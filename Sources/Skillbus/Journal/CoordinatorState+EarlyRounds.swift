@@ -9,8 +9,9 @@ extension CoordinatorState {
     /// for the journal, as every other round. A round id the journal cannot hold (`journalIDs`) needs no row
     /// before it ends, nor the journal's answer: the round runs as any unjournaled one, and its end writes its row
     /// whole. Otherwise the journal is asked, and answers, as for any round.
-    mutating func startEarly(_ accepted: AcceptedRound, _ roundKey: ByteKey, now: UInt64) -> [CoordinatorAction]? {
-        let entry = acceptEntry(accepted)
+    mutating func startEarly(
+        _ accepted: AcceptedRound, _ roundKey: ByteKey, _ entry: JournalEntry, now: UInt64
+    ) -> [CoordinatorAction]? {
         guard case .accept(_, _, true) = entry,
             let planned = try? plannedInvocations(accepted.spec, invokeParameters: accepted.invokeParameters)
         else { return nil }

@@ -15,11 +15,12 @@ extension CoordinatorState {
         // The accept of a round cancelled while it waited is still with the journal: one accept of an id at a
         // time, so this one goes when that answer comes.
         let outstanding = parked.isAcceptOutstanding(roundKey)
-        if !outstanding, let started = startEarly(accepted, roundKey, now: now) { return started }
+        let entry = acceptEntry(accepted)
+        if !outstanding, let started = startEarly(accepted, roundKey, entry, now: now) { return started }
         journalIDs.insert(roundKey)
         parked.park(accepted, .journal)
         if outstanding { return [] }
-        return [.journal(acceptEntry(accepted))]
+        return [.journal(entry)]
     }
 
     func acceptEntry(_ accepted: AcceptedRound) -> JournalEntry {
