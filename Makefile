@@ -90,13 +90,13 @@ up: release
 # The integration tests run the built `skillbus` and `skillbus-perf`, so build them first. The unit tests run in parallel; the
 # integration tests one at a time, since each starts its own processes and two cores shared by dozens of
 # them turn waits for events into timeouts.
-# A crash's backtrace shows the crashed thread alone, without registers and images: CI keeps only the end of
-# the output, and that end should be the frames.
+# A crash's backtrace shows the crashed thread alone, without registers and images, and crash-tail.sh prints its
+# top frames once more at the end: CI keeps only the end of the output.
 test: export SWIFT_BACKTRACE ?= threads=crashed,registers=none,images=none
 test: test-deps
 	$(SWIFT) build
-	$(SWIFT) test --filter SkillbusTests
-	$(SWIFT) test --skip-build --no-parallel --filter SkillbusIntegrationTests
+	Tests/crash-tail.sh .build/unit-tests.log $(SWIFT) test --filter SkillbusTests
+	Tests/crash-tail.sh .build/integration-tests.log $(SWIFT) test --skip-build --no-parallel --filter SkillbusIntegrationTests
 	$(MAKE) python-test
 	$(PYTHON) Tests/faults/fault_suite.py --short --binary .build/debug/skillbus
 
