@@ -1,23 +1,30 @@
 import Foundation
 import Skillbus
 
-/// The coordinator's decisions alone, without sockets: an echo REQUEST and a one-invocation ROUND driven
-/// through `CoordinatorState` from arrival to answer, in alternating pairs. What the bench's coordinator
-/// CPU figures hold beyond this is the loop's reading, decoding and sending.
+/// The coordinator's decisions alone, without sockets: an echo REQUEST, the same REQUEST in a round of its
+/// own (the floor a one-invocation ROUND could reach: single-flight keeps its outcome for the round id) and a
+/// one-invocation ROUND, each driven through `CoordinatorState` from arrival to answer, in alternating order.
+/// What the bench's coordinator CPU figures hold beyond this is the loop's reading, decoding and sending.
 struct StateMachineBench {
     struct Figures {
         var requestNanos: Double
+        var requestInRoundNanos: Double
         var roundNanos: Double
         var ratio: Double { requestNanos > 0 ? roundNanos / requestNanos : 0 }
+        var inRoundRatio: Double { requestNanos > 0 ? requestInRoundNanos / requestNanos : 0 }
 
         func printText() {
-            print("  the coordinator's state alone (no sockets), CPU per answer (least of the pairs):")
+            print("  the coordinator's state alone (no sockets), CPU per answer (least of the runs):")
             print(String(format: "    REQUEST                %8.0f ns", requestNanos))
+            print(String(format: "    REQUEST in a round     %8.0f ns   %.2fx", requestInRoundNanos, inRoundRatio))
             print(String(format: "    one-invocation ROUND   %8.0f ns   %.2fx", roundNanos, ratio))
         }
 
         var json: JSONValue {
-            ["requestNanos": .number(requestNanos), "roundNanos": .number(roundNanos), "ratio": .number(ratio)]
+            [
+                "requestNanos": .number(requestNanos), "requestInRoundNanos": .number(requestInRoundNanos),
+                "roundNanos": .number(roundNanos), "ratio": .number(ratio),
+            ]
         }
     }
 
@@ -28,21 +35,22 @@ struct StateMachineBench {
     let workers: [PeerID] = [[0xA1], [0xA2]]
     let client: PeerID = [0xC1]
 
-    func measure(pairs: Int = 5) -> Figures {
-        var requests: [Double] = []
-        var rounds: [Double] = []
-        for pair in 0..<pairs {
-            // Alternating order, so a machine getting busier weighs on both.
-            if pair % 2 == 0 {
-                requests.append(run(rounds: false))
-                rounds.append(run(rounds: true))
-            } else {
-                rounds.append(run(rounds: true))
-                requests.append(run(rounds: false))
-            }
+    /// What one run sends.
+    enum Kind: CaseIterable {
+        case request, requestInRound, round
+    }
+
+    func measure(passes: Int = 5) -> Figures {
+        var nanos: [Kind: [Double]] = [:]
+        for pass in 0..<passes {
+            // Each pass in another order, so a machine getting busier weighs on all.
+            let order = pass % 2 == 0 ? Kind.allCases : Kind.allCases.reversed()
+            for kind in order { nanos[kind, default: []].append(run(kind)) }
         }
-        // The least of the pairs: on a busy machine every disturbance only adds.
-        return Figures(requestNanos: requests.min() ?? 0, roundNanos: rounds.min() ?? 0)
+        // The least of the runs: on a busy machine every disturbance only adds.
+        func least(_ kind: Kind) -> Double { nanos[kind]?.min() ?? 0 }
+        return Figures(
+            requestNanos: least(.request), requestInRoundNanos: least(.requestInRound), roundNanos: least(.round))
     }
 
     /// This thread's CPU time: time it was not running does not count.
@@ -53,7 +61,7 @@ struct StateMachineBench {
     }
 
     /// CPU nanoseconds per answer, over `operations` answers.
-    private func run(rounds: Bool) -> Double {
+    private func run(_ kind: Kind) -> Double {
         var state = CoordinatorState(settings: .init(), epoch: "bench")
         for (index, peer) in workers.enumerated() {
             _ = state.handleWorker(
@@ -74,11 +82,16 @@ struct StateMachineBench {
             if index % 1_000 == 0 { _ = state.tick(now: now) }
             let id = "q\(index)"
             let actions =
-                rounds
-                ? state.handleRound(RoundRequest(requestID: id, roundID: "r\(index)", body: body), from: client, now: now)
-                : state.handleInvoke(
-                    InvokeRequest(requestID: id, roundID: "", skill: "echo", parameters: parameters), from: client,
-                    now: now)
+                switch kind {
+                case .round:
+                    state.handleRound(
+                        RoundRequest(requestID: id, roundID: "r\(index)", body: body), from: client, now: now)
+                case .request, .requestInRound:
+                    state.handleInvoke(
+                        InvokeRequest(
+                            requestID: id, roundID: kind == .request ? "" : "r\(index)", skill: "echo",
+                            parameters: parameters), from: client, now: now)
+                }
             for case .toWorker(let peer, .invoke(let invocation)) in actions {
                 let replies = state.handleWorker(
                     .result(invocationID: invocation.invocationID, status: .ok, payload: answer), from: peer, now: now)
