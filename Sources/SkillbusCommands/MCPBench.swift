@@ -117,7 +117,7 @@ final class MCPStdioPeer: Sendable {
         send(.request(id: .number(id), method: method, params: params))
         let deadline = ContinuousClock.now + .seconds(20)
         while ContinuousClock.now < deadline {
-            guard let line = try readLine(until: deadline) else { break }
+            guard let line = readLine(until: deadline) else { break }
             switch JSONRPCMessage.parse(line) {
             case .success(.result(let answered, let result)) where answered == .number(id):
                 return result
@@ -143,8 +143,8 @@ final class MCPStdioPeer: Sendable {
     }
 
     /// The next line of the server's output; nil at its end or at `deadline`.
-    private func readLine(until deadline: ContinuousClock.Instant) throws -> [UInt8]? {
-        try pending.withLock { pending in
+    private func readLine(until deadline: ContinuousClock.Instant) -> [UInt8]? {
+        pending.withLock { pending in
             var buffer = [UInt8](repeating: 0, count: 65_536)
             while true {
                 if let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
