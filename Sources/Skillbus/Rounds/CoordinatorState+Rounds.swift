@@ -9,17 +9,26 @@ extension CoordinatorState {
         let retries: Int?
         let priority: InvocationPriority
         let noCache: Bool
+        // The canonical body, and an invoke's parameters as sent.
+        let (body, invokeParameters): ([UInt8], [UInt8]?)
         do throws(SkillbusError) {
-            let body: JSONValue
-            do {
-                body = try JSONValue(parsing: request.body)
-            } catch {
-                throw SkillbusError(.invalidRound, "the round body is not JSON: \(error)")
+            if let invoke = CanonicalInvokeBody(request.body) {
+                spec = .invoke(skill: invoke.skill, parameters: invoke.parameters)
+                (retries, priority, noCache) = (nil, .normal, false)
+                (body, invokeParameters) = (request.body, invoke.parameterBytes)
+            } else {
+                let json: JSONValue
+                do {
+                    json = try JSONValue(parsing: request.body)
+                } catch {
+                    throw SkillbusError(.invalidRound, "the round body is not JSON: \(error)")
+                }
+                spec = try RoundSpec(json: json, stepLimit: settings.planStepLimit)
+                retries = try RoundSpec.retries(in: json)
+                priority = try RoundSpec.priority(in: json)
+                noCache = try RoundSpec.noCache(in: json)
+                (body, invokeParameters) = spec.canonicalForm
             }
-            spec = try RoundSpec(json: body, stepLimit: settings.planStepLimit)
-            retries = try RoundSpec.retries(in: body)
-            priority = try RoundSpec.priority(in: body)
-            noCache = try RoundSpec.noCache(in: body)
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
             return refuseRound(request.$roundID, shape: nil, error, to: clients)
@@ -29,11 +38,12 @@ extension CoordinatorState {
                 .roundConflict, "round '\(request.roundID)' belongs to a running turn; use a new round id")
             return refuseRound(request.$roundID, shape: spec.shape, error, to: clients)
         }
-        let (body, invokeParameters) = spec.canonicalForm
         if let existing = rounds.finishedRound(roundKey) {
             guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
             let document = RoundDocument.markedStored(existing.document)
-            return [.toClient(client, .round(requestID: request.$requestID, roundID: request.$roundID, document: document))]
+            return [
+                .toClient(client, .round(requestID: request.$requestID, roundID: request.$roundID, document: document))
+            ]
         }
         if let existing = rounds[roundKey] {
             guard existing.body == body else { return refuseConflict(request, spec, to: clients) }
@@ -41,7 +51,8 @@ extension CoordinatorState {
             return []
         }
         let accepted = AcceptedRound(
-            request: request, spec: spec, body: body, invokeParameters: invokeParameters, retries: retries, priority: priority, noCache: noCache,
+            request: request, spec: spec, body: body, invokeParameters: invokeParameters, retries: retries,
+            priority: priority, noCache: noCache,
             clients: clients, arrived: now)
         if parked.hasGraceItems, let joined = joinParkedRound(accepted) { return joined }
         if settings.journaled { return journal(accepted, roundKey, now: now) }
@@ -73,7 +84,8 @@ extension CoordinatorState {
         }
         let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: spec.skill)
         var run = RoundRun(
-            id: request.$roundID, session: request.$sessionID, spec: spec, body: accepted.body, accepted: accepted.arrived,
+            id: request.$roundID, session: request.$sessionID, spec: spec, body: accepted.body,
+            accepted: accepted.arrived,
             deadline: accepted.arrived &+ UInt64(timeoutMs) * 1_000_000, clients: accepted.clients,
             invocations: invocations)
         run.retries = accepted.retries
@@ -155,7 +167,8 @@ extension CoordinatorState {
         let (invocation, resolution, run) = rounds.updateRunning(roundKey) { run in
             run.invocations[index].record.status = .running
             let invocation = run.invocations[index]
-            let resolution = invocation.serializedParameters.map { Result.success($0) }
+            let resolution =
+                invocation.serializedParameters.map { Result.success($0) }
                 ?? invocation.parameters.resolvingReferences(run.results).map { $0.serialized() }
             return (invocation, resolution, StepContext(run))
         }
@@ -207,7 +220,8 @@ extension CoordinatorState {
                 guard publishesRoundEvents else { return [] }
                 return [
                     .publish(
-                        .invocationDeduplicated(round: run.roundText, invocation: invocation.id, reusing: reusable ?? ""))
+                        .invocationDeduplicated(
+                            round: run.roundText, invocation: invocation.id, reusing: reusable ?? ""))
                 ]
             }
             switch admission {
@@ -320,11 +334,14 @@ extension CoordinatorState {
             return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
         }
         let forgotten = run.cancelled != nil || retryable
-        let done = FeedEvent.roundDone(round: run.roundText, status: document.status, summary: document.summary)
+        // Built before `run` moves into `ended`, and only when somebody watches.
+        let done =
+            publishesRoundEvents
+            ? FeedEvent.roundDone(round: run.roundText, status: document.status, summary: document.summary) : nil
         let ended = EndedRound(run: run, document: bytes, keep: !forgotten)
-        var actions =
-            earlyRounds[roundKey] != nil ? earlyEnded(ended, roundKey, now: now) : answer(ended, roundKey, now: now)
-        if publishesRoundEvents { actions.append(.publish(done)) }
+        let early = !earlyRounds.isEmpty && earlyRounds[roundKey] != nil
+        var actions = early ? earlyEnded(ended, roundKey, now: now) : answer(ended, roundKey, now: now)
+        if let done { actions.append(.publish(done)) }
         return actions
     }
 
