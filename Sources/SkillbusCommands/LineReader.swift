@@ -1,4 +1,5 @@
 import Foundation
+import Skillbus
 import Synchronization
 
 /// Reads a pipe line by line on a thread of its own until end of file.
@@ -8,20 +9,20 @@ import Synchronization
 /// thread has no such race, and it owns the pipe until the writer closes it.
 ///
 /// It ships because `up` and `bench` read their children's output through `run`; the tests' process
-/// harness spawns through the same `run`, so that one lock serializes every spawn of a process.
+/// harness starts its children through the same `run`.
 public enum LineReader {
-    /// Calls `onLine` for each line (without its newline, a final unterminated line included), then `onEnd`.
+    /// Calls `onLine` for each line (without its newline, a final unterminated line included), then closes
+    /// `descriptor` and calls `onEnd`.
     private static func start(
-        _ pipe: Pipe, name: String,
+        _ descriptor: Int32, name: String,
         onLine: @escaping @Sendable (String) -> Void,
         onEnd: @escaping @Sendable () -> Void = {}
     ) {
         let thread = Thread {
-            let fd = pipe.fileHandleForReading.fileDescriptor
             var buffer = [UInt8](repeating: 0, count: 65_536)
             var pending: [UInt8] = []
             while true {
-                let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
                 if count < 0 && errno == EINTR { continue }
                 guard count > 0 else { break }
                 pending.append(contentsOf: buffer[0..<count])
@@ -31,8 +32,8 @@ public enum LineReader {
                 }
             }
             if !pending.isEmpty { onLine(String(decoding: pending, as: UTF8.self)) }
+            close(descriptor)
             onEnd()
-            withExtendedLifetime(pipe) {}
         }
         thread.name = name
         thread.start()
@@ -40,25 +41,39 @@ public enum LineReader {
 }
 
 extension LineReader {
-    /// One spawn at a time, across the process: a child spawned while another's pipe ends are still open
-    /// here would inherit them and hold them open, and the other's output would never reach end of file.
-    private static let spawnLock = Mutex(())
-
-    /// Runs `process` with standard input closed and its standard output and error read line by line
-    /// (both streams to `onLine`); `onEnd` runs once both have reached end of file.
+    /// Starts `executable` with `arguments` and exactly `environment` (in `directory`, else ours), standard
+    /// input closed, its standard output and error read line by line (both streams to `onLine`); `onEnd` runs
+    /// once both have reached end of file, `onExit` once it has ended (each on a thread of its own).
     public static func run(
-        _ process: Process, name: String,
+        _ executable: String, _ arguments: [String], environment: [String: String], directory: String? = nil,
+        name: String,
         onLine: @escaping @Sendable (String) -> Void,
-        onEnd: @escaping @Sendable () -> Void = {}
-    ) throws {
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = FileHandle.nullDevice
+        onEnd: @escaping @Sendable () -> Void = {},
+        onExit: @escaping @Sendable (ChildProcess.Termination) -> Void = { _ in }
+    ) throws -> ChildProcess {
+        let output = try ChildProcess.pipe()
+        let errors: [Int32]
+        do {
+            errors = try ChildProcess.pipe()
+        } catch {
+            for fd in output { close(fd) }
+            throw error
+        }
+        let child: ChildProcess
+        do {
+            child = try ChildProcess.spawn(
+                executable, arguments, environment: environment, directory: directory, output: output[1],
+                errors: errors[1], onExit: onExit)
+        } catch {
+            for fd in output + errors { close(fd) }
+            throw error
+        }
+        // The write ends are the child's now.
+        close(output[1])
+        close(errors[1])
         let closed = Mutex(0)
-        for pipe in [output, errors] {
-            start(pipe, name: name, onLine: onLine) {
+        for descriptor in [output[0], errors[0]] {
+            start(descriptor, name: name, onLine: onLine) {
                 if closed.withLock({ count -> Int in
                     count += 1
                     return count
@@ -67,6 +82,6 @@ extension LineReader {
                 }
             }
         }
-        try spawnLock.withLock { _ in try process.run() }
+        return child
     }
 }

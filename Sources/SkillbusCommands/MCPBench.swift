@@ -38,39 +38,44 @@ struct MCPBench {
 /// `skillbus mcp` as a child on pipes, spoken to line by line as an MCP client does. One caller at a time
 /// (the bench's measurements run one after the other); its read buffer sits behind a lock all the same.
 final class MCPStdioPeer: Sendable {
-    private let process: Process
-    /// Held so that their descriptors stay open.
-    private let input: FileHandle
-    private let output: FileHandle
-    private var outputFD: Int32 { output.fileDescriptor }
+    private let process: ChildProcess
+    /// Our ends of its standard input and output.
+    private let inputFD: Int32
+    private let outputFD: Int32
     private let pending = Mutex<[UInt8]>([])
     private let nextID = Atomic<Int>(0)
 
     init(arguments: [String]) throws {
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["SKILLBUS_SERVER_KEY"] = nil
         environment["SKILLBUS_KEY"] = nil
-        process.environment = environment
-        let (stdin, stdout) = (Pipe(), Pipe())
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
+        let (stdin, stdout) = (try ChildProcess.pipe(), try ChildProcess.pipe())
         // A server that died must fail the bench with an error, not kill it with SIGPIPE.
         signal(SIGPIPE, SIG_IGN)
-        try process.run()
-        input = stdin.fileHandleForWriting
-        output = stdout.fileHandleForReading
+        defer {
+            close(stdin[0])
+            close(stdout[1])
+        }
+        do {
+            process = try ChildProcess.spawn(
+                URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path, arguments,
+                environment: environment, input: stdin[0], output: stdout[1])
+        } catch {
+            close(stdin[1])
+            close(stdout[0])
+            throw error
+        }
+        (inputFD, outputFD) = (stdin[1], stdout[0])
     }
 
     /// Closes its standard input (it stops by itself), then makes sure it is gone.
     func stop() {
-        try? input.close()
+        close(inputFD)
         let deadline = ContinuousClock.now + .seconds(3)
         while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.signal(SIGKILL)
+        process.waitUntilExit()
+        close(outputFD)
     }
 
     /// The handshake, then tools/list until `tool` is listed (the server's replica may still be loading).
@@ -135,7 +140,7 @@ final class MCPStdioPeer: Sendable {
         let bytes = message.encoded() + [UInt8(ascii: "\n")]
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(input.fileDescriptor, $0.baseAddress, $0.count) }
+            let written = bytes[offset...].withUnsafeBytes { write(inputFD, $0.baseAddress, $0.count) }
             if written < 0 && errno == EINTR { continue }
             guard written > 0 else { return }
             offset += written

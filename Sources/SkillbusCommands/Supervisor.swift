@@ -54,7 +54,7 @@ public final class Child: Sendable {
     private let state = Mutex(State())
 
     private struct State {
-        var process: Process?
+        var process: ChildProcess?
         var stopping = false
         var restartDelay = 0.5
         var startedAt = Date()
@@ -75,35 +75,34 @@ public final class Child: Sendable {
         if !quiet { print("[\(name)] \(line)") }
     }
 
-    public var pid: Int32? { state.withLock { $0.process?.processIdentifier } }
+    public var pid: Int32? { state.withLock { $0.process?.pid } }
 
     func launch() {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment
         environment["SKILLBUS_SUPERVISOR_PID"] = String(getpid())
         // A child takes its keys from the config it is given, never from the shell that started up.
         environment["SKILLBUS_SERVER_KEY"] = nil
         environment["SKILLBUS_KEY"] = nil
         environment.merge(addedEnvironment) { _, given in given }
-        process.environment = environment
-        process.terminationHandler = { [weak self] process in self?.exited(process) }
-        do {
-            try LineReader.run(process, name: "skillbus-up-\(name)") { [weak self] line in
-                self?.forward(line)
-            } onEnd: { [weak self] in
-                self?.outputEnded()
+        // Held while it starts, so that an exit right away finds it recorded.
+        let started = state.withLock { state -> Result<ChildProcess, any Error> in
+            let started = Result {
+                try LineReader.run(executable, arguments, environment: environment, name: "skillbus-up-\(name)") {
+                    [weak self] line in
+                    self?.forward(line)
+                } onEnd: { [weak self] in
+                    self?.outputEnded()
+                } onExit: { [weak self] termination in
+                    self?.exited(termination)
+                }
             }
-        } catch {
-            emit("could not start: \(error)")
-            return
+            if case .success(let process) = started { (state.process, state.startedAt) = (process, Date()) }
+            return started
         }
-        state.withLock {
-            $0.process = process
-            $0.startedAt = Date()
+        switch started {
+        case .success(let process): emit("started (pid \(process.pid))")
+        case .failure(let error): emit("could not start: \(error)")
         }
-        emit("started (pid \(process.processIdentifier))")
     }
 
     /// Prints a line with the child's name in front; watches for the coordinator's ready line.
@@ -167,7 +166,7 @@ public final class Child: Sendable {
         for waiter in readyWaiters { waiter.resume(returning: nil) }
     }
 
-    private func exited(_ process: Process) {
+    private func exited(_ termination: ChildProcess.Termination) {
         let (stopping, delay, waiters) = state.withLock { state in
             state.process = nil
             if Date().timeIntervalSince(state.startedAt) > 30 { state.restartDelay = 0.5 }
@@ -178,8 +177,10 @@ public final class Child: Sendable {
         }
         for waiter in waiters { waiter.resume() }
         let how =
-            process.terminationReason == .uncaughtSignal
-            ? "killed by signal \(process.terminationStatus)" : "exited with status \(process.terminationStatus)"
+            switch termination {
+            case .signalled(let number): "killed by signal \(number)"
+            case .exited(let code): "exited with status \(code)"
+            }
         guard !stopping else {
             emit("stopped (\(how))")
             return
@@ -192,29 +193,27 @@ public final class Child: Sendable {
     }
 
     public func signal(_ number: Int32) {
-        if let pid { kill(pid, number) }
+        state.withLock { $0.process }?.signal(number)
     }
 
     /// `kill -9`, and no restart: for measuring what a sudden death does.
     public func killWithoutRestart() {
-        guard
-            let pid = state.withLock({ state -> Int32? in
-                state.stopping = true
-                return state.process?.processIdentifier
-            })
-        else { return }
-        kill(pid, SIGKILL)
+        let process = state.withLock { state -> ChildProcess? in
+            state.stopping = true
+            return state.process
+        }
+        process?.signal(SIGKILL)
     }
 
     /// SIGTERM, then SIGKILL if it is still running after `grace`.
     public func stop(grace: Duration) async {
-        let process = state.withLock { state -> Process? in
+        let process = state.withLock { state -> ChildProcess? in
             state.stopping = true
             return state.process
         }
         guard let process, process.isRunning else { return }
-        let pid = process.processIdentifier
-        kill(pid, SIGTERM)
+        let pid = process.pid
+        process.signal(SIGTERM)
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 await withCheckedContinuation { continuation in
@@ -229,7 +228,7 @@ public final class Child: Sendable {
                 // Cancelled when the child exits in time; otherwise it is killed, which ends the wait above.
                 guard (try? await Task.sleep(for: grace)) != nil else { return }
                 self.emit("did not stop within \(grace); killing pid \(pid)")
-                kill(pid, SIGKILL)
+                process.signal(SIGKILL)
             }
             await group.next()
             group.cancelAll()

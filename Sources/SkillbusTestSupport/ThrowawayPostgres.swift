@@ -1,4 +1,5 @@
 import Foundation
+import Skillbus
 import Synchronization
 
 #if canImport(Glibc)
@@ -9,8 +10,7 @@ import Synchronization
 /// port with its unix socket in that directory, password authentication over TCP for the user `skillbus`;
 /// stopped and removed by `remove()`. Run as root, the programs run as an unprivileged user (`postgres`, else
 /// `nobody`) through `setpriv`, since PostgreSQL refuses to run as root.
-// @unchecked: the server's `Process` sits behind the `server` lock.
-public final class ThrowawayPostgres: @unchecked Sendable {
+public final class ThrowawayPostgres: Sendable {
     public static let user = "skillbus"
     public static let password = "throwaway-\(getpid())"
     public static let database = "postgres"
@@ -52,7 +52,7 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     }()
 
     public let directory: String
-    private let server = Mutex<Process?>(nil)
+    private let server = Mutex<ChildProcess?>(nil)
     public let port: UInt16
     /// Whether commits reach the disk (fsync and synchronous commit on, as a deployment runs it): for measuring.
     /// Tests leave it off, as they need no durability across a power loss and run faster without.
@@ -125,7 +125,7 @@ public final class ThrowawayPostgres: @unchecked Sendable {
             guard process.isRunning else { break }
             usleep(20_000)
         }
-        process.terminate()
+        process.signal(SIGTERM)
         throw Failed(message: "postgres did not start within 30 s:\n" + tail(log))
     }
 
@@ -133,7 +133,7 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     /// database goes away) and waits for it.
     public func stop() {
         guard let process = server.withLock({ $0 }), process.isRunning else { return }
-        kill(process.processIdentifier, SIGQUIT)
+        process.signal(SIGQUIT)
         process.waitUntilExit()
     }
 
@@ -151,9 +151,9 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     private func run(_ program: String, _ arguments: [String]) throws {
         let output = directory + "/\(program).out"
         let process = try spawn(program, arguments, output: output, appending: false)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw Failed(message: "\(program) exited \(process.terminationStatus):\n" + tail(output))
+        let termination = process.waitUntilExit()
+        guard termination == .exited(0) else {
+            throw Failed(message: "\(program) ended \(termination):\n" + tail(output))
         }
     }
 
@@ -162,26 +162,20 @@ public final class ThrowawayPostgres: @unchecked Sendable {
     /// With `namespace`, `ip netns exec` runs it there (it execs in place too).
     private func spawn(
         _ program: String, inNamespace namespace: String? = nil, _ arguments: [String], output: String, appending: Bool
-    ) throws -> Process {
+    ) throws -> ChildProcess {
         var command = ["\(Self.binaries ?? "")/\(program)"] + arguments
         if let user = Self.unprivileged, let setpriv = Self.setpriv {
             command = [setpriv, "--reuid=\(user)", "--regid=\(user)", "--init-groups", "--"] + command
         }
         if let namespace { command = [Self.ip ?? "ip", "netns", "exec", namespace] + command }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command[0])
-        process.arguments = Array(command.dropFirst())
-        if !appending || !FileManager.default.fileExists(atPath: output) {
-            _ = FileManager.default.createFile(atPath: output, contents: nil)
+        let descriptor = open(output, O_WRONLY | O_CREAT | O_CLOEXEC | (appending ? O_APPEND : O_TRUNC), 0o644)
+        guard descriptor >= 0 else {
+            throw Failed(message: "cannot open \(output): \(String(cString: strerror(errno)))")
         }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: output))
-        defer { try? handle.close() }
-        try handle.seekToEnd()
-        process.standardOutput = handle
-        process.standardError = handle
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        return process
+        defer { close(descriptor) }
+        return try ChildProcess.spawn(
+            command[0], Array(command.dropFirst()), environment: ProcessInfo.processInfo.environment,
+            output: descriptor, errors: descriptor)
     }
 
     private func tail(_ file: String) -> String {

@@ -237,14 +237,7 @@ struct ContextTests {
 
     @discardableResult
     static func mount(_ arguments: [String], command: String = "/bin/mount") -> Bool {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command)
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return false }
-        process.waitUntilExit()
-        return process.terminationStatus == 0
+        ChildProcess.run(command, arguments) == .exited(0)
     }
 
     @Test(

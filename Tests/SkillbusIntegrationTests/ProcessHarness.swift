@@ -32,8 +32,13 @@ final class SkillbusProcess: Sendable {
     /// Where this process keeps agent stores (its own XDG_STATE_HOME) when the test named none: no two test
     /// processes share one, and it is removed once the process is gone.
     let ownedStateDirectory: String?
-    private let process: Process
-    private let state = Mutex(State())
+    private let process: ChildProcess
+    /// What the output and exit handlers record; they hold it, not the process object.
+    private let record = Record()
+
+    private final class Record: Sendable {
+        let state = Mutex(State())
+    }
 
     private struct State {
         var lines: [String] = []
@@ -52,10 +57,8 @@ final class SkillbusProcess: Sendable {
         _ arguments: [String], name: String? = nil, environment: [String: String] = [:], clearing: [String] = [],
         directory: String? = nil, executable: String = skillbusBinary, prefix: [String] = []
     ) throws {
-        self.name = name ?? arguments.first ?? "skillbus"
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = prefix + arguments
+        let name = name ?? arguments.first ?? "skillbus"
+        self.name = name
         var env = ProcessInfo.processInfo.environment
         env["SKILLBUS_COORDINATOR"] = nil
         env["SKILLBUS_FEED"] = nil
@@ -70,27 +73,30 @@ final class SkillbusProcess: Sendable {
             ownedStateDirectory = nil
         }
         for (key, value) in environment { env[key] = value }
-        process.environment = env
-        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory) }
-        process.terminationHandler = { [weak self] _ in self?.terminated() }
-        try LineReader.run(process, name: "test-\(self.name)") { [weak self] line in
-            self?.received(line)
-        } onEnd: { [weak self] in
-            self?.outputEnded()
+        let record = self.record
+        process = try LineReader.run(
+            executable, prefix + arguments, environment: env, directory: directory, name: "test-\(name)"
+        ) { line in
+            Self.received(line, record)
+        } onEnd: {
+            Self.outputEnded(record)
+        } onExit: { _ in
+            Self.terminated(record)
         }
     }
 
     deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        process.signal(SIGKILL)
         if let ownedStateDirectory { try? FileManager.default.removeItem(atPath: ownedStateDirectory) }
     }
 
-    var pid: Int32 { process.processIdentifier }
-    var output: [String] { state.withLock { $0.lines } }
-    var exitCode: Int32 { process.terminationStatus }
+    var pid: Int32 { process.pid }
+    var output: [String] { record.state.withLock { $0.lines } }
+    /// The exit code, or the number of the signal that ended it; -1 while it runs.
+    var exitCode: Int32 { process.termination?.status ?? -1 }
 
-    private func received(_ line: String) {
-        let ready = state.withLock { state -> [CheckedContinuation<String?, Never>] in
+    private static func received(_ line: String, _ record: Record) {
+        let ready = record.state.withLock { state -> [CheckedContinuation<String?, Never>] in
             state.lines.append(line)
             var ready: [CheckedContinuation<String?, Never>] = []
             state.waiters.removeAll { waiter in
@@ -103,8 +109,8 @@ final class SkillbusProcess: Sendable {
         for continuation in ready { continuation.resume(returning: line) }
     }
 
-    private func outputEnded() {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+    private static func outputEnded(_ record: Record) {
+        let waiters = record.state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.outputEnded = true
             defer { state.drainWaiters = [] }
             return state.drainWaiters
@@ -118,7 +124,7 @@ final class SkillbusProcess: Sendable {
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 await withCheckedContinuation { continuation in
-                    let done = self.state.withLock { state -> Bool in
+                    let done = self.record.state.withLock { state -> Bool in
                         if !state.outputEnded { state.drainWaiters.append(continuation) }
                         return state.outputEnded
                     }
@@ -127,7 +133,7 @@ final class SkillbusProcess: Sendable {
             }
             group.addTask {
                 guard (try? await Task.sleep(for: timeout)) != nil else { return }
-                let waiters = self.state.withLock { state in
+                let waiters = self.record.state.withLock { state in
                     defer { state.drainWaiters = [] }
                     return state.drainWaiters
                 }
@@ -138,8 +144,8 @@ final class SkillbusProcess: Sendable {
         }
     }
 
-    private func terminated() {
-        let (waiters, exitWaiters) = state.withLock { state in
+    private static func terminated(_ record: Record) {
+        let (waiters, exitWaiters) = record.state.withLock { state in
             state.exited = true
             defer {
                 state.waiters = []
@@ -156,14 +162,14 @@ final class SkillbusProcess: Sendable {
     func waitForLine(
         _ what: String, timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (String) -> Bool
     ) async throws -> String {
-        let id = state.withLock { state -> Int in
+        let id = record.state.withLock { state -> Int in
             state.nextWaiter += 1
             return state.nextWaiter
         }
         let line = await withTaskGroup(of: String?.self) { group in
             group.addTask {
                 await withCheckedContinuation { continuation in
-                    let immediate = self.state.withLock { state -> String?? in
+                    let immediate = self.record.state.withLock { state -> String?? in
                         if let line = state.lines.first(where: predicate) { return .some(line) }
                         if state.exited { return .some(nil) }
                         state.waiters.append((id, predicate, continuation))
@@ -174,7 +180,7 @@ final class SkillbusProcess: Sendable {
             }
             group.addTask {
                 try? await Task.sleep(for: timeout)
-                let waiter = self.state.withLock { state in
+                let waiter = self.record.state.withLock { state in
                     let index = state.waiters.firstIndex { $0.id == id }
                     return index.map { state.waiters.remove(at: $0).continuation }
                 }
@@ -197,7 +203,7 @@ final class SkillbusProcess: Sendable {
         let exited = await withTaskGroup(of: Bool.self) { group in
             group.addTask {
                 await withCheckedContinuation { continuation in
-                    let done = self.state.withLock { state -> Bool in
+                    let done = self.record.state.withLock { state -> Bool in
                         if !state.exited { state.exitWaiters.append(continuation) }
                         return state.exited
                     }
@@ -207,7 +213,7 @@ final class SkillbusProcess: Sendable {
             }
             group.addTask {
                 guard (try? await Task.sleep(for: timeout)) != nil else { return false }
-                let waiters = self.state.withLock { state in
+                let waiters = self.record.state.withLock { state in
                     defer { state.exitWaiters = [] }
                     return state.exitWaiters
                 }
@@ -218,13 +224,13 @@ final class SkillbusProcess: Sendable {
             group.cancelAll()
             return first
         }
-        guard exited, state.withLock({ $0.exited }) else {
+        guard exited, record.state.withLock({ $0.exited }) else {
             throw TimedOut(what: "\(name) to exit; output:\n" + output.suffix(30).joined(separator: "\n"))
         }
-        return process.terminationStatus
+        return exitCode
     }
 
-    func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+    func signal(_ number: Int32) { process.signal(number) }
 }
 
 /// Runs `skillbus ARGS…` to completion and returns (exit code, stdout+stderr lines).

@@ -73,14 +73,7 @@ final class TwoHosts: Sendable {
 
     @discardableResult
     static func run(_ executable: String, _ arguments: [String]) -> Int32 {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return -1 }
-        process.waitUntilExit()
-        return process.terminationStatus
+        ChildProcess.run(executable, arguments)?.status ?? -1
     }
 }
 

@@ -213,23 +213,25 @@ struct CurveInteropTests {
             if socket.poll(10000):
                 print(socket.recv_multipart()[-1].decode(), flush=True)
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", "-c", program, harness.router.lastEndpoint, harness.serverKeys.publicKey, keys.publicKey,
-            keys.secretKey,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        defer { if process.isRunning { process.terminate() } }
+        let output = try ChildProcess.pipe()
+        let process = try ChildProcess.spawn(
+            "/usr/bin/env",
+            [
+                "python3", "-c", program, harness.router.lastEndpoint, harness.serverKeys.publicKey, keys.publicKey,
+                keys.secretKey,
+            ], environment: ProcessInfo.processInfo.environment, output: output[1])
+        close(output[1])
+        defer {
+            process.signal(SIGTERM)
+            close(output[0])
+        }
         try #require(try harness.run { !harness.received.isEmpty })
         let message = harness.received[0]
         #expect(message.userID == "python")
         #expect(message.frames == [Array("from python".utf8), [UInt8](repeating: UInt8(ascii: "x"), count: 1000)])
         try harness.router.send(routingID: try #require(message.routingID), [Array("hello python".utf8)])
         try harness.run { !process.isRunning }
-        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let printed = String(decoding: FileHandle(fileDescriptor: output[0]).readDataToEndOfFile(), as: UTF8.self)
         #expect(printed == "hello python\n")
     }
 

@@ -1,9 +1,10 @@
-#if canImport(Glibc)
-    import Glibc
-#endif
 import Foundation
 import SkillbusZMQ
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One run of a command skill's program: spawned with posix_spawn (no shell) in a process group of its
 /// own, in a given directory with a given environment; its standard output read line by line, the last
@@ -89,60 +90,25 @@ final class CommandProcess: Sendable {
             closeAll()
             throw SkillbusError(.commandFailed, "cannot start '\(launch.program)': \(error)")
         }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, pipes[0][1], 1)
-        posix_spawn_file_actions_adddup2(&actions, pipes[1][1], 2)
-        if launch.input != nil {
-            posix_spawn_file_actions_adddup2(&actions, pipes[2][0], 0)
-        } else {
-            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        }
-        guard let addChdir = SpawnExtensions.addChdir else {
-            closeAll()
-            wake.close()
-            throw SkillbusError(.commandFailed, "this C library cannot start a program in another directory")
-        }
-        _ = addChdir(&actions, launch.directory)
-        // Every descriptor above stderr closed in the child: nothing of the agent's leaks into the program.
-        if let addClosefrom = SpawnExtensions.addClosefrom { _ = addClosefrom(&actions, 3) }
-
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
-        posix_spawnattr_setpgroup(&attributes, 0)
-        // The agent ignores some signals (SIGPIPE; SIGINT and SIGTERM go to its dispatch sources); the program
-        // starts with the defaults and nothing blocked.
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for signal in [SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD] {
-            sigaddset(&defaults, signal)
-        }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        var mask = sigset_t()
-        sigemptyset(&mask)
-        posix_spawnattr_setsigmask(&attributes, &mask)
-
-        let argv = launch.arguments.map { strdup($0) } + [nil]
-        let envp = launch.environment.map { strdup($0) } + [nil]
-        defer {
-            for pointer in argv { free(pointer) }
-            for pointer in envp { free(pointer) }
-        }
-        var pid: pid_t = 0
-        let result = posix_spawn(&pid, launch.program, &actions, &attributes, argv, envp)
+        let started = ChildProcess.start(
+            launch.program, argv: launch.arguments, environment: launch.environment, directory: launch.directory,
+            input: launch.input != nil ? pipes[2][0] : nil, output: pipes[0][1], errors: pipes[1][1])
         // The child's ends belong to the child now.
         close(pipes[0][1])
         close(pipes[1][1])
         if launch.input != nil { close(pipes[2][0]) }
-        guard result == 0 else {
+        let pid: pid_t
+        switch started {
+        case .success(let started): pid = started
+        case .failure(let failure):
             close(pipes[0][0])
             close(pipes[1][0])
             if launch.input != nil { close(pipes[2][1]) }
             wake.close()
-            throw failure("cannot start '\(launch.program)'", result)
+            switch failure {
+            case .system(let code): throw Self.failure("cannot start '\(launch.program)'", code)
+            case .noDirectoryChange: throw SkillbusError(.commandFailed, "\(failure)")
+            }
         }
         let parentEnds = [pipes[0][0], pipes[1][0]] + (launch.input != nil ? [pipes[2][1]] : [])
         for fd in parentEnds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
@@ -230,7 +196,8 @@ final class CommandProcess: Sendable {
                 close(stdoutFD)
                 open.stdout = false
             }
-            if open.stderr, !reader.read(stderrFD, stdout: false, delivering: false, to: { _ throws(SkillbusError) in }) {
+            if open.stderr, !reader.read(stderrFD, stdout: false, delivering: false, to: { _ throws(SkillbusError) in })
+            {
                 close(stderrFD)
                 open.stderr = false
             }
@@ -346,19 +313,5 @@ private struct OutputReader {
         stderrTail.append(String(decoding: stderrLine, as: UTF8.self))
         if stderrTail.count > CommandProcess.stderrLines { stderrTail.removeFirst() }
         stderrLine.removeAll(keepingCapacity: true)
-    }
-}
-
-/// GNU additions to posix_spawn that Swift's Glibc module does not show, looked up once at run time.
-enum SpawnExtensions {
-    typealias AddChdir = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, UnsafePointer<CChar>) -> Int32
-    typealias AddClosefrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-
-    static let addChdir: AddChdir? = symbol("posix_spawn_file_actions_addchdir_np")
-    static let addClosefrom: AddClosefrom? = symbol("posix_spawn_file_actions_addclosefrom_np")
-
-    private static func symbol<Function>(_ name: String) -> Function? {
-        guard let pointer = dlsym(dlopen(nil, RTLD_NOW), name) else { return nil }
-        return unsafeBitCast(pointer, to: Function.self)
     }
 }
