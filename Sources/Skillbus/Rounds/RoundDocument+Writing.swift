@@ -46,7 +46,8 @@ extension RoundDocument.Invocation {
         out.append(UInt8(ascii: "{"))
         members.string("agent", agent, to: &out)
         if let asked {
-            members.value("ask", ["to": .string(asked.text), "message": message.map { .string($0) } ?? .null], to: &out)
+            members.value(
+                "ask", ["to": .string(asked.text), "message": message.map { .string($0) } ?? .null], to: &out)
         }
         if !attempts.isEmpty { members.value("attempts", .array(attempts.map(\.json)), to: &out) }
         if cached { members.value("cached", true, to: &out) }
@@ -116,13 +117,20 @@ extension RoundDocument.Summary {
 private struct MemberWriter {
     private var first = true
 
+    /// `,"name":` (no comma before the first) in one append: each append to an array checks its uniqueness
+    /// and capacity, which cost more than the copying for pieces this small.
     mutating func key(_ name: StaticString, to out: inout [UInt8]) {
-        if !first { out.append(UInt8(ascii: ",")) }
+        let comma = first ? 0 : 1
         first = false
-        out.append(UInt8(ascii: "\""))
-        name.withUTF8Buffer { out.append(contentsOf: $0) }
-        out.append(UInt8(ascii: "\""))
-        out.append(UInt8(ascii: ":"))
+        let count = name.utf8CodeUnitCount
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: count + 4) { piece in
+            piece[0] = UInt8(ascii: ",")
+            piece[1] = UInt8(ascii: "\"")
+            for index in 0..<count { piece[2 + index] = name.utf8Start[index] }
+            piece[count + 2] = UInt8(ascii: "\"")
+            piece[count + 3] = UInt8(ascii: ":")
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: piece[(1 - comma)...]))
+        }
     }
 
     mutating func string(_ name: StaticString, _ value: String?, to out: inout [UInt8]) {
