@@ -109,13 +109,15 @@ final class SkillbusProcess: Sendable {
         for continuation in ready { continuation.resume(returning: line) }
     }
 
+    /// No line will come now: whoever waits for one learns it.
     private static func outputEnded(_ record: Record) {
-        let waiters = record.state.withLock { state -> [CheckedContinuation<Void, Never>] in
+        let (drainWaiters, lineWaiters) = record.state.withLock { state in
             state.outputEnded = true
-            defer { state.drainWaiters = [] }
-            return state.drainWaiters
+            defer { (state.drainWaiters, state.waiters) = ([], []) }
+            return (state.drainWaiters, state.waiters.map(\.continuation))
         }
-        for waiter in waiters { waiter.resume() }
+        for waiter in drainWaiters { waiter.resume() }
+        for waiter in lineWaiters { waiter.resume(returning: nil) }
     }
 
     /// Waits until both output pipes are closed, so `output` holds every line the process wrote;
@@ -144,20 +146,18 @@ final class SkillbusProcess: Sendable {
         }
     }
 
+    /// Its last lines may still be in the pipes: those waiting for a line hear at the output's end.
     private static func terminated(_ record: Record) {
-        let (waiters, exitWaiters) = record.state.withLock { state in
+        let exitWaiters = record.state.withLock { state in
             state.exited = true
-            defer {
-                state.waiters = []
-                state.exitWaiters = []
-            }
-            return (state.waiters.map(\.continuation), state.exitWaiters)
+            defer { state.exitWaiters = [] }
+            return state.exitWaiters
         }
-        for waiter in waiters { waiter.resume(returning: nil) }
         for waiter in exitWaiters { waiter.resume() }
     }
 
-    /// The first line (seen already or still to come) that satisfies `predicate`, within `timeout`.
+    /// The first line (seen already or still to come) that satisfies `predicate`, within `timeout`; a process
+    /// whose output ended without one fails at once.
     @discardableResult
     func waitForLine(
         _ what: String, timeout: Duration = .seconds(20), where predicate: @escaping @Sendable (String) -> Bool
@@ -171,7 +171,7 @@ final class SkillbusProcess: Sendable {
                 await withCheckedContinuation { continuation in
                     let immediate = self.record.state.withLock { state -> String?? in
                         if let line = state.lines.first(where: predicate) { return .some(line) }
-                        if state.exited { return .some(nil) }
+                        if state.outputEnded { return .some(nil) }
                         state.waiters.append((id, predicate, continuation))
                         return .none
                     }
@@ -192,7 +192,9 @@ final class SkillbusProcess: Sendable {
             return first
         }
         guard let line else {
-            throw TimedOut(what: "\(what) from \(name); output so far:\n" + output.suffix(30).joined(separator: "\n"))
+            let ended = record.state.withLock { $0.outputEnded } ? " (its output ended)" : ""
+            throw TimedOut(
+                what: "\(what) from \(name)\(ended); output so far:\n" + output.suffix(30).joined(separator: "\n"))
         }
         return line
     }
