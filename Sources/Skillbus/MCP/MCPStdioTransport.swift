@@ -58,44 +58,27 @@ final class MCPStdioTransport: MCPTransport {
             pipes.append(fds)
         }
         let (input, output, errors) = (pipes[0], pipes[1], pipes[2])
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, input[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, output[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, errors[1], 2)
-        if let addClosefrom = SpawnExtensions.addClosefrom { _ = addClosefrom(&actions, 3) }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(
-            &attributes, Int16(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
-        posix_spawnattr_setpgroup(&attributes, 0)
-        var defaults = sigset_t()
-        sigemptyset(&defaults)
-        for number in [SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD] { sigaddset(&defaults, number) }
-        posix_spawnattr_setsigdefault(&attributes, &defaults)
-        var mask = sigset_t()
-        sigemptyset(&mask)
-        posix_spawnattr_setsigmask(&attributes, &mask)
-
         var environment = ProcessInfo.processInfo.environment
         for (name, value) in launch.environment { environment[name] = value }
-        let argv = ([launch.command] + launch.arguments).map { strdup($0) } + [nil]
-        let envp = environment.sorted { $0.key < $1.key }.map { strdup("\($0.key)=\($0.value)") } + [nil]
-        defer { for pointer in argv + envp { free(pointer) } }
-        var pid: pid_t = 0
-        let result = posix_spawnp(&pid, launch.command, &actions, &attributes, argv, envp)
+        let started = ChildProcess.start(
+            launch.command, argv: [launch.command] + launch.arguments,
+            environment: environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }, directory: nil,
+            input: input[0], output: output[1], errors: errors[1], searchingPath: true)
         Glibc.close(input[0])
         Glibc.close(output[1])
         Glibc.close(errors[1])
-        guard result == 0 else {
+        let child: pid_t
+        switch started {
+        case .success(let pid): child = pid
+        case .failure(let failure):
             Glibc.close(input[1])
             Glibc.close(output[0])
             Glibc.close(errors[0])
-            throw Self.failure("cannot start '\(launch.command)'", result)
+            guard case .system(let code) = failure else {
+                throw SkillbusError(.unreachable, "cannot start '\(launch.command)': \(failure)")
+            }
+            throw Self.failure("cannot start '\(launch.command)'", code)
         }
-        let child = pid
         process.withLock { $0 = (child, input[1]) }
         let stderrTail = Mutex<[String]>([])
         let stderrDone = DispatchSemaphore(value: 0)

@@ -81,13 +81,14 @@ public final class ChildProcess: Sendable {
         }
     }
 
-    /// posix_spawn as every program Skillbus starts is started: `program` (a path) with `argv` (argv[0]
+    /// posix_spawn as every program Skillbus starts is started: `program` (a path, or with `searchingPath` a
+    /// name looked up in PATH as a shell would) with `argv` (argv[0]
     /// included) and exactly `environment` (`NAME=value`), in `directory` (nil: ours), in a process group of
     /// its own, with the default handling of every signal we may ignore or catch, nothing blocked, and no
     /// descriptor of ours but the three given (nil: /dev/null). The caller waits for it.
     static func start(
         _ program: String, argv: [String], environment: [String], directory: String?, input: Int32?, output: Int32?,
-        errors: Int32?
+        errors: Int32?, searchingPath: Bool = false
     ) -> Result<pid_t, StartFailure> {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -130,7 +131,10 @@ public final class ChildProcess: Sendable {
             for pointer in envp { free(pointer) }
         }
         var pid: pid_t = 0
-        let result = posix_spawn(&pid, program, &actions, &attributes, argv, envp)
+        let result =
+            searchingPath
+            ? posix_spawnp(&pid, program, &actions, &attributes, argv, envp)
+            : posix_spawn(&pid, program, &actions, &attributes, argv, envp)
         return result == 0 ? .success(pid) : .failure(.system(result))
     }
 
