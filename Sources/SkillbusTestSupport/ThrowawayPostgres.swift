@@ -183,22 +183,18 @@ public final class ThrowawayPostgres: Sendable {
         return text.split(separator: "\n").suffix(12).joined(separator: "\n")
     }
 
-    /// A port nobody listens on now: the kernel's pick for a socket bound to port 0, closed again.
-    public static func freePort() throws -> UInt16 {
-        let (fd, port) = try bindLoopbackTCP()
-        close(fd)
-        return port
-    }
+    /// A port nobody listens on now (`unusedLoopbackPort`).
+    public static func freePort() throws -> UInt16 { try unusedLoopbackPort() }
 }
 
 /// A TCP socket bound to 127.0.0.1 on a port the kernel picks: the descriptor (the caller closes it or listens on
 /// it) and the port.
-public func bindLoopbackTCP() throws -> (descriptor: Int32, port: UInt16) {
+public func bindLoopbackTCP(port: UInt16 = 0) throws -> (descriptor: Int32, port: UInt16) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw ThrowawayPostgres.Failed(message: "socket: errno \(errno)") }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
-    address.sin_port = 0
+    address.sin_port = port.bigEndian
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) {
@@ -209,7 +205,32 @@ public func bindLoopbackTCP() throws -> (descriptor: Int32, port: UInt16) {
     guard bound else {
         let failure = errno
         close(fd)
-        throw ThrowawayPostgres.Failed(message: "bind 127.0.0.1:0: errno \(failure)")
+        throw ThrowawayPostgres.Failed(message: "bind 127.0.0.1:\(port): errno \(failure)")
     }
     return (fd, UInt16(bigEndian: address.sin_port))
+}
+
+/// A port on 127.0.0.1 that nothing listens on now (bound and closed again), below the ephemeral range.
+public func unusedLoopbackPort() throws -> UInt16 {
+    let (fd, port) = try bindLoopbackTCPBelowEphemeralRange()
+    close(fd)
+    return port
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`): 32768 unless set otherwise.
+private let ephemeralPortsStart: UInt16 = {
+    let range = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+    return range.split(whereSeparator: \.isWhitespace).first.flatMap { UInt16($0) } ?? 32768
+}()
+
+/// `bindLoopbackTCP` on a free port below the kernel's ephemeral range, for a port picked now and bound later
+/// by another process: a port of that range can be taken meanwhile by the local end of any connection this
+/// machine opens (a rare "Address already in use" in tests), one below it only by another explicit bind.
+public func bindLoopbackTCPBelowEphemeralRange() throws -> (descriptor: Int32, port: UInt16) {
+    let low: UInt16 = 10_000
+    let high = max(low + 1_000, ephemeralPortsStart)
+    for _ in 0..<100 {
+        if let bound = try? bindLoopbackTCP(port: UInt16.random(in: low..<high)) { return bound }
+    }
+    return try bindLoopbackTCP()
 }

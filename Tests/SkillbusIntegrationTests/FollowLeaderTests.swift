@@ -91,7 +91,7 @@ struct FollowLeaderTests {
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
         try await cluster.startWorker("w1", ["--skills", "echo"])
-        let dead = try freeEndpoints(2, context: context)
+        let dead = try freeEndpoints(2)
         let started = ContinuousClock.now
         let (code, output) = try await runSkillbus([
             "send", "echo", "text=hi", "--json", "--timeout", "10", "--coordinator", "\(dead[0]),\(cluster.bus)",
@@ -310,7 +310,7 @@ struct FollowLeaderTests {
     func workerSkipsDeadEndpoint() async throws {
         let cluster = try await TestCluster()
         defer { cluster.terminate() }
-        let dead = try freeEndpoints(1, context: context)[0]
+        let dead = try freeEndpoints(1)[0]
         let started = ContinuousClock.now
         let worker = try SkillbusProcess(
             ["worker", "--name", "wd", "--skills", "echo", "--coordinator", "\(dead),\(cluster.bus)"], name: "wd")

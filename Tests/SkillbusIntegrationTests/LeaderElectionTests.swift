@@ -64,7 +64,7 @@ final class GroupCluster: Sendable {
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory + "/mark.sh")
         var members: [String: Member] = [:]
         for name in names {
-            let endpoints = try freeEndpoints(2, context: context)
+            let endpoints = try freeEndpoints(2)
             let config = directory + "/\(name).json"
             try Data(
                 JSONValue.object([
@@ -104,7 +104,7 @@ final class GroupCluster: Sendable {
             guard attempts < 3, process.output.contains(where: { $0.contains("Address already in use") }) else {
                 throw TimedOut(what: "\(name)'s ready line; output: \(process.output)")
             }
-            let endpoints = try freeEndpoints(2, context: context)
+            let endpoints = try freeEndpoints(2)
             memberTable.withLock { $0[name] = Member(bus: endpoints[0], feed: endpoints[1], config: member.config) }
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusTestSupport
 import SkillbusZMQ
 import Synchronization
 import Testing
@@ -18,13 +19,9 @@ struct MadeUpSkill: AgentSkill {
 
 /// Free tcp endpoints on 127.0.0.1, for tests that must know a port before the coordinator binds it
 /// (workers started first, a coordinator restarted on the same ports).
-func freeEndpoints(_ count: Int, context: ZMQContext) throws -> [String] {
-    var sockets: [ZMQSocket] = []
-    defer { for socket in sockets { socket.close() } }
-    for _ in 0..<count {
-        let socket = try ZMQSocket(context: context, type: .router)
-        try socket.bind("tcp://127.0.0.1:*")
-        sockets.append(socket)
-    }
-    return sockets.map(\.lastEndpoint)
+func freeEndpoints(_ count: Int) throws -> [String] {
+    var bound: [(descriptor: Int32, port: UInt16)] = []
+    defer { for socket in bound { close(socket.descriptor) } }
+    for _ in 0..<count { bound.append(try bindLoopbackTCPBelowEphemeralRange()) }
+    return bound.map { "tcp://127.0.0.1:\($0.port)" }
 }

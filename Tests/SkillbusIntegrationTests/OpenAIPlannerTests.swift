@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusTestSupport
 import SkillbusZMQ
 import Synchronization
 import Testing
@@ -186,7 +187,7 @@ struct OpenAIPlannerTests {
         "an unreachable endpoint fails the turn with its address; a worker whose key variable is unset does not start")
     func unreachableAndMissingKey() async throws {
         // A port that was free a moment ago: nothing listens there.
-        let port = try freePort()
+        let port = try unusedLoopbackPort()
         let baseURL = "http://127.0.0.1:\(port)/v1"
         let cluster = try await cluster(baseURL: baseURL)
         defer { cluster.terminate() }
@@ -346,22 +347,4 @@ final class ChatServer: Sendable {
         process.signal(SIGTERM)
         try? FileManager.default.removeItem(atPath: directory)
     }
-}
-
-/// A TCP port on 127.0.0.1 that nothing listens on (bound, read, and closed again).
-func freePort() throws -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { socketAddress in
-            bind(descriptor, socketAddress, length) == 0 && getsockname(descriptor, socketAddress, &length) == 0
-        }
-    }
-    guard bound else { throw TimedOut(what: "a free port (bind failed, errno \(errno))") }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

@@ -44,7 +44,7 @@ struct RegistryClusterTests {
 
     @Test("workers started before the coordinator register and replicate once it comes")
     func workersFirst() async throws {
-        let endpoints = try freeEndpoints(2, context: context)
+        let endpoints = try freeEndpoints(2)
         let (bus, feed) = (endpoints[0], endpoints[1])
         var workers: [SkillbusProcess] = []
         defer { for worker in workers { worker.signal(SIGTERM) } }
@@ -113,7 +113,7 @@ struct RegistryClusterTests {
 
     @Test("a coordinator restarted under running workers gets the full registry back; replicas follow")
     func coordinatorRestart() async throws {
-        let endpoints = try freeEndpoints(2, context: context)
+        let endpoints = try freeEndpoints(2)
         let (bus, feed) = (endpoints[0], endpoints[1])
         let arguments = ["coordinator", "--bus", bus, "--feed", feed, "--heartbeat-ms", "200"]
         let first = try SkillbusProcess(arguments, name: "coordinator-1")

@@ -34,7 +34,7 @@ final class RestartableCluster: Sendable {
         try Data("#!/bin/sh\necho \"$1\" >> '\(directory)/marks'\nsleep \"$2\"\necho \"marked $1\"\n".utf8)
             .write(to: URL(fileURLWithPath: script))
         try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: script)
-        let endpoints = try freeEndpoints(2, context: context)
+        let endpoints = try freeEndpoints(2)
         (bus, feed) = (endpoints[0], endpoints[1])
         self.journal = journal
         self.postgres = postgres

@@ -97,8 +97,7 @@ struct SessionTeamTests {
 
     @Test("after kill -9 and a restart with the journal, the session goes on to its last agent, busy or not")
     func restartKeepsTheSession() async throws {
-        let context = try ZMQContext()
-        let endpoints = try freeEndpoints(2, context: context)
+        let endpoints = try freeEndpoints(2)
         let directory = NSTemporaryDirectory() + "skillbus-team-journal-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         func startCoordinator() async throws -> SkillbusProcess {
