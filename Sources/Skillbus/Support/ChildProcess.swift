@@ -82,10 +82,10 @@ public final class ChildProcess: Sendable {
     }
 
     /// posix_spawn as every program Skillbus starts is started: `program` (a path, or with `searchingPath` a
-    /// name looked up in PATH as a shell would) with `argv` (argv[0]
-    /// included) and exactly `environment` (`NAME=value`), in `directory` (nil: ours), in a process group of
-    /// its own, with the default handling of every signal we may ignore or catch, nothing blocked, and no
-    /// descriptor of ours but the three given (nil: /dev/null). The caller waits for it.
+    /// name looked up in PATH as a shell would) with `argv` (argv[0] included) and exactly `environment`
+    /// (`NAME=value`), in `directory` (nil: ours), in a process group of its own, with the default handling of
+    /// every signal we may ignore or catch, nothing blocked, and no descriptor of ours but the three given (nil:
+    /// /dev/null). The caller waits for it.
     static func start(
         _ program: String, argv: [String], environment: [String], directory: String?, input: Int32?, output: Int32?,
         errors: Int32?, searchingPath: Bool = false
