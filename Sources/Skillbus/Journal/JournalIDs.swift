@@ -12,10 +12,8 @@ struct JournalIDs: Sendable {
 
     init(_ ids: [[UInt8]]) {
         hashes.reserveCapacity(ids.count)
-        for id in ids { hashes.insert(Self.hash(id)) }
+        for id in ids { hashes.insert(ByteKey(id).hashValue) }
     }
-
-    var count: Int { hashes.count }
 
     func mayHold(_ key: ByteKey) -> Bool { hashes.contains(key.hashValue) }
 
@@ -24,8 +22,6 @@ struct JournalIDs: Sendable {
     mutating func remove(_ key: ByteKey) { hashes.remove(key.hashValue) }
 
     mutating func remove(_ ids: [[UInt8]]) {
-        for id in ids { hashes.remove(Self.hash(id)) }
+        for id in ids { hashes.remove(ByteKey(id).hashValue) }
     }
-
-    private static func hash(_ id: [UInt8]) -> Int { ByteKey(id).hashValue }
 }
