@@ -121,6 +121,34 @@ struct TeamRoundTests {
         }
     }
 
+    @Test("a team round's call runs on the agent that made it when that agent offers the skill (OFFER), once")
+    func offeredCallsRunOnTheirAgent() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        // A plain worker offers echo too: a REQUEST could be routed to it, an offered call never is.
+        _ = try await cluster.startWorker("helper")
+        for name in ["left", "right"] {
+            let rule: JSONValue = [
+                "intent": "say (?<word>\\w+)", "skill": "echo", "params": ["text": "{word}"], "reply": "{result}",
+            ]
+            let config: JSONValue = [
+                "version": 1, "name": .string(name), "skills": ["echo"], "planner": ["rules": [rule]],
+            ]
+            try await cluster.startWorker(name, ["--config", try Self.write(config, name: name)])
+        }
+        for _ in 0..<3 {
+            let (code, document) = try await ask(cluster, ["say hi", "--agents", "left,right"])
+            #expect(code == 0 && document["status"] == "ok", "\(document)")
+            let turns = (document["invocations"]?.arrayValue ?? []).compactMap { $0["turn"] }
+            let calls = turns.flatMap { turn in (turn["calls"]?.arrayValue ?? []).map { (turn["agent"], $0) } }
+            #expect(calls.count == 2 && calls.allSatisfy { $0.1["result"]?["text"] == "hi" }, "\(turns)")
+            // One ran, on the agent whose turn made it; the other turn got that outcome.
+            let ranBy = Set(calls.map { $0.1["agent"]?.stringValue ?? "" })
+            #expect(ranBy.count == 1 && (ranBy == ["left"] || ranBy == ["right"]), "\(calls)")
+            #expect(subCalls(document).filter { $0["deduplicated"] == false }.count == 1, "\(document)")
+        }
+    }
+
     @Test("an ask step whose agent hands over is answered by the agent it handed to")
     func handoffInsideARound() async throws {
         let cluster = try await team()

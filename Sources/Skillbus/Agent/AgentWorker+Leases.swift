@@ -27,17 +27,7 @@ extension AgentWorker {
             return (found, id)
         }
         guard let claim else { return nil }
-        let invocation = Invocation(
-            invocationID: claim.id, frames: Array(turn.roundID.utf8), Array(turn.sessionID.utf8), skill: skill,
-            deadlineMs: max(1, Int((deadline - .now) / .milliseconds(1))), parameters: body)
-        let outcome: InvocationRunner.Outcome
-        if claim.skill.executionStyle == .quick {
-            outcome = await runner.run(invocation)
-        } else {
-            // Off this thread, as the bus's invocations of such a skill run; the turn's cancel reaches it.
-            let running = Task { await self.runner.run(invocation) }
-            outcome = await withTaskCancellationHandler { await running.value } onCancel: { running.cancel() }
-        }
+        let outcome = await runLocally(claim.skill, id: claim.id, parameters: body, in: turn, deadline: deadline)
         // Under the lock, as giveBackRound sends its CLAIMs: CALLED goes either before them or after this
         // call's CLAIM, never in between.
         state.withLock { state in
@@ -54,7 +44,25 @@ extension AgentWorker {
         return result
     }
 
-    private static func decode(_ outcome: InvocationRunner.Outcome, of skill: String) -> Result<SkillResult, SkillbusError> {
+    /// Runs a call of the turn on this agent, as an invocation the bus sent would run.
+    func runLocally(
+        _ skill: any AgentSkill, id: String, parameters: [UInt8], in turn: TurnRequest,
+        deadline: ContinuousClock.Instant
+    ) async -> InvocationRunner.Outcome {
+        let invocation = Invocation(
+            invocationID: id, frames: Array(turn.roundID.utf8), Array(turn.sessionID.utf8), skill: skill.identifier,
+            deadlineMs: max(1, Int((deadline - .now) / .milliseconds(1))), parameters: parameters)
+        if skill.executionStyle == .quick { return await runner.run(invocation) }
+        // Off this thread, as the bus's invocations of such a skill run; the turn's cancel reaches it.
+        let running = Task { await self.runner.run(invocation) }
+        return await withTaskCancellationHandler {
+            await running.value
+        } onCancel: {
+            running.cancel()
+        }
+    }
+
+    static func decode(_ outcome: InvocationRunner.Outcome, of skill: String) -> Result<SkillResult, SkillbusError> {
         do throws(SkillbusError) {
             let json: JSONValue
             do {

@@ -197,6 +197,9 @@ extension AgentWorker {
         if let outcome = await runHere(skill, validated, in: turn, deadline: deadline, ranHere: &ranHere) {
             return ended(outcome, on: options.name)
         }
+        if let offered = await offerHere(skill, validated, in: turn, deadline: deadline) {
+            return ended(offered.outcome, on: offered.agent)
+        }
         giveBackRound(turn.roundID)
         do {
             let answer = try await client.invoke(

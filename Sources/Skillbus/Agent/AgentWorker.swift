@@ -70,6 +70,9 @@ public final class AgentWorker: Sendable {
         /// Calls running here under a lease, by round id and claim id: a CLAIM goes for each before RELEASE.
         var runningHere: [String: [String: (skill: String, parameters: [UInt8])]] = [:]
         var lastClaim: UInt64 = 0
+        /// Calls offered to the bus (OFFER), by call id, waiting for its VERDICT; nil resumes one whose turn was
+        /// cancelled.
+        var offers: [String: CheckedContinuation<OfferVerdict?, Never>] = [:]
         /// When the READY to a coordinator just moved to goes (after the move's back-off); nil: none waits.
         var readyAt: ContinuousClock.Instant?
         /// When it last moved to another coordinator (or started): silence is counted from then at most.
@@ -343,6 +346,10 @@ public final class AgentWorker: Sendable {
             }
         case .turn(let turn):
             startTurn(turn)
+        case .verdict(let callID, let verdict):
+            // One for a call whose turn was cancelled finds nobody: a `run` it would have been told is dropped
+            // with the turn's claims at its TURNEND.
+            state.withLock { $0.offers.removeValue(forKey: callID) }?.resume(returning: verdict)
         case .query(let queryID, let query):
             // A history is read from disk: off the socket's thread.
             Task { self.socket.send(WorkerMessage.answer(queryID: queryID, await self.answer(query)).encoded()) }

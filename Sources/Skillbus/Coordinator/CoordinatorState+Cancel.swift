@@ -162,7 +162,7 @@ extension CoordinatorState {
                 run.invocations[index].status == .running
             else { return nil }
             return run.invocations[index].joined
-        case .claim: return nil
+        case .claim, .offer: return nil
         }
     }
 
@@ -253,7 +253,7 @@ extension CoordinatorState {
                         round: request.roundText, request: request.requestText, skill: request.skill, agent: agent,
                         reason: reason.rawValue))
             ]
-        case .claim:
+        case .claim, .offer:
             return []
         }
     }

@@ -18,8 +18,8 @@ extension CoordinatorState {
             return (client, String(decoding: requestID, as: UTF8.self))
         case .step(let round, _):
             return rounds[round]?.clients.first.map { ($0.client, String(decoding: $0.requestID, as: UTF8.self)) }
-        case .claim:
-            return nil  // a turn never claims a skill that needs confirmation
+        case .claim, .offer:
+            return nil  // a turn never claims or offers a skill that needs confirmation
         }
     }
 

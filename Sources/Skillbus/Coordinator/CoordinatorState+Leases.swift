@@ -125,6 +125,9 @@ extension CoordinatorState {
     }
 
     private mutating func settle(_ claim: TurnTable.Claim, _ outcome: Outcome, now: UInt64) -> [CoordinatorAction] {
+        if let subCall = claim.subCall, rounds.runningCount > 0 {
+            noteSubCallDone(roundID: claim.round, requestID: subCall, outcome)
+        }
         let waiters = singleFlight.finish(claim.execution, outcome: outcome, now: now)
         return deliver(outcome, to: waiters, roundID: claim.round, origin: .claim, now: now)
     }

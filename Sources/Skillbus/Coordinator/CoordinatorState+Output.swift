@@ -17,8 +17,8 @@ extension CoordinatorState {
                 actions.append(.toClient(client, .output(requestID: requestID, invocation: "", batch)))
             case .step(let roundKey, let index):
                 actions += stepOutput(roundKey, index, batch)
-            case .claim:
-                break  // a turn's own call: its agent has the output
+            case .claim, .offer:
+                break  // a turn's own call, or one that joined it: its agent gets the outcome, not the output
             }
         }
         actions.append(

@@ -107,7 +107,7 @@ extension CoordinatorState {
                         round: request.roundText, request: request.requestText, skill: request.skill, agent: agent,
                         attempt: request.attempt, error: error, backoffMicros: backoffMicros))
             ]
-        case .claim:
+        case .claim, .offer:
             return []
         }
     }
@@ -132,7 +132,7 @@ extension CoordinatorState {
                 let index = run.invocations.firstIndex { $0.subCallRequest == requestID && !$0.status.isDone }
                 if let index { run.invocations[index].record.attempts.append(attempt) }
             }
-        case .claim:
+        case .claim, .offer:
             break
         }
     }

@@ -75,7 +75,7 @@ extension CoordinatorState {
         case .step(let round, let index):
             guard let run = rounds[round], run.invocations.indices.contains(index) else { return nil }
             return run.invocations[index].id
-        case .claim: return nil
+        case .claim, .offer: return nil
         }
     }
 
@@ -306,6 +306,12 @@ extension CoordinatorState {
             actions.absorb(stepDone(round, index, outcome, deduplicated: waiter != origin, now: now))
         case .claim:
             break  // the agent that ran it has its outcome already
+        case .offer(let worker, let turnID, let callID):
+            actions.append(.toWorker(worker, .verdict(callID: callID, outcome.verdict)))
+            if rounds.runningCount > 0 {
+                noteSubCallDone(
+                    roundID: roundID, requestID: Self.offerSubCallID(turnID: turnID, callID: callID), outcome)
+            }
         }
     }
 

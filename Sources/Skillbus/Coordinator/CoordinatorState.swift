@@ -229,6 +229,8 @@ public struct CoordinatorState: Sendable {
                 from: peer, now: now)
         case .release(let turnID):
             return noteRelease(turnID: turnID, from: peer, now: now)
+        case .offer(let turnID, let callID, let skill, let parameters):
+            return noteOffer(turnID: turnID, callID: callID, skill: skill, parameters: parameters, from: peer, now: now)
         case .step(let turnID, let call):
             return noteStep(turnID, call, from: peer)
         case .output(let invocationID, let batch):

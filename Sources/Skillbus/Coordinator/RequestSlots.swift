@@ -137,7 +137,7 @@ extension RequestTable {
         case .step(let round, let index):
             hasher.combine(round)
             hasher.combine(index)
-        case .claim:
+        case .claim, .offer:
             break
         }
         return UInt32(truncatingIfNeeded: hasher.finalize()) | 1

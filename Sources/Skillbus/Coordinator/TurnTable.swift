@@ -2,7 +2,8 @@
 /// the lease a turn holds on its round, the calls a turn runs itself and has not reported ended (claims), and the
 /// rounds of cancelled turns, marked until a while after the turn ended so that a call of theirs still on its way
 /// is refused. It owns what ties them together: a round has at most one lease, held by a turn of this table that
-/// was granted it when it started; a claim is made only by the turn that holds its round's lease. A lease ends
+/// was granted it when it started; a claim is made by the turn that holds its round's lease, or by a turn whose
+/// OFFER the bus answered `run` (§3.7.3). A lease ends
 /// with its turn: every path that ends a turn (TURNEND, its deadline, its agent lost) calls `endLease`
 /// (CoordinatorState+Turns), which also hands back what waited behind it (`ParkedRequests`).
 ///
@@ -27,6 +28,8 @@ struct TurnTable: Sendable {
         let execution: SingleFlight.ExecutionID
         let round: [UInt8]
         let accepted: UInt64
+        /// An offered call's name among its round's sub-calls (nil for a leased turn's).
+        var subCall: [UInt8]? = nil
     }
 
     /// How long a cancelled turn's round stays marked after the turn ended.
@@ -180,6 +183,9 @@ struct TurnTable: Sendable {
         }
         claims[key] = claim
     }
+
+    /// A call the bus told a turn to run on its agent (OFFER answered `run`): a claim with no lease.
+    mutating func offered(_ claim: Claim, as key: ClaimKey) { claims[key] = claim }
 
     /// The turn reported the call ended: its claim leaves.
     mutating func takeClaim(_ key: ClaimKey) -> Claim? { claims.isEmpty ? nil : claims.removeValue(forKey: key) }

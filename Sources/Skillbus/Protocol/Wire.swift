@@ -129,6 +129,9 @@ public enum Wire {
         /// A turn that holds its round runs calls itself and reports them: one started (CLAIM), one ended
         /// (CALLED); RELEASE gives the round back to the bus before a call goes through it.
         case claim, called, release
+        /// A turn that does not hold its round offers to run a call of a skill its agent offers (OFFER); the
+        /// bus says whether to run it there, to send it as a REQUEST, or what an identical call gave (VERDICT).
+        case offer, verdict
         /// A turn's call ended (worker → bus: STEP); a turn's state or call for the client that follows
         /// it (bus → client: PROGRESS).
         case step, progress

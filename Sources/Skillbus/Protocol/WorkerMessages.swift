@@ -7,7 +7,7 @@ public enum WorkerMessage: Sendable, Equatable {
     /// The commands this direction carries.
     static let commands: [Wire.Command] = [
         .ready, .result, .state, .heartbeat, .disconnect, .skills, .answer, .context, .turnend, .stream, .output,
-        .claim, .called, .release, .step,
+        .claim, .called, .release, .step, .offer,
     ]
 
     case ready(JSONValue)
@@ -26,6 +26,10 @@ public enum WorkerMessage: Sendable, Equatable {
     case claim(turnID: String, claimID: String, skill: String, parameters: [UInt8])
     /// A call the turn ran itself ended, as a RESULT would say (after its CLAIM, if it had one).
     case called(turnID: String, claimID: String, skill: String, parameters: [UInt8], status: ReplyStatus, payload: [UInt8])
+    /// A turn that does not hold its round offers to run one of its calls here, this agent offering the skill:
+    /// the bus answers VERDICT with the same call id (run it, send it as a REQUEST, or an identical call's
+    /// outcome). A call it is told to run is reported like a claimed one, with CALLED.
+    case offer(turnID: String, callID: String, skill: String, parameters: [UInt8])
     /// A call of the turn ended (wherever it ran), for the feed and for a client that follows the turn.
     case step(turnID: String, TurnCall)
     /// The turn gives its round back: from now on its calls, and the round's other invocations, go
@@ -47,7 +51,7 @@ public enum WorkerMessage: Sendable, Equatable {
     /// Where its fields start travelling as frames of their own (§2.1).
     static let layout: Wire.Layout = [
         .ready: 2, .result: 4, .state: 2, .heartbeat: 3, .skills: 2, .answer: 4, .context: 2, .turnend: 4, .stream: 3,
-        .output: 4, .claim: 5, .called: 5, .step: 3,
+        .output: 4, .claim: 5, .called: 5, .step: 3, .offer: 5,
     ]
 
     public func encoded() -> Multipart {
@@ -84,6 +88,11 @@ public enum WorkerMessage: Sendable, Equatable {
             [
                 Wire.workerHeaderBytes, Wire.Command.called.frame, Array(turnID.utf8), Array(claimID.utf8),
                 Array(skill.utf8), parameters, status.frame, payload,
+            ]
+        case .offer(let turnID, let callID, let skill, let parameters):
+            [
+                Wire.workerHeaderBytes, Wire.Command.offer.frame, Array(turnID.utf8), Array(callID.utf8),
+                Array(skill.utf8), parameters,
             ]
         case .release(let turnID): [Wire.workerHeaderBytes, Wire.Command.release.frame, Array(turnID.utf8)]
         case .step(let turnID, let call):
@@ -176,18 +185,20 @@ public enum WorkerMessage: Sendable, Equatable {
             return .stream(turnID: try Wire.text(message, 2, "turn id"), text: try Wire.text(message, 3, "text"))
         case .claim:
             try Wire.expectFields(message, 6, "CLAIM")
-            let skill = try Wire.text(message, 4, "skill")
-            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 4 (skill) is empty") }
             return .claim(
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
-                skill: skill, parameters: message[5])
+                skill: try skillField(message), parameters: message[5])
+        case .offer:
+            try Wire.expectFields(message, 6, "OFFER")
+            return .offer(
+                turnID: try Wire.text(message, 2, "turn id"), callID: try Wire.text(message, 3, "call id"),
+                skill: try skillField(message), parameters: message[5])
         case .called:
             try Wire.expectFields(message, 8, "CALLED")
-            let skill = try Wire.text(message, 4, "skill")
-            guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 4 (skill) is empty") }
             return .called(
                 turnID: try Wire.text(message, 2, "turn id"), claimID: try Wire.text(message, 3, "claim id"),
-                skill: skill, parameters: message[5], status: try ReplyStatus(field: message, 6), payload: message[7])
+                skill: try skillField(message), parameters: message[5], status: try ReplyStatus(field: message, 6),
+                payload: message[7])
         case .release:
             try Wire.expectFields(message, 3, "RELEASE")
             return .release(turnID: try Wire.text(message, 2, "turn id"))
@@ -202,159 +213,11 @@ public enum WorkerMessage: Sendable, Equatable {
             throw Wire.unknownCommand(message, role: "worker", expected: commands)
         }
     }
-}
 
-/// The bus asks a worker to run one skill.
-public struct Invocation: Sendable, Equatable {
-    public var invocationID: String
-    @WireText public var roundID: String
-    @WireText public var sessionID: String
-    public var skill: String
-    /// Milliseconds left until the deadline when the bus sent it.
-    public var deadlineMs: Int
-    public var parameters: [UInt8]
-
-    public init(
-        invocationID: String, roundID: String, sessionID: String, skill: String, deadlineMs: Int, parameters: [UInt8]
-    ) {
-        self.init(
-            invocationID: invocationID, frames: Array(roundID.utf8), Array(sessionID.utf8), skill: skill,
-            deadlineMs: deadlineMs, parameters: parameters)
-    }
-
-    init(
-        invocationID: String, frames roundID: [UInt8], _ sessionID: [UInt8], skill: String, deadlineMs: Int,
-        parameters: [UInt8]
-    ) {
-        self.invocationID = invocationID
-        self._roundID = WireText(bytes: roundID)
-        self._sessionID = WireText(bytes: sessionID)
-        self.skill = skill
-        self.deadlineMs = deadlineMs
-        self.parameters = parameters
-    }
-}
-
-/// Messages the bus sends to a worker.
-public enum BusToWorkerMessage: Sendable, Equatable {
-    /// The commands this direction carries.
-    static let commands: [Wire.Command] = [.welcome, .invoke, .cancel, .heartbeat, .error, .query, .turn]
-
-    case welcome(Welcome)
-    case invoke(Invocation)
-    case cancel(invocationID: String)
-    /// `intervalMs`: the bus's heartbeat interval.
-    case heartbeat(intervalMs: Int?)
-    case error(SkillbusError)
-    /// A client's question about the worker's context; the worker answers ANSWER with the same id.
-    case query(queryID: String, AgentQuery)
-    /// Take a turn; the worker answers TURNEND with the same id.
-    case turn(TurnRequest)
-
-    /// Where its fields start travelling as frames of their own (§2.1).
-    static let layout: Wire.Layout = [.welcome: 2, .invoke: 7, .error: 2, .query: 3, .turn: 6]
-
-    public func encoded() -> Multipart {
-        guard case .invoke(let invocation) = self else { return Wire.pack(fields(), Self.layout) }
-        // The bus sends one per request: written straight into its envelope (the same bytes as packing
-        // `fields()`, which EnvelopeTests checks).
-        var envelope = Wire.EnvelopeWriter(
-            Wire.workerHeaderBytes, .invoke,
-            capacity: 32 + invocation.invocationID.utf8.count + invocation.$roundID.count + invocation.$sessionID.count
-                + invocation.skill.utf8.count)
-        envelope.field(invocation.invocationID)
-        envelope.field(invocation.$roundID)
-        envelope.field(invocation.$sessionID)
-        envelope.field(invocation.skill)
-        envelope.field(decimal: invocation.deadlineMs)
-        return [envelope.bytes, invocation.parameters]
-    }
-
-    /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
-    func fields() -> Multipart {
-        switch self {
-        case .welcome(let welcome): [Wire.workerHeaderBytes, Wire.Command.welcome.frame, welcome.json.serialized()]
-        case .invoke(let invocation):
-            [
-                Wire.workerHeaderBytes, Wire.Command.invoke.frame, Array(invocation.invocationID.utf8),
-                invocation.$roundID,
-                invocation.$sessionID, Array(invocation.skill.utf8), Array(String(invocation.deadlineMs).utf8),
-                invocation.parameters,
-            ]
-        case .cancel(let invocationID): [Wire.workerHeaderBytes, Wire.Command.cancel.frame, Array(invocationID.utf8)]
-        case .heartbeat(let intervalMs): Wire.heartbeat(intervalMs)
-        case .error(let error): [Wire.workerHeaderBytes, Wire.Command.error.frame, error.json.serialized()]
-        case .query(let queryID, let query):
-            [Wire.workerHeaderBytes, Wire.Command.query.frame, Array(queryID.utf8), query.json.serialized()]
-        case .turn(let turn):
-            [
-                Wire.workerHeaderBytes, Wire.Command.turn.frame, Array(turn.turnID.utf8), Array(turn.roundID.utf8),
-                Array(turn.sessionID.utf8), Array(String(turn.deadlineMs).utf8), Array(turn.message.utf8),
-                turn.leased ? [UInt8(ascii: "1")] : [],
-            ] + (turn.team.map { [$0.json.serialized()] } ?? [])
-        }
-    }
-
-    /// Decodes a message as it arrived: its envelope and frames. An INVOKE is read in place.
-    public static func decode(_ frames: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
-        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .invoke, frameCount: 2),
-            let invocationID = reader.text(), let roundID = reader.textBytes(), let sessionID = reader.textBytes(),
-            let skill = reader.text(), let deadline = reader.number(), !deadline.empty,
-            deadline.value <= Wire.maxTimeoutMs, reader.atEnd
-        {
-            return .invoke(
-                Invocation(
-                    invocationID: invocationID, frames: roundID, sessionID, skill: skill, deadlineMs: deadline.value,
-                    parameters: frames[1]))
-        }
-        return try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
-    }
-
-    /// Decodes a message given as its numbered fields.
-    static func decode(fields message: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
-        switch try Wire.command(message, role: "bus", expected: commands) {
-        case .welcome:
-            try Wire.expectFields(message, 3, "WELCOME")
-            return .welcome(try Welcome(json: try Wire.json(message, 2, "welcome")))
-        case .invoke:
-            try Wire.expectFields(message, 8, "INVOKE")
-            let deadline = try Wire.decimal(message, 6, "deadline", maximum: Wire.maxTimeoutMs)
-            return .invoke(
-                Invocation(
-                    invocationID: try Wire.text(message, 2, "invocation id"),
-                    frames: try Wire.textBytes(message, 3, "round id"), try Wire.textBytes(message, 4, "session id"),
-                    skill: try Wire.text(message, 5, "skill"), deadlineMs: deadline, parameters: message[7]))
-        case .cancel:
-            try Wire.expectFields(message, 3, "CANCEL")
-            return .cancel(invocationID: try Wire.text(message, 2, "invocation id"))
-        case .heartbeat:
-            guard (2...3).contains(message.count) else {
-                throw SkillbusError(.malformedMessage, "HEARTBEAT takes 2 or 3 fields, got \(message.count)")
-            }
-            return .heartbeat(intervalMs: try Wire.heartbeatInterval(message))
-        case .error:
-            try Wire.expectFields(message, 3, "ERROR")
-            return .error(SkillbusError(json: try Wire.json(message, 2, "error")))
-        case .query:
-            try Wire.expectFields(message, 4, "QUERY")
-            return .query(
-                queryID: try Wire.text(message, 2, "query id"), try AgentQuery(json: try Wire.json(message, 3, "query")))
-        case .turn:
-            guard message.count == 8 || message.count == 9 else {
-                throw SkillbusError(.malformedMessage, "TURN takes 8 or 9 fields, got \(message.count)")
-            }
-            guard message[7].isEmpty || message[7] == [UInt8(ascii: "1")] else {
-                throw SkillbusError(.malformedMessage, "field 7 (lease) must be empty or '1'")
-            }
-            return .turn(
-                TurnRequest(
-                    turnID: try Wire.text(message, 2, "turn id"), roundID: try Wire.text(message, 3, "round id"),
-                    sessionID: try Wire.text(message, 4, "session id"),
-                    deadlineMs: try Wire.decimal(message, 5, "deadline", maximum: Wire.maxTimeoutMs),
-                    message: try Wire.text(message, 6, "message"), leased: !message[7].isEmpty,
-                    team: message.count == 9 ? try TeamContext(json: try Wire.json(message, 8, "team")) : nil))
-        default:
-            throw Wire.unknownCommand(message, role: "bus", expected: commands)
-        }
+    /// Field 4 of CLAIM, CALLED and OFFER: a skill identifier, never empty.
+    private static func skillField(_ message: Multipart) throws(SkillbusError) -> String {
+        let skill = try Wire.text(message, 4, "skill")
+        guard !skill.isEmpty else { throw SkillbusError(.malformedMessage, "field 4 (skill) is empty") }
+        return skill
     }
 }

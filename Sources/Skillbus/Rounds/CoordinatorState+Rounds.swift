@@ -289,18 +289,24 @@ extension CoordinatorState {
 
     /// A REQUEST inside a running round (a skill's sub-call) is listed in the round's document.
     mutating func noteSubCall(_ request: InvokeRequest, deduplicated: Bool) {
-        let roundKey = ByteKey(request.$roundID)
+        noteSubCall(
+            round: request.$roundID, skill: request.skill, parameters: request.parameters, id: request.$requestID,
+            deduplicated: deduplicated)
+    }
+
+    /// A call of a running round made by a REQUEST or an OFFER (`id`: its request id, or the offer's name).
+    mutating func noteSubCall(round: [UInt8], skill: String, parameters: [UInt8], id: [UInt8], deduplicated: Bool) {
+        let roundKey = ByteKey(round)
         // Most REQUESTs are no sub-call: look before parsing their parameters.
         guard rounds.isRunning(roundKey) else { return }
         let key = SingleFlight.canonicalKey(
-            skill: request.skill, parameters: request.parameters,
-            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+            skill: skill, parameters: parameters, schema: { ledger.registry.skills[$0]?.descriptor.parameters })
         rounds.updateRunning(roundKey) { run in
             run.subCalls += 1
             var invocation = RoundInvocation(
-                id: "sub-\(run.subCalls)", skill: request.skill, target: nil, parameters: .null, after: [])
+                id: "sub-\(run.subCalls)", skill: skill, target: nil, parameters: .null, after: [])
             invocation.record.status = .running
-            invocation.subCallRequest = request.$requestID
+            invocation.subCallRequest = id
             invocation.record.deduplicated = deduplicated
             if let key {
                 if let first = run.firstByKey[key] {

@@ -266,12 +266,14 @@ struct ByteKey: Hashable, Sendable {
     }
 }
 
-/// Who waits for an invocation's outcome: a client's REQUEST, a step of a round the bus runs, or a call a
-/// turn runs itself (CLAIM), whose agent needs no answer.
+/// Who waits for an invocation's outcome: a client's REQUEST, a step of a round the bus runs, a call a
+/// turn runs itself (CLAIM), whose agent needs no answer, or a turn's call offered to run on its agent that
+/// joined an identical one (OFFER, answered VERDICT `done`). Only the first three start executions.
 enum Waiter: Sendable, Hashable {
     case client(PeerID, requestID: [UInt8])
     case step(round: ByteKey, index: Int)
     case claim
+    case offer(PeerID, turnID: String, callID: String)
 }
 
 /// How an execution ended, kept to answer identical invocations of its round.

@@ -143,8 +143,8 @@ BUS_TO_CLIENT = Direction("bus -> client", CLIENT, {
 WORKER_TO_BUS = Direction("worker -> bus", WORKER, {
     b"READY": 2, b"RESULT": 4, b"STATE": 2, b"HEARTBEAT": 3, b"DISCONNECT": None, b"SKILLS": 2,
     b"ANSWER": 4, b"CONTEXT": 2, b"TURNEND": 4, b"STREAM": 3, b"OUTPUT": 4, b"CLAIM": 5, b"CALLED": 5,
-    b"RELEASE": None, b"STEP": 3,
+    b"RELEASE": None, b"STEP": 3, b"OFFER": 5,
 })
 BUS_TO_WORKER = Direction("bus -> worker", WORKER, {
-    b"WELCOME": 2, b"INVOKE": 7, b"CANCEL": None, b"HEARTBEAT": None, b"ERROR": 2, b"QUERY": 3, b"TURN": 6,
+    b"WELCOME": 2, b"INVOKE": 7, b"CANCEL": None, b"HEARTBEAT": None, b"ERROR": 2, b"QUERY": 3, b"TURN": 6, b"VERDICT": 6,
 })

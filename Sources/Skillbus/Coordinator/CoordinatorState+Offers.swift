@@ -1,0 +1,53 @@
+/// A turn that does not hold its round (a turn of a team round, or one that gave its round back) offers to
+/// run a call on its own agent, which offers the skill (PROTOCOL §3.7.3). The bus decides as it would on a
+/// REQUEST of the round: the first of its kind runs there (VERDICT `run`, then CALLED ends it, as a claim's
+/// does); an identical call that ran or runs gives its outcome instead (VERDICT `done`); anything the
+/// REQUEST path must decide (a held round, a cached skill, parameters that match nothing) is sent back
+/// (`route`). Each call then passes the bus once, not twice, and runs where its turn is.
+extension CoordinatorState {
+    mutating func noteOffer(
+        turnID: String, callID: String, skill: String, parameters: [UInt8], from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        func answer(_ verdict: OfferVerdict) -> [CoordinatorAction] {
+            [.toWorker(peer, .verdict(callID: callID, verdict))]
+        }
+        // A round a turn holds makes its REQUESTs wait; a cancelled turn's calls are refused; a cached skill may
+        // be answered from the cache: the REQUEST path decides all of those.
+        guard settings.deduplication, let turn = turns.turn(turnID, of: peer), !turn.round.isEmpty,
+            turns.lease(of: ByteKey(turn.round)) == nil, !turns.isCancelled(round: turn.round),
+            descriptors.cacheLifetimeMs(of: skill) == nil
+        else { return answer(.route) }
+        let subCall = Self.offerSubCallID(turnID: turnID, callID: callID)
+        let admission = singleFlight.admit(
+            round: turn.round, skill: skill, parameters: parameters,
+            waiter: .offer(peer, turnID: turnID, callID: callID),
+            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+        switch admission {
+        case .unshared:
+            return answer(.route)
+        case .first(let execution):
+            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: false)
+            turns.offered(
+                TurnTable.Claim(execution: execution, round: turn.round, accepted: now, subCall: subCall),
+                as: TurnTable.ClaimKey(worker: peer, turnID: turnID, claimID: callID))
+            return answer(.run)
+        case .joined:
+            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
+            return []
+        case .finished(let outcome):
+            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
+            noteSubCallDone(roundID: turn.round, requestID: subCall, outcome)
+            return answer(outcome.verdict)
+        }
+    }
+
+    /// How an offered call is named among its round's sub-calls: unique in the round, as a request id is.
+    static func offerSubCallID(turnID: String, callID: String) -> [UInt8] { Array("\(turnID):\(callID)".utf8) }
+}
+
+extension Outcome {
+    /// The outcome as the VERDICT that gives it to a turn whose call joined it.
+    var verdict: OfferVerdict {
+        .done(status: status, agent: String(decoding: agent, as: UTF8.self), payload: payload)
+    }
+}

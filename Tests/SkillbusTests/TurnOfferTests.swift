@@ -1,0 +1,164 @@
+import Testing
+
+@testable import Skillbus
+
+/// A turn without its round's lease offers to run a call on its agent (PROTOCOL §3.7.3), on the state machine
+/// with no sockets: the first of its kind runs there, identical ones get its outcome, and whatever the REQUEST
+/// path must decide is sent back to it.
+@Suite("Turn offers")
+struct TurnOfferTests {
+    static let ms: UInt64 = 1_000_000
+    let client: PeerID = [0xC1]
+    let other: PeerID = [0xC2]
+    let alpha: PeerID = [0xA1]
+    let beta: PeerID = [0xB1]
+    let hi = Array(#"{"text":"hi"}"#.utf8)
+    let result = Array(#"{"text":"hi","type":"text"}"#.utf8)
+
+    /// A bus with two planner agents, `alpha` and `beta`, both offering echo.
+    func bus(_ settings: CoordinatorState.Settings = .init()) -> CoordinatorState {
+        var state = CoordinatorState(settings: settings)
+        for (peer, name) in [(alpha, "alpha"), (beta, "beta")] {
+            let body: [String: JSONValue] = [
+                "name": .string(name), "capacity": 2, "heartbeatMs": 1000, "planner": true,
+                "skills": [["identifier": "echo", "parameters": []]],
+            ]
+            _ = state.handleWorker(.ready(.object(body)), from: peer, now: 0)
+        }
+        return state
+    }
+
+    /// An asks round of both agents: their turns, by agent; neither holds the round (the ROUND does).
+    func asksRound(_ state: inout CoordinatorState, round: String = "r1") -> [PeerID: TurnRequest] {
+        let body = Array(#"{"asks":{"agents":["alpha","beta"],"message":"say hi","aggregate":"all"}}"#.utf8)
+        let actions = state.handleRound(RoundRequest(requestID: "q1", roundID: round, body: body), from: client, now: 0)
+        var turns: [PeerID: TurnRequest] = [:]
+        for case .toWorker(let peer, .turn(let turn)) in actions { turns[peer] = turn }
+        return turns
+    }
+
+    func offer(_ turn: TurnRequest, _ callID: String, text: String = "hi") -> WorkerMessage {
+        .offer(turnID: turn.turnID, callID: callID, skill: "echo", parameters: Array(#"{"text":"\#(text)"}"#.utf8))
+    }
+
+    func verdicts(_ actions: [CoordinatorAction]) -> [(peer: PeerID, callID: String, verdict: OfferVerdict)] {
+        actions.compactMap {
+            guard case .toWorker(let peer, .verdict(let callID, let verdict)) = $0 else { return nil }
+            return (peer, callID, verdict)
+        }
+    }
+
+    func invokes(_ actions: [CoordinatorAction]) -> Int {
+        actions.filter {
+            if case .toWorker(_, .invoke) = $0 { return true }
+            return false
+        }.count
+    }
+
+    @Test("the first offer runs on its agent; an identical one waits and gets its outcome, a later one at once")
+    func identicalOffersRunOnce() throws {
+        var state = bus()
+        let turns = asksRound(&state)
+        let (first, second) = (try #require(turns[alpha]), try #require(turns[beta]))
+        #expect(!first.leased && !second.leased)
+        let run = verdicts(state.handleWorker(offer(first, "o1"), from: alpha, now: 1 * Self.ms))
+        #expect(run.count == 1 && run[0].peer == alpha && run[0].callID == "o1" && run[0].verdict == .run)
+        // Identical: it joins the running call, and hears nothing yet.
+        #expect(state.handleWorker(offer(second, "o7"), from: beta, now: 2 * Self.ms).isEmpty)
+        let called = state.handleWorker(
+            .called(turnID: first.turnID, claimID: "o1", skill: "echo", parameters: hi, status: .ok, payload: result),
+            from: alpha, now: 3 * Self.ms)
+        let done = verdicts(called)
+        #expect(done.count == 1 && done[0].peer == beta && done[0].callID == "o7")
+        #expect(done[0].verdict == .done(status: .ok, agent: "alpha", payload: result))
+        // After it ended: the outcome at once, to another offer and to a REQUEST of the round.
+        let again = verdicts(state.handleWorker(offer(second, "o8"), from: beta, now: 4 * Self.ms))
+        #expect(again.first?.verdict == .done(status: .ok, agent: "alpha", payload: result))
+        let request = InvokeRequest(requestID: "x", roundID: "r1", skill: "echo", timeoutMs: nil, parameters: hi)
+        let reused = state.handleInvoke(request, from: other, now: 5 * Self.ms)
+        #expect(invokes(reused) == 0)
+        // A different call is a first of its kind again.
+        let different = verdicts(state.handleWorker(offer(second, "o9", text: "ho"), from: beta, now: 6 * Self.ms))
+        #expect(different.first?.verdict == .run)
+    }
+
+    @Test("the round's document lists offered calls as sub-calls, the joined one deduplicated")
+    func documentListsOfferedCalls() throws {
+        var state = bus()
+        let turns = asksRound(&state)
+        let (first, second) = (try #require(turns[alpha]), try #require(turns[beta]))
+        _ = state.handleWorker(offer(first, "o1"), from: alpha, now: 1 * Self.ms)
+        _ = state.handleWorker(offer(second, "o1"), from: beta, now: 2 * Self.ms)
+        _ = state.handleWorker(
+            .called(turnID: first.turnID, claimID: "o1", skill: "echo", parameters: hi, status: .ok, payload: result),
+            from: alpha, now: 3 * Self.ms)
+        var document: JSONValue?
+        for (peer, turn) in [(alpha, first), (beta, second)] {
+            let turnDocument: JSONValue = ["turn": .string(turn.turnID), "status": "ok", "reply": "hi"]
+            for case .toClient(_, .round(_, _, let body)) in state.handleWorker(
+                .turnEnd(turnID: turn.turnID, .ok(turnDocument)), from: peer, now: 4 * Self.ms)
+            {
+                document = try JSONValue(parsing: body)
+            }
+        }
+        let subCalls = try #require(document?["invocations"]?.arrayValue).filter { $0["skill"] == "echo" }
+        #expect(subCalls.count == 2)
+        #expect(subCalls.map { $0["status"] } == ["ok", "ok"])
+        #expect(subCalls.map { $0["deduplicated"] } == [false, true])
+    }
+
+    @Test("what the REQUEST path decides is routed: a held round, an unknown turn, single-flight off")
+    func routed() throws {
+        var state = bus()
+        // A turn of a fresh round holds it: it runs its calls under the lease, and an offer is not its way.
+        let held = try #require(
+            state.handleAsk(
+                AskRequest(requestID: "a1", roundID: "r2", agent: "alpha", message: "say hi"), from: client, now: 0
+            )
+            .compactMap { action -> TurnRequest? in
+                if case .toWorker(_, .turn(let turn)) = action { return turn }
+                return nil
+            }.first)
+        #expect(held.leased)
+        #expect(verdicts(state.handleWorker(offer(held, "o1"), from: alpha, now: 1 * Self.ms)).first?.verdict == .route)
+        // A turn this worker was not given.
+        let turns = asksRound(&state, round: "r3")
+        let betaTurn = try #require(turns[beta])
+        #expect(
+            verdicts(state.handleWorker(offer(betaTurn, "o2"), from: alpha, now: 2 * Self.ms)).first?.verdict == .route)
+        var settings = CoordinatorState.Settings()
+        settings.deduplication = false
+        var plain = bus(settings)
+        let turn = try #require(asksRound(&plain)[alpha])
+        #expect(verdicts(plain.handleWorker(offer(turn, "o3"), from: alpha, now: 1 * Self.ms)).first?.verdict == .route)
+    }
+
+    @Test("an offered call its agent never reports ends agent_lost for whoever joined it")
+    func lostAgentFailsJoiners() throws {
+        var state = bus()
+        let turns = asksRound(&state)
+        _ = state.handleWorker(offer(try #require(turns[alpha]), "o1"), from: alpha, now: 1 * Self.ms)
+        _ = state.handleWorker(offer(try #require(turns[beta]), "o1"), from: beta, now: 2 * Self.ms)
+        let lost = verdicts(state.handleWorker(.disconnect, from: alpha, now: 3 * Self.ms))
+        guard case .done(.error, _, let payload)? = lost.first(where: { $0.peer == beta })?.verdict else {
+            Issue.record("beta heard no error: \(lost)")
+            return
+        }
+        #expect((try? JSONValue(parsing: payload))?["code"] == "agent_lost")
+    }
+
+    @Test("OFFER and VERDICT round-trip through the wire, and bad ones are refused")
+    func wire() throws {
+        let offer = WorkerMessage.offer(turnID: "t1", callID: "o1", skill: "echo", parameters: hi)
+        #expect(try WorkerMessage.decode(offer.encoded()) == offer)
+        for verdict in [OfferVerdict.run, .route, .done(status: .error, agent: "beta", payload: Array("{}".utf8))] {
+            let message = BusToWorkerMessage.verdict(callID: "o1", verdict)
+            #expect(try BusToWorkerMessage.decode(message.encoded()) == message)
+        }
+        let header = [Array("SKB2W".utf8), Array("OFFER".utf8), Array("t1".utf8), Array("o1".utf8)]
+        #expect(throws: SkillbusError.self) { try WorkerMessage.decode(fields: header + [[], hi]) }  // no skill
+        #expect(throws: SkillbusError.self) { try WorkerMessage.decode(fields: header + [Array("echo".utf8)]) }
+        let verdict = [Array("SKB2W".utf8), Array("VERDICT".utf8), Array("o1".utf8), Array("maybe".utf8), [], [], []]
+        #expect(throws: SkillbusError.self) { try BusToWorkerMessage.decode(fields: verdict) }
+    }
+}
