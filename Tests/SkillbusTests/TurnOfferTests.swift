@@ -63,8 +63,8 @@ struct TurnOfferTests {
         #expect(!first.leased && !second.leased)
         let run = verdicts(state.handleWorker(offer(first, "o1"), from: alpha, now: 1 * Self.ms))
         #expect(run.count == 1 && run[0].peer == alpha && run[0].callID == "o1" && run[0].verdict == .run)
-        // Identical: it joins the running call, and hears nothing yet.
-        #expect(state.handleWorker(offer(second, "o7"), from: beta, now: 2 * Self.ms).isEmpty)
+        // Identical: it joins the running call, and hears nothing yet (the feed hears it was deduplicated).
+        #expect(verdicts(state.handleWorker(offer(second, "o7"), from: beta, now: 2 * Self.ms)).isEmpty)
         let called = state.handleWorker(
             .called(turnID: first.turnID, claimID: "o1", skill: "echo", parameters: hi, status: .ok, payload: result),
             from: alpha, now: 3 * Self.ms)
@@ -72,8 +72,13 @@ struct TurnOfferTests {
         #expect(done.count == 1 && done[0].peer == beta && done[0].callID == "o7")
         #expect(done[0].verdict == .done(status: .ok, agent: "alpha", payload: result))
         // After it ended: the outcome at once, to another offer and to a REQUEST of the round.
-        let again = verdicts(state.handleWorker(offer(second, "o8"), from: beta, now: 4 * Self.ms))
-        #expect(again.first?.verdict == .done(status: .ok, agent: "alpha", payload: result))
+        let againActions = state.handleWorker(offer(second, "o8"), from: beta, now: 4 * Self.ms)
+        #expect(verdicts(againActions).first?.verdict == .done(status: .ok, agent: "alpha", payload: result))
+        let announced = againActions.contains {
+            guard case .publish(.requestDeduplicated(_, let request, "echo", true)) = $0 else { return false }
+            return request == "\(second.turnID):o8"
+        }
+        #expect(announced)
         let request = InvokeRequest(requestID: "x", roundID: "r1", skill: "echo", timeoutMs: nil, parameters: hi)
         let reused = state.handleInvoke(request, from: other, now: 5 * Self.ms)
         #expect(invokes(reused) == 0)

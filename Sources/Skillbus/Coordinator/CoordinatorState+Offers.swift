@@ -33,12 +33,25 @@ extension CoordinatorState {
             return answer(.run)
         case .joined:
             noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
-            return []
+            return announceDeduplicated(turn.round, subCall, skill, finished: false)
         case .finished(let outcome):
             noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
             noteSubCallDone(roundID: turn.round, requestID: subCall, outcome)
-            return answer(outcome.verdict)
+            return answer(outcome.verdict) + announceDeduplicated(turn.round, subCall, skill, finished: true)
         }
+    }
+
+    /// An offered call that joined another is announced as a deduplicated REQUEST is, named as a sub-call.
+    private func announceDeduplicated(_ round: [UInt8], _ subCall: [UInt8], _ skill: String, finished: Bool)
+        -> [CoordinatorAction]
+    {
+        guard publishesRequestEvents else { return [] }
+        return [
+            .publish(
+                .requestDeduplicated(
+                    round: String(decoding: round, as: UTF8.self), request: String(decoding: subCall, as: UTF8.self),
+                    skill: skill, finished: finished))
+        ]
     }
 
     /// How an offered call is named among its round's sub-calls: unique in the round, as a request id is.

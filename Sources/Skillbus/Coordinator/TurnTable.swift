@@ -3,9 +3,9 @@
 /// rounds of cancelled turns, marked until a while after the turn ended so that a call of theirs still on its way
 /// is refused. It owns what ties them together: a round has at most one lease, held by a turn of this table that
 /// was granted it when it started; a claim is made by the turn that holds its round's lease, or by a turn whose
-/// OFFER the bus answered `run` (§3.7.3). A lease ends
-/// with its turn: every path that ends a turn (TURNEND, its deadline, its agent lost) calls `endLease`
-/// (CoordinatorState+Turns), which also hands back what waited behind it (`ParkedRequests`).
+/// OFFER the bus answered `run` (§3.7.3). A lease ends with its turn: every path that ends a turn (TURNEND, its
+/// deadline, its agent lost) calls `endLease` (CoordinatorState+Turns), which also hands back what waited behind
+/// it (`ParkedRequests`).
 ///
 /// Teams (§3.7.1, §3.7.2): a turn asked by another turn's agent is nested under it (its parent, its depth); the
 /// message and agent of every turn are kept so that a delegation that would go round in a circle is refused.
