@@ -51,14 +51,8 @@ extension LineReader {
         onEnd: @escaping @Sendable () -> Void = {},
         onExit: @escaping @Sendable (ChildProcess.Termination) -> Void = { _ in }
     ) throws -> ChildProcess {
-        let output = try ChildProcess.pipe()
-        let errors: [Int32]
-        do {
-            errors = try ChildProcess.pipe()
-        } catch {
-            for fd in output { close(fd) }
-            throw error
-        }
+        let pipes = try ChildProcess.pipes(2)
+        let (output, errors) = (pipes[0], pipes[1])
         let child: ChildProcess
         do {
             child = try ChildProcess.spawn(

@@ -49,7 +49,8 @@ final class MCPStdioPeer: Sendable {
         var environment = ProcessInfo.processInfo.environment
         environment["SKILLBUS_SERVER_KEY"] = nil
         environment["SKILLBUS_KEY"] = nil
-        let (stdin, stdout) = (try ChildProcess.pipe(), try ChildProcess.pipe())
+        let pipes = try ChildProcess.pipes(2)
+        let (stdin, stdout) = (pipes[0], pipes[1])
         // A server that died must fail the bench with an error, not kill it with SIGPIPE.
         signal(SIGPIPE, SIG_IGN)
         defer {

@@ -79,9 +79,8 @@ struct ChildProcessTests {
     /// descriptors open, many children started from several threads at once.
     @Test("a hundred children started while hundreds of descriptors are open all end well")
     func manyDescriptors() async throws {
-        var open: [Int32] = []
+        let open = Array(try ChildProcess.pipes(300).joined())
         defer { for descriptor in open { close(descriptor) } }
-        for _ in 0..<300 { open += try ChildProcess.pipe() }
         try await withThrowingTaskGroup(of: ChildProcess.Termination?.self) { group in
             for _ in 0..<100 {
                 group.addTask { try await ChildProcess.spawn("/bin/true", [], environment: [:]).exited() }

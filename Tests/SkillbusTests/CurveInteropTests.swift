@@ -213,7 +213,7 @@ struct CurveInteropTests {
             if socket.poll(10000):
                 print(socket.recv_multipart()[-1].decode(), flush=True)
             """
-        let output = try ChildProcess.pipe()
+        let output = try ChildProcess.pipes(1)[0]
         let process = try ChildProcess.spawn(
             "/usr/bin/env",
             [

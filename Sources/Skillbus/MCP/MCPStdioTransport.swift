@@ -45,17 +45,10 @@ final class MCPStdioTransport: MCPTransport {
         receive: @escaping @Sendable (JSONRPCMessage) -> Void, closed: @escaping @Sendable (String) -> Void
     ) async throws(SkillbusError) {
         Glibc.signal(SIGPIPE, SIG_IGN)  // a server gone while we write is EPIPE, not our death
-        var pipes: [[Int32]] = []
-        func closeAll() { for pair in pipes { for fd in pair { Glibc.close(fd) } } }
-        for _ in 0..<3 {
-            var fds: [Int32] = [0, 0]
-            guard pipe(&fds) == 0 else {
-                let code = errno
-                closeAll()
-                throw Self.failure("cannot make a pipe", code)
-            }
-            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-            pipes.append(fds)
+        let pipes: [[Int32]]
+        switch ChildProcess.makePipes(3) {
+        case .success(let made): pipes = made
+        case .failure(let failure): throw failure.error(.unreachable, "cannot make a pipe")
         }
         let (input, output, errors) = (pipes[0], pipes[1], pipes[2])
         var environment = ProcessInfo.processInfo.environment
@@ -74,10 +67,7 @@ final class MCPStdioTransport: MCPTransport {
             Glibc.close(input[1])
             Glibc.close(output[0])
             Glibc.close(errors[0])
-            guard case .system(let code) = failure else {
-                throw SkillbusError(.unreachable, "cannot start '\(launch.command)': \(failure)")
-            }
-            throw Self.failure("cannot start '\(launch.command)'", code)
+            throw failure.error(.unreachable, "cannot start '\(launch.command)'")
         }
         process.withLock { $0 = (child, input[1]) }
         let stderrTail = Mutex<[String]>([])
@@ -222,10 +212,6 @@ final class MCPStdioTransport: MCPTransport {
         thread.start()
     }
 
-    private static func failure(_ what: String, _ code: Int32) -> SkillbusError {
-        SkillbusError(
-            .unreachable, "\(what): \(String(cString: strerror(code)))", details: ["errno": .number(Double(code))])
-    }
 }
 
 extension Duration {

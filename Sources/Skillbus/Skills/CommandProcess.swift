@@ -71,23 +71,16 @@ final class CommandProcess: Sendable {
     /// message).
     static func spawn(_ launch: Launch) throws(SkillbusError) -> CommandProcess {
         _ = ignoreBrokenPipes
-        var pipes: [[Int32]] = []
-        func closeAll() { for pair in pipes { for fd in pair { close(fd) } } }
-        for _ in 0..<(launch.input == nil ? 2 : 3) {
-            var fds: [Int32] = [0, 0]
-            guard pipe(&fds) == 0 else {
-                let code = errno
-                closeAll()
-                throw failure("cannot make a pipe", code)
-            }
-            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-            pipes.append(fds)
+        let pipes: [[Int32]]
+        switch ChildProcess.makePipes(launch.input == nil ? 2 : 3) {
+        case .success(let made): pipes = made
+        case .failure(let failure): throw failure.error(.commandFailed, "cannot make a pipe")
         }
         let wake: WakePipe
         do {
             wake = try WakePipe()
         } catch {
-            closeAll()
+            for fd in pipes.joined() { close(fd) }
             throw SkillbusError(.commandFailed, "cannot start '\(launch.program)': \(error)")
         }
         let started = ChildProcess.start(
@@ -105,21 +98,13 @@ final class CommandProcess: Sendable {
             close(pipes[1][0])
             if launch.input != nil { close(pipes[2][1]) }
             wake.close()
-            switch failure {
-            case .system(let code): throw Self.failure("cannot start '\(launch.program)'", code)
-            case .noDirectoryChange: throw SkillbusError(.commandFailed, "\(failure)")
-            }
+            throw failure.error(.commandFailed, "cannot start '\(launch.program)'")
         }
         let parentEnds = [pipes[0][0], pipes[1][0]] + (launch.input != nil ? [pipes[2][1]] : [])
         for fd in parentEnds { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
         return CommandProcess(
             pid: pid, fds: (pipes[0][0], pipes[1][0], launch.input != nil ? pipes[2][1] : nil),
             input: launch.input ?? [], wake: wake)
-    }
-
-    private static func failure(_ what: String, _ code: Int32) -> SkillbusError {
-        SkillbusError(
-            .commandFailed, "\(what): \(String(cString: strerror(code)))", details: ["errno": .number(Double(code))])
     }
 
     /// Writing into a pipe whose reader is gone must be an error (EPIPE), not the agent's death.

@@ -79,6 +79,12 @@ public final class ChildProcess: Sendable {
             case .system(let code): String(cString: strerror(code))
             }
         }
+
+        /// As the caller reports it: `code`, "what: why", and the errno in the details when the system said no.
+        func error(_ code: SkillbusError.Code, _ what: String) -> SkillbusError {
+            guard case .system(let number) = self else { return SkillbusError(code, "\(what): \(self)") }
+            return SkillbusError(code, "\(what): \(self)", details: ["errno": .number(Double(number))])
+        }
     }
 
     /// posix_spawn as every program Skillbus starts is started: `program` (a path, or with `searchingPath` a
@@ -145,15 +151,30 @@ public final class ChildProcess: Sendable {
         return child?.waitUntilExit()
     }
 
-    /// A pipe, [read end, write end], neither inherited by programs started later: a child that held another
-    /// child's write end open would keep that one's reader from ever seeing the end.
-    public static func pipe() throws -> [Int32] {
-        var ends: [Int32] = [-1, -1]
-        guard Glibc.pipe(&ends) == 0 else {
-            throw SkillbusError(.internalError, "cannot make a pipe: \(String(cString: strerror(errno)))")
+    /// `count` pipes, each [read end, write end], none inherited by programs started later: a child that held
+    /// another child's write end open would keep that one's reader from ever seeing the end. When one cannot be
+    /// made, none is left open.
+    public static func pipes(_ count: Int) throws -> [[Int32]] {
+        switch makePipes(count) {
+        case .success(let made): made
+        case .failure(let failure): throw failure.error(.internalError, "cannot make a pipe")
         }
-        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
-        return ends
+    }
+
+    /// The same, with the system's reason for callers that report it in their own terms.
+    static func makePipes(_ count: Int) -> Result<[[Int32]], StartFailure> {
+        var made: [[Int32]] = []
+        for _ in 0..<count {
+            var ends: [Int32] = [-1, -1]
+            guard Glibc.pipe(&ends) == 0 else {
+                let code = errno
+                for end in made.joined() { close(end) }
+                return .failure(.system(code))
+            }
+            for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+            made.append(ends)
+        }
+        return .success(made)
     }
 
     /// Waits for the child on its own thread. The exit is seen first and the child reaped after, so that
