@@ -8,13 +8,13 @@ import Foundation
 extension AgentWorker {
     /// The outcome of the call run here, or nil when it must go through the bus: the round is not held
     /// (any more), this agent does not offer the skill, or the skill needs the user's confirmation (which
-    /// the bus asks for). `ranHere` holds the outcomes of the turn's calls run here so far: an identical
-    /// call gets its outcome again and does not run twice, as the bus's single-flight would do.
+    /// the bus asks for). `body`: the parameters as they are sent. `ranHere` holds the outcomes of the turn's
+    /// calls run here so far: an identical call gets its outcome again and does not run twice, as the bus's
+    /// single-flight would do.
     func runHere(
-        _ skill: String, _ parameters: [String: JSONValue], in turn: TurnRequest, deadline: ContinuousClock.Instant,
+        _ skill: String, body: [UInt8], in turn: TurnRequest, deadline: ContinuousClock.Instant,
         ranHere: inout [[UInt8]: Result<SkillResult, SkillbusError>]
     ) async -> Result<SkillResult, SkillbusError>? {
-        let body = JSONValue.object(parameters).serialized()
         let key = Array(skill.utf8) + [0] + body
         if let earlier = ranHere[key], state.withLock({ $0.leases[turn.roundID] == turn.turnID }) { return earlier }
         let claim = state.withLock { state -> (skill: any AgentSkill, id: String)? in

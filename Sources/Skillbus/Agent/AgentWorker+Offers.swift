@@ -5,9 +5,9 @@
 extension AgentWorker {
     /// The call's outcome and the agent that ran it; nil when it goes as a REQUEST: the turn has no round,
     /// this agent does not offer the skill (or it needs the user's confirmation, which the bus asks for), or
-    /// the bus said `route`.
+    /// the bus said `route`. `body`: the parameters as they are sent.
     func offerHere(
-        _ skill: String, _ parameters: [String: JSONValue], in turn: TurnRequest, deadline: ContinuousClock.Instant
+        _ skill: String, body: [UInt8], in turn: TurnRequest, deadline: ContinuousClock.Instant
     ) async -> (outcome: Result<SkillResult, SkillbusError>, agent: String)? {
         guard !turn.roundID.isEmpty else { return nil }
         let offer = state.withLock { state -> (skill: any AgentSkill, id: String)? in
@@ -18,7 +18,6 @@ extension AgentWorker {
             return (found, "o" + String(state.lastClaim))
         }
         guard let offer else { return nil }
-        let body = JSONValue.object(parameters).serialized()
         let verdict = await withTaskCancellationHandler {
             await withCheckedContinuation { (waiting: CheckedContinuation<OfferVerdict?, Never>) in
                 let cancelled = state.withLock { state in

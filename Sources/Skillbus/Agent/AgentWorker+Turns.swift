@@ -194,10 +194,11 @@ extension AgentWorker {
                 skill: skill, parameters: parameters, agent: agent,
                 durationMs: (ContinuousClock.now - started) / .milliseconds(1), outcome: outcome)
         }
-        if let outcome = await runHere(skill, validated, in: turn, deadline: deadline, ranHere: &ranHere) {
+        let body = JSONValue.object(validated).serialized()
+        if let outcome = await runHere(skill, body: body, in: turn, deadline: deadline, ranHere: &ranHere) {
             return ended(outcome, on: options.name)
         }
-        if let offered = await offerHere(skill, validated, in: turn, deadline: deadline) {
+        if let offered = await offerHere(skill, body: body, in: turn, deadline: deadline) {
             return ended(offered.outcome, on: offered.agent)
         }
         giveBackRound(turn.roundID)
