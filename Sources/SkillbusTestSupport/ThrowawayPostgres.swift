@@ -77,7 +77,7 @@ public final class ThrowawayPostgres: Sendable {
         guard Self.unavailable == nil else { throw Failed(message: Self.unavailable ?? "") }
         directory = NSTemporaryDirectory() + "skillbus-postgres-\(getpid())-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/socket", withIntermediateDirectories: true)
-        port = try Self.freePort()
+        port = try unusedLoopbackPort()
         do {
             try Data(Self.password.utf8).write(to: URL(fileURLWithPath: directory + "/password"))
             if let user = Self.unprivileged, let entry = getpwnam(user) {
@@ -182,9 +182,6 @@ public final class ThrowawayPostgres: Sendable {
         let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
         return text.split(separator: "\n").suffix(12).joined(separator: "\n")
     }
-
-    /// A port nobody listens on now (`unusedLoopbackPort`).
-    public static func freePort() throws -> UInt16 { try unusedLoopbackPort() }
 }
 
 /// A TCP socket bound to 127.0.0.1 on a port the kernel picks: the descriptor (the caller closes it or listens on

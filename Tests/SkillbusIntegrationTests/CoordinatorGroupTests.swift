@@ -75,7 +75,7 @@ struct CoordinatorGroupTests {
         #expect(output.contains { $0.contains("ha.database: holds a password") }, "\(output)")
         #expect(output.contains { $0.contains("ha.group:") }, "\(output)")
 
-        let port = try ThrowawayPostgres.freePort()
+        let port = try unusedLoopbackPort()
         let unreachable = directory + "/unreachable.json"
         try Data(
             #"{"version": 1, "ha": {"database": "postgresql://skillbus@127.0.0.1:\#(port)/x", "group": "g"}}"#.utf8

@@ -290,7 +290,7 @@ struct PostgresJournalTests {
 
     @Test("a database nobody listens on is refused at open, naming it")
     func unreachable() throws {
-        let port = try ThrowawayPostgres.freePort()
+        let port = try unusedLoopbackPort()
         let settings = CoordinatorGroupSettings(database: "postgresql://skillbus@127.0.0.1:\(port)/x", group: "g")
         do {
             _ = try CollectedJournal(group: settings)
