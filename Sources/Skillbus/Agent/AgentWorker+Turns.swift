@@ -28,7 +28,7 @@ extension AgentWorker {
                     // The turn's last state stands until the agent's own state is said again.
                     state.reported = nil
                 }
-                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, RelayedAnswer(answer), handoff: handoff).encoded())
+                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, answer, handoff: handoff).encoded())
                 self.socket.wake()
             }
             return nil
@@ -40,7 +40,7 @@ extension AgentWorker {
     /// with the handoff), an error (with the document in its details) when it did not. Cancelled at
     /// `deadline` (see `expireTurns`), it ends with `timeout`.
     func take(_ turn: TurnRequest, with planner: any Planner, until deadline: ContinuousClock.Instant) async
-        -> (AgentAnswer, HandoffRequest?)
+        -> (RelayedAnswer, HandoffRequest?)
     {
         var record = TurnRecord(turn: turn, agent: options.name, role: options.role)
         let ref = TurnRef(session: turn.sessionID, turn: turn.turnID)
@@ -56,14 +56,15 @@ extension AgentWorker {
             record.ran.append(call)
             socket.send(WorkerMessage.step(turnID: turn.turnID, call).encoded())
         }
-        func fail(_ error: SkillbusError) -> (AgentAnswer, HandoffRequest?) {
+        func fail(_ error: SkillbusError) -> (RelayedAnswer, HandoffRequest?) {
             enter(.failed(error.message))
-            var document = record.json(status: "error")
-            document["error"] = error.json
-            return (.error(SkillbusError(error.code, error.message, details: .object(document))), nil)
+            let document = try? JSONValue(parsing: record.document(status: "error", error: error))
+            return (.error(SkillbusError(error.code, error.message, details: document)), nil)
         }
-        func outOfSteps() -> (AgentAnswer, HandoffRequest?) {
-            fail(SkillbusError(.skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
+        func outOfSteps() -> (RelayedAnswer, HandoffRequest?) {
+            fail(
+                SkillbusError(
+                    .skillFailed, "the turn made \(record.calls.count) skill calls, its limit, without a reply"))
         }
         func stopped() -> SkillbusError { Self.stopped(deadline: deadline, calls: record.calls.count) }
         // Outcomes of the calls run on this agent under the turn's lease, by skill and parameters.
@@ -95,13 +96,13 @@ extension AgentWorker {
                 let down = (error as? ChatEndpointError)?.code == .unreachable
                 return fail(SkillbusError(down ? .plannerUnavailable : .skillFailed, "the planner failed: \(error)"))
             }
-            func finish(_ text: String) -> (AgentAnswer, HandoffRequest?) {
+            func finish(_ text: String) -> (RelayedAnswer, HandoffRequest?) {
                 record.reply = text
                 if !turn.sessionID.isEmpty {
                     try? store?.append(.agent, .string(text), session: turn.sessionID, round: turn.roundID)
                 }
                 enter(.completed)
-                return (.ok(.object(record.json(status: "ok"))), nil)
+                return (RelayedAnswer(status: .ok, body: record.document(status: "ok")), nil)
             }
             switch decision {
             case .reply(let text):
@@ -123,7 +124,7 @@ extension AgentWorker {
                 // The turn ends here; the bus gives the same message to the agent it names.
                 record.handoff = HandoffRequest(to: target, note: note)
                 enter(.completed)
-                return (.ok(.object(record.json(status: "ok"))), record.handoff)
+                return (RelayedAnswer(status: .ok, body: record.document(status: "ok")), record.handoff)
             case .call(let skill, let parameters):
                 guard record.calls.count < options.turnStepLimit else { return outOfSteps() }
                 enter(.selectingSkill)
@@ -184,7 +185,8 @@ extension AgentWorker {
             do throws(SkillbusError) {
                 validated = try descriptor.parameters.validate(parameters, skill: skill)
             } catch {
-                return TurnCall(skill: skill, parameters: parameters, agent: "", durationMs: 0, outcome: .failure(error))
+                return TurnCall(
+                    skill: skill, parameters: parameters, agent: "", durationMs: 0, outcome: .failure(error))
             }
         }
         starting(validated)
@@ -233,41 +235,46 @@ struct TurnRecord {
         self.role = role
     }
 
-    /// The turn document (PROTOCOL §5.18).
-    func json(status: String) -> [String: JSONValue] {
-        var document = teamJSON
-        document.merge(plainJSON(status: status)) { _, plain in plain }
-        return document
-    }
-
-    /// Where the turn stood in its team: its role, the turn that asked it, who handed it over, whom it handed to.
-    private var teamJSON: [String: JSONValue] {
-        var object: [String: JSONValue] = [:]
-        if let role { object["role"] = .string(role) }
-        if let parent = turn.team?.parentTurnID {
-            object["parent"] = .string(parent)
-            object["depth"] = .number(Double(turn.team?.depth ?? 0))
+    /// The turn document (PROTOCOL §5.18), written straight to bytes with its members in key order; `error`
+    /// for a turn that failed.
+    func document(status: String, error: SkillbusError? = nil) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(512)
+        var members = JSONMemberWriter()
+        let team = turn.team
+        out.append(UInt8(ascii: "{"))
+        members.string("agent", agent, to: &out)
+        members.key("calls", to: &out)
+        out.append(UInt8(ascii: "["))
+        for (index, call) in ran.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            call.write(to: &out)
         }
-        if let handedOver = turn.team?.handoff {
-            object["handedOverBy"] = [
+        out.append(UInt8(ascii: "]"))
+        if team?.parentTurnID != nil { members.number("depth", Double(team?.depth ?? 0), to: &out) }
+        if let error { members.value("error", error.json, to: &out) }
+        if let handedOver = team?.handoff {
+            let by: JSONValue = [
                 "agent": .string(handedOver.from), "note": .string(handedOver.note), "turn": handedOver.transcript,
             ]
+            members.value("handedOverBy", by, to: &out)
         }
-        if let handoff { object["handoff"] = handoff.json }
-        return object
-    }
-
-    private func plainJSON(status: String) -> [String: JSONValue] {
-        [
-            "turn": .string(turn.turnID), "round": .string(turn.roundID), "session": .string(turn.sessionID),
-            "agent": .string(agent), "status": .string(status), "reply": reply.map { .string($0) } ?? .null,
-            "states": .array(
-                states.map { state, time in
-                    var object = state.json.objectValue ?? [:]
-                    object["time"] = .string(FeedEvent.timestamp(time))
-                    return .object(object)
-                }),
-            "calls": .array(ran.map(\.json)),
-        ]
+        if let handoff { members.value("handoff", handoff.json, to: &out) }
+        if let parent = team?.parentTurnID { members.string("parent", parent, to: &out) }
+        members.string("reply", reply, to: &out)
+        if let role { members.string("role", role, to: &out) }
+        members.string("round", turn.roundID, to: &out)
+        members.string("session", turn.sessionID, to: &out)
+        members.key("states", to: &out)
+        out.append(UInt8(ascii: "["))
+        for (index, (state, time)) in states.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            state.write(in: nil, time: FeedEvent.timestamp(time), to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        members.string("status", status, to: &out)
+        members.string("turn", turn.turnID, to: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 }

@@ -100,6 +100,12 @@ public struct RelayedAnswer: Sendable, Equatable {
         body = frames[1]
     }
 
+    /// A body already written (an agent writes its turn document straight to bytes).
+    public init(status: ReplyStatus, body: [UInt8]) {
+        self.status = status
+        self.body = body
+    }
+
     public static func ok(_ body: JSONValue) -> RelayedAnswer { RelayedAnswer(.ok(body)) }
     public static func error(_ error: SkillbusError) -> RelayedAnswer { RelayedAnswer(.error(error)) }
 

@@ -65,6 +65,28 @@ public struct TurnCall: Sendable, Equatable {
         return .object(object)
     }
 
+    /// `json` written straight to bytes, members in key order (STEP and the turn document carry it).
+    func write(to out: inout [UInt8]) {
+        var members = JSONMemberWriter()
+        out.append(UInt8(ascii: "{"))
+        members.string("agent", agent, to: &out)
+        if let asked {
+            members.value("ask", ["message": parameters["message"] ?? "", "to": .string(asked.text)], to: &out)
+        }
+        members.number("durationMs", (durationMs * 1000).rounded() / 1000, to: &out)
+        if case .failure(let error) = outcome { members.value("error", error.json, to: &out) }
+        if asked == nil { members.value("parameters", .object(parameters), to: &out) }
+        if case .success(let result) = outcome { members.value("result", result.json, to: &out) }
+        if asked == nil { members.string("skill", skill, to: &out) }
+        if case .success = outcome {
+            members.string("status", "ok", to: &out)
+        } else {
+            members.string("status", "error", to: &out)
+        }
+        if asked != nil { members.value("turn", nestedTurn, to: &out) }
+        out.append(UInt8(ascii: "}"))
+    }
+
     public init(json: JSONValue) throws(SkillbusError) {
         let reader = DocumentReader(json, "call")
         let status = try reader.string("status")

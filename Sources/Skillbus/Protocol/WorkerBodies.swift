@@ -10,7 +10,8 @@ public struct Registration: Sendable, Equatable {
     public var planner: Bool { profile.planner }
 
     public init(
-        name: String, capacity: Int, heartbeatMs: Int?, skills: [SkillDescriptor], profile: AgentProfile = AgentProfile()
+        name: String, capacity: Int, heartbeatMs: Int?, skills: [SkillDescriptor],
+        profile: AgentProfile = AgentProfile()
     ) {
         self.name = name
         self.capacity = capacity
@@ -164,6 +165,28 @@ public enum AgentState: Sendable, Equatable {
         return .object(object)
     }
 
+    /// `json(in:)` written straight to bytes (a turn sends several STATEs a call); with `time`, the entry of
+    /// the turn document's `states` instead (§5.18: no `session`, `turn` or `parameters`).
+    func write(in turn: TurnRef?, time: String? = nil, to out: inout [UInt8]) {
+        var members = JSONMemberWriter()
+        out.append(UInt8(ascii: "{"))
+        if let parent = turn?.parent {
+            members.number("depth", Double(turn?.depth ?? 0), to: &out)
+            if let parameters = turn?.parameters { members.value("parameters", parameters, to: &out) }
+            members.string("parent", parent, to: &out)
+        } else if let parameters = turn?.parameters {
+            members.value("parameters", parameters, to: &out)
+        }
+        if case .failed(let reason) = self { members.string("reason", reason, to: &out) }
+        if let turn { members.string("session", turn.session, to: &out) }
+        if case .executingSkill(let skill) = self { members.string("skill", skill, to: &out) }
+        members.string("state", name, to: &out)
+        if let time { members.string("time", time, to: &out) }
+        if case .delegating(let target) = self { members.string("to", target, to: &out) }
+        if let turn { members.string("turn", turn.turn, to: &out) }
+        out.append(UInt8(ascii: "}"))
+    }
+
     /// `{"state": name}` plus `skill` for executingSkill and `reason` for failed.
     public var json: JSONValue {
         switch self {
@@ -189,4 +212,3 @@ public enum AgentState: Sendable, Equatable {
         }
     }
 }
-

@@ -25,7 +25,8 @@ public enum WorkerMessage: Sendable, Equatable {
     /// joins it.
     case claim(turnID: String, claimID: String, skill: String, parameters: [UInt8])
     /// A call the turn ran itself ended, as a RESULT would say (after its CLAIM, if it had one).
-    case called(turnID: String, claimID: String, skill: String, parameters: [UInt8], status: ReplyStatus, payload: [UInt8])
+    case called(
+        turnID: String, claimID: String, skill: String, parameters: [UInt8], status: ReplyStatus, payload: [UInt8])
     /// A turn that does not hold its round offers to run one of its calls here, this agent offering the skill:
     /// the bus answers VERDICT with the same call id (run it, send it as a REQUEST, or an identical call's
     /// outcome). A call it is told to run is reported like a claimed one, with CALLED.
@@ -65,6 +66,13 @@ public enum WorkerMessage: Sendable, Equatable {
         return [envelope.bytes, payload]
     }
 
+    /// A body its type writes straight to bytes.
+    private static func bytes(_ write: (inout [UInt8]) -> Void) -> [UInt8] {
+        var out: [UInt8] = []
+        write(&out)
+        return out
+    }
+
     /// The message as its numbered fields (PROTOCOL §3, §4), before the envelope packs them.
     func fields() -> Multipart {
         switch self {
@@ -73,7 +81,7 @@ public enum WorkerMessage: Sendable, Equatable {
             [Wire.workerHeaderBytes, Wire.Command.result.frame, Array(invocationID.utf8), status.frame, payload]
         case .state(let state): [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json.serialized()]
         case .turnState(let state, let turn):
-            [Wire.workerHeaderBytes, Wire.Command.state.frame, state.json(in: turn).serialized()]
+            [Wire.workerHeaderBytes, Wire.Command.state.frame, Self.bytes { state.write(in: turn, to: &$0) }]
         case .turnEnd(let turnID, let answer, let handoff):
             [Wire.workerHeaderBytes, Wire.Command.turnend.frame, Array(turnID.utf8)] + answer.frames
                 + (handoff.map { [$0.json.serialized()] } ?? [])
@@ -96,7 +104,7 @@ public enum WorkerMessage: Sendable, Equatable {
             ]
         case .release(let turnID): [Wire.workerHeaderBytes, Wire.Command.release.frame, Array(turnID.utf8)]
         case .step(let turnID, let call):
-            [Wire.workerHeaderBytes, Wire.Command.step.frame, Array(turnID.utf8), call.json.serialized()]
+            [Wire.workerHeaderBytes, Wire.Command.step.frame, Array(turnID.utf8), Self.bytes { call.write(to: &$0) }]
         case .output(let invocationID, let batch):
             [Wire.workerHeaderBytes, Wire.Command.output.frame, Array(invocationID.utf8)] + batch.frames
         case .heartbeat(let intervalMs, nil): Wire.heartbeat(intervalMs)
@@ -204,7 +212,8 @@ public enum WorkerMessage: Sendable, Equatable {
             return .release(turnID: try Wire.text(message, 2, "turn id"))
         case .step:
             try Wire.expectFields(message, 4, "STEP")
-            return .step(turnID: try Wire.text(message, 2, "turn id"), try TurnCall(json: try Wire.json(message, 3, "call")))
+            return .step(
+                turnID: try Wire.text(message, 2, "turn id"), try TurnCall(json: try Wire.json(message, 3, "call")))
         case .output:
             try Wire.expectFields(message, 5, "OUTPUT")
             return .output(

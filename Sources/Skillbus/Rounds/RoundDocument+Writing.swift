@@ -12,7 +12,7 @@ extension RoundDocument {
     }
 
     func write(to out: inout [UInt8]) {
-        var members = MemberWriter()
+        var members = JSONMemberWriter()
         out.append(UInt8(ascii: "{"))
         if Self.alwaysNamesAgent(shape) || agent != nil { members.string("agent", agent, to: &out) }
         if let vote { members.value("aggregate", vote.json, to: &out) }
@@ -42,7 +42,7 @@ extension RoundDocument.Invocation {
     }
 
     func write(to out: inout [UInt8]) {
-        var members = MemberWriter()
+        var members = JSONMemberWriter()
         out.append(UInt8(ascii: "{"))
         members.string("agent", agent, to: &out)
         if let asked {
@@ -74,7 +74,7 @@ extension RoundDocument {
         out.append(UInt8(ascii: "["))
         for (index, invocation) in invocations.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            var members = MemberWriter()
+            var members = JSONMemberWriter()
             out.append(UInt8(ascii: "{"))
             members.string("agent", invocation.id, to: &out)
             members.value("error", invocation.error?.json, to: &out)
@@ -102,7 +102,7 @@ extension RoundDocument {
 
 extension RoundDocument.Summary {
     func write(to out: inout [UInt8]) {
-        var members = MemberWriter()
+        var members = JSONMemberWriter()
         out.append(UInt8(ascii: "{"))
         members.number("deduplicated", Double(deduplicated), to: &out)
         members.number("executions", Double(executions), to: &out)
@@ -110,47 +110,6 @@ extension RoundDocument.Summary {
         members.number("invocations", Double(invocations), to: &out)
         members.number("totalMs", totalMs, to: &out)
         out.append(UInt8(ascii: "}"))
-    }
-}
-
-/// The members of one object, each after a comma but the first; the caller writes them in key order.
-private struct MemberWriter {
-    private var first = true
-
-    /// `,"name":` (no comma before the first) in one append: each append to an array checks its uniqueness
-    /// and capacity, which cost more than the copying for pieces this small.
-    mutating func key(_ name: StaticString, to out: inout [UInt8]) {
-        let comma = first ? 0 : 1
-        first = false
-        let count = name.utf8CodeUnitCount
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: count + 4) { piece in
-            piece[0] = UInt8(ascii: ",")
-            piece[1] = UInt8(ascii: "\"")
-            for index in 0..<count { piece[2 + index] = name.utf8Start[index] }
-            piece[count + 2] = UInt8(ascii: "\"")
-            piece[count + 3] = UInt8(ascii: ":")
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: piece[(1 - comma)...]))
-        }
-    }
-
-    mutating func string(_ name: StaticString, _ value: String?, to out: inout [UInt8]) {
-        key(name, to: &out)
-        if let value { JSONValue.writeString(value, to: &out) } else { out.append(contentsOf: "null".utf8) }
-    }
-
-    mutating func number(_ name: StaticString, _ value: Double, to out: inout [UInt8]) {
-        key(name, to: &out)
-        JSONValue.writeNumber(value, to: &out)
-    }
-
-    mutating func value(_ name: StaticString, _ value: JSONValue?, to out: inout [UInt8]) {
-        key(name, to: &out)
-        (value ?? .null).write(to: &out)
-    }
-
-    mutating func json(_ name: StaticString, _ value: DocumentJSON?, to out: inout [UInt8]) {
-        key(name, to: &out)
-        if let value { value.write(to: &out) } else { out.append(contentsOf: "null".utf8) }
     }
 }
 
@@ -195,5 +154,13 @@ extension Array where Element == UInt8 {
 extension ArraySlice where Element == UInt8 {
     fileprivate func ends(with suffix: [UInt8]) -> Bool {
         count >= suffix.count && self[(endIndex - suffix.count)...].elementsEqual(suffix)
+    }
+}
+
+extension JSONMemberWriter {
+    /// A result as the document holds it (written as it came, or `null`).
+    mutating func json(_ name: StaticString, _ value: DocumentJSON?, to out: inout [UInt8]) {
+        key(name, to: &out)
+        if let value { value.write(to: &out) } else { out.append(contentsOf: "null".utf8) }
     }
 }
