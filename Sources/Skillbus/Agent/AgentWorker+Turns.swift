@@ -78,14 +78,14 @@ extension AgentWorker {
             enter(.thinking)
             guard !Task.isCancelled else { return fail(stopped()) }
             guard ContinuousClock.now < deadline else { return fail(stopped()) }
-            let registry = state.withLock { $0.replica }?.registry
-            let skills = registry?.skills.values.map(\.descriptor) ?? []
+            let view = plannerView()
+            let skills = view.skills
             let decision: PlannerDecision
             do {
                 decision = try await planner.next(
                     PlannerInput(
                         message: turn.message, history: history, steps: record.calls, skills: skills,
-                        agents: teamMembers(in: registry), team: turn.team))
+                        agents: view.agents, team: turn.team))
             } catch {
                 // A planner that was waiting for something when the turn was cancelled (or ran out of time)
                 // fails for that reason.

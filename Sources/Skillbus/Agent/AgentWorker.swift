@@ -40,6 +40,8 @@ public final class AgentWorker: Sendable {
             }
         }
         var replica: RegistryReplica?
+        /// What the planner was last shown of `replica` (`plannerView()`).
+        var plannerView: PlannerView?
         var running: [String: Task<Void, Never>] = [:]
         /// How many run now of each skill with a concurrency limit, by identifier.
         var limitedRunning: [String: Int] = [:]

@@ -146,6 +146,12 @@ public final class RegistryReplica: Sendable {
     /// The registry as this replica holds it now.
     public var registry: Registry { shared.state.withLock { $0.sync.registry } }
 
+    /// The registry with the epoch and sequence it stands at, read together: what is made from it holds until
+    /// they change (a snapshot at the same epoch and sequence has the same contents, §8).
+    public var versionedRegistry: (registry: Registry, epoch: String?, sequence: UInt64) {
+        shared.state.withLock { ($0.sync.registry, $0.sync.epoch, $0.sync.sequence) }
+    }
+
     /// True once a snapshot is loaded and no gap has been seen since.
     public var isSynced: Bool { shared.state.withLock { $0.sync.isSynced } }
 
