@@ -36,6 +36,8 @@ public struct RulesPlanner: Planner {
         /// The reply, its placeholders found once: every turn the rule fires in fills it.
         let replyTemplate: Template
         let errorReplyTemplate: Template?
+        /// The action's parameters, message or note, split into their parts once.
+        let actionTemplate: TemplateValue
         private let expression: Expression
         /// The intent's named groups, found once: a turn matches every rule at each of its steps.
         private let groups: [String]
@@ -65,7 +67,8 @@ public struct RulesPlanner: Planner {
                 case .ask(let target, let message): ("the message of the rule that asks \(target)", .string(message))
                 case .handoff(let target, let note): ("the note of the rule that hands over to \(target)", .string(note))
                 }
-            for name in Self.placeholders(in: template) where !groups.contains(name) {
+            let actionTemplate = TemplateValue(template)
+            for name in actionTemplate.names where !groups.contains(name) {
                 throw SkillbusError(
                     .invalidConfiguration, "\(what) uses {\(name)}, which intent '\(intent)' has no group for")
             }
@@ -82,6 +85,7 @@ public struct RulesPlanner: Planner {
             }
             self.intent = intent
             self.action = action
+            self.actionTemplate = actionTemplate
             self.reply = reply
             self.replyTemplate = Template(reply)
             self.errorReply = errorReply
@@ -109,15 +113,6 @@ public struct RulesPlanner: Planner {
                     let name = rest.prefix { $0.isLetter || $0.isNumber || $0 == "_" }
                     return rest.dropFirst(name.count).first == ">" && !name.isEmpty ? String(name) : nil
                 })
-        }
-
-        static func placeholders(in value: JSONValue) -> [String] {
-            switch value {
-            case .string(let text): Template(text).names
-            case .array(let items): items.flatMap(placeholders)
-            case .object(let fields): fields.values.flatMap(placeholders)
-            default: []
-            }
         }
     }
 
@@ -222,13 +217,11 @@ public struct RulesPlanner: Planner {
         }
         if input.steps.count < fired.count {
             let (rule, groups) = fired[input.steps.count]
+            let filled = rule.actionTemplate.fill(groups)
             switch rule.action {
-            case .call(let skill, let parameters):
-                return .call(skill: skill, parameters: Self.fill(.object(parameters), groups).objectValue ?? [:])
-            case .ask(let target, let message):
-                return .ask(target, message: Template(message).fill { groups[$0] })
-            case .handoff(let target, let note):
-                return .handoff(target, note: Template(note).fill { groups[$0] })
+            case .call(let skill, _): return .call(skill: skill, parameters: filled.objectValue ?? [:])
+            case .ask(let target, _): return .ask(target, message: filled.stringValue ?? "")
+            case .handoff(let target, _): return .handoff(target, note: filled.stringValue ?? "")
             }
         }
         // A turn handed over may say by whom and why: {handoff.from}, {handoff.note}.
@@ -251,15 +244,6 @@ public struct RulesPlanner: Planner {
         }
         guard !examples.isEmpty else { return "I did not understand that, and I know no intents." }
         return "I did not understand that. I can answer: " + examples.joined(separator: ", ") + "."
-    }
-
-    static func fill(_ template: JSONValue, _ groups: [String: String]) -> JSONValue {
-        switch template {
-        case .string(let text): .string(Template(text).fill { groups[$0] })
-        case .array(let items): .array(items.map { fill($0, groups) })
-        case .object(let fields): .object(fields.mapValues { fill($0, groups) })
-        default: template
-        }
     }
 
     /// The rule's reply to how its call ended: its reply with the result, or its error reply with the
@@ -315,12 +299,14 @@ struct Template: Sendable {
 
     /// The text with each placeholder replaced by its value; one without a value stays as written.
     func fill(_ value: (String) -> String?) -> String {
-        parts.map { part in
+        var filled = ""
+        for part in parts {
             switch part {
-            case .text(let text): text
-            case .placeholder(let name): value(name) ?? "{\(name)}"
+            case .text(let text): filled += text
+            case .placeholder(let name): filled += value(name) ?? "{\(name)}"
             }
-        }.joined()
+        }
+        return filled
     }
 
     private enum Part: Sendable { case text(String), placeholder(String) }
@@ -336,5 +322,41 @@ struct Template: Sendable {
         }
         parts.append(.text(String(rest)))
         return parts
+    }
+}
+
+/// A JSON value whose strings are templates, split once: a rule's parameters (or message, or note), filled
+/// on every turn the rule fires in.
+indirect enum TemplateValue: Sendable {
+    case text(Template)
+    case array([TemplateValue])
+    case object([String: TemplateValue])
+    case literal(JSONValue)
+
+    init(_ value: JSONValue) {
+        switch value {
+        case .string(let text): self = .text(Template(text))
+        case .array(let items): self = .array(items.map(TemplateValue.init))
+        case .object(let fields): self = .object(fields.mapValues(TemplateValue.init))
+        default: self = .literal(value)
+        }
+    }
+
+    var names: [String] {
+        switch self {
+        case .text(let template): template.names
+        case .array(let items): items.flatMap(\.names)
+        case .object(let fields): fields.values.flatMap(\.names)
+        case .literal: []
+        }
+    }
+
+    func fill(_ groups: [String: String]) -> JSONValue {
+        switch self {
+        case .text(let template): .string(template.fill { groups[$0] })
+        case .array(let items): .array(items.map { $0.fill(groups) })
+        case .object(let fields): .object(fields.mapValues { $0.fill(groups) })
+        case .literal(let value): value
+        }
     }
 }
