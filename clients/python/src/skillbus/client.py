@@ -48,24 +48,30 @@ def coordinator_endpoints(coordinators=None) -> list[str]:
     them; else $SKILLBUS_COORDINATOR, else the default. Each entry is checked: ValueError names a bad one."""
     if coordinators is None or coordinators == "":
         coordinators = coordinator_endpoint(None)
-    if isinstance(coordinators, str):
-        text, entries = coordinators, [entry.strip() for entry in coordinators.split(",")]
+    return endpoint_list(coordinators, "coordinator")
+
+
+def endpoint_list(given, what: str) -> list[str]:
+    """`given` (a list of endpoints, or one string with commas between them) as a list, each entry checked:
+    ValueError, starting with `what`, names a bad one."""
+    if isinstance(given, str):
+        text, entries = given, [entry.strip() for entry in given.split(",")]
     else:
-        entries = list(coordinators)
+        entries = list(given)
         text = ",".join(str(entry) for entry in entries)
         if not entries:
-            raise ValueError("coordinator: no endpoint given")
+            raise ValueError(f"{what}: no endpoint given")
     seen = set()
     for index, entry in enumerate(entries, 1):
         if not isinstance(entry, str) or not entry.strip():
-            raise ValueError(f"coordinator: entry {index} of '{text}' is empty (a,b: endpoints between commas)")
+            raise ValueError(f"{what}: entry {index} of '{text}' is empty (a,b: endpoints between commas)")
         entry = entry.strip()
         problem = _endpoint_problem(entry)
         if problem is not None:
-            raise ValueError(f"coordinator: entry {index} of '{text}': {problem}" if len(entries) > 1
-                             else f"coordinator: {problem}")
+            raise ValueError(f"{what}: entry {index} of '{text}': {problem}" if len(entries) > 1
+                             else f"{what}: {problem}")
         if entry in seen:
-            raise ValueError(f"coordinator: '{text}' names '{entry}' twice")
+            raise ValueError(f"{what}: '{text}' names '{entry}' twice")
         seen.add(entry)
     return [entry.strip() for entry in entries]
 

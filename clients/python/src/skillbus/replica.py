@@ -13,7 +13,7 @@ import time
 import zmq
 
 from . import jsonwire, schema
-from .client import Client
+from .client import Client, endpoint_list
 from .errors import SkillbusError
 from .socketthread import SocketThread
 
@@ -46,13 +46,18 @@ def is_entry(entry) -> bool:
 class Replica:
     """Follows the registry from the feed at `feed`; thread-safe to read.
 
+    For a coordinator group, `feed` names every coordinator's feed (a list, or "a,b") and `coordinator` every bus:
+    the SUB connects to each feed at once (only the leader publishes) and snapshots come from the leader, which
+    the client follows (PROTOCOL §7, "Following the leader of a group").
+
     `entries()` are the agents' entries by name, `skills()` the derived skill view, `position()`
     what a worker reports in HEARTBEAT field 3 (None until the first snapshot), `wait_for(test)`
     waits for the copy to satisfy a test.
     """
 
-    def __init__(self, feed: str, *, client: Client | None = None, coordinator: str | None = None,
+    def __init__(self, feed: str | list[str], *, client: Client | None = None, coordinator=None,
                  context: zmq.Context | None = None):
+        feeds = endpoint_list(feed, "feed")  # checked before anything starts
         self._owns_client = client is None
         self._client = client or Client(coordinator, context=context)
         self._changed = threading.Condition()
@@ -65,7 +70,7 @@ class Replica:
         self._retry_at = 0.0
         self._delay = _RETRY_MIN_S
         self.snapshots = 0  # how many snapshots loaded: one, unless something was missed
-        self._socket = SocketThread(context or zmq.Context.instance(), zmq.SUB, feed, self,
+        self._socket = SocketThread(context or zmq.Context.instance(), zmq.SUB, feeds, self,
                                     name="skillbus-replica", subscriptions=[b"registry."])
 
     # --- reading ---------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ class SocketThread:
     lock and the hand-over make the memory barrier libzmq asks for when a socket changes threads.
     """
 
-    def __init__(self, context: zmq.Context, kind: int, endpoint: str, handler, *, name: str,
+    def __init__(self, context: zmq.Context, kind: int, endpoint: str | list[str], handler, *, name: str,
                  options: dict | None = None, subscriptions: list[bytes] = ()):
         self._handler = handler
         self._outbox: collections.deque = collections.deque()
@@ -52,8 +52,9 @@ class SocketThread:
         self._returned = threading.Event()  # set when a lent socket comes back
         self._lent_poller = None
         self._failure: BaseException | None = None
-        self._setup = (context, kind, endpoint, dict(options or {}), list(subscriptions))
-        self._endpoint = endpoint
+        self._setup = (context, kind, dict(options or {}), list(subscriptions))
+        self._endpoint = endpoint  # a SUB may be given several: it connects to each
+        self._poller = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
         self._started.wait()
@@ -134,6 +135,18 @@ class SocketThread:
         sock.connect(endpoint)
         self._endpoint = endpoint
 
+    def reopen(self, endpoint: str) -> None:
+        """Closes the socket and opens a new one with the same options to `endpoint` (a worker moving to another
+        coordinator of a group): nothing queued for the peer left is sent, and nothing it sent is read. Only on the
+        owning thread of a socket that is never lent, from the handler's `on_message` or `before_poll`."""
+        with self._lock:
+            self._outbox.clear()
+        self._poller.unregister(self._socket)
+        self._socket.close(linger=0)
+        self._socket = self._open(endpoint)
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._endpoint = endpoint
+
     def wake(self) -> None:
         """Makes the owning thread run `before_poll` again soon; callable from any thread."""
         try:
@@ -149,22 +162,31 @@ class SocketThread:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-    def _run(self) -> None:
-        context, kind, endpoint, options, subscriptions = self._setup
+    def _open(self, endpoint: str | list[str]):
+        context, kind, options, subscriptions = self._setup
+        sock = context.socket(kind)
         try:
-            sock = context.socket(kind)
             for option, value in options.items():
                 sock.setsockopt(option, value)
             for prefix in subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
-            sock.connect(endpoint)
+            for each in [endpoint] if isinstance(endpoint, str) else endpoint:
+                sock.connect(each)
         except zmq.ZMQError as error:
-            self._failure = ValueError(f"cannot connect to {endpoint!r}: {error}")
+            sock.close(linger=0)
+            raise ValueError(f"cannot connect to {endpoint!r}: {error}") from error
+        return sock
+
+    def _run(self) -> None:
+        try:
+            sock = self._open(self._endpoint)
+        except ValueError as error:
+            self._failure = error
             self._started.set()
             return
         self._owner, self._socket = threading.get_ident(), sock
         self._started.set()
-        poller = zmq.Poller()
+        poller = self._poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_reader.fileno(), zmq.POLLIN)
         parked_poller = zmq.Poller()  # the wake-up alone: no use of the socket
@@ -173,14 +195,14 @@ class SocketThread:
         try:
             while True:
                 if self._outbox:
-                    self._flush(sock)
+                    self._flush(self._socket)
                 if self._stopping:
                     with self._lock:
                         if not self._outbox:
                             break
                 due = self._handler.before_poll(time.monotonic())
                 if self._outbox:
-                    self._flush(sock)  # before_poll may have queued messages
+                    self._flush(self._socket)  # before_poll may have queued messages
                 timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
                 if idle is not None:
                     with self._lock:
@@ -189,12 +211,12 @@ class SocketThread:
                         self._wait_parked(parked_poller, timeout)
                         continue
                 for item, _ in poller.poll(timeout):
-                    if item is sock:
-                        self._receive(sock)
+                    if item is self._socket:
+                        self._receive(item)
                     else:
                         self._drain_wake()
         finally:
-            self._socket = None
+            sock, self._socket = self._socket, None
             sock.close()
             self._wake_reader.close()
             self._wake_writer.close()
@@ -247,6 +269,8 @@ class SocketThread:
                 self._handler.on_message(frames)
             except Exception as error:  # one bad message must not end the thread that serves the rest
                 print(f"skillbus: {self._thread.name}: a message failed: {error!r}", file=sys.stderr, flush=True)
+            if sock is not self._socket:
+                return  # the handler reopened it: what the old one holds is for nobody
 
     def _drain_wake(self) -> None:
         # One read takes every pending wake-up byte but when more than 4096 are pending; the poll then

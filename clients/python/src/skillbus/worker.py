@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import zmq
 
 from . import schema
-from .client import Client, coordinator_endpoint
+from .client import Client, coordinator_endpoints, endpoint_list
 from .errors import SkillbusError
 from .replica import Replica
 from .results import Result
@@ -78,7 +78,10 @@ class Worker:
     JSON value (a json result); it fails by raising `SkillbusError` (its code travels) or anything
     else (`skill_failed`). Up to `capacity` invocations run at once, each on its own thread.
     The worker keeps a registry replica (`worker.replica`, §8) fed from the coordinator's feed.
-    `coordinator` defaults to $SKILLBUS_COORDINATOR, else tcp://127.0.0.1:5555.
+    `coordinator` defaults to $SKILLBUS_COORDINATOR, else tcp://127.0.0.1:5555. For a coordinator group it
+    names every coordinator (a list, or "a,b"): the worker registers with the leader, following a `not_leader`
+    refusal to it, and moves to the next coordinator when its own falls silent (§4.4 item 6); `coordinator` is
+    the one it talks to now.
 
     With a `planner` the worker takes turns (§3.7), in a team when it has a `role` (and a `description`
     for other agents' planners, §5.1): `planner(message, team, turn)` gets the message, the
@@ -104,12 +107,13 @@ class Worker:
             raise ValueError("description must be a string of at most 1024 bytes")
         self.name = name
         self.planner, self.role, self.description = planner, role, description
-        self.coordinator = coordinator_endpoint(coordinator)
+        self.coordinators = coordinator_endpoints(coordinator)  # ValueError names a bad entry
+        self.coordinator = self.coordinators[0]
         self.capacity = capacity
         self.heartbeat_ms = heartbeat_ms
         self.max_output_bytes = max_output_bytes
         self.replica: Replica | None = None
-        self._feed = feed
+        self._feed = endpoint_list(feed, "feed") if feed else None
         self._wants_replica = replica
         self._context = context or zmq.Context.instance()
         self._skills: dict[str, Skill] = {}
@@ -187,7 +191,7 @@ class Worker:
         if self._loop is not None:
             raise RuntimeError(f"worker '{self.name}' is already started")
         self._pool = concurrent.futures.ThreadPoolExecutor(self.capacity, thread_name_prefix=f"skill-{self.name}")
-        self._client = Client(self.coordinator, context=self._context)
+        self._client = Client(self.coordinators, context=self._context)
         self._loop = WorkerLoop(self)
         options = {zmq.LINGER: 200, zmq.RECONNECT_IVL: 1000, zmq.RECONNECT_IVL_MAX: 32000,
                    zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096, zmq.SNDHWM: 100_000}
@@ -225,7 +229,8 @@ class Worker:
         try:
             self.start()
             skills = ", ".join(sorted(self.skills())) or "no skills"
-            _say(f"worker '{self.name}': connecting to {self.coordinator} with {skills}; Ctrl-C stops it")
+            group = f" (group: {', '.join(self.coordinators)})" if len(self.coordinators) > 1 else ""
+            _say(f"worker '{self.name}': connecting to {self.coordinator}{group} with {skills}; Ctrl-C stops it")
             welcomed = self._loop.welcomed
             threading.Thread(target=lambda: welcomed.wait() and _say(f"worker '{self.name}': registered"),
                              name=f"skillbus-welcome-{self.name}", daemon=True).start()
@@ -245,9 +250,16 @@ class Worker:
 
     # --- called by the loop and by invocations ---------------------------------------------------
 
-    def _start_replica(self, feed: str) -> None:
+    def _start_replica(self, feed) -> None:
         if self._wants_replica and self.replica is None and feed:
             self.replica = Replica(feed, client=self._client)
+
+    def _drop_replica(self) -> None:
+        """Closes the replica of a coordinator left (the next WELCOME starts one on the new feed), on a thread of
+        its own: closing waits for a snapshot it may be waiting for."""
+        replica, self.replica = self.replica, None
+        if replica is not None:
+            threading.Thread(target=replica.stop, name=f"skillbus-replica-stop-{self.name}", daemon=True).start()
 
     def _sub_call(self, invocation, skill: str, params: dict, timeout: float | None):
         # Inside a round every sub-call goes through the bus, so its single-flight and document see it (§4.10).

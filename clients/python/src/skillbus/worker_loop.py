@@ -1,8 +1,8 @@
 """The worker protocol's state (PROTOCOL §4), kept on the worker's socket thread.
 
 Registration with back-off (§4.7), heartbeats both ways, INVOKE checked in the order of §4.10,
-RESULT and OUTPUT, CANCEL, the STATE rule of §4.10, SKILLS (§4.11), DISCONNECT (§4.4) and TURN for a
-worker with a planner (§3.7, `turn.py`). Skills run on the worker's thread pool; what they finish comes
+RESULT and OUTPUT, CANCEL, the STATE rule of §4.10, SKILLS (§4.11), DISCONNECT (§4.4), TURN for a
+worker with a planner (§3.7, `turn.py`), and the moves of a coordinator group's worker to the leader (§4.4 item 6). Skills run on the worker's thread pool; what they finish comes
 back through a queue. Each turn runs on a thread of its own and sends its own messages.
 """
 
@@ -14,9 +14,11 @@ import threading
 import time
 
 from . import jsonwire, schema, wire
+from .client import CoordinatorChoice
 from .errors import SkillbusError
 from .invocation import Invocation
 from .turn import AgentTurn, TeamContext
+from .worker_follow import FollowingTheLeader
 
 IDLE = {"state": "idle"}
 _FIELDS = {b"WELCOME": (3, 3), b"INVOKE": (8, 8), b"CANCEL": (3, 3), b"HEARTBEAT": (2, 3), b"ERROR": (3, 3),
@@ -70,7 +72,7 @@ def _outcome(skill, skill_id: str, inv: Invocation | None, values: dict) -> tupl
     return status, payload, failure
 
 
-class WorkerLoop:
+class WorkerLoop(FollowingTheLeader):
     def __init__(self, worker):
         self.worker = worker
         self.welcomed = threading.Event()  # the first WELCOME came
@@ -93,6 +95,8 @@ class WorkerLoop:
         self._offered: list | None = None  # the skill list the bus holds for us
         self._skills_dirty = False
         self._leave_by: float | None = None
+        self.choice = CoordinatorChoice(worker.coordinators)
+        self._generation = 0  # one more at each move: what a turn of the coordinator left sends is dropped
 
     def attach(self, socket) -> None:
         self._socket = socket
@@ -138,10 +142,17 @@ class WorkerLoop:
         return min([due, *batch_dues, *turn_dues])
 
     def _timers(self, now: float) -> float:
+        silence = self._silence_ends()
+        if silence is not None and now >= silence:
+            self._move(self.choice.leave(now), f"nothing came from it for {3 * self._bus_heartbeat_ms} ms "
+                                               f"(3 heartbeats of {self._bus_heartbeat_ms} ms)", now)
+            silence = self._silence_ends()
         if not self._registered:
+            if now < self.choice.not_before:
+                return self.choice.not_before  # a move's back-off
             if self._last_ready is None or now - self._last_ready >= self._backoff:
                 self._send_ready(now)
-            return self._last_ready + self._backoff
+            return min(self._last_ready + self._backoff, silence or float("inf"))
         if now >= self._next_heartbeat:
             self._next_heartbeat = now + self.worker.heartbeat_ms / 1000
             fields = [b"HEARTBEAT", str(self.worker.heartbeat_ms).encode()]
@@ -150,7 +161,7 @@ class WorkerLoop:
             if position is not None:
                 fields.append(jsonwire.encode(position))
             self._send(*fields)
-            if now - self._last_heard > 3 * self._bus_heartbeat_ms / 1000:
+            if silence is None and now - self._last_heard > 3 * self._bus_heartbeat_ms / 1000:
                 self._log("the bus has been silent for 3 heartbeats: registering again")
                 self._registered = False
                 self._backoff = _BACKOFF_MIN_S
@@ -158,7 +169,14 @@ class WorkerLoop:
                     inv.cancelled.set()  # the bus has answered them agent_lost already
                 self._send_ready(now)
                 return now + self._backoff
-        return self._next_heartbeat
+        return min(self._next_heartbeat, silence or float("inf"))
+
+    def _arrived(self, now: float) -> None:
+        """A move's new DEALER is open: unregistered, with the READY back-off and liveness of a fresh start."""
+        self._registered = self._awaiting_welcome = False
+        self._last_ready, self._backoff = None, _BACKOFF_MIN_S
+        self._bus_heartbeat_ms = self.worker.heartbeat_ms  # until the new coordinator's WELCOME says its own
+        self._last_heard, self._state_sent = now, None
 
     def _send_ready(self, now: float) -> None:
         if self._last_ready is not None:
@@ -215,6 +233,8 @@ class WorkerLoop:
         low, high = _FIELDS.get(command, (None, None))
         if low is None or not low <= len(fields) <= high:
             return self._log(f"ignored {command[:16]!r} with {len(fields)} fields")
+        if command != b"ERROR":
+            self.choice.answered()  # a group's next move after this goes without back-off
         if command == b"INVOKE":
             self._invoke(fields)
         elif command == b"CANCEL":
@@ -260,6 +280,9 @@ class WorkerLoop:
 
     def _on_error(self, body: bytes) -> None:
         error = _error_in(body)
+        if error.code == "not_leader":
+            return self._follow_refusal(error)
+        self.choice.answered()
         if error.code == "not_registered":
             # Answers come in order (§4.2): one that arrives while our READY waits refers to an older message.
             if not self._awaiting_welcome:
@@ -346,7 +369,9 @@ class WorkerLoop:
         """Answers the invocations the pool finished."""
         while not self._finished.empty():
             inv, status, payload, failure = self._finished.get()
-            self._running.pop(inv.id, None)
+            if self._running.get(inv.id) is not inv:
+                continue  # one of a coordinator left: no RESULT (§4.4 item 6)
+            del self._running[inv.id]
             self._answer(inv, status, payload, failure, now)
 
     def _answer(self, inv: Invocation, status: bytes, payload: bytes, failure: str | None, now: float) -> None:
@@ -384,7 +409,7 @@ class WorkerLoop:
         if not (team is None or isinstance(team, dict)) or not fields[5].isdigit():
             return refuse("malformed_message", "TURN needs an integer deadline (field 5) and an object as field 8")
         text = [f.decode("utf-8", errors="replace") for f in fields[2:7]]
-        turn = AgentTurn(self.worker, self._send, {
+        turn = AgentTurn(self.worker, self._sender(), {
             "turn": text[0], "round": text[1], "session": text[2], "deadline_ms": int(text[3]), "message": text[4],
             "lease": fields[7] == b"1"}, TeamContext.read(team, self._team_members()))
         self._turns[turn.id] = turn
