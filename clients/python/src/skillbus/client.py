@@ -165,6 +165,14 @@ class CoordinatorChoice:
         return before, self.endpoint
 
 
+def leader_bus(details) -> str | None:
+    """The leader's bus a `not_leader` refusal names in its details (§3.11); None when it names none, or one that is
+    no endpoint (the next endpoint of the list is then tried instead)."""
+    leader = details.get("leader") if isinstance(details, dict) else None
+    bus = leader.get("bus") if isinstance(leader, dict) else None
+    return bus if isinstance(bus, str) and bus and _endpoint_problem(bus) is None else None
+
+
 def new_round_id() -> str:
     """A fresh round id: a lower-case UUID, as the reference client makes them (§2 "Identifiers")."""
     return str(uuid.uuid4())
@@ -451,12 +459,7 @@ class Client:
             return False
         self._following = True
         self.choice.heard(time.monotonic())
-        details = error.get("details") if isinstance(error.get("details"), dict) else {}
-        leader = details.get("leader") if isinstance(details.get("leader"), dict) else {}
-        bus = leader.get("bus") if isinstance(leader.get("bus"), str) and leader.get("bus") else None
-        if bus is not None and _endpoint_problem(bus) is not None:
-            bus = None  # a leader the refusal names unusably: the next endpoint instead
-        moved = self.choice.refused(bus, time.monotonic())
+        moved = self.choice.refused(leader_bus(error.get("details")), time.monotonic())
         if moved is not None and moved[1] != moved[0]:
             self._socket.retarget(moved[1])
             self.coordinator = moved[1]

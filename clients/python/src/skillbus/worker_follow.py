@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from .client import _endpoint_problem
+from .client import leader_bus
 from .errors import SkillbusError
 
 
@@ -26,12 +26,7 @@ class FollowingTheLeader:
 
     def _follow_refusal(self, error: SkillbusError) -> None:
         """ERROR `not_leader`: to the leader the refusal names, else to the next coordinator of the list."""
-        details = error.details if isinstance(error.details, dict) else {}
-        leader = details.get("leader") if isinstance(details.get("leader"), dict) else {}
-        bus = leader.get("bus")
-        if not isinstance(bus, str) or not bus or _endpoint_problem(bus) is not None:
-            bus = None  # named unusably, or not at all: the next endpoint instead
-        now = time.monotonic()
+        bus, now = leader_bus(error.details), time.monotonic()
         moved = self.choice.refused(bus, now)
         if moved is None:  # a late refusal naming the coordinator this worker already talks to
             return self._log(f"the bus refused a message: not_leader: {error.message}")

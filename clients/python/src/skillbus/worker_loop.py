@@ -2,8 +2,8 @@
 
 Registration with back-off (§4.7), heartbeats both ways, INVOKE checked in the order of §4.10,
 RESULT and OUTPUT, CANCEL, the STATE rule of §4.10, SKILLS (§4.11), DISCONNECT (§4.4), TURN for a
-worker with a planner (§3.7, `turn.py`), and the moves of a coordinator group's worker to the leader (§4.4 item 6). Skills run on the worker's thread pool; what they finish comes
-back through a queue. Each turn runs on a thread of its own and sends its own messages.
+worker with a planner (§3.7, `turn.py`), and a group's moves to the leader (§4.4 item 6, `worker_follow.py`).
+Skills run on the worker's thread pool; what they finish comes back through a queue. Each turn runs on a thread of its own and sends its own messages.
 """
 
 from __future__ import annotations
