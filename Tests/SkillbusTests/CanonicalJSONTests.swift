@@ -67,6 +67,31 @@ struct CanonicalJSONTests {
         #expect(taken > 300, "the fast path took only \(taken) of 1000 valid texts")
     }
 
+    @Test("finds a top-level member in canonical bytes as the parsed object holds it")
+    func memberOfCanonical() {
+        var generator = SplitMix(seed: 7)
+        var found = 0
+        for _ in 0..<1000 {
+            var text: [UInt8] = []
+            Self.writeRandomObject(&text, depth: 0, &generator)
+            guard let canonical = CanonicalJSON.object(text, defaults: [], after: []),
+                let object = try? JSONValue(parsing: canonical).objectValue
+            else { continue }
+            for name in ["a", "b", "ab", "limit", "mode", "text", "missing"] {
+                let range = CanonicalJSON.memberRange(name, in: canonical)
+                let value = range.flatMap { try? JSONValue(parsing: Array(canonical[$0])) }
+                #expect(value == object[name], "\(name) in \(String(decoding: canonical, as: UTF8.self))")
+                if value != nil { found += 1 }
+            }
+        }
+        #expect(found > 300, "only \(found) members found")
+        let document = Array(#"{"calls":[{"x":"}],"}],"reply":"hi","states":{"n":[1,{}]},"z":-1.5}"#.utf8)
+        #expect(DocumentJSON.canonical(document).member("reply") == "hi")
+        #expect(DocumentJSON.canonical(document).member("z") == -1.5)
+        #expect(DocumentJSON.canonical(document).member("states") == ["n": [1, [:]]])
+        #expect(DocumentJSON.canonical(document).member("x") == nil)
+    }
+
     static func space(_ out: inout [UInt8], _ generator: inout SplitMix) {
         if generator.next() % 4 == 0 { out.append(contentsOf: Array(" \n\t".utf8)[0..<Int(generator.next() % 3 + 1)]) }
     }

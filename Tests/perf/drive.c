@@ -6,7 +6,8 @@
 //                                           ECHOED=1 takes any message back as the answer; ROUNDS=1 sends
 //                                           each request in a round of its own, which the bus remembers;
 //                                           UNIQUE=1 gives each request a text of its own, a cache miss;
-//                                           FANOUT=1 sends each as a ROUND fanning SKILL out to every agent)
+//                                           FANOUT=1 sends each as a ROUND fanning SKILL out to every agent;
+//                                           INVOKE=1 sends each as a ROUND of one invocation, as skillbus send)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #define _GNU_SOURCE  // memmem
@@ -35,8 +36,9 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
     return at + length;
 }
 
-// A ROUND of one fan-out of `skill` with `params` to every agent that offers it, in a round of its own.
-static int send_fanout(void *socket, long id, const char *skill, const char *params) {
+// A ROUND of `shape` ("fanout": to every agent that offers `skill`; "invoke": one invocation) of `skill`
+// with `params`, in a round of its own.
+static int send_round(void *socket, long id, const char *shape, const char *skill, const char *params) {
     unsigned char envelope[300];
     char digits[24], round[40], body[400];
     size_t at = 5;
@@ -47,7 +49,7 @@ static int send_fanout(void *socket, long id, const char *skill, const char *par
     at = put_field(envelope, at, "", 0);  // session id
     at = put_field(envelope, at, "", 0);  // default timeout
     if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
-    int length = snprintf(body, sizeof body, "{\"fanout\":{\"skill\":\"%s\",\"params\":%s}}", skill, params);
+    int length = snprintf(body, sizeof body, "{\"%s\":{\"skill\":\"%s\",\"params\":%s}}", shape, skill, params);
     return zmq_send(socket, body, (size_t)length, 0) < 0 ? -1 : 0;
 }
 
@@ -55,7 +57,8 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
     unsigned char envelope[300];
     char digits[24], round[40] = "";
     size_t at = 5;
-    if (rounds == 2) return send_fanout(socket, id, skill, params);
+    if (rounds == 2) return send_round(socket, id, "fanout", skill, params);
+    if (rounds == 3) return send_round(socket, id, "invoke", skill, params);
     memcpy(envelope, "SKB2C", 5);
     at = put_field(envelope, at, "REQUEST", 7);
     at = put_field(envelope, at, digits, (size_t)snprintf(digits, sizeof digits, "%ld", id));
@@ -79,7 +82,7 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
 }
 
 // Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY or a ROUND whose
-// fan-out succeeded (any message, when `echoed`: the raw proxy's workers send the REQUEST itself back).
+// fan-out or invocation succeeded (any message, when `echoed`: the raw proxy's workers send the REQUEST itself back).
 static long receive_reply(void *socket, int echoed) {
     zmq_msg_t part;
     long id = -1;
@@ -88,8 +91,11 @@ static long receive_reply(void *socket, int echoed) {
     do {
         if (zmq_msg_recv(&part, socket, 0) < 0) { zmq_msg_close(&part); return -2; }
         if (round) {  // the round document: keys sorted, so the round's own status follows its shape
-            static const char ok[] = "\"shape\":\"fanout\",\"status\":\"ok\"";
-            if (!memmem(zmq_msg_data(&part), zmq_msg_size(&part), ok, sizeof ok - 1)) id = -1;
+            static const char fanout[] = "\"shape\":\"fanout\",\"status\":\"ok\"";
+            static const char invoke[] = "\"shape\":\"invoke\",\"status\":\"ok\"";
+            const void *data = zmq_msg_data(&part);
+            size_t size = zmq_msg_size(&part);
+            if (!memmem(data, size, fanout, sizeof fanout - 1) && !memmem(data, size, invoke, sizeof invoke - 1)) id = -1;
             round = 0;
         } else if (first) {
             const unsigned char *e = zmq_msg_data(&part);
@@ -126,7 +132,7 @@ int main(int argc, char **argv) {
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
     int echoed = getenv("ECHOED") != NULL, unique = getenv("UNIQUE") != NULL;
-    int rounds = getenv("FANOUT") != NULL ? 2 : getenv("ROUNDS") != NULL;
+    int rounds = getenv("INVOKE") != NULL ? 3 : getenv("FANOUT") != NULL ? 2 : getenv("ROUNDS") != NULL;
     const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
     void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
     int linger = 0, timeout_ms = 30000;

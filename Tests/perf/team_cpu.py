@@ -1,11 +1,12 @@
 """CPU per team round, by process role: where an asks round of three agents spends its time.
 
-    python3 Tests/perf/team_cpu.py [--skillbus PATH] [--seconds S] [--mode asks|ask|send]
+    python3 Tests/perf/team_cpu.py [--skillbus PATH] [--seconds S] [--mode asks|asks3|ask|send]
 
 Starts a coordinator, two plain echo workers and three agents whose rules planner answers "say WORD" by
 calling echo (the agents of `skillbus bench --only turns`), all on 127.0.0.1 with ephemeral ports. It then
-sends, one at a time, for S seconds (at most 100,000): asks rounds of the three agents (`asks`), one-call turns
-of one agent (`ask`), or echo rounds (`send`), and prints the CPU each role spent per round, read from
+sends, one at a time, for S seconds (at most 100,000): asks rounds of the three agents (`asks`), the three
+asks sent at once (`asks3`, the bench's baseline for `asks`), one-call turns of one agent (`ask`), or echo rounds
+(`send`), and prints the CPU each role spent per round, read from
 /proc/PID/stat before and after, with the rounds' mean wall time. Run it for two builds in alternation
 (`--skillbus`) to compare them: the figures are only comparable within one run on one machine.
 """
@@ -38,7 +39,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--skillbus", default=str(ROOT / ".build/release/skillbus"))
     parser.add_argument("--seconds", type=float, default=8)
-    parser.add_argument("--mode", choices=["asks", "ask", "send"], default="asks")
+    parser.add_argument("--mode", choices=["asks", "asks3", "ask", "send"], default="asks")
     options = parser.parse_args()
     directory = tempfile.mkdtemp(prefix="skillbus-team-cpu-")
     processes: list[subprocess.Popen] = []
@@ -72,6 +73,9 @@ def main() -> None:
         def one() -> None:
             if options.mode == "asks":
                 client.round(asks)
+            elif options.mode == "asks3":
+                for call in [client.start_ask("say hello", agent=agent) for agent in AGENTS]:
+                    call.result()
             elif options.mode == "ask":
                 client.ask("say hello", agent=AGENTS[1])
             else:

@@ -76,31 +76,32 @@ extension CoordinatorState {
             return run.invocations[index].started
         }
         guard let started = started ?? nil else { return [] }
-        let body = (try? JSONValue(parsing: answer.body)) ?? .null
+        // The document goes into the round's as the agent wrote it: only its reply is read out of it.
+        let document = DocumentJSON(payload: answer.body)
         let agent = Array(entry.agent.utf8)
         let micros = Int((now &- started) / 1000)
         let outcome: Outcome
-        var turn: JSONValue?
+        var turn: DocumentJSON?
         if answer.status == .ok {
-            turn = body
-            let reply = SkillResult.text(body["reply"]?.stringValue ?? "")
+            turn = document
+            let reply = SkillResult.text(document.member("reply")?.stringValue ?? "")
             outcome = Outcome(status: .ok, agent: agent, payload: reply.json.serialized(), durationMicros: micros)
         } else {
-            var error = SkillbusError(json: body)
+            var error = SkillbusError(json: document.value)
             // A turn that failed on its agent carries its document as the details (a failed handoff, under
             // "turn"): it goes to the invocation's `turn`, not twice into the document.
             if var details = error.details?.objectValue {
                 if details["states"] != nil {
-                    turn = .object(details)
+                    turn = .value(.object(details))
                     details = [:]
                 } else if let handing = details.removeValue(forKey: "turn") {
-                    turn = handing
+                    turn = .value(handing)
                 }
                 error = SkillbusError(error.code, error.message, details: details.isEmpty ? nil : .object(details))
             }
             outcome = Outcome(status: .error, agent: agent, payload: error.json.serialized(), durationMicros: micros)
         }
-        rounds.updateRunning(roundKey) { $0.invocations[index].record.turn = turn }
+        rounds.updateRunning(roundKey) { $0.invocations[index].record.turnJSON = turn }
         return stepDone(roundKey, index, outcome, deduplicated: false, now: now)
     }
 

@@ -61,7 +61,7 @@ extension RoundDocument.Invocation {
         members.string("reusedFrom", reusedFrom, to: &out)
         members.string("skill", skill, to: &out)
         members.string("status", status.documentName, to: &out)
-        if asked != nil { members.value("turn", turn, to: &out) }
+        if asked != nil { members.json("turn", turnJSON, to: &out) }
         out.append(UInt8(ascii: "}"))
     }
 }

@@ -36,7 +36,12 @@ public struct RoundDocument: Sendable, Equatable {
         /// document (§5.18) of the turn that answered, when one did.
         public var asked: AgentTarget?
         public var message: String?
-        public var turn: JSONValue?
+        public var turn: JSONValue? {
+            get { turnJSON?.value }
+            set { turnJSON = newValue.map(DocumentJSON.value) }
+        }
+        /// The turn document as the document holds it: the bus keeps an agent's as the canonical bytes it sent.
+        var turnJSON: DocumentJSON?
 
         public init(
             id: String, skill: String, agent: String? = nil, status: InvocationStatus = .waiting, durationMs: Double = 0,
@@ -195,6 +200,15 @@ enum DocumentJSON: Sendable, Equatable {
         switch self {
         case .value(let value): value
         case .canonical(let bytes): (try? JSONValue(parsing: bytes)) ?? .null
+        }
+    }
+
+    /// The member `name` of an object: from canonical bytes, only that member's value is parsed.
+    func member(_ name: String) -> JSONValue? {
+        switch self {
+        case .value(let value): value[name]
+        case .canonical(let bytes):
+            CanonicalJSON.memberRange(name, in: bytes).flatMap { try? JSONValue(parsing: Array(bytes[$0])) }
         }
     }
 
