@@ -165,9 +165,10 @@ struct BadInputTests {
         var events = watcher.events.makeAsyncIterator()
         _ = try #require(try await events.next())  // a heartbeat: the watcher's subscriptions are in place
         let long = "agent." + String(repeating: "x", count: 300)
-        // The short one first: applied before the long one is refused.
+        // The short one first: applied before the long one is refused. One message per event: a batch
+        // subscription of several topics would take everything instead.
         let greedy = try await FeedSubscriber.connect(
-            endpoint: cluster.feed, topics: ["agent.joined", long], context: context)
+            endpoint: cluster.feed, topics: ["agent.joined", long], context: context, batched: false)
         defer { greedy.close() }
         var refusal: JSONValue?
         while refusal == nil, let (topic, event) = try await events.next() {

@@ -1,3 +1,4 @@
+import Foundation
 import SkillbusZMQ
 import Testing
 
@@ -47,30 +48,70 @@ struct EdgeLimitsTests {
     func subscriptions() {
         var feed = FeedSubscriptions()
         let agent = Array("agent.".utf8)
-        #expect(feed.receive([1] + agent) == .subscribe(agent))
-        #expect(feed.receive([1] + agent) == .subscribe(agent))
+        #expect(feed.receive([1] + agent) == .subscribe([agent]))
+        #expect(feed.receive([1] + agent) == .subscribe([agent]))
         #expect(feed.wants(Array("agent.left".utf8)))
         #expect(!feed.wants(Array("round.done".utf8)))
         #expect(!feed.wantsRequestEvents && !feed.wantsRoundEvents)
         let invocation = Array("invocation.done".utf8)
-        #expect(feed.receive([1] + invocation) == .subscribe(invocation))
+        #expect(feed.receive([1] + invocation) == .subscribe([invocation]))
         #expect(feed.wantsRoundEvents && !feed.wantsRequestEvents)
-        #expect(feed.receive([0] + invocation) == .unsubscribe(invocation))
+        #expect(feed.receive([0] + invocation) == .unsubscribe([invocation]))
         #expect(!feed.wantsRoundEvents)
         let long = [UInt8](repeating: UInt8(ascii: "x"), count: Wire.maxSubscriptionBytes + 1)
         #expect(feed.receive([1] + long) == .refused(bytes: Wire.maxSubscriptionBytes + 1))
         #expect(feed.receive([0] + long) == .ignored)
         let exact = [UInt8](repeating: UInt8(ascii: "x"), count: Wire.maxSubscriptionBytes)
-        #expect(feed.receive([1] + exact) == .subscribe(exact))
-        #expect(feed.receive([0] + agent) == .unsubscribe(agent))
+        #expect(feed.receive([1] + exact) == .subscribe([exact]))
+        #expect(feed.receive([0] + agent) == .unsubscribe([agent]))
         #expect(feed.wants(Array("agent.left".utf8)))  // the second holder still has it
-        #expect(feed.receive([0] + agent) == .unsubscribe(agent))
+        #expect(feed.receive([0] + agent) == .unsubscribe([agent]))
         #expect(!feed.wants(Array("agent.left".utf8)))
         #expect(feed.receive([0] + agent) == .ignored)  // nobody holds it any more
         #expect(feed.receive([7, 1]) == .ignored)
         #expect(feed.receive([]) == .ignored)
-        #expect(feed.receive([1]) == .subscribe([]))  // everything
+        // Everything: every topic's root, never the batches' "+".
+        #expect(feed.receive([1]) == .subscribe(FeedSubscriptions.topicRoots))
         #expect(feed.wantsRequestEvents && feed.wantsRoundEvents)
+        #expect(feed.batches(taking: Array("round.done".utf8)).isEmpty)
+        #expect(feed.receive([0]) == .unsubscribe(FeedSubscriptions.topicRoots))
+    }
+
+    @Test("batch subscriptions: + PREFIX NUL applied as they are, each batch named by its subscription")
+    func batchSubscriptions() {
+        var feed = FeedSubscriptions()
+        let all: [UInt8] = [UInt8(ascii: "+"), 0]
+        let rounds = Array("+round.".utf8) + [0]
+        #expect(feed.receive([1] + all) == .subscribe([all]))
+        #expect(feed.receive([1] + rounds) == .subscribe([rounds]))
+        #expect(!feed.isEmpty && !feed.wants(Array("round.done".utf8)))
+        #expect(feed.wantsRoundEvents && feed.wantsRequestEvents)
+        #expect(Set(feed.batches(taking: Array("round.done".utf8))) == [all, rounds])
+        #expect(feed.batches(taking: Array("agent.state".utf8)) == [all])
+        #expect(feed.receive([0] + all) == .unsubscribe([all]))
+        #expect(feed.batches(taking: Array("agent.state".utf8)).isEmpty && !feed.wantsRequestEvents)
+        #expect(feed.receive([0] + all) == .ignored)
+        // A "+" without its NUL would take every batch and no event: never applied.
+        #expect(feed.receive([1, UInt8(ascii: "+")]) == .ignored)
+        #expect(feed.receive([1] + Array("+agent.".utf8)) == .ignored)
+        #expect(feed.receive([0] + rounds) == .unsubscribe([rounds]))
+        #expect(feed.isEmpty)
+    }
+
+    @Test("every topic of PROTOCOL §7 starts with a root the empty subscription takes")
+    func topicRoots() throws {
+        let protocolText = try String(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                .appendingPathComponent("../../docs/PROTOCOL.md"), encoding: .utf8)
+        let section = try #require(protocolText.components(separatedBy: "\n## 7 Feed").last?
+            .components(separatedBy: "\n## 8 ").first)
+        let topics = section.split(separator: "\n").filter { $0.hasPrefix("| `") }.compactMap {
+            $0.dropFirst(3).split(separator: "`").first.map(String.init)
+        }
+        #expect(topics.count > 30)
+        for topic in topics {
+            #expect(FeedSubscriptions.topicRoots.contains { Array(topic.utf8).starts(with: $0) }, "\(topic)")
+        }
     }
 
     @Test("receive limits: frames past them are read and dropped, and the counts say how big it was")

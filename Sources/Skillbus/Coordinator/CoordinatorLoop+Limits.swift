@@ -34,11 +34,11 @@ extension CoordinatorLoop {
         while let message = try? feed.receive(dontWait: true) {
             guard let frame = message.first else { continue }
             switch subscriptions.receive(frame) {
-            case .subscribe(let prefix):
+            case .subscribe(let prefixes):
                 // Applies to the subscriber whose message was read last.
-                try? feed.subscribe(bytes: prefix)
-            case .unsubscribe(let prefix):
-                try? feed.unsubscribe(bytes: prefix)
+                for prefix in prefixes { try? feed.subscribe(bytes: prefix) }
+            case .unsubscribe(let prefixes):
+                for prefix in prefixes { try? feed.unsubscribe(bytes: prefix) }
             case .refused(let bytes):
                 countOverLimit(
                     socket: "feed", limit: "maxSubscriptionBytes",

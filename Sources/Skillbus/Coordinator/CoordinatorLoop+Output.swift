@@ -51,10 +51,38 @@ extension CoordinatorLoop {
             case .publish(let event):
                 logEvent(event)
                 operatorEndpoint?.record(event)
-                guard wants(event.topic) else { continue }
-                try? feed.send(event.encoded(), dontWait: true)
+                guard !subscriptions.isEmpty else { continue }
+                let topic = Array(event.topic.utf8)
+                let batches = subscriptions.batches(taking: topic)
+                let single = subscriptions.wants(topic)
+                guard single || !batches.isEmpty else { continue }
+                let frames = event.encoded()
+                if single { try? feed.send(frames, dontWait: true) }
+                for batch in batches { addToFeedBatch(batch, frames[1]) }
             }
         }
+    }
+
+    /// Adds an event's body to the batch named `batch` (PROTOCOL §7: one line each); a batch goes out at the end
+    /// of the pass (`sendFeedBatches`), or at once when it has grown past `feedBatchBytes`.
+    private func addToFeedBatch(_ batch: [UInt8], _ body: [UInt8]) {
+        let index = feedBatches.firstIndex { $0.topic == batch } ?? {
+            feedBatches.append((batch, []))
+            return feedBatches.count - 1
+        }()
+        feedBatches[index].body += body
+        feedBatches[index].body.append(UInt8(ascii: "\n"))
+        if feedBatches[index].body.count >= Self.feedBatchBytes {
+            try? feed.send([batch, feedBatches[index].body], dontWait: true)
+            feedBatches[index].body.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Sends every batch the pass filled: one message per batch subscription, its events in the order they
+    /// were published. The next pass starts anew (a subscription gone since leaves nothing behind).
+    func sendFeedBatches() {
+        for (topic, body) in feedBatches where !body.isEmpty { try? feed.send([topic, body], dontWait: true) }
+        feedBatches.removeAll(keepingCapacity: true)
     }
 
     func logEvent(_ event: FeedEvent) {
@@ -68,10 +96,6 @@ extension CoordinatorLoop {
         default:
             break
         }
-    }
-
-    func wants(_ topic: String) -> Bool {
-        !subscriptions.isEmpty && subscriptions.wants(Array(topic.utf8))
     }
 
     func send(to peer: PeerID, _ frames: Multipart) {

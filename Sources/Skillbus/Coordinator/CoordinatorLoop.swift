@@ -34,6 +34,10 @@ final class CoordinatorLoop {
     var journalEntries: [JournalEntry] = []
     /// Prefixes that feed subscribers asked for; events nobody wants are never built.
     var subscriptions = FeedSubscriptions()
+    /// The events of this pass for each batch subscription (PROTOCOL §7), by its topic frame.
+    var feedBatches: [(topic: [UInt8], body: [UInt8])] = []
+    /// A batch this large goes out before the pass ends.
+    static let feedBatchBytes = 256 << 10
     /// Messages and subscriptions refused for a limit (§9) since the start, and those published this tick.
     var overLimit = 0
     var overLimitPublished = 0
@@ -194,12 +198,16 @@ final class CoordinatorLoop {
             watch.pollItem,
         ] + (busGuard?.pollItems ?? [])
         state.beginStartupGrace(now: DispatchTime.now().uptimeNanoseconds)
-        defer { router.flush() }
+        defer {
+            router.flush()
+            sendFeedBatches()
+        }
         while !control.stopping.load(ordering: .acquiring) {
             // What the last pass gave the journal, in one hand-off; then what it sent, to the network in one
-            // write per peer (Skillbus's own router).
+            // write per peer (Skillbus's own router), and its feed batches, one message each.
             submitJournalEntries()
             router.flush()
+            sendFeedBatches()
             var now = DispatchTime.now().uptimeNanoseconds
             // A retry's backoff ends when it ends, not at the next tick.
             let wake = state.nextTimer.map { min($0, nextTick) } ?? nextTick

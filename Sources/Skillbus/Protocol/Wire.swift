@@ -88,6 +88,8 @@ public enum Wire {
     /// The feed's ZMQ_MAXMSGSIZE: a subscription message over it closes the subscriber's connection before
     /// it is held; one between `maxSubscriptionBytes` and this is refused and counted.
     public static let feedHardCap: Int64 = 4096
+    /// The first byte of a batch subscription and of a batch's topic frame (§7).
+    static let feedBatchMark = UInt8(ascii: "+")
 
     /// The largest feed frame a subscriber (a replica, `FeedSubscriber`) takes (its ZMQ_MAXMSGSIZE): far
     /// above any event of a coordinator's default limits (an ENTRY is as large as a READY), so only a
