@@ -88,7 +88,9 @@ public final class FeedSubscriber: Sendable {
     }
 
     /// Events as they arrive, in order; what is not an event (§7) is skipped. Ends when closed.
-    public var events: FeedEvents { FeedEvents(messages: socket.messages, keeping: keeping) }
+    public var events: some AsyncSequence<(topic: String, event: JSONValue), Never> {
+        FeedEvents(messages: socket.messages, keeping: keeping)
+    }
 
     /// Stops watching; `events` ends. Returns at once, never blocks.
     public func close() {
@@ -98,19 +100,19 @@ public final class FeedSubscriber: Sendable {
 }
 
 /// The events of a feed subscriber's messages: one per message, or each line of a batch (PROTOCOL §7).
-public struct FeedEvents: AsyncSequence, Sendable {
-    public typealias Element = (topic: String, event: JSONValue)
+struct FeedEvents: AsyncSequence, Sendable {
+    typealias Element = (topic: String, event: JSONValue)
 
     let messages: AsyncStream<Multipart>
     let keeping: [[UInt8]]?
 
-    public struct AsyncIterator: AsyncIteratorProtocol {
+    struct AsyncIterator: AsyncIteratorProtocol {
         var messages: AsyncStream<Multipart>.AsyncIterator
         let keeping: [[UInt8]]?
         /// The rest of the last batch, last event first.
         var pending: [Element] = []
 
-        public mutating func next() async -> Element? {
+        mutating func next() async -> Element? {
             while pending.isEmpty {
                 guard let message = await messages.next() else { return nil }
                 pending = FeedEvents.events(of: message, keeping: keeping).reversed()
@@ -119,7 +121,7 @@ public struct FeedEvents: AsyncSequence, Sendable {
         }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator {
+    func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(messages: messages.makeAsyncIterator(), keeping: keeping)
     }
 
