@@ -40,6 +40,10 @@ final class PendingReplies: Sendable {
         var deadline: ContinuousClock.Instant
         /// Its caller gave up and waits only for the answer to its CANCEL: running out is `cancelled`.
         var gaveUp = false
+        /// Its message is out (handed to the socket): a CANCEL sent now cannot overtake it.
+        var sent = false
+        /// Its caller gave up before that: the CANCEL goes right after the message (`sent`).
+        var cancelAfterSend = false
         /// A message sent again until the answer comes (a ROUND, PROTOCOL §3.5.9).
         var resend: Resend?
         /// How it goes to another coordinator of a group (PROTOCOL §3.3), and when it is due to go (once).
@@ -103,19 +107,40 @@ final class PendingReplies: Sendable {
         return false
     }
 
-    /// The caller gave up and told the bus: it waits for the bus's answer for `grace` more at most, and
-    /// then ends as cancelled. False when it was not waiting yet (then nothing was sent to cancel).
-    func giveUp(_ requestID: String, within grace: Duration) -> Bool {
+    /// What a caller that gives up is to do about the bus.
+    enum GiveUp: Equatable {
+        /// It was not waiting yet: nothing went to the bus, nothing is to cancel (`finish` it).
+        case notWaiting
+        /// Send the CANCEL now: the message it cancels is out.
+        case cancelNow
+        /// Its message is not out yet: the CANCEL goes right after it (`sent`), so it never overtakes it.
+        case cancelAfterSend
+    }
+
+    /// The caller gave up and tells the bus: it waits for the bus's answer for `grace` more at most, and
+    /// then ends as cancelled.
+    func giveUp(_ requestID: String, within grace: Duration) -> GiveUp {
         table.withLock { table in
-            guard var waiter = table.waiting[requestID] else { return false }
+            guard var waiter = table.waiting[requestID] else { return .notWaiting }
             waiter.gaveUp = true
             waiter.resend = nil
             waiter.again = nil
             waiter.againAt = nil
             waiter.deadline = min(waiter.deadline, .now + grace)
+            waiter.cancelAfterSend = !waiter.sent
             table.waiting[requestID] = waiter
             table.earliest = min(table.earliest ?? waiter.deadline, waiter.deadline)
-            return true
+            return waiter.sent ? .cancelNow : .cancelAfterSend
+        }
+    }
+
+    /// The caller's message is out; true when it gave up meanwhile: its CANCEL is to go now.
+    func sent(_ requestID: String) -> Bool {
+        table.withLock { table in
+            guard var waiter = table.waiting[requestID] else { return false }
+            waiter.sent = true
+            defer { table.waiting[requestID] = waiter }
+            return waiter.cancelAfterSend
         }
     }
 

@@ -280,6 +280,7 @@ public final class SkillbusClient: Sendable {
         // A refused message goes to the leader as it was; rounds and reads also go to whichever coordinator the
         // client moves to (PROTOCOL §3.3).
         let again = again ?? PendingReplies.Again(afterMove: message.mayGoAgain) { _ in encoded }
+        let cancel = { @Sendable in links.send(ClientMessage.cancel(requestID: requestID).encoded()) }
         let answer = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
                 // Already cancelled: answered at once, and nothing need go to the bus.
@@ -287,12 +288,14 @@ public final class SkillbusClient: Sendable {
                     return
                 }
                 links.send(encoded)  // wakes the socket's thread, which then keeps the deadline too
+                // Cancelled between the two: the CANCEL follows the message, never overtakes it.
+                if pending.sent(requestID) { cancel() }
             }
         } onCancel: {
-            if cancelsOnBus, pending.giveUp(requestID, within: Self.cancelGrace) {
-                links.send(ClientMessage.cancel(requestID: requestID).encoded())
-            } else {
-                pending.finish(requestID, with: .cancelled)
+            switch cancelsOnBus ? pending.giveUp(requestID, within: Self.cancelGrace) : .notWaiting {
+            case .cancelNow: cancel()
+            case .cancelAfterSend: break
+            case .notWaiting: pending.finish(requestID, with: .cancelled)
             }
         }
         pending.forget(requestID)
