@@ -16,9 +16,11 @@ extension AgentWorker {
                 nestedTurn: nested)
         }
         do {
-            let answer = try await client.ask(
-                message, agent: target.text, sessionID: turn.sessionID, roundID: turn.roundID,
-                timeout: max(deadline - .now, .milliseconds(1)), parentTurnID: turn.turnID)
+            let answer = try await askOnWorkerConnection(
+                AskRequest(
+                    requestID: client.makeRequestID(), roundID: turn.roundID, sessionID: turn.sessionID,
+                    agent: target.text, timeoutMs: max(1, Int((deadline - .now) / .milliseconds(1))), message: message,
+                    parentTurnID: turn.turnID))
             let reply = answer.document["reply"]?.stringValue ?? ""
             return ended(.success(.text(reply)), agent: answer.agent, nested: answer.document)
         } catch {

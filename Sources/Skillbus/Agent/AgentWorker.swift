@@ -18,6 +18,8 @@ public final class AgentWorker: Sendable {
     let state: Mutex<State>
     /// Client-side connection to the bus: registry snapshots and sub-calls to skills on other agents.
     let client: SkillbusClient
+    /// The turns' ASKs to other agents, sent on the worker connection (AgentWorker+Asks), by request id.
+    let asks = PendingReplies()
     let context: ZMQContext
     /// The agent's own context, persisted in its data directory; nil when it keeps none.
     public let store: AgentStore?
@@ -303,6 +305,7 @@ public final class AgentWorker: Sendable {
     private func receive(_ message: Multipart, on generation: Int) {
         guard socket.isCurrent(generation) else { return }
         state.withLock { $0.lastHeardFromBus = now() }
+        if message.first?.starts(with: Wire.clientHeaderBytes) == true { return answeredAsk(message) }
         let decoded: BusToWorkerMessage
         do {
             decoded = try BusToWorkerMessage.decode(message)
