@@ -47,7 +47,11 @@ extension CoordinatorLoop {
                     continue
                 }
                 send(to: peer, message.encoded())
-            case .toWorker(let peer, let message): send(to: peer, message.encoded())
+            case .toWorker(let peer, let message):
+                send(to: peer, message.encoded())
+                // A turn waits for its VERDICT, and the turns that join its call wait for that call: out now, not
+                // after the rest of the pass (an asks round's three bursts, say).
+                if case .verdict = message, heldSends == nil { router.flush() }
             case .publish(let event):
                 logEvent(event)
                 operatorEndpoint?.record(event)
