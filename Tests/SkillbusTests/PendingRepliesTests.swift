@@ -1,3 +1,4 @@
+import Synchronization
 import Testing
 
 @testable import Skillbus
@@ -32,4 +33,46 @@ struct PendingRepliesTests {
         #expect(!pending.sent("unknown"))
         #expect(pending.count == 0)
     }
+
+    @Test("an exchange cancelled as it waits sends the CANCEL after its message; one cancelled before sends nothing")
+    func exchangeCancelled() async throws {
+        let pending = PendingReplies()
+        let sent = SentLog()
+        let waiting = Task {
+            await pending.exchange(
+                "r1", until: .now + .seconds(30), send: { sent.lines.withLock { $0.append("r1") } },
+                cancel: { sent.lines.withLock { $0.append("cancel r1") } }, grace: nil)
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while sent.lines.withLock({ $0.isEmpty }) {
+            try #require(ContinuousClock.now < deadline, "the message was never sent")
+            await Task.yield()
+        }
+        waiting.cancel()
+        let answer = await waiting.value
+        guard case .cancelled = answer else {
+            Issue.record("ended \(answer), not cancelled")
+            return
+        }
+        #expect(sent.lines.withLock { $0 } == ["r1", "cancel r1"])
+
+        let early = Task {
+            withUnsafeCurrentTask { $0?.cancel() }
+            return await pending.exchange(
+                "r2", until: .now + .seconds(30), send: { sent.lines.withLock { $0.append("r2") } },
+                cancel: { sent.lines.withLock { $0.append("cancel r2") } }, grace: nil)
+        }
+        let earlyAnswer = await early.value
+        guard case .cancelled = earlyAnswer else {
+            Issue.record("ended \(earlyAnswer), not cancelled")
+            return
+        }
+        #expect(sent.lines.withLock { $0 } == ["r1", "cancel r1"])  // nothing of r2 went to the bus
+        #expect(pending.count == 0)
+    }
+}
+
+/// What went to the bus, in order.
+private final class SentLog: Sendable {
+    let lines = Mutex<[String]>([])
 }

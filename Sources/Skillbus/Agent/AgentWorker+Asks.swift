@@ -10,28 +10,13 @@ extension AgentWorker {
     func askOnWorkerConnection(_ request: AskRequest) async throws(SkillbusError) -> (
         agent: String, document: JSONValue
     ) {
-        let (asks, socket, id) = (self.asks, self.socket, request.requestID)
-        let cancel = { @Sendable in
-            socket.send(ClientMessage.cancel(requestID: id).encoded())
-            asks.finish(id, with: .cancelled)
-        }
+        let (socket, id) = (self.socket, request.requestID)
         // Bounded without a timer of its own: the bus answers by the ASK's timeout, and the asking turn is
-        // cancelled at its deadline, which the ASK's timeout never passes.
-        let deadline = ContinuousClock.now + .milliseconds(request.timeoutMs ?? Wire.maxTimeoutMs)
-        let answer = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                guard asks.add(id, until: deadline, continuation) else { return }
-                socket.send(ClientMessage.ask(request).encoded())
-                // Cancelled between the two: the CANCEL follows the ASK, never overtakes it.
-                if asks.sent(id) { cancel() }
-            }
-        } onCancel: {
-            switch asks.giveUp(id, within: .zero) {
-            case .cancelNow: cancel()
-            case .cancelAfterSend: break
-            case .notWaiting: asks.finish(id, with: .cancelled)
-            }
-        }
+        // cancelled at its deadline, which the ASK's timeout never passes; cancelled, the wait ends at once.
+        let answer = await asks.exchange(
+            id, until: .now + .milliseconds(request.timeoutMs ?? Wire.maxTimeoutMs),
+            send: { socket.send(ClientMessage.ask(request).encoded()) },
+            cancel: { socket.send(ClientMessage.cancel(requestID: id).encoded()) }, grace: nil)
         switch answer {
         case .message(.turn(_, let agent, .ok(let document))): return (agent, document)
         case .message(.turn(_, _, .error(let error))), .message(.error(_, let error)): throw error

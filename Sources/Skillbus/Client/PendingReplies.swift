@@ -228,4 +228,35 @@ final class PendingReplies: Sendable {
     func forget(_ requestID: String) {
         table.withLock { _ = $0.early.removeValue(forKey: requestID) }
     }
+
+    /// One exchange: registers the wait for `requestID` until `deadline`, then `send`s its message, and returns
+    /// the answer. A caller cancelled meanwhile `cancel`s it on the bus right after the message, never before it
+    /// (the bus would find nothing to cancel, then run it for nobody), and then waits `grace` for the bus's
+    /// answer to the CANCEL, or, with no grace (nobody expires this table's waits), ends at once. Without
+    /// `cancel`, a cancelled caller's wait just ends.
+    func exchange(
+        _ requestID: String, until deadline: ContinuousClock.Instant, resend: Resend? = nil, again: Again? = nil,
+        send: @escaping @Sendable () -> Void, cancel: (@Sendable () -> Void)?, grace: Duration?
+    ) async -> Answer {
+        let cancelOnBus = { @Sendable in
+            cancel?()
+            if grace == nil { self.finish(requestID, with: .cancelled) }
+        }
+        defer { forget(requestID) }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                // Already cancelled: answered at once, and nothing need go to the bus.
+                guard add(requestID, until: deadline, resend: resend, again: again, continuation) else { return }
+                send()
+                // Cancelled between the two: the CANCEL follows the message.
+                if sent(requestID) { cancelOnBus() }
+            }
+        } onCancel: {
+            switch cancel == nil ? .notWaiting : giveUp(requestID, within: grace ?? .zero) {
+            case .cancelNow: cancelOnBus()
+            case .cancelAfterSend: break
+            case .notWaiting: finish(requestID, with: .cancelled)
+            }
+        }
+    }
 }

@@ -281,24 +281,10 @@ public final class SkillbusClient: Sendable {
         // client moves to (PROTOCOL §3.3).
         let again = again ?? PendingReplies.Again(afterMove: message.mayGoAgain) { _ in encoded }
         let cancel = { @Sendable in links.send(ClientMessage.cancel(requestID: requestID).encoded()) }
-        let answer = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                // Already cancelled: answered at once, and nothing need go to the bus.
-                guard pending.add(requestID, until: deadline, resend: resend, again: again, continuation) else {
-                    return
-                }
-                links.send(encoded)  // wakes the socket's thread, which then keeps the deadline too
-                // Cancelled between the two: the CANCEL follows the message, never overtakes it.
-                if pending.sent(requestID) { cancel() }
-            }
-        } onCancel: {
-            switch cancelsOnBus ? pending.giveUp(requestID, within: Self.cancelGrace) : .notWaiting {
-            case .cancelNow: cancel()
-            case .cancelAfterSend: break
-            case .notWaiting: pending.finish(requestID, with: .cancelled)
-            }
-        }
-        pending.forget(requestID)
+        // The send wakes the socket's thread, which then keeps the deadline too.
+        let answer = await pending.exchange(
+            requestID, until: deadline, resend: resend, again: again, send: { links.send(encoded) },
+            cancel: cancelsOnBus ? cancel : nil, grace: Self.cancelGrace)
         switch answer {
         case .message(let reply): return reply
         case .timedOut:

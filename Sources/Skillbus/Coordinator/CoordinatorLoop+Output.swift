@@ -51,7 +51,7 @@ extension CoordinatorLoop {
                 send(to: peer, message.encoded())
                 // A turn waits for its VERDICT, and the turns that join its call wait for that call: out now, not
                 // after the rest of the pass (an asks round's three bursts, say).
-                if case .verdict = message, heldSends == nil { router.flush() }
+                if case .verdict = message { router.flush() }
             case .publish(let event):
                 logEvent(event)
                 operatorEndpoint?.record(event)

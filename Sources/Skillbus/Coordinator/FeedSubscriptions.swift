@@ -10,7 +10,7 @@
 struct FeedSubscriptions {
     /// How many subscriptions hold each prefix (several subscribers may share one).
     private var holders: [[UInt8]: Int] = [:]
-    /// The same for batch subscriptions, by the prefix between `+` and NUL.
+    /// The same for batch subscriptions, by the whole subscription (the topic frame of its batches).
     private var batchHolders: [[UInt8]: Int] = [:]
 
     /// Every topic starts with one of these (a unit test holds PROTOCOL §7's table to them).
@@ -39,8 +39,7 @@ struct FeedSubscriptions {
         }
         if prefix.first == Wire.feedBatchMark {
             guard prefix.count >= 2, prefix.last == 0 else { return .ignored }
-            return Self.count(kind == 1, Array(prefix.dropFirst().dropLast()), in: &batchHolders)
-                ? change(kind, [prefix]) : .ignored
+            return Self.count(kind == 1, prefix, in: &batchHolders) ? change(kind, [prefix]) : .ignored
         }
         // An unsubscription of a prefix nobody holds (never applied, or sent twice) changes nothing.
         return Self.count(kind == 1, prefix, in: &holders)
@@ -72,7 +71,12 @@ struct FeedSubscriptions {
     /// The topic frames of the batches that take an event of `topic` (`+` PREFIX NUL).
     func batches(taking topic: [UInt8]) -> [[UInt8]] {
         guard !batchHolders.isEmpty else { return [] }
-        return batchHolders.keys.filter { topic.starts(with: $0) }.map { [Wire.feedBatchMark] + $0 + [0] }
+        return batchHolders.keys.filter { topic.starts(with: Self.batchPrefix($0)) }
+    }
+
+    /// The topic prefix of a batch subscription: what stands between `+` and NUL.
+    private static func batchPrefix(_ subscription: [UInt8]) -> ArraySlice<UInt8> {
+        subscription.dropFirst().dropLast()
     }
 
     /// Whether anyone subscribes to any `request.` event (the bus only builds those for a watcher).
@@ -84,8 +88,7 @@ struct FeedSubscriptions {
     /// Whether a subscription takes some topic that starts with `family` (a shorter one, "" say, takes all).
     private func wantsAny(of family: String) -> Bool {
         let topics = Array(family.utf8)
-        return [holders, batchHolders].contains { holders in
-            holders.keys.contains { topics.starts(with: $0) || $0.starts(with: topics) }
-        }
+        let prefixes = Array(holders.keys.map { $0[...] }) + batchHolders.keys.map(Self.batchPrefix)
+        return prefixes.contains { topics.starts(with: $0) || $0.starts(with: topics) }
     }
 }
