@@ -15,7 +15,7 @@ extension AgentWorker {
         // cancelled at its deadline, which the ASK's timeout never passes; cancelled, the wait ends at once.
         let answer = await asks.exchange(
             id, until: .now + .milliseconds(request.timeoutMs ?? Wire.maxTimeoutMs),
-            send: { socket.send(ClientMessage.ask(request).encoded()) },
+            send: { self.sendAfterTurnReports(ClientMessage.ask(request).encoded()) },
             cancel: { socket.send(ClientMessage.cancel(requestID: id).encoded()) }, grace: nil)
         switch answer {
         case .message(.turn(_, let agent, .ok(let document))): return (agent, document)

@@ -84,6 +84,7 @@ extension AgentWorker {
         // Sent under the lock: RELEASE leaves before anything the caller sends after it.
         state.withLock { state in
             guard let turnID = state.leases.removeValue(forKey: roundID) else { return }
+            sendTurnReports(&state)
             for (claimID, call) in state.runningHere[roundID] ?? [:] {
                 socket.send(
                     WorkerMessage.claim(turnID: turnID, claimID: claimID, skill: call.skill, parameters: call.parameters)

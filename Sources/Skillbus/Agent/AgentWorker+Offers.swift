@@ -27,7 +27,7 @@ extension AgentWorker {
                     return false
                 }
                 if cancelled { return waiting.resume(returning: nil) }
-                socket.send(
+                sendAfterTurnReports(
                     WorkerMessage.offer(turnID: turn.turnID, callID: offer.id, skill: skill, parameters: body).encoded()
                 )
             }

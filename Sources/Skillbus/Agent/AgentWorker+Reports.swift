@@ -1,3 +1,5 @@
+import SkillbusZMQ
+
 /// What the agent tells the coordinator beyond RESULTs: its state (coalesced per I/O batch) and its
 /// context, and the registry replica it follows once welcomed.
 extension AgentWorker {
@@ -53,6 +55,32 @@ extension AgentWorker {
             socket.send(WorkerMessage.heartbeat(intervalMs: options.heartbeatMs, registry: position).encoded())
         }
         return .nanoseconds(Int64(plan.next &- now))
+    }
+
+    /// Queues a turn's STATE or STEP for the I/O thread, which sends it before it next waits: a turn that runs
+    /// within one pass of the loop (the rules planner, quick skills) sends its TURNEND alone.
+    func queueReport(_ message: WorkerMessage, of turnID: String) {
+        state.withLock { $0.turnReports.append((turnID, message)) }
+        socket.wake()
+    }
+
+    /// Runs on the I/O thread before it waits: the turns' reports still queued go out, in order.
+    func flushTurnReports() { state.withLock { sendTurnReports(&$0) } }
+
+    /// Sends `message` after the reports queued before it: what a turn sends that makes the bus act for it (an
+    /// ASK, an OFFER, a STREAM) keeps its place among the turn's STATEs.
+    func sendAfterTurnReports(_ message: Multipart) {
+        state.withLock { state in
+            sendTurnReports(&state)
+            socket.send(message)
+        }
+    }
+
+    /// The caller holds the lock, so that nothing of a turn passes its queued reports.
+    func sendTurnReports(_ state: inout State) {
+        guard !state.turnReports.isEmpty else { return }
+        for report in state.turnReports { socket.send(report.message.encoded()) }
+        state.turnReports.removeAll(keepingCapacity: true)
     }
 
     func flushState() {

@@ -27,8 +27,11 @@ extension AgentWorker {
                     if state.leases[turn.roundID] == turn.turnID { state.leases[turn.roundID] = nil }
                     // The turn's last state stands until the agent's own state is said again.
                     state.reported = nil
+                    // What the turn has not sent yet the bus reads from its document. Under the lock, as
+                    // flushTurnReports sends: TURNEND never overtakes a report of its turn.
+                    state.turnReports.removeAll { $0.turnID == turn.turnID }
+                    self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, answer, handoff: handoff).encoded())
                 }
-                self.socket.send(WorkerMessage.turnEnd(turnID: turn.turnID, answer, handoff: handoff).encoded())
                 self.socket.wake()
             }
             return nil
@@ -48,13 +51,13 @@ extension AgentWorker {
             record.states.append((state, Date()))
             var ref = ref
             ref.parameters = parameters.map(JSONValue.object)
-            socket.send(WorkerMessage.turnState(state, ref).encoded())
+            queueReport(.turnState(state, ref), of: turn.turnID)
         }
         func ended(_ call: TurnCall) {
             record.calls.append(
                 PlannerStep(skill: call.skill, parameters: call.parameters, outcome: call.outcome, asked: call.asked))
             record.ran.append(call)
-            socket.send(WorkerMessage.step(turnID: turn.turnID, call).encoded())
+            queueReport(.step(turnID: turn.turnID, call), of: turn.turnID)
         }
         func fail(_ error: SkillbusError) -> (RelayedAnswer, HandoffRequest?) {
             enter(.failed(error.message))
@@ -150,7 +153,8 @@ extension AgentWorker {
                 defer { batch = "" }
                 return batch
             }
-            if !text.isEmpty { self.socket.send(WorkerMessage.stream(turnID: turn.turnID, text: text).encoded()) }
+            guard !text.isEmpty else { return }
+            self.sendAfterTurnReports(WorkerMessage.stream(turnID: turn.turnID, text: text).encoded())
         }
         let flusher = Task {
             while (try? await Task.sleep(for: .milliseconds(25))) != nil { send() }

@@ -51,6 +51,9 @@ public final class AgentWorker: Sendable {
         var turns: [String: Task<Void, Never>] = [:]
         /// When each of them runs out of time: the socket's thread cancels it then (`expireTurns`).
         var turnDeadlines: [String: ContinuousClock.Instant] = [:]
+        /// Turns' STATEs and STEPs not sent yet, in order: the I/O thread sends them before it waits, and a
+        /// turn that ends first leaves its own out, for the bus to take from its document (PROTOCOL §3.7).
+        var turnReports: [(turnID: String, message: WorkerMessage)] = []
         /// The state as last sent, and as it is now; the I/O thread sends the difference before it waits,
         /// so a burst of quick invocations costs one state message, not two per invocation. Nil after a
         /// WELCOME: a registration resets the coordinator's view to idle, so the current state goes again.
@@ -197,6 +200,7 @@ public final class AgentWorker: Sendable {
             guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
             worker.moveIfConnectionLost()
             let ready = worker.readyIfDue()
+            worker.flushTurnReports()
             worker.flushState()
             let heartbeat = worker.heartbeatIfDue()
             return [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()

@@ -50,6 +50,7 @@ extension CoordinatorLoop {
         // The operator endpoint counts request events and lists rounds, so both are built for it too.
         state.publishesRequestEvents = operatorEndpoint != nil || subscriptions.wantsRequestEvents
         state.publishesRoundEvents = operatorEndpoint != nil || subscriptions.wantsRoundEvents
+        state.publishesTurnEvents = operatorEndpoint != nil || subscriptions.wantsTurnEvents
     }
 
     /// Answers a message over a limit (`message_too_large`, in the sender's dialect) and counts it.

@@ -163,6 +163,7 @@ final class CoordinatorLoop {
         // Until a watcher subscribes to them; the operator endpoint counts them all.
         state.publishesRequestEvents = operatorEndpoint != nil
         state.publishesRoundEvents = operatorEndpoint != nil
+        state.publishesTurnEvents = operatorEndpoint != nil
     }
 
     func close() {

@@ -119,6 +119,7 @@ extension CoordinatorState {
             return worker.name
         })
         else { return [] }
+        turns.countReport(of: turn.turn, from: peer, step: false)
         var turn = turn
         if let standing = turns.standing(of: turn.turn), let parent = standing.parent {
             turn.parent = parent
@@ -139,7 +140,7 @@ extension CoordinatorState {
 
     /// Who follows turn `turnID` as it runs: the client of its ASK when it asked for progress, or, for a nested
     /// turn, the client of the outermost turn above it when that one did (and the depth to show it at).
-    private func follower(of turnID: String, on peer: PeerID) -> (client: PeerID, requestID: String, depth: Int)? {
+    func follower(of turnID: String, on peer: PeerID) -> (client: PeerID, requestID: String, depth: Int)? {
         guard let entry = turns.turn(turnID, of: peer) else { return nil }
         guard let standing = turns.standing(of: turnID), standing.parent != nil else {
             return entry.progress ? (entry.client, entry.requestID, 0) : nil
@@ -151,8 +152,9 @@ extension CoordinatorState {
     }
 
     /// STEP: a call of the turn ended; on the feed, and to the client when it follows the turn.
-    func noteStep(_ turnID: String, _ call: TurnCall, from peer: PeerID) -> [CoordinatorAction] {
+    mutating func noteStep(_ turnID: String, _ call: TurnCall, from peer: PeerID) -> [CoordinatorAction] {
         guard let entry = turns.turn(turnID, of: peer) else { return [] }
+        turns.countReport(of: turnID, from: peer, step: true)
         var actions: [CoordinatorAction] = [
             .publish(.turnCall(agent: entry.agent, turn: TurnRef(session: entry.session, turn: turnID), call: call))
         ]

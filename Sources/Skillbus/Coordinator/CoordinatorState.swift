@@ -38,6 +38,9 @@ public struct CoordinatorState: Sendable {
     /// The same for the events of a round's life (`round.accepted`, `invocation.dispatched`, `invocation.done`,
     /// `invocation.deduplicated`, `round.done`).
     public var publishesRoundEvents = true
+    /// The same for a turn's states and calls (`agent.state` with a turn, `turn.call`): while nobody watches
+    /// them, the bus does not read the ones a worker left for it in the turn document (PROTOCOL §3.7).
+    public var publishesTurnEvents = true
     /// The coordinator's group, when it leads one (AGENTS, `/metrics`); set by its thread (PROTOCOL §3.11).
     public var group: GroupStatus?
     public internal(set) var workers = WorkerTable()
@@ -217,8 +220,9 @@ public struct CoordinatorState: Sendable {
         case .turnState(let state, let turn):
             return noteTurnState(state, turn, from: peer)
         case .turnEnd(let turnID, let answer, let handoff):
-            if let handoff { return handOff(turnID, answer, handoff, from: peer, now: now) }
-            return relayTurnEnd(turnID, answer, from: peer, now: now)
+            let reports = unsentReports(of: turnID, answer, from: peer)
+            if let handoff { return reports + handOff(turnID, answer, handoff, from: peer, now: now) }
+            return reports + relayTurnEnd(turnID, answer, from: peer, now: now)
         case .stream(let turnID, let text):
             return relayStream(turnID, text, from: peer)
         case .claim(let turnID, let claimID, let skill, let parameters):

@@ -85,6 +85,9 @@ struct FeedSubscriptions {
     /// Whether anyone subscribes to any `round.` or `invocation.` event (likewise).
     var wantsRoundEvents: Bool { wantsAny(of: "round.") || wantsAny(of: "invocation.") }
 
+    /// Whether anyone subscribes to a turn's states or calls (`agent.state`, `turn.call`).
+    var wantsTurnEvents: Bool { wantsAny(of: "agent.state") || wantsAny(of: "turn.call") }
+
     /// Whether a subscription takes some topic that starts with `family` (a shorter one, "" say, takes all).
     private func wantsAny(of family: String) -> Bool {
         let topics = Array(family.utf8)

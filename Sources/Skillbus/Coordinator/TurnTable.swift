@@ -45,6 +45,9 @@ struct TurnTable: Sendable {
         let depth: Int
         /// Agents the client's ASK went through by handoff before this one (bounded like depth).
         var handoffs = 0
+        /// The STATEs and STEPs of the turn its worker sent: the rest its TURNEND's document holds.
+        var statesSent = 0
+        var stepsSent = 0
     }
 
     private var turns = PendingQueries(prefix: "t")
@@ -134,6 +137,12 @@ struct TurnTable: Sendable {
 
     /// Where the running turn `turnID` stands; nil when it is not running.
     func standing(of turnID: String) -> Standing? { standings[turnID] }
+
+    /// Counts a STATE (or STEP) of a running turn from its worker.
+    mutating func countReport(of turnID: String, from worker: PeerID, step: Bool) {
+        guard turns.entry(turnID, of: worker) != nil else { return }
+        if step { standings[turnID]?.stepsSent += 1 } else { standings[turnID]?.statesSent += 1 }
+    }
 
     /// The running turn `turnID`, whoever runs it.
     func turn(_ turnID: String) -> Turn? { turns.entry(turnID) }
