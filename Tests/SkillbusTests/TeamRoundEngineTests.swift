@@ -196,8 +196,8 @@ struct TeamRoundEngineTests {
         var sent = turns(state.handleRound(round(body), from: client, now: 0))
         #expect(sent.map(\.agent) == ["writer"])
         let draft = try #require(sent.first)
-        // The round's id and session, no lease: the ROUND holds the round.
-        #expect(draft.turn.roundID == "R" && draft.turn.sessionID == "s1" && !draft.turn.leased)
+        // The round's id and session; it holds the round: a round of asks alone, nothing ran in it (§3.5.10).
+        #expect(draft.turn.roundID == "R" && draft.turn.sessionID == "s1" && draft.turn.leased)
         #expect(draft.turn.message == "draft it" && draft.turn.team == nil)
         sent = turns(reply(&state, draft, "Draft."))
         #expect(sent.map(\.agent) == ["critic"] && sent.first?.turn.message == "critique Draft.")
@@ -286,6 +286,9 @@ struct TeamRoundEngineTests {
         var state = bus()
         let sent = turns(state.handleRound(round(["asks": ["agents": ["critic", "lead"], "message": "x"]]), from: client, now: 0))
         #expect(sent.count == 2)
+        // The first turn holds the round; its agent gives it back before its call goes through the bus.
+        #expect(sent.map(\.turn.leased) == [true, false])
+        _ = state.handleWorker(.release(turnID: sent[0].turn.turnID), from: peer(sent[0].agent), now: 1)
         // Each agent's call comes as a REQUEST of the round from that agent's own client connection.
         let call = { (id: String) in
             InvokeRequest(requestID: id, roundID: "R", skill: "echo", parameters: Array(#"{"text":"hi"}"#.utf8))

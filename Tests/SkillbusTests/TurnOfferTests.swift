@@ -28,12 +28,17 @@ struct TurnOfferTests {
         return state
     }
 
-    /// An asks round of both agents: their turns, by agent; neither holds the round (the ROUND does).
-    func asksRound(_ state: inout CoordinatorState, round: String = "r1") -> [PeerID: TurnRequest] {
+    /// An asks round of both agents: their turns, by agent. The first holds the round (§3.5.10); unless `held`,
+    /// it gives the round back at once (RELEASE), as the reference worker does when its turn waits, so that
+    /// both turns offer their calls.
+    func asksRound(_ state: inout CoordinatorState, round: String = "r1", held: Bool = false) -> [PeerID: TurnRequest] {
         let body = Array(#"{"asks":{"agents":["alpha","beta"],"message":"say hi","aggregate":"all"}}"#.utf8)
         let actions = state.handleRound(RoundRequest(requestID: "q1", roundID: round, body: body), from: client, now: 0)
         var turns: [PeerID: TurnRequest] = [:]
         for case .toWorker(let peer, .turn(let turn)) in actions { turns[peer] = turn }
+        for (peer, turn) in turns where turn.leased && !held {
+            _ = state.handleWorker(.release(turnID: turn.turnID), from: peer, now: 0)
+        }
         return turns
     }
 
@@ -60,7 +65,7 @@ struct TurnOfferTests {
         var state = bus()
         let turns = asksRound(&state)
         let (first, second) = (try #require(turns[alpha]), try #require(turns[beta]))
-        #expect(!first.leased && !second.leased)
+        #expect(first.leased && !second.leased)  // given back by asksRound
         let run = verdicts(state.handleWorker(offer(first, "o1"), from: alpha, now: 1 * Self.ms))
         #expect(run.count == 1 && run[0].peer == alpha && run[0].callID == "o1" && run[0].verdict == .run)
         // Identical: it joins the running call, and hears nothing yet (the feed hears it was deduplicated).
@@ -110,6 +115,67 @@ struct TurnOfferTests {
         #expect(subCalls.count == 2)
         #expect(subCalls.map { $0["status"] } == ["ok", "ok"])
         #expect(subCalls.map { $0["deduplicated"] } == [false, true])
+    }
+
+    @Test("the first ask's turn holds the round: another turn's offers wait for it, then are decided")
+    func offersWaitForTheHolder() throws {
+        var state = bus()
+        let turns = asksRound(&state, held: true)
+        let (holder, second) = (try #require(turns[alpha]), try #require(turns[beta]))
+        #expect(holder.leased && !second.leased)
+        // Beta offers the call alpha runs under the lease, and another one: both wait.
+        #expect(state.handleWorker(offer(second, "o1"), from: beta, now: 1 * Self.ms).isEmpty)
+        #expect(state.handleWorker(offer(second, "o2", text: "ho"), from: beta, now: 1 * Self.ms).isEmpty)
+        // The holder's own offer is no way to run a call of a round it holds.
+        #expect(
+            verdicts(state.handleWorker(offer(holder, "o3"), from: alpha, now: 1 * Self.ms)).first?.verdict == .route)
+        let called = state.handleWorker(
+            .called(turnID: holder.turnID, claimID: "c1", skill: "echo", parameters: hi, status: .ok, payload: result),
+            from: alpha, now: 2 * Self.ms)
+        #expect(verdicts(called).isEmpty)  // still held
+        // The round comes back with the holder's TURNEND: the identical call gets its outcome, the other runs.
+        let holderDocument: JSONValue = ["turn": .string(holder.turnID), "status": "ok", "reply": "hi"]
+        let ended = verdicts(
+            state.handleWorker(.turnEnd(turnID: holder.turnID, .ok(holderDocument)), from: alpha, now: 3 * Self.ms))
+        #expect(ended.map(\.callID) == ["o1", "o2"])
+        #expect(ended.first?.verdict == .done(status: .ok, agent: "alpha", payload: result))
+        #expect(ended.last?.verdict == .run)
+        // The holder's call is one of the round's sub-calls, the joined one deduplicated.
+        _ = state.handleWorker(
+            .called(
+                turnID: second.turnID, claimID: "o2", skill: "echo", parameters: Array(#"{"text":"ho"}"#.utf8),
+                status: .ok, payload: result), from: beta, now: 4 * Self.ms)
+        var document: JSONValue?
+        let secondDocument: JSONValue = ["turn": .string(second.turnID), "status": "ok", "reply": "hi"]
+        for case .toClient(_, .round(_, _, let body)) in state.handleWorker(
+            .turnEnd(turnID: second.turnID, .ok(secondDocument)), from: beta, now: 5 * Self.ms)
+        {
+            document = try JSONValue(parsing: body)
+        }
+        let subCalls = try #require(document?["invocations"]?.arrayValue).filter { $0["skill"] == "echo" }
+        #expect(subCalls.map { $0["deduplicated"] } == [false, true, false])
+    }
+
+    @Test("a waiting offer whose turn ended meanwhile is dropped; a round with a skill step gives no lease")
+    func waitingOfferOfAnEndedTurn() throws {
+        var state = bus()
+        let turns = asksRound(&state, held: true)
+        let (holder, second) = (try #require(turns[alpha]), try #require(turns[beta]))
+        _ = state.handleWorker(offer(second, "o1"), from: beta, now: 1 * Self.ms)
+        let secondDocument: JSONValue = ["turn": .string(second.turnID), "status": "ok", "reply": "hi"]
+        _ = state.handleWorker(.turnEnd(turnID: second.turnID, .ok(secondDocument)), from: beta, now: 2 * Self.ms)
+        #expect(verdicts(state.handleWorker(.release(turnID: holder.turnID), from: alpha, now: 3 * Self.ms)).isEmpty)
+
+        var plan = bus()
+        let body = Array(
+            #"{"plan":{"steps":[{"id":"e","skill":"echo","params":{}},{"id":"a","ask":{"agent":"alpha","message":"say hi"}}]}}"#
+                .utf8)
+        let actions = plan.handleRound(RoundRequest(requestID: "q2", roundID: "r9", body: body), from: client, now: 0)
+        let started = actions.compactMap { action -> TurnRequest? in
+            if case .toWorker(_, .turn(let turn)) = action { return turn }
+            return nil
+        }
+        #expect(started.count == 1 && started.first?.leased == false)
     }
 
     @Test("what the REQUEST path decides is routed: a held round, an unknown turn, single-flight off")

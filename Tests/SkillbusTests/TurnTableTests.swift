@@ -58,11 +58,11 @@ struct TurnTableTests {
         #expect(rest.map(\.key.claimID) == ["k2"])
         // Only the holder gives it back.
         let byOther = table.endLease(of: Self.key("R"), turnID: "t99")
-        #expect(!byOther && table.hasLeases)
+        #expect(byOther == nil && table.hasLeases)
         let byHolder = table.endLease(of: Self.key("R"), turnID: holder)
-        #expect(byHolder && !table.hasLeases)
+        #expect(byHolder != nil && !table.hasLeases)
         let twice = table.endLease(of: Self.key("R"), turnID: holder)
-        #expect(!twice)
+        #expect(twice == nil)
     }
 
     @Test("a cancelled turn's round stays marked while the turn runs and for the grace after it ended")

@@ -77,6 +77,17 @@ extension AgentWorker {
         }
     }
 
+    /// Runs on the I/O thread before it waits: a turn that holds its round and has not ended waits for
+    /// something (its planner, a skill that takes a while), so it gives the round back: the round's other
+    /// calls (another agent's, in a team round) are held up for one pass of this loop at most, never for a
+    /// whole turn.
+    func releaseWaitingTurnsRounds() {
+        let held = state.withLock { state in
+            state.leases.isEmpty ? [] : state.leases.filter { state.turns[$0.value] != nil }.map(\.key)
+        }
+        for round in held { giveBackRound(round) }
+    }
+
     /// Gives the round back to the bus if a turn of this agent holds it; anything of the round may then
     /// go through the bus.
     func giveBackRound(_ roundID: String) {

@@ -200,6 +200,7 @@ public final class AgentWorker: Sendable {
             guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
             worker.moveIfConnectionLost()
             let ready = worker.readyIfDue()
+            worker.releaseWaitingTurnsRounds()
             worker.flushTurnReports()
             worker.flushState()
             let heartbeat = worker.heartbeatIfDue()

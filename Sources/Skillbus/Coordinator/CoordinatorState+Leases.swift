@@ -27,15 +27,16 @@ extension CoordinatorState {
     mutating func noteClaim(
         turnID: String, claimID: String, skill: String, parameters: [UInt8], from peer: PeerID, now: UInt64
     ) -> [CoordinatorAction] {
-        if let claim = enter(turnID, skill, parameters, from: peer, now: now) {
+        if let claim = enter(turnID, claimID, skill, parameters, from: peer, now: now) {
             turns.claim(claim, as: TurnTable.ClaimKey(worker: peer, turnID: turnID, claimID: claimID))
         }
         return []
     }
 
-    /// The turn's call as an execution of its round, when the turn holds the round.
+    /// The turn's call as an execution of its round, when the turn holds the round; in a team round, one of the
+    /// round's sub-calls too, as an offered call is.
     private mutating func enter(
-        _ turnID: String, _ skill: String, _ parameters: [UInt8], from peer: PeerID, now: UInt64
+        _ turnID: String, _ claimID: String, _ skill: String, _ parameters: [UInt8], from peer: PeerID, now: UInt64
     ) -> TurnTable.Claim? {
         guard let turn = turns.turn(turnID, of: peer), turns.lease(of: ByteKey(turn.round))?.turnID == turnID else {
             return nil
@@ -45,7 +46,13 @@ extension CoordinatorState {
             schema: { ledger.registry.skills[$0]?.descriptor.parameters })
         // Only the holder adds to a held round, and it runs each call once: its call is always the first.
         guard case .first(let execution) = admission else { return nil }
-        return TurnTable.Claim(execution: execution, round: turn.round, accepted: now)
+        var claim = TurnTable.Claim(execution: execution, round: turn.round, accepted: now)
+        if rounds.isRunning(ByteKey(turn.round)) {
+            let subCall = Self.offerSubCallID(turnID: turnID, callID: claimID)
+            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: false)
+            claim.subCall = subCall
+        }
+        return claim
     }
 
     /// CALLED: the call ended; whoever joined it gets its outcome. One with no CLAIM before it ended while
@@ -56,7 +63,7 @@ extension CoordinatorState {
     ) -> [CoordinatorAction] {
         guard
             let claim = turns.takeClaim(TurnTable.ClaimKey(worker: peer, turnID: turnID, claimID: claimID))
-                ?? enter(turnID, skill, parameters, from: peer, now: now)
+                ?? enter(turnID, claimID, skill, parameters, from: peer, now: now)
         else { return [] }
         let agent = workers[peer]?.nameFrame ?? []
         var outcome = Outcome(
@@ -78,13 +85,19 @@ extension CoordinatorState {
     /// The round comes back from the turn `turnID` (if it holds it): what waited for it is handled now.
     mutating func endLease(of round: [UInt8], turnID: String, now: UInt64) -> [CoordinatorAction] {
         let key = ByteKey(round)
-        guard turns.endLease(of: key, turnID: turnID) else { return [] }
+        guard let offers = turns.endLease(of: key, turnID: turnID) else { return [] }
         var actions: [CoordinatorAction] = []
         for item in parked.releaseLease(key) {
             guard case .invoke(let request, let client, let arrived) = item else {
                 preconditionFailure("a ROUND waited behind a lease: a leased round refuses ROUNDs")
             }
             actions += acceptInvoke(request, from: client, accepted: arrived, now: now)
+        }
+        // An offer whose turn ended meanwhile is nobody's any more.
+        for offer in offers where turns.turn(offer.turnID, of: offer.worker) != nil {
+            actions += noteOffer(
+                turnID: offer.turnID, callID: offer.callID, skill: offer.skill, parameters: offer.parameters,
+                from: offer.worker, now: now)
         }
         return actions
     }

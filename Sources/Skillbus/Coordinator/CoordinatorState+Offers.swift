@@ -11,12 +11,18 @@ extension CoordinatorState {
         func answer(_ verdict: OfferVerdict) -> [CoordinatorAction] {
             [.toWorker(peer, .verdict(callID: callID, verdict))]
         }
-        // A round a turn holds makes its REQUESTs wait; a cancelled turn's calls are refused; a cached skill may
-        // be answered from the cache: the REQUEST path decides all of those.
+        // A cancelled turn's calls are refused; a cached skill may be answered from the cache: the REQUEST path
+        // decides those.
         guard settings.deduplication, let turn = turns.turn(turnID, of: peer), !turn.round.isEmpty,
-            turns.lease(of: ByteKey(turn.round)) == nil, !turns.isCancelled(round: turn.round),
-            descriptors.cacheLifetimeMs(of: skill) == nil
+            !turns.isCancelled(round: turn.round), descriptors.cacheLifetimeMs(of: skill) == nil
         else { return answer(.route) }
+        // Another turn holds the round (the first ask of a team round): the offer waits until it comes back, as
+        // a REQUEST of the round would.
+        if let lease = turns.lease(of: ByteKey(turn.round)) {
+            let waiting = TurnTable.WaitingOffer(
+                worker: peer, turnID: turnID, callID: callID, skill: skill, parameters: parameters)
+            return lease.turnID != turnID && turns.wait(waiting, for: ByteKey(turn.round)) ? [] : answer(.route)
+        }
         let subCall = Self.offerSubCallID(turnID: turnID, callID: callID)
         let admission = singleFlight.admit(
             round: turn.round, skill: skill, parameters: parameters,

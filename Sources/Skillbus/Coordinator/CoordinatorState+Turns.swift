@@ -41,9 +41,9 @@ extension CoordinatorState {
     /// Sends the turn to its agent; a nested one is announced on the feed as its parent's delegation.
     mutating func startTurn(
         _ entry: PendingQueries.Entry, standing: TurnTable.Standing, message: String, handoff: TeamContext.Handoff? = nil,
-        now: UInt64
+        leasing: Bool? = nil, now: UInt64
     ) -> (turnID: String, actions: [CoordinatorAction]) {
-        let leased = mayLease(entry.round)
+        let leased = leasing ?? mayLease(entry.round)
         let turnID = turns.start(entry, leasing: leased, standing: standing)
         var team: TeamContext?
         if standing.parent != nil || handoff != nil {

@@ -57,6 +57,7 @@ struct TurnTable: Sendable {
     private var plannersDown: [PeerID: UInt64] = [:]
     private var leases: [ByteKey: Lease] = [:]
     private var claims: [ClaimKey: Claim] = [:]
+    private var waitingOffers: [ByteKey: [WaitingOffer]] = [:]
     /// Round → until when it stays marked (monotonic nanoseconds; `UInt64.max` while its turn runs).
     private var cancelledRounds: [ByteKey: UInt64] = [:]
 
@@ -176,10 +177,30 @@ struct TurnTable: Sendable {
 
     func lease(of round: ByteKey) -> Lease? { leases.isEmpty ? nil : leases[round] }
 
-    /// The round comes back from turn `turnID`: true when that turn held it (it no longer does).
-    mutating func endLease(of round: ByteKey, turnID: String) -> Bool {
-        guard let index = leases.index(forKey: round), leases.values[index].turnID == turnID else { return false }
+    /// The round comes back from turn `turnID`: the OFFERs that waited for it, in the order they came; nil when
+    /// that turn did not hold it.
+    mutating func endLease(of round: ByteKey, turnID: String) -> [WaitingOffer]? {
+        guard let index = leases.index(forKey: round), leases.values[index].turnID == turnID else { return nil }
         leases.remove(at: index)
+        return waitingOffers.removeValue(forKey: round) ?? []
+    }
+
+    /// An OFFER of another turn of a held round (a team round's, §3.7.3): decided when the round comes back.
+    struct WaitingOffer: Sendable {
+        let worker: PeerID
+        let turnID: String
+        let callID: String
+        let skill: String
+        let parameters: [UInt8]
+    }
+
+    /// At most this many OFFERs wait for one round; past it they go the REQUEST path, which bounds its own.
+    static let waitingOffersLimit = 1024
+
+    /// Keeps `offer` until its round comes back; false when the round already holds as many as it may.
+    mutating func wait(_ offer: WaitingOffer, for round: ByteKey) -> Bool {
+        guard waitingOffers[round, default: []].count < Self.waitingOffersLimit else { return false }
+        waitingOffers[round, default: []].append(offer)
         return true
     }
 

@@ -62,7 +62,21 @@ extension CoordinatorState {
             session: String(decoding: session, as: UTF8.self))
         entry.roundStep = index
         let standing = TurnTable.Standing(agent: agent, message: message, parent: nil, depth: 0)
-        return startTurn(entry, standing: standing, message: message, now: now).actions
+        return startTurn(entry, standing: standing, message: message, leasing: mayLeaseAsk(roundKey, round: round), now: now).actions
+    }
+
+    /// Whether the turn of an ask starting now may hold its round (PROTOCOL §3.5.10): the round asks agents and
+    /// runs no skill step of its own (those the round engine decides, which a lease would not stop), nothing
+    /// ran or runs in it, and no other turn holds it. The other turns' calls then wait for it (their OFFERs) as
+    /// REQUESTs do, and the holder's calls run on its agent without asking first.
+    mutating func mayLeaseAsk(_ roundKey: ByteKey, round: [UInt8]) -> Bool {
+        guard settings.deduplication, turns.lease(of: roundKey) == nil, !singleFlight.knows(round: round) else {
+            return false
+        }
+        let asksOnly = rounds.update(roundKey) { run in
+            run.invocations.allSatisfy { $0.ask != nil || $0.subCallRequest != nil }
+        }
+        return asksOnly == true
     }
 
     /// The turn of an ask ended (TURNEND, or the bus gave up on it): the step ends with the reply as a text
