@@ -77,6 +77,23 @@ struct EdgeLimitsTests {
         #expect(feed.receive([0]) == .unsubscribe(FeedSubscriptions.topicRoots))
     }
 
+    @Test("\"\" and a root held together: giving up either leaves what the other applies")
+    func everythingBesideARoot() {
+        var feed = FeedSubscriptions()
+        let agent = Array("agent.".utf8)
+        #expect(feed.receive([1]) == .subscribe(FeedSubscriptions.topicRoots))
+        #expect(feed.receive([1] + agent) == .subscribe([agent]))
+        // "" goes: every root but the one still held.
+        #expect(feed.receive([0]) == .unsubscribe(FeedSubscriptions.topicRoots.filter { $0 != agent }))
+        #expect(feed.wants(Array("agent.state".utf8)) && !feed.wants(Array("round.done".utf8)))
+        // The other order: the root goes while "" holds it, so it stays; then "" takes everything.
+        #expect(feed.receive([1]) == .subscribe(FeedSubscriptions.topicRoots))
+        #expect(feed.receive([0] + agent) == .ignored)
+        #expect(feed.wants(Array("agent.state".utf8)))
+        #expect(feed.receive([0]) == .unsubscribe(FeedSubscriptions.topicRoots))
+        #expect(feed.isEmpty)
+    }
+
     @Test("batch subscriptions: + PREFIX NUL applied as they are, each batch named by its subscription")
     func batchSubscriptions() {
         var feed = FeedSubscriptions()

@@ -42,8 +42,18 @@ struct FeedSubscriptions {
             return Self.count(kind == 1, prefix, in: &batchHolders) ? change(kind, [prefix]) : .ignored
         }
         // An unsubscription of a prefix nobody holds (never applied, or sent twice) changes nothing.
-        return Self.count(kind == 1, prefix, in: &holders)
-            ? change(kind, prefix.isEmpty ? Self.topicRoots : [prefix]) : .ignored
+        guard Self.count(kind == 1, prefix, in: &holders) else { return .ignored }
+        let applied = prefix.isEmpty ? Self.topicRoots : [prefix]
+        guard kind == 0 else { return .subscribe(applied) }
+        // libzmq keeps one entry per prefix and subscriber, so "" (applied as the roots) and a root held beside it
+        // share one: an unsubscription removes only what no subscription still applies. A prefix left to a
+        // subscriber that no longer asked for it costs messages its SUB socket drops; one removed too many would
+        // lose events it asked for.
+        let removed =
+            prefix.isEmpty
+            ? applied.filter { holders[$0] == nil }
+            : applied.filter { holders[[]] == nil || !Self.topicRoots.contains($0) }
+        return removed.isEmpty ? .ignored : .unsubscribe(removed)
     }
 
     private func change(_ kind: UInt8, _ prefixes: [[UInt8]]) -> Change {
