@@ -120,6 +120,57 @@ struct WorkerTests {
         await running.value
     }
 
+    /// The commands the worker sends for turn `turnID`, up to `last`; HEARTBEATs and the agent's own STATEs are
+    /// passed by.
+    func commands(of turnID: String, on bus: FakeBus, until last: String = "TURNEND") async throws -> [String] {
+        var seen: [String] = []
+        while seen.last != last {
+            let message = try await bus.next()
+            guard message.count > 3 else { continue }
+            // A STATE of the turn names it in its body; the others in field 2.
+            let ofTurn =
+                message[2] == Array("STATE".utf8)
+                ? (try? JSONValue(parsing: message[3]))?["turn"] == .string(turnID) : message[3] == Array(turnID.utf8)
+            guard ofTurn else { continue }
+            seen.append(String(decoding: message[2], as: UTF8.self))
+        }
+        return seen
+    }
+
+    @Test("a turn that holds its round keeps it while it runs on, and gives it back once it waits a while")
+    func leaseGivenBackWhileWaiting() async throws {
+        let bus = try await FakeBus(context: context)
+        defer { bus.close() }
+        let gate = Gate()
+        var options = AgentWorker.Options(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50)
+        options.planner = try RulesPlanner(json: [
+            "rules": [
+                ["intent": "^hi$", "skill": "echo", "params": ["text": "hi"], "reply": "{result}"],
+                ["intent": "^wait$", "skill": "gated", "params": [:], "reply": "{result}"],
+            ]
+        ])
+        let worker = try await AgentWorker.connect(
+            options: options, skills: [EchoSkill(), Gated(gate: gate)], context: context, logger: logger)
+        let running = Task { await worker.run() }
+        defer { running.cancel() }
+        let peer = try await welcome(bus)
+        func turn(_ id: String, _ message: String) {
+            let request = TurnRequest(
+                turnID: id, roundID: "r-\(id)", sessionID: "", deadlineMs: 20_000, message: message, leased: true)
+            bus.send([peer] + BusToWorkerMessage.turn(request).encoded())
+        }
+        // A quick call: run here and reported, the round kept to the turn's end (STATEs ride in TURNEND).
+        turn("t1", "hi")
+        #expect(try await commands(of: "t1", on: bus) == ["CALLED", "TURNEND"])
+        // A call that waits: its STATEs go out, then its CLAIM and RELEASE while it still runs; CALLED ends it.
+        turn("t2", "wait")
+        #expect(
+            try await commands(of: "t2", on: bus, until: "RELEASE") == ["STATE", "STATE", "STATE", "CLAIM", "RELEASE"])
+        gate.open()
+        #expect(try await commands(of: "t2", on: bus) == ["CALLED", "TURNEND"])
+        await worker.stop()
+    }
+
     @Test("stop() ends promptly while a skill waits on a sub-call the bus never answers")
     func stopDuringSubCall() async throws {
         let bus = try await FakeBus(context: context)
@@ -145,5 +196,43 @@ private struct Relay: AgentSkill {
 
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
         try await context.invoke("elsewhere.skill")
+    }
+}
+
+/// Lets `Gated` calls end when the test says so.
+private final class Gate: Sendable {
+    private let waiting = Mutex<(open: Bool, continuations: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func wait() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let open = waiting.withLock { state in
+                if !state.open { state.continuations.append(continuation) }
+                return state.open
+            }
+            if open { continuation.resume() }
+        }
+    }
+
+    func open() {
+        let continuations = waiting.withLock { state in
+            state.open = true
+            defer { state.continuations.removeAll() }
+            return state.continuations
+        }
+        for continuation in continuations { continuation.resume() }
+    }
+}
+
+/// A skill that runs until its gate opens.
+private struct Gated: AgentSkill {
+    let gate: Gate
+    var identifier: String { "gated" }
+    var displayName: String { "Gated" }
+    var description: String { "waits for the test" }
+    var parameterSchema: ParameterSchema { ParameterSchema([]) }
+
+    func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
+        await gate.wait()
+        return .text("opened")
     }
 }

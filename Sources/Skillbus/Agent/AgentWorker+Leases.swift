@@ -77,15 +77,27 @@ extension AgentWorker {
         }
     }
 
-    /// Runs on the I/O thread before it waits: a turn that holds its round and has not ended waits for
-    /// something (its planner, a skill that takes a while), so it gives the round back: the round's other
-    /// calls (another agent's, in a team round) are held up for one pass of this loop at most, never for a
-    /// whole turn.
-    func releaseWaitingTurnsRounds() {
-        let held = state.withLock { state in
-            state.leases.isEmpty ? [] : state.leases.filter { state.turns[$0.value] != nil }.map(\.key)
+    /// How long a turn keeps its round while it waits for something (its planner, a store, a skill that takes a
+    /// while): a turn that runs within a few passes of the loop keeps it to its end; a longer one holds the round's
+    /// other calls (another agent's, in a team round) up for this long at most.
+    static let leaseKeptWhileWaiting: Duration = .milliseconds(1)
+
+    /// Runs on the I/O thread before it waits: gives back the rounds of turns that have held theirs for
+    /// `leaseKeptWhileWaiting` and not ended; returns how long until the next one is due.
+    func releaseWaitingTurnsRounds() -> Duration? {
+        let now = ContinuousClock.now
+        var next: Duration?
+        let due = state.withLock { state -> [String] in
+            guard !state.leases.isEmpty else { return [] }
+            var due: [String] = []
+            for (round, turnID) in state.leases where state.turns[turnID] != nil {
+                let left = (state.leasedSince[turnID] ?? now) + Self.leaseKeptWhileWaiting - now
+                if left <= .zero { due.append(round) } else { next = min(next ?? left, left) }
+            }
+            return due
         }
-        for round in held { giveBackRound(round) }
+        for round in due { giveBackRound(round) }
+        return next
     }
 
     /// Gives the round back to the bus if a turn of this agent holds it; anything of the round may then

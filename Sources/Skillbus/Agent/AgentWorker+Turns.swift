@@ -14,7 +14,10 @@ extension AgentWorker {
             }
             // Created under the lock so that the task cannot finish before it is recorded.
             let executor: (any TaskExecutor)? = planner.executionStyle == .quick ? socket.executor : nil
-            if turn.leased { state.leases[turn.roundID] = turn.turnID }
+            if turn.leased {
+                state.leases[turn.roundID] = turn.turnID
+                state.leasedSince[turn.turnID] = .now
+            }
             // The socket's thread cancels the turn when its deadline passes (expireTurns).
             let deadline = ContinuousClock.now + .milliseconds(turn.deadlineMs)
             state.turnDeadlines[turn.turnID] = deadline
@@ -23,6 +26,7 @@ extension AgentWorker {
                 self.state.withLock { state in
                     state.turns[turn.turnID] = nil
                     state.turnDeadlines[turn.turnID] = nil
+                    state.leasedSince[turn.turnID] = nil
                     // TURNEND gives the round back.
                     if state.leases[turn.roundID] == turn.turnID { state.leases[turn.roundID] = nil }
                     // The turn's last state stands until the agent's own state is said again.

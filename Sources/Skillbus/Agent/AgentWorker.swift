@@ -51,6 +51,8 @@ public final class AgentWorker: Sendable {
         var turns: [String: Task<Void, Never>] = [:]
         /// When each of them runs out of time: the socket's thread cancels it then (`expireTurns`).
         var turnDeadlines: [String: ContinuousClock.Instant] = [:]
+        /// When each turn that holds its round was given it (`releaseWaitingTurnsRounds`).
+        var leasedSince: [String: ContinuousClock.Instant] = [:]
         /// Turns' STATEs and STEPs not sent yet, in order: the I/O thread sends them before it waits, and a
         /// turn that ends first leaves its own out, for the bus to take from its document (PROTOCOL §3.7).
         var turnReports: [(turnID: String, message: WorkerMessage)] = []
@@ -200,11 +202,11 @@ public final class AgentWorker: Sendable {
             guard let worker = owner.worker.withLock({ $0.value }) else { return nil }
             worker.moveIfConnectionLost()
             let ready = worker.readyIfDue()
-            worker.releaseWaitingTurnsRounds()
+            let release = worker.releaseWaitingTurnsRounds()
             worker.flushTurnReports()
             worker.flushState()
             let heartbeat = worker.heartbeatIfDue()
-            return [ready, heartbeat, worker.expireTurns()].compactMap { $0 }.min()
+            return [ready, heartbeat, worker.expireTurns(), release].compactMap { $0 }.min()
         }
         let name = "skillbus-worker-\(options.name)"
         let lost: @Sendable (Int) -> @Sendable (Bool) -> Void = { generation in
