@@ -224,8 +224,9 @@ def test_team_rounds_from_the_python_client_ask_the_python_agent_too(team):
 
 
 def test_the_wire_of_a_python_turn(tmp_path):
-    """READY with planner, role and description (§5.1); a TURN with a team field (§4.2) answered by STATEs
-    of the turn, TURNEND with its document (§5.18), then the agent's own state; bad TURNs refused."""
+    """READY with planner, role and description (§5.1); a TURN with a team field (§4.2) answered by RELEASE (it
+    held its round), STATEs of the turn, TURNEND with its document (§5.18), then the agent's own state; bad TURNs
+    refused."""
     bus = FakeBus()
     hold, seen_cancel = threading.Event(), threading.Event()
 
@@ -246,9 +247,10 @@ def test_the_wire_of_a_python_turn(tmp_path):
         handing = {"turn": "t1", "agent": "lead", "reply": None}
         team = {"parent": "t1", "caller": "lead", "depth": 1, "handoff": {"from": "lead", "note": "n", "turn": handing}}
         bus.send(b"TURN", b"t2", b"r", b"s", b"5000", b"hi", b"1", json.dumps(team).encode())
+        assert bus.next_message() == (b"RELEASE", [b"t2"])  # it holds the round (field 7): given back at once
         assert [json.loads(bus.next_message()[1][0]) for _ in range(2)] == [
             {"state": "thinking", "session": "s", "turn": "t2"}, {"state": "completed", "session": "s", "turn": "t2"}]
-        command, (turn_id, status, body) = bus.next_message()  # no RELEASE: the turn made no call
+        command, (turn_id, status, body) = bus.next_message()
         document = json.loads(body)
         assert (command, turn_id, status, document["reply"], document["status"]) == (b"TURNEND", b"t2", b"ok", "hi from lead", "ok")
         assert (document["agent"], document["role"], document["parent"], document["depth"]) == ("solo", "oracle", "t1", 1)

@@ -68,7 +68,10 @@ class AgentTurn:
         self.cancelled = threading.Event()
         self._worker = worker
         self._send = send  # sends one worker message (fields 1, 2, …) on the worker's connection; any thread
-        self._holds_round = fields["lease"]
+        if fields["lease"]:
+            # This worker runs no call itself, so holding the round gains it nothing, while the round's other
+            # calls (another agent's, in a team round) would wait for it: it gives the round back at once (§3.7).
+            send(b"RELEASE", self.id.encode())
         self._lock = threading.Lock()
         self._ended = False
         self._states: list[dict] = []
@@ -191,12 +194,6 @@ class AgentTurn:
         stopped = self._stopped()
         if stopped is not None:
             raise stopped
-        with self._lock:
-            if self._holds_round:
-                # This worker runs no call itself: it gives the round back before anything of it goes
-                # through the bus, or the bus would hold the turn's own REQUESTs until the turn ends (§3.7).
-                self._holds_round = False
-                self._send(b"RELEASE", self.id.encode())
         left = self.time_left() if timeout is None else min(timeout, self.time_left())
         call = send_request(self._worker._client, max(0.001, left))
         with self._lock:
