@@ -21,8 +21,9 @@ public enum BenchCommand: SkillbusCommand {
             Then turns, one at a time, with three agents of a rules planner beside the workers, each against the
             same work done without them, in five alternating pairs: a turn with one skill call against a plain
             send; a turn that asks another agent (whose turn makes the call) against the client asking the two
-            agents itself, one after the other; an asks round of the three against the three asks sent at once
-            ("n/a" on a bus that takes no asks rounds).
+            agents itself, one after the other; an asks round of the three against the three asks sent at once,
+            and against the three asks sent in one round, whose identical calls then run once too ("n/a" on a bus
+            that takes no asks rounds).
             Then the configuration people deploy: a coordinator with keys on bus and feed and the round journal,
             sent ROUNDs while a feed watcher reads every event, against REQUESTs on the plain coordinator and
             against the raw proxy, at 64 in flight; and keys alone, REQUESTs with and without, at 1 and 64.

@@ -131,14 +131,16 @@ public struct LoadGenerator: Sendable {
             })
     }
 
-    /// Turns (ASK) with `message`, each in a round of its own; a reply counts as ok when the turn ended ok.
-    public static func turns(_ message: String, agent: String) -> LoadGenerator {
+    /// Turns (ASK) with `message`, each in a round of its own (unless `roundID` says which); a reply counts as ok
+    /// when the turn ended ok.
+    public static func turns(
+        _ message: String, agent: String, roundID: @escaping @Sendable () -> String = Self.freshRoundID
+    ) -> LoadGenerator {
         LoadGenerator(
             makeRequest: { id in
                 ClientMessage.ask(
                     AskRequest(
-                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        agent: agent, timeoutMs: 15_000, message: message)
+                        requestID: String(id), roundID: roundID(), agent: agent, timeoutMs: 15_000, message: message)
                 ).encoded()
             },
             replyID: { frames in
@@ -147,6 +149,11 @@ public struct LoadGenerator: Sendable {
                 else { return nil }
                 return (id, message[4] == Array("ok".utf8))
             })
+    }
+
+    /// A round id no bench request used before.
+    @Sendable public static func freshRoundID() -> String {
+        "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
     }
 
     /// Raw frames for the baseline: an id frame and a payload frame, echoed back unchanged.
@@ -253,5 +260,22 @@ public enum ProcessCPU {
             return total + (stat?.split(separator: " ").first.flatMap { Int($0) } ?? 0)
         }
         return Double(nanos) / 1e9
+    }
+}
+
+/// Round ids handed out in groups: every `size` calls in a row get the same one, each group a fresh one (the
+/// asks of one sample sent in one round, as a client that wants their calls run once would send them).
+public final class RoundIDGroups: Sendable {
+    private let size: Int
+    private let handedOut = Mutex<(count: Int, current: String)>((0, ""))
+
+    public init(size: Int) { self.size = size }
+
+    @Sendable public func next() -> String {
+        handedOut.withLock { state in
+            if state.count % size == 0 { state.current = LoadGenerator.freshRoundID() }
+            state.count += 1
+            return state.current
+        }
     }
 }

@@ -6,7 +6,8 @@ import SkillbusZMQ
 /// one sample at a time): a turn of the rules planner with one skill call against a plain send of that
 /// skill; a turn that asks another agent (whose turn makes the call) against the client asking the two
 /// agents itself, one after the other; and an asks round of three agents against the client sending the
-/// three asks at once. `skillbus bench` prints them, and so does `skillbus-perf`.
+/// three asks at once, and against the three asks sent in one round (whose identical calls then run once, as
+/// the asks round's do). `skillbus bench` prints them, and so does `skillbus-perf`.
 public struct TurnBench: Sendable {
     /// The agents, each with a rules planner that answers "say WORD" by calling echo; the first also
     /// answers "relay WORD" by asking the second "say WORD".
@@ -63,6 +64,11 @@ public struct TurnBench: Sendable {
         let twoAsks = StepLoad(steps: [[say(Self.agents[0])], [say(Self.agents[1])]])
         let asksRound = StepLoad(.rounds(body: Self.asksBody(message: "say hello")))
         let threeAsks = StepLoad(steps: [Self.agents.map(say)])
+        // The same three asks in one round: their calls then run once, as the asks round's do.
+        let inOneRound = RoundIDGroups(size: Self.agents.count)
+        let threeAsksInOneRound = StepLoad(steps: [
+            Self.agents.map { LoadGenerator.turns("say hello", agent: $0, roundID: inOneRound.next) }
+        ])
         // Warm every path: the agents' planners, their stores, the bus's tables.
         for load in [turn, send, delegated, twoAsks, threeAsks] { _ = try await run(load, samples: min(samples, 50)) }
 
@@ -71,14 +77,19 @@ public struct TurnBench: Sendable {
         note("turns: \(pairs) pairs of \(samples) delegated asks and two asks in turn…")
         let delegation = try await inPairs(delegated, against: twoAsks)
         var round: PairedFigures?
+        var roundByHand: PairedFigures?
         if try await Self.takesAsksRounds(bus: bus, context: context) {
             _ = try await run(asksRound, samples: min(samples, 50))
             note("turns: \(pairs) pairs of \(samples) asks rounds of three agents and three asks at once…")
             round = try await inPairs(asksRound, against: threeAsks)
+            note("turns: \(pairs) pairs of \(samples) asks rounds of three agents and three asks in one round…")
+            roundByHand = try await inPairs(asksRound, against: threeAsksInOneRound)
         } else {
-            note("turns: this bus takes no asks rounds; that row is left out")
+            note("turns: this bus takes no asks rounds; those rows are left out")
         }
-        return TurnRows(samples: samples, pairs: pairs, turnVsSend: oneCall, delegatedVsTwoAsks: delegation, asksRoundVsThreeAsks: round)
+        return TurnRows(
+            samples: samples, pairs: pairs, turnVsSend: oneCall, delegatedVsTwoAsks: delegation,
+            asksRoundVsThreeAsks: round, asksRoundVsThreeAsksInOneRound: roundByHand)
     }
 
     private func run(_ load: StepLoad, samples: Int) async throws -> LoadReport {
@@ -128,11 +139,14 @@ public struct TurnRows: Sendable {
     public var pairs: Int
     public var turnVsSend: PairedFigures
     public var delegatedVsTwoAsks: PairedFigures
-    /// Nil when the bus takes no asks rounds.
+    /// Nil when the bus takes no asks rounds (and so is the next one).
     public var asksRoundVsThreeAsks: PairedFigures?
+    /// The asks round against the three asks sent in one round, whose calls then run once too.
+    public var asksRoundVsThreeAsksInOneRound: PairedFigures?
 
     public var failed: Int {
         turnVsSend.failed + delegatedVsTwoAsks.failed + (asksRoundVsThreeAsks?.failed ?? 0)
+            + (asksRoundVsThreeAsksInOneRound?.failed ?? 0)
     }
 
     /// Each row: both sides' figures (their runs merged), the median of the pairs' p50 ratios, and each pair's.
@@ -149,6 +163,9 @@ public struct TurnRows: Sendable {
             "delegatedAskVsTwoAsks": row(delegatedVsTwoAsks, "delegatedAsk", "twoAsksInTurn"),
             "asksRoundVsThreeAsks": asksRoundVsThreeAsks.map { row($0, "asksRound", "threeAsksAtOnce") }
                 ?? ["available": false, "reason": "needs asks rounds"],
+            "asksRoundVsThreeAsksInOneRound": asksRoundVsThreeAsksInOneRound.map {
+                row($0, "asksRound", "threeAsksInOneRound")
+            } ?? ["available": false, "reason": "needs asks rounds"],
         ]
     }
 
@@ -168,6 +185,7 @@ public struct TurnRows: Sendable {
         row("one-call turn / plain send", turnVsSend, targets?[0])
         row("delegated ask / two asks in turn", delegatedVsTwoAsks, targets?[1])
         row("asks round of 3 / 3 asks at once", asksRoundVsThreeAsks, targets?[2])
+        row("asks round of 3 / 3 asks, 1 round", asksRoundVsThreeAsksInOneRound, nil)
         print("  (each ratio is the median of the p50 ratios of \(pairs) pairs of \(samples) run in alternating order)")
     }
 }
