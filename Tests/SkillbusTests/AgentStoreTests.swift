@@ -218,6 +218,20 @@ struct AgentStoreTests {
         }
     }
 
+    @Test("a lock that outlives its holder's close a moment (a child not yet started holds it) is waited for")
+    func lockReleasedLate() async throws {
+        try await withTemporaryDirectory { directory in
+            // An empty lock file under a flock: what a store's close leaves while a spawned child still holds a
+            // copy of its descriptor. The copy goes 50 ms later.
+            let path = (directory as NSString).appendingPathComponent(DirectoryLock.fileName)
+            let copy = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+            #expect(copy >= 0 && flock(copy, LOCK_EX | LOCK_NB) == 0)
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { close(copy) }
+            let store = try await AgentStore.open(directory: directory, agent: "alpha")
+            await store.close()
+        }
+    }
+
     @Test("the synchronous init opens the store from a plain thread")
     func synchronousOpen() async throws {
         try await withTemporaryDirectory { directory in

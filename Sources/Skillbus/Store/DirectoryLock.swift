@@ -24,7 +24,7 @@ final class DirectoryLock: Sendable {
                 .storageUnavailable, "cannot open the lock file \(path): \(reason)",
                 details: ["path": .string(path), "errno": .number(Double(errno))])
         }
-        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+        guard Self.lock(fd) else {
             let busy = errno == EWOULDBLOCK
             let reason = String(cString: strerror(errno))
             let holder = Self.holder(fd)
@@ -45,6 +45,19 @@ final class DirectoryLock: Sendable {
         let note = Array("pid \(getpid()) agent \(agent)\n".utf8)
         _ = ftruncate(fd, 0)
         _ = pwrite(fd, note, note.count, 0)
+    }
+
+    /// Takes the `flock` of `fd`, false when someone holds it (errno says why). A lock file with no note in it
+    /// was just released: the `flock` may outlive its holder's close for the moment a program another thread of
+    /// that process starts holds a copy of the descriptor (until it runs the program, which closes it), so an
+    /// opener right after a close tries again for up to 200 ms. A holder writes its note as soon as it locks.
+    private static func lock(_ fd: Int32) -> Bool {
+        for _ in 0..<40 {
+            if flock(fd, LOCK_EX | LOCK_NB) == 0 { return true }
+            guard errno == EWOULDBLOCK, holder(fd) == nil else { return false }
+            usleep(5_000)
+        }
+        return flock(fd, LOCK_EX | LOCK_NB) == 0
     }
 
     /// Empties the lock file and releases the lock (closing the file releases the `flock`). Call once.
