@@ -79,7 +79,7 @@ public struct TurnBench: Sendable {
         var round: PairedFigures?
         var roundByHand: PairedFigures?
         if try await Self.takesAsksRounds(bus: bus, context: context) {
-            _ = try await run(asksRound, samples: min(samples, 50))
+            for load in [asksRound, threeAsksInOneRound] { _ = try await run(load, samples: min(samples, 50)) }
             note("turns: \(pairs) pairs of \(samples) asks rounds of three agents and three asks at once…")
             round = try await inPairs(asksRound, against: threeAsks)
             note("turns: \(pairs) pairs of \(samples) asks rounds of three agents and three asks in one round…")

@@ -141,7 +141,7 @@ struct WorkerTests {
     func leaseGivenBackWhileWaiting() async throws {
         let bus = try await FakeBus(context: context)
         defer { bus.close() }
-        let gate = Gate()
+        let gate = OneShot<Void>()
         var options = AgentWorker.Options(name: "alpha", coordinator: bus.endpoint, heartbeatMs: 50)
         options.planner = try RulesPlanner(json: [
             "rules": [
@@ -166,7 +166,7 @@ struct WorkerTests {
         turn("t2", "wait")
         #expect(
             try await commands(of: "t2", on: bus, until: "RELEASE") == ["STATE", "STATE", "STATE", "CLAIM", "RELEASE"])
-        gate.open()
+        gate.offer(())
         #expect(try await commands(of: "t2", on: bus) == ["CALLED", "TURNEND"])
         await worker.stop()
     }
@@ -199,40 +199,16 @@ private struct Relay: AgentSkill {
     }
 }
 
-/// Lets `Gated` calls end when the test says so.
-private final class Gate: Sendable {
-    private let waiting = Mutex<(open: Bool, continuations: [CheckedContinuation<Void, Never>])>((false, []))
-
-    func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let open = waiting.withLock { state in
-                if !state.open { state.continuations.append(continuation) }
-                return state.open
-            }
-            if open { continuation.resume() }
-        }
-    }
-
-    func open() {
-        let continuations = waiting.withLock { state in
-            state.open = true
-            defer { state.continuations.removeAll() }
-            return state.continuations
-        }
-        for continuation in continuations { continuation.resume() }
-    }
-}
-
-/// A skill that runs until its gate opens.
+/// A skill that runs until the test offers its gate a value (one call at a time awaits it).
 private struct Gated: AgentSkill {
-    let gate: Gate
+    let gate: OneShot<Void>
     var identifier: String { "gated" }
     var displayName: String { "Gated" }
     var description: String { "waits for the test" }
     var parameterSchema: ParameterSchema { ParameterSchema([]) }
 
     func execute(parameters: [String: JSONValue], context: SkillExecutionContext) async throws -> SkillResult {
-        await gate.wait()
+        await gate.value()
         return .text("opened")
     }
 }
