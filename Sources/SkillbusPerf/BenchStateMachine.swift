@@ -2,28 +2,37 @@ import Foundation
 import Skillbus
 
 /// The coordinator's decisions alone, without sockets: an echo REQUEST, the same REQUEST in a round of its
-/// own (the floor a one-invocation ROUND could reach: single-flight keeps its outcome for the round id) and a
-/// one-invocation ROUND, each driven through `CoordinatorState` from arrival to answer, in alternating order.
+/// own (the floor a one-invocation ROUND could reach: single-flight keeps its outcome for the round id), a
+/// one-invocation ROUND, a fan-out to both workers and a plan of eight independent steps (these two per
+/// invocation), each driven through `CoordinatorState` from arrival to answer, in alternating order.
 /// What the bench's coordinator CPU figures hold beyond this is the loop's reading, decoding and sending.
 struct StateMachineBench {
     struct Figures {
         var requestNanos: Double
         var requestInRoundNanos: Double
         var roundNanos: Double
+        /// Per invocation.
+        var fanoutNanos: Double
+        /// Per step.
+        var planNanos: Double
         var ratio: Double { requestNanos > 0 ? roundNanos / requestNanos : 0 }
         var inRoundRatio: Double { requestNanos > 0 ? requestInRoundNanos / requestNanos : 0 }
+        func ratio(_ nanos: Double) -> Double { requestNanos > 0 ? nanos / requestNanos : 0 }
 
         func printText() {
             print("  the coordinator's state alone (no sockets), CPU per answer (least of the runs):")
             print(String(format: "    REQUEST                %8.0f ns", requestNanos))
             print(String(format: "    REQUEST in a round     %8.0f ns   %.2fx", requestInRoundNanos, inRoundRatio))
             print(String(format: "    one-invocation ROUND   %8.0f ns   %.2fx", roundNanos, ratio))
+            print(String(format: "    fan-out, per invocation %7.0f ns   %.2fx", fanoutNanos, ratio(fanoutNanos)))
+            print(String(format: "    plan, per step         %8.0f ns   %.2fx", planNanos, ratio(planNanos)))
         }
 
         var json: JSONValue {
             [
                 "requestNanos": .number(requestNanos), "requestInRoundNanos": .number(requestInRoundNanos),
                 "roundNanos": .number(roundNanos), "ratio": .number(ratio),
+                "fanoutNanosPerInvocation": .number(fanoutNanos), "planNanosPerStep": .number(planNanos),
             ]
         }
     }
@@ -37,8 +46,10 @@ struct StateMachineBench {
 
     /// What one run sends.
     enum Kind: CaseIterable {
-        case request, requestInRound, round
+        case request, requestInRound, round, fanout, plan
     }
+
+    static let planSteps = 8
 
     func measure(passes: Int = 5) -> Figures {
         var nanos: [Kind: [Double]] = [:]
@@ -50,7 +61,8 @@ struct StateMachineBench {
         // The least of the runs: on a busy machine every disturbance only adds.
         func least(_ kind: Kind) -> Double { nanos[kind]?.min() ?? 0 }
         return Figures(
-            requestNanos: least(.request), requestInRoundNanos: least(.requestInRound), roundNanos: least(.round))
+            requestNanos: least(.request), requestInRoundNanos: least(.requestInRound), roundNanos: least(.round),
+            fanoutNanos: least(.fanout) / Double(workers.count), planNanos: least(.plan) / Double(Self.planSteps))
     }
 
     /// This thread's CPU time: time it was not running does not count.
@@ -60,7 +72,27 @@ struct StateMachineBench {
         return Double(time.tv_sec) * 1e9 + Double(time.tv_nsec)
     }
 
-    /// CPU nanoseconds per answer, over `operations` answers.
+    /// The ROUND body of each round kind.
+    private func body(_ kind: Kind) -> [UInt8] {
+        let params = JSONValue.object(["text": .string(String(repeating: "x", count: 100))])
+        let body: JSONValue =
+            switch kind {
+            case .fanout: ["fanout": ["skill": "echo", "params": params, "agents": "all", "aggregate": "all"]]
+            case .plan:
+                [
+                    "plan": [
+                        "steps": .array(
+                            (0..<Self.planSteps).map {
+                                ["id": .string("s\($0)"), "skill": "echo", "params": ["text": .string("t\($0)")]]
+                            })
+                    ]
+                ]
+            default: ["invoke": ["skill": "echo", "params": params]]
+            }
+        return body.serialized()
+    }
+
+    /// CPU nanoseconds per answer (a round's, for the round kinds), over `operations` answers.
     private func run(_ kind: Kind) -> Double {
         var state = CoordinatorState(settings: .init(), epoch: "bench")
         for (index, peer) in workers.enumerated() {
@@ -70,9 +102,7 @@ struct StateMachineBench {
                     "skills": [["identifier": "echo", "parameters": [["name": "text", "type": "string"]]]],
                 ]), from: peer, now: 0)
         }
-        let body = JSONValue.object([
-            "invoke": ["skill": "echo", "params": .object(["text": .string(String(repeating: "x", count: 100))])]
-        ]).serialized()
+        let body = body(kind)
         let start = threadCPUNanos()
         var now: UInt64 = 1_000
         var answered = 0
@@ -81,9 +111,9 @@ struct StateMachineBench {
             // As the loop does a few times a second: finished rounds are evicted beyond the bus's limit.
             if index % 1_000 == 0 { _ = state.tick(now: now) }
             let id = "q\(index)"
-            let actions =
+            var actions =
                 switch kind {
-                case .round:
+                case .round, .fanout, .plan:
                     state.handleRound(
                         RoundRequest(requestID: id, roundID: "r\(index)", body: body), from: client, now: now)
                 case .request, .requestInRound:
@@ -92,10 +122,20 @@ struct StateMachineBench {
                             requestID: id, roundID: kind == .request ? "" : "r\(index)", skill: "echo",
                             parameters: parameters), from: client, now: now)
                 }
-            for case .toWorker(let peer, .invoke(let invocation)) in actions {
-                let replies = state.handleWorker(
-                    .result(invocationID: invocation.invocationID, status: .ok, payload: answer), from: peer, now: now)
-                answered += replies.count
+            // Every INVOKE is answered; a plan's or fan-out's answers may start more.
+            while !actions.isEmpty {
+                var next: [CoordinatorAction] = []
+                for action in actions {
+                    switch action {
+                    case .toWorker(let peer, .invoke(let invocation)):
+                        next += state.handleWorker(
+                            .result(invocationID: invocation.invocationID, status: .ok, payload: answer), from: peer,
+                            now: now)
+                    case .toClient: answered += 1
+                    default: break
+                    }
+                }
+                actions = next
             }
         }
         let nanos = threadCPUNanos() - start

@@ -54,7 +54,7 @@ public enum PerfCommand {
                 help: "Rounds a coordinator of its own answers and keeps before its memory is read (default 100000)."),
             OptionSpec(
                 "--only", value: "PHASE",
-                help: "Measure one phase only: 'journal' (the round journal against rounds without it), or 'state' (the coordinator's state alone: a REQUEST against a ROUND, no sockets)."),
+                help: "Measure one phase only: 'journal' (the round journal against rounds without it), or 'state' (the coordinator's state alone, no sockets: a REQUEST against a ROUND, a fan-out and a plan)."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ], program: "skillbus-perf")
 

@@ -308,13 +308,25 @@ extension RoundEngineTests {
         #expect(document["invocations"]?.arrayValue?.first?["error"]?["message"]?.stringValue?.contains("agent 'alpha'") == true)
     }
 
-    @Test("an invoke's canonical body is written without its tree, and reads as the tree serialized")
+    @Test("an invoke's, fan-out's and plan's canonical body is written without its tree, and reads as the tree serialized")
     func canonicalInvokeBody() throws {
         let bodies: [JSONValue] = [
             ["invoke": ["skill": "echo", "params": ["text": "hi \"there\"", "n": 1.5, "z": [1, 2], "a": ["b": nil]]]],
             ["invoke": ["skill": "echo"]],
             ["invoke": ["skill": "echo", "params": ["text": ["$ref": "a.result"]]]],
             ["fanout": ["skill": "echo", "params": ["text": "x"], "aggregate": "first"]],
+            ["fanout": ["skill": "echo", "agents": ["b", "a \"q\""], "aggregate": "majority"]],
+            [
+                "plan": [
+                    "onFailure": "continue",
+                    "steps": [
+                        ["id": "a", "skill": "echo", "params": ["text": "hi", "n": [1, nil]]],
+                        ["id": "b", "skill": "echo", "params": ["text": ["$ref": "a.result.text"]], "after": ["a"]],
+                        ["id": "c", "ask": ["role": "critic", "message": "look"], "after": ["a", "b"]],
+                    ],
+                ]
+            ],
+            ["plan": ["steps": [["id": "only", "skill": "echo"]]]],
         ]
         for body in bodies {
             let spec = try RoundSpec(json: body, stepLimit: 10)

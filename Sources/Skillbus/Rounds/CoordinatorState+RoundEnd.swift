@@ -42,10 +42,11 @@ extension CoordinatorState {
         let bytes = document.serialized()
         // A cancelled round, or one that failed in a way that may be tried again, is no answer to keep: the
         // same round sent again runs (what succeeded is reused through single-flight).
-        let retryable = run.invocations.contains { invocation in
-            guard invocation.subCallRequest == nil, invocation.status == .error, let error = invocation.record.error
+        let retryable = run.invocations.indices.contains { index in
+            guard run.invocations[index].subCallRequest == nil, run.invocations[index].record.status == .error,
+                let error = run.invocations[index].record.error
             else { return false }
-            return retryDescriptor(of: invocation.skill)?.isRetryable(error.code.rawValue) ?? false
+            return retryDescriptor(of: run.invocations[index].skill)?.isRetryable(error.code.rawValue) ?? false
         }
         let forgotten = run.cancelled != nil || retryable
         // Built before `run` moves into `ended`, and only when somebody watches.

@@ -44,7 +44,8 @@ extension CoordinatorState {
             try checkSteps(steps)
             return steps.map {
                 RoundInvocation(
-                    id: $0.id, skill: $0.skill, target: nil, parameters: $0.parameters, after: $0.dependencies,
+                    id: $0.id, skill: $0.skill, target: nil, parameters: $0.parameters,
+                    serializedParameters: $0.ask == nil ? serialized($0.parameters) : nil, after: $0.dependencies,
                     ask: $0.ask)
             }
         case .ask(let ask):

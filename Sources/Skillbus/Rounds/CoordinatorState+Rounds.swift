@@ -83,21 +83,23 @@ extension CoordinatorState {
             return actions
         }
         let timeoutMs = request.timeoutMs ?? defaultTimeoutMs(skill: spec.skill)
-        var run = RoundRun(
-            id: request.$roundID, session: request.$sessionID, spec: spec, body: accepted.body,
-            accepted: accepted.arrived,
-            deadline: accepted.arrived &+ UInt64(timeoutMs) * 1_000_000, clients: accepted.clients,
-            invocations: invocations)
-        run.retries = accepted.retries
-        run.priority = accepted.priority
-        run.noCache = accepted.noCache
-        if case .plan(let steps, _) = spec { run.hasReferences = steps.contains { !$0.references.isEmpty } }
-        rounds.start(run, key: roundKey)
         var actions: [CoordinatorAction] = []
         if publishesRoundEvents {
             actions.append(
                 .publish(.roundAccepted(round: request.roundID, shape: spec.shape, invocations: invocations.map(\.id))))
         }
+        // Consumed, so that the table holds the only reference to the invocations: the first change to them
+        // would otherwise copy them all.
+        var run = RoundRun(
+            id: request.$roundID, session: request.$sessionID, spec: spec, body: accepted.body,
+            accepted: accepted.arrived,
+            deadline: accepted.arrived &+ UInt64(timeoutMs) * 1_000_000, clients: accepted.clients,
+            invocations: consume invocations)
+        run.retries = accepted.retries
+        run.priority = accepted.priority
+        run.noCache = accepted.noCache
+        if case .plan(let steps, _) = spec { run.hasReferences = steps.contains { !$0.references.isEmpty } }
+        rounds.start(consume run, key: roundKey)
         // An invoke's one invocation waits for nothing: it starts now (and its end ends the round, stepDone).
         if case .invoke = spec {
             actions.absorb(start(roundKey, 0, now: now))
@@ -113,30 +115,23 @@ extension CoordinatorState {
         var started = true
         while started {
             started = false
-            // Only what the loop reads: a copy of the whole run cost a retain of each of its members.
-            guard let (invocations, stopped) = rounds.update(roundKey, { ($0.invocations, $0.stopped) }) else {
-                return actions
-            }
-            for index in invocations.indices where invocations[index].status == .waiting {
-                if stopped {
-                    actions += skip(roundKey, index, because: nil)
-                    started = true
-                    continue
-                }
-                let after = invocations[index].after
-                let dependencies = after.compactMap { id in invocations.first { $0.id == id } }
-                guard dependencies.allSatisfy(\.status.isDone) else { continue }
-                if let failed = dependencies.first(where: { $0.status != .ok }) {
-                    actions += skip(roundKey, index, because: failed.id)
+            // Read in place: a copy of the invocations would make each start below copy them all again.
+            guard let next = rounds.update(roundKey, { $0.nextSteps() }) else { return actions }
+            for (index, failedStep) in next {
+                // A start that ended at once (a cache hit, a reused outcome) advanced the round itself: what
+                // this pass read may have started since, or the round stopped.
+                guard let (waiting, stopped) = rounds.update(roundKey, { ($0.invocations[index].status, $0.stopped) }),
+                    waiting == .waiting
+                else { continue }
+                if stopped || failedStep != nil {
+                    actions += skip(roundKey, index, because: stopped ? nil : failedStep)
                 } else {
                     actions.absorb(start(roundKey, index, now: now))
                 }
                 started = true
             }
         }
-        let ended = rounds.update(roundKey) { run in
-            run.invocations.allSatisfy { $0.status.isDone || $0.subCallRequest != nil }
-        }
+        let ended = rounds.update(roundKey) { $0.ownInvocationsEnded }
         if ended == true { actions += finishRound(roundKey, now: now) }
         return actions
     }

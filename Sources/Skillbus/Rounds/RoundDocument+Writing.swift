@@ -89,11 +89,13 @@ extension RoundDocument {
     /// A plan's result: each step that succeeded, by step id (sorted as `JSONValue` sorts keys).
     static func stepResults(_ steps: [Invocation]) -> DocumentJSON {
         var out: [UInt8] = [UInt8(ascii: "{")]
-        for (index, step) in steps.filter({ $0.status == .ok }).sorted(by: { $0.id < $1.id }).enumerated() {
+        // Sorted by position, not as copies of the steps.
+        let succeeded = steps.indices.filter { steps[$0].status == .ok }.sorted { steps[$0].id < steps[$1].id }
+        for (index, step) in succeeded.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            JSONValue.writeString(step.id, to: &out)
+            JSONValue.writeString(steps[step].id, to: &out)
             out.append(UInt8(ascii: ":"))
-            (step.resultJSON ?? .value(.null)).write(to: &out)
+            if let result = steps[step].resultJSON { result.write(to: &out) } else { out.append(contentsOf: "null".utf8) }
         }
         out.append(UInt8(ascii: "}"))
         return .canonical(out)

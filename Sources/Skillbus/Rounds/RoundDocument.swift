@@ -111,9 +111,15 @@ public struct RoundDocument: Sendable, Equatable {
 
         init(_ invocations: [Invocation], totalMs: Double) {
             self.invocations = invocations.count
-            executions = invocations.count { !$0.deduplicated && !$0.cached && $0.agent != nil }
-            deduplicated = invocations.count(where: \.deduplicated)
-            failed = invocations.count { $0.status == .error }
+            // One pass, reading members in place (iterating would copy each invocation).
+            for index in invocations.indices {
+                if invocations[index].deduplicated {
+                    deduplicated += 1
+                } else if !invocations[index].cached && invocations[index].agent != nil {
+                    executions += 1
+                }
+                if invocations[index].status == .error { failed += 1 }
+            }
             self.totalMs = totalMs
         }
     }

@@ -32,6 +32,44 @@ struct RoundRun: Sendable {
     var noCache = false
 
     var roundText: String { String(decoding: id, as: UTF8.self) }
+
+    /// The waiting invocations that can be decided now, in order: each with the first step it depends on that
+    /// did not succeed (it is skipped), or nil (it starts; or is skipped, the round having stopped).
+    func nextSteps() -> [(index: Int, failedStep: String?)] {
+        var next: [(index: Int, failedStep: String?)] = []
+        for index in invocations.indices where invocations[index].status == .waiting {
+            var ready = true
+            var failedStep: String?
+            for id in invocations[index].after where !stopped {
+                guard let dependency = self.index(ofStep: id) else { continue }
+                let status = invocations[dependency].record.status
+                if !status.isDone {
+                    ready = false
+                    break
+                }
+                if failedStep == nil, status != .ok { failedStep = id }
+            }
+            if ready { next.append((index, failedStep)) }
+        }
+        return next
+    }
+
+    // The loops below read members in place: iterating the invocations would copy each one, every member of it
+    // retained and released.
+
+    func index(ofStep id: String) -> Int? {
+        for index in invocations.indices where invocations[index].record.id == id { return index }
+        return nil
+    }
+
+    /// Every invocation of the round's own has ended (sub-calls never hold a round open).
+    var ownInvocationsEnded: Bool {
+        for index in invocations.indices
+        where !invocations[index].record.status.isDone && invocations[index].subCallRequest == nil {
+            return false
+        }
+        return true
+    }
 }
 
 /// What starting one invocation needs of its round, taken out of the table without copying the whole run.
@@ -172,7 +210,7 @@ struct RoundTable: Sendable {
         return (String(decoding: id, as: UTF8.self), invocation)
     }
 
-    mutating func start(_ run: RoundRun, key: ByteKey) {
+    mutating func start(_ run: consuming RoundRun, key: ByteKey) {
         guard !holds(key), runs.updateValue(run, forKey: key) == nil else {
             preconditionFailure("a round was started under a round id the table still holds")
         }

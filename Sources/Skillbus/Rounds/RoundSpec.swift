@@ -186,20 +186,28 @@ public enum RoundSpec: Sendable, Equatable {
         for step in steps where !ids.insert(step.id).inserted {
             problems.append("plan: step id '\(step.id)' is used twice")
         }
+        // Each step's references read once: walking the parameters is most of what a plan's check costs.
+        var dependencies: [[String]] = []
+        dependencies.reserveCapacity(steps.count)
         for step in steps {
             for dependency in step.after where !ids.contains(dependency) {
                 problems.append("plan step '\(step.id)': 'after' names '\(dependency)', which is no step of this plan")
             }
-            for reference in step.references where !ids.contains(reference.step) {
+            let references = step.references
+            for reference in references where !ids.contains(reference.step) {
                 problems.append(
                     "plan step '\(step.id)': reference '\(reference.text)' names step '\(reference.step)', which is no "
                         + "step of this plan")
             }
-            if step.dependencies.contains(step.id) { problems.append("plan step '\(step.id)' depends on itself") }
+            let stepDependencies = PlanStep.dependencies(after: step.after, references: references)
+            if stepDependencies.contains(step.id) { problems.append("plan step '\(step.id)' depends on itself") }
+            dependencies.append(stepDependencies)
         }
-        guard problems.isEmpty else { return problems }
+        // Without dependencies there is no cycle to look for.
+        guard problems.isEmpty, dependencies.contains(where: { !$0.isEmpty }) else { return problems }
         // Kahn's algorithm: whatever never becomes ready sits on a cycle.
-        var remaining = Dictionary(uniqueKeysWithValues: steps.map { ($0.id, Set($0.dependencies)) })
+        var remaining = Dictionary(
+            uniqueKeysWithValues: zip(steps, dependencies).map { step, dependencies in (step.id, Set(dependencies)) })
         var progress = true
         while progress && !remaining.isEmpty {
             progress = false
@@ -257,7 +265,12 @@ public struct PlanStep: Sendable, Equatable {
     }
 
     /// `after` plus the steps its references read.
-    var dependencies: [String] { Array(Set(after + references.map(\.step))) }
+    var dependencies: [String] { Self.dependencies(after: after, references: references) }
+
+    static func dependencies(after: [String], references: [Reference]) -> [String] {
+        if references.isEmpty && after.count < 2 { return after }
+        return Array(Set(after + references.map(\.step)))
+    }
 }
 
 extension RoundSpec {
@@ -292,19 +305,69 @@ extension RoundSpec {
         return flag
     }
 
-    /// The canonical body (`json.serialized()`) and, for an invoke, its parameters as they are sent: the shape
-    /// most rounds have is written without building its tree, and its parameters serialized once.
+    /// The canonical body (`json.serialized()`) and, for an invoke, its parameters as they are sent: invokes,
+    /// fan-outs and plans are written without building their tree, and an invoke's parameters serialized once.
     var canonicalForm: (body: [UInt8], invokeParameters: [UInt8]?) {
-        guard case .invoke(let skill, let parameters) = self else { return (json.serialized(), nil) }
-        let serialized = parameters.serialized()
-        var body = Array(#"{"invoke":{"params":"#.utf8)
-        body.reserveCapacity(body.count + serialized.count + skill.utf8.count + 16)
-        body += serialized
+        switch self {
+        case .fanout(let skill, let parameters, let agents, let aggregate):
+            return (Self.canonicalFanout(skill, parameters, agents, aggregate), nil)
+        case .plan(let steps, let continueOnFailure):
+            return (Self.canonicalPlan(steps, continueOnFailure: continueOnFailure), nil)
+        case .ask, .asks:
+            return (json.serialized(), nil)
+        case .invoke(let skill, let parameters):
+            let serialized = parameters.serialized()
+            var body = Array(#"{"invoke":{"params":"#.utf8)
+            body.reserveCapacity(body.count + serialized.count + skill.utf8.count + 16)
+            body += serialized
+            body += #","skill":"#.utf8
+            JSONValue.writeString(skill, to: &body)
+            body += "}}".utf8
+            // A reference is resolved when the invocation starts (and fails there, naming it).
+            return (body, parameters.containsReference ? nil : serialized)
+        }
+    }
+
+    /// `{"fanout":{"agents":…,"aggregate":…,"params":…,"skill":…}}`, keys in `json.serialized()`'s order.
+    private static func canonicalFanout(
+        _ skill: String, _ parameters: JSONValue, _ agents: [String]?, _ aggregate: Aggregation
+    ) -> [UInt8] {
+        var body = Array(#"{"fanout":{"agents":"#.utf8)
+        if let agents { JSONValue.array(agents.map { .string($0) }).write(to: &body) } else { body += #""all""#.utf8 }
+        body += #","aggregate":"#.utf8
+        JSONValue.writeString(aggregate.rawValue, to: &body)
+        body += #","params":"#.utf8
+        parameters.write(to: &body)
         body += #","skill":"#.utf8
         JSONValue.writeString(skill, to: &body)
         body += "}}".utf8
-        // A reference is resolved when the invocation starts (and fails there, naming it).
-        return (body, parameters.containsReference ? nil : serialized)
+        return body
+    }
+
+    /// `{"plan":{"onFailure":…,"steps":[…]}}` with each skill step's members written in key order: building and
+    /// sorting the tree of a plan cost more than checking it.
+    private static func canonicalPlan(_ steps: [PlanStep], continueOnFailure: Bool) -> [UInt8] {
+        var body = Array(#"{"plan":{"onFailure":"#.utf8)
+        body += (continueOnFailure ? #""continue""# : #""stop""#).utf8
+        body += #","steps":["#.utf8
+        for (index, step) in steps.enumerated() {
+            if index > 0 { body.append(UInt8(ascii: ",")) }
+            guard step.ask == nil else {
+                step.json.write(to: &body)
+                continue
+            }
+            body += #"{"after":"#.utf8
+            JSONValue.array(step.after.map { .string($0) }).write(to: &body)
+            body += #","id":"#.utf8
+            JSONValue.writeString(step.id, to: &body)
+            body += #","params":"#.utf8
+            step.parameters.write(to: &body)
+            body += #","skill":"#.utf8
+            JSONValue.writeString(step.skill, to: &body)
+            body.append(UInt8(ascii: "}"))
+        }
+        body += "]}}".utf8
+        return body
     }
 
     /// The body to send, with `retries` when the client asks for a number of its own, `priority` when not
