@@ -37,7 +37,8 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
 }
 
 // A ROUND of `shape` ("fanout": to every agent that offers `skill`; "invoke": one invocation) of `skill`
-// with `params`, in a round of its own.
+// with `params`, in a round of its own. The body is canonical (keys sorted, §5.14's form), as Skillbus's
+// clients write it: the bus reads such an invoke without parsing the whole body.
 static int send_round(void *socket, long id, const char *shape, const char *skill, const char *params) {
     unsigned char envelope[300];
     char digits[24], round[40], body[400];
@@ -49,7 +50,7 @@ static int send_round(void *socket, long id, const char *shape, const char *skil
     at = put_field(envelope, at, "", 0);  // session id
     at = put_field(envelope, at, "", 0);  // default timeout
     if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
-    int length = snprintf(body, sizeof body, "{\"%s\":{\"skill\":\"%s\",\"params\":%s}}", shape, skill, params);
+    int length = snprintf(body, sizeof body, "{\"%s\":{\"params\":%s,\"skill\":\"%s\"}}", shape, params, skill);
     return zmq_send(socket, body, (size_t)length, 0) < 0 ? -1 : 0;
 }
 
