@@ -7,7 +7,8 @@
 //                                           each request in a round of its own, which the bus remembers;
 //                                           UNIQUE=1 gives each request a text of its own, a cache miss;
 //                                           FANOUT=1 sends each as a ROUND fanning SKILL out to every agent;
-//                                           INVOKE=1 sends each as a ROUND of one invocation, as skillbus send)
+//                                           INVOKE=1 sends each as a ROUND of one invocation, as skillbus send;
+//                                           PLAN=1 as a ROUND of a plan of eight independent steps of SKILL)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #define _GNU_SOURCE  // memmem
@@ -41,7 +42,7 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
 // clients write it: the bus reads such an invoke without parsing the whole body.
 static int send_round(void *socket, long id, const char *shape, const char *skill, const char *params) {
     unsigned char envelope[300];
-    char digits[24], round[40], body[400];
+    char digits[24], round[40], body[2048];
     size_t at = 5;
     memcpy(envelope, "SKB2C", 5);
     at = put_field(envelope, at, "ROUND", 5);
@@ -50,7 +51,17 @@ static int send_round(void *socket, long id, const char *shape, const char *skil
     at = put_field(envelope, at, "", 0);  // session id
     at = put_field(envelope, at, "", 0);  // default timeout
     if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
-    int length = snprintf(body, sizeof body, "{\"%s\":{\"params\":%s,\"skill\":\"%s\"}}", shape, params, skill);
+    int length;
+    if (strcmp(shape, "plan") == 0) {  // eight independent steps, each with its own text
+        length = snprintf(body, sizeof body, "{\"plan\":{\"onFailure\":\"stop\",\"steps\":[");
+        for (int step = 0; step < 8; step++)
+            length += snprintf(body + length, sizeof body - (size_t)length,
+                               "%s{\"after\":[],\"id\":\"s%d\",\"params\":{\"text\":\"t%d\"},\"skill\":\"%s\"}",
+                               step ? "," : "", step, step, skill);
+        length += snprintf(body + length, sizeof body - (size_t)length, "]}}");
+    } else {
+        length = snprintf(body, sizeof body, "{\"%s\":{\"params\":%s,\"skill\":\"%s\"}}", shape, params, skill);
+    }
     return zmq_send(socket, body, (size_t)length, 0) < 0 ? -1 : 0;
 }
 
@@ -60,6 +71,7 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
     size_t at = 5;
     if (rounds == 2) return send_round(socket, id, "fanout", skill, params);
     if (rounds == 3) return send_round(socket, id, "invoke", skill, params);
+    if (rounds == 4) return send_round(socket, id, "plan", skill, params);
     memcpy(envelope, "SKB2C", 5);
     at = put_field(envelope, at, "REQUEST", 7);
     at = put_field(envelope, at, digits, (size_t)snprintf(digits, sizeof digits, "%ld", id));
@@ -94,9 +106,12 @@ static long receive_reply(void *socket, int echoed) {
         if (round) {  // the round document: keys sorted, so the round's own status follows its shape
             static const char fanout[] = "\"shape\":\"fanout\",\"status\":\"ok\"";
             static const char invoke[] = "\"shape\":\"invoke\",\"status\":\"ok\"";
+            static const char plan[] = "\"shape\":\"plan\",\"status\":\"ok\"";
             const void *data = zmq_msg_data(&part);
             size_t size = zmq_msg_size(&part);
-            if (!memmem(data, size, fanout, sizeof fanout - 1) && !memmem(data, size, invoke, sizeof invoke - 1)) id = -1;
+            if (!memmem(data, size, fanout, sizeof fanout - 1) && !memmem(data, size, invoke, sizeof invoke - 1)
+                && !memmem(data, size, plan, sizeof plan - 1))
+                id = -1;
             round = 0;
         } else if (first) {
             const unsigned char *e = zmq_msg_data(&part);
@@ -133,7 +148,10 @@ int main(int argc, char **argv) {
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
     int echoed = getenv("ECHOED") != NULL, unique = getenv("UNIQUE") != NULL;
-    int rounds = getenv("INVOKE") != NULL ? 3 : getenv("FANOUT") != NULL ? 2 : getenv("ROUNDS") != NULL;
+    int rounds = getenv("PLAN") != NULL     ? 4
+                 : getenv("INVOKE") != NULL ? 3
+                 : getenv("FANOUT") != NULL ? 2
+                                            : getenv("ROUNDS") != NULL;
     const char *params = getenv("PARAMS") ? getenv("PARAMS") : "{\"text\":\"hello from the driver\"}";
     void *context = zmq_ctx_new(), *socket = zmq_socket(context, ZMQ_DEALER);
     int linger = 0, timeout_ms = 30000;
