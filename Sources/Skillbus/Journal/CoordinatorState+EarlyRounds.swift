@@ -13,7 +13,7 @@ extension CoordinatorState {
         _ accepted: AcceptedRound, _ roundKey: ByteKey, _ entry: JournalEntry, now: UInt64
     ) -> [CoordinatorAction]? {
         guard case .accept(_, _, true) = entry,
-            let planned = try? plannedInvocations(accepted.spec, invokeParameters: accepted.invokeParameters)
+            let planned = try? plannedInvocations(accepted.spec, parameterBytes: accepted.parameterBytes)
         else { return nil }
         guard journalIDs.mayHold(roundKey) else { return startRound(accepted, roundKey, now: now, planned: planned) }
         earlyRounds[roundKey] = EarlyRound()

@@ -3,7 +3,7 @@ extension CoordinatorState {
     /// The invocations a round will make, checked against the registry: nothing runs if one is impossible.
     /// Mutating only because finding who would take an ask moves the rotation among equally loaded agents.
     mutating func plannedInvocations(
-        _ spec: RoundSpec, invokeParameters: [UInt8]? = nil
+        _ spec: RoundSpec, parameterBytes: [UInt8]? = nil
     ) throws(SkillbusError) -> [RoundInvocation] {
         func offered(_ skill: String) throws(SkillbusError) {
             guard workers.offers(skill) else {
@@ -23,7 +23,7 @@ extension CoordinatorState {
             return [
                 RoundInvocation(
                     id: skill, skill: skill, target: nil, parameters: parameters,
-                    serializedParameters: invokeParameters ?? serialized(parameters), after: [])
+                    serializedParameters: parameterBytes ?? serialized(parameters), after: [])
             ]
         case .fanout(let skill, let parameters, let agents, _):
             try offered(skill)
@@ -35,7 +35,7 @@ extension CoordinatorState {
                         details: ["agent": .string(name), "skill": .string(skill)])
                 }
             }
-            let bytes = serialized(parameters)
+            let bytes = parameterBytes ?? serialized(parameters)
             return names.map {
                 RoundInvocation(
                     id: $0, skill: skill, target: $0, parameters: parameters, serializedParameters: bytes, after: [])

@@ -9,13 +9,13 @@ extension CoordinatorState {
         let retries: Int?
         let priority: InvocationPriority
         let noCache: Bool
-        // The canonical body, and an invoke's parameters as sent.
-        let (body, invokeParameters): ([UInt8], [UInt8]?)
+        // The canonical body, and an invoke's or fan-out's parameters as sent.
+        let (body, parameterBytes): ([UInt8], [UInt8]?)
         do throws(SkillbusError) {
-            if let invoke = CanonicalInvokeBody(request.body) {
-                spec = .invoke(skill: invoke.skill, parameters: invoke.parameters)
+            if let canonical = CanonicalRoundBody(request.body) {
+                spec = canonical.spec
                 (retries, priority, noCache) = (nil, .normal, false)
-                (body, invokeParameters) = (request.body, invoke.parameterBytes)
+                (body, parameterBytes) = (request.body, canonical.parameterBytes)
             } else {
                 let json: JSONValue
                 do {
@@ -27,7 +27,7 @@ extension CoordinatorState {
                 retries = try RoundSpec.retries(in: json)
                 priority = try RoundSpec.priority(in: json)
                 noCache = try RoundSpec.noCache(in: json)
-                (body, invokeParameters) = spec.canonicalForm
+                (body, parameterBytes) = spec.canonicalForm
             }
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
@@ -51,7 +51,7 @@ extension CoordinatorState {
             return []
         }
         let accepted = AcceptedRound(
-            request: request, spec: spec, body: body, invokeParameters: invokeParameters, retries: retries,
+            request: request, spec: spec, body: body, parameterBytes: parameterBytes, retries: retries,
             priority: priority, noCache: noCache,
             clients: clients, arrived: now)
         if parked.hasGraceItems, let joined = joinParkedRound(accepted) { return joined }
@@ -71,7 +71,7 @@ extension CoordinatorState {
             if let planned {
                 invocations = planned
             } else {
-                invocations = try plannedInvocations(spec, invokeParameters: accepted.invokeParameters)
+                invocations = try plannedInvocations(spec, parameterBytes: accepted.parameterBytes)
             }
         } catch {
             if error.code == .unknownSkill, inStartupGrace(now: now) {

@@ -307,7 +307,7 @@ extension RoundSpec {
 
     /// The canonical body (`json.serialized()`) and, for an invoke, its parameters as they are sent: invokes,
     /// fan-outs and plans are written without building their tree, and an invoke's parameters serialized once.
-    var canonicalForm: (body: [UInt8], invokeParameters: [UInt8]?) {
+    var canonicalForm: (body: [UInt8], parameterBytes: [UInt8]?) {
         switch self {
         case .fanout(let skill, let parameters, let agents, let aggregate):
             return (Self.canonicalFanout(skill, parameters, agents, aggregate), nil)

@@ -2,33 +2,41 @@ import Testing
 
 @testable import Skillbus
 
-/// The quick reader of canonical invoke bodies must read a body exactly as the general reader does (spec,
-/// canonical body, parameters as sent), or leave it to that reader.
-@Suite("Canonical invoke bodies")
-struct CanonicalInvokeBodyTests {
-    /// What the general path makes of a body: nil when it is no plain invoke (another shape, or with
-    /// retries, priority or noCache, which the quick reader never takes).
-    static func general(_ body: [UInt8]) -> (RoundSpec, [UInt8], [UInt8]?)? {
+/// The quick reader of canonical invoke and fan-out bodies must read a body exactly as the general reader does
+/// (spec, canonical body, parameters as sent), or leave it to that reader.
+@Suite("Canonical invoke and fan-out bodies")
+struct CanonicalRoundBodyTests {
+    /// What the general path makes of a body: nil when it is no plain invoke or fan-out to all agents (another
+    /// shape, a list of agents, or with retries, priority or noCache, which the quick reader never takes).
+    static func general(_ body: [UInt8]) -> (RoundSpec, [UInt8], [UInt8])? {
         guard let json = try? JSONValue(parsing: body), let spec = try? RoundSpec(json: json, stepLimit: 10),
-            case .invoke = spec
+            (try? RoundSpec.retries(in: json)) == nil, (try? RoundSpec.priority(in: json)) == .normal,
+            (try? RoundSpec.noCache(in: json)) == false
         else { return nil }
-        let form = spec.canonicalForm
-        return (spec, form.body, form.invokeParameters)
+        switch spec {
+        case .invoke(_, let parameters), .fanout(_, let parameters, nil, _):
+            return (spec, spec.canonicalForm.body, parameters.serialized())
+        default:
+            return nil
+        }
     }
 
     @Test(
-        "takes canonical invoke bodies and reads them as the general path does",
+        "takes canonical invoke and fan-out bodies and reads them as the general path does",
         arguments: [
             #"{"invoke":{"params":{"text":"x"},"skill":"echo"}}"#,
             #"{"invoke":{"params":{},"skill":"a.b-c_9"}}"#,
             #"{"invoke":{"params":{"a":[1,{"b":null}],"c":"d"},"skill":"echo"}}"#,
             #"{"invoke":{"params":{"skill":"x","text":"日本"},"skill":"echo"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"all","params":{"text":"x"},"skill":"echo"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"first","params":{"a":[1,{"b":null}]},"skill":"a.b-c_9"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"majority","params":{},"skill":"echo"}}"#,
         ])
     func taken(_ text: String) throws {
         let body = Array(text.utf8)
-        let quick = try #require(CanonicalInvokeBody(body))
+        let quick = try #require(CanonicalRoundBody(body))
         let (spec, canonical, parameters) = try #require(Self.general(body))
-        #expect(RoundSpec.invoke(skill: quick.skill, parameters: quick.parameters) == spec)
+        #expect(quick.spec == spec)
         #expect(body == canonical)
         #expect(quick.parameterBytes == parameters)
     }
@@ -51,6 +59,13 @@ struct CanonicalInvokeBodyTests {
             #"{"invoke":{"skill":"echo"}}"#,
             #"{"invoke":{"params":{"p":{"$ref":"a.result"}},"skill":"echo"}}"#,
             #"{"fanout":{"params":{"text":"x"},"skill":"echo"}}"#,
+            // A fan-out that names its agents, an aggregate no fan-out has, members the quick reader does not read.
+            #"{"fanout":{"agents":["a"],"aggregate":"all","params":{"text":"x"},"skill":"echo"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"some","params":{"text":"x"},"skill":"echo"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"all","params":{"text":"x"},"retries":1,"skill":"echo"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"all","noCache":true,"params":{},"skill":"echo"}}"#,
+            #"{"fanout":{"aggregate":"all","params":{"text":"x"},"skill":"echo"}}"#,
+            #"{"fanout":{"agents":"all","aggregate":"all","params":{"t":{"$ref":"a.result"}},"skill":"echo"}}"#,
             // Broken: no skill identifier, params no object, duplicate keys, not JSON.
             #"{"invoke":{"params":{"text":"x"},"skill":"ec ho"}}"#,
             #"{"invoke":{"params":{"text":"x"},"skill":""}}"#,
@@ -62,6 +77,6 @@ struct CanonicalInvokeBodyTests {
             "",
         ])
     func left(_ text: String) {
-        #expect(CanonicalInvokeBody(Array(text.utf8)) == nil)
+        #expect(CanonicalRoundBody(Array(text.utf8)) == nil)
     }
 }
