@@ -98,8 +98,11 @@ final class SentMessages: Sendable {
 
     func first(_ what: String, where matches: (JSONRPCMessage) -> Bool) async throws -> JSONRPCMessage {
         let deadline = ContinuousClock.now + .seconds(5)
-        while ContinuousClock.now < deadline {
+        // Looked at once more when the deadline has passed: a task kept waiting on a busy machine may wake
+        // only after it, with the answer long there.
+        while true {
             if let found = all.first(where: matches) { return found }
+            guard ContinuousClock.now < deadline else { break }
             try await Task.sleep(for: .milliseconds(5))
         }
         throw JSONRPCError.internalError("timed out waiting for \(what); sent: \(all.map(\.json.jsonString))")
