@@ -32,10 +32,30 @@ struct RememberedRoundsTests {
             #expect(table.entryCount == order.count)
             let probe = Array("r\(Int.random(in: 0..<3_000, using: &generator))".utf8)
             #expect(table[probe]?.document == model[probe]?.document)
+            #expect(table[probe]?.body == model[probe]?.body)
         }
-        for (key, value) in model { #expect(table[key]?.document == value.document) }
+        for (key, value) in model { #expect(table[key] == value) }
         while table.oldestFinishedAt != nil { table.forgetOldest() }
         #expect(table.count == 0)
         #expect(table[Array("r1".utf8)] == nil)
+        #expect(table.liveChunks == 1)
+    }
+
+    @Test("documents larger than a chunk's room start a chunk of their own; chunks go once their entries are forgotten")
+    func chunksFreed() {
+        var table = RememberedRounds()
+        let large = RememberedRounds.chunkBytes / 3
+        for n in 0..<12 {
+            let document = [UInt8](repeating: UInt8(n), count: n == 5 ? 2 * RememberedRounds.chunkBytes : large)
+            table.remember(Array("r\(n)".utf8), FinishedRound(body: [UInt8(n)], document: document, finishedAt: UInt64(n)))
+        }
+        #expect(table.liveChunks > 4)
+        #expect(table[Array("r5".utf8)]?.document.count == 2 * RememberedRounds.chunkBytes)
+        #expect(table[Array("r11".utf8)]?.document == [UInt8](repeating: 11, count: large))
+        for _ in 0..<6 { table.forgetOldest() }
+        #expect(table[Array("r5".utf8)] == nil)
+        #expect(table[Array("r6".utf8)]?.body == [6])
+        while table.oldestFinishedAt != nil { table.forgetOldest() }
+        #expect(table.count == 0 && table.liveChunks == 1)
     }
 }

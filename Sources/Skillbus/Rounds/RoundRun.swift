@@ -177,7 +177,7 @@ struct RoundInvocation: Sendable {
 
 /// A round that ended, as it is remembered for the same round id sent again: its canonical body and its
 /// document, nothing of how it ran (that went when it ended, so remembered rounds stay small).
-struct FinishedRound: Sendable {
+struct FinishedRound: Sendable, Equatable {
     let body: [UInt8]
     let document: [UInt8]
     let finishedAt: UInt64
