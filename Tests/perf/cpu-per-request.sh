@@ -14,6 +14,7 @@
 #   PROXY=zmtp ... the same with zmtp-proxy.c in the proxy's place: one thread speaking ZMTP itself, no libzmq.
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
 #   WORKER_ENGINE=libzmq ... the workers talk to the bus through libzmq's DEALER instead of their own.
+#   COORDINATOR_OPTIONS='--data-dir DIR' ... more options for the coordinator (a journal, say).
 #   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
 #   a pure echo with a cache lifetime then misses every time).
 #   MEMORY=1 ... sends each request in a round of its own with the bench's 100-byte text, and prints the
@@ -52,7 +53,7 @@ else
     # glibc's huge pages for MEMORY alone, as deploy/skillbus-coordinator.service sets them.
     huge_pages=(); [ "${MEMORY:-0}" = 1 ] && huge_pages=(GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1)
     LD_PRELOAD=$preload env "${huge_pages[@]}" "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
-        --feed 'tcp://127.0.0.1:*' --log-level warning >"$work/coordinator.out" 2>&1 &
+        --feed 'tcp://127.0.0.1:*' --log-level warning ${COORDINATOR_OPTIONS:-} >"$work/coordinator.out" 2>&1 &
     coordinator=$!; pids+=("$coordinator")
     for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
     bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
