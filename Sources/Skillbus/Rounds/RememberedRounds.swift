@@ -5,8 +5,7 @@
 /// Each round's id, canonical body and document are copied into an arena of large chunks, one after another,
 /// in the order the rounds finished; a chunk is freed whole once its last entry is forgotten. Kept as arrays of
 /// their own, the 10,000 documents a bus remembers by default were three allocations per round, each freed
-/// 10,000 rounds later: every new document then came from memory no cache held, which cost a busy loop about
-/// as much as writing the document.
+/// 10,000 rounds later, and the coordinator's heap a third larger (docs/PERFORMANCE.md, Rounds).
 struct RememberedRounds: Sendable {
     private struct Entry: Sendable {
         let hash: UInt32
