@@ -47,7 +47,8 @@ struct RememberedRoundsTests {
         let large = RememberedRounds.chunkBytes / 3
         for n in 0..<12 {
             let document = [UInt8](repeating: UInt8(n), count: n == 5 ? 2 * RememberedRounds.chunkBytes : large)
-            table.remember(Array("r\(n)".utf8), FinishedRound(body: [UInt8(n)], document: document, finishedAt: UInt64(n)))
+            let round = FinishedRound(body: [UInt8(n)], document: document, finishedAt: UInt64(n))
+            table.remember(Array("r\(n)".utf8), round)
         }
         #expect(table.liveChunks > 4)
         #expect(table[Array("r5".utf8)]?.document.count == 2 * RememberedRounds.chunkBytes)

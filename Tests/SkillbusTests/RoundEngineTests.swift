@@ -308,7 +308,7 @@ extension RoundEngineTests {
         #expect(document["invocations"]?.arrayValue?.first?["error"]?["message"]?.stringValue?.contains("agent 'alpha'") == true)
     }
 
-    @Test("an invoke's, fan-out's and plan's canonical body is written without its tree, and reads as the tree serialized")
+    @Test("an invoke's, fan-out's and plan's canonical body is written without its tree, as the tree serializes")
     func canonicalInvokeBody() throws {
         let bodies: [JSONValue] = [
             ["invoke": ["skill": "echo", "params": ["text": "hi \"there\"", "n": 1.5, "z": [1, 2], "a": ["b": nil]]]],

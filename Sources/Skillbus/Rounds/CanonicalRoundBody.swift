@@ -38,7 +38,8 @@ struct CanonicalRoundBody {
         _ body: [UInt8], after headCount: Int
     ) -> (skill: String, parameters: JSONValue, bytes: [UInt8])? {
         let (skillKey, tail) = (Self.skillKey, Self.tail)
-        guard body.count > headCount + skillKey.count + tail.count, body[(body.count - tail.count)...].elementsEqual(tail)
+        guard body.count > headCount + skillKey.count + tail.count,
+            body[(body.count - tail.count)...].elementsEqual(tail)
         else { return nil }
         // The skill is the last member and an identifier holds no quote, so the last `,"skill":"` is its key.
         let skillEnd = body.count - tail.count

@@ -120,8 +120,8 @@ extension CoordinatorState {
             for (index, failedStep) in next {
                 // A start that ended at once (a cache hit, a reused outcome) advanced the round itself: what
                 // this pass read may have started since, or the round stopped.
-                guard let (waiting, stopped) = rounds.update(roundKey, { ($0.invocations[index].status, $0.stopped) }),
-                    waiting == .waiting
+                guard let (status, stopped) = rounds.update(roundKey, { ($0.invocations[index].status, $0.stopped) }),
+                    status == .waiting
                 else { continue }
                 if stopped || failedStep != nil {
                     actions += skip(roundKey, index, because: stopped ? nil : failedStep)

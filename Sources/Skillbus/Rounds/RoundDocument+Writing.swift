@@ -89,13 +89,17 @@ extension RoundDocument {
     /// A plan's result: each step that succeeded, by step id (sorted as `JSONValue` sorts keys).
     static func stepResults(_ steps: [Invocation]) -> DocumentJSON {
         var out: [UInt8] = [UInt8(ascii: "{")]
-        // Sorted by position, not as copies of the steps.
+        // Their indices sorted, not copies of the steps.
         let succeeded = steps.indices.filter { steps[$0].status == .ok }.sorted { steps[$0].id < steps[$1].id }
         for (index, step) in succeeded.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONValue.writeString(steps[step].id, to: &out)
             out.append(UInt8(ascii: ":"))
-            if let result = steps[step].resultJSON { result.write(to: &out) } else { out.append(contentsOf: "null".utf8) }
+            if let result = steps[step].resultJSON {
+                result.write(to: &out)
+            } else {
+                out.append(contentsOf: "null".utf8)
+            }
         }
         out.append(UInt8(ascii: "}"))
         return .canonical(out)
