@@ -42,11 +42,14 @@ extension CoordinatorState {
             }
         case .plan(let steps, _):
             try checkSteps(steps)
-            return steps.map {
-                RoundInvocation(
-                    id: $0.id, skill: $0.skill, target: nil, parameters: $0.parameters,
-                    serializedParameters: $0.ask == nil ? serialized($0.parameters) : nil, after: $0.dependencies,
-                    ask: $0.ask)
+            return steps.map { step in
+                // One walk of the parameters for both: a step without references sends the same bytes whenever
+                // it starts.
+                let references = step.references
+                return RoundInvocation(
+                    id: step.id, skill: step.skill, target: nil, parameters: step.parameters,
+                    serializedParameters: step.ask == nil && references.isEmpty ? step.parameters.serialized() : nil,
+                    after: PlanStep.dependencies(after: step.after, references: references), ask: step.ask)
             }
         case .ask(let ask):
             if let problem = askProblem(ask.target) { throw problem }

@@ -182,7 +182,7 @@ public enum RoundSpec: Sendable, Equatable {
     /// Duplicate ids, dependencies and references to steps that do not exist, and cycles: every one found.
     static func graphProblems(_ steps: [PlanStep]) -> [String] {
         var problems: [String] = []
-        var ids = Set<String>()
+        var ids = Set<String>(minimumCapacity: steps.count)
         for step in steps where !ids.insert(step.id).inserted {
             problems.append("plan: step id '\(step.id)' is used twice")
         }
