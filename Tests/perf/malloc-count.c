@@ -16,10 +16,16 @@ static atomic_ulong calls;
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
 static void *(*real_realloc)(void *, size_t);
+static void (*real_free)(void *);
 
-// dlsym itself may calloc before real_calloc is known: serve that from a small static buffer.
+// dlsym itself may calloc before real_calloc is known: serve that from a small static buffer, which free and
+// realloc must then recognise (glibc aborts on a pointer it did not hand out).
 static char bootstrap[4096];
 static size_t bootstrap_used;
+
+static int from_bootstrap(const void *pointer) {
+    return (const char *)pointer >= bootstrap && (const char *)pointer < bootstrap + sizeof bootstrap;
+}
 
 static void write_count(int signal) {
     (void)signal;
@@ -34,6 +40,7 @@ __attribute__((constructor)) static void install(void) {
     real_malloc = dlsym(RTLD_NEXT, "malloc");
     real_calloc = dlsym(RTLD_NEXT, "calloc");
     real_realloc = dlsym(RTLD_NEXT, "realloc");
+    real_free = dlsym(RTLD_NEXT, "free");
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_handler = write_count;
@@ -62,5 +69,18 @@ void *calloc(size_t count, size_t size) {
 void *realloc(void *pointer, size_t size) {
     atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);
     if (!real_realloc) real_realloc = dlsym(RTLD_NEXT, "realloc");
+    if (from_bootstrap(pointer)) {
+        // Its size is unknown: copy what can be there, up to the buffer's end.
+        void *moved = malloc(size);
+        size_t room = (size_t)(bootstrap + sizeof bootstrap - (char *)pointer);
+        if (moved) memcpy(moved, pointer, size < room ? size : room);
+        return moved;
+    }
     return real_realloc(pointer, size);
+}
+
+void free(void *pointer) {
+    if (from_bootstrap(pointer)) return;
+    if (!real_free) real_free = dlsym(RTLD_NEXT, "free");
+    real_free(pointer);
 }
