@@ -176,6 +176,8 @@ struct AgentStoreFailureTests {
                         index % 2 == 0 ? .user : .agent, .string("message \(index)"), session: "session-\(session)",
                         round: "round-\(index / 4)")
                 }
+                // 100,000 appends take seconds of a debug build: other tests' tasks get the thread in between.
+                await Task.yield()
             }
             try await store.flush()
             #expect(store.commitCount == 1)
