@@ -197,18 +197,10 @@ struct MCPClientTests {
     }
 }
 
-/// Checks `condition` every 10 ms until it holds, failing after `timeout`.
-private func waitUntil(
-    _ what: String, timeout: Duration = .seconds(5), _ condition: @Sendable () async throws -> Bool
-) async throws {
-    let deadline = ContinuousClock.now + timeout
-    // Looked at once more when the deadline has passed: a task kept waiting while other tests hold every
-    // thread may wake only after it, with the condition long true.
-    while true {
-        if try await condition() { return }
-        guard ContinuousClock.now < deadline else { break }
-        try await Task.sleep(for: .milliseconds(10))
+/// Waits until `condition` holds (`eventually`), failing the test after `timeout`.
+private func waitUntil(_ what: String, timeout: Duration = .seconds(5), _ condition: () -> Bool) async throws {
+    guard await eventually(within: timeout, condition) else {
+        Issue.record("timed out waiting for \(what)")
+        throw CancellationError()
     }
-    Issue.record("timed out waiting for \(what)")
-    throw CancellationError()
 }

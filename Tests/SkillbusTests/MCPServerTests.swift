@@ -97,13 +97,10 @@ final class SentMessages: Sendable {
     var output: MCPServer.Output { { message in self.messages.withLock { $0.append(message) } } }
 
     func first(_ what: String, where matches: (JSONRPCMessage) -> Bool) async throws -> JSONRPCMessage {
-        let deadline = ContinuousClock.now + .seconds(5)
-        // Looked at once more when the deadline has passed: a task kept waiting on a busy machine may wake
-        // only after it, with the answer long there.
-        while true {
-            if let found = all.first(where: matches) { return found }
-            guard ContinuousClock.now < deadline else { break }
-            try await Task.sleep(for: .milliseconds(5))
+        if await eventually(within: .seconds(5), { all.contains(where: matches) }),
+            let found = all.first(where: matches)
+        {
+            return found
         }
         throw JSONRPCError.internalError("timed out waiting for \(what); sent: \(all.map(\.json.jsonString))")
     }
@@ -345,10 +342,8 @@ struct MCPServerTests {
     }
 
     func waitFor(_ what: String, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw JSONRPCError.internalError("timed out waiting for \(what)") }
-            try await Task.sleep(for: .milliseconds(5))
+        guard await eventually(within: .seconds(5), condition) else {
+            throw JSONRPCError.internalError("timed out waiting for \(what)")
         }
     }
 }

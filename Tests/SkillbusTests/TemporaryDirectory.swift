@@ -9,6 +9,8 @@ func withTemporaryDirectory<T>(_ body: (String) async throws -> T) async throws 
 }
 
 /// Waits until `condition` holds, checking every few milliseconds, for at most `limit`; returns whether it held.
+/// It looks once more when the limit has passed: a task kept waiting while other tests hold every thread may
+/// wake only after it, with the condition long true.
 func eventually(within limit: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + limit
     while !condition() {
