@@ -333,7 +333,8 @@ extension RoundEngineTests {
             let (canonical, parameters) = spec.canonicalForm
             #expect(canonical == spec.json.serialized())
             switch spec {
-            case .invoke(_, let params) where !params.containsReference: #expect(parameters == params.serialized())
+            case .invoke(_, let params), .fanout(_, let params, _, _):
+                #expect(parameters == (params.containsReference ? nil : params.serialized()))
             default: #expect(parameters == nil)
             }
         }

@@ -305,12 +305,16 @@ extension RoundSpec {
         return flag
     }
 
-    /// The canonical body (`json.serialized()`) and, for an invoke, its parameters as they are sent: invokes,
-    /// fan-outs and plans are written without building their tree, and an invoke's parameters serialized once.
+    /// The canonical body (`json.serialized()`) and, for an invoke or a fan-out, its parameters as they are sent:
+    /// invokes, fan-outs and plans are written without building their tree, and parameters serialized once.
     var canonicalForm: (body: [UInt8], parameterBytes: [UInt8]?) {
         switch self {
         case .fanout(let skill, let parameters, let agents, let aggregate):
-            return (Self.canonicalFanout(skill, parameters, agents, aggregate), nil)
+            let serialized = parameters.serialized()
+            return (
+                Self.canonicalFanout(skill, serialized, agents, aggregate),
+                parameters.containsReference ? nil : serialized
+            )
         case .plan(let steps, let continueOnFailure):
             return (Self.canonicalPlan(steps, continueOnFailure: continueOnFailure), nil)
         case .ask, .asks:
@@ -330,14 +334,14 @@ extension RoundSpec {
 
     /// `{"fanout":{"agents":…,"aggregate":…,"params":…,"skill":…}}`, keys in `json.serialized()`'s order.
     private static func canonicalFanout(
-        _ skill: String, _ parameters: JSONValue, _ agents: [String]?, _ aggregate: Aggregation
+        _ skill: String, _ parameters: [UInt8], _ agents: [String]?, _ aggregate: Aggregation
     ) -> [UInt8] {
         var body = Array(#"{"fanout":{"agents":"#.utf8)
         if let agents { JSONValue.array(agents.map { .string($0) }).write(to: &body) } else { body += #""all""#.utf8 }
         body += #","aggregate":"#.utf8
         JSONValue.writeString(aggregate.rawValue, to: &body)
         body += #","params":"#.utf8
-        parameters.write(to: &body)
+        body += parameters
         body += #","skill":"#.utf8
         JSONValue.writeString(skill, to: &body)
         body += "}}".utf8
