@@ -21,9 +21,11 @@ struct UnsentReportsTests {
         return state
     }
 
-    func ask(_ state: inout CoordinatorState, progress: Bool = false) throws -> TurnRequest {
+    func ask(_ state: inout CoordinatorState, progress: Bool = false, timeoutMs: Int? = nil) throws -> TurnRequest {
         let actions = state.handleAsk(
-            AskRequest(requestID: "a1", roundID: "r1", agent: "alpha", message: "say hi", progress: progress),
+            AskRequest(
+                requestID: "a1", roundID: "r1", agent: "alpha", timeoutMs: timeoutMs, message: "say hi",
+                progress: progress),
             from: client, now: 0)
         return try #require(
             actions.compactMap { action -> TurnRequest? in
@@ -142,5 +144,44 @@ struct UnsentReportsTests {
         let actions = state.handleWorker(
             .turnEnd(turnID: turn.turnID, .error(error)), from: agent, now: 1)
         #expect(reports(actions) == ["state thinking", "state failed"])
+    }
+
+    /// The agent has the turn's deadline too, a moment later than the bus (the TURN's way to it): the bus gives up
+    /// first, and the TURNEND that follows must still put the turn's last states on the feed.
+    @Test("a turn whose deadline passed at the bus: a state sent after, and its TURNEND's states, are published")
+    func lateTurn() throws {
+        var state = bus()
+        // Within the agent's heartbeat, so that the bus does not take it for lost first.
+        let turn = try ask(&state, timeoutMs: 500)
+        let ref = TurnRef(session: "", turn: turn.turnID)
+        _ = state.handleWorker(.turnState(.thinking, ref), from: agent, now: 1)
+        let gaveUp = state.tick(now: UInt64(turn.deadlineMs) * 1_000_000 + 1)
+        #expect(
+            gaveUp.contains {
+                if case .toClient(_, .turn(_, _, .error(let error))) = $0 { return error.code == .timeout }
+                return false
+            }, "\(gaveUp)")
+        var record = TurnRecord(turn: turn, agent: "alpha", role: nil)
+        record.states = [
+            (.thinking, Date()), (.selectingSkill, Date()), (.failed("the turn ran out of time"), Date()),
+        ]
+        let error = SkillbusError(
+            .timeout, "the turn ran out of time", details: try JSONValue(parsing: record.document(status: "error")))
+        let after = UInt64(turn.deadlineMs + 5) * 1_000_000
+        _ = state.handleWorker(.turnState(.selectingSkill, ref), from: agent, now: after)
+        let ended = state.handleWorker(.turnEnd(turnID: turn.turnID, .error(error)), from: agent, now: after)
+        #expect(reports(ended) == ["state failed"])
+        #expect(!ended.contains { if case .toClient = $0 { return true } else { return false } }, "answered once")
+        // Once ended, or after the grace, the turn is forgotten: a second TURNEND publishes nothing.
+        let again = state.handleWorker(.turnEnd(turnID: turn.turnID, .error(error)), from: agent, now: after)
+        #expect(reports(again).isEmpty)
+        let other = try ask(&state, timeoutMs: 500)
+        _ = state.tick(now: UInt64(other.deadlineMs) * 1_000_000 + 1)
+        // The agent is heard from just before, so it is the grace that ends, not the agent that is lost.
+        let graceOver = UInt64(other.deadlineMs) * 1_000_000 + TurnTable.lateTurnGraceNanos + 2
+        _ = state.handleWorker(.heartbeat(intervalMs: nil, registry: nil), from: agent, now: graceOver - 1)
+        _ = state.tick(now: graceOver)
+        let tooLate = state.handleWorker(.turnEnd(turnID: other.turnID, .error(error)), from: agent, now: 1)
+        #expect(reports(tooLate).isEmpty)
     }
 }

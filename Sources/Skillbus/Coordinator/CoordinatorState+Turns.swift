@@ -121,7 +121,7 @@ extension CoordinatorState {
         else { return [] }
         turns.countReport(of: turn.turn, from: peer, step: false)
         var turn = turn
-        if let standing = turns.standing(of: turn.turn), let parent = standing.parent {
+        if let standing = turns.reporting(turn.turn, of: peer)?.standing, let parent = standing.parent {
             turn.parent = parent
             turn.depth = standing.depth
         }
@@ -153,7 +153,7 @@ extension CoordinatorState {
 
     /// STEP: a call of the turn ended; on the feed, and to the client when it follows the turn.
     mutating func noteStep(_ turnID: String, _ call: TurnCall, from peer: PeerID) -> [CoordinatorAction] {
-        guard let entry = turns.turn(turnID, of: peer) else { return [] }
+        guard let entry = turns.reporting(turnID, of: peer)?.entry else { return [] }
         turns.countReport(of: turnID, from: peer, step: true)
         var actions: [CoordinatorAction] = [
             .publish(.turnCall(agent: entry.agent, turn: TurnRef(session: entry.session, turn: turnID), call: call))

@@ -4,7 +4,7 @@
 /// one; while nobody would see them, it does not read the document at all.
 extension CoordinatorState {
     mutating func unsentReports(of turnID: String, _ answer: RelayedAnswer, from peer: PeerID) -> [CoordinatorAction] {
-        guard let entry = turns.turn(turnID, of: peer), let standing = turns.standing(of: turnID),
+        guard let (entry, standing) = turns.reporting(turnID, of: peer),
             publishesTurnEvents || follower(of: turnID, on: peer) != nil,
             let body = try? JSONValue(parsing: answer.body)
         else { return [] }

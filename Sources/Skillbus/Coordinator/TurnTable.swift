@@ -35,6 +35,17 @@ struct TurnTable: Sendable {
     /// How long a cancelled turn's round stays marked after the turn ended.
     static let cancelledRoundGraceNanos: UInt64 = 30_000_000_000
 
+    /// How long the reports of a turn whose deadline passed are still taken: its agent, which has the same
+    /// deadline, ends it a moment after the bus gave up on it.
+    static let lateTurnGraceNanos: UInt64 = 10_000_000_000
+
+    /// A turn the bus gave up on at its deadline, whose TURNEND has not come yet.
+    private struct LateTurn {
+        let entry: Turn
+        var standing: Standing
+        let until: UInt64
+    }
+
     /// Where a running turn stands in its team.
     struct Standing: Sendable {
         let agent: String
@@ -52,6 +63,9 @@ struct TurnTable: Sendable {
 
     private var turns = PendingQueries(prefix: "t")
     private var standings: [String: Standing] = [:]
+    /// Turns whose deadline passed, until their TURNEND or the grace: what their agent still reports goes on
+    /// the feed (a turn's last state is often left to its TURNEND's document).
+    private var late: [String: LateTurn] = [:]
     private var rotation = 0
     /// Agents whose planner could not reach its endpoint, until when (monotonic ns): unnamed turns pass them by.
     private var plannersDown: [PeerID: UInt64] = [:]
@@ -97,18 +111,41 @@ struct TurnTable: Sendable {
         return turns.find { $0.roundStep == index && $0.round == round }.map { ($0.id, $0.entry) }
     }
 
-    /// TURNEND from `worker`: the turn, when it is one `worker` runs; it leaves.
+    /// TURNEND from `worker`: the turn, when it is one `worker` runs; it leaves. A late turn's TURNEND ends
+    /// its grace and answers nothing (nil).
     mutating func answered(_ turnID: String, by worker: PeerID) -> Turn? {
-        guard let turn = turns.answered(turnID, by: worker) else { return nil }
+        guard let turn = turns.answered(turnID, by: worker) else {
+            if !late.isEmpty, late[turnID]?.entry.worker == worker { late[turnID] = nil }
+            return nil
+        }
         standings[turnID] = nil
         return turn
     }
 
-    /// Turns whose time ran out: they leave.
-    mutating func removeExpired(now: UInt64) -> [(id: String, entry: Turn)] { forget(turns.removeExpired(now: now)) }
+    /// Turns whose time ran out: they leave, and their reports are taken until their TURNEND or the grace.
+    mutating func removeExpired(now: UInt64) -> [(id: String, entry: Turn)] {
+        let expired = turns.removeExpired(now: now)
+        for (turnID, entry) in expired {
+            guard let standing = standings.removeValue(forKey: turnID) else { continue }
+            late[turnID] = LateTurn(entry: entry, standing: standing, until: now &+ Self.lateTurnGraceNanos)
+        }
+        if !late.isEmpty { late = late.filter { $0.value.until > now } }
+        return expired
+    }
 
     /// The turns of an agent that left: they leave.
-    mutating func removeAll(of worker: PeerID) -> [(id: String, entry: Turn)] { forget(turns.removeAll(of: worker)) }
+    mutating func removeAll(of worker: PeerID) -> [(id: String, entry: Turn)] {
+        if !late.isEmpty { late = late.filter { $0.value.entry.worker != worker } }
+        return forget(turns.removeAll(of: worker))
+    }
+
+    /// The turn `turnID` of `worker` whose STATEs and STEPs the bus takes: running, or late (its deadline
+    /// passed, its TURNEND not yet come).
+    func reporting(_ turnID: String, of worker: PeerID) -> (entry: Turn, standing: Standing)? {
+        if let entry = turns.entry(turnID, of: worker), let standing = standings[turnID] { return (entry, standing) }
+        guard !late.isEmpty, let turn = late[turnID], turn.entry.worker == worker else { return nil }
+        return (turn.entry, turn.standing)
+    }
 
     private mutating func forget(_ removed: [(id: String, entry: Turn)]) -> [(id: String, entry: Turn)] {
         for (turnID, _) in removed { standings[turnID] = nil }
@@ -139,10 +176,13 @@ struct TurnTable: Sendable {
     /// Where the running turn `turnID` stands; nil when it is not running.
     func standing(of turnID: String) -> Standing? { standings[turnID] }
 
-    /// Counts a STATE (or STEP) of a running turn from its worker.
+    /// Counts a STATE (or STEP) of a running or late turn from its worker.
     mutating func countReport(of turnID: String, from worker: PeerID, step: Bool) {
-        guard turns.entry(turnID, of: worker) != nil else { return }
-        if step { standings[turnID]?.stepsSent += 1 } else { standings[turnID]?.statesSent += 1 }
+        if turns.entry(turnID, of: worker) != nil {
+            if step { standings[turnID]?.stepsSent += 1 } else { standings[turnID]?.statesSent += 1 }
+        } else if !late.isEmpty, late[turnID]?.entry.worker == worker {
+            if step { late[turnID]?.standing.stepsSent += 1 } else { late[turnID]?.standing.statesSent += 1 }
+        }
     }
 
     /// The running turn `turnID`, whoever runs it.
