@@ -222,11 +222,15 @@ struct AgentStoreTests {
     func lockReleasedLate() async throws {
         try await withTemporaryDirectory { directory in
             // An empty lock file under a flock: what a store's close leaves while a spawned child still holds a
-            // copy of its descriptor. The copy goes 50 ms later.
+            // copy of its descriptor. The copy goes 20 ms later, from a thread of its own (Dispatch's pool may be
+            // busy with other tests past the opener's 200 ms).
             let path = (directory as NSString).appendingPathComponent(DirectoryLock.fileName)
             let copy = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
             #expect(copy >= 0 && flock(copy, LOCK_EX | LOCK_NB) == 0)
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { close(copy) }
+            Thread {
+                usleep(20_000)
+                close(copy)
+            }.start()
             let store = try await AgentStore.open(directory: directory, agent: "alpha")
             await store.close()
         }
