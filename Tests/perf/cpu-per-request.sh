@@ -15,6 +15,9 @@
 #   MALLOCS=1 ... also counts allocations per request in the coordinator and the workers (malloc-count.c).
 #   WORKER_ENGINE=libzmq ... the workers talk to the bus through libzmq's DEALER instead of their own.
 #   COORDINATOR_OPTIONS='--data-dir DIR' ... more options for the coordinator (a journal, say).
+#   KEYS=1 ... CURVE on the bus and the feed: keys for the coordinator, the driver and the workers.
+#   WATCH=1 ... a `skillbus feed` reading every event while the load runs (as the bench's deployed row has).
+#   With KEYS=1 WATCH=1 INVOKE=1 COORDINATOR_OPTIONS="--data-dir DIR": the deployed configuration.
 #   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
 #   a pure echo with a cache lifetime then misses every time).
 #   MEMORY=1 ... sends each request in a round of its own with the bench's 100-byte text, and prints the
@@ -50,16 +53,37 @@ if [ "${PROXY:-0}" != 0 ]; then
         pids+=("$!")
     done
 else
+    keyed=(); key_for() { :; }
+    if [ "${KEYS:-0}" = 1 ]; then
+        mkdir "$work/keys"
+        for name in coordinator client perf-0 perf-1 perf-2 perf-3; do
+            "$binary" keygen "$name" --dir "$work/keys" >/dev/null
+        done
+        cat >"$work/keys/coordinator.json" <<EOF
+{"version": 1, "security": {"secretKey": "coordinator.key", "keys": [
+  {"name": "client", "role": "client", "publicKey": "client.pub"},
+  {"name": "perf-0", "role": "worker", "agents": ["perf-0"], "publicKey": "perf-0.pub"},
+  {"name": "perf-1", "role": "worker", "agents": ["perf-1"], "publicKey": "perf-1.pub"},
+  {"name": "perf-2", "role": "worker", "agents": ["perf-2"], "publicKey": "perf-2.pub"},
+  {"name": "perf-3", "role": "worker", "agents": ["perf-3"], "publicKey": "perf-3.pub"}]}}
+EOF
+        keyed=(--config "$work/keys/coordinator.json")
+        key_for() { echo "--server-key $work/keys/coordinator.pub --key $work/keys/$1.key"; }
+        export CURVE_SERVER=$(cat "$work/keys/coordinator.pub") CURVE_PUBLIC=$(cat "$work/keys/client.pub")
+        export CURVE_SECRET=$(cat "$work/keys/client.key")
+    fi
     # glibc's huge pages for MEMORY alone, as deploy/skillbus-coordinator.service sets them.
     huge_pages=(); [ "${MEMORY:-0}" = 1 ] && huge_pages=(GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1)
     LD_PRELOAD=$preload env "${huge_pages[@]}" "$binary" coordinator --bus 'tcp://127.0.0.1:*' \
-        --feed 'tcp://127.0.0.1:*' --log-level warning ${COORDINATOR_OPTIONS:-} >"$work/coordinator.out" 2>&1 &
+        --feed 'tcp://127.0.0.1:*' --log-level warning "${keyed[@]}" ${COORDINATOR_OPTIONS:-} \
+        >"$work/coordinator.out" 2>&1 &
     coordinator=$!; pids+=("$coordinator")
     for _ in $(seq 200); do grep -q 'ready: bus=' "$work/coordinator.out" && break; sleep 0.05; done
     bus=$(sed -n 's/.*ready: bus=\([^ ]*\).*/\1/p' "$work/coordinator.out")
     for index in 0 1 2 3; do
         LD_PRELOAD=$preload env ${WORKER_ENGINE:+SKILLBUS_BUS_ENGINE=$WORKER_ENGINE} "$binary" worker --name "perf-$index" --coordinator "$bus" --skills echo --capacity 64 \
-            ${WORKER_OPTIONS:-} --log-level warning --data-dir "$work/agent-$index" >/dev/null 2>&1 &
+            ${WORKER_OPTIONS:-} $(key_for "perf-$index") --log-level warning --data-dir "$work/agent-$index" \
+            >/dev/null 2>&1 &
         pids+=("$!")
     done
 fi
@@ -67,8 +91,14 @@ fi
 # All four workers registered (the raw ones need only connect), then a warm-up.
 if [ "${PROXY:-0}" = 0 ]; then
     for _ in $(seq 100); do
-        [ "$("$binary" agents --coordinator "$bus" 2>/dev/null | grep -c perf-)" = 4 ] && break; sleep 0.1
+        [ "$("$binary" agents --coordinator "$bus" $(key_for client) 2>/dev/null | grep -c perf-)" = 4 ] && break
+        sleep 0.1
     done
+    if [ "${WATCH:-0}" = 1 ]; then
+        feed=$(sed -n 's/.*ready: bus=[^ ]* feed=\([^ ]*\).*/\1/p' "$work/coordinator.out")
+        "$binary" feed --feed "$feed" $(key_for client) >/dev/null 2>&1 &
+        pids+=("$!")
+    fi
 fi
 resident() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.1f MB ", $1, $2 / 1024 }' "/proc/$coordinator/status"; }
 if [ "${MEMORY:-0}" = 1 ]; then
@@ -79,7 +109,7 @@ fi
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-workers_cpu() { local sum=0; for pid in "${pids[@]:1}"; do sum=$((sum + $(cpu "$pid"))); done; echo "$sum"; }
+workers_cpu() { local sum=0; for pid in "${pids[@]:1:4}"; do sum=$((sum + $(cpu "$pid"))); done; echo "$sum"; }
 # Allocations so far, from the shim (SIGUSR2 makes each process write its count).
 mallocs() {
     local sum=0
@@ -91,7 +121,7 @@ mallocs() {
     echo "$sum"
 }
 if [ -n "$preload" ]; then
-    coordinator_mallocs=$(mallocs "$coordinator"); worker_mallocs=$(mallocs "${pids[@]:1}")
+    coordinator_mallocs=$(mallocs "$coordinator"); worker_mallocs=$(mallocs "${pids[@]:1:4}")
 fi
 before=$(cpu "$coordinator"); workers_before=$(workers_cpu)
 if [ -n "${PERF:-}" ]; then
@@ -122,5 +152,5 @@ if [ -n "$preload" ]; then
     echo "coordinator_mallocs_per_request" \
         "$(awk -v n=$(($(mallocs "$coordinator") - coordinator_mallocs)) -v r="$requests" 'BEGIN { printf "%.1f", n / r }')" \
         "workers_mallocs_per_request" \
-        "$(awk -v n=$(($(mallocs "${pids[@]:1}") - worker_mallocs)) -v r="$requests" 'BEGIN { printf "%.1f", n / r }')"
+        "$(awk -v n=$(($(mallocs "${pids[@]:1:4}") - worker_mallocs)) -v r="$requests" 'BEGIN { printf "%.1f", n / r }')"
 fi

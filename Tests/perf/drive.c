@@ -157,6 +157,14 @@ int main(int argc, char **argv) {
     int linger = 0, timeout_ms = 30000;
     zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(socket, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms);
+    // CURVE when the coordinator has keys: its public key and this client's pair, Z85 (a key file's text).
+    const char *server_key = getenv("CURVE_SERVER"), *public_key = getenv("CURVE_PUBLIC"),
+               *secret_key = getenv("CURVE_SECRET");
+    if (server_key && public_key && secret_key) {
+        zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, server_key, 40);
+        zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, public_key, 40);
+        zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_key, 40);
+    }
     if (zmq_connect(socket, argv[1]) != 0) { perror("zmq_connect"); return 1; }
     double *sent_at = calloc((size_t)total, sizeof(double)), *rtt = calloc((size_t)total, sizeof(double));
     long sent = 0, done = 0, failed = 0;
