@@ -65,7 +65,29 @@ struct FeedEventTests {
                 since: "2026-12-05T21:00:00.000Z")),
         .journalBehind(group: "g1", rounds: 12),
         .journalBehind(group: "g1", rounds: 0),
+        // The events every request and round publishes are written member by member: text that needs escaping,
+        // several invocations, an error that is not JSON, a summary with every count.
+        .roundAccepted(round: "r\"1\n", shape: "fanout", invocations: ["a", "b/é", "c\u{1}"]),
+        .invocationDispatched(round: "r", invocation: "a\\b", skill: "ech\to", agent: "agent ✓", dispatch: "i9"),
+        .invocationDone(
+            round: "r", invocation: "b", skill: "echo", agent: "", status: .error, durationMicros: 1_234_567,
+            deduplicated: true),
+        .requestDispatched(round: "", request: "q\"", skill: "s", agent: "a", invocation: "i1"),
+        .requestDone(
+            round: "r", request: "q", skill: "echo", agent: "a", status: .error, durationMicros: 0,
+            payload: Array("not json".utf8)),
+        .roundDone(round: "r", status: .error, summary: summary),
     ]
+
+    static var summary: RoundDocument.Summary {
+        var summary = RoundDocument.Summary()
+        summary.invocations = 3
+        summary.executions = 2
+        summary.deduplicated = 1
+        summary.failed = 1
+        summary.totalMs = 12.345
+        return summary
+    }
 
     @Test("every kind's members come in key order, and publishing writes the object JSON writes, with type and time")
     func publishedAsJSONWritesIt() throws {
@@ -81,6 +103,16 @@ struct FeedEventTests {
             #expect(frames[0] == Array(event.topic.utf8))
             #expect(
                 String(decoding: frames[1], as: UTF8.self) == String(decoding: JSONValue.object(object).serialized(), as: UTF8.self))
+            #expect(event.encoded(timestamp: FeedEvent.timestamp(time)) == frames)
         }
+    }
+
+    @Test("the feed's clock stamps now, formatted as timestamp formats it")
+    func clock() {
+        var clock = FeedClock()
+        let before = FeedEvent.timestamp(Date())
+        let stamped = clock.now()
+        let after = FeedEvent.timestamp(Date())
+        #expect(before <= stamped && stamped <= after, "\(before) \(stamped) \(after)")
     }
 }

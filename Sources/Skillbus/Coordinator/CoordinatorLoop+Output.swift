@@ -60,7 +60,7 @@ extension CoordinatorLoop {
                 let batches = subscriptions.batches(taking: topic)
                 let single = subscriptions.wants(topic)
                 guard single || !batches.isEmpty else { continue }
-                let frames = event.encoded()
+                let frames = event.encoded(timestamp: feedClock.now())
                 if single { try? feed.send(frames, dontWait: true) }
                 for batch in batches { addToFeedBatch(batch, frames[1]) }
             }

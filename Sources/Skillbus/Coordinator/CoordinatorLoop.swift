@@ -36,6 +36,8 @@ final class CoordinatorLoop {
     var subscriptions = FeedSubscriptions()
     /// The events of this pass for each batch subscription (PROTOCOL §7), by its topic frame.
     var feedBatches: [(topic: [UInt8], body: [UInt8])] = []
+    /// Stamps the published events.
+    var feedClock = FeedClock()
     /// A batch this large goes out before the pass ends.
     static let feedBatchBytes = 256 << 10
     /// Messages and subscriptions refused for a limit (§9) since the start, and those published this tick.
