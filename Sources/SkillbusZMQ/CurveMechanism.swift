@@ -20,6 +20,9 @@ enum CurveZMTP {
 
     static func name(_ text: String) -> [UInt8] { [UInt8(text.utf8.count)] + Array(text.utf8) }
 
+    /// MESSAGE's name, made once: every frame of an open connection starts with it.
+    static let messageName = name("MESSAGE")
+
     /// A 24-byte nonce: a 16-byte prefix and a short nonce, big-endian.
     static func shortNonce(_ prefix: String, _ counter: UInt64) -> [UInt8] {
         Array(prefix.utf8) + bigEndian(counter)
@@ -115,7 +118,7 @@ struct CurveBoxes {
         plain.append(contentsOf: frame)
         let bodyBytes = 16 + plain.count + Sodium.macBytes
         ZMTP.appendFrameHeader(size: bodyBytes, more: false, command: false, to: &output)
-        output.append(contentsOf: CurveZMTP.name("MESSAGE"))
+        output.append(contentsOf: CurveZMTP.messageName)
         output.append(contentsOf: sealNonce[16..<24])
         plain.withUnsafeBytes { Sodium.seal($0, nonce: sealNonce, sharedKey: sharedKey, to: &output) }
         nextNonce += 1
@@ -132,7 +135,7 @@ struct CurveBoxes {
         more: Bool, command: Bool, frame: ArraySlice<UInt8>
     ) {
         guard !forgotten else { throw .init("a MESSAGE after the connection's keys were forgotten") }
-        guard CurveZMTP.hasName(body, "MESSAGE") else { throw .init("a command that is no MESSAGE") }
+        guard body.starts(with: CurveZMTP.messageName) else { throw .init("a command that is no MESSAGE") }
         guard body.count >= CurveZMTP.messageOverhead else { throw .init("a MESSAGE of \(body.count) bytes") }
         let start = body.startIndex
         let nonce = CurveZMTP.readBigEndian(body[start + 8..<start + 16])
