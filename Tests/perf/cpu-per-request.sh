@@ -133,7 +133,8 @@ if [ "${STAT:-0}" != 0 ]; then
     counted=$coordinator; [ "$STAT" = worker ] && counted=${pids[1]}
     perf stat --per-thread -x, -o "$work/stat" -e context-switches,syscalls:sys_enter_sendto,syscalls:sys_enter_recvfrom \
         -e syscalls:sys_enter_epoll_wait,syscalls:sys_enter_poll,syscalls:sys_enter_write,syscalls:sys_enter_read \
-        -e syscalls:sys_enter_getpid -p "$counted" &
+        -e syscalls:sys_enter_getpid -e syscalls:sys_enter_fcntl -e syscalls:sys_enter_pwrite64 \
+        -e syscalls:sys_enter_fdatasync -p "$counted" &
     counter=$!; sleep 1
 fi
 result=$("$work/drive" "$bus" "$requests" "$in_flight")
