@@ -97,7 +97,7 @@ if [ "${PROXY:-0}" = 0 ]; then
     if [ "${WATCH:-0}" = 1 ]; then
         feed=$(sed -n 's/.*ready: bus=[^ ]* feed=\([^ ]*\).*/\1/p' "$work/coordinator.out")
         "$binary" feed --feed "$feed" $(key_for client) >/dev/null 2>&1 &
-        pids+=("$!")
+        watcher=$!; pids+=("$watcher")
     fi
 fi
 resident() { awk '/^(VmRSS|RssAnon|RssFile):/ { printf "%s %.1f MB ", $1, $2 / 1024 }' "/proc/$coordinator/status"; }
@@ -123,7 +123,7 @@ mallocs() {
 if [ -n "$preload" ]; then
     coordinator_mallocs=$(mallocs "$coordinator"); worker_mallocs=$(mallocs "${pids[@]:1:4}")
 fi
-before=$(cpu "$coordinator"); workers_before=$(workers_cpu)
+before=$(cpu "$coordinator"); workers_before=$(workers_cpu); watcher_before=$(cpu "${watcher:-$coordinator}")
 if [ -n "${PERF:-}" ]; then
     recorded=$coordinator; [ "$PERF" = worker ] && recorded=${pids[1]}
     perf record -q -e "${PERF_EVENT:-cpu-clock}" --call-graph dwarf -p "$recorded" -o perf.data -- sleep 1000 &
@@ -144,10 +144,11 @@ if [ "${STAT:-0}" != 0 ]; then
     awk -F, -v n="$served" '$2 / n >= 0.005 { split($1, t, "-"); printf "  %-18s %-34s %.2f per request\n", t[1], $4, $2 / n }' "$work/stat"
 fi
 if [ -n "${PERF:-}" ]; then kill -INT "$recorder"; wait "$recorder" || true; fi
-after=$(cpu "$coordinator"); workers_after=$(workers_cpu)
+after=$(cpu "$coordinator"); workers_after=$(workers_cpu); watcher_after=$(cpu "${watcher:-$coordinator}")
 per_request() { awk -v t="$1" -v hz="$ticks" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'; }
 echo "$result coordinator_cpu_us_per_request $(per_request $((after - before)))" \
-    "workers_cpu_us_per_request $(per_request $((workers_after - workers_before)))"
+    "workers_cpu_us_per_request $(per_request $((workers_after - workers_before)))" \
+    ${watcher:+watcher_cpu_us_per_request $(per_request $((watcher_after - watcher_before)))}
 if [ "${MEMORY:-0}" = 1 ]; then echo "after $((requests + 2000)) rounds: $(resident)"; fi
 if [ -n "$preload" ]; then
     echo "coordinator_mallocs_per_request" \
