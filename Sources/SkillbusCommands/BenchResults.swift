@@ -156,7 +156,7 @@ struct BenchResults {
 
     /// One table row: a name, then the figures in columns.
     static func row(_ name: String, _ columns: [String], nameWidth: Int = 24) -> String {
-        "  " + name.padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+        "  " + name.padded(to: nameWidth)
             + columns.map { String(repeating: " ", count: max(1, 10 - $0.count)) + $0 }.joined()
     }
 

@@ -36,7 +36,7 @@ enum ContextQuery {
         guard let header = rows.first else { return "" }
         let widths = header.indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in
-            row.enumerated().map { $0 == row.count - 1 ? $1 : $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+            row.enumerated().map { $0 == row.count - 1 ? $1 : $1.padded(to: widths[$0]) }
                 .joined(separator: "  ")
         }.joined(separator: "\n")
     }

@@ -131,7 +131,7 @@ public enum FeedCommand: SkillbusCommand {
             detail = fields.keys.sorted().map { "\($0)=\(fields[$0]!.stringValue ?? fields[$0]!.jsonString)" }
                 .joined(separator: " ")
         }
-        return "\(time)  \(topic.padding(toLength: 18, withPad: " ", startingAt: 0)) "
-            + "\(agent.padding(toLength: 10, withPad: " ", startingAt: 0)) \(detail)"
+        return "\(time)  \(topic.padded(to: 18)) "
+            + "\(agent.padded(to: 10)) \(detail)"
     }
 }

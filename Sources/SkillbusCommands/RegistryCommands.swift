@@ -134,7 +134,7 @@ public enum AgentsCommand: SkillbusCommand {
         var lines = (group.map { [$0] } ?? []) + ["registry at seq \(registrySeq); \(agents.count) agent(s)"]
         let nameWidth = max(5, agents.map { $0["agent"]?.stringValue?.count ?? 0 }.max() ?? 0)
         lines.append(
-            "AGENT".padding(toLength: nameWidth, withPad: " ", startingAt: 0)
+            "AGENT".padded(to: nameWidth)
                 + "  STATE                 LOAD     HEARTBEAT  REPLICA     SESSIONS  SKILLS")
         for agent in agents {
             var state = agent["state"]?["state"]?.stringValue ?? "?"
@@ -163,12 +163,12 @@ public enum AgentsCommand: SkillbusCommand {
             var sessions = agent["sessions"]?.intValue.map(String.init) ?? "-"
             if agent["storage"]?["code"] != nil { sessions += " (no writes)" }
             lines.append(
-                (agent["agent"]?.stringValue ?? "?").padding(toLength: nameWidth, withPad: " ", startingAt: 0) + "  "
-                    + state.padding(toLength: 22, withPad: " ", startingAt: 0)
-                    + load.padding(toLength: 9, withPad: " ", startingAt: 0)
-                    + age.padding(toLength: 11, withPad: " ", startingAt: 0)
-                    + replica.padding(toLength: 12, withPad: " ", startingAt: 0)
-                    + sessions.padding(toLength: 10, withPad: " ", startingAt: 0) + skills)
+                (agent["agent"]?.stringValue ?? "?").padded(to: nameWidth) + "  "
+                    + state.padded(to: 22)
+                    + load.padded(to: 9)
+                    + age.padded(to: 11)
+                    + replica.padded(to: 12)
+                    + sessions.padded(to: 10) + skills)
         }
         return lines.joined(separator: "\n")
     }

@@ -191,8 +191,8 @@ public enum HistoryCommand: SkillbusCommand {
         let lines = messages.map { message in
             let agent = message["agent"]?.stringValue ?? "?"
             let role = message["role"]?.stringValue ?? "?"
-            return "\(message["time"]?.stringValue ?? "")  \(agent.padding(toLength: width, withPad: " ", startingAt: 0))  "
-                + "\(role.padding(toLength: 11, withPad: " ", startingAt: 0))  \((message["content"] ?? .null).jsonString)"
+            return "\(message["time"]?.stringValue ?? "")  \(agent.padded(to: width))  "
+                + "\(role.padded(to: 11))  \((message["content"] ?? .null).jsonString)"
         }
         return (["session \(session) on \(names.joined(separator: ", ")): \(messages.count) message(s)"] + lines)
             .joined(separator: "\n")

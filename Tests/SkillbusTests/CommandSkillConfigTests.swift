@@ -188,6 +188,17 @@ struct OutputLineTests {
         #expect(line.hasSuffix(#"sys.countdown i7 #2: 1 | {"n":0}  round r1"#))
     }
 
+    @Test("a column is cut or filled with spaces to its width, as Foundation's padding was, by characters")
+    func columns() throws {
+        #expect("agent".padded(to: 8) == "agent   ")
+        #expect("invocation.dispatched".padded(to: 18) == "invocation.dispatc")
+        #expect("exact".padded(to: 5) == "exact")
+        #expect("é✓".padded(to: 3) == "é✓ ")
+        let event = FeedEvent.agentLeft(agent: "a", reason: "gone")
+        let line = FeedCommand.render(topic: event.topic, event: try JSONValue(parsing: event.encoded()[1]))
+        #expect(line.hasSuffix("  agent.left         a          gone"), "\(line)")
+    }
+
     @Test("a text result that only repeats the streamed lines is recognised, with or without a final line end")
     func repeatedResult() {
         let printer = OutputPrinter(mode: .silent)
