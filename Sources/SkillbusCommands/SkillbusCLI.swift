@@ -88,9 +88,9 @@ public func printError(_ text: String) {
 }
 
 extension String {
-    /// Exactly `width` characters for a column: cut, or filled with spaces (as Foundation's
-    /// `padding(toLength:withPad:startingAt:)`, which goes through NSString: `skillbus feed` spent a third of
-    /// its time there, padding two columns of every line).
+    /// Exactly `width` characters for a column: cut, or filled with spaces, as Foundation's
+    /// `padding(toLength:withPad:startingAt:)` does through NSString (at a cost `skillbus feed`, which pads two
+    /// columns of every line, felt).
     func padded(to width: Int) -> String {
         let length = count
         if length >= width { return length == width ? self : String(prefix(width)) }

@@ -305,7 +305,7 @@ public enum FeedEvent: Sendable, Equatable {
     }
 
     /// The body of an event that every request or round publishes, written member by member in key order
-    /// (`members` builds, copies and frees a list of them first: a fifth of a watched coordinator's time);
+    /// (`members` builds, copies and frees a list of them first, four times a round for a watched bus);
     /// nil for the others. The same bytes as the general path (FeedEventTests); `time` and `type` sort after
     /// every member of these.
     private func directBody(timestamp: String, type: String) -> [UInt8]? {
