@@ -179,17 +179,20 @@ extension CoordinatorState {
                     payload: SkillbusError(error.code, message, details: error.details).json.serialized(),
                     durationMicros: 0), deduplicated: false, now: now)
         }
-        // A fan-out's invocations are told apart by their agent: "skill@agent" cannot be a skill identifier.
+        // A fan-out's invocations are told apart by their agent: "skill@agent" cannot be a skill identifier, and a
+        // fan-out's agents are distinct, so no other call of the round can ever share one of them: single-flight
+        // is left out for them.
         let keySkill = invocation.target.map { invocation.skill + "@" + $0 } ?? invocation.skill
+        let shareable = invocation.target == nil
         let schema = schema(of: invocation.skill)
         // An invoke's one invocation needs its canonical key only for the cache: single-flight puts it in
         // canonical form when another invocation of the round must be compared with it.
-        let needsKey = !run.isInvoke || descriptors.cacheLifetimeMs(of: invocation.skill) != nil
+        let needsKey = (!run.isInvoke && shareable) || descriptors.cacheLifetimeMs(of: invocation.skill) != nil
         let key =
             needsKey ? SingleFlight.canonicalKey(skill: keySkill, parameters: bytes, schema: { _ in schema }) : nil
         // Whom an identical invocation would reuse: the first of the round with this key. A fan-out's
         // invocations each name their own agent, so no other invocation of the round has their key.
-        let reusable: String? = (invocation.target == nil ? key : nil).flatMap { key in
+        let reusable: String? = (shareable ? key : nil).flatMap { key in
             rounds.updateRunning(roundKey) { run in
                 if let first = run.firstByKey[key] { return first }
                 run.firstByKey[key] = invocation.id
@@ -206,7 +209,7 @@ extension CoordinatorState {
         if let answer = answerStepFromCache(roundKey, index, &request, key: key, noCache: run.noCache, now: now) {
             return answer
         }
-        if settings.deduplication {
+        if settings.deduplication, shareable {
             let admission = singleFlight.admit(
                 round: run.id, skill: keySkill, parameters: bytes, key: key, waiter: request.origin,
                 schema: { _ in schema })
