@@ -2,10 +2,9 @@
 /// index of their hashes (`HashBuckets`) naming each by its serial number. A dictionary of them paid a
 /// deletion with a probe-run repair per forgotten round, about as much as the round's document.
 ///
-/// Each round's id, canonical body and document are copied into an arena of large chunks, one after another,
-/// in the order the rounds finished; a chunk is freed whole once its last entry is forgotten. Kept as arrays of
-/// their own, the 10,000 documents a bus remembers by default were three allocations per round, each freed
-/// 10,000 rounds later, and the coordinator's heap a third larger (docs/PERFORMANCE.md, Rounds).
+/// Each round's id, canonical body and document are copied into a `ChunkArena`, one after another, in the order
+/// the rounds finished; a chunk is freed whole once its last entry is forgotten. Kept as arrays of their own, the
+/// 10,000 documents a bus remembers by default made the coordinator's heap a third larger (docs/PERFORMANCE.md).
 struct RememberedRounds: Sendable {
     private struct Entry: Sendable {
         let hash: UInt32
@@ -20,7 +19,7 @@ struct RememberedRounds: Sendable {
         var live = true
     }
 
-    static let chunkBytes = 256 * 1024
+    static let chunkBytes = ChunkArena.chunkBytes
 
     private var entries: [Entry] = []
     /// `entries[..<head]` are forgotten, dropped in batches.
@@ -28,11 +27,7 @@ struct RememberedRounds: Sendable {
     /// Serial number of `entries[head]`; the index names entries by serial.
     private var headSerial: UInt32 = 0
     private var index = HashBuckets()
-    private var chunks: [[UInt8]] = []
-    /// `chunks[..<chunkHead]` are freed (empty), dropped in batches; `chunks[chunkHead]` has the serial
-    /// `headChunkSerial`.
-    private var chunkHead = 0
-    private var headChunkSerial = 0
+    private var arena = ChunkArena()
 
     /// Rounds remembered.
     var count: Int { index.count }
@@ -41,12 +36,12 @@ struct RememberedRounds: Sendable {
     var entryCount: Int { entries.count - head }
 
     /// Chunks holding entries or being filled.
-    var liveChunks: Int { chunks.count - chunkHead }
+    var liveChunks: Int { arena.liveChunks }
 
     subscript(key: [UInt8]) -> FinishedRound? {
         guard let position = find(key, HashBuckets.hash(key)).position else { return nil }
         let entry = entries[position]
-        return chunks[chunkHead + entry.chunk - headChunkSerial].withUnsafeBufferPointer { chunk in
+        return arena.read(entry.chunk) { chunk in
             let bodyStart = entry.offset + Int(entry.keyCount)
             let documentStart = bodyStart + Int(entry.bodyCount)
             return FinishedRound(
@@ -65,21 +60,16 @@ struct RememberedRounds: Sendable {
             entries[position].live = false
             bucket = find(key, hash).bucket
         }
-        let size = key.count + round.body.count + round.document.count
-        if chunks.count == chunkHead || chunks[chunks.count - 1].capacity - chunks[chunks.count - 1].count < size {
-            var chunk: [UInt8] = []
-            chunk.reserveCapacity(max(Self.chunkBytes, size))
-            chunks.append(chunk)
+        let (chunk, offset, _) = arena.reserve(key.count + round.body.count + round.document.count)
+        arena.writeLast { bytes in
+            bytes += key
+            bytes += round.body
+            bytes += round.document
         }
-        let last = chunks.count - 1
-        let offset = chunks[last].count
-        chunks[last] += key
-        chunks[last] += round.body
-        chunks[last] += round.document
         index.insert(hash: hash, value: serial(of: entries.count), at: bucket)
         entries.append(
             Entry(
-                hash: hash, finishedAt: round.finishedAt, chunk: headChunkSerial + last - chunkHead, offset: offset,
+                hash: hash, finishedAt: round.finishedAt, chunk: chunk, offset: offset,
                 keyCount: Int32(key.count), bodyCount: Int32(round.body.count),
                 documentCount: Int32(round.document.count)))
     }
@@ -93,19 +83,10 @@ struct RememberedRounds: Sendable {
         if entries[head].live { index.remove(hash: entries[head].hash, value: headSerial) }
         head += 1
         headSerial &+= 1
-        let keep = head < entries.count ? chunkHead + entries[head].chunk - headChunkSerial : chunks.count - 1
-        while chunkHead < keep {
-            chunks[chunkHead] = []
-            chunkHead += 1
-            headChunkSerial += 1
-        }
+        arena.free(before: head < entries.count ? entries[head].chunk : nil)
         if head > 1024 && head * 2 > entries.count {
             entries.removeFirst(head)
             head = 0
-        }
-        if chunkHead > 64 && chunkHead * 2 > chunks.count {
-            chunks.removeFirst(chunkHead)
-            chunkHead = 0
         }
     }
 
@@ -117,7 +98,7 @@ struct RememberedRounds: Sendable {
         let (serial, bucket) = index.find(hash: hash) { serial in
             let entry = entries[position(of: serial)]
             guard Int(entry.keyCount) == key.count else { return false }
-            return chunks[chunkHead + entry.chunk - headChunkSerial].withUnsafeBufferPointer { chunk in
+            return arena.read(entry.chunk) { chunk in
                 key.elementsEqual(chunk[entry.offset..<entry.offset + key.count])
             }
         }

@@ -2,7 +2,7 @@ import Glibc
 
 /// The rounds single-flight remembers after everything in them finished: each round is one entry of bytes
 /// (its id, the key of each execution, and each outcome's status, agent, duration and payload) appended to
-/// an arena of large chunks, in the order the rounds finished. Rounds are forgotten in that order too, so
+/// a `ChunkArena`, in the order the rounds finished. Rounds are forgotten in that order too, so
 /// a chunk is freed whole once its last entry is forgotten: remembering 100,000 rounds costs their bytes
 /// and about 24 more each, instead of several allocations each that live until the round is forgotten. A
 /// value that many rounds of a chunk share (the same parameters, agent or outcome) is kept there once.
@@ -34,12 +34,9 @@ struct FinishedRounds: Sendable {
     /// A key as it is stored: whether it is raw (`skill 0x00 parameters`), and its bytes.
     typealias StoredKey = (raw: Bool, bytes: UnsafeRawBufferPointer)
 
-    static let chunkBytes = 256 * 1024
+    static let chunkBytes = ChunkArena.chunkBytes
 
-    private var chunks: [[UInt8]] = []
-    /// Serial number of `chunks[chunkHead]`; chunks before the head are empty, and removed in batches.
-    private var chunkHead = 0
-    private var headChunkSerial = 0
+    private var arena = ChunkArena()
     /// Where each entry starts, in finish order: its chunk's serial (high 32 bits) and offset (low 32).
     private var entries: [UInt64] = []
     private var entryHead = 0
@@ -55,10 +52,10 @@ struct FinishedRounds: Sendable {
     var count: Int { index.count }
 
     /// Chunks holding entries or being filled.
-    var liveChunks: Int { chunks.count - chunkHead }
+    var liveChunks: Int { arena.liveChunks }
 
     /// Bytes written to those chunks.
-    var storedBytes: Int { chunks[chunkHead...].reduce(0) { $0 + $1.count } }
+    var storedBytes: Int { arena.storedBytes }
 
     /// When the oldest entry finished (it may be one marked gone).
     var oldestFinishedAt: UInt64? {
@@ -73,15 +70,8 @@ struct FinishedRounds: Sendable {
             size += 1 + 4 + execution.key.byteCount + 1 + 8 + 4 + execution.outcome.agent.count + 4
             size += execution.outcome.payload.count
         }
-        if chunks.count == chunkHead || chunks[chunks.count - 1].capacity - chunks[chunks.count - 1].count < size {
-            var chunk: [UInt8] = []
-            chunk.reserveCapacity(max(Self.chunkBytes, size))
-            chunks.append(chunk)
-            recentValues = Self.noRecentValues
-        }
-        let chunk = chunks.count - 1
-        let serial = headChunkSerial + chunk - chunkHead
-        let offset = chunks[chunk].count
+        let (serial, offset, opened) = arena.reserve(size)
+        if opened { recentValues = Self.noRecentValues }
         entries.append(UInt64(truncatingIfNeeded: serial) << 32 | UInt64(offset))
         write(roundID: roundID, hash: hash, executions: executions, finishedAt: finishedAt)
         let entrySerial = headEntrySerial + entries.count - 1 - entryHead
@@ -138,7 +128,7 @@ struct FinishedRounds: Sendable {
     /// Forgets an entry whose round runs again; its bytes are freed with the oldest entries.
     mutating func remove(_ entry: Int) {
         let (chunk, offset) = location(entrySerial: entry)
-        chunks[chunk][offset] = 1
+        arena.set(1, chunk: chunk, offset: offset)
         let hash = read(entrySerial: entry) { chunk, start in chunk.u32(start + 9) }
         index.remove(hash: hash, value: UInt32(truncatingIfNeeded: entry))
     }
@@ -153,19 +143,10 @@ struct FinishedRounds: Sendable {
         entryHead += 1
         headEntrySerial += 1
         // Chunks before the next entry's are done with (the last chunk stays: it is being filled).
-        let keep = entryHead < entries.count ? location(entrySerial: headEntrySerial).chunk : chunks.count - 1
-        while chunkHead < keep {
-            chunks[chunkHead] = []
-            chunkHead += 1
-            headChunkSerial += 1
-        }
+        arena.free(before: entryHead < entries.count ? location(entrySerial: headEntrySerial).chunk : nil)
         if entryHead > 4096 && entryHead * 2 > entries.count {
             entries.removeFirst(entryHead)
             entryHead = 0
-        }
-        if chunkHead > 64 && chunkHead * 2 > chunks.count {
-            chunks.removeFirst(chunkHead)
-            chunkHead = 0
         }
         return gone ? 0 : executions
     }
@@ -188,13 +169,14 @@ struct FinishedRounds: Sendable {
     private func location(entrySerial: Int) -> (chunk: Int, offset: Int) {
         let position = entries[entryHead + entrySerial - headEntrySerial]
         let serial = UInt32(truncatingIfNeeded: position >> 32)
-        return (chunkHead + Int(serial &- UInt32(truncatingIfNeeded: headChunkSerial)), Int(position & 0xFFFF_FFFF))
+        let oldest = arena.oldestChunk
+        return (oldest + Int(serial &- UInt32(truncatingIfNeeded: oldest)), Int(position & 0xFFFF_FFFF))
     }
 
     /// Calls `body` with the entry's chunk and where in it the entry starts.
     private func read<Result>(entrySerial: Int, _ body: (UnsafeRawBufferPointer, Int) -> Result) -> Result {
         let (chunk, offset) = location(entrySerial: entrySerial)
-        return chunks[chunk].withUnsafeBytes { body($0, offset) }
+        return arena.read(chunk) { body($0, offset) }
     }
 
     /// Writes a value at the end of `chunk` (the last one): a reference to the same bytes written earlier
@@ -268,38 +250,40 @@ struct FinishedRounds: Sendable {
     private mutating func write(
         roundID: [UInt8], hash: UInt32, executions: some Collection<Execution>, finishedAt: UInt64
     ) {
-        // Filled as a local, so that no append goes through `chunks`' subscript.
-        var chunk: [UInt8] = []
-        swap(&chunk, &chunks[chunks.count - 1])
-        defer { swap(&chunk, &chunks[chunks.count - 1]) }
-        func put<Value: FixedWidthInteger>(_ value: Value) {
-            withUnsafeBytes(of: value.littleEndian) { chunk.append(contentsOf: $0) }
-        }
-        chunk.append(0)
-        put(finishedAt)
-        put(hash)
-        put(UInt32(roundID.count))
-        chunk.append(contentsOf: roundID)
-        put(UInt32(executions.count))
-        for execution in executions {
-            switch execution.key {
-            case .canonical(let key):
-                chunk.append(0)
-                key.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recentValues, $0) }
-            case .raw(var skill, let parameters):
-                chunk.append(1)
-                skill.withUTF8 { skill in
-                    withUnsafeBytes(of: UInt8(0)) { zero in
-                        parameters.withUnsafeBytes {
-                            Self.putValue(into: &chunk, recent: &recentValues, UnsafeRawBufferPointer(skill), zero, $0)
+        // The table of recent values is taken out too, so that the closure leaves `self` alone.
+        var recent: [UInt32] = []
+        swap(&recent, &recentValues)
+        defer { swap(&recent, &recentValues) }
+        arena.writeLast { chunk in
+            func put<Value: FixedWidthInteger>(_ value: Value) {
+                withUnsafeBytes(of: value.littleEndian) { chunk.append(contentsOf: $0) }
+            }
+            chunk.append(0)
+            put(finishedAt)
+            put(hash)
+            put(UInt32(roundID.count))
+            chunk.append(contentsOf: roundID)
+            put(UInt32(executions.count))
+            for execution in executions {
+                switch execution.key {
+                case .canonical(let key):
+                    chunk.append(0)
+                    key.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recent, $0) }
+                case .raw(var skill, let parameters):
+                    chunk.append(1)
+                    skill.withUTF8 { skill in
+                        withUnsafeBytes(of: UInt8(0)) { zero in
+                            parameters.withUnsafeBytes {
+                                Self.putValue(into: &chunk, recent: &recent, UnsafeRawBufferPointer(skill), zero, $0)
+                            }
                         }
                     }
                 }
+                chunk.append(execution.outcome.status == .ok ? 0 : 1)
+                put(UInt64(truncatingIfNeeded: execution.outcome.durationMicros))
+                execution.outcome.agent.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recent, $0) }
+                execution.outcome.payload.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recent, $0) }
             }
-            chunk.append(execution.outcome.status == .ok ? 0 : 1)
-            put(UInt64(truncatingIfNeeded: execution.outcome.durationMicros))
-            execution.outcome.agent.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recentValues, $0) }
-            execution.outcome.payload.withUnsafeBytes { Self.putValue(into: &chunk, recent: &recentValues, $0) }
         }
     }
 
