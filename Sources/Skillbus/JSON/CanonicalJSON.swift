@@ -6,25 +6,31 @@
 /// Anything it does not handle itself — escapes, keys beyond ASCII, `-0`, invalid JSON — makes it give up
 /// (nil); the caller then takes the general path, so the two never disagree.
 struct CanonicalJSON {
-    private let bytes: [UInt8]
+    /// The text being read, borrowed for the length of `object`: reading through a pointer keeps bounds checks
+    /// and reference counting out of the per-byte loops.
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
     private var depth = 0
     private var out: [UInt8] = []
+    /// The members of every object open now, innermost last: one array for the whole text, not one per object.
+    private var members: [Member] = []
     private static let maxDepth = 128
 
-    private init(_ bytes: [UInt8]) { self.bytes = bytes }
+    private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     /// Appends the canonical form of `bytes`, a JSON object, to `prefix`, adding each of `defaults` (name,
     /// value) the object has no member for. Nil when the fast path cannot tell.
     static func object(_ bytes: [UInt8], defaults: [(String, JSONValue)], after prefix: [UInt8]) -> [UInt8]? {
-        var reader = CanonicalJSON(bytes)
-        reader.out = prefix
-        reader.out.reserveCapacity(prefix.count + bytes.count + 8)
-        reader.skipWhitespace()
-        guard reader.peek == UInt8(ascii: "{"), reader.object(defaults: defaults) else { return nil }
-        reader.skipWhitespace()
-        guard reader.index == bytes.count else { return nil }
-        return reader.out
+        bytes.withUnsafeBufferPointer { buffer in
+            var reader = CanonicalJSON(buffer)
+            reader.out = prefix
+            reader.out.reserveCapacity(prefix.count + buffer.count + 8)
+            reader.skipWhitespace()
+            guard reader.peek == UInt8(ascii: "{"), reader.object(defaults: defaults) else { return nil }
+            reader.skipWhitespace()
+            guard reader.index == buffer.count else { return nil }
+            return reader.out
+        }
     }
 
     /// Where the value of the top-level member `name` stands in `canonical`, an object as `object` writes it;
@@ -99,30 +105,38 @@ struct CanonicalJSON {
         let count = word.utf8CodeUnitCount
         guard index + count <= bytes.count else { return false }
         for offset in 0..<count where bytes[index + offset] != word.utf8Start[offset] { return false }
-        out.append(contentsOf: bytes[index..<index + count])
+        copy(index..<index + count)
         index += count
         return true
     }
 
-    /// A string without escapes or control characters, copied as it is (after checking its UTF-8).
-    private mutating func string() -> Bool {
+    /// Appends input bytes to the output as they are.
+    private mutating func copy(_ range: Range<Int>) {
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[range]))
+    }
+
+    private mutating func string() -> Bool { copyString() != nil }
+
+    /// A string without escapes or control characters, copied as it is (after checking its UTF-8); whether
+    /// it is all ASCII, or nil when the fast path cannot take it.
+    private mutating func copyString() -> Bool? {
         let start = index
-        index += 1
+        var position = index + 1
         var ascii = true
-        while let byte = peek {
+        while position < bytes.count {
+            let byte = bytes[position]
             if byte == UInt8(ascii: "\"") {
-                index += 1
-                guard ascii || String(validating: bytes[start + 1..<index - 1], as: UTF8.self) != nil else {
-                    return false
-                }
-                out.append(contentsOf: bytes[start..<index])
-                return true
+                index = position + 1
+                let inner = UnsafeBufferPointer(rebasing: bytes[start + 1..<position])
+                guard ascii || String(validating: inner, as: UTF8.self) != nil else { return nil }
+                copy(start..<index)
+                return ascii
             }
-            if byte == UInt8(ascii: "\\") || byte < 0x20 { return false }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { return nil }
             if byte >= 0x80 { ascii = false }
-            index += 1
+            position += 1
         }
-        return false
+        return nil
     }
 
     /// An integer of up to 15 digits is its own canonical spelling; any other number is parsed and written
@@ -154,12 +168,11 @@ struct CanonicalJSON {
         if integer && index - digitsStart <= 15 {
             // "-0" is the number 0.
             guard !(start != digitsStart && bytes[digitsStart] == UInt8(ascii: "0")) else { return false }
-            out.append(contentsOf: bytes[start..<index])
+            copy(start..<index)
             return true
         }
-        guard let value = Double(String(decoding: bytes[start..<index], as: UTF8.self)), value.isFinite else {
-            return false
-        }
+        let spelling = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        guard let value = Double(spelling), value.isFinite else { return false }
         JSONValue.writeNumber(value, to: &out)
         return true
     }
@@ -212,7 +225,7 @@ struct CanonicalJSON {
         index += 1
         let objectStart = out.count
         out.append(UInt8(ascii: "{"))
-        var members: [Member] = []
+        let first = members.count
         skipWhitespace()
         if peek == UInt8(ascii: "}") {
             index += 1
@@ -221,9 +234,7 @@ struct CanonicalJSON {
                 skipWhitespace()
                 let start = out.count
                 // Keys beyond ASCII sort as Swift strings do (and may be equal under Unicode rules): not here.
-                guard peek == UInt8(ascii: "\""), string(), out[start..<out.count].allSatisfy({ $0 < 0x80 }) else {
-                    return false
-                }
+                guard peek == UInt8(ascii: "\""), copyString() == true else { return false }
                 let keyEnd = out.count
                 skipWhitespace()
                 guard peek == UInt8(ascii: ":") else { return false }
@@ -245,9 +256,9 @@ struct CanonicalJSON {
             }
         }
         for (name, value) in defaults
-        where !members.contains(where: { keyEquals($0, name) }) {
+        where !members[first...].contains(where: { keyEquals($0, name) }) {
             guard name.utf8.allSatisfy({ $0 < 0x80 && $0 >= 0x20 && $0 != 34 && $0 != 92 }) else { return false }
-            if !members.isEmpty { out.append(UInt8(ascii: ",")) }
+            if members.count > first { out.append(UInt8(ascii: ",")) }
             let start = out.count
             JSONValue.writeString(name, to: &out)
             let keyEnd = out.count
@@ -255,7 +266,8 @@ struct CanonicalJSON {
             value.write(to: &out)
             members.append(Member(start: start, keyEnd: keyEnd, end: out.count))
         }
-        guard sortMembers(&members, objectStart: objectStart) else { return false }
+        guard sortMembers(from: first, objectStart: objectStart) else { return false }
+        members.removeSubrange(first...)
         out.append(UInt8(ascii: "}"))
         depth -= 1
         return true
@@ -266,15 +278,25 @@ struct CanonicalJSON {
         return key.elementsEqual(name.utf8)
     }
 
+    /// Whether the key of `left` sorts before that of `right`, comparing their (ASCII) bytes.
     private func keyLess(_ left: Member, _ right: Member) -> Bool {
-        out[left.start + 1..<left.keyEnd - 1].lexicographicallyPrecedes(out[right.start + 1..<right.keyEnd - 1])
+        out.withUnsafeBufferPointer { out in
+            var (leftIndex, rightIndex) = (left.start + 1, right.start + 1)
+            let (leftEnd, rightEnd) = (left.keyEnd - 1, right.keyEnd - 1)
+            while leftIndex < leftEnd, rightIndex < rightEnd {
+                if out[leftIndex] != out[rightIndex] { return out[leftIndex] < out[rightIndex] }
+                leftIndex += 1
+                rightIndex += 1
+            }
+            return leftIndex == leftEnd && rightIndex < rightEnd
+        }
     }
 
-    /// Puts the members in key order (only when they are not already); false on a duplicate key, which
-    /// the parser refuses.
-    private mutating func sortMembers(_ members: inout [Member], objectStart: Int) -> Bool {
+    /// Puts the members of the object from `first` on in key order (only when they are not already); false on a
+    /// duplicate key, which the parser refuses.
+    private mutating func sortMembers(from first: Int, objectStart: Int) -> Bool {
         var sorted = true
-        for position in members.indices.dropFirst() {
+        for position in (first + 1)..<max(members.count, first + 1) {
             let previous = members[position - 1]
             let member = members[position]
             if !keyLess(previous, member) {
@@ -283,13 +305,14 @@ struct CanonicalJSON {
             }
         }
         if sorted { return true }
-        members.sort(by: keyLess)
-        for position in members.indices.dropFirst() where !keyLess(members[position - 1], members[position]) {
+        var own = Array(members[first...])
+        own.sort(by: keyLess)
+        for position in own.indices.dropFirst() where !keyLess(own[position - 1], own[position]) {
             return false
         }
         var rebuilt: [UInt8] = []
         rebuilt.reserveCapacity(out.count - objectStart)
-        for (position, member) in members.enumerated() {
+        for (position, member) in own.enumerated() {
             if position > 0 { rebuilt.append(UInt8(ascii: ",")) }
             rebuilt.append(contentsOf: out[member.start..<member.end])
         }
