@@ -181,6 +181,8 @@ public struct LoadGenerator: Sendable {
         try socket.setReceiveHighWaterMark(0)
         if let credentials { try socket.useCurveClient(credentials) }
         try socket.connect(endpoint)
+        // With keys, as Skillbus's client sends them: folded into one frame (PROTOCOL §2.1).
+        let request = credentials == nil ? makeRequest : { Wire.folded(makeRequest($0)) }
         var sentAt = [UInt64](repeating: 0, count: requests)
         var latencies: [UInt64] = []
         latencies.reserveCapacity(requests)
@@ -190,7 +192,7 @@ public struct LoadGenerator: Sendable {
         let limit = start + UInt64(timeLimit.components.seconds) * 1_000_000_000
         while sent < min(inFlight, requests) {
             sentAt[sent] = DispatchTime.now().uptimeNanoseconds
-            try socket.send(makeRequest(UInt64(sent)))
+            try socket.send(request(UInt64(sent)))
             sent += 1
         }
         let cpuAtStart = Self.threadCPUNanos()
@@ -209,7 +211,7 @@ public struct LoadGenerator: Sendable {
                 if !ok { failed += 1 }
                 if sent < requests {
                     sentAt[sent] = DispatchTime.now().uptimeNanoseconds
-                    try socket.send(makeRequest(UInt64(sent)))
+                    try socket.send(request(UInt64(sent)))
                     sent += 1
                 }
             }

@@ -37,6 +37,8 @@ final class ZMTPConnection {
     var outputStart = 0
     /// Listed among the connections to write at the next flush.
     var queued = false
+    /// Messages to this peer go folded into one frame (`ZMTPRouter.foldFrames`).
+    var foldsFrames = false
     /// The kernel's buffer was full: the next write waits for EPOLLOUT.
     var waitingToWrite = false
 

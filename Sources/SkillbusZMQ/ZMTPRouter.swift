@@ -144,6 +144,22 @@ public final class ZMTPRouter {
         return inbox[inboxHead - 1]
     }
 
+    /// How a message of several frames becomes one, for peers that take it so (`foldFrames`): the protocol
+    /// above ZMTP says how; the engine only keeps which peer wants it.
+    public var frameFolder: (@Sendable (Multipart) -> Multipart)?
+
+    /// From now on, messages to the peer with `routingID` go through `frameFolder` (while its connection lasts).
+    public func foldFrames(for routingID: RoutingID) {
+        guard let fd = peers[routingID] else { return }
+        connections[fd]?.foldsFrames = true
+    }
+
+    /// Whether messages to the peer with `routingID` are folded.
+    public func foldsFrames(for routingID: RoutingID) -> Bool {
+        guard let fd = peers[routingID] else { return false }
+        return connections[fd]?.foldsFrames ?? false
+    }
+
     /// Queues a message for the peer with `routingID`; it goes out at the next `flush`.
     public func send(routingID: RoutingID, _ frames: Multipart) throws(ZMQError) {
         guard let fd = peers[routingID], let connection = connections[fd] else {
@@ -151,7 +167,11 @@ public final class ZMTPRouter {
         }
         guard connection.unsentBytes < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
         do throws(ZMTP.Violation) {
-            try connection.queueMessage(frames)
+            if connection.foldsFrames, frames.count > 1, let fold = frameFolder {
+                try connection.queueMessage(fold(frames))
+            } else {
+                try connection.queueMessage(frames)
+            }
         } catch {
             drop(connection)
             throw ZMQError(operation: "send", errno: EHOSTUNREACH)

@@ -47,10 +47,10 @@ struct BadInputTests {
         try await expectError(["SKB2C", "DANCE", "r1"], code: "malformed_message", mentioning: "DANCE")
         try await expectError(
             ["SKB2C", "REQUEST", "r2", "round", "", "echo", "soon", "{}"], code: "malformed_message", mentioning: "timeout")
-        // Parameters inside the envelope instead of a frame of their own.
+        // Parameters inside the envelope (the folded form, §2.1), and a frame after it as well.
         try await expectError(
-            raw: [envelope(["SKB2C", "REQUEST", "r3", "round", "", "echo", "", "{}"])], code: "malformed_message",
-            mentioning: "REQUEST carries fields 0 to 6 in its envelope")
+            raw: [envelope(["SKB2C", "REQUEST", "r3", "round", "", "echo", "", "{}"]), Array("x".utf8)],
+            code: "malformed_message", mentioning: "REQUEST carries fields 0 to 6 in its envelope")
         try await expectError(
             raw: [Array("SKB2C".utf8) + [9, 0x52]], code: "malformed_message", mentioning: "says 9 bytes; only 1 follow")
         try await expectError(

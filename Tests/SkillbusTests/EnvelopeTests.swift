@@ -41,8 +41,11 @@ struct EnvelopeTests {
             // The length byte says 9; two bytes follow.
             ([envelope("SKB2C", request + [9] + bytes("r1"))], "says 9 bytes; only 2 follow"),
             ([envelope("SKB2C", skills + [0xFF, 0, 0])], "its length runs past the end"),
-            // REQUEST's parameters inside its envelope instead of after it.
-            ([envelope("SKB2C", requestFields + [2] + bytes("{}"))], "REQUEST carries fields 0 to 6 in its envelope"),
+            // REQUEST's parameters inside its envelope, and a frame after it as well.
+            (
+                [envelope("SKB2C", requestFields + [2] + bytes("{}")), bytes("x")],
+                "REQUEST carries fields 0 to 6 in its envelope"
+            ),
             // A SKILLS with a frame after its envelope.
             ([envelope("SKB2C", skills + [1] + bytes("r")), bytes("x")], "every field in its envelope"),
             ([bytes("SKB2C"), bytes("SKILLS")], "the envelope holds no command"),
@@ -83,6 +86,31 @@ struct EnvelopeTests {
         #expect(try BusToClientMessage.decode(round.encoded()) == round)
     }
 
+    @Test("a message folded into one frame decodes as it does in its frames, and tells that its sender folds")
+    func folded() throws {
+        let request = ClientMessage.round(
+            RoundRequest(
+                requestID: "q", roundID: "r", timeoutMs: 900, body: Self.bytes(#"{"invoke":{"skill":"echo"}}"#)))
+        let long = Array(repeating: UInt8(ascii: "x"), count: 300)
+        let called = WorkerMessage.called(
+            turnID: "t", claimID: "c", skill: "echo", parameters: Self.bytes("{}"), status: .ok, payload: long)
+        let turn = BusToClientMessage.round(requestID: Self.bytes("q"), roundID: Self.bytes("r"), document: long)
+        for (frames, layout) in [
+            (request.encoded(), ClientMessage.layout), (called.encoded(), WorkerMessage.layout),
+            (turn.encoded(), BusToClientMessage.layout),
+        ] {
+            let folded = Wire.folded(frames)
+            #expect(folded.count == 1 && frames.count > 1)
+            #expect(Wire.isFolded(folded, layout) && !Wire.isFolded(frames, layout))
+        }
+        #expect(try ClientMessage.decode(Wire.folded(request.encoded())) == request)
+        #expect(try WorkerMessage.decode(Wire.folded(called.encoded())) == called)
+        #expect(try BusToClientMessage.decode(Wire.folded(turn.encoded())) == turn)
+        // A message with no frame fields says nothing about its sender.
+        let heartbeat = WorkerMessage.heartbeat(intervalMs: 1000, registry: nil).encoded()
+        #expect(Wire.folded(heartbeat) == heartbeat && !Wire.isFolded(heartbeat, WorkerMessage.layout))
+    }
+
     /// A decode's value or error, to compare the in-place reader with the general path.
     static func outcome<Message>(_ decode: () throws(SkillbusError) -> Message) -> Result<Message, SkillbusError> {
         do throws(SkillbusError) { return .success(try decode()) } catch { return .failure(error) }
@@ -98,8 +126,12 @@ struct EnvelopeTests {
             [0, 1, 7, 999, 86_400_000, 86_400_001, Int.random(in: 0...Int(Int32.max), using: &random)]
                 .randomElement(using: &random)!
         }
-        /// The message as sent, then with one of its envelope's bytes changed, cut short or lengthened.
-        func variants(_ frames: Multipart) -> [Multipart] {
+        /// The message as sent and folded into one frame, then each with one of its envelope's bytes changed, cut
+        /// short or lengthened.
+        func variants(_ message: Multipart) -> [Multipart] {
+            [message, Wire.folded(message)].flatMap(variantsOfForm)
+        }
+        func variantsOfForm(_ frames: Multipart) -> [Multipart] {
             var all = [frames]
             for _ in 0..<4 {
                 var changed = frames
@@ -161,7 +193,7 @@ struct EnvelopeTests {
                 read: WorkerMessage.decode(_:), fields: WorkerMessage.decode(fields:))
         }
         // Both kinds were met: messages that decode, and broken ones.
-        #expect(readInPlace > 400 && readInPlace < 400 * 4 * 5)
+        #expect(readInPlace > 800 && readInPlace < 400 * 4 * 10)
     }
 
     @Test("REQUEST, INVOKE, REPLY and RESULT, written straight into their envelopes, are the bytes packing their fields gives")

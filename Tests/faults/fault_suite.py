@@ -367,7 +367,8 @@ def refusal_problems(cluster):
     cases = [("a v1 REQUEST", [b"SKB1C"] + fields[1:], "unsupported_protocol"),
              ("a v1 READY", [b"SKB1W", b"READY", b'{"name":"fz","capacity":1,"skills":[]}'], "unsupported_protocol"),
              ("a truncated envelope", [envelope(CLIENT, fields[1:7])[:-2], fields[7]], "malformed_message"),
-             ("parameters inside the envelope", [envelope(CLIENT, fields[1:])], "malformed_message")]
+             ("parameters inside the envelope and a frame after it", [envelope(CLIENT, fields[1:]), b"x"],
+              "malformed_message")]
     s, problems = cluster.dealer(), []
     for what, frames, code in cases:
         s.send_multipart(frames)

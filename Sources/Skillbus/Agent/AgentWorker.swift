@@ -128,7 +128,9 @@ public final class AgentWorker: Sendable {
             endpoint: options.coordinator, context: context, maxMessageBytes: options.maxMessageBytes,
             credentials: options.credentials, ownEngine: true)
         let owner = Owner()
-        let socket = try WorkerBus(endpoints: options.coordinator, opener: Self.opener(options, context, logger, owner))
+        let socket = try WorkerBus(
+            endpoints: options.coordinator, folds: options.credentials != nil,
+            opener: Self.opener(options, context, logger, owner))
         self.init(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)
@@ -149,7 +151,8 @@ public final class AgentWorker: Sendable {
             credentials: options.credentials, ownEngine: true)
         let owner = Owner()
         let socket = try await WorkerBus(
-            endpoints: options.coordinator, opener: opener(options, context, logger, owner))
+            endpoints: options.coordinator, folds: options.credentials != nil,
+            opener: opener(options, context, logger, owner))
         return AgentWorker(
             options: options, skills: skills, context: context, logger: logger, client: client, socket: socket,
             owner: owner, store: store)

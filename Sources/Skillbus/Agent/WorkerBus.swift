@@ -20,6 +20,8 @@ final class WorkerBus: Sendable {
 
     private let state: Mutex<State>
     private let opener: Opener
+    /// With keys, each message goes folded into one frame (PROTOCOL §2.1): under CURVE every frame is a box.
+    private let folds: Bool
     /// The first DEALER: until a move (generation 0) every send goes to it without taking the lock, so a worker
     /// that never moves pays nothing per message for groups.
     private let first: SocketLoop
@@ -30,7 +32,8 @@ final class WorkerBus: Sendable {
     private let following: Atomic<Bool>
 
     /// Opens the DEALER to the first endpoint of `endpoints` (a comma list), blocking until its thread has it.
-    init(endpoints: String, opener: Opener) throws {
+    init(endpoints: String, folds: Bool, opener: Opener) throws {
+        self.folds = folds
         let choice = CoordinatorChoice(endpoints: Endpoint.list(endpoints))
         first = try opener.now(choice.endpoint, 0)
         state = Mutex(State(choice: choice, socket: first))
@@ -38,7 +41,8 @@ final class WorkerBus: Sendable {
         self.opener = opener
     }
 
-    init(endpoints: String, opener: Opener) async throws {
+    init(endpoints: String, folds: Bool, opener: Opener) async throws {
+        self.folds = folds
         let choice = CoordinatorChoice(endpoints: Endpoint.list(endpoints))
         first = try await opener.async(choice.endpoint, 0)
         state = Mutex(State(choice: choice, socket: first))
@@ -56,7 +60,7 @@ final class WorkerBus: Sendable {
     /// Runs tasks that prefer it on the open DEALER's thread (one left behind by a move runs them elsewhere).
     var executor: any TaskExecutor { socket.executor }
 
-    func send(_ message: Multipart) { socket.send(message) }
+    func send(_ message: Multipart) { socket.send(folds ? Wire.folded(message) : message) }
     func wake() { socket.wake() }
 
     func stopAndWait() async {

@@ -9,6 +9,10 @@ final class BusLinks: Sendable {
         let endpoint: String
         let socket: SocketLoop
         let refusals: RefusalWatch?
+        /// With keys, each message goes folded into one frame (PROTOCOL §2.1): under CURVE every frame is a box.
+        let folds: Bool
+
+        func send(_ message: Multipart) { socket.send(folds ? Wire.folded(message) : message) }
 
         func stop() {
             socket.stop()
@@ -54,7 +58,7 @@ final class BusLinks: Sendable {
     /// The open connection's socket: its thread runs tasks that prefer it.
     var socket: SocketLoop? { state.withLock { $0.link?.socket } }
 
-    func send(_ message: Multipart) { state.withLock { $0.link?.socket }?.send(message) }
+    func send(_ message: Multipart) { state.withLock { $0.link }?.send(message) }
 
     func stop() {
         let link = state.withLock { state -> Link? in

@@ -94,7 +94,7 @@ extension SkillbusClient {
                 let socket = try await SocketLoop.start(
                     socketKind, name: "skillbus-client", onMessage: onMessage,
                     beforeWait: SkillbusClient.keepDeadlines(pending, partials, links))
-                return BusLinks.Link(endpoint: endpoint, socket: socket, refusals: refusals)
+                return BusLinks.Link(endpoint: endpoint, socket: socket, refusals: refusals, folds: credentials != nil)
             } catch {
                 refusals?.stop()
                 throw error
@@ -114,7 +114,7 @@ extension SkillbusClient {
                 let socket = try SocketLoop(
                     socketKind, name: "skillbus-client", onMessage: onMessage,
                     beforeWait: SkillbusClient.keepDeadlines(pending, partials, links))
-                return BusLinks.Link(endpoint: endpoint, socket: socket, refusals: refusals)
+                return BusLinks.Link(endpoint: endpoint, socket: socket, refusals: refusals, folds: credentials != nil)
             } catch {
                 refusals?.stop()
                 throw error

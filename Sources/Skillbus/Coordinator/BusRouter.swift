@@ -15,6 +15,10 @@ protocol BusRouter: AnyObject {
     /// The next whole message, or nil when none waits.
     func receiveMessage(limits: ReceiveLimits, readUserID: Bool) -> ReceivedMessage?
     func send(routingID: PeerID, _ frames: Multipart) throws(ZMQError)
+    /// From now on, messages to this peer go folded into one frame (PROTOCOL §2.1; libzmq's ROUTER keeps no
+    /// state per peer, so it sends them as they are, which every peer reads too).
+    func foldFrames(for routingID: PeerID)
+    func foldsFrames(for routingID: PeerID) -> Bool
     /// Whether a send only queues, and `flush` writes: then holding sends back for a batch gains nothing.
     var writesOnFlush: Bool { get }
     /// Hands what was sent to the network (libzmq's I/O thread does that by itself).
@@ -45,6 +49,8 @@ extension ZMQSocket: BusRouter {
         try send(routingID: routingID, frames, dontWait: true)
     }
 
+    func foldFrames(for routingID: PeerID) {}
+    func foldsFrames(for routingID: PeerID) -> Bool { false }
     var hasBufferedMessages: Bool { false }
     var writesOnFlush: Bool { false }
     func flush() {}

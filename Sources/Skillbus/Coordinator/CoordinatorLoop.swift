@@ -65,7 +65,10 @@ final class CoordinatorLoop {
         do {
             let hardCap = Wire.hardCap(forLimit: configuration.maxMessageBytes)
             if BusEngine.ownAllowed, ZMTPRouter.serves(configuration.bus) {
-                router = try ZMTPRouter(bind: configuration.bus, maxFrameBytes: Int(hardCap), curve: busGuard?.busCurve)
+                let own = try ZMTPRouter(
+                    bind: configuration.bus, maxFrameBytes: Int(hardCap), curve: busGuard?.busCurve)
+                own.frameFolder = { Wire.folded($0) }
+                router = own
                 watch = ConnectionWatch()
             } else {
                 let router = try ZMQSocket(context: context, type: .router)
@@ -301,6 +304,11 @@ final class CoordinatorLoop {
         for (peer, frames) in held { sendNow(to: peer, frames) }
     }
 
+    /// A peer that sends its messages folded into one frame gets its own folded too (PROTOCOL §2.1).
+    private func answerFolded(_ peer: PeerID, _ body: Multipart, _ layout: Wire.Layout) {
+        if body.count == 1, !router.foldsFrames(for: peer), Wire.isFolded(body, layout) { router.foldFrames(for: peer) }
+    }
+
     private func handle(_ message: ReceivedMessage) {
         let (body, userID, sourceFD) = (message.frames, message.userID, message.sourceFD)
         guard let peer = message.routingID else { return }
@@ -326,6 +334,7 @@ final class CoordinatorLoop {
         do throws(SkillbusError) {
             if header.starts(with: Wire.clientHeaderBytes) {
                 let message = try ClientMessage.decode(body)
+                answerFolded(peer, body, ClientMessage.layout)
                 if let refusal = busGuard?.policy.refusal(of: message, from: userID) { throw refusal }
                 switch message {
                 case .invoke(let request):
@@ -353,6 +362,7 @@ final class CoordinatorLoop {
             } else if header.starts(with: Wire.workerHeaderBytes) {
                 watch.tracker.heard(worker: peer, on: sourceFD)
                 let message = try WorkerMessage.decode(body)
+                answerFolded(peer, body, WorkerMessage.layout)
                 if let refusal = busGuard?.policy.refusal(of: message, from: userID) {
                     return refuseWorker(peer, body, message, refusal)
                 }

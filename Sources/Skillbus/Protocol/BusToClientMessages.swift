@@ -143,14 +143,15 @@ public enum BusToClientMessage: Sendable, Equatable {
     /// Decodes a message as it arrived: its envelope and frames.
     public static func decode(_ frames: Multipart) throws(SkillbusError) -> BusToClientMessage {
         // A REPLY is read in place (Wire.EnvelopeReader); whatever it does not take goes the general way.
-        if var reader = Wire.EnvelopeReader(frames, header: Wire.clientHeaderBytes, command: .reply, frameCount: 2),
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.clientHeaderBytes, command: .reply),
             let requestID = reader.textBytes(), let roundID = reader.textBytes(), let status = reader.status(),
-            let agent = reader.textBytes(), let micros = reader.number(), !micros.empty, reader.atEnd
+            let agent = reader.textBytes(), let micros = reader.number(), !micros.empty, let payload = reader.body(),
+            reader.atEnd
         {
             return .reply(
                 InvokeReply(
                     frames: requestID, roundID, status: status, agent: agent, durationMicros: micros.value,
-                    payload: frames[1]))
+                    payload: payload))
         }
         return try decode(fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, layout))
     }

@@ -99,15 +99,15 @@ public enum BusToWorkerMessage: Sendable, Equatable {
 
     /// Decodes a message as it arrived: its envelope and frames. An INVOKE is read in place.
     public static func decode(_ frames: Multipart) throws(SkillbusError) -> BusToWorkerMessage {
-        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .invoke, frameCount: 2),
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .invoke),
             let invocationID = reader.text(), let roundID = reader.textBytes(), let sessionID = reader.textBytes(),
             let skill = reader.text(), let deadline = reader.number(), !deadline.empty,
-            deadline.value <= Wire.maxTimeoutMs, reader.atEnd
+            deadline.value <= Wire.maxTimeoutMs, let parameters = reader.body(), reader.atEnd
         {
             return .invoke(
                 Invocation(
                     invocationID: invocationID, frames: roundID, sessionID, skill: skill, deadlineMs: deadline.value,
-                    parameters: frames[1]))
+                    parameters: parameters))
         }
         return try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
     }

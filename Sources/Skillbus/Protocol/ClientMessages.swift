@@ -173,16 +173,16 @@ public enum ClientMessage: Sendable, Equatable {
     /// Decodes a message as it arrived: its envelope and frames.
     public static func decode(_ frames: Multipart) throws(SkillbusError) -> ClientMessage {
         // A REQUEST is read in place (Wire.EnvelopeReader); whatever it does not take goes the general way.
-        if var reader = Wire.EnvelopeReader(frames, header: Wire.clientHeaderBytes, command: .request, frameCount: 2),
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.clientHeaderBytes, command: .request),
             let requestID = reader.textBytes(), let roundID = reader.textBytes(), let sessionID = reader.textBytes(),
             sessionID.count <= Wire.maxSessionIDBytes, let skill = reader.text(), !skill.isEmpty,
             let timeout = reader.number(), timeout.empty || (1...Wire.maxTimeoutMs).contains(timeout.value),
-            reader.atEnd
+            let parameters = reader.body(), reader.atEnd
         {
             return .invoke(
                 InvokeRequest(
                     frames: requestID, roundID, sessionID, skill: skill, timeoutMs: timeout.empty ? nil : timeout.value,
-                    parameters: frames[1]))
+                    parameters: parameters))
         }
         return try decode(fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, layout))
     }

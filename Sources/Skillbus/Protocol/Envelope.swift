@@ -34,6 +34,25 @@ extension Wire {
         envelope.append(contentsOf: field)
     }
 
+    /// A message folded into one frame (§2.1, one frame): the frames after the envelope become its last
+    /// fields. Under CURVE every frame is a box of its own, so one frame halves what a two-frame message costs.
+    public static func folded(_ frames: Multipart) -> Multipart {
+        guard frames.count > 1 else { return frames }
+        var envelope = frames[0]
+        envelope.reserveCapacity(frames.dropFirst().reduce(envelope.count) { $0 + $1.count + 5 })
+        for frame in frames.dropFirst() { appendField(frame, to: &envelope) }
+        return [envelope]
+    }
+
+    /// Whether a message came folded into one frame: one frame whose envelope holds more fields than its
+    /// command's first frame field in `layout`. A peer that sends such a message reads them too.
+    static func isFolded(_ frames: Multipart, _ layout: Layout) -> Bool {
+        guard frames.count == 1, let fields = try? unpack(frames, header: Array(frames[0].prefix(5)), [:]),
+            fields.count > 1, let command = Command.byFrame[fields[1]], let first = layout[command]
+        else { return false }
+        return fields.count > first
+    }
+
     /// An envelope written field by field, for the messages of the hot path (INVOKE, REPLY): no field
     /// becomes an Array of its own on the way, and numbers are written as digits directly.
     struct EnvelopeWriter {
@@ -75,16 +94,28 @@ extension Wire {
     /// name what is wrong with any other (EnvelopeTests holds the two paths to that).
     struct EnvelopeReader {
         private let envelope: [UInt8]
+        /// The message's last field when it came as a frame of its own; nil when it is folded into the envelope.
+        private let bodyFrame: [UInt8]?
         private var index: Int
 
-        /// Nil unless the message is `frameCount` frames whose envelope starts with `header` and `command`.
-        init?(_ frames: Multipart, header: [UInt8], command: Command, frameCount: Int) {
-            guard frames.count == frameCount, let envelope = frames.first, envelope.starts(with: header) else {
-                return nil
-            }
+        /// Nil unless the message is an envelope that starts with `header` and `command`, then one frame (its
+        /// last field), or that envelope alone with the last field folded into it (§2.1, one frame).
+        init?(_ frames: Multipart, header: [UInt8], command: Command) {
+            guard frames.count == 2 || frames.count == 1, let envelope = frames.first, envelope.starts(with: header)
+            else { return nil }
             self.envelope = envelope
+            bodyFrame = frames.count == 2 ? frames[1] : nil
             index = header.count
             guard let field = nextRange(), envelope[field].elementsEqual(command.frame) else { return nil }
+        }
+
+        /// The message's last field: its frame, or the envelope's next field (of any length) when folded.
+        mutating func body() -> [UInt8]? {
+            if let bodyFrame { return bodyFrame }
+            guard index < envelope.count, let range = try? Wire.nextField(of: envelope, at: &index, number: 0) else {
+                return nil
+            }
+            return Array(envelope[range])
         }
 
         /// Whether every field of the envelope was read.
@@ -158,9 +189,11 @@ extension Wire {
         fields.append(contentsOf: frames.dropFirst())
         if let command {
             let first = layout[command] ?? Int.max
-            guard inEnvelope == min(first, fields.count) else {
+            // A message of one frame may carry its frame fields folded into the envelope (§2.1, one frame).
+            guard inEnvelope == min(first, fields.count) || frames.count == 1 else {
                 let expected = first == Int.max
-                    ? "every field in its envelope" : "fields 0 to \(first - 1) in its envelope and the rest as frames"
+                    ? "every field in its envelope"
+                    : "fields 0 to \(first - 1) in its envelope and the rest as frames (or every field in its envelope)"
                 throw SkillbusError(
                     .malformedMessage,
                     "\(command.name) carries \(expected); got \(inEnvelope) field(s) in the envelope and "

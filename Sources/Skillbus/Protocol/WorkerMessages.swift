@@ -124,10 +124,10 @@ public enum WorkerMessage: Sendable, Equatable {
 
     /// Decodes a message as it arrived: its envelope and frames. A RESULT is read in place.
     public static func decode(_ frames: Multipart) throws(SkillbusError) -> WorkerMessage {
-        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .result, frameCount: 2),
-            let invocationID = reader.text(), let status = reader.status(), reader.atEnd
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.workerHeaderBytes, command: .result),
+            let invocationID = reader.text(), let status = reader.status(), let payload = reader.body(), reader.atEnd
         {
-            return .result(invocationID: invocationID, status: status, payload: frames[1])
+            return .result(invocationID: invocationID, status: status, payload: payload)
         }
         return try decode(fields: Wire.unpack(frames, header: Wire.workerHeaderBytes, layout))
     }

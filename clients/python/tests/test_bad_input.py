@@ -55,8 +55,8 @@ def test_a_v1_peer_is_answered_in_v1_form_naming_v2(cluster):
 
 
 def test_the_bus_refuses_a_wrong_split_and_a_truncated_envelope(cluster):
-    # The parameters inside the envelope, where v2 wants them as a frame of their own.
-    inside = exchange(cluster.bus, envelope(CLIENT, [b"REQUEST", b"raw-2", b"", b"", b"echo", b"5000", b"{}"]))
+    # The parameters inside the envelope (the folded form of §2.1) and a frame after it as well.
+    inside = exchange(cluster.bus, envelope(CLIENT, [b"REQUEST", b"raw-2", b"", b"", b"echo", b"5000", b"{}"]), b"x")
     fields = BUS_TO_CLIENT.unpack(inside)
     assert fields[:3] == [CLIENT, b"ERROR", b"raw-2"] and json.loads(fields[3])["code"] == "malformed_message"
     truncated = exchange(cluster.bus, CLIENT + b"\x07REQUEST\x05raw", b"{}")
@@ -126,7 +126,7 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
         v1_refusal = b'{"code":"unsupported_protocol","message":"this bus speaks SKB1C (clients) and SKB1W (workers)"}'
         for junk in ([envelope(WORKER, [b"INVOKE"])], [b"XYZ9Q\x05READY"], [envelope(WORKER, [b"FROB"]), b"x"],
                      [envelope(WORKER, [b"HEARTBEAT", b"abc"])], [envelope(WORKER, [b"CANCEL", b"i-unknown"])],
-                     [envelope(WORKER, [b"INVOKE", b"i0", b"r", b"", b"py.upper", b"5000", b"{}"])],
+                     [envelope(WORKER, [b"INVOKE", b"i0", b"r", b"", b"py.upper", b"5000", b"{}"]), b"x"],
                      [WORKER + b"\x06INVOKE\x02i0\x01", b"{}"],
                      [b"SKB1W", b"INVOKE", b"i0", b"r", b"", b"py.upper", b"5000", b"{}"], [b"SKB1W", b"ERROR", v1_refusal]):
             bus.send_frames(*junk)
@@ -171,7 +171,7 @@ def test_the_worker_survives_malformed_messages_and_refuses_in_the_documented_wo
     assert "ignored a malformed WELCOME" in log and "ignored b'INVOKE' with 2 fields" in log
     assert "ignored a message with header b'XYZ9Q'" in log and "ignored b'FROB' with 3 fields" in log
     assert ("ignored INVOKE carries fields 0-6 in its envelope and the rest as frames; "
-            "got 8 field(s) in the envelope and 0 frame(s) after it") in log
+            "got 8 field(s) in the envelope and 1 frame(s) after it") in log
     assert "ignored a truncated envelope: field 3 announces 1 bytes, 0 follow" in log
     assert "ignored a v1 message (header SKB1W); this peer speaks SKB2W" in log
     assert "the bus speaks v1 (SKB1W), not SKB2W: unsupported_protocol: this bus speaks SKB1C" in log

@@ -60,19 +60,28 @@ def test_a_truncated_envelope_is_refused_naming_the_field(envelope, says):
 
 
 @pytest.mark.parametrize("direction, frames, says", [
-    (CLIENT_TO_BUS, [b"SKB2C\x07REQUEST\x02r1\x00\x00\x04echo\x00\x02{}"],
-     "REQUEST carries fields 0-6 in its envelope and the rest as frames; got 8 field(s) in the envelope and 0 frame(s) after it"),
+    (CLIENT_TO_BUS, [b"SKB2C\x07REQUEST\x02r1\x00\x00\x04echo\x00\x02{}", b"x"],
+     "REQUEST carries fields 0-6 in its envelope and the rest as frames; "
+     "got 8 field(s) in the envelope and 1 frame(s) after it"),
     (CLIENT_TO_BUS, [b"SKB2C\x07REQUEST\x02r1\x00\x00\x04echo", b"", b"{}"],
      "REQUEST carries fields 0-6 in its envelope and the rest as frames; got 6 field(s) in the envelope and 2 frame(s) after it"),
     (BUS_TO_WORKER, [b"SKB2W\x06CANCEL", b"i7"], "CANCEL travels in its envelope alone, got 1 frame(s) after it"),
-    (BUS_TO_CLIENT, [b"SKB2C\x05ERROR\x02r1\x02{}"],
-     "ERROR carries fields 0-2 in its envelope and the rest as frames; got 4 field(s) in the envelope and 0 frame(s) after it"),
 ])
 def test_a_split_other_than_the_table_s_is_refused(direction, frames, says):
     with pytest.raises(WireError) as refused:
         direction.unpack(frames)
     assert (refused.value.code, refused.value.message) == ("malformed_message", says)
     assert refused.value.fields[:2] == [direction.header, frames[0][6:6 + frames[0][5]]]
+
+
+def test_a_message_folded_into_one_frame_unpacks_as_its_frames_do():
+    # §2.1: every field in the envelope, the opaque ones too (a long one with the 0xFF form).
+    document = b"{" + b" " * 300 + b"}"
+    for direction, fields in ((CLIENT_TO_BUS, [b"REQUEST", b"r1", b"", b"", b"echo", b"", b"{}"]),
+                              (BUS_TO_CLIENT, [b"ROUND", b"r1", b"round", document]),
+                              (BUS_TO_CLIENT, [b"ERROR", b"r1", b"{}"])):
+        folded = wire.envelope(direction.header, fields)
+        assert direction.unpack([folded]) == direction.unpack(direction.pack(*fields)) == [direction.header, *fields]
 
 
 def test_a_v1_message_is_recognised_and_kept_as_its_fields():
@@ -144,11 +153,39 @@ def test_a_client_fails_the_call_whose_answer_has_the_wrong_split():
     try:
         with Client(bus.endpoint, timeout=30) as client:
             call = client.start_request("echo", {"text": "hi"})
-            # The payload inside the envelope, where v2 wants it as a frame of its own.
-            bus.answer(lambda f: [wire.envelope(wire.CLIENT, [b"REPLY", f[2], b"", b"ok", b"a", b"1", b"{}"])])
+            # The payload inside the envelope and a frame after it as well: neither split of §2.1.
+            bus.answer(lambda f: [wire.envelope(wire.CLIENT, [b"REPLY", f[2], b"", b"ok", b"a", b"1", b"{}"]), b"x"])
             with pytest.raises(SkillbusError) as refused:
                 call.result(timeout=5)
             assert refused.value.code == "malformed_message"
             assert refused.value.message.startswith("REPLY carries fields 0-6 in its envelope and the rest as frames")
     finally:
         bus.close()
+
+
+def test_the_bus_answers_a_peer_that_folds_in_one_frame_and_others_in_the_table_s_split(cluster):
+    """§2.1: the bus reads both forms, and answers folded once a peer has folded a message of its own."""
+    cluster.swift_worker("swifty", "--skills", "echo")
+
+    def request(sock, request_id, folded):
+        fields = [b"REQUEST", request_id, b"", b"", b"echo", b"", b'{"text":"hi"}']
+        sock.send_multipart([wire.envelope(wire.CLIENT, fields)] if folded else CLIENT_TO_BUS.pack(*fields))
+        assert sock.poll(10_000), "no answer from the bus"
+        frames = sock.recv_multipart()
+        reply = BUS_TO_CLIENT.unpack(frames)
+        assert reply[1:3] == [b"REPLY", request_id] and json.loads(reply[7]) == {"text": "hi", "type": "text"}
+        return len(frames)
+
+    folding, splitting = (zmq.Context.instance().socket(zmq.DEALER) for _ in range(2))
+    try:
+        for sock in (folding, splitting):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(cluster.bus)
+        assert request(splitting, b"s1", folded=False) == 2
+        assert request(folding, b"f1", folded=True) == 1
+        # Per connection, once it folded: its answers stay in one frame.
+        assert request(folding, b"f2", folded=False) == 1
+        assert request(splitting, b"s2", folded=False) == 2
+    finally:
+        folding.close()
+        splitting.close()

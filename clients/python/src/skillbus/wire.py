@@ -113,7 +113,7 @@ class Direction:
                 raise WireError("malformed_message",
                                 f"{self._name(fields)} travels in its envelope alone, got {opaque} frame(s) after it",
                                 fields)
-        elif first is not _UNKNOWN and (len(fields) > first or (opaque and len(fields) != first)):
+        elif first is not _UNKNOWN and opaque and len(fields) != first:  # no frame after it: folded (§2.1)
             raise WireError("malformed_message",
                             f"{self._name(fields)} carries fields 0-{first - 1} in its envelope and the rest as "
                             f"frames; got {len(fields)} field(s) in the envelope and {opaque} frame(s) after it",
