@@ -8,7 +8,8 @@
 //                                           UNIQUE=1 gives each request a text of its own, a cache miss;
 //                                           FANOUT=1 sends each as a ROUND fanning SKILL out to every agent;
 //                                           INVOKE=1 sends each as a ROUND of one invocation, as skillbus send;
-//                                           PLAN=1 as a ROUND of a plan of eight independent steps of SKILL)
+//                                           PLAN=1 as a ROUND of a plan of eight independent steps of SKILL;
+//                                           FOLD=1 folds each message into one frame, as keyed clients do)
 //
 // Prints requests per second and, at one in flight, p50 and p99 round-trip times.
 #define _GNU_SOURCE  // memmem
@@ -37,6 +38,28 @@ static size_t put_field(unsigned char *envelope, size_t at, const char *text, si
     return at + length;
 }
 
+// With FOLD=1 a message travels folded into one frame (§2.1: the body becomes the envelope's last field), as
+// Skillbus's keyed clients send them; otherwise as the envelope, then the body as a frame of its own.
+static int fold;
+
+static int send_message(void *socket, unsigned char *envelope, size_t at, const void *body, size_t length) {
+    if (!fold) {
+        if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
+        return zmq_send(socket, body, length, 0) < 0 ? -1 : 0;
+    }
+    unsigned char frame[2400];
+    if (at + 5 + length > sizeof frame) return -1;
+    memcpy(frame, envelope, at);
+    if (length < 255) {
+        frame[at++] = (unsigned char)length;
+    } else {
+        frame[at++] = 0xFF;
+        for (int shift = 24; shift >= 0; shift -= 8) frame[at++] = (unsigned char)(length >> shift);
+    }
+    memcpy(frame + at, body, length);
+    return zmq_send(socket, frame, at + length, 0) < 0 ? -1 : 0;
+}
+
 // A ROUND of `shape` ("fanout": to every agent that offers `skill`; "invoke": one invocation) of `skill`
 // with `params`, in a round of its own. The body is canonical (keys sorted, §5.14's form), as Skillbus's
 // clients write it: the bus reads such an invoke without parsing the whole body.
@@ -50,7 +73,6 @@ static int send_round(void *socket, long id, const char *shape, const char *skil
     at = put_field(envelope, at, round, (size_t)snprintf(round, sizeof round, "drive-%ld-%ld", (long)getpid(), id));
     at = put_field(envelope, at, "", 0);  // session id
     at = put_field(envelope, at, "", 0);  // default timeout
-    if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
     int length;
     if (strcmp(shape, "plan") == 0) {  // eight independent steps, each with its own text
         length = snprintf(body, sizeof body, "{\"plan\":{\"onFailure\":\"stop\",\"steps\":[");
@@ -62,7 +84,7 @@ static int send_round(void *socket, long id, const char *shape, const char *skil
     } else {
         length = snprintf(body, sizeof body, "{\"%s\":{\"params\":%s,\"skill\":\"%s\"}}", shape, params, skill);
     }
-    return zmq_send(socket, body, (size_t)length, 0) < 0 ? -1 : 0;
+    return send_message(socket, envelope, at, body, (size_t)length);
 }
 
 static int send_request(void *socket, long id, const char *skill, const char *params, int rounds, int unique) {
@@ -80,7 +102,6 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
     at = put_field(envelope, at, "", 0);  // session id
     at = put_field(envelope, at, skill, strlen(skill));
     at = put_field(envelope, at, "", 0);  // default timeout
-    if (zmq_send(socket, envelope, at, ZMQ_SNDMORE) < 0) return -1;
     if (unique) {
         // As long as the bench's text (100 characters), with this request's number at its start.
         char text[300], filler[101];
@@ -89,9 +110,18 @@ static int send_request(void *socket, long id, const char *skill, const char *pa
         filler[prefix] = 'x';
         filler[100] = 0;
         int length = snprintf(text, sizeof text, "{\"text\":\"%s\"}", filler);
-        return zmq_send(socket, text, (size_t)length, 0) < 0 ? -1 : 0;
+        return send_message(socket, envelope, at, text, (size_t)length);
     }
-    return zmq_send(socket, params, strlen(params), 0) < 0 ? -1 : 0;
+    return send_message(socket, envelope, at, params, strlen(params));
+}
+
+// Whether a round document says ok: keys sorted, so the round's own status follows its shape.
+static int round_ok(const void *data, size_t size) {
+    static const char fanout[] = "\"shape\":\"fanout\",\"status\":\"ok\"";
+    static const char invoke[] = "\"shape\":\"invoke\",\"status\":\"ok\"";
+    static const char plan[] = "\"shape\":\"plan\",\"status\":\"ok\"";
+    return memmem(data, size, fanout, sizeof fanout - 1) || memmem(data, size, invoke, sizeof invoke - 1)
+           || memmem(data, size, plan, sizeof plan - 1);
 }
 
 // Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY or a ROUND whose
@@ -103,15 +133,8 @@ static long receive_reply(void *socket, int echoed) {
     zmq_msg_init(&part);
     do {
         if (zmq_msg_recv(&part, socket, 0) < 0) { zmq_msg_close(&part); return -2; }
-        if (round) {  // the round document: keys sorted, so the round's own status follows its shape
-            static const char fanout[] = "\"shape\":\"fanout\",\"status\":\"ok\"";
-            static const char invoke[] = "\"shape\":\"invoke\",\"status\":\"ok\"";
-            static const char plan[] = "\"shape\":\"plan\",\"status\":\"ok\"";
-            const void *data = zmq_msg_data(&part);
-            size_t size = zmq_msg_size(&part);
-            if (!memmem(data, size, fanout, sizeof fanout - 1) && !memmem(data, size, invoke, sizeof invoke - 1)
-                && !memmem(data, size, plan, sizeof plan - 1))
-                id = -1;
+        if (round) {
+            if (!round_ok(zmq_msg_data(&part), zmq_msg_size(&part))) id = -1;
             round = 0;
         } else if (first) {
             const unsigned char *e = zmq_msg_data(&part);
@@ -128,6 +151,10 @@ static long receive_reply(void *socket, int echoed) {
                 memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
                 id = strtol(digits, NULL, 10);
                 round = 1;
+            }
+            if (round && !zmq_msg_more(&part)) {  // folded: the document is the envelope's last field
+                if (!round_ok(e, size)) id = -1;
+                round = 0;
             }
             if (field == 5 && (echoed || (lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
                                           !memcmp(fields[4], "ok", 2)))) {
@@ -148,6 +175,7 @@ int main(int argc, char **argv) {
     long total = atol(argv[2]), in_flight = atol(argv[3]);
     const char *skill = getenv("SKILL") ? getenv("SKILL") : "echo";
     int echoed = getenv("ECHOED") != NULL, unique = getenv("UNIQUE") != NULL;
+    fold = getenv("FOLD") != NULL;
     int rounds = getenv("PLAN") != NULL     ? 4
                  : getenv("INVOKE") != NULL ? 3
                  : getenv("FANOUT") != NULL ? 2
