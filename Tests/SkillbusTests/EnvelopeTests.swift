@@ -116,7 +116,7 @@ struct EnvelopeTests {
         do throws(SkillbusError) { return .success(try decode()) } catch { return .failure(error) }
     }
 
-    @Test("REQUEST, INVOKE, RESULT and REPLY read in place decode as unpacking their fields does; on anything else, the same error")
+    @Test("REQUEST, ROUND, INVOKE, RESULT and REPLY read in place decode as unpacking their fields does; else the same error")
     func readInPlace() {
         var random = SplitMix(seed: 15)
         func text(_ most: Int = 300) -> String {
@@ -173,6 +173,13 @@ struct EnvelopeTests {
             readInPlace += compare(
                 Wire.pack(request.fields(), ClientMessage.layout), header: Wire.clientHeaderBytes, ClientMessage.layout,
                 read: ClientMessage.decode(_:), fields: ClientMessage.decode(fields:))
+            let round = ClientMessage.round(
+                RoundRequest(
+                    requestID: text(), roundID: text(), sessionID: text(140),
+                    timeoutMs: Bool.random(using: &random) ? nil : number(), body: Array(text().utf8)))
+            readInPlace += compare(
+                Wire.pack(round.fields(), ClientMessage.layout), header: Wire.clientHeaderBytes, ClientMessage.layout,
+                read: ClientMessage.decode(_:), fields: ClientMessage.decode(fields:))
             let invoke = BusToWorkerMessage.invoke(
                 Invocation(
                     invocationID: text(), roundID: text(), sessionID: text(), skill: text(20), deadlineMs: number(),
@@ -193,10 +200,10 @@ struct EnvelopeTests {
                 read: WorkerMessage.decode(_:), fields: WorkerMessage.decode(fields:))
         }
         // Both kinds were met: messages that decode, and broken ones.
-        #expect(readInPlace > 800 && readInPlace < 400 * 4 * 10)
+        #expect(readInPlace > 800 && readInPlace < 400 * 5 * 10)
     }
 
-    @Test("REQUEST, INVOKE, REPLY and RESULT, written straight into their envelopes, are the bytes packing their fields gives")
+    @Test("REQUEST, INVOKE, REPLY, ROUND's answer and RESULT, written into their envelopes, are the bytes packing gives")
     func writtenEnvelopes() {
         var random = SplitMix(seed: 14)
         for _ in 0..<500 {
@@ -214,6 +221,9 @@ struct EnvelopeTests {
                     requestID: text(), roundID: text(), status: Bool.random(using: &random) ? .ok : .error, agent: text(),
                     durationMicros: number, payload: Array(text().utf8)))
             #expect(reply.encoded() == Wire.pack(reply.fields(), BusToClientMessage.layout))
+            let round = BusToClientMessage.round(
+                requestID: Array(text().utf8), roundID: Array(text().utf8), document: Array(text().utf8))
+            #expect(round.encoded() == Wire.pack(round.fields(), BusToClientMessage.layout))
             let result = WorkerMessage.result(
                 invocationID: text(), status: Bool.random(using: &random) ? .ok : .error, payload: Array(text().utf8))
             #expect(result.encoded() == Wire.pack(result.fields(), WorkerMessage.layout))

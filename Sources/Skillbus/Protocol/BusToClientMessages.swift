@@ -82,6 +82,13 @@ public enum BusToClientMessage: Sendable, Equatable {
     ]
 
     public func encoded() -> Multipart {
+        if case .round(let requestID, let roundID, let document) = self {
+            // One per ROUND, as REPLY is per REQUEST: written straight into its envelope too.
+            var envelope = Wire.EnvelopeWriter(Wire.clientHeaderBytes, .round, capacity: 8 + requestID.count + roundID.count)
+            envelope.field(requestID)
+            envelope.field(roundID)
+            return [envelope.bytes, document]
+        }
         guard case .reply(let reply) = self else { return Wire.pack(fields(), Self.layout) }
         // One per request: written straight into its envelope, like INVOKE (EnvelopeTests compares).
         var envelope = Wire.EnvelopeWriter(

@@ -184,6 +184,16 @@ public enum ClientMessage: Sendable, Equatable {
                     frames: requestID, roundID, sessionID, skill: skill, timeoutMs: timeout.empty ? nil : timeout.value,
                     parameters: parameters))
         }
+        // So is a ROUND: `skillbus send` sends nothing else.
+        if var reader = Wire.EnvelopeReader(frames, header: Wire.clientHeaderBytes, command: .round),
+            let requestID = reader.textBytes(), let roundID = reader.textBytes(), let sessionID = reader.textBytes(),
+            sessionID.count <= Wire.maxSessionIDBytes, let timeout = reader.number(),
+            timeout.empty || (1...Wire.maxTimeoutMs).contains(timeout.value), let body = reader.body(), reader.atEnd
+        {
+            return .round(
+                RoundRequest(
+                    frames: requestID, roundID, sessionID, timeoutMs: timeout.empty ? nil : timeout.value, body: body))
+        }
         return try decode(fields: Wire.unpack(frames, header: Wire.clientHeaderBytes, layout))
     }
 
