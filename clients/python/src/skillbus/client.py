@@ -14,6 +14,7 @@ import zmq
 from . import jsonwire, wire
 from .call import Call, SubmittedCall
 from .errors import SkillbusError, error_for
+from .keys import curve_options
 from .socketthread import SocketThread
 
 DEFAULT_COORDINATOR = "tcp://127.0.0.1:5555"
@@ -192,10 +193,18 @@ class Client:
 
     `confirm(skill, params) -> bool` answers the bus's CONFIRM for skills that need approval (§3.8),
     on the thread that waits for the call; without it every such call is refused.
+
+    For a coordinator with keys (§12), `server_key` is its public key and `key` this client's secret key,
+    each a key or the file holding it (else SKILLBUS_SERVER_KEY and SKILLBUS_KEY); the DEALER then speaks
+    CURVE and sends every message folded into one frame (§2.1).
     """
 
     def __init__(self, coordinator: str | list[str] | None = None, *, timeout: float = 15.0, confirm=None,
-                 context: zmq.Context | None = None, max_message_bytes: int = 1_048_576):
+                 context: zmq.Context | None = None, max_message_bytes: int = 1_048_576, server_key=None,
+                 key=None):
+        curve = curve_options(server_key, key)  # ValueError names a missing or unreadable key
+        self.keys = (server_key, key) if curve else (None, None)  # what a worker's replica connects with too
+        self._folds = bool(curve)
         # A group's coordinators (a list, or "a,b"): one at a time, following not_leader refusals (§3.3).
         self.choice = CoordinatorChoice(coordinator_endpoints(coordinator))
         self.coordinator = coordinator = self.choice.endpoint
@@ -215,7 +224,7 @@ class Client:
         self._prefix = "".join(random.choice("0123456789abcdefghijklmnopqrstuvwxyz") for _ in range(7))
         self._closed = False
         # A short linger lets a CANCEL sent just before close (Ctrl-C, say) still leave.
-        options = {zmq.LINGER: 200, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000}
+        options = {zmq.LINGER: 200, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000, **curve}
         self._socket = SocketThread(context or zmq.Context.instance(), zmq.DEALER, coordinator, self,
                                     name="skillbus-client", options=options)
 
@@ -401,7 +410,7 @@ class Client:
 
     def _send(self, *fields: bytes) -> None:
         """Sends fields 1, 2, ... (the command first) in wire v2 framing."""
-        self._socket.send(wire.CLIENT_TO_BUS.pack(*fields))
+        self._socket.send(wire.CLIENT_TO_BUS.pack(*fields, folded=self._folds))
 
     def _forget(self, request_id: str) -> None:
         key = request_id.encode()

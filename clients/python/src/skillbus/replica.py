@@ -15,6 +15,7 @@ import zmq
 from . import jsonwire, schema
 from .client import Client, endpoint_list
 from .errors import SkillbusError
+from .keys import curve_options
 from .socketthread import SocketThread
 
 _SNAPSHOT_WAIT_S = 3.0
@@ -56,10 +57,13 @@ class Replica:
     """
 
     def __init__(self, feed: str | list[str], *, client: Client | None = None, coordinator=None,
-                 context: zmq.Context | None = None):
+                 context: zmq.Context | None = None, server_key=None, key=None):
         feeds = endpoint_list(feed, "feed")  # checked before anything starts
+        if client is not None and server_key is None and key is None:
+            server_key, key = getattr(client, "keys", (None, None))  # its feed is CURVE too (§12.1)
+        curve = curve_options(server_key, key)
         self._owns_client = client is None
-        self._client = client or Client(coordinator, context=context)
+        self._client = client or Client(coordinator, context=context, server_key=server_key, key=key)
         self._changed = threading.Condition()
         self._entries: dict[str, dict] = {}
         self._epoch: str | None = None
@@ -71,7 +75,7 @@ class Replica:
         self._delay = _RETRY_MIN_S
         self.snapshots = 0  # how many snapshots loaded: one, unless something was missed
         self._socket = SocketThread(context or zmq.Context.instance(), zmq.SUB, feeds, self,
-                                    name="skillbus-replica", subscriptions=[b"registry."])
+                                    name="skillbus-replica", options=curve, subscriptions=[b"registry."])
 
     # --- reading ---------------------------------------------------------------------------------
 

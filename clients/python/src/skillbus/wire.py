@@ -75,11 +75,14 @@ class Direction:
         self.header = header
         self.first_frame = first_frame
 
-    def pack(self, *fields: bytes) -> list[bytes]:
-        """The frames of a message: `fields` are fields 1, 2, ... (the command first)."""
+    def pack(self, *fields: bytes, folded: bool = False) -> list[bytes]:
+        """The frames of a message: `fields` are fields 1, 2, ... (the command first). `folded`: one frame, every
+        field in the envelope (§2.1), as peers with keys send them: under CURVE each frame is a box."""
         command = fields[0]
         if command not in self.first_frame:
             raise ValueError(f"{command!r} is no {self.name} command")
+        if folded:
+            return [envelope(self.header, fields)]
         first = self.first_frame[command]
         split = len(fields) if first is None else min(first - 1, len(fields))  # fields are numbered from 1
         return [envelope(self.header, fields[:split]), *fields[split:]]

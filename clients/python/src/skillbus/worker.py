@@ -15,6 +15,7 @@ import zmq
 from . import schema
 from .client import Client, coordinator_endpoints, endpoint_list
 from .errors import SkillbusError
+from .keys import curve_options
 from .replica import Replica
 from .results import Result
 from .schema import Param
@@ -87,12 +88,15 @@ class Worker:
     for other agents' planners, §5.1): `planner(message, team, turn)` gets the message, the
     `TeamContext` and the `AgentTurn`, calls skills with `turn.call(skill, params)` and other agents
     with `turn.ask(target, message)`, and returns the reply (a `str`) or a `Handoff(to, note)`.
+
+    For a coordinator with keys (§12), `server_key` and `key` (this worker's secret key) as `Client` takes
+    them: its DEALER, its client and its replica's SUB all speak CURVE.
     """
 
     def __init__(self, name: str, *, coordinator: str | None = None, capacity: int = 4,
                  heartbeat_ms: int = 1000, feed: str | None = None, replica: bool = True,
                  max_output_bytes: int = 1_048_576, context: zmq.Context | None = None, planner=None,
-                 role: str | None = None, description: str | None = None):
+                 role: str | None = None, description: str | None = None, server_key=None, key=None):
         if not schema.is_identifier(name):
             raise ValueError(f"agent name {name!r} is invalid: use 1-128 of A-Z a-z 0-9 . _ -")
         if not (isinstance(capacity, int) and 1 <= capacity <= 100_000):
@@ -105,6 +109,9 @@ class Worker:
             raise ValueError(f"role {role!r} is invalid: use 1-64 of A-Z a-z 0-9 _ -")
         if description is not None and not (isinstance(description, str) and len(description.encode()) <= 1024):
             raise ValueError("description must be a string of at most 1024 bytes")
+        self._curve = curve_options(server_key, key)  # ValueError names a missing or unreadable key
+        self._keys = (server_key, key)
+        self._folds = bool(self._curve)  # with keys every message goes folded into one frame (§2.1)
         self.name = name
         self.planner, self.role, self.description = planner, role, description
         self.coordinators = coordinator_endpoints(coordinator)  # ValueError names a bad entry
@@ -191,10 +198,10 @@ class Worker:
         if self._loop is not None:
             raise RuntimeError(f"worker '{self.name}' is already started")
         self._pool = concurrent.futures.ThreadPoolExecutor(self.capacity, thread_name_prefix=f"skill-{self.name}")
-        self._client = Client(self.coordinators, context=self._context)
+        self._client = Client(self.coordinators, context=self._context, server_key=self._keys[0], key=self._keys[1])
         self._loop = WorkerLoop(self)
         options = {zmq.LINGER: 200, zmq.RECONNECT_IVL: 1000, zmq.RECONNECT_IVL_MAX: 32000,
-                   zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096, zmq.SNDHWM: 100_000}
+                   zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096, zmq.SNDHWM: 100_000, **self._curve}
         self._socket = SocketThread(self._context, zmq.DEALER, self.coordinator, self._loop,
                                     name=f"skillbus-worker-{self.name}", options=options)
         self._loop.attach(self._socket)

@@ -116,7 +116,7 @@ class WorkerLoop(FollowingTheLeader):
 
     def _send(self, *fields: bytes) -> None:
         """Sends fields 1, 2, ... (the command first) in wire v2 framing."""
-        self._socket.send(wire.WORKER_TO_BUS.pack(*fields))
+        self._socket.send(wire.WORKER_TO_BUS.pack(*fields, folded=self.worker._folds))
 
     def _log(self, text: str) -> None:
         print(f"skillbus worker '{self.worker.name}': {text}", file=sys.stderr, flush=True)
