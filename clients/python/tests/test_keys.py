@@ -9,7 +9,7 @@ import re
 import pytest
 import zmq
 
-from conftest import BINARY, Process
+from conftest import BINARY, Process, wait_until
 from skillbus import Client, Param, SkillbusError, Worker
 
 
@@ -67,6 +67,21 @@ def test_a_keyed_worker_and_client_work_together_and_a_client_without_keys_gets_
             with pytest.raises(SkillbusError) as refused:
                 stranger.request("py.echo", {"text": "no keys"})
             assert refused.value.code == "unreachable"
+
+
+def test_a_refused_key_is_named_by_the_client_and_logged_by_the_worker(keyed, tmp_path, capsys):
+    _, unknown = key_pair(tmp_path, "stranger")
+    with Client(keyed["bus"], timeout=1, server_key=keyed["server"], key=unknown) as client:
+        with pytest.raises(SkillbusError) as refused:
+            client.request("py.echo", {"text": "who am I"})
+    assert refused.value.code == "unreachable"
+    assert refused.value.message.endswith(": the coordinator refused this client's key")
+    worker = Worker("py-keyed", coordinator=keyed["bus"], heartbeat_ms=200, server_key=keyed["server"],
+                    key=unknown, replica=False)
+    with worker:
+        logged = []
+        wait_until(lambda: logged.append(capsys.readouterr().err) or "refused this worker's key" in "".join(logged),
+                   "the worker's log of its refused key")
 
 
 def test_keys_come_in_pairs_and_from_readable_files(keyed, tmp_path):

@@ -226,7 +226,7 @@ class Client:
         # A short linger lets a CANCEL sent just before close (Ctrl-C, say) still leave.
         options = {zmq.LINGER: 200, zmq.MAXMSGSIZE: 4 * max_message_bytes + 4096, zmq.SNDHWM: 100_000, **curve}
         self._socket = SocketThread(context or zmq.Context.instance(), zmq.DEALER, coordinator, self,
-                                    name="skillbus-client", options=options)
+                                    name="skillbus-client", options=options, refusals=self._folds)
 
     def __enter__(self):
         return self
@@ -495,11 +495,13 @@ class Client:
         return self.choice.next_tick(waiting)
 
     def _tried(self) -> str:
-        """For an `unreachable` error of a group's client: every endpoint it may have tried, and the last refusal."""
+        """For an `unreachable` error: that the coordinator refused this client's key, and for a group's client every
+        endpoint it may have tried, and the last refusal."""
+        key = ": the coordinator refused this client's key" if self._socket.key_refused else ""
         if len(self.choice.endpoints) < 2 and not self._last_refusal:
-            return ""
+            return key
         refusal = f"; the last refusal: {self._last_refusal}" if self._last_refusal else ""
-        return f" (coordinators tried in turn: {', '.join(self.choice.endpoints)}{refusal})"
+        return f"{key} (coordinators tried in turn: {', '.join(self.choice.endpoints)}{refusal})"
 
     def _send_held(self, now: float) -> float | None:
         """Sends the refused calls whose back-off has passed (with the time they have left); returns when the

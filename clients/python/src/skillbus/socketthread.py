@@ -36,8 +36,13 @@ class SocketThread:
     """
 
     def __init__(self, context: zmq.Context, kind: int, endpoint: str | list[str], handler, *, name: str,
-                 options: dict | None = None, subscriptions: list[bytes] = ()):
+                 options: dict | None = None, subscriptions: list[bytes] = (), refusals: bool = False):
         self._handler = handler
+        # With keys: a monitor of the socket, read by whichever thread holds it, hears a refused key (libzmq tells
+        # only a monitor: HANDSHAKE_FAILED_AUTH); `key_refused` then stays True.
+        self._watch_refusals = refusals
+        self._monitor = None
+        self.key_refused = False
         self._outbox: collections.deque = collections.deque()
         self._lock = threading.Lock()
         self._stopping = False
@@ -93,6 +98,8 @@ class SocketThread:
             poller = self._lent_poller = zmq.Poller()
             poller.register(sock, zmq.POLLIN)
             poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+            if self._monitor is not None:
+                poller.register(self._monitor, zmq.POLLIN)
         while not done():
             if self._outbox:
                 self._flush(sock)
@@ -108,6 +115,8 @@ class SocketThread:
             for item, _ in poller.poll(int(left * 1000) + 1):
                 if item is sock:
                     self._receive(sock)
+                elif item is self._monitor:
+                    self._read_monitor()
                 else:
                     self._drain_wake()
 
@@ -142,9 +151,14 @@ class SocketThread:
         with self._lock:
             self._outbox.clear()
         self._poller.unregister(self._socket)
+        if self._monitor is not None:
+            self._poller.unregister(self._monitor)
+            self._monitor.close(linger=0)
         self._socket.close(linger=0)
         self._socket = self._open(endpoint)
         self._poller.register(self._socket, zmq.POLLIN)
+        if self._monitor is not None:
+            self._poller.register(self._monitor, zmq.POLLIN)
         self._endpoint = endpoint
 
     def wake(self) -> None:
@@ -170,6 +184,8 @@ class SocketThread:
                 sock.setsockopt(option, value)
             for prefix in subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
+            if self._watch_refusals:  # before connecting, so that no event is missed
+                self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
             for each in [endpoint] if isinstance(endpoint, str) else endpoint:
                 sock.connect(each)
         except zmq.ZMQError as error:
@@ -189,6 +205,8 @@ class SocketThread:
         poller = self._poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_reader.fileno(), zmq.POLLIN)
+        if self._monitor is not None:
+            poller.register(self._monitor, zmq.POLLIN)
         parked_poller = zmq.Poller()  # the wake-up alone: no use of the socket
         parked_poller.register(self._wake_reader.fileno(), zmq.POLLIN)
         idle = getattr(self._handler, "idle", None)
@@ -213,10 +231,14 @@ class SocketThread:
                 for item, _ in poller.poll(timeout):
                     if item is self._socket:
                         self._receive(item)
+                    elif item is self._monitor:
+                        self._read_monitor()
                     else:
                         self._drain_wake()
         finally:
             sock, self._socket = self._socket, None
+            if self._monitor is not None:
+                self._monitor.close(linger=0)
             sock.close()
             self._wake_reader.close()
             self._wake_writer.close()
@@ -271,6 +293,15 @@ class SocketThread:
                 print(f"skillbus: {self._thread.name}: a message failed: {error!r}", file=sys.stderr, flush=True)
             if sock is not self._socket:
                 return  # the handler reopened it: what the old one holds is for nobody
+
+    def _read_monitor(self) -> None:
+        """Every event the monitor holds; the only one it is asked for is a refused key."""
+        while True:
+            try:
+                self._monitor.recv_multipart(_NOBLOCK)
+            except zmq.Again:
+                return
+            self.key_refused = True
 
     def _drain_wake(self) -> None:
         # One read takes every pending wake-up byte but when more than 4096 are pending; the poll then

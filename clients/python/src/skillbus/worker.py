@@ -203,7 +203,7 @@ class Worker:
         options = {zmq.LINGER: 200, zmq.RECONNECT_IVL: 1000, zmq.RECONNECT_IVL_MAX: 32000,
                    zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096, zmq.SNDHWM: 100_000, **self._curve}
         self._socket = SocketThread(self._context, zmq.DEALER, self.coordinator, self._loop,
-                                    name=f"skillbus-worker-{self.name}", options=options)
+                                    name=f"skillbus-worker-{self.name}", options=options, refusals=self._folds)
         self._loop.attach(self._socket)
         return self
 

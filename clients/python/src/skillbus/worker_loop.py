@@ -181,6 +181,9 @@ class WorkerLoop(FollowingTheLeader):
     def _send_ready(self, now: float) -> None:
         if self._last_ready is not None:
             self._backoff = min(2 * self._backoff, _BACKOFF_MAX_S)
+            if self._socket.key_refused:  # heard on the socket's monitor since the last READY
+                self._socket.key_refused = False
+                self._log(f"the coordinator refused this worker's key; trying again in {self._backoff:g} s")
         self._last_ready = now
         self._awaiting_welcome = True
         self._offered = self._descriptors()
