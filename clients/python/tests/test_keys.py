@@ -82,6 +82,11 @@ def test_a_refused_key_is_named_by_the_client_and_logged_by_the_worker(keyed, tm
         logged = []
         wait_until(lambda: logged.append(capsys.readouterr().err) or "refused this worker's key" in "".join(logged),
                    "the worker's log of its refused key")
+    # Stopped as soon as it started, it leaves the process's other keyed sockets working (their monitors too).
+    brief = Worker("py-brief", coordinator=keyed["bus"], server_key=keyed["server"], key=unknown, replica=False)
+    brief.start().stop()
+    with Client(keyed["bus"], timeout=10, server_key=keyed["server"], key=keyed["client"]) as client:
+        assert client.skills() == []
 
 
 def test_keys_come_in_pairs_and_from_readable_files(keyed, tmp_path):

@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 
 import zmq
 
@@ -153,6 +154,7 @@ class SocketThread:
         self._poller.unregister(self._socket)
         if self._monitor is not None:
             self._poller.unregister(self._monitor)
+            self._socket.disable_monitor()
             self._monitor.close(linger=0)
         self._socket.close(linger=0)
         self._socket = self._open(endpoint)
@@ -185,7 +187,10 @@ class SocketThread:
             for prefix in subscriptions:
                 sock.setsockopt(zmq.SUBSCRIBE, prefix)
             if self._watch_refusals:  # before connecting, so that no event is missed
-                self._monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+                # An address of its own: pyzmq's default names the socket's descriptor, which a later socket
+                # reuses while the closed one's monitor may still hold that address.
+                self._monitor = sock.get_monitor_socket(
+                    zmq.EVENT_HANDSHAKE_FAILED_AUTH, addr=f"inproc://skillbus-refusals-{uuid.uuid4().hex}")
             for each in [endpoint] if isinstance(endpoint, str) else endpoint:
                 sock.connect(each)
         except zmq.ZMQError as error:
@@ -238,6 +243,9 @@ class SocketThread:
         finally:
             sock, self._socket = self._socket, None
             if self._monitor is not None:
+                # Stopped before either socket closes (as zmq_socket_monitor asks): a socket closed while it
+                # still monitored left later CURVE sockets of the same context unable to reach the bus.
+                sock.disable_monitor()
                 self._monitor.close(linger=0)
             sock.close()
             self._wake_reader.close()
