@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,13 @@ def main() -> None:
                 time.sleep(0.2)
         for _ in range(200):
             one()
+        # PERF=FILE records the coordinator's samples (perf record -g) during the measured rounds.
+        recorder = None
+        if os.environ.get("PERF"):
+            recorder = subprocess.Popen(
+                ["perf", "record", "-g", "-q", "-o", os.environ["PERF"], "-p", str(coordinator.pid)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            processes.append(recorder)
         before = {role: sum(map(cpu_seconds, pids)) for role, pids in roles.items()}
         count, started = 0, time.monotonic()
         while time.monotonic() < started + options.seconds and count < 100_000:
@@ -99,6 +107,9 @@ def main() -> None:
             count += 1
         elapsed = time.monotonic() - started
         after = {role: sum(map(cpu_seconds, pids)) for role, pids in roles.items()}
+        if recorder:
+            recorder.send_signal(signal.SIGINT)
+            recorder.wait()
         per_round = {role: round((after[role] - before[role]) / count * 1e6) for role in roles}
         print(f"{options.mode}: {count} in {elapsed:.1f} s, {elapsed / count * 1e6:.0f} us each; "
               f"CPU us per round: {per_round}, total {sum(per_round.values())}")

@@ -73,7 +73,7 @@ extension CoordinatorState {
             outcome = Outcome(
                 status: .error, agent: agent, payload: error.json.serialized(), durationMicros: outcome.durationMicros)
         }
-        return settle(claim, outcome, now: now)
+        return settle(claim, outcome, now: now) + decideWaitingOffers(of: claim.round, now: now)
     }
 
     /// RELEASE: the turn gives its round back.
@@ -93,13 +93,7 @@ extension CoordinatorState {
             }
             actions += acceptInvoke(request, from: client, accepted: arrived, now: now)
         }
-        // An offer whose turn ended meanwhile is nobody's any more.
-        for offer in offers where turns.turn(offer.turnID, of: offer.worker) != nil {
-            actions += noteOffer(
-                turnID: offer.turnID, callID: offer.callID, skill: offer.skill, parameters: offer.parameters,
-                from: offer.worker, now: now)
-        }
-        return actions
+        return actions + decide(offers, now: now)
     }
 
     /// Claims that will never be reported: their turn ended, or their agent left.

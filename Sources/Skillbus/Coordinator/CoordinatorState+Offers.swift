@@ -16,35 +16,71 @@ extension CoordinatorState {
         guard settings.deduplication, let turn = turns.turn(turnID, of: peer), !turn.round.isEmpty,
             !turns.isCancelled(round: turn.round), descriptors.cacheLifetimeMs(of: skill) == nil
         else { return answer(.route) }
-        // Another turn holds the round (the first ask of a team round): the offer waits until it comes back, as
-        // a REQUEST of the round would.
+        let waiter = Waiter.offer(peer, turnID: turnID, callID: callID)
+        // Another turn holds the round (the first ask of a team round). A call identical to one the holder ran
+        // (or runs under a CLAIM) takes that outcome at once: it starts nothing the holder could run too. Any
+        // other waits until the round comes back, as a REQUEST of the round would.
         if let lease = turns.lease(of: ByteKey(turn.round)) {
+            guard lease.turnID != turnID else { return answer(.route) }
+            if let admission = singleFlight.reuse(
+                round: turn.round, skill: skill, parameters: parameters, waiter: waiter,
+                schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+            {
+                return decide(admission, turn.round, turnID, callID, skill, parameters, from: peer, now: now)
+            }
             let waiting = TurnTable.WaitingOffer(
                 worker: peer, turnID: turnID, callID: callID, skill: skill, parameters: parameters)
-            return lease.turnID != turnID && turns.wait(waiting, for: ByteKey(turn.round)) ? [] : answer(.route)
+            return turns.wait(waiting, for: ByteKey(turn.round)) ? [] : answer(.route)
+        }
+        let admission = singleFlight.admit(
+            round: turn.round, skill: skill, parameters: parameters, waiter: waiter,
+            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
+        return decide(admission, turn.round, turnID, callID, skill, parameters, from: peer, now: now)
+    }
+
+    /// The VERDICT for an offered call placed among its round's executions.
+    private mutating func decide(
+        _ admission: SingleFlight.Admission, _ round: [UInt8], _ turnID: String, _ callID: String, _ skill: String,
+        _ parameters: [UInt8], from peer: PeerID, now: UInt64
+    ) -> [CoordinatorAction] {
+        func answer(_ verdict: OfferVerdict) -> [CoordinatorAction] {
+            [.toWorker(peer, .verdict(callID: callID, verdict))]
         }
         let subCall = Self.offerSubCallID(turnID: turnID, callID: callID)
-        let admission = singleFlight.admit(
-            round: turn.round, skill: skill, parameters: parameters,
-            waiter: .offer(peer, turnID: turnID, callID: callID),
-            schema: { ledger.registry.skills[$0]?.descriptor.parameters })
         switch admission {
         case .unshared:
             return answer(.route)
         case .first(let execution):
-            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: false)
+            noteSubCall(round: round, skill: skill, parameters: parameters, id: subCall, deduplicated: false)
             turns.offered(
-                TurnTable.Claim(execution: execution, round: turn.round, accepted: now, subCall: subCall),
+                TurnTable.Claim(execution: execution, round: round, accepted: now, subCall: subCall),
                 as: TurnTable.ClaimKey(worker: peer, turnID: turnID, claimID: callID))
             return answer(.run)
         case .joined:
-            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
-            return announceDeduplicated(turn.round, subCall, skill, finished: false)
+            noteSubCall(round: round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
+            return announceDeduplicated(round, subCall, skill, finished: false)
         case .finished(let outcome):
-            noteSubCall(round: turn.round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
-            noteSubCallDone(roundID: turn.round, requestID: subCall, outcome)
-            return answer(outcome.verdict) + announceDeduplicated(turn.round, subCall, skill, finished: true)
+            noteSubCall(round: round, skill: skill, parameters: parameters, id: subCall, deduplicated: true)
+            noteSubCallDone(roundID: round, requestID: subCall, outcome)
+            return answer(outcome.verdict) + announceDeduplicated(round, subCall, skill, finished: true)
         }
+    }
+
+    /// The holder of `round` reported a call: the OFFERs waiting for the round that are identical to it are
+    /// decided now; the others keep waiting, in the order they came.
+    mutating func decideWaitingOffers(of round: [UInt8], now: UInt64) -> [CoordinatorAction] {
+        decide(turns.takeWaitingOffers(of: ByteKey(round)), now: now)
+    }
+
+    /// OFFERs that waited for their round, in the order they came; one whose turn ended meanwhile is nobody's.
+    mutating func decide(_ offers: [TurnTable.WaitingOffer], now: UInt64) -> [CoordinatorAction] {
+        var actions: [CoordinatorAction] = []
+        for offer in offers where turns.turn(offer.turnID, of: offer.worker) != nil {
+            actions += noteOffer(
+                turnID: offer.turnID, callID: offer.callID, skill: offer.skill, parameters: offer.parameters,
+                from: offer.worker, now: now)
+        }
+        return actions
     }
 
     /// An offered call that joined another is announced as a deduplicated REQUEST is, named as a sub-call.

@@ -244,6 +244,11 @@ struct TurnTable: Sendable {
         return true
     }
 
+    /// The OFFERs waiting for `round`, in the order they came, taken out (the round stays held).
+    mutating func takeWaitingOffers(of round: ByteKey) -> [WaitingOffer] {
+        waitingOffers.isEmpty ? [] : waitingOffers.removeValue(forKey: round) ?? []
+    }
+
     // MARK: Claims
 
     /// A turn's call enters its round as an execution, to be settled when the turn reports it ended.

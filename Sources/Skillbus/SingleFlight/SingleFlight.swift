@@ -128,17 +128,45 @@ struct SingleFlight: Sendable {
             schema: schema)
     }
 
+    /// Places an invocation as `admit` does only when an identical one of its round ran or runs: it gets that
+    /// outcome, or joins that execution. Nil when it would be the first of its kind; nothing is added then.
+    mutating func reuse(
+        round roundID: [UInt8], skill: String, parameters: [UInt8], waiter: Waiter,
+        schema: (String) -> ParameterSchema?
+    ) -> Admission? {
+        guard !roundID.isEmpty else { return .unshared }
+        let hash = HashBuckets.hash(roundID)
+        if let entry = finishedRounds.find(roundID, hash: hash) {
+            switch finishedOutcome(entry, skill: skill, parameters: parameters, key: nil, schema: schema) {
+            case .outcome(let outcome): return .finished(outcome)
+            case .unshared: return .unshared
+            case .new: return nil
+            }
+        }
+        guard let slot = rounds.slot(of: roundID) else { return nil }
+        Self.makeCanonical(&rounds[slot], schema: schema)
+        guard let key = Self.canonicalKey(skill: skill, parameters: parameters, schema: schema) else { return .unshared }
+        guard rounds[slot].byKey[key] != nil else { return nil }
+        return Self.admit(
+            into: &rounds[slot], slot: slot, skill: skill, parameters: parameters, key: key, waiter: waiter,
+            schema: schema)
+    }
+
+    /// The round's first invocation under its canonical key, once a second one must be compared with it.
+    private static func makeCanonical(_ round: inout Round, schema: (String) -> ParameterSchema?) {
+        guard let first = round.uncanonical else { return }
+        // Parameters that are no JSON object match nothing; their key cannot equal a canonical one, which starts
+        // with a skill identifier in ASCII.
+        let key = canonicalKey(skill: first.skill, parameters: first.parameters, schema: schema) ?? ByteKey([0xFF])
+        round.byKey[key] = 0
+        round.uncanonical = nil
+    }
+
     private static func admit(
         into round: inout Round, slot: Int, skill: String, parameters: [UInt8], key known: ByteKey?,
         waiter: Waiter, schema: (String) -> ParameterSchema?
     ) -> Admission {
-        if let first = round.uncanonical {
-            // Parameters that are no JSON object match nothing; their key cannot equal a canonical one,
-            // which starts with a skill identifier in ASCII.
-            let key = canonicalKey(skill: first.skill, parameters: first.parameters, schema: schema) ?? ByteKey([0xFF])
-            round.byKey[key] = 0
-            round.uncanonical = nil
-        }
+        makeCanonical(&round, schema: schema)
         guard let key = known ?? canonicalKey(skill: skill, parameters: parameters, schema: schema) else {
             return .unshared
         }
