@@ -8,11 +8,15 @@ extension ContextQuery {
         await withTaskGroup(of: (Int, Result<JSONValue, SkillbusError>).self) { group in
             for (index, agent) in agents.enumerated() {
                 group.addTask {
+                    // The answer is awaited before the pair is made: `(index, .success(try await …))` lost its
+                    // index in optimised builds (Swift 6.3: every success came back as index 0).
+                    let answer: Result<JSONValue, SkillbusError>
                     do throws(SkillbusError) {
-                        return (index, .success(try await client.query(query, agent: agent, timeout: timeout).answer))
+                        answer = .success(try await client.query(query, agent: agent, timeout: timeout).answer)
                     } catch {
-                        return (index, .failure(error))
+                        answer = .failure(error)
                     }
+                    return (index, answer)
                 }
             }
             var answers = [Result<JSONValue, SkillbusError>?](repeating: nil, count: agents.count)

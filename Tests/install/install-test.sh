@@ -62,6 +62,40 @@ fi
 "$binary" --version
 "$binary" help > /dev/null
 
+# A session across two agents, read back whole: optimised code paths the debug-built tests never run (a release
+# build once lost which agent an answer came from, and `history` crashed on it).
+python3 - "$work" <<'PY'
+import json, sys
+for worker in json.load(open("configs/team.json"))["workers"]:
+    if worker["name"] in ("lead", "critic"):
+        json.dump({"version": 1, **worker}, open(f"{sys.argv[1]}/{worker['name']}.json", "w"))
+PY
+XDG_STATE_HOME="$work/state" "$binary" coordinator --bus 'tcp://127.0.0.1:*' --feed 'tcp://127.0.0.1:*' \
+    > "$work/team-coordinator.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q 'ready:' "$work/team-coordinator.log" && break; sleep 0.1; done
+team_bus=$(sed -n 's/.*ready: bus=\([^ ]*\) .*/\1/p' "$work/team-coordinator.log")
+[ -n "$team_bus" ] || { echo "FAIL: no coordinator for the team"; cat "$work/team-coordinator.log"; exit 1; }
+for agent in lead critic; do
+    XDG_STATE_HOME="$work/state" "$binary" worker --coordinator "$team_bus" --config "$work/$agent.json" \
+        > "$work/$agent.log" 2>&1 &
+    pids+=($!)
+done
+for _ in $(seq 100); do
+    grep -q "agent 'lead' joined" "$work/team-coordinator.log" \
+        && grep -q "agent 'critic' joined" "$work/team-coordinator.log" && break
+    sleep 0.1
+done
+"$binary" ask --coordinator "$team_bus" --agent lead --session s1 "review Skillbus runs agents" < /dev/null
+"$binary" history s1 --coordinator "$team_bus" < /dev/null > "$work/history.txt" 2>&1 \
+    || { cat "$work/history.txt"; echo "FAIL: history of a session across agents"; exit 1; }
+"$binary" sessions --coordinator "$team_bus" < /dev/null > "$work/sessions.txt" 2>&1
+cat "$work/history.txt" "$work/sessions.txt"
+grep -q '^session s1 on lead, critic' "$work/history.txt" && ! grep -q 'no answer' "$work/sessions.txt" \
+    || { echo "FAIL: the release build does not read a session back from both of its agents"; exit 1; }
+echo "PASS: the release build reads a session back from both of its agents"
+kill "${pids[@]}" 2> /dev/null || true
+
 if [ "$(id -u)" != 0 ] || ! command -v unshare > /dev/null \
     || ! unshare --mount --propagation private mount --bind "$work" "$work" 2> /dev/null; then
     echo "SKIPPED the run without the toolchain: it needs root, unshare (util-linux) and the right to make a"

@@ -93,11 +93,13 @@ def main() -> None:
                 time.sleep(0.2)
         for _ in range(200):
             one()
-        # PERF=FILE records the coordinator's samples (perf record -g) during the measured rounds.
+        # PERF=FILE records the samples of one role's processes (PERF_ROLE, default the coordinator; perf record
+        # -g) during the measured rounds.
         recorder = None
         if os.environ.get("PERF"):
+            pids = ",".join(map(str, roles[os.environ.get("PERF_ROLE", "coordinator")]))
             recorder = subprocess.Popen(
-                ["perf", "record", "-g", "-q", "-o", os.environ["PERF"], "-p", str(coordinator.pid)],
+                ["perf", "record", "-g", "-q", "-o", os.environ["PERF"], "-p", pids],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             processes.append(recorder)
         before = {role: sum(map(cpu_seconds, pids)) for role, pids in roles.items()}
