@@ -3,8 +3,8 @@ SWIFT ?= swift
 PYTHON ?= python3
 CONFIG ?= configs/local.json
 
-.PHONY: deps test-deps build release up test release-test python-package python-test python-bench faults bench bench-test install \
-	install-test clean
+.PHONY: deps test-deps build release up test release-test python-package python-test python-bench faults bench \
+	bench-test install install-test clean
 
 PREFIX ?= /usr/local
 

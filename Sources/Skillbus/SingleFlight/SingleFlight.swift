@@ -145,7 +145,9 @@ struct SingleFlight: Sendable {
         }
         guard let slot = rounds.slot(of: roundID) else { return nil }
         Self.makeCanonical(&rounds[slot], schema: schema)
-        guard let key = Self.canonicalKey(skill: skill, parameters: parameters, schema: schema) else { return .unshared }
+        guard let key = Self.canonicalKey(skill: skill, parameters: parameters, schema: schema) else {
+            return .unshared
+        }
         guard rounds[slot].byKey[key] != nil else { return nil }
         return Self.admit(
             into: &rounds[slot], slot: slot, skill: skill, parameters: parameters, key: key, waiter: waiter,
