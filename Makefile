@@ -101,9 +101,10 @@ test: test-deps
 	$(MAKE) python-test
 	$(PYTHON) Tests/faults/fault_suite.py --short --binary .build/debug/skillbus
 
-# The integration tests and the Python package's tests again, every process the release binary that `make up` and
-# `make install` build: optimised code can do what the debug build never does (a Swift 6.3 release build once lost
-# which agent each answer of `skillbus history` came from). Left out of `make test`: the release build takes minutes.
+# The integration tests, the Python package's tests and the fault suite's short form again, every process the release
+# binary that `make up` and `make install` build: optimised code can do what the debug build never does (a Swift 6.3
+# release build once lost which agent each answer of `skillbus history` came from). Left out of `make test`: the
+# release build takes minutes.
 release-test: export SWIFT_BACKTRACE ?= threads=crashed,registers=none,images=none
 release-test: test-deps release python-package
 	$(SWIFT) build
@@ -111,6 +112,7 @@ release-test: test-deps release python-package
 		$(SWIFT) test --skip-build --no-parallel --filter SkillbusIntegrationTests
 	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package \
 		$(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
+	$(PYTHON) Tests/faults/fault_suite.py --short --binary .build/release/skillbus
 
 # The Python package (clients/python), installed with pip into a folder of its own (PYTHONPATH=.build/python-package).
 python-package:
