@@ -106,12 +106,11 @@ test: test-deps
 # release build once lost which agent each answer of `skillbus history` came from). Left out of `make test`: the
 # release build takes minutes.
 release-test: export SWIFT_BACKTRACE ?= threads=crashed,registers=none,images=none
-release-test: test-deps release python-package
+release-test: test-deps release
 	$(SWIFT) build
 	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus Tests/crash-tail.sh .build/release-integration-tests.log \
 		$(SWIFT) test --skip-build --no-parallel --filter SkillbusIntegrationTests
-	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus PYTHONPATH=$(CURDIR)/.build/python-package \
-		$(PYTHON) -m pytest -q -p no:cacheprovider clients/python/tests
+	SKILLBUS_BINARY=$(CURDIR)/.build/release/skillbus $(MAKE) python-test
 	$(PYTHON) Tests/faults/fault_suite.py --short --binary .build/release/skillbus
 
 # The Python package (clients/python), installed with pip into a folder of its own (PYTHONPATH=.build/python-package).

@@ -21,7 +21,7 @@ struct TurnOfferTests {
         for (peer, name) in [(alpha, "alpha"), (beta, "beta")] {
             let body: [String: JSONValue] = [
                 "name": .string(name), "capacity": 2, "heartbeatMs": 1000, "planner": true,
-                "skills": [["identifier": "echo", "parameters": []]],
+                "skills": [["identifier": "echo", "parameters": []], ["identifier": "sleep", "parameters": []]],
             ]
             _ = state.handleWorker(.ready(.object(body)), from: peer, now: 0)
         }
@@ -123,9 +123,11 @@ struct TurnOfferTests {
         let turns = asksRound(&state, held: true)
         let (holder, second) = (try #require(turns[alpha]), try #require(turns[beta]))
         #expect(holder.leased && !second.leased)
-        // Beta offers the call alpha runs under the lease, and another one: both wait.
+        // Beta offers the call alpha runs under the lease, another one, and one of another skill: all wait.
         #expect(state.handleWorker(offer(second, "o1"), from: beta, now: 1 * Self.ms).isEmpty)
         #expect(state.handleWorker(offer(second, "o2", text: "ho"), from: beta, now: 1 * Self.ms).isEmpty)
+        let nap = WorkerMessage.offer(turnID: second.turnID, callID: "o5", skill: "sleep", parameters: Array("{}".utf8))
+        #expect(state.handleWorker(nap, from: beta, now: 1 * Self.ms).isEmpty)
         // The holder's own offer is no way to run a call of a round it holds.
         #expect(
             verdicts(state.handleWorker(offer(holder, "o3"), from: alpha, now: 1 * Self.ms)).first?.verdict == .route)
@@ -143,12 +145,12 @@ struct TurnOfferTests {
         let later = verdicts(state.handleWorker(spaced, from: beta, now: 2 * Self.ms))
         #expect(later.map(\.callID) == ["o4"])
         #expect(later.first?.verdict == .done(status: .ok, agent: "alpha", payload: result))
-        // The round comes back with the holder's TURNEND: the other call runs.
+        // The round comes back with the holder's TURNEND: the other calls run, in the order they came.
         let holderDocument: JSONValue = ["turn": .string(holder.turnID), "status": "ok", "reply": "hi"]
         let ended = verdicts(
             state.handleWorker(.turnEnd(turnID: holder.turnID, .ok(holderDocument)), from: alpha, now: 3 * Self.ms))
-        #expect(ended.map(\.callID) == ["o2"])
-        #expect(ended.first?.verdict == .run)
+        #expect(ended.map(\.callID) == ["o2", "o5"])
+        #expect(ended.map(\.verdict) == [.run, .run])
         // The holder's call is one of the round's sub-calls, the joined one deduplicated.
         _ = state.handleWorker(
             .called(

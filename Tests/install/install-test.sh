@@ -81,11 +81,12 @@ for agent in lead critic; do
         > "$work/$agent.log" 2>&1 &
     pids+=($!)
 done
-for _ in $(seq 100); do
+team_joined() {
     grep -q "agent 'lead' joined" "$work/team-coordinator.log" \
-        && grep -q "agent 'critic' joined" "$work/team-coordinator.log" && break
-    sleep 0.1
-done
+        && grep -q "agent 'critic' joined" "$work/team-coordinator.log"
+}
+for _ in $(seq 100); do team_joined && break; sleep 0.1; done
+team_joined || { cat "$work/team-coordinator.log"; echo "FAIL: the team's agents did not join within 10 s"; exit 1; }
 "$binary" ask --coordinator "$team_bus" --agent lead --session s1 "review Skillbus runs agents" < /dev/null
 "$binary" history s1 --coordinator "$team_bus" < /dev/null > "$work/history.txt" 2>&1 \
     || { cat "$work/history.txt"; echo "FAIL: history of a session across agents"; exit 1; }

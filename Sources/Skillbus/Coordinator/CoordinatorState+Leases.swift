@@ -73,7 +73,7 @@ extension CoordinatorState {
             outcome = Outcome(
                 status: .error, agent: agent, payload: error.json.serialized(), durationMicros: outcome.durationMicros)
         }
-        return settle(claim, outcome, now: now) + decideWaitingOffers(of: claim.round, now: now)
+        return settle(claim, outcome, now: now) + decideWaitingOffers(of: claim.round, skill: skill, now: now)
     }
 
     /// RELEASE: the turn gives its round back.

@@ -66,10 +66,22 @@ extension CoordinatorState {
         }
     }
 
-    /// The holder of `round` reported a call: the OFFERs waiting for the round that are identical to it are
-    /// decided now; the others keep waiting, in the order they came.
-    mutating func decideWaitingOffers(of round: [UInt8], now: UInt64) -> [CoordinatorAction] {
-        decide(turns.takeWaitingOffers(of: ByteKey(round)), now: now)
+    /// The holder of `round` reported a call of `skill`: the OFFERs waiting for the round that are identical to it
+    /// are decided now; the others keep waiting, in the order they came. Only those of the same skill are looked
+    /// at again (their parameters put in canonical form): another skill's cannot be identical.
+    mutating func decideWaitingOffers(of round: [UInt8], skill: String, now: UInt64) -> [CoordinatorAction] {
+        let key = ByteKey(round)
+        var actions: [CoordinatorAction] = []
+        for offer in turns.takeWaitingOffers(of: key) where turns.turn(offer.turnID, of: offer.worker) != nil {
+            if offer.skill == skill {
+                actions += noteOffer(
+                    turnID: offer.turnID, callID: offer.callID, skill: offer.skill, parameters: offer.parameters,
+                    from: offer.worker, now: now)
+            } else {
+                _ = turns.wait(offer, for: key)  // it was within the limit, and the round holds no more now
+            }
+        }
+        return actions
     }
 
     /// OFFERs that waited for their round, in the order they came; one whose turn ended meanwhile is nobody's.
