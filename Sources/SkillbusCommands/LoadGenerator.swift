@@ -181,8 +181,22 @@ public struct LoadGenerator: Sendable {
         try socket.setReceiveHighWaterMark(0)
         if let credentials { try socket.useCurveClient(credentials) }
         try socket.connect(endpoint)
-        // With keys, as Skillbus's client sends them: folded into one frame (PROTOCOL §2.1).
-        let request = credentials == nil ? makeRequest : { Wire.folded(makeRequest($0)) }
+        // With keys, as Skillbus's client sends them: folded into one frame (PROTOCOL §2.1), and what leaves at
+        // once batched (§2.2; the first send is a batch, so that the bus batches its answers too).
+        let batching = credentials == nil ? nil : Wire.frameBatching
+        var outgoing: Multipart = []
+        var announce = true
+        func send(_ id: Int) throws {
+            let message = makeRequest(UInt64(id))
+            guard let batching else { return try socket.send(message) }
+            outgoing.append(batching.fold(message))
+        }
+        func flush() throws {
+            guard let batching, !outgoing.isEmpty else { return }
+            for frame in batching.frames(carrying: outgoing, announce: announce) { try socket.send([frame]) }
+            outgoing.removeAll(keepingCapacity: true)
+            announce = false
+        }
         var sentAt = [UInt64](repeating: 0, count: requests)
         var latencies: [UInt64] = []
         latencies.reserveCapacity(requests)
@@ -192,9 +206,10 @@ public struct LoadGenerator: Sendable {
         let limit = start + UInt64(timeLimit.components.seconds) * 1_000_000_000
         while sent < min(inFlight, requests) {
             sentAt[sent] = DispatchTime.now().uptimeNanoseconds
-            try socket.send(request(UInt64(sent)))
+            try send(sent)
             sent += 1
         }
+        try flush()
         let cpuAtStart = Self.threadCPUNanos()
         var done = 0
         while done < sent {
@@ -202,19 +217,22 @@ public struct LoadGenerator: Sendable {
             let now = DispatchTime.now().uptimeNanoseconds
             if now > limit { break }
             guard ready.readable[0] else { continue }
-            while let reply = try socket.receive(dontWait: true) {
-                guard let (id, ok) = replyID(reply), Int(id) < requests, sentAt[Int(id)] != 0 else { continue }
-                let received = DispatchTime.now().uptimeNanoseconds
-                latencies.append(received - sentAt[Int(id)])
-                sentAt[Int(id)] = 0
-                done += 1
-                if !ok { failed += 1 }
-                if sent < requests {
-                    sentAt[sent] = DispatchTime.now().uptimeNanoseconds
-                    try socket.send(request(UInt64(sent)))
-                    sent += 1
+            while let message = try socket.receive(dontWait: true) {
+                for reply in batching.flatMap({ Wire.messages(in: message, $0) }) ?? [message] {
+                    guard let (id, ok) = replyID(reply), Int(id) < requests, sentAt[Int(id)] != 0 else { continue }
+                    let received = DispatchTime.now().uptimeNanoseconds
+                    latencies.append(received - sentAt[Int(id)])
+                    sentAt[Int(id)] = 0
+                    done += 1
+                    if !ok { failed += 1 }
+                    if sent < requests {
+                        sentAt[sent] = DispatchTime.now().uptimeNanoseconds
+                        try send(sent)
+                        sent += 1
+                    }
                 }
             }
+            try flush()
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
         var report = LoadReport(completed: done, failed: failed, seconds: seconds, latencies: [])

@@ -39,6 +39,11 @@ final class ZMTPConnection {
     var queued = false
     /// Messages to this peer go folded into one frame (`ZMTPRouter.foldFrames`).
     var foldsFrames = false
+    /// Messages to this peer are held until the flush and go out batched (`FrameBatching`).
+    var batchesFrames = false
+    /// The messages held for the next flush's batch, one frame each, and their bytes.
+    var batch: Multipart = []
+    var batchBytes = 0
     /// The kernel's buffer was full: the next write waits for EPOLLOUT.
     var waitingToWrite = false
 
@@ -100,7 +105,7 @@ final class ZMTPConnection {
     }
 
     /// Bytes queued for the peer and not yet written.
-    var unsentBytes: Int { output.count - outputStart }
+    var unsentBytes: Int { output.count - outputStart + batchBytes }
 
     /// Reads the peer's greeting and READY as they arrive: nil until READY is complete, then what it said,
     /// with the stage moved to `.open`. NULL only: CURVE's handshake is `takeGreeting` and `takeCommand`.

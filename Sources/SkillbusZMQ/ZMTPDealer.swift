@@ -35,6 +35,9 @@ public final class ZMTPDealer {
         /// it up and tries again (libzmq's ZMQ_HANDSHAKE_IVL is 30 s too): a server that accepts and says
         /// nothing holds no worker for ever.
         public var handshakeTimeout: Duration = .seconds(30)
+        /// With it, messages sent between two flushes go out batched, and batches that come are split; the first
+        /// message on each connection goes as a batch, even alone, which tells the peer that this side reads them.
+        public var batching: FrameBatching?
 
         public init(
             endpoint: String, maxFrameBytes: Int, reconnectInterval: Duration = .seconds(1),
@@ -67,6 +70,8 @@ public final class ZMTPDealer {
     private var held: [Multipart] = []
     private var heldBytes = 0
     private var needsFlush = false
+    /// The open connection has sent nothing yet: with batching, its first message goes as a batch.
+    private var announceBatching = false
     private var retryAt: ContinuousClock.Instant?
     private var backoff: Duration
     private var inbox: [Multipart] = []
@@ -184,7 +189,11 @@ public final class ZMTPDealer {
                 throw ZMQError(operation: "send", errno: EAGAIN)
             }
             do throws(ZMTP.Violation) {
-                try connection.queueMessage(frames)
+                if let batching = options.batching {
+                    connection.holdForBatch(frames, batching)
+                } else {
+                    try connection.queueMessage(frames)
+                }
             } catch {
                 drop()
                 throw ZMQError(operation: "send", errno: EAGAIN)
@@ -201,6 +210,14 @@ public final class ZMTPDealer {
     public func flush() {
         guard needsFlush else { return }
         needsFlush = false
+        if let batching = options.batching, let connection, !connection.batch.isEmpty {
+            do throws(ZMTP.Violation) {
+                try connection.queueBatch(batching, announce: announceBatching)
+            } catch {
+                return drop()
+            }
+            announceBatching = false
+        }
         write()
     }
 
@@ -255,7 +272,14 @@ public final class ZMTPDealer {
             guard ZMTP.dealerPeers.contains(peer.socketType) else { throw .init("a \(peer.socketType) peer") }
             backoff = options.reconnectInterval
             lastRefusal = nil
-            for message in held { try connection.queueMessage(message) }
+            announceBatching = options.batching != nil
+            for message in held {
+                if let batching = options.batching {
+                    connection.holdForBatch(message, batching)
+                } else {
+                    try connection.queueMessage(message)
+                }
+            }
             held.removeAll()
             heldBytes = 0
             needsFlush = true
@@ -270,7 +294,11 @@ public final class ZMTPDealer {
             case .otherCommand:
                 break
             case .message(let frames, _, _, _):
-                inbox.append(frames)
+                if let batching = options.batching, frames.count == 1, let messages = batching.split(frames[0]) {
+                    for message in messages { inbox.append([message]) }
+                } else {
+                    inbox.append(frames)
+                }
             }
         }
     }

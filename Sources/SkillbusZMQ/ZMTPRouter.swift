@@ -144,11 +144,11 @@ public final class ZMTPRouter {
         return inbox[inboxHead - 1]
     }
 
-    /// How a message of several frames becomes one, for peers that take it so (`foldFrames`): the protocol
-    /// above ZMTP says how; the engine only keeps which peer wants it.
-    public var frameFolder: (@Sendable (Multipart) -> Multipart)?
+    /// How a message of several frames becomes one, for peers that take it so (`foldFrames`), and several
+    /// messages one (`batchFrames`): the protocol above ZMTP says how; the engine only keeps which peer wants it.
+    public var frameBatching: FrameBatching?
 
-    /// From now on, messages to the peer with `routingID` go through `frameFolder` (while its connection lasts).
+    /// From now on, messages to the peer with `routingID` go folded into one frame (while its connection lasts).
     public func foldFrames(for routingID: RoutingID) {
         guard let fd = peers[routingID] else { return }
         connections[fd]?.foldsFrames = true
@@ -160,6 +160,14 @@ public final class ZMTPRouter {
         return connections[fd]?.foldsFrames ?? false
     }
 
+    /// From now on, messages to the peer with `routingID` wait for the flush and go out batched, folded (while
+    /// its connection lasts).
+    public func batchFrames(for routingID: RoutingID) {
+        guard frameBatching != nil, let fd = peers[routingID], let connection = connections[fd] else { return }
+        connection.foldsFrames = true
+        connection.batchesFrames = true
+    }
+
     /// Queues a message for the peer with `routingID`; it goes out at the next `flush`.
     public func send(routingID: RoutingID, _ frames: Multipart) throws(ZMQError) {
         guard let fd = peers[routingID], let connection = connections[fd] else {
@@ -167,8 +175,10 @@ public final class ZMTPRouter {
         }
         guard connection.unsentBytes < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
         do throws(ZMTP.Violation) {
-            if connection.foldsFrames, frames.count > 1, let fold = frameFolder {
-                try connection.queueMessage(fold(frames))
+            if connection.batchesFrames, let batching = frameBatching {
+                connection.holdForBatch(frames, batching)
+            } else if connection.foldsFrames, frames.count > 1, let batching = frameBatching {
+                try connection.queueMessage([batching.fold(frames)])
             } else {
                 try connection.queueMessage(frames)
             }
@@ -208,6 +218,14 @@ public final class ZMTPRouter {
         unflushed.removeAll(keepingCapacity: true)
         for connection in pending {
             connection.queued = false
+            if connection.batchesFrames, let batching = frameBatching {
+                do throws(ZMTP.Violation) {
+                    try connection.queueBatch(batching)
+                } catch {
+                    drop(connection)
+                    continue
+                }
+            }
             write(connection)
         }
     }

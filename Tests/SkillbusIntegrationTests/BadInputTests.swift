@@ -80,6 +80,19 @@ struct BadInputTests {
                 .encoded(),
             code: "message_too_large", mentioning: "limit of 4096 bytes")
 
+        // A malformed batch (§2.2) is refused whole, naming the problem, with no request id: it has none.
+        let skills = ClientMessage.listSkills(requestID: "s").encoded()[0]
+        let heartbeat = Array("SKB2W".utf8) + [9] + Array("HEARTBEAT".utf8)
+        try await expectError(
+            raw: [Array("SKB2C".utf8) + [5] + Array("BATCH".utf8)], code: "malformed_message",
+            mentioning: "BATCH holds no message")
+        try await expectError(
+            raw: [Wire.batched([skills, Wire.batched([skills])])], code: "malformed_message",
+            mentioning: "BATCH message 2 is a BATCH (batches do not nest)")
+        let otherDialect = try await peer.exchange([Wire.batched([skills, heartbeat])])
+        #expect(text(otherDialect[1]) == "ERROR" && otherDialect[2].isEmpty)
+        #expect(try JSONValue(parsing: otherDialect[3])["message"] == "BATCH message 2 does not start with SKB2C")
+
         // Parameters that are not a JSON object are refused by the worker before anything runs.
         let notObject = try await peer.exchange(
             ClientMessage.invoke(
@@ -102,6 +115,44 @@ struct BadInputTests {
         #expect(try SkillResult(json: JSONValue(parsing: reply.payload)) == .text("fine"))
         let (code, document) = try await cluster.sendJSON(["echo", "text=after the garbage"])
         #expect(code == 0 && document["result"]?["text"] == "after the garbage")
+    }
+
+    @Test("a BATCH's messages are each handled as if alone; answers that leave together go back in one BATCH")
+    func batches() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        let context = try ZMQContext()
+        let peer = try RawPeer(cluster.bus, context: context)
+        defer { peer.close() }
+
+        // Three listings are answered in the same pass of the bus, so their answers leave in one batch.
+        let listings = (1...3).map { ClientMessage.listSkills(requestID: "s\($0)").encoded()[0] }
+        let answer = try await peer.exchange([Wire.batched(listings)])
+        #expect(text(answer[1]) == "BATCH" && answer.count == 5)
+        #expect(answer.dropFirst(2).map { text(busFields([$0])[1]) + " " + text(busFields([$0])[2]) } == ["SKILLS s1", "SKILLS s2", "SKILLS s3"])
+
+        // Two requests in one batch each reach the worker and are answered, batched or not.
+        let requests = ["one", "two"].map { word in
+            Wire.folded(
+                ClientMessage.invoke(
+                    InvokeRequest(requestID: word, roundID: "", skill: "echo", parameters: Array(#"{"text":"\#(word)"}"#.utf8))
+                ).encoded())[0]
+        }
+        peer.socket.send([Wire.batched(requests)])
+        var replies: [String: JSONValue] = [:]
+        while replies.count < 2 {
+            let message = try await peer.next()
+            let answers = text(message[1]) == "BATCH" ? message.dropFirst(2).map { busFields([$0]) } : [message]
+            for answer in answers {
+                guard case .reply(let reply) = try BusToClientMessage.decode(fields: answer) else {
+                    Issue.record("expected a REPLY, got \(text(answer[1]))")
+                    return
+                }
+                replies[reply.requestID] = try JSONValue(parsing: reply.payload)
+            }
+        }
+        #expect(replies["one"]?["text"] == "one" && replies["two"]?["text"] == "two")
     }
 
     @Test("a frame beyond libzmq's hard cap costs its sender the connection, and nobody else anything")

@@ -183,6 +183,8 @@ public final class AgentWorker: Sendable {
                             + "less and less often")
                 })
             dealer.onLost = onLost
+            // With keys every frame is a box: what leaves at one flush goes in one (PROTOCOL §2.2).
+            if credentials != nil { dealer.batching = Wire.frameBatching }
             return .ownDealer(dealer)
         }
         logger.info("bus at \(endpoint) (libzmq, \(mechanism))")

@@ -128,9 +128,11 @@ extension SkillbusClient {
     ) -> (socket: SocketLoop.Socket, refusals: RefusalWatch)? {
         guard wanted, BusEngine.ownAllowed, ZMTPDealer.serves(endpoint) else { return nil }
         let refusals = RefusalWatch()
-        let options = ZMTPDealer.Options(
+        var options = ZMTPDealer.Options(
             endpoint: endpoint, maxFrameBytes: Int(Wire.hardCap(forLimit: maxMessageBytes)), curve: credentials,
             onRefused: { _ in refusals.noteRefusal() })
+        // With keys every frame is a box: what leaves at one flush goes in one (PROTOCOL §2.2).
+        if credentials != nil { options.batching = Wire.frameBatching }
         return (.ownDealer(options), refusals)
     }
 

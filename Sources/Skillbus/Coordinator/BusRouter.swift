@@ -19,6 +19,9 @@ protocol BusRouter: AnyObject {
     /// state per peer, so it sends them as they are, which every peer reads too).
     func foldFrames(for routingID: PeerID)
     func foldsFrames(for routingID: PeerID) -> Bool
+    /// From now on, messages to this peer wait for the flush and go batched (PROTOCOL §2.2; libzmq's ROUTER
+    /// sends them one by one, which every peer reads too).
+    func batchFrames(for routingID: PeerID)
     /// Whether a send only queues, and `flush` writes: then holding sends back for a batch gains nothing.
     var writesOnFlush: Bool { get }
     /// Hands what was sent to the network (libzmq's I/O thread does that by itself).
@@ -51,6 +54,7 @@ extension ZMQSocket: BusRouter {
 
     func foldFrames(for routingID: PeerID) {}
     func foldsFrames(for routingID: PeerID) -> Bool { false }
+    func batchFrames(for routingID: PeerID) {}
     var hasBufferedMessages: Bool { false }
     var writesOnFlush: Bool { false }
     func flush() {}

@@ -67,7 +67,7 @@ final class CoordinatorLoop {
             if BusEngine.ownAllowed, ZMTPRouter.serves(configuration.bus) {
                 let own = try ZMTPRouter(
                     bind: configuration.bus, maxFrameBytes: Int(hardCap), curve: busGuard?.busCurve)
-                own.frameFolder = { Wire.folded($0) }
+                own.frameBatching = Wire.frameBatching
                 router = own
                 watch = ConnectionWatch()
             } else {
@@ -269,7 +269,8 @@ final class CoordinatorLoop {
 
     private func drainBus() {
         // Frames past these are read and dropped, not kept (the routing id is apart, and not counted).
-        let limits = ReceiveLimits(frames: Wire.maxFrames, bytes: maxMessageBytes)
+        // A batch may take up to maxBatchBytes whatever the limit: §9 holds for each message in it (§2.2).
+        let limits = ReceiveLimits(frames: Wire.maxFrames, bytes: max(maxMessageBytes, Wire.maxBatchBytes))
         // Only under load, and only for libzmq's ROUTER (the own one writes at the flush anyway): a lone
         // message's answer goes out before the read that finds nothing more.
         if lastBatch > 1 && !router.writesOnFlush { heldSends = [] }
@@ -309,6 +310,26 @@ final class CoordinatorLoop {
         if body.count == 1, !router.foldsFrames(for: peer), Wire.isFolded(body, layout) { router.foldFrames(for: peer) }
     }
 
+    /// A batch (PROTOCOL §2.2): each of its messages handled as if it had come alone, and from now on what goes
+    /// to its sender goes batched. A malformed batch is refused whole (with no request id: it has none) and
+    /// nothing of it is handled.
+    private func handleBatch(_ batch: ReceivedMessage, from peer: PeerID) {
+        let messages: Multipart
+        do throws(SkillbusError) {
+            messages = try Wire.unbatched(batch.frames) ?? []
+        } catch {
+            return refuse(peer, [Array(batch.frames[0].prefix(5))], error)
+        }
+        router.batchFrames(for: peer)
+        for frame in messages {
+            var message = batch
+            message.frames = [frame]
+            message.frameCount = 1
+            message.byteCount = frame.count
+            handle(message)
+        }
+    }
+
     private func handle(_ message: ReceivedMessage) {
         let (body, userID, sourceFD) = (message.frames, message.userID, message.sourceFD)
         guard let peer = message.routingID else { return }
@@ -326,11 +347,12 @@ final class CoordinatorLoop {
                 "message of \(frames) frames exceeds the limit of \(Wire.maxFrames) frames (maxFrames)")
         }
         let size = message.byteCount
-        if size > maxMessageBytes {
+        if size > maxMessageBytes, !(body.count == 1 && size <= Wire.maxBatchBytes && Wire.isBatch(header)) {
             return refuseOverLimit(
                 peer, body, limit: "maxMessageBytes",
                 "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes (maxMessageBytes)")
         }
+        if body.count == 1, Wire.isBatch(header) { return handleBatch(message, from: peer) }
         do throws(SkillbusError) {
             if header.starts(with: Wire.clientHeaderBytes) {
                 let message = try ClientMessage.decode(body)
