@@ -253,6 +253,23 @@ struct LeaderElectionTests {
         #expect(requestID == "r1" && error.code == .notLeader, "\(error)")
         #expect(error.leader?.name == "a" && error.leader?.bus == cluster.members["a"]!.bus, "\(error)")
         #expect(error.leader?.epoch == 1)
+        // A batch (§2.2): each of its messages refused as if it had come alone, with its own request id.
+        let listings = ["s1", "s2"].map { ClientMessage.listSkills(requestID: $0).encoded()[0] }
+        standby.socket.send([Wire.batched(listings)])
+        var refusals: [String] = []
+        while refusals.count < 2 {
+            let message = try await standby.next()
+            let answers = text(message[1]) == "BATCH" ? message.dropFirst(2).map { busFields([$0]) } : [message]
+            for answer in answers {
+                guard case .error(let id, let error) = try BusToClientMessage.decode(fields: answer) else {
+                    Issue.record("a standby answered a batched listing: \(answer.map(text))")
+                    return
+                }
+                #expect(error.code == .notLeader)
+                refusals.append(id)
+            }
+        }
+        #expect(refusals == ["s1", "s2"])
         // The reference client, given the standby alone, follows the refusal to the leader (PROTOCOL §3.3).
         let following = try await cluster.client("b", context)
         defer { following.close() }

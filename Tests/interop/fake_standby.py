@@ -70,20 +70,32 @@ def main() -> int:
     while True:
         frames = router.recv_multipart()
         identity, message = frames[0], frames[1:]
-        if not message or len(message[0]) < 6:
+        if not message:
             continue
-        fields = envelope_fields(message[0], 3)
-        header, command = fields[0], fields[1] if len(fields) > 1 else b""
-        if header == b"SKB2C":
-            if command in SILENT_CLIENT:
-                continue
-            request_id = fields[2] if len(fields) > 2 else b""
-            router.send_multipart([identity] + pack([b"SKB2C", b"ERROR", request_id, error], 3))
-            print("refused SKB2C %s %s" % (command.decode(errors="replace"), request_id.decode(errors="replace")),
-                  flush=True)
-        elif header == b"SKB2W" and command in ANSWERED_WORKER:
-            router.send_multipart([identity] + pack([b"SKB2W", b"ERROR", error], 2))
-            print("refused SKB2W %s" % command.decode(errors="replace"), flush=True)
+        if len(message) == 1 and envelope_fields(message[0], 2)[1:] == [b"BATCH"]:
+            # A batch (§2.2): each message refused as if it had come alone.
+            for inner in envelope_fields(message[0], 32)[2:]:
+                refuse(router, identity, [inner], error)
+        else:
+            refuse(router, identity, message, error)
+
+
+def refuse(router, identity: bytes, message: list[bytes], error: bytes) -> None:
+    """Answers one message as a standby does: `not_leader` to a client's, and to a worker's READY or SKILLS."""
+    if len(message[0]) < 6:
+        return
+    fields = envelope_fields(message[0], 3)
+    header, command = fields[0], fields[1] if len(fields) > 1 else b""
+    if header == b"SKB2C":
+        if command in SILENT_CLIENT:
+            return
+        request_id = fields[2] if len(fields) > 2 else b""
+        router.send_multipart([identity] + pack([b"SKB2C", b"ERROR", request_id, error], 3))
+        print("refused SKB2C %s %s" % (command.decode(errors="replace"), request_id.decode(errors="replace")),
+              flush=True)
+    elif header == b"SKB2W" and command in ANSWERED_WORKER:
+        router.send_multipart([identity] + pack([b"SKB2W", b"ERROR", error], 2))
+        print("refused SKB2W %s" % command.decode(errors="replace"), flush=True)
 
 
 if __name__ == "__main__":

@@ -333,6 +333,11 @@ final class CoordinatorLoop {
     private func handle(_ message: ReceivedMessage) {
         let (body, userID, sourceFD) = (message.frames, message.userID, message.sourceFD)
         guard let peer = message.routingID else { return }
+        // A batch first: each of its messages goes through all that follows as if it had come alone (a standby
+        // refuses each with its own request id). One over both bounds is refused below as too large.
+        if body.count == 1, Wire.isBatch(body[0]), message.byteCount <= max(maxMessageBytes, Wire.maxBatchBytes) {
+            return handleBatch(message, from: peer)
+        }
         let now = DispatchTime.now().uptimeNanoseconds
         // A standby serves nobody; a leader serves only while its lease holds by its own clock.
         if let election, journal == nil || !election.serving(now) { return refuseAsStandby(peer, body) }
@@ -347,12 +352,11 @@ final class CoordinatorLoop {
                 "message of \(frames) frames exceeds the limit of \(Wire.maxFrames) frames (maxFrames)")
         }
         let size = message.byteCount
-        if size > maxMessageBytes, !(body.count == 1 && size <= Wire.maxBatchBytes && Wire.isBatch(header)) {
+        if size > maxMessageBytes {
             return refuseOverLimit(
                 peer, body, limit: "maxMessageBytes",
                 "message of \(size) bytes exceeds the limit of \(maxMessageBytes) bytes (maxMessageBytes)")
         }
-        if body.count == 1, Wire.isBatch(header) { return handleBatch(message, from: peer) }
         do throws(SkillbusError) {
             if header.starts(with: Wire.clientHeaderBytes) {
                 let message = try ClientMessage.decode(body)
