@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+from skillbus import wire
 from skillbus.wire import BUS_TO_WORKER, WORKER_TO_BUS
 
 REPO = Path(__file__).resolve().parents[3]
@@ -149,6 +150,14 @@ class Cluster:
             process.stop()
 
 
+def messages(frames: list[bytes]) -> list[list[bytes]]:
+    """The messages a received message carries: those of a batch (§2.2: the package batches what it sends at
+    once, and its first message on a connection), else itself."""
+    if len(frames) == 1 and wire.is_batch(frames[0]):
+        return [[message] for message in wire.split_batch(frames[0])]
+    return [frames]
+
+
 class FakeBus:
     """A ROUTER standing in for the coordinator, to send a worker what no real bus would.
 
@@ -161,13 +170,16 @@ class FakeBus:
         self.sock.bind("tcp://127.0.0.1:*")
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.peer = None
+        self._waiting: list[list[bytes]] = []  # the rest of a batch
 
     def _next_fields(self, timeout_ms):
         """The worker's next message as its fields (a message that does not unpack fails the test)."""
-        if not self.sock.poll(timeout_ms):
-            return None
-        self.peer, *frames = self.sock.recv_multipart()
-        return WORKER_TO_BUS.unpack(frames)
+        if not self._waiting:
+            if not self.sock.poll(timeout_ms):
+                return None
+            self.peer, *frames = self.sock.recv_multipart()
+            self._waiting = messages(frames)
+        return WORKER_TO_BUS.unpack(self._waiting.pop(0))
 
     def receive(self, command, timeout_ms=5000):
         """The fields of the next message from the worker with this command (others are skipped)."""

@@ -9,8 +9,10 @@ import time
 import pytest
 import zmq
 
-from skillbus import Client, SkillbusError, SubmittedCall, jsonwire
+from skillbus import Client, SkillbusError, SubmittedCall, jsonwire, wire
 from skillbus.wire import BUS_TO_CLIENT, CLIENT_TO_BUS
+
+from conftest import messages
 
 
 class ClientBus:
@@ -28,7 +30,7 @@ class ClientBus:
         while len(received) < count:
             assert self.sock.poll(5000), f"the client sent {len(received)} of {count} messages"
             peer, *frames = self.sock.recv_multipart()
-            received.append((peer, CLIENT_TO_BUS.unpack(frames)))
+            received.extend((peer, CLIENT_TO_BUS.unpack(message)) for message in messages(frames))
         return received
 
     def reply(self, peer: bytes, request_id: bytes, status: bytes, payload: bytes) -> None:
@@ -57,6 +59,27 @@ def test_submitted_requests_are_all_in_flight_at_once_and_answered_in_any_order(
             client_bus.reply(peer, fields[2], b"ok", jsonwire.encode({"text": text.upper(), "type": "text"}))
         assert [call.result(5).value for call in calls] == [f"T{n}" for n in range(64)]
         assert all(call.result().agent == "w" and call.result().duration_us == 7 for call in calls)
+
+
+def test_the_first_message_announces_batches_and_batched_answers_are_read_in_order(client_bus):
+    """§2.2: the client's first message on a connection is a batch (of one, or more), and it reads a batch of
+    answers as the answers one by one."""
+    with Client(client_bus.endpoint, timeout=10) as client:
+        calls = [client.submit("echo", {"text": f"t{n}"}) for n in range(40)]
+        assert client_bus.sock.poll(5000)
+        peer, *first = client_bus.sock.recv_multipart()
+        assert len(first) == 1 and wire.is_batch(first[0])
+        requests = [CLIENT_TO_BUS.unpack(message) for message in messages(first)]
+        requests += [fields for _, fields in client_bus.requests(40 - len(requests))]
+        assert [json.loads(fields[7])["text"] for fields in requests] == [f"t{n}" for n in range(40)]
+        answers = [BUS_TO_CLIENT.pack(b"REPLY", fields[2], b"", b"ok", b"w", b"7",
+                                      jsonwire.encode({"text": json.loads(fields[7])["text"], "type": "text"}),
+                                      folded=True)[0] for fields in requests]
+        batches = wire.batches(answers)
+        assert len(batches) == 2 and all(wire.is_batch(frame) for frame in batches)  # 30 and 10
+        for frame in batches:
+            client_bus.sock.send_multipart([peer, frame])
+        assert [call.result(5).value for call in calls] == [f"t{n}" for n in range(40)]
 
 
 def test_a_done_callback_runs_once_on_the_socket_thread_and_may_submit_more(client_bus):

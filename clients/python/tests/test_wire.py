@@ -124,6 +124,9 @@ class StandInBus:
     def answer(self, make):
         assert self.sock.poll(5000), "the client sent nothing"
         peer, *frames = self.sock.recv_multipart()
+        if len(frames) == 1 and wire.is_batch(frames[0]):  # a client's first message is a batch of one (§2.2)
+            (message,) = wire.split_batch(frames[0])
+            frames = [message]
         fields = CLIENT_TO_BUS.unpack(frames)
         self.sock.send_multipart([peer, *make(fields)])
         return fields
@@ -189,3 +192,34 @@ def test_the_bus_answers_a_peer_that_folds_in_one_frame_and_others_in_the_table_
     finally:
         folding.close()
         splitting.close()
+
+
+def test_a_batch_holds_folded_messages_byte_for_byte_as_the_bus_writes_one():
+    request = wire.CLIENT_TO_BUS.pack(b"REQUEST", b"r1", b"", b"", b"echo", b"", b'{"text":"hi"}', folded=True)[0]
+    skills = wire.CLIENT_TO_BUS.pack(b"SKILLS", b"s1", folded=True)[0]
+    (frame,) = wire.batches([request, skills])
+    assert frame == b"SKB2C\x05BATCH" + bytes([len(request)]) + request + bytes([len(skills)]) + skills
+    assert len(frame) == 66  # PROTOCOL §2.2's example
+    assert wire.is_batch(frame) and not wire.is_batch(request)
+    assert wire.split_batch(frame) == [request, skills]
+    assert wire.CLIENT_TO_BUS.unpack([wire.split_batch(frame)[0]])[1:3] == [b"REQUEST", b"r1"]
+
+
+def test_batches_keep_the_order_and_stay_within_30_messages_and_4096_bytes():
+    cancels = [wire.CLIENT_TO_BUS.pack(b"CANCEL", b"r%d" % n)[0] for n in range(35)]
+    assert wire.batches(cancels[:1]) == cancels[:1]  # alone as it is
+    assert wire.batches(cancels[:1], announce=True) == [b"SKB2C\x05BATCH" + bytes([len(cancels[0])]) + cancels[0]]
+    frames = wire.batches(cancels)
+    assert [len(wire.split_batch(frame)) for frame in frames] == [30, 5]
+    large = b"SKB2C\x04PING" + b"x" * 5000  # too large for a batch: alone, between batches
+    mixed = wire.batches([cancels[0], cancels[1], large, cancels[2], cancels[3]])
+    assert [wire.is_batch(frame) for frame in mixed] == [True, False, True]
+    assert mixed[1] == large and wire.split_batch(mixed[2]) == cancels[2:4]
+    assert all(len(frame) <= wire.BATCH_BYTES for frame in mixed if wire.is_batch(frame))
+
+
+def test_a_batch_that_holds_nothing_or_is_cut_short_is_refused():
+    with pytest.raises(wire.WireError, match="BATCH holds no message"):
+        wire.split_batch(b"SKB2C\x05BATCH")
+    with pytest.raises(wire.WireError, match="field 2 announces 40 bytes, 2 follow"):
+        wire.split_batch(b"SKB2C\x05BATCH\x28ab")

@@ -16,6 +16,7 @@ import uuid
 
 import zmq
 
+from . import wire
 
 _NOBLOCK, _MORE, _RCVMORE = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE), int(zmq.RCVMORE)
 
@@ -34,11 +35,19 @@ class SocketThread:
     (`serve_until`) and `give_back()`s the socket, so a lone blocking call needs no hand-over between
     threads, each of which costs a thread wake-up. Only one thread holds the socket at any time; the
     lock and the hand-over make the memory barrier libzmq asks for when a socket changes threads.
+
+    Batching (PROTOCOL §2.2): with `batching`, one-frame messages sent by the thread that holds the socket are held
+    until it next waits, and go out batched (the first of them as a batch even alone, which tells the bus that this
+    peer reads batches); a batch that arrives is handed to the handler message by message.
     """
 
     def __init__(self, context: zmq.Context, kind: int, endpoint: str | list[str], handler, *, name: str,
-                 options: dict | None = None, subscriptions: list[bytes] = (), refusals: bool = False):
+                 options: dict | None = None, subscriptions: list[bytes] = (), refusals: bool = False,
+                 batching: bool = False):
         self._handler = handler
+        self._batching = batching
+        self._held: list[bytes] = []  # one-frame messages waiting for the holder's next wait, to go batched
+        self._announce = batching
         # With keys: a monitor of the socket, read by whichever thread holds it, hears a refused key (libzmq tells
         # only a monitor: HANDSHAKE_FAILED_AUTH); `key_refused` then stays True.
         self._watch_refusals = refusals
@@ -75,6 +84,10 @@ class SocketThread:
         if self._socket is not None and (me == self._owner and self._borrower is None or me == self._borrower):
             if self._outbox:
                 self._flush(self._socket)
+            if self._batching and len(frames) == 1:
+                self._held.append(frames[0])
+                return
+            self._send_held(self._socket)
             self._send_now(self._socket, frames)
             return
         with self._lock:
@@ -111,6 +124,7 @@ class SocketThread:
             due = self._handler.before_poll(now)  # what the owner would do before its wait (a resend due, say)
             if self._outbox:
                 self._flush(sock)
+            self._send_held(sock)
             if due is not None:
                 left = min(left, max(0.0, due - now))
             for item, _ in poller.poll(int(left * 1000) + 1):
@@ -127,6 +141,7 @@ class SocketThread:
         after another borrows the socket each time without waking it."""
         if self._outbox:
             self._flush(self._socket)
+        self._send_held(self._socket)
         with self._lock:
             self._borrower = None
             needed = bool(self._outbox) or self._stopping or not self._handler.idle()
@@ -144,6 +159,7 @@ class SocketThread:
             pass  # never connected, or gone already
         sock.connect(endpoint)
         self._endpoint = endpoint
+        self._announce = self._batching  # a new connection: the bus learns again that this peer reads batches
 
     def reopen(self, endpoint: str) -> None:
         """Closes the socket and opens a new one with the same options to `endpoint` (a worker moving to another
@@ -151,6 +167,8 @@ class SocketThread:
         owning thread of a socket that is never lent, from the handler's `on_message` or `before_poll`."""
         with self._lock:
             self._outbox.clear()
+        self._held.clear()
+        self._announce = self._batching  # a new connection: the bus learns again that this peer reads batches
         self._poller.unregister(self._socket)
         if self._monitor is not None:
             self._poller.unregister(self._monitor)
@@ -226,6 +244,7 @@ class SocketThread:
                 due = self._handler.before_poll(time.monotonic())
                 if self._outbox:
                     self._flush(self._socket)  # before_poll may have queued messages
+                self._send_held(self._socket)
                 timeout = None if due is None else max(0, int((due - time.monotonic()) * 1000) + 1)
                 if idle is not None:
                     with self._lock:
@@ -268,9 +287,23 @@ class SocketThread:
         while True:
             with self._lock:
                 if not self._outbox:
-                    return
+                    break
                 frames = self._outbox.popleft()
-            self._send_now(sock, frames)
+            if self._batching and len(frames) == 1:
+                self._held.append(frames[0])
+            else:
+                self._send_held(sock)
+                self._send_now(sock, frames)
+        self._send_held(sock)
+
+    def _send_held(self, sock) -> None:
+        """Sends the messages held for a batch, batched (`wire.batches`)."""
+        if not self._held:
+            return
+        held, self._held = self._held, []
+        for frame in wire.batches(held, self._announce):
+            self._send_now(sock, [frame])
+        self._announce = False
 
     @staticmethod
     def _send_now(sock, frames: list[bytes]) -> None:
@@ -296,7 +329,13 @@ class SocketThread:
             except zmq.Again:
                 return
             try:
-                self._handler.on_message(frames)
+                if self._batching and len(frames) == 1 and wire.is_batch(frames[0]):
+                    for message in wire.split_batch(frames[0]):
+                        self._handler.on_message([message])
+                        if sock is not self._socket:
+                            return
+                else:
+                    self._handler.on_message(frames)
             except Exception as error:  # one bad message must not end the thread that serves the rest
                 print(f"skillbus: {self._thread.name}: a message failed: {error!r}", file=sys.stderr, flush=True)
             if sock is not self._socket:

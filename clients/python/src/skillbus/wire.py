@@ -133,6 +133,42 @@ class Direction:
 
 _UNKNOWN = object()  # first_frame's answer for a command not in the table
 
+# Batches (§2.2): several folded messages in one frame, each a field of a BATCH envelope.
+BATCH_MESSAGES, BATCH_BYTES = 30, 4096
+_BATCH_COMMAND = bytes((5,)) + b"BATCH"
+
+
+def is_batch(frame: bytes) -> bool:
+    """Whether a frame is a BATCH (§2.2): its envelope's command is BATCH."""
+    return frame[5:11] == _BATCH_COMMAND and len(frame) >= 11
+
+
+def batches(messages: list[bytes], announce: bool = False) -> list[bytes]:
+    """The frames carrying `messages` (each one folded message) in order: batches of at most 30 messages and 4096
+    bytes; a message alone as it is, unless `announce` (a batch of one tells the bus that this peer reads them)."""
+    frames, start, count, room = [], 0, len(messages), BATCH_BYTES - 16
+    while start < count:
+        end, size = start, 0
+        while end < count and end - start < BATCH_MESSAGES and size + len(messages[end]) + 5 <= room:
+            size += len(messages[end]) + 5
+            end += 1
+        if end - start <= 1 and not (announce and end > start):
+            frames.append(messages[start])
+            start += 1
+        else:
+            header = messages[start][:HEADER_BYTES]
+            frames.append(envelope(header, [b"BATCH", *messages[start:end]]))
+            start = end
+    return frames
+
+
+def split_batch(frame: bytes) -> list[bytes]:
+    """The messages of a BATCH frame (`is_batch`), each one frame; raises `WireError` for a malformed one."""
+    fields = read_envelope(frame)
+    if len(fields) < 3:
+        raise WireError("malformed_message", "BATCH holds no message", fields[:2])
+    return fields[2:]
+
 
 # F per command, from the v2 framing's table.
 CLIENT_TO_BUS = Direction("client -> bus", CLIENT, {

@@ -111,7 +111,6 @@ class Worker:
             raise ValueError("description must be a string of at most 1024 bytes")
         self._curve = curve_options(server_key, key)  # ValueError names a missing or unreadable key
         self._keys = (server_key, key)
-        self._folds = bool(self._curve)  # with keys every message goes folded into one frame (§2.1)
         self.name = name
         self.planner, self.role, self.description = planner, role, description
         self.coordinators = coordinator_endpoints(coordinator)  # ValueError names a bad entry
@@ -203,7 +202,8 @@ class Worker:
         options = {zmq.LINGER: 200, zmq.RECONNECT_IVL: 1000, zmq.RECONNECT_IVL_MAX: 32000,
                    zmq.MAXMSGSIZE: 4 * 1_048_576 + 4096, zmq.SNDHWM: 100_000, **self._curve}
         self._socket = SocketThread(self._context, zmq.DEALER, self.coordinator, self._loop,
-                                    name=f"skillbus-worker-{self.name}", options=options, refusals=self._folds)
+                                    name=f"skillbus-worker-{self.name}", options=options, refusals=bool(self._curve),
+                                    batching=True)
         self._loop.attach(self._socket)
         return self
 

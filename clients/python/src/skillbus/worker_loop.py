@@ -115,8 +115,8 @@ class WorkerLoop(FollowingTheLeader):
     # --- the socket thread -----------------------------------------------------------------------
 
     def _send(self, *fields: bytes) -> None:
-        """Sends fields 1, 2, ... (the command first) in wire v2 framing."""
-        self._socket.send(wire.WORKER_TO_BUS.pack(*fields, folded=self.worker._folds))
+        """Sends fields 1, 2, ... (the command first) in wire v2 framing, folded: the socket batches them (§2.2)."""
+        self._socket.send(wire.WORKER_TO_BUS.pack(*fields, folded=True))
 
     def _log(self, text: str) -> None:
         print(f"skillbus worker '{self.worker.name}': {text}", file=sys.stderr, flush=True)
@@ -351,9 +351,10 @@ class WorkerLoop(FollowingTheLeader):
         self._send_result(key, b"error", _error(code, message, details))
 
     def _send_result(self, key: bytes, status: bytes, payload: bytes) -> None:
-        """RESULT, its envelope spelled here: the one message of every invocation."""
-        if len(key) < wire.LONG:
-            self._socket.send([_RESULT_ENVELOPE + _LENGTHS[len(key)] + key + _LENGTHS[len(status)] + status, payload])
+        """RESULT, folded (§2.1) and spelled here: the one message of every invocation."""
+        if len(key) < wire.LONG and len(payload) < wire.LONG:
+            self._socket.send([_RESULT_ENVELOPE + _LENGTHS[len(key)] + key + _LENGTHS[len(status)] + status
+                               + _LENGTHS[len(payload)] + payload])
         else:
             self._send(b"RESULT", key, status, payload)
 
