@@ -327,6 +327,7 @@ class SocketThread:
                 while sock.getsockopt(_RCVMORE):
                     frames.append(sock.recv(_NOBLOCK))
             except zmq.Again:
+                self._send_held(sock)  # the burst's answers, at once: before the handler's before_poll
                 return
             try:
                 if self._batching and len(frames) == 1 and wire.is_batch(frames[0]):
