@@ -8,8 +8,8 @@ extension Wire {
     static let batchCommand = Array("BATCH".utf8)
     /// The most messages one batch holds: the envelope's 32 fields less the header and the command.
     public static let maxBatchMessages = maxEnvelopeFields - 2
-    /// The most bytes one batch takes: below the smallest frame limit a peer may set (`hardCap` of 256 bytes),
-    /// and a receiver keeps a batch up to this size whatever its maxMessageBytes (§9 holds for each message).
+    /// The most bytes one batch takes: within the smallest frame limit a peer may have (`hardCap` of the least
+    /// maxMessageBytes, 256: 5120 bytes); a receiver keeps a batch this large whatever its maxMessageBytes.
     public static let maxBatchBytes = 4096
 
     /// One frame holding `messages` (each one frame: a folded message of this dialect), in order.
