@@ -17,6 +17,8 @@
 #   COORDINATOR_OPTIONS='--data-dir DIR' ... more options for the coordinator (a journal, say).
 #   KEYS=1 ... CURVE on the bus and the feed: keys for the coordinator, the driver and the workers.
 #   FOLD=1 ... the driver folds each message into one frame (PROTOCOL §2.1), as Skillbus's keyed clients do.
+#   BATCH=1 ... it also sends what a burst of answers makes it send as BATCH frames (§2.2), as the bench's load
+#   generator does with keys; the bus then batches its answers to it.
 #   WATCH=1 ... a `skillbus feed` reading every event while the load runs (as the bench's deployed row has).
 #   With KEYS=1 WATCH=1 INVOKE=1 COORDINATOR_OPTIONS="--data-dir DIR": the deployed configuration.
 #   WORKER_OPTIONS='--policy ...' ... more options for the four workers (with UNIQUE=1, drive.c's unique texts:
