@@ -41,7 +41,8 @@ public struct FrameBatching: Sendable {
 
     public init(
         most: Int, maxBytes: Int, fold: @escaping @Sendable (Multipart) -> [UInt8],
-        combine: @escaping @Sendable (ArraySlice<[UInt8]>) -> [UInt8], split: @escaping @Sendable ([UInt8]) -> Multipart?
+        combine: @escaping @Sendable (ArraySlice<[UInt8]>) -> [UInt8],
+        split: @escaping @Sendable ([UInt8]) -> Multipart?
     ) {
         self.most = most
         self.maxBytes = maxBytes

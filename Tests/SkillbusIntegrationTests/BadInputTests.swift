@@ -130,13 +130,15 @@ struct BadInputTests {
         let listings = (1...3).map { ClientMessage.listSkills(requestID: "s\($0)").encoded()[0] }
         let answer = try await peer.exchange([Wire.batched(listings)])
         #expect(text(answer[1]) == "BATCH" && answer.count == 5)
-        #expect(answer.dropFirst(2).map { text(busFields([$0])[1]) + " " + text(busFields([$0])[2]) } == ["SKILLS s1", "SKILLS s2", "SKILLS s3"])
+        let answered = answer.dropFirst(2).map { text(busFields([$0])[1]) + " " + text(busFields([$0])[2]) }
+        #expect(answered == ["SKILLS s1", "SKILLS s2", "SKILLS s3"])
 
         // Two requests in one batch each reach the worker and are answered, batched or not.
         let requests = ["one", "two"].map { word in
             Wire.folded(
                 ClientMessage.invoke(
-                    InvokeRequest(requestID: word, roundID: "", skill: "echo", parameters: Array(#"{"text":"\#(word)"}"#.utf8))
+                    InvokeRequest(
+                        requestID: word, roundID: "", skill: "echo", parameters: Array(#"{"text":"\#(word)"}"#.utf8))
                 ).encoded())[0]
         }
         peer.socket.send([Wire.batched(requests)])

@@ -48,12 +48,13 @@ extension Wire {
             let range = try nextField(of: frame, at: &index, number: messages.count + 2)
             let message = Array(frame[range])
             guard message.starts(with: header) else {
+                let dialect = String(decoding: header, as: UTF8.self)
                 throw SkillbusError(
-                    .malformedMessage,
-                    "BATCH message \(messages.count + 1) does not start with \(String(decoding: header, as: UTF8.self))")
+                    .malformedMessage, "BATCH message \(messages.count + 1) does not start with \(dialect)")
             }
             guard !isBatch(message) else {
-                throw SkillbusError(.malformedMessage, "BATCH message \(messages.count + 1) is a BATCH (batches do not nest)")
+                throw SkillbusError(
+                    .malformedMessage, "BATCH message \(messages.count + 1) is a BATCH (batches do not nest)")
             }
             messages.append(message)
         }
