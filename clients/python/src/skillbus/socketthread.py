@@ -298,9 +298,13 @@ class SocketThread:
 
     def _send_held(self, sock) -> None:
         """Sends the messages held for a batch, batched (`wire.batches`)."""
-        if not self._held:
+        held = self._held
+        if not held:
             return
-        held, self._held = self._held, []
+        self._held = []
+        if len(held) == 1 and not self._announce:
+            self._send_now(sock, held)  # a lone message goes as it is: the common case at one in flight
+            return
         for frame in wire.batches(held, self._announce):
             self._send_now(sock, [frame])
         self._announce = False
