@@ -62,12 +62,13 @@ public final class ZMTPRouter {
     private let curve: (keys: (publicKey: [UInt8], secretKey: [UInt8]), authorize: (CurveClient) -> ZAPVerdict)?
     private var cookieKeys = CurveCookieKeys()
     private var handshakeFailures: [HandshakeFailure] = []
-    private var connections: [Int32: ZMTPConnection] = [:]
-    private var peers: [RoutingID: Int32] = [:]
+    // Internal, not private: the sending side (ZMTPRouter+Sending.swift) works on them too.
+    var connections: [Int32: ZMTPConnection] = [:]
+    var peers: [RoutingID: Int32] = [:]
     private var nextNumber = UInt32.random(in: 0...UInt32.max)
     private var inbox: [ReceivedMessage] = []
     private var inboxHead = 0
-    private var unflushed: [ZMTPConnection] = []
+    var unflushed: [ZMTPConnection] = []
     private var closed: [Int32] = []
     /// What each read lands in before it is appended to its connection's input.
     private var scratch = [UInt8](repeating: 0, count: ZMTP.readChunk)
@@ -148,47 +149,6 @@ public final class ZMTPRouter {
     /// messages one (`batchFrames`): the protocol above ZMTP says how; the engine only keeps which peer wants it.
     public var frameBatching: FrameBatching?
 
-    /// From now on, messages to the peer with `routingID` go folded into one frame (while its connection lasts).
-    public func foldFrames(for routingID: RoutingID) {
-        guard let fd = peers[routingID] else { return }
-        connections[fd]?.foldsFrames = true
-    }
-
-    /// Whether messages to the peer with `routingID` are folded.
-    public func foldsFrames(for routingID: RoutingID) -> Bool {
-        guard let fd = peers[routingID] else { return false }
-        return connections[fd]?.foldsFrames ?? false
-    }
-
-    /// From now on, messages to the peer with `routingID` wait for the flush and go out batched, folded (while
-    /// its connection lasts).
-    public func batchFrames(for routingID: RoutingID) {
-        guard frameBatching != nil, let fd = peers[routingID], let connection = connections[fd] else { return }
-        connection.foldsFrames = true
-        connection.batchesFrames = true
-    }
-
-    /// Queues a message for the peer with `routingID`; it goes out at the next `flush`.
-    public func send(routingID: RoutingID, _ frames: Multipart) throws(ZMQError) {
-        guard let fd = peers[routingID], let connection = connections[fd] else {
-            throw ZMQError(operation: "send", errno: EHOSTUNREACH)
-        }
-        guard connection.unsentBytes < ZMTP.maxUnsentBytes else { throw ZMQError(operation: "send", errno: EAGAIN) }
-        do throws(ZMTP.Violation) {
-            if connection.batchesFrames, let batching = frameBatching {
-                connection.holdForBatch(frames, batching)
-            } else if connection.foldsFrames, frames.count > 1, let batching = frameBatching {
-                try connection.queueMessage([batching.fold(frames)])
-            } else {
-                try connection.queueMessage(frames)
-            }
-        } catch {
-            drop(connection)
-            throw ZMQError(operation: "send", errno: EHOSTUNREACH)
-        }
-        markUnflushed(connection)
-    }
-
     /// Closes the connections whose handshake has taken longer than `handshakeTimeout` (with CURVE, noted
     /// as failed handshakes). The owner calls it now and then: a peer that connects and waits holds nothing
     /// for long.
@@ -210,24 +170,6 @@ public final class ZMTPRouter {
     public func takeHandshakeFailures() -> [HandshakeFailure] {
         defer { handshakeFailures.removeAll() }
         return handshakeFailures
-    }
-
-    /// Writes what was queued, one write per peer; what a peer cannot take yet waits for it to drain.
-    public func flush() {
-        let pending = unflushed
-        unflushed.removeAll(keepingCapacity: true)
-        for connection in pending {
-            connection.queued = false
-            if connection.batchesFrames, let batching = frameBatching {
-                do throws(ZMTP.Violation) {
-                    try connection.queueBatch(batching)
-                } catch {
-                    drop(connection)
-                    continue
-                }
-            }
-            write(connection)
-        }
     }
 
     /// The descriptors of connections closed since the last call (as a socket monitor reports them).
@@ -386,19 +328,7 @@ public final class ZMTPRouter {
         }
     }
 
-    private func write(_ connection: ZMTPConnection) {
-        // The same object: a closed connection's descriptor may already belong to a new one.
-        guard connections[connection.fd] === connection, !connection.waitingToWrite else { return }
-        switch connection.writeOutput() {
-        case .progress: if connection.closing { drop(connection) }
-        case .wouldBlock:
-            connection.waitingToWrite = true
-            watch(connection.fd, output: true)
-        case .closed: drop(connection)
-        }
-    }
-
-    private func drop(_ connection: ZMTPConnection) {
+    func drop(_ connection: ZMTPConnection) {
         guard connections[connection.fd] === connection else { return }
         connections[connection.fd] = nil
         if let id = connection.routingID, peers[id] == connection.fd { peers[id] = nil }
@@ -408,13 +338,7 @@ public final class ZMTPRouter {
         closed.append(connection.fd)
     }
 
-    private func markUnflushed(_ connection: ZMTPConnection) {
-        guard !connection.queued else { return }
-        connection.queued = true
-        unflushed.append(connection)
-    }
-
-    private func watch(_ fd: Int32, output: Bool, adding: Bool = false) {
+    func watch(_ fd: Int32, output: Bool, adding: Bool = false) {
         var event = epoll_event()
         event.events = EPOLLIN.rawValue | (output ? EPOLLOUT.rawValue : 0)
         event.data.fd = fd
