@@ -212,25 +212,31 @@ public struct LoadGenerator: Sendable {
         try flush()
         let cpuAtStart = Self.threadCPUNanos()
         var done = 0
+        func take(_ reply: Multipart) throws {
+            guard let (id, ok) = replyID(reply), Int(id) < requests, sentAt[Int(id)] != 0 else { return }
+            let received = DispatchTime.now().uptimeNanoseconds
+            latencies.append(received - sentAt[Int(id)])
+            sentAt[Int(id)] = 0
+            done += 1
+            if !ok { failed += 1 }
+            if sent < requests {
+                sentAt[sent] = DispatchTime.now().uptimeNanoseconds
+                try send(sent)
+                sent += 1
+            }
+        }
         while done < sent {
             let ready = try poll([PollItem(.socket(socket))], timeoutMs: 1000)
             let now = DispatchTime.now().uptimeNanoseconds
             if now > limit { break }
             guard ready.readable[0] else { continue }
             while let message = try socket.receive(dontWait: true) {
-                for reply in batching.flatMap({ Wire.messages(in: message, $0) }) ?? [message] {
-                    guard let (id, ok) = replyID(reply), Int(id) < requests, sentAt[Int(id)] != 0 else { continue }
-                    let received = DispatchTime.now().uptimeNanoseconds
-                    latencies.append(received - sentAt[Int(id)])
-                    sentAt[Int(id)] = 0
-                    done += 1
-                    if !ok { failed += 1 }
-                    if sent < requests {
-                        sentAt[sent] = DispatchTime.now().uptimeNanoseconds
-                        try send(sent)
-                        sent += 1
-                    }
+                // Without keys nothing comes batched: each message is one reply, taken as it is.
+                guard let batching else {
+                    try take(message)
+                    continue
                 }
+                for reply in Wire.messages(in: message, batching) { try take(reply) }
             }
             try flush()
         }

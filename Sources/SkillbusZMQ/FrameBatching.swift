@@ -60,6 +60,12 @@ extension ZMTPConnection {
         batch.append(frame)
     }
 
+    /// Queues a message: held for the next flush's batch with `batching`, else as it is.
+    func queue(_ frames: Multipart, batching: FrameBatching?) throws(ZMTP.Violation) {
+        guard let batching else { return try queueMessage(frames) }
+        holdForBatch(frames, batching)
+    }
+
     /// Queues what `holdForBatch` held, in order (`FrameBatching.frames`).
     func queueBatch(_ batching: FrameBatching, announce: Bool = false) throws(ZMTP.Violation) {
         guard !batch.isEmpty else { return }

@@ -189,11 +189,7 @@ public final class ZMTPDealer {
                 throw ZMQError(operation: "send", errno: EAGAIN)
             }
             do throws(ZMTP.Violation) {
-                if let batching = options.batching {
-                    connection.holdForBatch(frames, batching)
-                } else {
-                    try connection.queueMessage(frames)
-                }
+                try connection.queue(frames, batching: options.batching)
             } catch {
                 drop()
                 throw ZMQError(operation: "send", errno: EAGAIN)
@@ -273,13 +269,7 @@ public final class ZMTPDealer {
             backoff = options.reconnectInterval
             lastRefusal = nil
             announceBatching = options.batching != nil
-            for message in held {
-                if let batching = options.batching {
-                    connection.holdForBatch(message, batching)
-                } else {
-                    try connection.queueMessage(message)
-                }
-            }
+            for message in held { try connection.queue(message, batching: options.batching) }
             held.removeAll()
             heldBytes = 0
             needsFlush = true

@@ -177,27 +177,31 @@ static int round_ok(const void *data, size_t size) {
            || memmem(data, size, plan, sizeof plan - 1);
 }
 
-// The request id of one folded answer (one frame: every field in its envelope), or -1 as `receive_reply` says.
-static long folded_reply_id(const unsigned char *e, size_t size, int echoed) {
+// The request id in an answer's envelope: a REPLY's when it says ok (any message's when `echoed`), a ROUND's
+// (`*round` set: its document, in a frame after the envelope or folded into it, says whether it succeeded); else -1.
+static long envelope_id(const unsigned char *e, size_t size, int echoed, int *round) {
     size_t at = 5, field = 1;
     const unsigned char *fields[5];
     size_t lengths[5];
+    char digits[24] = {0};
     while (at < size && field < 5) {  // fields 1..4: command, request id, round id, status
         size_t n = e[at++];
         if (n == 0xFF || at + n > size) break;
         fields[field] = e + at; lengths[field] = n; at += n; field++;
     }
-    char digits[24] = {0};
-    if (field >= 4 && lengths[1] == 5 && !memcmp(fields[1], "ROUND", 5)) {
-        memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
-        return round_ok(e, size) ? strtol(digits, NULL, 10) : -1;
-    }
-    if (field == 5 && (echoed || (lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
-                                  !memcmp(fields[4], "ok", 2)))) {
-        memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
-        return strtol(digits, NULL, 10);
-    }
-    return -1;
+    *round = field >= 4 && lengths[1] == 5 && !memcmp(fields[1], "ROUND", 5);
+    if (!*round && !(field == 5 && (echoed || (lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) &&
+                                               lengths[4] == 2 && !memcmp(fields[4], "ok", 2)))))
+        return -1;
+    memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
+    return strtol(digits, NULL, 10);
+}
+
+// The request id of one folded answer (one frame: every field in its envelope), or -1 as `receive_reply` says.
+static long folded_reply_id(const unsigned char *e, size_t size, int echoed) {
+    int round;
+    long id = envelope_id(e, size, echoed, &round);
+    return round && !round_ok(e, size) ? -1 : id;
 }
 
 // Reads one reply whole; returns its request id, or -1 for anything but an ok REPLY or a ROUND whose
@@ -214,29 +218,11 @@ static long receive_reply(void *socket, int echoed) {
             round = 0;
         } else if (first) {
             const unsigned char *e = zmq_msg_data(&part);
-            size_t size = zmq_msg_size(&part), at = 5, field = 1;
-            const unsigned char *fields[5];
-            size_t lengths[5];
-            while (at < size && field < 5) {  // fields 1..4: command, request id, round id, status
-                size_t n = e[at++];
-                if (n == 0xFF || at + n > size) break;
-                fields[field] = e + at; lengths[field] = n; at += n; field++;
-            }
-            if (field == 4 && lengths[1] == 5 && !memcmp(fields[1], "ROUND", 5)) {  // command, request, round id
-                char digits[24] = {0};
-                memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
-                id = strtol(digits, NULL, 10);
-                round = 1;
-            }
+            size_t size = zmq_msg_size(&part);
+            id = envelope_id(e, size, echoed, &round);
             if (round && !zmq_msg_more(&part)) {  // folded: the document is the envelope's last field
                 if (!round_ok(e, size)) id = -1;
                 round = 0;
-            }
-            if (field == 5 && (echoed || (lengths[1] == 5 && !memcmp(fields[1], "REPLY", 5) && lengths[4] == 2 &&
-                                          !memcmp(fields[4], "ok", 2)))) {
-                char digits[24] = {0};
-                memcpy(digits, fields[2], lengths[2] < 23 ? lengths[2] : 23);
-                id = strtol(digits, NULL, 10);
             }
             first = 0;
         }
