@@ -141,3 +141,20 @@ def test_strings_are_written_as_the_character_by_character_writer_writes_them(te
 def test_numbers_and_surrogates_are_judged_wherever_they_are(document, says):
     with pytest.raises(ValueError, match=says):
         jsonwire.loads(document)
+
+
+@pytest.mark.parametrize("document", [
+    b'{"durationMs":0.5,"error":null,"invocations":[{"id":"a","result":{"text":"hi","type":"text"}}],"round":"r",'
+    b'"shape":"fanout","status":"ok","summary":{"executions":1,"totalMs":0.5}}',
+    '{"result":{"json":[1,-2.25,1e+100,true,false,null,"é ☃ \\u0000"],"type":"json"}}'.encode(),
+])
+def test_a_document_the_bus_wrote_reads_as_the_strict_reader_reads_it(document):
+    assert jsonwire.loads_canonical(document) == jsonwire.loads(document)
+
+
+@pytest.mark.parametrize("document, says", [
+    (b'{"a":NaN}', "not JSON"), (b'{"a":', "invalid JSON"), (b'{"a":"\xff"}', "not valid UTF-8"),
+])
+def test_a_document_the_bus_wrote_is_still_refused_when_it_is_not_json(document, says):
+    with pytest.raises(ValueError, match=says):
+        jsonwire.loads_canonical(document)

@@ -42,9 +42,9 @@ def _integer(field: bytes, what: str) -> int:
     return int(field)
 
 
-def _json(field: bytes, what: str):
+def _json(field: bytes, what: str, read=jsonwire.loads):
     try:
-        return jsonwire.loads(field)
+        return read(field)
     except ValueError as error:
         raise SkillbusError("malformed_message", f"{what} is not JSON: {error}") from None
 
@@ -168,7 +168,8 @@ class Call:
         if command == b"REPLY" and count == 8:
             self._reply(fields)
         elif command == b"ROUND" and count == 5:
-            document = RoundDocument(_json(fields[4], "the round document"), list(self.outputs))
+            document = RoundDocument(_json(fields[4], "the round document", jsonwire.loads_canonical),
+                                     list(self.outputs))
             if document.status == "ok":
                 self._finish(document)
             else:

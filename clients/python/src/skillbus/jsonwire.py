@@ -125,6 +125,19 @@ def loads(data: bytes | str):
     return value
 
 
+def loads_canonical(data: bytes):
+    """Parses a document the bus wrote itself in canonical form (a round document, PROTOCOL §5.14): unique
+    keys, finite numbers, valid UTF-8, results that already passed its strict reader. `loads`'s checks cannot
+    fail on it, so the standard library's C decoder reads it without a Python call per object and number:
+    half the time for a fan-out's document. Raises ValueError as `loads` does for text that is not JSON."""
+    try:
+        return _CANONICAL_DECODER.decode(bytes(data).decode("utf-8"))
+    except UnicodeError as error:
+        raise ValueError(f"not valid UTF-8: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"invalid JSON at character {error.pos}: {error.msg}") from None
+
+
 def _object_without_duplicates(pairs):
     result = dict(pairs)
     if len(result) == len(pairs) and "".join(result).isascii():
@@ -163,6 +176,8 @@ def _integer(text: str) -> int:
 # One decoder for every document: json.loads with options builds a new one per call.
 _DECODER = json.JSONDecoder(object_pairs_hook=_object_without_duplicates, parse_constant=_no_constant,
                             parse_float=_double, parse_int=_integer)
+# `NaN` and `Infinity` are still refused: the hook runs only when one occurs, so it costs nothing.
+_CANONICAL_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def _check(value, depth: int) -> None:
