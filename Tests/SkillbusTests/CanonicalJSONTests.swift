@@ -20,6 +20,10 @@ struct CanonicalJSONTests {
     /// Whether the fast path took the text (then it must agree).
     @discardableResult
     static func check(_ text: [UInt8], defaults: [(String, JSONValue)] = defaults) -> Bool {
+        // The check without writing says yes exactly when writing gives the text back.
+        let canonical = CanonicalJSON.object(text, defaults: [], after: [])
+        #expect(CanonicalJSON.isCanonical(text) == (canonical == text), "\(String(decoding: text, as: UTF8.self))")
+        if let canonical { #expect(CanonicalJSON.isCanonical(canonical)) }
         guard let fast = CanonicalJSON.object(text, defaults: defaults, after: [0x41, 0]) else { return false }
         #expect(fast == reference(text, defaults: defaults), "\(String(decoding: text, as: UTF8.self))")
         return true
@@ -46,6 +50,12 @@ struct CanonicalJSONTests {
         let sorted = CanonicalJSON.object(Array(#"{"z":1,"b":{"y":2,"x":1}}"#.utf8), defaults: [("m", "n")], after: [])
         #expect(sorted.map { String(decoding: $0, as: UTF8.self) } == #"{"b":{"x":1,"y":2},"m":"n","z":1}"#)
         #expect(CanonicalJSON.object(Array(#"{"a":1,"a":2}"#.utf8), defaults: [], after: []) == nil)
+        for text in [#"{"a":[1,2.5,{"b":null}],"text":"日本"}"#, #"{}"#, #"{"a":1e+100}"#] {
+            #expect(CanonicalJSON.isCanonical(Array(text.utf8)), "\(text)")
+        }
+        for text in [#"{"b":1,"a":2}"#, #"{"a": 1}"#, #"{"a":2.50}"#, #"{"a":1,"a":1}"#, #"{"a":1}x"#, #"[1]"#] {
+            #expect(!CanonicalJSON.isCanonical(Array(text.utf8)), "\(text)")
+        }
     }
 
     @Test("agrees with the general path on a thousand random texts and their mutations")

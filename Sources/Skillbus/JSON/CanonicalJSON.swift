@@ -12,6 +12,11 @@ struct CanonicalJSON {
     private var index = 0
     private var depth = 0
     private var out: [UInt8] = []
+    /// Checking that the text is canonical already, writing nothing: what would be written is then the text
+    /// itself, so positions in it stand for positions in the output.
+    private var verifying = false
+    /// While verifying: nothing seen so far would be written otherwise (no white space, no number respelled).
+    private var unchanged = true
     /// The members of every object open now, innermost last: one array for the whole text, not one per object.
     private var members: [Member] = []
     private static let maxDepth = 128
@@ -30,6 +35,17 @@ struct CanonicalJSON {
             reader.skipWhitespace()
             guard reader.index == buffer.count else { return nil }
             return reader.out
+        }
+    }
+
+    /// Whether `bytes`, a JSON object, is in canonical form already (what `object` would give back unchanged),
+    /// read without writing anything. False also where the fast path cannot tell (escapes, keys beyond ASCII).
+    static func isCanonical(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBufferPointer { buffer in
+            var reader = CanonicalJSON(buffer)
+            reader.verifying = true
+            guard reader.peek == UInt8(ascii: "{"), reader.object(defaults: []) else { return false }
+            return reader.unchanged && reader.index == buffer.count
         }
     }
 
@@ -84,7 +100,17 @@ struct CanonicalJSON {
     private var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
 
     private mutating func skipWhitespace() {
-        while let byte = peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
+        while let byte = peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 {
+            index += 1
+            unchanged = false
+        }
+    }
+
+    /// Where the output stands: while verifying, the same place in the text.
+    private var written: Int { verifying ? index : out.count }
+
+    private mutating func emit(_ byte: UInt8) {
+        if !verifying { out.append(byte) }
     }
 
     private mutating func value() -> Bool {
@@ -112,6 +138,7 @@ struct CanonicalJSON {
 
     /// Appends input bytes to the output as they are.
     private mutating func copy(_ range: Range<Int>) {
+        guard !verifying else { return }
         out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[range]))
     }
 
@@ -173,7 +200,13 @@ struct CanonicalJSON {
         }
         let spelling = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         guard let value = Double(spelling), value.isFinite else { return false }
-        JSONValue.writeNumber(value, to: &out)
+        guard verifying else {
+            JSONValue.writeNumber(value, to: &out)
+            return true
+        }
+        var respelled: [UInt8] = []
+        JSONValue.writeNumber(value, to: &respelled)
+        if !respelled.elementsEqual(UnsafeBufferPointer(rebasing: bytes[start..<index])) { unchanged = false }
         return true
     }
 
@@ -187,7 +220,7 @@ struct CanonicalJSON {
     private mutating func array() -> Bool {
         guard enter() else { return false }
         index += 1
-        out.append(UInt8(ascii: "["))
+        emit(UInt8(ascii: "["))
         skipWhitespace()
         if peek == UInt8(ascii: "]") {
             index += 1
@@ -198,7 +231,7 @@ struct CanonicalJSON {
                 skipWhitespace()
                 if peek == UInt8(ascii: ",") {
                     index += 1
-                    out.append(UInt8(ascii: ","))
+                    emit(UInt8(ascii: ","))
                 } else if peek == UInt8(ascii: "]") {
                     index += 1
                     break
@@ -207,7 +240,7 @@ struct CanonicalJSON {
                 }
             }
         }
-        out.append(UInt8(ascii: "]"))
+        emit(UInt8(ascii: "]"))
         depth -= 1
         return true
     }
@@ -223,8 +256,8 @@ struct CanonicalJSON {
     private mutating func object(defaults: [(String, JSONValue)]) -> Bool {
         guard enter() else { return false }
         index += 1
-        let objectStart = out.count
-        out.append(UInt8(ascii: "{"))
+        let objectStart = written
+        emit(UInt8(ascii: "{"))
         let first = members.count
         skipWhitespace()
         if peek == UInt8(ascii: "}") {
@@ -232,21 +265,21 @@ struct CanonicalJSON {
         } else {
             while true {
                 skipWhitespace()
-                let start = out.count
+                let start = written
                 // Keys beyond ASCII sort as Swift strings do (and may be equal under Unicode rules): not here.
                 guard peek == UInt8(ascii: "\""), copyString() == true else { return false }
-                let keyEnd = out.count
+                let keyEnd = written
                 skipWhitespace()
                 guard peek == UInt8(ascii: ":") else { return false }
                 index += 1
-                out.append(UInt8(ascii: ":"))
+                emit(UInt8(ascii: ":"))
                 skipWhitespace()
                 guard value() else { return false }
-                members.append(Member(start: start, keyEnd: keyEnd, end: out.count))
+                members.append(Member(start: start, keyEnd: keyEnd, end: written))
                 skipWhitespace()
                 if peek == UInt8(ascii: ",") {
                     index += 1
-                    out.append(UInt8(ascii: ","))
+                    emit(UInt8(ascii: ","))
                 } else if peek == UInt8(ascii: "}") {
                     index += 1
                     break
@@ -268,7 +301,7 @@ struct CanonicalJSON {
         }
         guard sortMembers(from: first, objectStart: objectStart) else { return false }
         members.removeSubrange(first...)
-        out.append(UInt8(ascii: "}"))
+        emit(UInt8(ascii: "}"))
         depth -= 1
         return true
     }
@@ -278,9 +311,14 @@ struct CanonicalJSON {
         return key.elementsEqual(name.utf8)
     }
 
+    /// What member positions point into: the output, or while verifying the text itself.
+    private func withKeys<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        verifying ? body(bytes) : out.withUnsafeBufferPointer(body)
+    }
+
     /// Whether the key of `left` sorts before that of `right`, comparing their (ASCII) bytes.
     private func keyLess(_ left: Member, _ right: Member) -> Bool {
-        out.withUnsafeBufferPointer { out in
+        withKeys { out in
             var (leftIndex, rightIndex) = (left.start + 1, right.start + 1)
             let (leftEnd, rightEnd) = (left.keyEnd - 1, right.keyEnd - 1)
             while leftIndex < leftEnd, rightIndex < rightEnd {
@@ -305,6 +343,7 @@ struct CanonicalJSON {
             }
         }
         if sorted { return true }
+        guard !verifying else { return false }
         var own = Array(members[first...])
         own.sort(by: keyLess)
         for position in own.indices.dropFirst() where !keyLess(own[position - 1], own[position]) {

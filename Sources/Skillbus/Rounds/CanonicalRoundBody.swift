@@ -52,7 +52,7 @@ struct CanonicalRoundBody {
         guard SkillDescriptor.isValidIdentifier(skill) else { return nil }
         let parameterBytes = Array(body[headCount..<keyStart])
         guard parameterBytes.first == UInt8(ascii: "{"),
-            CanonicalJSON.object(parameterBytes, defaults: [], after: []) == parameterBytes,
+            CanonicalJSON.isCanonical(parameterBytes),
             let parameters = try? JSONValue(parsing: parameterBytes), !parameters.containsReference
         else { return nil }
         return (skill, parameters, parameterBytes)

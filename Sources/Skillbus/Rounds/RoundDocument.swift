@@ -195,7 +195,10 @@ enum DocumentJSON: Sendable, Equatable {
     /// A worker's payload: its canonical form read straight from the bytes when the fast reader can, else
     /// parsed (a payload that is not JSON is `null`, as it always was in the document).
     init(payload: [UInt8]) {
-        if let canonical = CanonicalJSON.object(payload, defaults: [], after: []) {
+        // A worker writes canonical JSON (Skillbus's own do, and the Python package): then it is kept as it came.
+        if CanonicalJSON.isCanonical(payload) {
+            self = .canonical(payload)
+        } else if let canonical = CanonicalJSON.object(payload, defaults: [], after: []) {
             self = .canonical(canonical)
         } else {
             self = .value((try? JSONValue(parsing: payload)) ?? .null)
