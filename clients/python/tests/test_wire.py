@@ -1,6 +1,7 @@
 """Wire v2 framing, no bus: the envelope byte for byte, long fields, and what a receiver refuses."""
 
 import json
+import threading
 
 import pytest
 import zmq
@@ -223,3 +224,42 @@ def test_a_batch_that_holds_nothing_or_is_cut_short_is_refused():
         wire.split_batch(b"SKB2C\x05BATCH")
     with pytest.raises(wire.WireError, match="field 2 announces 40 bytes, 2 follow"):
         wire.split_batch(b"SKB2C\x05BATCH\x28ab")
+
+
+def test_a_full_batch_leaves_at_once_while_the_rest_waits_for_the_burst_to_end():
+    """A thread that holds messages for a batch sends one as soon as it is full (30 messages): the peer works on
+    it while the thread is still busy with its burst; what does not fill a batch goes when the burst ends."""
+    from skillbus.socketthread import SocketThread
+
+    peer = zmq.Context.instance().socket(zmq.ROUTER)
+    peer.setsockopt(zmq.LINGER, 0)
+    peer.bind("tcp://127.0.0.1:*")
+    release, thread = threading.Event(), None
+
+    class Handler:
+        def on_message(self, frames):  # one message in: 31 out, then busy until released
+            for number in range(31):
+                thread.send(CLIENT_TO_BUS.pack(b"CANCEL", str(number).encode(), folded=True))
+            release.wait(10)
+
+        def before_poll(self, now):
+            return None
+
+    thread = SocketThread(zmq.Context.instance(), zmq.DEALER, peer.getsockopt_string(zmq.LAST_ENDPOINT), Handler(),
+                          name="test-batching", batching=True)
+    try:
+        thread.send([b"hello"])
+        assert peer.poll(5000)
+        identity, _ = peer.recv_multipart()
+        peer.send_multipart([identity, b"go"])
+        assert peer.poll(5000), "a full batch waited for the burst to end"
+        _, first = peer.recv_multipart()
+        assert wire.is_batch(first) and len(wire.split_batch(first)) == 30
+        release.set()  # the 31st was held: it comes alone, once the handler's burst is over
+        assert peer.poll(5000)
+        _, last = peer.recv_multipart()
+        assert CLIENT_TO_BUS.unpack([last])[2] == b"30"
+    finally:
+        release.set()
+        thread.stop()
+        peer.close()

@@ -47,6 +47,7 @@ class SocketThread:
         self._handler = handler
         self._batching = batching
         self._held: list[bytes] = []  # one-frame messages waiting for the holder's next wait, to go batched
+        self._held_bytes = 0  # what they take in a batch: a full batch goes at once
         self._announce = batching
         # With keys: a monitor of the socket, read by whichever thread holds it, hears a refused key (libzmq tells
         # only a monitor: HANDSHAKE_FAILED_AUTH); `key_refused` then stays True.
@@ -85,7 +86,7 @@ class SocketThread:
             if self._outbox:
                 self._flush(self._socket)
             if self._batching and len(frames) == 1:
-                self._held.append(frames[0])
+                self._hold(self._socket, frames[0])
                 return
             self._send_held(self._socket)
             self._send_now(self._socket, frames)
@@ -168,6 +169,7 @@ class SocketThread:
         with self._lock:
             self._outbox.clear()
         self._held.clear()
+        self._held_bytes = 0
         self._announce = self._batching  # a new connection: the bus learns again that this peer reads batches
         self._poller.unregister(self._socket)
         if self._monitor is not None:
@@ -290,11 +292,23 @@ class SocketThread:
                     break
                 frames = self._outbox.popleft()
             if self._batching and len(frames) == 1:
-                self._held.append(frames[0])
+                self._hold(sock, frames[0])
             else:
                 self._send_held(sock)
                 self._send_now(sock, frames)
         self._send_held(sock)
+
+    def _hold(self, sock, message: bytes) -> None:
+        """Holds a one-frame message for the next batch, and sends a batch as soon as it is full: during a long burst
+        of reads (a client submitting as answers come) the peer then works on the first batches while this thread
+        makes the next, instead of everything waiting for the burst's end."""
+        size = len(message) + 5  # its length prefix in the batch's envelope
+        if self._held and self._held_bytes + size > wire.BATCH_ROOM:
+            self._send_held(sock)
+        self._held.append(message)
+        self._held_bytes += size
+        if len(self._held) >= wire.BATCH_MESSAGES:
+            self._send_held(sock)
 
     def _send_held(self, sock) -> None:
         """Sends the messages held for a batch, batched (`wire.batches`)."""
@@ -302,6 +316,7 @@ class SocketThread:
         if not held:
             return
         self._held = []
+        self._held_bytes = 0
         if len(held) == 1 and not self._announce:
             self._send_now(sock, held)  # a lone message goes as it is: the common case at one in flight
             return

@@ -135,6 +135,7 @@ _UNKNOWN = object()  # first_frame's answer for a command not in the table
 
 # Batches (§2.2): several folded messages in one frame, each a field of a BATCH envelope.
 BATCH_MESSAGES, BATCH_BYTES = 30, 4096
+BATCH_ROOM = BATCH_BYTES - 16  # for the messages and their length prefixes: the envelope's head takes the rest
 _BATCH_COMMAND = bytes((5,)) + b"BATCH"
 
 
@@ -146,7 +147,7 @@ def is_batch(frame: bytes) -> bool:
 def batches(messages: list[bytes], announce: bool = False) -> list[bytes]:
     """The frames carrying `messages` (each one folded message) in order: batches of at most 30 messages and 4096
     bytes; a message alone as it is, unless `announce` (a batch of one tells the bus that this peer reads them)."""
-    frames, start, count, room = [], 0, len(messages), BATCH_BYTES - 16
+    frames, start, count, room = [], 0, len(messages), BATCH_ROOM
     while start < count:
         end, size = start, 0
         while end < count and end - start < BATCH_MESSAGES and size + len(messages[end]) + 5 <= room:
