@@ -185,16 +185,22 @@ public struct LoadGenerator: Sendable {
         // once batched (§2.2; the first send is a batch, so that the bus batches its answers too).
         let batching = credentials == nil ? nil : Wire.frameBatching
         var outgoing: Multipart = []
+        var outgoingBytes = 0
         var announce = true
         func send(_ id: Int) throws {
             let message = makeRequest(UInt64(id))
             guard let batching else { return try socket.send(message) }
-            outgoing.append(batching.fold(message))
+            let folded = batching.fold(message)
+            outgoing.append(folded)
+            outgoingBytes += folded.count + 5
+            // A full batch goes at once (PROTOCOL §2.2): the bus works on it while the burst's other answers are read.
+            if batching.fills(count: outgoing.count, bytes: outgoingBytes) { try flush() }
         }
         func flush() throws {
             guard let batching, !outgoing.isEmpty else { return }
             for frame in batching.frames(carrying: outgoing, announce: announce) { try socket.send([frame]) }
             outgoing.removeAll(keepingCapacity: true)
+            outgoingBytes = 0
             announce = false
         }
         var sentAt = [UInt64](repeating: 0, count: requests)

@@ -13,6 +13,10 @@ public struct FrameBatching: Sendable {
     /// The messages of a frame that is a batch; nil for any other frame.
     public let split: @Sendable ([UInt8]) -> Multipart?
 
+    /// Whether `count` held messages of `bytes` bytes (their lengths included) fill a batch: then it may go at
+    /// once, and the peer works on it while the sender makes the next.
+    public func fills(count: Int, bytes: Int) -> Bool { count >= most || bytes >= maxBytes - 16 }
+
     /// The frames that carry `messages` (one frame each) in order: batches of at most `most` messages and
     /// `maxBytes` bytes; a message alone as it is, unless `announce` (a batch of one tells the peer that this
     /// side reads batches) and it fits in one.
@@ -58,6 +62,11 @@ extension ZMTPConnection {
         let frame = frames.count == 1 ? frames[0] : batching.fold(frames)
         batchBytes += frame.count
         batch.append(frame)
+    }
+
+    /// Whether what `holdForBatch` holds fills a batch.
+    func holdsFullBatch(_ batching: FrameBatching) -> Bool {
+        batching.fills(count: batch.count, bytes: batchBytes + 5 * batch.count)
     }
 
     /// Queues a message: held for the next flush's batch with `batching`, else as it is.

@@ -190,6 +190,12 @@ public final class ZMTPDealer {
             }
             do throws(ZMTP.Violation) {
                 try connection.queue(frames, batching: options.batching)
+                // A full batch goes at once (PROTOCOL §2.2): the bus works on it while this thread makes the next.
+                if let batching = options.batching, connection.holdsFullBatch(batching) {
+                    try connection.queueBatch(batching, announce: announceBatching)
+                    announceBatching = false
+                    write()
+                }
             } catch {
                 drop()
                 throw ZMQError(operation: "send", errno: EAGAIN)

@@ -152,6 +152,45 @@ struct ZMTPDealerTests {
         #expect(await helper.firstMessage(client) == [Array("back".utf8), big])
     }
 
+    @Test("with batching, a full batch is written as it fills; what does not fill one waits for the flush")
+    func fullBatchAtOnce() throws {
+        let context = try ZMQContext()
+        let server = try ZMQSocket(context: context, type: .router)
+        defer { server.close() }
+        try server.bind("tcp://127.0.0.1:*")
+        var options = ZMTPDealer.Options(endpoint: server.lastEndpoint, maxFrameBytes: 1 << 20)
+        options.batching = Wire.frameBatching
+        let dealer = try ZMTPDealer(options)
+        defer { dealer.close() }
+        func message(_ number: Int) -> Multipart {
+            [Array("SKB2C".utf8) + [6] + Array("CANCEL".utf8) + [1, UInt8(number)]]
+        }
+        /// Drives the dealer on this thread (it flushes only when `flushing`) until the server has a message.
+        func serverReceives(flushing: Bool) throws -> Multipart? {
+            let deadline = ContinuousClock.now + .seconds(10)
+            while ContinuousClock.now < deadline {
+                if let frames = try server.receive(dontWait: true) { return frames }
+                if flushing { dealer.flush() }
+                let items = [
+                    PollItem(.fileDescriptor(dealer.pollDescriptor), output: dealer.wantsOutput),
+                    PollItem(.socket(server)),
+                ]
+                let ready = try poll(items, timeoutMs: 20)
+                dealer.handle(readable: ready.readable[0], writable: ready.writable[0])
+            }
+            return nil
+        }
+        try dealer.send(message(0))
+        let first = try #require(try serverReceives(flushing: true))
+        #expect(first.count == 2 && Wire.isBatch(first[1]))  // the first message announces batching: a batch of one
+        for number in 1...31 { try dealer.send(message(number)) }
+        let full = try #require(try serverReceives(flushing: false), "the full batch waited for the flush")
+        let batched = Wire.messages(in: Array(full.dropFirst()), Wire.frameBatching)
+        #expect(batched.map { $0[0].last } == (1...30).map { UInt8($0) })
+        let rest = try #require(try serverReceives(flushing: true))
+        #expect(rest.dropFirst().first?.last == 31)
+    }
+
     @Test("what is sent while no peer listens goes out, in order, once one does, after a lost connection too")
     func heldUntilConnected() async throws {
         let context = try ZMQContext()
