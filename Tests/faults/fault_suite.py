@@ -498,7 +498,12 @@ def churn(cluster, seconds):
     while made < 500 and time.monotonic() < deadline:
         batch = [cluster.dealer(curve=(made // 50) % 2 == 0) for _ in range(50)]  # with keys, half have none
         for s in batch:
-            s.send_multipart(pack([CLIENT, b"SKILLS", b"churn"]))
+            # Without waiting: a keyless socket whose handshake the bus already refused has no pipe left (libzmq ends
+            # the session on a mechanism mismatch), and a blocking send on it would wait for ever.
+            try:
+                s.send_multipart(pack([CLIENT, b"SKILLS", b"churn"]), flags=zmq.NOBLOCK)
+            except zmq.Again:
+                pass
         time.sleep(0.05)
         for s in batch:
             s.close()
