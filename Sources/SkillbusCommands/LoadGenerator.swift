@@ -192,7 +192,7 @@ public struct LoadGenerator: Sendable {
             guard let batching else { return try socket.send(message) }
             let folded = batching.fold(message)
             outgoing.append(folded)
-            outgoingBytes += folded.count + 5
+            outgoingBytes += folded.count + FrameBatching.lengthBytes
             // A full batch goes at once (PROTOCOL §2.2): the bus works on it while the burst's other answers are read.
             if batching.fills(count: outgoing.count, bytes: outgoingBytes) { try flush() }
         }

@@ -13,23 +13,26 @@ public struct FrameBatching: Sendable {
     /// The messages of a frame that is a batch; nil for any other frame.
     public let split: @Sendable ([UInt8]) -> Multipart?
 
+    /// What a message takes in a batch beyond its own bytes: its length, at most 5 bytes.
+    public static let lengthBytes = 5
+    /// Room in a batch for its messages and their lengths: the batch's own header and command take the rest.
+    var room: Int { maxBytes - 16 }
+
     /// Whether `count` held messages of `bytes` bytes (their lengths included) fill a batch: then it may go at
     /// once, and the peer works on it while the sender makes the next.
-    public func fills(count: Int, bytes: Int) -> Bool { count >= most || bytes >= maxBytes - 16 }
+    public func fills(count: Int, bytes: Int) -> Bool { count >= most || bytes >= room }
 
     /// The frames that carry `messages` (one frame each) in order: batches of at most `most` messages and
     /// `maxBytes` bytes; a message alone as it is, unless `announce` (a batch of one tells the peer that this
     /// side reads batches) and it fits in one.
     public func frames(carrying messages: Multipart, announce: Bool = false) -> Multipart {
-        // Room for the batch's own header and command, and each message's length.
-        let room = maxBytes - 16
         var frames: Multipart = []
         var start = 0
         while start < messages.count {
             var end = start
             var bytes = 0
-            while end < messages.count, end - start < most, bytes + messages[end].count + 5 <= room {
-                bytes += messages[end].count + 5
+            while end < messages.count, end - start < most, bytes + messages[end].count + Self.lengthBytes <= room {
+                bytes += messages[end].count + Self.lengthBytes
                 end += 1
             }
             if end - start <= 1 && !(announce && end > start) {
@@ -66,7 +69,7 @@ extension ZMTPConnection {
 
     /// Whether what `holdForBatch` holds fills a batch.
     func holdsFullBatch(_ batching: FrameBatching) -> Bool {
-        batching.fills(count: batch.count, bytes: batchBytes + 5 * batch.count)
+        batching.fills(count: batch.count, bytes: batchBytes + FrameBatching.lengthBytes * batch.count)
     }
 
     /// Queues a message: held for the next flush's batch with `batching`, else as it is.

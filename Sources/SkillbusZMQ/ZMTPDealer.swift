@@ -192,8 +192,7 @@ public final class ZMTPDealer {
                 try connection.queue(frames, batching: options.batching)
                 // A full batch goes at once (PROTOCOL §2.2): the bus works on it while this thread makes the next.
                 if let batching = options.batching, connection.holdsFullBatch(batching) {
-                    try connection.queueBatch(batching, announce: announceBatching)
-                    announceBatching = false
+                    try queueBatch(on: connection, batching)
                     write()
                 }
             } catch {
@@ -214,13 +213,18 @@ public final class ZMTPDealer {
         needsFlush = false
         if let batching = options.batching, let connection, !connection.batch.isEmpty {
             do throws(ZMTP.Violation) {
-                try connection.queueBatch(batching, announce: announceBatching)
+                try queueBatch(on: connection, batching)
             } catch {
                 return drop()
             }
-            announceBatching = false
         }
         write()
+    }
+
+    /// Queues what the connection holds for a batch; the first batch on a connection announces batching.
+    private func queueBatch(on connection: ZMTPConnection, _ batching: FrameBatching) throws(ZMTP.Violation) {
+        try connection.queueBatch(batching, announce: announceBatching)
+        announceBatching = false
     }
 
     /// Gives what is unsent up to `linger` to be written, then closes the connection.
