@@ -48,6 +48,9 @@ struct WorkerLossTests {
         // The other worker serves on, and the lost one left with the reason.
         let echo = try await client.invoke("echo", parameters: ["text": "still here"], timeout: .seconds(5))
         #expect(echo.status == .ok && echo.agent == "beta")
-        #expect(cluster.coordinator.output.contains { $0.contains("agent 'alpha' left: connection closed") })
+        // The log is read from the coordinator's pipe on its own schedule: wait for the line, with a deadline.
+        _ = try await cluster.coordinator.waitForLine("alpha's leaving, with the reason", timeout: .seconds(5)) {
+            $0.contains("agent 'alpha' left: connection closed")
+        }
     }
 }
