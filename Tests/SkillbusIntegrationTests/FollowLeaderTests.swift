@@ -265,9 +265,10 @@ struct FollowLeaderTests {
             ["worker", "--name", "wn", "--skills", "echo", "--coordinator", "\(silent.bus),\(cluster.bus)"], name: "wn")
         defer { next.signal(SIGTERM) }
         try await cluster.coordinator.waitForLine("wn to join") { $0.contains("agent 'wn' joined") }
-        #expect(
-            next.output.contains { $0.contains("moving from coordinator \(silent.bus) to \(cluster.bus)") }
-                && next.output.contains { $0.contains("knows no leader") }, "\(next.output)")
+        _ = try await next.waitForLine("the move", timeout: .seconds(5)) {
+            $0.contains("moving from coordinator \(silent.bus) to \(cluster.bus)")
+        }
+        #expect(next.output.contains { $0.contains("knows no leader") }, "\(next.output)")
     }
 
     @Test(

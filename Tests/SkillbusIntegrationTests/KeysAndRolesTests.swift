@@ -66,7 +66,9 @@ struct KeysAndRolesTests {
         try await keyed.coordinator.waitForLine("w1 to join") { $0.contains("agent 'w1' joined") }
         // Both ends of the bus are the own ZMTP engine, speaking CURVE, and say so.
         #expect(keyed.count { $0.contains("bus on tcp://127.0.0.1:") && $0.contains("(own ZMTP engine, CURVE)") } == 1)
-        #expect(worker.output.contains { $0.contains("bus at \(keyed.bus) (own ZMTP engine, CURVE)") })
+        _ = try await worker.waitForLine("the worker's engine", timeout: .seconds(5)) {
+            $0.contains("bus at \(keyed.bus) (own ZMTP engine, CURVE)")
+        }
         let (code, document) = try await keyed.send("alice", ["echo", "text=secret"])
         #expect(code == 0 && document["agent"] == "w1" && document["result"]?["text"] == "secret")
         // The worker's replica reads the feed with its worker key: AGENTS shows it in step.

@@ -219,7 +219,9 @@ struct MCPServerIntegrationTests {
         defer { bare.process.signal(SIGKILL) }
         #expect(try await bare.step("call tools")["names"] == [])
         #expect(try await bare.step("call")["refused"]?.stringValue?.contains("unknown tool 'echo'") == true)
-        #expect(bare.process.output.contains { $0.contains("no registry from the coordinator") })
+        _ = try await bare.process.waitForLine("the missing registry", timeout: .seconds(5)) {
+            $0.contains("no registry from the coordinator")
+        }
     }
 
     @Test("command-line mistakes are refused at once, before anything connects, each naming what is wrong")

@@ -199,7 +199,8 @@ final class SkillbusProcess: Sendable {
         return line
     }
 
-    /// Waits for the process to exit, within `timeout`, and returns its exit code.
+    /// Waits for the process to exit, within `timeout`, and returns its exit code; then, briefly, for the rest of its
+    /// output (the pipes are read on their own schedule), so `output` holds what it wrote before it exited.
     @discardableResult
     func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
         let exited = await withTaskGroup(of: Bool.self) { group in
@@ -229,6 +230,8 @@ final class SkillbusProcess: Sendable {
         guard exited, record.state.withLock({ $0.exited }) else {
             throw TimedOut(what: "\(name) to exit; output:\n" + output.suffix(30).joined(separator: "\n"))
         }
+        // A child it left behind may hold the pipes open: not for long.
+        await waitForOutputEnd(timeout: .seconds(2))
         return exitCode
     }
 
