@@ -209,10 +209,11 @@ final class CoordinatorLoop {
             sendFeedBatches()
         }
         while !control.stopping.load(ordering: .acquiring) {
-            // What the last pass gave the journal, in one hand-off; then what it sent, to the network in one
-            // write per peer (Skillbus's own router), and its feed batches, one message each.
-            submitJournalEntries()
+            // What the last pass sent, to the network in one write per peer (Skillbus's own router); then what
+            // it gave the journal, in one hand-off (waking the journal's thread costs a system call that answers
+            // need not wait for: a round's document is committed after its answer anyway); then its feed batches.
             router.flush()
+            submitJournalEntries()
             sendFeedBatches()
             var now = DispatchTime.now().uptimeNanoseconds
             // A retry's backoff ends when it ends, not at the next tick.
