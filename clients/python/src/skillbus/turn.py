@@ -66,6 +66,7 @@ class AgentTurn:
         self.team = team
         self.deadline = time.monotonic() + fields["deadline_ms"] / 1000
         self.cancelled = threading.Event()
+        self._cancel_reason: SkillbusError | None = None  # set before `cancelled`: the planner's thread reads it
         self._worker = worker
         self._send = send  # sends one worker message (fields 1, 2, …) on the worker's connection; any thread
         if fields["lease"]:
@@ -149,6 +150,8 @@ class AgentTurn:
     def cancel(self, why: SkillbusError | None = None) -> None:
         """A CANCEL with this turn's id (§3.7), or the worker leaving (`why`): the turn stops its calls and
         ends at once, `cancelled` (or with `why`)."""
+        # The reason first: a planner woken by `cancelled` may end the turn before this thread does.
+        self._cancel_reason = why
         self.cancelled.set()
         with self._lock:
             waiting = list(self._waiting)
@@ -175,7 +178,7 @@ class AgentTurn:
         if self.time_left() <= 0:
             return SkillbusError("timeout", f"the turn ran out of time after {len(self._calls)} skill call(s)")
         if self.cancelled.is_set():
-            return SkillbusError("cancelled", "the turn was cancelled")
+            return self._cancel_reason or SkillbusError("cancelled", "the turn was cancelled")
         return None
 
     def _enter(self, state: dict, parameters: dict | None = None) -> None:
