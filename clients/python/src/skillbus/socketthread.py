@@ -16,7 +16,7 @@ import uuid
 
 import zmq
 
-from . import wire
+from . import wire, zmtp
 
 _NOBLOCK, _MORE, _RCVMORE = int(zmq.NOBLOCK), int(zmq.NOBLOCK | zmq.SNDMORE), int(zmq.RCVMORE)
 
@@ -35,6 +35,9 @@ class SocketThread:
     (`serve_until`) and `give_back()`s the socket, so a lone blocking call needs no hand-over between
     threads, each of which costs a thread wake-up. Only one thread holds the socket at any time; the
     lock and the hand-over make the memory barrier libzmq asks for when a socket changes threads.
+
+    The socket: a DEALER to one `tcp://` endpoint without keys is the package's own ZMTP (`zmtp.Dealer`, read and
+    written on this thread, no libzmq I/O thread between); any other is pyzmq's.
 
     Batching (PROTOCOL §2.2): with `batching`, one-frame messages sent by the thread that holds the socket are held
     until it next waits, and go out batched (the first of them as a batch even alone, which tells the bus that this
@@ -129,7 +132,7 @@ class SocketThread:
             if due is not None:
                 left = min(left, max(0.0, due - now))
             for item, _ in poller.poll(int(left * 1000) + 1):
-                if item is sock:
+                if item is sock or self._zmtp and item == sock.fileno():
                     self._receive(sock)
                 elif item is self._monitor:
                     self._read_monitor()
@@ -200,6 +203,13 @@ class SocketThread:
 
     def _open(self, endpoint: str | list[str]):
         context, kind, options, subscriptions = self._setup
+        if zmtp.wanted(kind, endpoint, options):
+            sock = zmtp.Dealer(options)
+            sock.connect(endpoint)
+            # pyzmq's poller names a polled object that is not one of its sockets by its descriptor (`_zmtp`).
+            self._zmtp, self._send_now, self._read_message = True, zmtp.Dealer.send_message, zmtp.Dealer.recv_message
+            return sock
+        self._zmtp, self._send_now, self._read_message = False, self._send_zmq, self._read_zmq
         sock = context.socket(kind)
         try:
             for option, value in options.items():
@@ -255,8 +265,8 @@ class SocketThread:
                         self._wait_parked(parked_poller, timeout)
                         continue
                 for item, _ in poller.poll(timeout):
-                    if item is self._socket:
-                        self._receive(item)
+                    if item is self._socket or self._zmtp and item == self._socket.fileno():
+                        self._receive(self._socket)
                     elif item is self._monitor:
                         self._read_monitor()
                     else:
@@ -325,7 +335,14 @@ class SocketThread:
         self._announce = False
 
     @staticmethod
-    def _send_now(sock, frames: list[bytes]) -> None:
+    def _read_zmq(sock) -> list[bytes]:
+        frames = [sock.recv(_NOBLOCK)]
+        while sock.getsockopt(_RCVMORE):
+            frames.append(sock.recv(_NOBLOCK))
+        return frames
+
+    @staticmethod
+    def _send_zmq(sock, frames: list[bytes]) -> None:
         # Frame by frame with plain-int flags: send_multipart spends more on its flag arithmetic than on sending.
         try:
             for frame in frames[:-1]:
@@ -342,9 +359,7 @@ class SocketThread:
         # in bursts (under load, about 5 per wake-up at a worker and dozens at a busy client).
         while True:
             try:
-                frames = [sock.recv(_NOBLOCK)]
-                while sock.getsockopt(_RCVMORE):
-                    frames.append(sock.recv(_NOBLOCK))
+                frames = self._read_message(sock)
             except zmq.Again:
                 self._send_held(sock)  # the burst's answers, at once: before the handler's before_poll
                 return
