@@ -37,7 +37,8 @@ class SocketThread:
     lock and the hand-over make the memory barrier libzmq asks for when a socket changes threads.
 
     The socket: a DEALER to one `tcp://` endpoint without keys is the package's own ZMTP (`zmtp.Dealer`, read and
-    written on this thread, no libzmq I/O thread between); any other is pyzmq's.
+    written on this thread, no libzmq I/O thread between); any other is pyzmq's. The own DEALER tells the handler's
+    `connection_closed(now)`, when it has one, that a connection past its handshake ended.
 
     Batching (PROTOCOL §2.2): with `batching`, one-frame messages sent by the thread that holds the socket are held
     until it next waits, and go out batched (the first of them as a batch even alone, which tells the bus that this
@@ -208,6 +209,7 @@ class SocketThread:
             sock.connect(endpoint)
             # pyzmq's poller names a polled object that is not one of its sockets by its descriptor (`_zmtp`).
             self._zmtp, self._send_now, self._read_message = True, zmtp.Dealer.send_message, zmtp.Dealer.recv_message
+            self._closed_seen = 0
             return sock
         self._zmtp, self._send_now, self._read_message = False, self._send_zmq, self._read_zmq
         sock = context.socket(kind)
@@ -362,6 +364,11 @@ class SocketThread:
                 frames = self._read_message(sock)
             except zmq.Again:
                 self._send_held(sock)  # the burst's answers, at once: before the handler's before_poll
+                if self._zmtp and sock.closed != self._closed_seen:
+                    self._closed_seen = sock.closed
+                    closed = getattr(self._handler, "connection_closed", None)
+                    if closed is not None:
+                        closed(time.monotonic())
                 return
             try:
                 if self._batching and len(frames) == 1 and wire.is_batch(frames[0]):

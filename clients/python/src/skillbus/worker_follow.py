@@ -1,7 +1,7 @@
 """Following the leader of a coordinator group (PROTOCOL §4.4 item 6), for `WorkerLoop`: a `not_leader` refusal
 sends the worker to the leader it names (else the next coordinator of its list), and a coordinator silent for 3
-heartbeats is left for the next. A move cancels what the coordinator left dispatched, without answering it there or
-anywhere, and opens a new DEALER to the one moved to.
+heartbeats, or whose connection closed, is left for the next. A move cancels what the coordinator left dispatched,
+without answering it there or anywhere, and opens a new DEALER to the one moved to.
 """
 
 from __future__ import annotations
@@ -23,6 +23,18 @@ class FollowingTheLeader:
         if len(self.choice.endpoints) < 2:
             return None
         return max(self._last_heard, self.choice.not_before) + 3 * self._bus_heartbeat_ms / 1000
+
+    def connection_closed(self, now: float) -> None:
+        """The connection to the bus ended (the package's own DEALER says so; pyzmq's does not): with two
+        coordinators or more the worker moves on at once, as from one fallen silent; with one it registers there
+        again as soon as the connection is back (the bus answered what it ran `agent_lost` already, §4.7)."""
+        if self.left.is_set():
+            return
+        if len(self.choice.endpoints) >= 2:
+            return self._move(self.choice.leave(now), "its connection closed", now)
+        if self._registered:
+            self._log("the connection to the bus closed: registering again")
+            self._register_again(now)
 
     def _follow_refusal(self, error: SkillbusError) -> None:
         """ERROR `not_leader`: to the leader the refusal names, else to the next coordinator of the list."""

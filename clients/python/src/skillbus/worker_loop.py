@@ -163,13 +163,17 @@ class WorkerLoop(FollowingTheLeader):
             self._send(*fields)
             if silence is None and now - self._last_heard > 3 * self._bus_heartbeat_ms / 1000:
                 self._log("the bus has been silent for 3 heartbeats: registering again")
-                self._registered = False
-                self._backoff = _BACKOFF_MIN_S
-                for inv in self._running.values():
-                    inv.cancelled.set()  # the bus has answered them agent_lost already
-                self._send_ready(now)
+                self._register_again(now)
                 return now + self._backoff
         return min(self._next_heartbeat, silence or float("inf"))
+
+    def _register_again(self, now: float) -> None:
+        """The bus lost this worker (silence, or its connection closed): READY again, what ran cancelled."""
+        self._registered = False
+        self._backoff = _BACKOFF_MIN_S
+        for inv in self._running.values():
+            inv.cancelled.set()  # the bus has answered them agent_lost already
+        self._send_ready(now)
 
     def _arrived(self, now: float) -> None:
         """A move's new DEALER is open: unregistered, with the READY back-off and liveness of a fresh start."""

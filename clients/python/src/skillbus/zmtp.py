@@ -73,6 +73,8 @@ class Dealer:
         self._unsent = b""  # what the kernel did not take yet
         self._retry_at = 0.0
         self._retry_wait = self._reconnect_min
+        # Connections that ended after their handshake: pyzmq's DEALER never says, this one does (`SocketThread`).
+        self.closed = 0
 
     # --- the pyzmq-like surface -----------------------------------------------------------------
 
@@ -167,6 +169,8 @@ class Dealer:
 
     def _lost(self) -> None:
         """The peer closed the connection or broke the protocol: made again after the reconnect interval."""
+        if self._ready:
+            self.closed += 1
         self._drop()
         self._retry_later()
 
