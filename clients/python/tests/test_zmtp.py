@@ -77,6 +77,22 @@ def test_messages_cross_both_ways_with_libzmq_and_those_sent_before_the_handshak
         dealer.close()
 
 
+def test_a_burst_read_in_one_piece_comes_out_whole_and_in_order(bound):
+    router, endpoint = bound
+    dealer = zmtp.Dealer({})
+    dealer.connect(endpoint)
+    try:
+        dealer.send_message([b"hello"])
+        identity, _ = router_receive(router, dealer)
+        # Fewer than the ROUTER's high-water mark of 1000, past which it drops what it sends.
+        sent = [[b"m%d" % number, b"x" * (number % 300)] for number in range(900)]
+        for message in sent:
+            router.send_multipart([identity, *message])
+        assert received(dealer, len(sent)) == sent
+    finally:
+        dealer.close()
+
+
 def test_a_lost_connection_is_made_again_and_messages_flow_on(bound):
     router, endpoint = bound
     context = zmq.Context.instance()

@@ -61,13 +61,15 @@ class Dealer:
         self._reconnect_min = options.get(zmq.RECONNECT_IVL, 100) / 1000
         self._reconnect_max = max(options.get(zmq.RECONNECT_IVL_MAX, 0) / 1000, self._reconnect_min)
         self._linger = options.get(zmq.LINGER, 0) / 1000
-        # Polled while there is no connection: never readable, so the poller waits for its other items.
+        # Polled while there is no connection: never readable (nothing is written to the other end, which stays
+        # open), so the poller waits for its other items.
         self._idle_reader, self._idle_writer = socket.socketpair()
         self._endpoint: str | None = None
         self._sock: socket.socket | None = None
         self._greeted = False  # the peer's greeting came
         self._ready = False  # both READYs passed: messages flow
         self._inbox = bytearray()
+        self._read_at = 0  # where the next frame starts in `_inbox`
         self._frames: list[bytes] = []  # the message being read
         self._waiting: list[bytes] = []  # encoded messages sent before the handshake ended
         self._unsent = b""  # what the kernel did not take yet
@@ -89,8 +91,10 @@ class Dealer:
         self._reconnect_if_due()
 
     def disconnect(self, endpoint: str) -> None:
+        """As libzmq's: what waited for this endpoint's handshake goes with it."""
         if endpoint == self._endpoint:
             self._drop()
+            self._waiting = []
             self._endpoint = None
 
     def close(self, linger: int | None = None) -> None:
@@ -142,6 +146,9 @@ class Dealer:
             if not chunk:
                 self._lost()
                 raise zmq.Again()
+            if self._read_at:
+                del self._inbox[:self._read_at]
+                self._read_at = 0
             self._inbox += chunk
 
     # --- the connection -------------------------------------------------------------------------
@@ -156,11 +163,7 @@ class Dealer:
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
-        self._sock = sock
-        self._greeted = self._ready = False
-        self._inbox.clear()
-        self._frames = []
-        self._unsent = b""
+        self._sock = sock  # the rest of the connection's state was cleared when the last one ended (`_drop`)
         self._write(_GREETING)
 
     def _retry_later(self) -> None:
@@ -180,6 +183,7 @@ class Dealer:
         self._sock = None
         self._greeted = self._ready = False
         self._inbox.clear()
+        self._read_at = 0
         self._frames = []
         self._unsent = b""
 
@@ -219,7 +223,9 @@ class Dealer:
     # --- reading --------------------------------------------------------------------------------
 
     def _parse(self) -> list[bytes] | None:
-        """Takes the next whole message out of what was read; handles the greeting and commands on the way."""
+        """Takes the next whole message out of what was read (from `_read_at` on: what came before is taken, and
+        cut off only when more is read, so a burst of messages is not moved once per message); handles the
+        greeting and commands on the way."""
         inbox = self._inbox
         if not self._greeted:
             if len(inbox) < 64:
@@ -227,50 +233,46 @@ class Dealer:
             if inbox[0] != 0xFF or inbox[9] != 0x7F or inbox[10] < 3 or bytes(inbox[12:16]) != b"NULL":
                 self._lost()  # not ZMTP 3, or another mechanism (a coordinator with keys)
                 return None
-            del inbox[:64]
+            self._read_at = 64
             self._greeted = True
             self._write(bytes((_COMMAND, len(_READY))) + _READY)
-        position, end = 0, len(inbox)
-        try:
-            while end - position >= 2:
-                flags = inbox[position]
-                if flags & _LONG:
-                    if end - position < 9:
-                        break
-                    size = int.from_bytes(inbox[position + 1:position + 9], "big")
-                    start = position + 9
-                else:
-                    size = inbox[position + 1]
-                    start = position + 2
-                if 0 <= self._max_frame < size:
-                    self._lost()
-                    return None
-                if end - start < size:
+        position, end = self._read_at, len(inbox)
+        while end - position >= 2 and self._sock is not None:
+            flags = inbox[position]
+            if flags & _LONG:
+                if end - position < 9:
                     break
-                body = bytes(inbox[start:start + size])
-                position = start + size
-                if flags & _COMMAND:
-                    if not self._command(body):
-                        return None
-                    continue
-                if not self._ready:
-                    self._lost()  # a message before the handshake ended
-                    return None
-                self._frames.append(body)
-                if not flags & _MORE:
-                    message, self._frames = self._frames, []
-                    return message
-            return None
-        finally:
-            if self._sock is not None:
-                del inbox[:position]
+                size = int.from_bytes(inbox[position + 1:position + 9], "big")
+                start = position + 9
+            else:
+                size = inbox[position + 1]
+                start = position + 2
+            if 0 <= self._max_frame < size:
+                self._lost()
+                return None
+            if end - start < size:
+                break
+            body = bytes(inbox[start:start + size])
+            position = self._read_at = start + size
+            if flags & _COMMAND:
+                self._command(body)  # which may end the connection: the loop then stops
+                continue
+            if not self._ready:
+                self._lost()  # a message before the handshake ended
+                return None
+            self._frames.append(body)
+            if not flags & _MORE:
+                message, self._frames = self._frames, []
+                return message
+        return None
 
-    def _command(self, body: bytes) -> bool:
+    def _command(self, body: bytes) -> None:
         """A command frame: the peer's READY ends the handshake; PING is answered; ERROR or anything unexpected
-        before READY ends the connection. False when the connection ended."""
+        before READY ends the connection."""
         name = body[1:1 + body[0]] if body else b""
         if name == b"READY" and not self._ready:
             self._ready = True
+            self._retry_wait = self._reconnect_min  # the next loss waits the shortest interval again
             waiting, self._waiting = self._waiting, []
             if waiting:
                 self._write(b"".join(waiting))
@@ -280,5 +282,3 @@ class Dealer:
             self._write(bytes((_COMMAND, len(pong))) + pong)
         elif not self._ready:
             self._lost()
-            return False
-        return True
