@@ -3,6 +3,7 @@ leader, against the real coordinator and a stand-in standby (Tests/interop/fake_
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -10,9 +11,9 @@ import time
 import pytest
 import zmq
 
-from conftest import REPO, Process
+from conftest import BINARY, REPO, Process
 from skillbus import Client, SkillbusError
-from skillbus.client import CoordinatorChoice, backoff, coordinator_endpoints
+from skillbus.client import SILENCE_S, CoordinatorChoice, backoff, coordinator_endpoints
 
 FAKE_STANDBY = str(REPO / "Tests" / "interop" / "fake_standby.py")
 
@@ -113,6 +114,27 @@ def test_choice_probes_then_leaves_a_silent_coordinator():
     assert choice.tick(True, 1.5) == "nothing" and choice.tick(True, 2.02) == "probe"
     single = CoordinatorChoice(["tcp://a:1"])
     assert single.tick(True, 0.0) == "nothing" and single.tick(True, 60.0) == "nothing"
+
+
+def test_a_group_client_leaves_a_killed_coordinator_at_once(cluster):
+    """The own DEALER sees the connection close, so the next call goes to the next coordinator without the probe
+    and the second of silence a pyzmq DEALER's client needs (SILENCE_S twice)."""
+    cluster.swift_worker("w1", "--skills", "echo")
+    second_bus = free_endpoint()
+    second = cluster._start([BINARY, "coordinator", "--bus", second_bus, "--feed", free_endpoint()], "second")
+    second.wait_for_line(lambda line: line.startswith("skillbus coordinator ready:"), "the second's ready line")
+    cluster._start([BINARY, "worker", "--name", "w2", "--skills", "echo", "--coordinator", second_bus], "w2")
+    second.wait_for_line(lambda line: "agent 'w2' joined" in line, "w2 joining the second")
+    with Client([cluster.bus, second_bus], timeout=10) as client:
+        assert client.invoke("echo", {"text": "first"}).agent == "w1"
+        cluster.coordinator.popen.kill()  # by its PID: SIGKILL
+        cluster.coordinator.popen.wait(10)
+        started = time.monotonic()
+        assert client.invoke("echo", {"text": "second"}).agent == "w2"
+        took = time.monotonic() - started
+    print(f"a killed coordinator left in {took:.2f} s")
+    if os.environ.get("SKILLBUS_PY_ENGINE") != "libzmq":
+        assert took < 2 * SILENCE_S, took
 
 
 def test_no_leader_anywhere_ends_at_the_timeout_naming_every_endpoint(cluster):

@@ -488,13 +488,23 @@ class Client:
         if action == "probe":
             self._send(b"SKILLS", f"probe-{self._prefix}-{next(self._ids)}".encode())
         elif action == "move":
-            _, target = self.choice.leave(now)
-            self._socket.retarget(target)
-            self.coordinator = target
-            with self._lock:
-                calls = [call for call in self._pending.values() if call.kind in _MOVES_AGAIN]
-            self._held.extend((self.choice.not_before, call) for call in calls)
+            self._leave(now)
         return self.choice.next_tick(waiting)
+
+    def connection_closed(self, now: float) -> None:
+        """The connection to the coordinator ended (the package's own DEALER says so, pyzmq's does not): a group's
+        client leaves it at once, as one that fell silent, instead of probing it first."""
+        if len(self.choice.endpoints) >= 2:
+            self._leave(now)
+
+    def _leave(self, now: float) -> None:
+        """To the next endpoint, where the waiting ROUNDs and reads go again."""
+        _, target = self.choice.leave(now)
+        self._socket.retarget(target)
+        self.coordinator = target
+        with self._lock:
+            calls = [call for call in self._pending.values() if call.kind in _MOVES_AGAIN]
+        self._held.extend((self.choice.not_before, call) for call in calls)
 
     def _tried(self) -> str:
         """For an `unreachable` error: that the coordinator refused this client's key, and for a group's client every
