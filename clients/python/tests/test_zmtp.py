@@ -1,6 +1,7 @@
 """The package's own ZMTP DEALER (`skillbus.zmtp`) against libzmq's ROUTER (pyzmq) and against peers that break
 the protocol: messages both ways, the handshake, reconnecting, PING, the size limit, and when it is used."""
 
+import contextlib
 import select
 import socket
 import threading
@@ -44,6 +45,24 @@ def router_receive(router, dealer: zmtp.Dealer, send: bytes | None = None, timeo
     return router.recv_multipart()
 
 
+@contextlib.contextmanager
+def connected(endpoint: str, options: dict | None = None):
+    """A dealer connecting to `endpoint`, closed at the end."""
+    dealer = zmtp.Dealer(options or {})
+    dealer.connect(endpoint)
+    try:
+        yield dealer
+    finally:
+        dealer.close()
+
+
+def greeted(router, dealer: zmtp.Dealer) -> bytes:
+    """Says hello through the dealer; returns the identity the ROUTER gave its connection."""
+    dealer.send_message([b"hello"])
+    identity, _ = router_receive(router, dealer)
+    return identity
+
+
 @pytest.fixture
 def bound():
     """A libzmq ROUTER on 127.0.0.1 and its endpoint."""
@@ -58,9 +77,7 @@ def bound():
 
 def test_messages_cross_both_ways_with_libzmq_and_those_sent_before_the_handshake_wait_for_it(bound):
     router, endpoint = bound
-    dealer = zmtp.Dealer({})
-    dealer.connect(endpoint)
-    try:
+    with connected(endpoint) as dealer:
         # Sent at once, before the ROUTER's greeting was read: kept until the handshake ends.
         long_frame = bytes(range(256)) * 300
         dealer.send_message([b"first"])
@@ -73,32 +90,23 @@ def test_messages_cross_both_ways_with_libzmq_and_those_sent_before_the_handshak
         assert received(dealer, 2) == [[b"back", b"x" * 255, b"y" * 256], [b""]]
         with pytest.raises(zmq.Again):
             dealer.recv_message()
-    finally:
-        dealer.close()
 
 
 def test_a_burst_read_in_one_piece_comes_out_whole_and_in_order(bound):
     router, endpoint = bound
-    dealer = zmtp.Dealer({})
-    dealer.connect(endpoint)
-    try:
-        dealer.send_message([b"hello"])
-        identity, _ = router_receive(router, dealer)
+    with connected(endpoint) as dealer:
+        identity = greeted(router, dealer)
         # Fewer than the ROUTER's high-water mark of 1000, past which it drops what it sends.
         sent = [[b"m%d" % number, b"x" * (number % 300)] for number in range(900)]
         for message in sent:
             router.send_multipart([identity, *message])
         assert received(dealer, len(sent)) == sent
-    finally:
-        dealer.close()
 
 
 def test_a_lost_connection_is_made_again_and_messages_flow_on(bound):
     router, endpoint = bound
     context = zmq.Context.instance()
-    dealer = zmtp.Dealer({zmq.RECONNECT_IVL: 20})
-    dealer.connect(endpoint)
-    try:
+    with connected(endpoint, {zmq.RECONNECT_IVL: 20}) as dealer:
         dealer.send_message([b"before"])
         identity, body = router_receive(router, dealer)
         assert body == b"before"
@@ -111,8 +119,6 @@ def test_a_lost_connection_is_made_again_and_messages_flow_on(bound):
             assert router_receive(again, dealer, send=b"after")[1] == b"after"
         finally:
             again.close()
-    finally:
-        dealer.close()
 
 
 def test_libzmq_heartbeats_are_answered_so_the_connection_stays():
@@ -121,36 +127,28 @@ def test_libzmq_heartbeats_are_answered_so_the_connection_stays():
     router.setsockopt(zmq.HEARTBEAT_IVL, 30)  # before the bind: its listener copies the options
     router.setsockopt(zmq.HEARTBEAT_TIMEOUT, 120)
     endpoint = f"tcp://127.0.0.1:{router.bind_to_random_port('tcp://127.0.0.1')}"
-    dealer = zmtp.Dealer({})
-    dealer.connect(endpoint)
     try:
-        dealer.send_message([b"hello"])
-        identity, _ = router_receive(router, dealer)
-        quiet_until = time.monotonic() + 0.6  # five heartbeat timeouts: an unanswered PING would end it
-        while time.monotonic() < quiet_until:
-            assert pump(dealer, 0.02) == []
-        dealer.send_message([b"still here"])
-        assert router_receive(router, dealer) == [identity, b"still here"]  # the same connection: the same identity
+        with connected(endpoint) as dealer:
+            identity = greeted(router, dealer)
+            quiet_until = time.monotonic() + 0.6  # five heartbeat timeouts: an unanswered PING would end it
+            while time.monotonic() < quiet_until:
+                assert pump(dealer, 0.02) == []
+            dealer.send_message([b"still here"])
+            assert router_receive(router, dealer) == [identity, b"still here"]  # the same connection, the same identity
     finally:
-        dealer.close()
         router.close()
 
 
 def test_a_frame_past_the_size_limit_ends_the_connection_and_it_comes_back(bound):
     router, endpoint = bound
-    dealer = zmtp.Dealer({zmq.MAXMSGSIZE: 1000, zmq.RECONNECT_IVL: 20})
-    dealer.connect(endpoint)
-    try:
-        dealer.send_message([b"hello"])
-        identity, _ = router_receive(router, dealer)
+    with connected(endpoint, {zmq.MAXMSGSIZE: 1000, zmq.RECONNECT_IVL: 20}) as dealer:
+        identity = greeted(router, dealer)
         router.send_multipart([identity, b"z" * 1001])
         router.send_multipart([identity, b"lost with the connection"])
         with pytest.raises(AssertionError):
             received(dealer, 1, timeout=0.3)
         new_identity, body = router_receive(router, dealer, send=b"again")
         assert body == b"again" and new_identity != identity
-    finally:
-        dealer.close()
 
 
 class RawPeer:
@@ -188,19 +186,17 @@ class RawPeer:
 ])
 def test_a_peer_that_breaks_the_handshake_is_left_and_tried_again_later(answer, what):
     peer = RawPeer(answer)
-    dealer = zmtp.Dealer({zmq.RECONNECT_IVL: 30})
-    dealer.connect(peer.endpoint)
     try:
-        dealer.send_message([b"kept until a handshake ends"])
-        with pytest.raises(AssertionError):
-            received(dealer, 1, timeout=0.3)
-        assert dealer._sock is None or not dealer._ready, what
-        deadline = time.monotonic() + 5
-        while peer.connections < 2 and time.monotonic() < deadline:
-            pump(dealer)
-        assert peer.connections >= 2, f"{what}: no second attempt"
+        with connected(peer.endpoint, {zmq.RECONNECT_IVL: 30}) as dealer:
+            dealer.send_message([b"kept until a handshake ends"])
+            with pytest.raises(AssertionError):
+                received(dealer, 1, timeout=0.3)
+            assert dealer._sock is None or not dealer._ready, what
+            deadline = time.monotonic() + 5
+            while peer.connections < 2 and time.monotonic() < deadline:
+                pump(dealer)
+            assert peer.connections >= 2, f"{what}: no second attempt"
     finally:
-        dealer.close()
         peer.close()
 
 
@@ -230,11 +226,9 @@ def test_ipv6_loopback_is_reached_when_the_machine_has_it():
     except zmq.ZMQError:
         router.close()
         pytest.skip("no IPv6 loopback")
-    dealer = zmtp.Dealer({})
-    dealer.connect(f"tcp://[::1]:{port}")
     try:
-        dealer.send_message([b"over IPv6"])
-        assert router_receive(router, dealer)[1] == b"over IPv6"
+        with connected(f"tcp://[::1]:{port}") as dealer:
+            dealer.send_message([b"over IPv6"])
+            assert router_receive(router, dealer)[1] == b"over IPv6"
     finally:
-        dealer.close()
         router.close()
