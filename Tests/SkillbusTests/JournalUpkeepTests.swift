@@ -65,12 +65,15 @@ struct JournalUpkeepTests {
         }
     }
 
-    @Test("a journal written before rounds were kept in acceptance order keeps every row through the migration")
-    func migrationKeepsRounds() async throws {
+    @Test(
+        "a journal written before rounds were kept in acceptance order, or before the id index went, keeps every row",
+        arguments: [2, 3])
+    func migrationKeepsRounds(migrationsBefore: Int) async throws {
         try await withTemporaryDirectory { directory in
             let path = (directory as NSString).appendingPathComponent(JournalSchema.databaseName)
-            // The journal as the build before this one wrote it: the first two migrations.
-            let before = try SQLiteDatabase.open(path: path, migrations: Array(JournalSchema.migrations.prefix(2)))
+            // The journal as an earlier build wrote it: its first migrations.
+            let before = try SQLiteDatabase.open(
+                path: path, migrations: Array(JournalSchema.migrations.prefix(migrationsBefore)))
             // Within the retention window, so that the sweep at open keeps it.
             let now = RoundJournal.nowMs()
             try before.transaction { () throws(SkillbusError) in

@@ -57,25 +57,52 @@ enum JournalSchema {
                 ALTER TABLE rounds_in_order RENAME TO rounds;
                 CREATE INDEX rounds_by_finished ON rounds (finished) WHERE state != 'running';
                 """),
+        // Even small, the id index's entries landed at random: one page per round in every commit and checkpoint,
+        // most of the journal's writing. The store keeps where each id's row is in memory instead
+        // (`JournalRowIndex`, read at open), so the table has no index on the id.
+        SQLiteMigration(
+            "rounds_without_id_index",
+            sql: """
+                CREATE TABLE rounds_by_seq (
+                    seq INTEGER PRIMARY KEY,        -- the order of acceptance: new rows go at the table's end
+                    id TEXT NOT NULL,               -- unique: the store inserts only ids it does not hold
+                    body TEXT NOT NULL,
+                    state TEXT NOT NULL,            -- 'running', 'done' or 'interrupted'
+                    idempotent INTEGER NOT NULL,    -- 1: every skill of the round is idempotent
+                    document TEXT,                  -- the round document once 'done'
+                    accepted INTEGER NOT NULL,
+                    finished INTEGER NOT NULL,      -- when it ended, or was found interrupted; 0 while running
+                    bytes INTEGER NOT NULL          -- body and document: what it costs on disk, roughly
+                );
+                INSERT INTO rounds_by_seq SELECT seq, id, body, state, idempotent, document, accepted, finished, bytes
+                    FROM rounds ORDER BY seq;
+                DROP TABLE rounds;
+                ALTER TABLE rounds_by_seq RENAME TO rounds;
+                CREATE INDEX rounds_by_finished ON rounds (finished) WHERE state != 'running';
+                """),
     ]
 
-    /// Inserts a new round; one already journaled is left as it is (no change), and then read with `select`.
+    /// Statements that find a round by id take the `seq` `JournalRowIndex` names and the id, which tells apart the
+    /// rows of ids whose hashes collide.
     static let insert =
         "INSERT INTO rounds (id, body, state, idempotent, document, accepted, finished, bytes) "
-        + "VALUES (?, ?, 'running', ?, NULL, ?, 0, ?) ON CONFLICT (id) DO NOTHING"
-    static let select = "SELECT body, state, idempotent, document FROM rounds WHERE id = ?"
-    static let rerun = "UPDATE rounds SET state = 'running', accepted = ?, finished = 0 WHERE id = ?"
-    /// A round that started without a row (only idempotent ones do) gets it whole.
+        + "VALUES (?, ?, 'running', ?, NULL, ?, 0, ?)"
+    static let isRow = "SELECT 1 FROM rounds WHERE seq = ? AND id = ?"
+    static let select = "SELECT body, state, idempotent, document FROM rounds WHERE seq = ? AND id = ?"
+    static let rerun = "UPDATE rounds SET state = 'running', accepted = ?, finished = 0 WHERE seq = ? AND id = ?"
     static let finish =
+        "UPDATE rounds SET state = 'done', document = ?, finished = ?, bytes = ? WHERE seq = ? AND id = ?"
+    /// A round that started without a row (only idempotent ones do) gets it whole.
+    static let insertFinished =
         "INSERT INTO rounds (id, body, state, idempotent, document, accepted, finished, bytes) "
-        + "VALUES (?1, ?2, 'done', 1, ?3, ?4, ?4, ?5) ON CONFLICT (id) DO UPDATE SET state = 'done', "
-        + "document = excluded.document, finished = excluded.finished, bytes = excluded.bytes"
-    static let bytesOf = "SELECT bytes FROM rounds WHERE id = ?"
-    static let delete = "DELETE FROM rounds WHERE id = ?"
+        + "VALUES (?1, ?2, 'done', 1, ?3, ?4, ?4, ?5)"
+    static let bytesOf = "SELECT bytes FROM rounds WHERE seq = ? AND id = ?"
+    static let delete = "DELETE FROM rounds WHERE seq = ? AND id = ?"
     /// At open: what was running when the last coordinator stopped did not finish.
     static let interruptRunning = "UPDATE rounds SET state = 'interrupted', finished = ? WHERE state = 'running'"
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM rounds"
     static let ids = "SELECT id FROM rounds"
+    static let rows = "SELECT seq, id FROM rounds"
     static let oldestEnded = "SELECT id, bytes, finished FROM rounds WHERE state != 'running' ORDER BY finished LIMIT ?"
 
     static let upsertMember =

@@ -73,11 +73,16 @@ struct StoredRound: Sendable, Equatable {
 final class SQLiteJournalStore: JournalStore {
     private let database: SQLiteDatabase
     private let lock: DirectoryLock
+    /// Where each id's row is: read at open, kept with every insert and delete.
+    private var index: JournalRowIndex
+    /// What the running transaction changed in `index`, undone when it rolls back: (id, row, inserted).
+    private var indexChanges: [(id: [UInt8], seq: Int64, inserted: Bool)] = []
 
     /// SQLite's page cache for the journal, in KiB.
     static let cacheKiB = 16384
 
-    init(directory: String) throws(SkillbusError) {
+    init(directory: String, index: JournalRowIndex = JournalRowIndex()) throws(SkillbusError) {
+        self.index = index
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         } catch {
@@ -90,9 +95,10 @@ final class SQLiteJournalStore: JournalStore {
         do {
             let path = (directory as NSString).appendingPathComponent(JournalSchema.databaseName)
             database = try SQLiteDatabase.open(path: path, migrations: JournalSchema.migrations)
-            // The id index and the last pages of the table stay in memory (SQLite's default keeps 2 MiB).
+            // The last pages of the table stay in memory (SQLite's default keeps 2 MiB).
             try database.execute("PRAGMA cache_size=-\(Self.cacheKiB)")
             database.checkpointWhenAsked()
+            try database.rows(JournalSchema.rows) { row in self.index.insert(row.bytes(1), row: row.int64(0)) }
         } catch {
             lock.release()
             throw error
@@ -100,51 +106,107 @@ final class SQLiteJournalStore: JournalStore {
     }
 
     func transaction<T>(_ body: () throws(SkillbusError) -> T) throws(SkillbusError) -> T {
-        try database.transaction(body)
+        indexChanges = []
+        do {
+            return try database.transaction(body)
+        } catch {
+            for change in indexChanges.reversed() {
+                if change.inserted {
+                    index.remove(change.id, row: change.seq)
+                } else {
+                    index.insert(change.id, row: change.seq)
+                }
+            }
+            indexChanges = []
+            throw error
+        }
+    }
+
+    private func indexed(_ id: [UInt8], row seq: Int64) {
+        index.insert(id, row: seq)
+        if database.inTransaction { indexChanges.append((id, seq, true)) }
+    }
+
+    private func unindexed(_ id: [UInt8], row seq: Int64) {
+        index.remove(id, row: seq)
+        if database.inTransaction { indexChanges.append((id, seq, false)) }
+    }
+
+    /// The row of `id`, or nil when the journal holds none.
+    private func row(of id: [UInt8]) throws(SkillbusError) -> Int64? {
+        try index.row(of: id) { seq throws(SkillbusError) in
+            try database.integer(JournalSchema.isRow, [.integer(seq), .utf8(id)]) != nil
+        }
     }
 
     func insertRunning(_ rounds: [NewRound], nowMs: Int64) throws(SkillbusError) -> Set<[UInt8]> {
         var inserted: Set<[UInt8]> = []
-        for round in rounds {
+        for round in rounds where try row(of: round.id) == nil {
             try database.run(
                 JournalSchema.insert,
                 [
                     .utf8(round.id), .utf8(round.body), .int(round.idempotent ? 1 : 0), .integer(nowMs),
                     .int(round.body.count),
                 ])
-            if database.changes == 1 { inserted.insert(round.id) }
+            indexed(round.id, row: database.lastInsertedRow)
+            inserted.insert(round.id)
         }
         return inserted
     }
 
     func stored(_ id: [UInt8]) throws(SkillbusError) -> StoredRound? {
         var stored: StoredRound?
-        try database.rows(JournalSchema.select, [.utf8(id)]) { row in
-            stored = StoredRound(
-                body: row.bytes(0), state: row.text(1), idempotent: row.int(2) != 0,
-                document: row.isNull(3) ? nil : row.bytes(3))
+        _ = try index.row(of: id) { seq throws(SkillbusError) in
+            try database.rows(JournalSchema.select, [.integer(seq), .utf8(id)]) { row in
+                stored = StoredRound(
+                    body: row.bytes(0), state: row.text(1), idempotent: row.int(2) != 0,
+                    document: row.isNull(3) ? nil : row.bytes(3))
+            }
+            return stored != nil
         }
         return stored
     }
 
     func rerun(_ id: [UInt8], nowMs: Int64) throws(SkillbusError) {
-        try database.run(JournalSchema.rerun, [.integer(nowMs), .utf8(id)])
+        guard let seq = try row(of: id) else { return }
+        try database.run(JournalSchema.rerun, [.integer(nowMs), .integer(seq), .utf8(id)])
     }
 
     func finish(_ rounds: [FinishedRow], nowMs: Int64) throws(SkillbusError) {
         for round in rounds {
+            let updated = try index.row(of: round.id) { seq throws(SkillbusError) in
+                try database.run(
+                    JournalSchema.finish,
+                    [
+                        .utf8(round.document), .integer(nowMs), .int(round.document.count), .integer(seq),
+                        .utf8(round.id),
+                    ])
+                return database.changes == 1
+            }
+            guard updated == nil else { continue }
             try database.run(
-                JournalSchema.finish,
-                [.utf8(round.id), .utf8(round.body), .utf8(round.document), .integer(nowMs), .int(round.document.count)])
+                JournalSchema.insertFinished,
+                [
+                    .utf8(round.id), .utf8(round.body), .utf8(round.document), .integer(nowMs),
+                    .int(round.document.count),
+                ])
+            indexed(round.id, row: database.lastInsertedRow)
         }
     }
 
     func bytes(of id: [UInt8]) throws(SkillbusError) -> Int? {
-        try database.integer(JournalSchema.bytesOf, [.utf8(id)])
+        var bytes: Int?
+        _ = try index.row(of: id) { seq throws(SkillbusError) in
+            bytes = try database.integer(JournalSchema.bytesOf, [.integer(seq), .utf8(id)])
+            return bytes != nil
+        }
+        return bytes
     }
 
     func delete(_ id: [UInt8]) throws(SkillbusError) {
-        try database.run(JournalSchema.delete, [.utf8(id)])
+        guard let seq = try row(of: id) else { return }
+        try database.run(JournalSchema.delete, [.integer(seq), .utf8(id)])
+        unindexed(id, row: seq)
     }
 
     func upsertMember(_ row: SessionMembership) throws(SkillbusError) {

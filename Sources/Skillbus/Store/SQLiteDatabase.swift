@@ -87,6 +87,9 @@ final class SQLiteDatabase {
     /// Rows the last statement inserted, changed or deleted.
     var changes: Int { isOpen ? Int(sqlite3_changes(handle)) : 0 }
 
+    /// The rowid of the row the last successful INSERT added.
+    var lastInsertedRow: Int64 { isOpen ? sqlite3_last_insert_rowid(handle) : 0 }
+
     // MARK: - Statements
 
     /// The prepared statement for `sql`, from the cache (prepared on first use).
