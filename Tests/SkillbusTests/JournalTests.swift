@@ -103,6 +103,28 @@ struct JournalTests {
         }
     }
 
+    @Test("a finish alone is committed once it lingered; an accept is committed at once, with what lingers")
+    func lingeringEntries() async throws {
+        let document = Array(#"{"status":"ok"}"#.utf8)
+        func finish(_ id: String) -> JournalEntry {
+            .finish(roundID: Array(id.utf8), body: Array("{}".utf8), document: document)
+        }
+        try await withTemporaryDirectory { directory in
+            let opened = try Opened(directory)
+            defer { opened.journal.close() }
+            opened.journal.submit([finish("alone")])
+            #expect(await eventually { opened.journal.storedBytes.load(ordering: .relaxed) == document.count })
+        }
+        try await withTemporaryDirectory { directory in
+            // A linger longer than the test: only the accept can bring the finish's commit.
+            let opened = try Opened(directory, limits: RoundJournal.Limits(lingerMs: 600_000))
+            defer { opened.journal.close() }
+            opened.journal.submit([finish("early")])
+            #expect(try await opened.accept("new") == .accepted(roundID: Array("new".utf8)))
+            #expect(opened.journal.storedBytes.load(ordering: .relaxed) == document.count + 2)
+        }
+    }
+
     @Test("the journal stays within its byte limit by dropping the oldest ended rounds")
     func retentionByBytes() async throws {
         try await withTemporaryDirectory { directory in

@@ -12,9 +12,9 @@ import Synchronization
 /// Threads: the store belongs to the journal's own thread ("skillbus-journal"). The coordinator's thread
 /// only hands entries over, once per pass of its loop (`submit`, a short lock), and is woken with the answers
 /// (`onAnswers`): it never waits for the disk. The thread commits everything handed over since its last commit in
-/// one transaction, at once (group commit: under load, one commit carries many rounds), then answers the
-/// batch's `accept`s; only then does it checkpoint the write-ahead log or take a step of the retention sweep
-/// (`JournalUpkeep`).
+/// one transaction (group commit: under load, one commit carries many rounds), at once when an accept waits for
+/// it, else once the first entry lingered `Limits.lingerMs`; then it answers the batch's `accept`s; only then
+/// does it checkpoint the write-ahead log or take a step of the retention sweep (`JournalUpkeep`).
 ///
 /// Durability: an `accept` is answered only after its commit, so a round that ran is journaled as accepted; a
 /// `finish` is committed in the next batch after the round was answered. SQLite runs with
@@ -29,10 +29,19 @@ final class RoundJournal: Sendable {
         /// Sessions nobody served for this long are not read back at open (the coordinator's
         /// `sessionRetentionMs`; while it runs, its roster forgets them itself).
         var sessionRetentionMs = 30 * 86_400_000
+        /// How long entries nothing waits for (finishes, forgets, session rows) may wait for more before their
+        /// commit: one commit then carries the rounds of a few milliseconds, where every commit rewrites the
+        /// table's last page and an index page or two however few rows it adds.
+        var lingerMs = 2
     }
 
     private struct Inbox {
         var entries: [JournalEntry] = []
+        /// Whether something handed over waits for its commit: an accept (its round waits to start), or any entry
+        /// when the coordinator's answers wait for the commit of their documents (`Hooks.onCommitted`).
+        var urgent = false
+        /// When the first of `entries` was handed over (uptime nanoseconds).
+        var since: UInt64 = 0
         var stopping = false
         var exited = false
     }
@@ -161,8 +170,21 @@ final class RoundJournal: Sendable {
     /// Hands entries to the thread. Never blocks on the disk.
     func submit(_ entries: [JournalEntry]) {
         guard !entries.isEmpty else { return }
-        inbox.withLock { $0.entries += entries }
-        wakeup.signal()
+        let urgent =
+            hooks.onCommitted != nil
+            || entries.contains { entry in
+                if case .accept = entry { true } else { false }
+            }
+        let wake = inbox.withLock { box -> Bool in
+            // A thread that has entries already is awake or lingers with a deadline: it needs no wake-up for more,
+            // only for the first ones and for the first urgent one.
+            let wake = box.entries.isEmpty || (urgent && !box.urgent)
+            if box.entries.isEmpty { box.since = DispatchTime.now().uptimeNanoseconds }
+            box.entries += entries
+            box.urgent = box.urgent || urgent
+            return wake
+        }
+        if wake { wakeup.signal() }
     }
 
     /// Commits what was handed over, closes the database and waits for the thread (at the coordinator's stop).
@@ -215,9 +237,13 @@ final class RoundJournal: Sendable {
         // What waits for a database that went away (a group's journal only), in the order it was handed over.
         var waiting: [JournalEntry] = []
         while true {
-            let (entries, stopping) = inbox.withLock { box in
-                defer { box.entries = [] }
-                return (box.entries, box.stopping)
+            let (entries, stopping, lingering) = inbox.withLock { box -> ([JournalEntry], Bool, UInt64?) in
+                let until = box.since + UInt64(limits.lingerMs) * 1_000_000
+                if !box.entries.isEmpty, !box.urgent, !box.stopping, DispatchTime.now().uptimeNanoseconds < until {
+                    return ([], false, until)
+                }
+                defer { (box.entries, box.urgent) = ([], false) }
+                return (box.entries, box.stopping, nil)
             }
             if fenced.withLock({ $0 }) != nil {
                 if stopping { return }
@@ -244,7 +270,7 @@ final class RoundJournal: Sendable {
             }
             if stopping && entries.isEmpty { return }
             if entries.isEmpty, let until = upkeep.sleepUntil {
-                _ = wakeup.wait(timeout: DispatchTime(uptimeNanoseconds: until))
+                _ = wakeup.wait(timeout: DispatchTime(uptimeNanoseconds: min(until, lingering ?? until)))
             }
         }
     }
