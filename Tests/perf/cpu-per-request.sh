@@ -5,7 +5,8 @@
 # builds, because the client costs almost nothing. Not part of the product; needs gcc and libzmq3-dev.
 #
 #   Tests/perf/cpu-per-request.sh BINARY REQUESTS [IN_FLIGHT]
-#   PERF=coordinator (or PERF=worker, the first of the four) ... also records that process with perf
+#   PERF=coordinator (or PERF=worker, the first of the four, or PERF=watcher with WATCH=1) ... also records that
+#   process with perf
 #   (perf.data in the working directory); PERF_EVENT=probe_libc:malloc (after `perf probe -x libc.so.6 malloc`)
 #   records where allocations come from instead of where the time goes.
 #   STAT=1 ... also counts the coordinator's context switches and socket syscalls, per thread and request
@@ -128,7 +129,7 @@ if [ -n "$preload" ]; then
 fi
 before=$(cpu "$coordinator"); workers_before=$(workers_cpu); watcher_before=$(cpu "${watcher:-$coordinator}")
 if [ -n "${PERF:-}" ]; then
-    recorded=$coordinator; [ "$PERF" = worker ] && recorded=${pids[1]}
+    recorded=$coordinator; [ "$PERF" = worker ] && recorded=${pids[1]}; [ "$PERF" = watcher ] && recorded=$watcher
     perf record -q -e "${PERF_EVENT:-cpu-clock}" --call-graph dwarf -p "$recorded" -o perf.data -- sleep 1000 &
     recorder=$!; sleep 1
 fi
