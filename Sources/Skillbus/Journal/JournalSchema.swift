@@ -59,9 +59,11 @@ enum JournalSchema {
                 """),
         // Even small, the id index's entries landed at random: one page per round in every commit and checkpoint,
         // most of the journal's writing. The store keeps where each id's row is in memory instead
-        // (`JournalRowIndex`, read at open), so the table has no index on the id.
+        // (`JournalRowIndex`, read at open), so the table has no index on the id; and the retention sweep takes
+        // ended rows in acceptance order (`oldestEnded`), so none on the end time either: every index is one more
+        // B-tree insert per round.
         SQLiteMigration(
-            "rounds_without_id_index",
+            "rounds_without_indexes",
             sql: """
                 CREATE TABLE rounds_by_seq (
                     seq INTEGER PRIMARY KEY,        -- the order of acceptance: new rows go at the table's end
@@ -78,7 +80,6 @@ enum JournalSchema {
                     FROM rounds ORDER BY seq;
                 DROP TABLE rounds;
                 ALTER TABLE rounds_by_seq RENAME TO rounds;
-                CREATE INDEX rounds_by_finished ON rounds (finished) WHERE state != 'running';
                 """),
     ]
 
@@ -103,7 +104,9 @@ enum JournalSchema {
     static let totalBytes = "SELECT coalesce(sum(bytes), 0) FROM rounds"
     static let ids = "SELECT id FROM rounds"
     static let rows = "SELECT seq, id FROM rounds"
-    static let oldestEnded = "SELECT id, bytes, finished FROM rounds WHERE state != 'running' ORDER BY finished LIMIT ?"
+    /// Ended rounds in the order they were accepted: the table's own order, so no index is kept for the sweep. A
+    /// round that ran long holds back the rows accepted after it until it expires itself.
+    static let oldestEnded = "SELECT id, bytes, finished FROM rounds WHERE state != 'running' ORDER BY seq LIMIT ?"
 
     static let upsertMember =
         "INSERT INTO session_members (session, agent, role, first, last) VALUES (?, ?, ?, ?, ?) "

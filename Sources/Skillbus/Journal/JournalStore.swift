@@ -31,7 +31,8 @@ protocol JournalStore: AnyObject {
     /// The session roster without the sessions nobody served since `idleBeforeMs` (deleted first), oldest
     /// `lastMs` first.
     func sessions(idleBeforeMs: Int64) throws(SkillbusError) -> [SessionMembership]
-    /// At most `limit` ended rounds, oldest first (the retention sweep's candidates).
+    /// At most `limit` ended rounds, oldest first (the retention sweep's candidates): in SQLite the first accepted,
+    /// in PostgreSQL the first ended.
     func oldestEnded(limit: Int) throws(SkillbusError) -> [JournalRetention.Row]
 
     /// Whether the store can wait for its database to come back (PostgreSQL: the server restarts; SQLite, a

@@ -3,10 +3,11 @@ import Testing
 
 @testable import Skillbus
 
-/// The SQLite journal finds rows through its own map of ids to rows (`JournalRowIndex`), not an index of the
-/// table: ids whose keys collide, and a transaction that rolls back (a journal written before: JournalUpkeepTests).
-@Suite("Journal row index")
-struct JournalRowIndexTests {
+/// The SQLite journal's table has no index: rows are found through the store's own map of ids to rows
+/// (`JournalRowIndex`) — ids whose keys collide, a transaction that rolls back — and swept in the order they were
+/// accepted. (A journal written before: JournalUpkeepTests.)
+@Suite("SQLite journal store")
+struct SQLiteJournalStoreTests {
     static func id(_ text: String) -> [UInt8] { Array(text.utf8) }
 
     @Test("ids with the same key each keep their row; removing one leaves the others")
@@ -83,6 +84,24 @@ struct JournalRowIndexTests {
             #expect(try store.stored(Self.id("gone")) == nil)
             let gone = NewRound(id: Self.id("gone"), body: [], idempotent: false)
             #expect(try store.insertRunning([gone], nowMs: 4).count == 1)
+        }
+    }
+
+    @Test("the sweep's candidates are ended rounds in the order they were accepted, whenever they ended")
+    func sweptInAcceptanceOrder() async throws {
+        try await withTemporaryDirectory { directory in
+            let store = try SQLiteJournalStore(directory: directory)
+            defer { store.close() }
+            let rounds = ["long", "quick", "running"].map { NewRound(id: Self.id($0), body: [], idempotent: false) }
+            try store.transaction { () throws(SkillbusError) in
+                _ = try store.insertRunning(rounds, nowMs: 1)
+                try store.finish([FinishedRow(id: Self.id("quick"), body: [], document: Array("{}".utf8))], nowMs: 2)
+                try store.finish([FinishedRow(id: Self.id("long"), body: [], document: Array("{}".utf8))], nowMs: 9)
+            }
+            let oldest = try store.oldestEnded(limit: 10)
+            #expect(oldest.map(\.id) == ["long", "quick"])
+            #expect(oldest.map(\.finished) == [9, 2])
+            #expect(try store.oldestEnded(limit: 1).map(\.id) == ["long"])
         }
     }
 }
