@@ -97,8 +97,9 @@ def test_a_dead_first_endpoint_is_left_for_the_next(cluster):
         assert client.coordinator == cluster.bus
         assert any(agent["agent"] == "w1" for agent in client.agents()["agents"])
     took = time.monotonic() - started
-    assert took < 5, took
     print(f"fell over from a dead endpoint in {took:.2f} s")
+    # The own DEALER hears the refusal, so the client leaves without the probe and its second of silence.
+    assert took < (5 if os.environ.get("SKILLBUS_PY_ENGINE") == "libzmq" else SILENCE_S), took
 
 
 def test_choice_probes_then_leaves_a_silent_coordinator():

@@ -54,6 +54,18 @@ def test_a_standby_that_knows_no_leader_sends_the_worker_to_the_next(cluster, ca
     assert f"{standby_bus} it is a standby and knows no leader" in capsys.readouterr().err
 
 
+def test_a_coordinator_that_refuses_the_connection_is_left_at_once(cluster, capsys):
+    dead = free_endpoint()
+    with echo_worker("py-refused", [dead, cluster.bus]) as worker:
+        worker.wait_registered()
+        assert worker.coordinator == cluster.bus
+    moves = moves_in(capsys.readouterr().err)
+    assert len(moves) == 1 and moves[0].startswith(f"skillbus worker 'py-refused': moving from coordinator {dead} to "
+                                                    f"{cluster.bus}: {dead} "), moves
+    if os.environ.get("SKILLBUS_PY_ENGINE") != "libzmq":  # pyzmq's DEALER never says: the worker waits for silence
+        assert moves[0].endswith(f"{dead} no connection could be made"), moves
+
+
 def test_bad_coordinator_and_feed_lists_are_named():
     with pytest.raises(ValueError, match=re.escape("coordinator: entry 2 of 'tcp://a:1,tcp://b': 'tcp://b' has no port")):
         Worker("w", coordinator="tcp://a:1,tcp://b")

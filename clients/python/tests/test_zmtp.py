@@ -121,6 +121,29 @@ def test_a_lost_connection_is_made_again_and_messages_flow_on(bound):
             again.close()
 
 
+def test_a_refused_connect_is_counted_and_tried_again_until_someone_listens():
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens on the port now
+    with connected(f"tcp://127.0.0.1:{port}", {zmq.RECONNECT_IVL: 20}) as dealer:
+        assert dealer.refusals() == 1 and dealer.closed == 0  # the connect in `connect` itself
+        deadline = time.monotonic() + 5
+        while dealer.refusals() < 2:
+            assert time.monotonic() < deadline, "no second connect"
+            time.sleep(0.005)
+        context = zmq.Context.instance()
+        router = context.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(f"tcp://127.0.0.1:{port}")
+        try:
+            assert router_receive(router, dealer, send=b"at last")[1] == b"at last"
+            refused = dealer.refusals()
+            assert dealer.refusals() == refused  # connected: no more refusals
+        finally:
+            router.close()
+
+
 def test_libzmq_heartbeats_are_answered_so_the_connection_stays():
     router = zmq.Context.instance().socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)

@@ -497,6 +497,17 @@ class Client:
         if len(self.choice.endpoints) >= 2:
             self._leave(now)
 
+    def connection_refused(self, now: float) -> bool:
+        """Nobody listens at the coordinator's endpoint (the own DEALER says so): a group's client with calls waiting
+        leaves it at once, once the last move's back-off has passed (until then the refusal is kept: False),
+        instead of probing it first."""
+        if len(self.choice.endpoints) < 2 or not self._pending:
+            return True
+        if now < self.choice.not_before:
+            return False
+        self._leave(now)
+        return True
+
     def _leave(self, now: float) -> None:
         """To the next endpoint, where the waiting ROUNDs and reads go again."""
         _, target = self.choice.leave(now)

@@ -38,7 +38,9 @@ class SocketThread:
 
     The socket: a DEALER to one `tcp://` endpoint without keys is the package's own ZMTP (`zmtp.Dealer`, read and
     written on this thread, no libzmq I/O thread between); any other is pyzmq's. The own DEALER tells the handler's
-    `connection_closed(now)`, when it has one, that a connection past its handshake ended.
+    `connection_closed(now)`, when it has one, that a connection past its handshake ended, and its
+    `connection_refused(now)` that the endpoint's host refused a connect (nobody listens there; it returns whether
+    it dealt with that, else it hears it again at the next pass).
 
     Batching (PROTOCOL §2.2): with `batching`, one-frame messages sent by the thread that holds the socket are held
     until it next waits, and go out batched (the first of them as a batch even alone, which tells the bus that this
@@ -126,7 +128,8 @@ class SocketThread:
             left = deadline - now
             if left <= 0:
                 return
-            due = self._handler.before_poll(now)  # what the owner would do before its wait (a resend due, say)
+            self._note_refusals(sock)
+            due = self._sooner(self._handler.before_poll(now), sock)  # what the owner would do before its wait
             if self._outbox:
                 self._flush(sock)
             self._send_held(sock)
@@ -139,6 +142,22 @@ class SocketThread:
                     self._read_monitor()
                 else:
                     self._drain_wake()
+
+    def _sooner(self, due: float | None, sock) -> float | None:
+        """`due`, or the own DEALER's next connect when that comes first (a refusal is then known at once)."""
+        attempt = sock.next_attempt() if self._zmtp else None
+        return due if attempt is None else attempt if due is None else min(due, attempt)
+
+    def _note_refusals(self, sock) -> None:
+        """Tells the handler's `connection_refused` of connects the own DEALER had refused since it last looked (it
+        tries again first when that is due, so a refusal is known before the wait); told again at the next pass
+        until the handler says it dealt with them."""
+        if not self._zmtp or sock.refusals() == self._refused_seen:
+            return
+        seen, self._refused_seen = self._refused_seen, sock.refused  # before the handler, which may open a new socket
+        refused = getattr(self._handler, "connection_refused", None)
+        if refused is not None and not refused(time.monotonic()):
+            self._refused_seen = seen
 
     def give_back(self) -> None:
         """Returns a borrowed socket to its owner. The owner, still parked, is woken only when it has
@@ -209,7 +228,7 @@ class SocketThread:
             sock.connect(endpoint)
             # pyzmq's poller names a polled object that is not one of its sockets by its descriptor (`_zmtp`).
             self._zmtp, self._send_now, self._read_message = True, zmtp.Dealer.send_message, zmtp.Dealer.recv_message
-            self._closed_seen = 0
+            self._closed_seen = self._refused_seen = 0
             return sock
         self._zmtp, self._send_now, self._read_message = False, self._send_zmq, self._read_zmq
         sock = context.socket(kind)
@@ -255,7 +274,8 @@ class SocketThread:
                     with self._lock:
                         if not self._outbox:
                             break
-                due = self._handler.before_poll(time.monotonic())
+                self._note_refusals(self._socket)
+                due = self._sooner(self._handler.before_poll(time.monotonic()), self._socket)
                 if self._outbox:
                     self._flush(self._socket)  # before_poll may have queued messages
                 self._send_held(self._socket)

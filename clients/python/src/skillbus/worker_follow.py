@@ -1,6 +1,6 @@
 """Following the leader of a coordinator group (PROTOCOL §4.4 item 6), for `WorkerLoop`: a `not_leader` refusal
 sends the worker to the leader it names (else the next coordinator of its list), and a coordinator silent for 3
-heartbeats, or whose connection closed, is left for the next. A move cancels what the coordinator left dispatched,
+heartbeats, whose connection closed, or that refused the connection, is left for the next. A move cancels what the coordinator left dispatched,
 without answering it there or anywhere, and opens a new DEALER to the one moved to.
 """
 
@@ -35,6 +35,17 @@ class FollowingTheLeader:
         if self._registered:
             self._log("the connection to the bus closed: registering again")
             self._register_again(now)
+
+    def connection_refused(self, now: float) -> bool:
+        """Nobody listens at the coordinator's endpoint (the own DEALER says so): with two coordinators or more the
+        worker moves on at once, as from one fallen silent, once it has its socket and the last move's back-off
+        has passed (until then the refusal is kept: False); with one it keeps connecting there."""
+        if self.left.is_set() or len(self.choice.endpoints) < 2:
+            return True
+        if self._socket is None or now < self.choice.not_before:
+            return False
+        self._move(self.choice.leave(now), "no connection could be made", now)
+        return True
 
     def _follow_refusal(self, error: SkillbusError) -> None:
         """ERROR `not_leader`: to the leader the refusal names, else to the next coordinator of the list."""

@@ -75,14 +75,25 @@ class Dealer:
         self._unsent = b""  # what the kernel did not take yet
         self._retry_at = 0.0
         self._retry_wait = self._reconnect_min
-        # Connections that ended after their handshake: pyzmq's DEALER never says, this one does (`SocketThread`).
+        # Connections that ended after their handshake, and connects the peer's host refused (nobody listens
+        # there): pyzmq's DEALER never says, this one does (`SocketThread`).
         self.closed = 0
+        self.refused = 0
 
     # --- the pyzmq-like surface -----------------------------------------------------------------
 
     def fileno(self) -> int:
         self._reconnect_if_due()
         return (self._sock or self._idle_reader).fileno()
+
+    def next_attempt(self) -> float | None:
+        """When the next connect is due (`time.monotonic()`), while there is no connection."""
+        return self._retry_at if self._sock is None and self._endpoint is not None else None
+
+    def refusals(self) -> int:
+        """Connects refused so far, after trying again if that is due (so a refusal is known before a wait)."""
+        self._reconnect_if_due()
+        return self.refused
 
     def connect(self, endpoint: str) -> None:
         _address(endpoint)  # a malformed endpoint fails here, as zmq's connect does
@@ -158,7 +169,9 @@ class Dealer:
             return
         try:
             sock = socket.create_connection(_address(self._endpoint), timeout=_CONNECT_TIMEOUT_S)
-        except OSError:
+        except OSError as error:
+            if isinstance(error, ConnectionRefusedError):
+                self.refused += 1
             self._retry_later()
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
