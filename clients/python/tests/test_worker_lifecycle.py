@@ -26,6 +26,18 @@ def only_worker(cluster, name="pyonly"):
     return worker
 
 
+def test_a_worker_whose_coordinator_nothing_listens_at_says_so():
+    nobody = "tcp://127.0.0.1:1"  # nothing listens on port 1
+    with Worker("py-alone", coordinator=nobody) as worker:
+        with pytest.raises(SkillbusError) as unreachable:
+            worker.wait_registered(0.5)
+    assert unreachable.value.code == "unreachable"
+    assert unreachable.value.message.startswith("worker 'py-alone' got no WELCOME within 0.5 s")
+    if os.environ.get("SKILLBUS_PY_ENGINE") != "libzmq":  # pyzmq's DEALER does not say a connect was refused
+        assert unreachable.value.message.endswith(
+            f": nothing listens at {nobody} (the connection is refused: is the coordinator running?)")
+
+
 def test_graceful_stop_takes_the_skills_out_of_the_registry_at_once(cluster, client):
     worker = only_worker(cluster).start()
     worker.wait_registered()

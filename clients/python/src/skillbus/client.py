@@ -518,9 +518,11 @@ class Client:
         self._held.extend((self.choice.not_before, call) for call in calls)
 
     def _tried(self) -> str:
-        """For an `unreachable` error: that the coordinator refused this client's key, and for a group's client every
-        endpoint it may have tried, and the last refusal."""
+        """For an `unreachable` error: that the coordinator refused this client's key, or that nothing listens at its
+        endpoint, and for a group's client every endpoint it may have tried, and the last refusal."""
         key = ": the coordinator refused this client's key" if self._socket.key_refused else ""
+        if not key and self._socket.nobody_listens:
+            key = f": nothing listens at {self.coordinator} (the connection is refused: is the coordinator running?)"
         if len(self.choice.endpoints) < 2 and not self._last_refusal:
             return key
         refusal = f"; the last refusal: {self._last_refusal}" if self._last_refusal else ""

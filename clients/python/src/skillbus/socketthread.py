@@ -143,6 +143,13 @@ class SocketThread:
                 else:
                     self._drain_wake()
 
+    @property
+    def nobody_listens(self) -> bool:
+        """The own DEALER's last connect was refused: nothing listens at the endpoint (False on pyzmq's, which does
+        not say)."""
+        sock = self._socket
+        return self._zmtp and sock is not None and sock.refusing
+
     def _sooner(self, due: float | None, sock) -> float | None:
         """`due`, or the own DEALER's next connect when that comes first (a refusal is then known at once)."""
         attempt = sock.next_attempt() if self._zmtp else None

@@ -79,6 +79,7 @@ class Dealer:
         # there): pyzmq's DEALER never says, this one does (`SocketThread`).
         self.closed = 0
         self.refused = 0
+        self.refusing = False  # the last connect was refused (none made since)
 
     # --- the pyzmq-like surface -----------------------------------------------------------------
 
@@ -172,8 +173,10 @@ class Dealer:
         except OSError as error:
             if isinstance(error, ConnectionRefusedError):
                 self.refused += 1
+                self.refusing = True
             self._retry_later()
             return
+        self.refusing = False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
         self._sock = sock  # the rest of the connection's state was cleared when the last one ended (`_drop`)
