@@ -42,9 +42,13 @@ public enum FeedCommand: SkillbusCommand {
         printError("watching \(endpoint) (\(topics)); events appear as they happen, Ctrl-C stops")
         let printer = FunctionService {
             var seen = 0
-            for await (topic, event) in subscriber.events {
-                print(json ? event.jsonString : render(topic: topic, event: event))
-                seen += 1
+            // A batch's lines in one print: stdout is line-buffered, so that is one write, not one per event.
+            for await batch in subscriber.batches {
+                let lines = batch.prefix(limit.map { $0 - seen } ?? batch.count).map { topic, event in
+                    json ? event.jsonString : render(topic: topic, event: event)
+                }
+                print(lines.joined(separator: "\n") + "\n", terminator: "")
+                seen += lines.count
                 if let limit, seen >= limit { return }
             }
         }

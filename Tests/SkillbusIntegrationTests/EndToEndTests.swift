@@ -247,6 +247,23 @@ struct EndToEndTests {
         #expect(!feedJSON.output.contains { $0.contains("agent.state") })
     }
 
+    @Test("feed --count N prints N events and stops, also when one batch of the feed holds more")
+    func feedCount() async throws {
+        let cluster = try await TestCluster()
+        defer { cluster.terminate() }
+        try await cluster.startWorker("alpha", ["--skills", "echo"])
+        let feed = try SkillbusProcess(["feed", "--feed", cluster.feed, "--json", "--count", "3"], name: "feed")
+        defer { feed.signal(SIGKILL) }
+        // A round's arrival publishes round.accepted and invocation.dispatched in one batch (one pass of the bus),
+        // its answer invocation.done and round.done in another: the third event is in the middle of a batch.
+        for _ in 0..<50 where !feed.output.contains(where: { $0.hasPrefix("{") }) {
+            _ = try await cluster.send(["echo", "text=counted"])
+        }
+        for _ in 0..<2 { _ = try await cluster.send(["echo", "text=more"]) }
+        #expect(try await feed.waitForExit() == 0)
+        #expect(feed.output.filter { $0.hasPrefix("{") }.count == 3, "\(feed.output)")
+    }
+
     @Test("skills lists every skill with its providers and parameters")
     func skillsCatalog() async throws {
         let cluster = try await TestCluster()

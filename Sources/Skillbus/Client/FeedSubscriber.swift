@@ -89,7 +89,13 @@ public final class FeedSubscriber: Sendable {
 
     /// Events as they arrive, in order; what is not an event (§7) is skipped. Ends when closed.
     public var events: some AsyncSequence<(topic: String, event: JSONValue), Never> {
-        FeedEvents(messages: socket.messages, keeping: keeping)
+        FeedEvents(batches: FeedBatches(messages: socket.messages, keeping: keeping))
+    }
+
+    /// The same events a message at a time (under load a batch holds a pass of the coordinator's loop, §7): for a
+    /// consumer that does one thing per batch, such as one write of all its lines. Never an empty batch.
+    public var batches: some AsyncSequence<[(topic: String, event: JSONValue)], Never> {
+        FeedBatches(messages: socket.messages, keeping: keeping)
     }
 
     /// Stops watching; `events` ends. Returns at once, never blocks.
@@ -99,9 +105,9 @@ public final class FeedSubscriber: Sendable {
     }
 }
 
-/// The events of a feed subscriber's messages: one per message, or each line of a batch (PROTOCOL §7).
-struct FeedEvents: AsyncSequence, Sendable {
-    typealias Element = (topic: String, event: JSONValue)
+/// The events of a feed subscriber's messages, a message's at a time: one, or each line of a batch (PROTOCOL §7).
+struct FeedBatches: AsyncSequence, Sendable {
+    typealias Element = [(topic: String, event: JSONValue)]
 
     let messages: AsyncStream<Multipart>
     let keeping: [[UInt8]]?
@@ -109,21 +115,42 @@ struct FeedEvents: AsyncSequence, Sendable {
     struct AsyncIterator: AsyncIteratorProtocol {
         var messages: AsyncStream<Multipart>.AsyncIterator
         let keeping: [[UInt8]]?
-        /// The rest of the last batch, last event first.
-        var pending: [Element] = []
 
         mutating func next() async -> Element? {
-            while pending.isEmpty {
-                guard let message = await messages.next() else { return nil }
-                pending = FeedEvents.events(of: message, keeping: keeping).reversed()
+            while let message = await messages.next() {
+                let events = FeedEvents.events(of: message, keeping: keeping)
+                if !events.isEmpty { return events }
             }
-            return pending.removeLast()
+            return nil
         }
     }
 
     func makeAsyncIterator() -> AsyncIterator {
         AsyncIterator(messages: messages.makeAsyncIterator(), keeping: keeping)
     }
+}
+
+/// The events of a feed subscriber's messages one by one.
+struct FeedEvents: AsyncSequence, Sendable {
+    typealias Element = (topic: String, event: JSONValue)
+
+    let batches: FeedBatches
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        var batches: FeedBatches.AsyncIterator
+        /// The rest of the last batch, last event first.
+        var pending: [Element] = []
+
+        mutating func next() async -> Element? {
+            while pending.isEmpty {
+                guard let batch = await batches.next() else { return nil }
+                pending = batch.reversed()
+            }
+            return pending.removeLast()
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(batches: batches.makeAsyncIterator()) }
 
     /// `[topic, JSON]`, or a batch `["+" PREFIX NUL, lines]` whose every line is an event with its topic in
     /// `type`; events whose topic starts with none of `keeping` (when given) are left out.
