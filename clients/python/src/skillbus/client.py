@@ -521,8 +521,7 @@ class Client:
         """For an `unreachable` error: that the coordinator refused this client's key, or that nothing listens at its
         endpoint, and for a group's client every endpoint it may have tried, and the last refusal."""
         key = ": the coordinator refused this client's key" if self._socket.key_refused else ""
-        if not key and self._socket.nobody_listens:
-            key = f": nothing listens at {self.coordinator} (the connection is refused: is the coordinator running?)"
+        key = key or self._socket.refused_connect
         if len(self.choice.endpoints) < 2 and not self._last_refusal:
             return key
         refusal = f"; the last refusal: {self._last_refusal}" if self._last_refusal else ""

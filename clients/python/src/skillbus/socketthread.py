@@ -144,11 +144,13 @@ class SocketThread:
                     self._drain_wake()
 
     @property
-    def nobody_listens(self) -> bool:
-        """The own DEALER's last connect was refused: nothing listens at the endpoint (False on pyzmq's, which does
-        not say)."""
+    def refused_connect(self) -> str:
+        """For an `unreachable` error: that nothing listens at the endpoint when the own DEALER's last connect was
+        refused, else "" (always on pyzmq's, which does not say)."""
         sock = self._socket
-        return self._zmtp and sock is not None and sock.refusing
+        if not (self._zmtp and sock is not None and sock.refusing):
+            return ""
+        return f": nothing listens at {self._endpoint} (the connection is refused: is the coordinator running?)"
 
     def _sooner(self, due: float | None, sock) -> float | None:
         """`due`, or the own DEALER's next connect when that comes first (a refusal is then known at once)."""

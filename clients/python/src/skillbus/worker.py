@@ -210,9 +210,7 @@ class Worker:
     def wait_registered(self, timeout: float = 10.0) -> dict:
         """Waits for the first WELCOME and returns it (§5.7); raises `SkillbusError` `unreachable`."""
         if self._loop is None or not self._loop.welcomed.wait(timeout):
-            why = ""
-            if self._socket is not None and self._socket.nobody_listens:
-                why = f": nothing listens at {self.coordinator} (the connection is refused: is the coordinator running?)"
+            why = self._socket.refused_connect if self._socket is not None else ""
             raise SkillbusError("unreachable", f"worker '{self.name}' got no WELCOME within {timeout:g} s{why}")
         return self._loop.welcome
 

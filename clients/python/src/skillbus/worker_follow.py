@@ -1,7 +1,7 @@
 """Following the leader of a coordinator group (PROTOCOL §4.4 item 6), for `WorkerLoop`: a `not_leader` refusal
 sends the worker to the leader it names (else the next coordinator of its list), and a coordinator silent for 3
-heartbeats, whose connection closed, or that refused the connection, is left for the next. A move cancels what the coordinator left dispatched,
-without answering it there or anywhere, and opens a new DEALER to the one moved to.
+heartbeats, whose connection closed, or that refused the connection, is left for the next. A move cancels what the
+coordinator left dispatched, without answering it there or anywhere, and opens a new DEALER to the one moved to.
 """
 
 from __future__ import annotations
