@@ -21,11 +21,10 @@ struct SQLiteJournalStoreTests {
         index.remove(Self.id("a"), row: 1)
         #expect(row("a") == nil && row("b") == 2 && row("c") == 3)
         index.remove(Self.id("c"), row: 3)
-        #expect(row("b") == 2 && row("c") == nil)
-        #expect(index.count == 1)
+        #expect(row("a") == nil && row("b") == 2 && row("c") == nil)
         // Removing a row the index does not name changes nothing.
         index.remove(Self.id("b"), row: 9)
-        #expect(index.count == 1 && row("b") == 2)
+        #expect(row("b") == 2)
     }
 
     @Test("a store whose ids all collide answers each id from its own row, and a reopen finds them all")

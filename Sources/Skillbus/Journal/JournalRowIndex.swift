@@ -10,9 +10,6 @@ struct JournalRowIndex: Sendable {
     /// Further rows of ids whose hashes collide with an earlier one's (almost always empty).
     private var collided: [Int: [Int64]] = [:]
 
-    /// Rows the index names.
-    private(set) var count = 0
-
     init(key: @escaping @Sendable ([UInt8]) -> Int = { ByteKey($0).hashValue }) { self.key = key }
 
     /// The first candidate row of `id` for which `matches` says it holds `id`.
@@ -26,7 +23,6 @@ struct JournalRowIndex: Sendable {
 
     mutating func insert(_ id: [UInt8], row seq: Int64) {
         let key = key(id)
-        count += 1
         if rows[key] == nil {
             rows[key] = seq
         } else {
@@ -44,11 +40,9 @@ struct JournalRowIndex: Sendable {
             } else {
                 rows[key] = nil
             }
-            count -= 1
         } else if var others = collided[key], let at = others.firstIndex(of: seq) {
             others.remove(at: at)
             collided[key] = others.isEmpty ? nil : others
-            count -= 1
         }
     }
 }
