@@ -128,7 +128,7 @@ class SocketThread:
             left = deadline - now
             if left <= 0:
                 return
-            self._note_refusals(sock)
+            self._note_connection(sock)
             due = self._sooner(self._handler.before_poll(now), sock)  # what the owner would do before its wait
             if self._outbox:
                 self._flush(sock)
@@ -157,13 +157,24 @@ class SocketThread:
         attempt = sock.next_attempt() if self._zmtp else None
         return due if attempt is None else attempt if due is None else min(due, attempt)
 
-    def _note_refusals(self, sock) -> None:
-        """Tells the handler's `connection_refused` of connects the own DEALER had refused since it last looked (it
-        tries again first when that is due, so a refusal is known before the wait); told again at the next pass
-        until the handler says it dealt with them."""
-        if not self._zmtp or sock.refusals() == self._refused_seen:
+    def _note_connection(self, sock) -> None:
+        """Tells the handler, before each wait, what the own DEALER learnt since the last one (pyzmq's says nothing):
+        a connection past its handshake ended (`connection_closed`); connects were refused (`connection_refused`,
+        after trying again when that is due, so a refusal is known before the wait; told again at the next pass
+        until the handler says it dealt with them). What is seen is noted before the handler runs: it may open a
+        new socket."""
+        if not self._zmtp:
             return
-        seen, self._refused_seen = self._refused_seen, sock.refused  # before the handler, which may open a new socket
+        if sock.closed != self._closed_seen:
+            self._closed_seen = sock.closed
+            closed = getattr(self._handler, "connection_closed", None)
+            if closed is not None:
+                closed(time.monotonic())
+            if sock is not self._socket:
+                return
+        if sock.refusals() == self._refused_seen:
+            return
+        seen, self._refused_seen = self._refused_seen, sock.refused
         refused = getattr(self._handler, "connection_refused", None)
         if refused is not None and not refused(time.monotonic()):
             self._refused_seen = seen
@@ -283,7 +294,7 @@ class SocketThread:
                     with self._lock:
                         if not self._outbox:
                             break
-                self._note_refusals(self._socket)
+                self._note_connection(self._socket)
                 due = self._sooner(self._handler.before_poll(time.monotonic()), self._socket)
                 if self._outbox:
                     self._flush(self._socket)  # before_poll may have queued messages
@@ -393,11 +404,6 @@ class SocketThread:
                 frames = self._read_message(sock)
             except zmq.Again:
                 self._send_held(sock)  # the burst's answers, at once: before the handler's before_poll
-                if self._zmtp and sock.closed != self._closed_seen:
-                    self._closed_seen = sock.closed
-                    closed = getattr(self._handler, "connection_closed", None)
-                    if closed is not None:
-                        closed(time.monotonic())
                 return
             try:
                 if self._batching and len(frames) == 1 and wire.is_batch(frames[0]):
