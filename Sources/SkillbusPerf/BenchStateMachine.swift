@@ -72,24 +72,20 @@ struct StateMachineBench {
         return Double(time.tv_sec) * 1e9 + Double(time.tv_nsec)
     }
 
-    /// The ROUND body of each round kind.
+    /// The ROUND body of each round kind, as Skillbus's clients write it (canonical).
     private func body(_ kind: Kind) -> [UInt8] {
         let params = JSONValue.object(["text": .string(String(repeating: "x", count: 100))])
-        let body: JSONValue =
+        let spec: RoundSpec =
             switch kind {
-            case .fanout: ["fanout": ["skill": "echo", "params": params, "agents": "all", "aggregate": "all"]]
+            case .fanout: .fanout(skill: "echo", parameters: params, agents: nil, aggregate: .all)
             case .plan:
-                [
-                    "plan": [
-                        "steps": .array(
-                            (0..<Self.planSteps).map {
-                                ["id": .string("s\($0)"), "skill": "echo", "params": ["text": .string("t\($0)")]]
-                            })
-                    ]
-                ]
-            default: ["invoke": ["skill": "echo", "params": params]]
+                .plan(
+                    steps: (0..<Self.planSteps).map {
+                        PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0)")])
+                    }, continueOnFailure: false)
+            default: .invoke(skill: "echo", parameters: params)
             }
-        return body.serialized()
+        return spec.json.serialized()
     }
 
     /// CPU nanoseconds per answer (a round's, for the round kinds), over `operations` answers.

@@ -55,46 +55,51 @@ struct CanonicalJSON {
     static func memberRange(_ name: String, in canonical: [UInt8]) -> Range<Int>? {
         let quote = UInt8(ascii: "\"")
         func closingQuote(after start: Int) -> Int? { canonical[(start + 1)...].firstIndex(of: quote) }
-        /// Where the value that starts at `start` ends: the index past it.
-        func valueEnd(_ start: Int) -> Int? {
-            var index = start
-            var depth = 0
-            repeat {
-                guard index < canonical.count else { return nil }
-                switch canonical[index] {
-                case quote:
-                    guard let close = closingQuote(after: index) else { return nil }
-                    index = close + 1
-                case UInt8(ascii: "{"), UInt8(ascii: "["):
-                    depth += 1
-                    index += 1
-                case UInt8(ascii: "}"), UInt8(ascii: "]"):
-                    depth -= 1
-                    index += 1
-                default:
-                    guard depth == 0 else {
-                        index += 1
-                        continue
-                    }
-                    // A number, true, false or null, up to the separator after it.
-                    while index < canonical.count, canonical[index] != UInt8(ascii: ","),
-                        canonical[index] != UInt8(ascii: "}")
-                    {
-                        index += 1
-                    }
-                    return index
-                }
-            } while depth > 0
-            return index
-        }
         guard canonical.first == UInt8(ascii: "{") else { return nil }
         var index = 1
         while index < canonical.count, canonical[index] == quote {
-            guard let keyEnd = closingQuote(after: index), let end = valueEnd(keyEnd + 2) else { return nil }
+            guard let keyEnd = closingQuote(after: index), let end = valueEnd(in: canonical, from: keyEnd + 2) else {
+                return nil
+            }
             if canonical[(index + 1)..<keyEnd].elementsEqual(name.utf8) { return (keyEnd + 2)..<end }
             index = end + 1
         }
         return nil
+    }
+
+    /// Where the value that starts at `start` of `canonical` (a text `object` would give back unchanged: no
+    /// escapes, no white space) ends: the index past it.
+    static func valueEnd(in canonical: [UInt8], from start: Int) -> Int? {
+        let quote = UInt8(ascii: "\"")
+        var index = start
+        var depth = 0
+        repeat {
+            guard index < canonical.count else { return nil }
+            switch canonical[index] {
+            case quote:
+                guard let close = canonical[(index + 1)...].firstIndex(of: quote) else { return nil }
+                index = close + 1
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                depth += 1
+                index += 1
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                depth -= 1
+                index += 1
+            default:
+                guard depth == 0 else {
+                    index += 1
+                    continue
+                }
+                // A number, true, false or null, up to the separator after it.
+                while index < canonical.count, canonical[index] != UInt8(ascii: ","),
+                    canonical[index] != UInt8(ascii: "}"), canonical[index] != UInt8(ascii: "]")
+                {
+                    index += 1
+                }
+                return index
+            }
+        } while depth > 0
+        return index
     }
 
     private var peek: UInt8? { index < bytes.count ? bytes[index] : nil }

@@ -93,8 +93,8 @@ struct AcceptedRound: Sendable {
     let spec: RoundSpec
     /// The canonical body.
     let body: [UInt8]
-    /// An invoke's or fan-out's parameters, serialized once with the body.
-    var parameterBytes: [UInt8]? = nil
+    /// The parameters as sent, serialized once with the body: an invoke's or fan-out's, or each plan step's.
+    var parameterBytes: [[UInt8]]? = nil
     let retries: Int?
     let priority: InvocationPriority
     let noCache: Bool

@@ -2,8 +2,9 @@
 extension CoordinatorState {
     /// The invocations a round will make, checked against the registry: nothing runs if one is impossible.
     /// Mutating only because finding who would take an ask moves the rotation among equally loaded agents.
+    /// `parameterBytes`: the parameters as the body holds them, when it is canonical (CanonicalRoundBody).
     mutating func plannedInvocations(
-        _ spec: RoundSpec, parameterBytes: [UInt8]? = nil
+        _ spec: RoundSpec, parameterBytes: [[UInt8]]? = nil
     ) throws(SkillbusError) -> [RoundInvocation] {
         func offered(_ skill: String) throws(SkillbusError) {
             guard workers.offers(skill) else {
@@ -23,7 +24,7 @@ extension CoordinatorState {
             return [
                 RoundInvocation(
                     id: skill, skill: skill, target: nil, parameters: parameters,
-                    serializedParameters: parameterBytes ?? serialized(parameters), after: [])
+                    serializedParameters: parameterBytes?.first ?? serialized(parameters), after: [])
             ]
         case .fanout(let skill, let parameters, let agents, _):
             try offered(skill)
@@ -35,20 +36,22 @@ extension CoordinatorState {
                         details: ["agent": .string(name), "skill": .string(skill)])
                 }
             }
-            let bytes = parameterBytes ?? serialized(parameters)
+            let bytes = parameterBytes?.first ?? serialized(parameters)
             return names.map {
                 RoundInvocation(
                     id: $0, skill: skill, target: $0, parameters: parameters, serializedParameters: bytes, after: [])
             }
         case .plan(let steps, _):
             try checkSteps(steps)
-            return steps.map { step in
+            return steps.indices.map { index in
+                let step = steps[index]
                 // One walk of the parameters for both: a step without references sends the same bytes whenever
                 // it starts.
                 let references = step.references
+                let sent = step.ask == nil && references.isEmpty
                 return RoundInvocation(
                     id: step.id, skill: step.skill, target: nil, parameters: step.parameters,
-                    serializedParameters: step.ask == nil && references.isEmpty ? step.parameters.serialized() : nil,
+                    serializedParameters: sent ? parameterBytes?[index] ?? step.parameters.serialized() : nil,
                     after: PlanStep.dependencies(after: step.after, references: references), ask: step.ask)
             }
         case .ask(let ask):

@@ -9,10 +9,10 @@ extension CoordinatorState {
         let retries: Int?
         let priority: InvocationPriority
         let noCache: Bool
-        // The canonical body, and an invoke's or fan-out's parameters as sent.
-        let (body, parameterBytes): ([UInt8], [UInt8]?)
+        // The canonical body, and its parameters as sent (an invoke's or fan-out's, or each plan step's).
+        let (body, parameterBytes): ([UInt8], [[UInt8]]?)
         do throws(SkillbusError) {
-            if let canonical = CanonicalRoundBody(request.body) {
+            if let canonical = CanonicalRoundBody(request.body, stepLimit: settings.planStepLimit) {
                 spec = canonical.spec
                 (retries, priority, noCache) = (nil, .normal, false)
                 (body, parameterBytes) = (request.body, canonical.parameterBytes)
@@ -27,7 +27,8 @@ extension CoordinatorState {
                 retries = try RoundSpec.retries(in: json)
                 priority = try RoundSpec.priority(in: json)
                 noCache = try RoundSpec.noCache(in: json)
-                (body, parameterBytes) = spec.canonicalForm
+                let canonical = spec.canonicalForm
+                (body, parameterBytes) = (canonical.body, canonical.parameterBytes.map { [$0] })
             }
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
