@@ -297,6 +297,11 @@ class Client:
 
     def plan(self, steps: list[dict], *, on_failure: str = "stop", **options):
         """A plan of steps (`{"id", "skill", "params", "after"}`, §3.5.1), references included."""
+        # A skill step with its `after` and `params` written out is the body's canonical form (§3.5.8), which
+        # the bus reads fastest.
+        if isinstance(steps, list):
+            steps = [{"after": [], "params": {}, **step} if isinstance(step, dict) and "ask" not in step else step
+                     for step in steps]
         return self.round({"plan": {"steps": steps, "onFailure": on_failure}}, **options)
 
     def round(self, body: dict, *, round_id: str | None = None, session: str = "", timeout: float | None = None,
