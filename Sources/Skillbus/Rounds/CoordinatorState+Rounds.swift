@@ -160,12 +160,16 @@ extension CoordinatorState {
         if let ask = rounds.updateRunning(roundKey, { $0.invocations[index].ask }) {
             return startAsk(roundKey, index, ask, now: now)
         }
+        // The members it needs, read in place: a copy of the whole invocation retained and released each of them.
         let (invocation, resolution, run) = rounds.updateRunning(roundKey) { run in
             run.invocations[index].record.status = .running
-            let invocation = run.invocations[index]
+            let invocation = (
+                id: run.invocations[index].id, skill: run.invocations[index].skill,
+                target: run.invocations[index].target
+            )
             let resolution =
-                invocation.serializedParameters.map { Result.success($0) }
-                ?? invocation.parameters.resolvingReferences(run.results).map { $0.serialized() }
+                run.invocations[index].serializedParameters.map { Result.success($0) }
+                ?? run.invocations[index].parameters.resolvingReferences(run.results).map { $0.serialized() }
             return (invocation, resolution, StepContext(run))
         }
         let bytes: [UInt8]
@@ -245,9 +249,11 @@ extension CoordinatorState {
     mutating func stepDone(
         _ roundKey: ByteKey, _ index: Int, _ outcome: Outcome, deduplicated: Bool, now: UInt64
     ) -> [CoordinatorAction] {
-        let ended = rounds.update(roundKey) { run -> ([UInt8], RoundDocument.Invocation, RoundSpec)? in
+        let publishing = publishesRoundEvents
+        // What the round does next, and its event, read in place: a copy of the invocation's record or of the
+        // round's spec retained and released each of their members.
+        let ended = rounds.update(roundKey) { run -> (StepEnd, FeedEvent?)? in
             guard run.invocations.indices.contains(index), !run.invocations[index].status.isDone else { return nil }
-            // In place: taking the invocation out and putting it back copied every member twice.
             run.invocations[index].record.deduplicated = deduplicated || run.invocations[index].record.deduplicated
             if !run.invocations[index].record.deduplicated { run.invocations[index].record.reusedFrom = nil }
             run.invocations[index].end(with: outcome)
@@ -255,35 +261,53 @@ extension CoordinatorState {
             if run.hasReferences, let result = run.invocations[index].record.result {
                 run.results[run.invocations[index].id] = result
             }
-            return (run.id, run.invocations[index].record, run.spec)
+            let status = run.invocations[index].record.status
+            let next: StepEnd =
+                switch run.spec {
+                case .plan(_, let continueOnFailure): status != .ok && !continueOnFailure ? .stop : .advance
+                case .fanout(_, _, _, .first), .asks(_, _, .first): status == .ok ? .won : .advance
+                case .invoke: .finish
+                default: .advance
+                }
+            guard publishing else { return (next, nil) }
+            let record = run.invocations[index].record
+            return (
+                next,
+                .invocationDone(
+                    round: run.roundText, invocation: record.id, skill: record.skill, agent: record.agent ?? "",
+                    status: record.status, durationMicros: outcome.durationMicros, deduplicated: record.deduplicated)
+            )
         }
-        guard let (roundID, record, spec) = ended ?? nil else { return [] }
+        guard let (next, event) = ended ?? nil else { return [] }
         var actions: [CoordinatorAction] = []
-        if publishesRoundEvents {
-            actions.append(
-                .publish(
-                    .invocationDone(
-                        round: String(decoding: roundID, as: UTF8.self), invocation: record.id, skill: record.skill,
-                        agent: record.agent ?? "", status: record.status, durationMicros: outcome.durationMicros,
-                        deduplicated: record.deduplicated)))
-        }
-        switch spec {
-        case .plan(_, let continueOnFailure):
-            if record.status != .ok && !continueOnFailure { rounds.updateRunning(roundKey) { $0.stopped = true } }
-        case .fanout(_, _, _, .first), .asks(_, _, .first):
-            if record.status == .ok {
-                rounds.updateRunning(roundKey) { $0.stopped = true }
-                actions += cancelLosers(roundKey, now: now)
-            }
-        case .invoke:
-            // Its one invocation ended (sub-calls never hold a round open): nothing else can start.
+        if let event { actions.append(.publish(event)) }
+        switch next {
+        case .stop:
+            rounds.updateRunning(roundKey) { $0.stopped = true }
+        case .won:
+            rounds.updateRunning(roundKey) { $0.stopped = true }
+            actions += cancelLosers(roundKey, now: now)
+        case .finish:
+            // An invoke's one invocation ended (sub-calls never hold a round open): nothing else can start.
             actions.absorb(finishRound(roundKey, now: now))
             return actions
-        default:
+        case .advance:
             break
         }
         actions.absorb(advance(roundKey, now: now))
         return actions
+    }
+
+    /// What a round does once one of its invocations ended.
+    enum StepEnd {
+        /// Start what can start; finish when nothing runs.
+        case advance
+        /// A plan step failed: nothing new starts.
+        case stop
+        /// The first success of a fan-out or asks round whose first answer wins: the others are cancelled.
+        case won
+        /// An invoke's one invocation: the round is done.
+        case finish
     }
 
     /// A REQUEST inside a running round (a skill's sub-call) is listed in the round's document.
