@@ -264,6 +264,9 @@ struct CanonicalJSON {
         let objectStart = written
         emit(UInt8(ascii: "{"))
         let first = members.count
+        // Verifying: the key before, which this one must sort after. Nothing is reordered then, so no list of
+        // members is kept (an allocation per text checked).
+        var previous: Member?
         skipWhitespace()
         if peek == UInt8(ascii: "}") {
             index += 1
@@ -280,7 +283,13 @@ struct CanonicalJSON {
                 emit(UInt8(ascii: ":"))
                 skipWhitespace()
                 guard value() else { return false }
-                members.append(Member(start: start, keyEnd: keyEnd, end: written))
+                let member = Member(start: start, keyEnd: keyEnd, end: written)
+                if verifying {
+                    if let previous, !keyLess(previous, member) { return false }
+                    previous = member
+                } else {
+                    members.append(member)
+                }
                 skipWhitespace()
                 if peek == UInt8(ascii: ",") {
                     index += 1
