@@ -9,16 +9,16 @@ struct CanonicalRoundBodyTests {
     /// What the general path makes of a body: nil when it is no plain invoke, fan-out to all agents or plan of
     /// skill steps (another shape, a list of agents, an ask step, or with retries, priority or noCache, which the
     /// quick reader never takes).
-    static func general(_ body: [UInt8]) -> (RoundSpec, [UInt8], [[UInt8]])? {
+    static func general(_ body: [UInt8]) -> (RoundSpec, [UInt8], SentParameters)? {
         guard let json = try? JSONValue(parsing: body), let spec = try? RoundSpec(json: json, stepLimit: 10),
             (try? RoundSpec.retries(in: json)) == nil, (try? RoundSpec.priority(in: json)) == .normal,
             (try? RoundSpec.noCache(in: json)) == false
         else { return nil }
         switch spec {
         case .invoke(_, let parameters), .fanout(_, let parameters, nil, _):
-            return (spec, spec.canonicalForm.body, [parameters.serialized()])
+            return (spec, spec.canonicalForm.body, .shared(parameters.serialized()))
         case .plan(let steps, _) where steps.allSatisfy({ $0.ask == nil }):
-            return (spec, spec.canonicalForm.body, steps.map { $0.parameters.serialized() })
+            return (spec, spec.canonicalForm.body, .steps(steps.map { $0.parameters.serialized() }))
         default:
             return nil
         }

@@ -94,7 +94,7 @@ struct AcceptedRound: Sendable {
     /// The canonical body.
     let body: [UInt8]
     /// The parameters as sent, serialized once with the body: an invoke's or fan-out's, or each plan step's.
-    var parameterBytes: [[UInt8]]? = nil
+    var parameterBytes: SentParameters? = nil
     let retries: Int?
     let priority: InvocationPriority
     let noCache: Bool

@@ -9,9 +9,8 @@
 /// (CanonicalRoundBodyTests).
 struct CanonicalRoundBody {
     let spec: RoundSpec
-    /// Each `params` object as it stands in the body (canonical already): an invoke's or fan-out's one, a plan's
-    /// one per step.
-    let parameterBytes: [[UInt8]]
+    /// Each `params` object as it stands in the body: canonical already.
+    let parameterBytes: SentParameters
 
     private static let invokeHead = Array(#"{"invoke":{"params":"#.utf8)
     private static let fanoutHeads = RoundSpec.Aggregation.allCases.map { aggregate in
@@ -27,15 +26,15 @@ struct CanonicalRoundBody {
         if body.starts(with: Self.invokeHead) {
             guard let (skill, parameters, bytes) = Self.skillAndParameters(body, after: Self.invokeHead.count)
             else { return nil }
-            (spec, parameterBytes) = (.invoke(skill: skill, parameters: parameters), [bytes])
+            (spec, parameterBytes) = (.invoke(skill: skill, parameters: parameters), .shared(bytes))
         } else if let (aggregate, head) = Self.fanoutHeads.first(where: { body.starts(with: $0.1) }) {
             guard let (skill, parameters, bytes) = Self.skillAndParameters(body, after: head.count) else { return nil }
             (spec, parameterBytes) = (
-                .fanout(skill: skill, parameters: parameters, agents: nil, aggregate: aggregate), [bytes]
+                .fanout(skill: skill, parameters: parameters, agents: nil, aggregate: aggregate), .shared(bytes)
             )
         } else if let (continueOnFailure, head) = Self.planHeads.first(where: { body.starts(with: $0.1) }) {
             guard let (steps, bytes) = Self.planSteps(body, after: head.count, stepLimit: stepLimit) else { return nil }
-            (spec, parameterBytes) = (.plan(steps: steps, continueOnFailure: continueOnFailure), bytes)
+            (spec, parameterBytes) = (.plan(steps: steps, continueOnFailure: continueOnFailure), .steps(bytes))
         } else {
             return nil
         }
@@ -118,4 +117,13 @@ struct CanonicalRoundBody {
         guard skip("]}}"), index == body.count, RoundSpec.graphProblems(steps).isEmpty else { return nil }
         return (steps, parameterBytes)
     }
+}
+
+/// A round's parameters as its body holds them, when that is their canonical form: the bytes each invocation sends,
+/// not written again.
+enum SentParameters: Sendable, Equatable {
+    /// An invoke's or a fan-out's (every invocation of a fan-out sends the same).
+    case shared([UInt8])
+    /// Each plan step's, in step order.
+    case steps([[UInt8]])
 }

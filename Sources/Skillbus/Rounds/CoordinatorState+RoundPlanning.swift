@@ -4,7 +4,7 @@ extension CoordinatorState {
     /// Mutating only because finding who would take an ask moves the rotation among equally loaded agents.
     /// `parameterBytes`: the parameters as the body holds them, when it is canonical (CanonicalRoundBody).
     mutating func plannedInvocations(
-        _ spec: RoundSpec, parameterBytes: [[UInt8]]? = nil
+        _ spec: RoundSpec, parameterBytes: SentParameters? = nil
     ) throws(SkillbusError) -> [RoundInvocation] {
         func offered(_ skill: String) throws(SkillbusError) {
             guard workers.offers(skill) else {
@@ -16,7 +16,8 @@ extension CoordinatorState {
         }
         // Without references the parameters are the same bytes whenever an invocation starts.
         func serialized(_ parameters: JSONValue) -> [UInt8]? {
-            parameters.containsReference ? nil : parameters.serialized()
+            if case .shared(let bytes)? = parameterBytes { return bytes }
+            return parameters.containsReference ? nil : parameters.serialized()
         }
         switch spec {
         case .invoke(let skill, let parameters):
@@ -24,34 +25,36 @@ extension CoordinatorState {
             return [
                 RoundInvocation(
                     id: skill, skill: skill, target: nil, parameters: parameters,
-                    serializedParameters: parameterBytes?.first ?? serialized(parameters), after: [])
+                    serializedParameters: serialized(parameters), after: [])
             ]
         case .fanout(let skill, let parameters, let agents, _):
             try offered(skill)
+            // The providers of a skill are registered workers that offer it: only names the body gives are checked.
             let names = agents ?? workers.providers(of: skill).compactMap { workers[$0]?.name }.sorted()
-            for name in names {
+            for name in agents ?? [] {
                 guard let peer = workers.peer(named: name), workers[peer]?.skills[skill] != nil else {
                     throw SkillbusError(
                         .unknownSkill, "agent '\(name)' is not registered or does not offer '\(skill)'",
                         details: ["agent": .string(name), "skill": .string(skill)])
                 }
             }
-            let bytes = parameterBytes?.first ?? serialized(parameters)
+            let bytes = serialized(parameters)
             return names.map {
                 RoundInvocation(
                     id: $0, skill: skill, target: $0, parameters: parameters, serializedParameters: bytes, after: [])
             }
         case .plan(let steps, _):
             try checkSteps(steps)
+            let sent: [[UInt8]]? = if case .steps(let list)? = parameterBytes { list } else { nil }
             return steps.indices.map { index in
                 let step = steps[index]
                 // One walk of the parameters for both: a step without references sends the same bytes whenever
                 // it starts.
                 let references = step.references
-                let sent = step.ask == nil && references.isEmpty
+                let constant = step.ask == nil && references.isEmpty
                 return RoundInvocation(
                     id: step.id, skill: step.skill, target: nil, parameters: step.parameters,
-                    serializedParameters: sent ? parameterBytes?[index] ?? step.parameters.serialized() : nil,
+                    serializedParameters: constant ? sent?[index] ?? step.parameters.serialized() : nil,
                     after: PlanStep.dependencies(after: step.after, references: references), ask: step.ask)
             }
         case .ask(let ask):

@@ -10,7 +10,7 @@ extension CoordinatorState {
         let priority: InvocationPriority
         let noCache: Bool
         // The canonical body, and its parameters as sent (an invoke's or fan-out's, or each plan step's).
-        let (body, parameterBytes): ([UInt8], [[UInt8]]?)
+        let (body, parameterBytes): ([UInt8], SentParameters?)
         do throws(SkillbusError) {
             if let canonical = CanonicalRoundBody(request.body, stepLimit: settings.planStepLimit) {
                 spec = canonical.spec
@@ -28,7 +28,7 @@ extension CoordinatorState {
                 priority = try RoundSpec.priority(in: json)
                 noCache = try RoundSpec.noCache(in: json)
                 let canonical = spec.canonicalForm
-                (body, parameterBytes) = (canonical.body, canonical.parameterBytes.map { [$0] })
+                (body, parameterBytes) = (canonical.body, canonical.parameterBytes.map { .shared($0) })
             }
             guard !request.$roundID.isEmpty else { throw SkillbusError(.invalidRound, "a round needs a round id") }
         } catch {
