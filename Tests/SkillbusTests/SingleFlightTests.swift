@@ -42,6 +42,19 @@ struct SingleFlightTests {
 
     static let result = Array(#"{"text":"done","type":"text"}"#.utf8)
 
+    @Test(
+        "parameters in canonical form give the key the general reading gives, defaults filled in or none",
+        arguments: [#"{}"#, #"{"a":1}"#, #"{"a":[1,{"c":"d"}],"b":2}"#, #"{"b":3,"z":"日本"}"#])
+    func canonicalParametersKey(_ text: String) {
+        let parameters = Array(text.utf8)
+        let withDefault = ParameterSchema([ParameterField("a", .number), ParameterField("b", .number, default: 1)])
+        let plain = ParameterSchema([ParameterField("a", .number)])
+        for schema in [withDefault, plain, nil] {
+            let general = SingleFlight.canonicalKey(skill: "count", parameters: parameters, schema: { _ in schema })
+            #expect(SingleFlight.canonicalKey(skill: "count", canonicalParameters: parameters, schema: schema) == general)
+        }
+    }
+
     @Test("50 identical invocations in one round: one execution, 50 replies with its result")
     func fiftyIdentical() {
         var state = stateWithWorker()

@@ -284,6 +284,20 @@ struct SingleFlight: Sendable {
         JSONValue.object(object).write(to: &key)
         return ByteKey(key)
     }
+
+    /// The same key for parameters that are an object in canonical form already (a round's: the bus read them so,
+    /// or wrote them itself): unless the schema fills in defaults, the bytes as they are.
+    static func canonicalKey(skill: String, canonicalParameters parameters: [UInt8], schema: ParameterSchema?) -> ByteKey? {
+        if let schema, schema.fields.contains(where: { $0.defaultValue != nil }) {
+            return canonicalKey(skill: skill, parameters: parameters, schema: { _ in schema })
+        }
+        var key: [UInt8] = []
+        key.reserveCapacity(skill.utf8.count + 1 + parameters.count)
+        key += skill.utf8
+        key.append(0)
+        key += parameters
+        return ByteKey(key)
+    }
 }
 
 /// Bytes as a dictionary key, hashed in one call.
