@@ -55,6 +55,9 @@ public enum PerfCommand {
             OptionSpec(
                 "--only", value: "PHASE",
                 help: "Measure one phase only: 'journal' (the round journal against rounds without it), or 'state' (the coordinator's state alone, no sockets: a REQUEST against a ROUND, a fan-out and a plan)."),
+            OptionSpec(
+                "--kind", value: "KIND",
+                help: "With --only state: measure one kind alone (request, requestInRound, round, fanout or plan), to compare two builds run after run."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ], program: "skillbus-perf")
 
@@ -109,7 +112,15 @@ public enum PerfCommand {
             throw UsageError(spec, "--only takes 'journal' or 'state' (the phases that run alone), not '\(phase)'")
         }
         if arguments.value("--only") == "state" {
-            let figures = StateMachineBench(operations: setup.requests).measure()
+            var kinds = StateMachineBench.Kind.allCases
+            if let name = arguments.value("--kind") {
+                guard let kind = kinds.first(where: { "\($0)" == name }) else {
+                    throw UsageError(
+                        spec, "--kind takes one of \(kinds.map { "\($0)" }.joined(separator: ", ")), not '\(name)'")
+                }
+                kinds = [kind]
+            }
+            let figures = StateMachineBench(operations: setup.requests, kinds: kinds).measure()
             if json { print(figures.json.jsonString) } else { figures.printText() }
             return 0
         }
