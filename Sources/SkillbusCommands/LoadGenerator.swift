@@ -80,8 +80,7 @@ public struct LoadGenerator: Sendable {
         return skillbus(session: session) { _ in ("echo", parameters) }
     }
 
-    /// Round ids no request of this process used before: a random prefix and a count. A reused one would be
-    /// answered from the round's earlier outcome.
+    /// What `freshRoundID` hands out. A reused round id would be answered from the round's earlier outcome.
     private static let roundPrefix = "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36) + "-"
     private static let roundsMade = Atomic<UInt64>(0)
 
@@ -93,10 +92,9 @@ public struct LoadGenerator: Sendable {
         LoadGenerator(
             makeRequest: { id in
                 let (skill, parameters) = request(id)
-                let round = roundsMade.add(1, ordering: .relaxed).newValue
                 return ClientMessage.invoke(
                     InvokeRequest(
-                        requestID: String(id), roundID: roundPrefix + String(round), sessionID: session, skill: skill,
+                        requestID: String(id), roundID: freshRoundID(), sessionID: session, skill: skill,
                         timeoutMs: 15_000, parameters: parameters)
                 ).encoded()
             },
@@ -107,8 +105,8 @@ public struct LoadGenerator: Sendable {
             })
     }
 
-    /// Whole rounds (ROUND) of `spec`, each under a new random round id; a reply counts as ok when the
-    /// document's status is ok.
+    /// Whole rounds (ROUND) of `spec`, each under a round id no request of this process used before; a reply
+    /// counts as ok when the document's status is ok.
     public static func rounds(_ spec: RoundSpec) -> LoadGenerator { rounds(body: spec.json.serialized()) }
 
     /// Whole rounds of a body as it is sent, which this build may not know how to read (a newer bus may
@@ -117,9 +115,7 @@ public struct LoadGenerator: Sendable {
         LoadGenerator(
             makeRequest: { id in
                 ClientMessage.round(
-                    RoundRequest(
-                        requestID: String(id), roundID: "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36),
-                        timeoutMs: 15_000, body: body)
+                    RoundRequest(requestID: String(id), roundID: freshRoundID(), timeoutMs: 15_000, body: body)
                 ).encoded()
             },
             replyID: { frames in
@@ -151,9 +147,10 @@ public struct LoadGenerator: Sendable {
             })
     }
 
-    /// A round id no bench request used before.
+    /// A round id no request of this process used before: a random prefix and a count (a random number for each
+    /// cost the client a system call).
     @Sendable public static func freshRoundID() -> String {
-        "bench-" + String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        roundPrefix + String(roundsMade.add(1, ordering: .relaxed).newValue)
     }
 
     /// Raw frames for the baseline: an id frame and a payload frame, echoed back unchanged.
