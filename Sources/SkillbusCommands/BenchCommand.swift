@@ -182,8 +182,8 @@ struct BenchRun {
     }
 
     /// Rounds of one echo invocation, and fan-out rounds that invoke echo on every worker; then what a round
-    /// costs against a REQUEST of the same echo, at 64 in flight in alternating pairs, with the coordinator's
-    /// CPU time (`coordinator`: its pid) per round, per fan-out invocation and per step of a plan.
+    /// costs against a REQUEST of the same echo, at 64 in flight in passes whose order alternates, with the
+    /// coordinator's CPU time (`coordinator`: its pid) per round, per fan-out invocation and per step of a plan.
     func rounds(bus: String, coordinator: Int32?) async throws -> BenchResults.Rounds {
         let count = min(setup.requests, 5000)
         note("rounds: \(count) of one invocation, then \(count) fan-outs to \(setup.workers) worker(s)…")
@@ -198,24 +198,42 @@ struct BenchRun {
             try await generator.measure(
                 endpoint: bus, context: context, requests: requests, inFlight: inFlight, serverPID: coordinator)
         }
-        note("rounds: \(Self.pairs) pairs of \(count) one-invocation rounds and requests at \(level) in flight…")
+        note(
+            "rounds: \(Self.pairs) passes of \(count) one-invocation rounds, requests, and fan-outs and plans of "
+                + "\(Self.planSteps) steps, at \(level) in flight, with the coordinator's CPU…")
         let request = LoadGenerator.skillbusEcho(payloadBytes: 1)
-        let versusRequests = try await PairedFigures.measure(pairs: Self.pairs) {
-            try await load(.rounds(.invoke(skill: "echo", parameters: ["text": "x"])))
-        } baseline: {
-            try await load(request)
-        }
-        note("rounds: fan-outs and plans of \(Self.planSteps) steps, with the coordinator's CPU…")
-        var perInvocation = try await load(
-            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)),
-            requests: max(1, count / setup.workers), inFlight: max(1, level / setup.workers))
-        perInvocation.serverMicrosPerRequest /= Double(setup.workers)
         let steps = (0..<Self.planSteps).map {
             PlanStep(id: "s\($0)", skill: "echo", parameters: ["text": .string("t\($0)")])
         }
-        var perStep = try await load(
-            .rounds(.plan(steps: steps, continueOnFailure: false)), requests: max(1, count / Self.planSteps),
-            inFlight: max(1, level / Self.planSteps))
+        // Each pass runs the four in another order, so that a machine getting busier or quieter weighs on all of
+        // them; each shape's runs are merged, so that its CPU is read over as much work as the REQUESTs'.
+        var pairs: [(subject: LoadReport, baseline: LoadReport)] = []
+        var fanouts: [LoadReport] = []
+        var plans: [LoadReport] = []
+        for pass in 0..<Self.pairs {
+            var (round, plain): (LoadReport?, LoadReport?) = (nil, nil)
+            for shape in pass % 2 == 0 ? [0, 1, 2, 3] : [3, 2, 1, 0] {
+                switch shape {
+                case 0: round = try await load(.rounds(.invoke(skill: "echo", parameters: ["text": "x"])))
+                case 1: plain = try await load(request)
+                case 2:
+                    fanouts.append(
+                        try await load(
+                            .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)),
+                            requests: max(1, count / setup.workers), inFlight: max(1, level / setup.workers)))
+                default:
+                    plans.append(
+                        try await load(
+                            .rounds(.plan(steps: steps, continueOnFailure: false)),
+                            requests: max(1, count / Self.planSteps), inFlight: max(1, level / Self.planSteps)))
+                }
+            }
+            if let round, let plain { pairs.append((round, plain)) }
+        }
+        let versusRequests = PairedFigures(pairs: pairs)
+        var perInvocation = LoadReport.merged(fanouts)
+        perInvocation.serverMicrosPerRequest /= Double(setup.workers)
+        var perStep = LoadReport.merged(plans)
         perStep.serverMicrosPerRequest /= Double(Self.planSteps)
         return BenchResults.Rounds(
             single: single, fanout: fanout, agents: setup.workers, versusRequests: versusRequests,
