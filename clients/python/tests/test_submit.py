@@ -193,3 +193,23 @@ def test_a_blocking_call_reads_for_other_threads_while_it_waits_and_the_socket_t
         (peer, fields), = client_bus.requests(1)
         client_bus.reply(peer, fields[2], b"ok", b'{"text":"f","type":"text"}')
         assert answers["d"] == "d" and answers["e"] == "e" and late.result(5).value == "f"
+
+
+def test_a_plan_is_sent_with_each_skill_steps_after_and_params_written_out(client_bus):
+    """§3.5.8: a skill step without `after` or `params` gets both, so that the body is in canonical form (the
+    one the bus reads fastest); an ask step and what the caller wrote are left as they are."""
+    with Client(client_bus.endpoint, timeout=10) as client:
+        steps = [{"id": "a", "skill": "echo"}, {"id": "b", "skill": "echo", "params": {"text": "x"}, "after": ["a"]},
+                 {"id": "c", "ask": {"role": "critic", "message": "m"}}]
+        done = []
+        thread = threading.Thread(target=lambda: done.append(client.plan(steps)))
+        thread.start()
+        (peer, fields), = client_bus.requests(1)
+        assert fields[6] == jsonwire.encode({"plan": {"onFailure": "stop", "steps": [
+            {"after": [], "id": "a", "params": {}, "skill": "echo"},
+            {"after": ["a"], "id": "b", "params": {"text": "x"}, "skill": "echo"},
+            {"ask": {"message": "m", "role": "critic"}, "id": "c"}]}})
+        document = jsonwire.encode({"round": fields[3].decode(), "status": "ok", "result": {}})
+        client_bus.sock.send_multipart([peer, *BUS_TO_CLIENT.pack(b"ROUND", fields[2], fields[3], document)])
+        thread.join(5)
+        assert done and done[0].status == "ok"
