@@ -218,8 +218,8 @@ struct BenchResults {
             line("plan: CPU per step", rounds.planPerStep, cpu.plan)
             print(
                 "  (bus us: the coordinator's CPU per round, invocation or step; the rate ratio is the median of "
-                    + "\(BenchRun.pairs) pairs in alternating order; CPU ratios: each shape's \(BenchRun.pairs) runs merged, "
-                    + "against the REQUESTs')")
+                    + "\(BenchRun.pairs) pairs in alternating order; CPU ratios: each shape's \(BenchRun.pairs) runs "
+                    + "merged, against the REQUESTs')")
         }
         if let turns {
             print("")

@@ -57,7 +57,9 @@ public enum PerfCommand {
                 help: "Measure one phase only: 'journal' (the round journal against rounds without it), or 'state' (the coordinator's state alone, no sockets: a REQUEST against a ROUND, a fan-out and a plan)."),
             OptionSpec(
                 "--kind", value: "KIND",
-                help: "With --only state: measure one kind alone (request, requestInRound, round, fanout or plan), to compare two builds run after run."),
+                help:
+                    "With --only state: measure one kind alone (request, requestInRound, round, fanout or plan), "
+                    + "to compare two builds run after run."),
             OptionSpec("--json", help: "Print one JSON object with every figure."),
         ], program: "skillbus-perf")
 

@@ -100,7 +100,8 @@ struct CanonicalRoundBodyTests {
             #"{"plan":{"onFailure":"stop","steps":[{"after":[],"id":"a","params":[],"skill":"echo"}]}}"#,
             #"{"plan":{"onFailure":"stop","steps":[{"after":[],"id":"","params":{},"skill":"echo"}]}}"#,
             #"{"plan":{"onFailure":"stop","steps":[{"after":[],"id":"a","params":{},"skill":"echo"},"#
-                + #"{"after":[],"id":"b","params":{},"skill":"echo"},{"after":[],"id":"c","params":{},"skill":"echo"}]}}"#,
+                + #"{"after":[],"id":"b","params":{},"skill":"echo"},"#
+                + #"{"after":[],"id":"c","params":{},"skill":"echo"}]}}"#,
             #"{"plan":{"onFailure":"stop","steps":[{"after":[],"id":"a","params":{},"skill":"echo"}]}} "#,
             #"{"plan":{"onFailure":"maybe","steps":[{"after":[],"id":"a","params":{},"skill":"echo"}]}}"#,
         ])

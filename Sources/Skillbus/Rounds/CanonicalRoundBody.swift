@@ -19,7 +19,8 @@ struct CanonicalRoundBody {
     private static let skillKey = Array(#","skill":""#.utf8)
     private static let tail = Array(#""}}"#.utf8)
     private static let planHeads = [false, true].map { continueOnFailure in
-        (continueOnFailure, Array(#"{"plan":{"onFailure":"\#(continueOnFailure ? "continue" : "stop")","steps":["#.utf8))
+        let failure = continueOnFailure ? "continue" : "stop"
+        return (continueOnFailure, Array(#"{"plan":{"onFailure":"\#(failure)","steps":["#.utf8))
     }
 
     init?(_ body: [UInt8], stepLimit: Int) {

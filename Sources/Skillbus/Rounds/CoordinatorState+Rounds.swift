@@ -194,7 +194,8 @@ extension CoordinatorState {
         // canonical form when another invocation of the round must be compared with it. A round's parameters are
         // in canonical form already (read so from its body, or written by the bus).
         let needsKey = (!run.isInvoke && shareable) || descriptors.cacheLifetimeMs(of: invocation.skill) != nil
-        let key = needsKey ? SingleFlight.canonicalKey(skill: keySkill, canonicalParameters: bytes, schema: schema) : nil
+        let key =
+            needsKey ? SingleFlight.canonicalKey(skill: keySkill, canonicalParameters: bytes, schema: schema) : nil
         // Whom an identical invocation would reuse: the first of the round with this key. A fan-out's
         // invocations each name their own agent, so no other invocation of the round has their key.
         let reusable: String? = (shareable ? key : nil).flatMap { key in

@@ -287,7 +287,9 @@ struct SingleFlight: Sendable {
 
     /// The same key for parameters that are an object in canonical form already (a round's: the bus read them so,
     /// or wrote them itself): unless the schema fills in defaults, the bytes as they are.
-    static func canonicalKey(skill: String, canonicalParameters parameters: [UInt8], schema: ParameterSchema?) -> ByteKey? {
+    static func canonicalKey(
+        skill: String, canonicalParameters parameters: [UInt8], schema: ParameterSchema?
+    ) -> ByteKey? {
         if let schema, schema.fields.contains(where: { $0.defaultValue != nil }) {
             return canonicalKey(skill: skill, parameters: parameters, schema: { _ in schema })
         }
