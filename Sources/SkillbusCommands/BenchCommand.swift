@@ -207,33 +207,31 @@ struct BenchRun {
         }
         // Each pass runs the four in another order, so that a machine getting busier or quieter weighs on all of
         // them; each shape's runs are merged, so that its CPU is read over as much work as the REQUESTs'.
-        var pairs: [(subject: LoadReport, baseline: LoadReport)] = []
-        var fanouts: [LoadReport] = []
-        var plans: [LoadReport] = []
+        enum Shape: CaseIterable { case round, request, fanout, plan }
+        var runs: [Shape: [LoadReport]] = [:]
         for pass in 0..<Self.pairs {
-            var (round, plain): (LoadReport?, LoadReport?) = (nil, nil)
-            for shape in pass % 2 == 0 ? [0, 1, 2, 3] : [3, 2, 1, 0] {
-                switch shape {
-                case 0: round = try await load(.rounds(.invoke(skill: "echo", parameters: ["text": "x"])))
-                case 1: plain = try await load(request)
-                case 2:
-                    fanouts.append(
+            for shape in pass % 2 == 0 ? Shape.allCases : Shape.allCases.reversed() {
+                let report =
+                    switch shape {
+                    case .round: try await load(.rounds(.invoke(skill: "echo", parameters: ["text": "x"])))
+                    case .request: try await load(request)
+                    case .fanout:
                         try await load(
                             .rounds(.fanout(skill: "echo", parameters: ["text": "x"], agents: nil, aggregate: .all)),
-                            requests: max(1, count / setup.workers), inFlight: max(1, level / setup.workers)))
-                default:
-                    plans.append(
+                            requests: max(1, count / setup.workers), inFlight: max(1, level / setup.workers))
+                    case .plan:
                         try await load(
                             .rounds(.plan(steps: steps, continueOnFailure: false)),
-                            requests: max(1, count / Self.planSteps), inFlight: max(1, level / Self.planSteps)))
-                }
+                            requests: max(1, count / Self.planSteps), inFlight: max(1, level / Self.planSteps))
+                    }
+                runs[shape, default: []].append(report)
             }
-            if let round, let plain { pairs.append((round, plain)) }
         }
-        let versusRequests = PairedFigures(pairs: pairs)
-        var perInvocation = LoadReport.merged(fanouts)
+        let versusRequests = PairedFigures(
+            pairs: zip(runs[.round] ?? [], runs[.request] ?? []).map { (subject: $0, baseline: $1) })
+        var perInvocation = LoadReport.merged(runs[.fanout] ?? [])
         perInvocation.serverMicrosPerRequest /= Double(setup.workers)
-        var perStep = LoadReport.merged(plans)
+        var perStep = LoadReport.merged(runs[.plan] ?? [])
         perStep.serverMicrosPerRequest /= Double(Self.planSteps)
         return BenchResults.Rounds(
             single: single, fanout: fanout, agents: setup.workers, versusRequests: versusRequests,

@@ -91,7 +91,7 @@ extension String {
     /// Exactly `width` characters for a column: cut, or filled with spaces, as Foundation's
     /// `padding(toLength:withPad:startingAt:)` does through NSString (at a cost `skillbus feed`, which pads two
     /// columns of every line, felt).
-    func padded(to width: Int) -> String {
+    public func padded(to width: Int) -> String {
         let length = count
         if length >= width { return length == width ? self : String(prefix(width)) }
         return self + String(repeating: " ", count: width - length)

@@ -1,5 +1,6 @@
 import Foundation
 import Skillbus
+import SkillbusCommands
 
 /// The coordinator's decisions alone, without sockets: an echo REQUEST, the same REQUEST in a round of its
 /// own (the floor a one-invocation ROUND could reach: single-flight keeps its outcome for the round id), a
@@ -28,9 +29,8 @@ struct StateMachineBench {
                 ("plan, per step", planNanos),
             ]
             for (name, nanos) in rows where nanos > 0 {
-                let padded = name + String(repeating: " ", count: max(0, 23 - name.count))
                 let shown = name == "REQUEST" || requestNanos == 0 ? "" : String(format: "   %.2fx", ratio(nanos))
-                print("    " + padded + String(format: "%8.0f ns", nanos) + shown)
+                print("    " + name.padded(to: 23) + String(format: "%8.0f ns", nanos) + shown)
             }
         }
 
